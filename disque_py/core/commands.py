@@ -1,0 +1,261 @@
+"""Client command parsing: argv (list of bytes) -> typed request or an Error.
+
+Validation and error texts follow Disque 1.0-rc1 so that existing clients
+see the same replies. Nothing here touches node state.
+"""
+
+from __future__ import annotations
+
+from .ids import valid_job_id
+from .job import state_from_name
+from .replies import Error, err
+
+__all__ = [
+    "AddJob",
+    "GetJob",
+    "ScanArgs",
+    "parse_addjob",
+    "parse_getjob",
+    "parse_qscan",
+    "parse_jscan",
+    "parse_int",
+    "parse_timeout",
+    "check_job_ids",
+    "SYNTAX_ERROR",
+    "NOT_AN_INTEGER",
+    "BADID",
+]
+
+SYNTAX_ERROR = err("syntax error")
+NOT_AN_INTEGER = err("value is not an integer or out of range")
+BADID = Error("BADID Invalid Job ID format.")
+_INT_MAX = (1 << 63) - 1
+_INT_MIN = -(1 << 63)
+
+
+def parse_int(raw: bytes) -> int | None:
+    """Strict signed 64-bit integer, as Redis parses it (no spaces, no '+')."""
+    if not raw or len(raw) > 20:
+        return None
+    first = raw[0]
+    if not (0x30 <= first <= 0x39 or (first == 0x2D and len(raw) > 1)):
+        return None
+    if len(raw) > 1 and (raw[0] == 0x30 or raw[:2] == b"-0"):
+        return None  # leading zeros are not canonical
+    if not (raw[1:] if first == 0x2D else raw).isdigit():
+        return None
+    value = int(raw)
+    if value > _INT_MAX or value < _INT_MIN:
+        return None
+    return value
+
+
+def parse_timeout(raw: bytes) -> int | Error:
+    value = parse_int(raw)
+    if value is None:
+        return err("timeout is not an integer or out of range")
+    if value < 0:
+        return err("timeout is negative")
+    return value
+
+
+def check_job_ids(ids: list[bytes]) -> Error | None:
+    for job_id in ids:
+        if not valid_job_id(job_id):
+            return BADID
+    return None
+
+
+class AddJob:
+    __slots__ = ("queue", "body", "timeout", "replicate", "ttl", "retry", "delay", "maxlen", "async_")
+
+    def __init__(self) -> None:
+        self.replicate: int | None = None  # None -> cluster default
+        self.ttl = 86400
+        self.retry = -1
+        self.delay = 0
+        self.maxlen = 0
+        self.async_ = False
+
+
+def parse_addjob(argv: list[bytes]) -> AddJob | Error:
+    """ADDJOB queue body ms-timeout [REPLICATE n] [DELAY s] [RETRY s] [TTL s] [MAXLEN n] [ASYNC]"""
+    req = AddJob()
+    req.queue = argv[1]
+    req.body = argv[2]
+    n = len(argv)
+    i = 4
+    while i < n:
+        opt = argv[i].lower()
+        has_value = i + 1 < n
+        if opt == b"replicate" and has_value:
+            v = parse_int(argv[i + 1])
+            if v is None or v <= 0 or v > 65535:
+                return err("REPLICATE must be between 1 and 65535")
+            req.replicate = v
+            i += 2
+        elif opt == b"ttl" and has_value:
+            v = parse_int(argv[i + 1])
+            if v is None or v <= 0:
+                return err("TTL must be a number > 0")
+            req.ttl = v
+            i += 2
+        elif opt == b"retry" and has_value:
+            v = parse_int(argv[i + 1])
+            if v is None or v < 0:
+                return err("RETRY time must be a non negative number")
+            req.retry = v
+            i += 2
+        elif opt == b"delay" and has_value:
+            v = parse_int(argv[i + 1])
+            if v is None or v < 0:
+                return err("DELAY time must be a non negative number")
+            req.delay = v
+            i += 2
+        elif opt == b"maxlen" and has_value:
+            v = parse_int(argv[i + 1])
+            if v is None or v <= 0:
+                return err("MAXLEN must be a positive number")
+            req.maxlen = v
+            i += 2
+        elif opt == b"async":
+            req.async_ = True
+            i += 1
+        else:
+            return SYNTAX_ERROR
+    timeout = parse_timeout(argv[3])
+    if type(timeout) is Error:
+        return timeout
+    req.timeout = timeout
+    if req.retry == 0 and (req.replicate or 1) > 1:
+        return err("With RETRY set to 0 please explicitly set REPLICATE to 1 (at-most-once delivery)")
+    if req.delay >= req.ttl:
+        return err("The specified DELAY is greater than TTL. Job refused since would never be delivered")
+    if req.retry == -1:
+        req.retry = max(1, min(req.ttl // 10, 300))
+    return req
+
+
+class GetJob:
+    __slots__ = ("queues", "timeout", "count", "nohang", "withcounters")
+
+
+def parse_getjob(argv: list[bytes]) -> GetJob | Error:
+    """GETJOB [NOHANG] [TIMEOUT ms] [COUNT n] [WITHCOUNTERS] FROM q1 ... qN"""
+    req = GetJob()
+    req.timeout = 0
+    req.count = 1
+    req.nohang = False
+    req.withcounters = False
+    req.queues = None
+    n = len(argv)
+    i = 1
+    while i < n:
+        opt = argv[i].lower()
+        has_value = i + 1 < n
+        if opt == b"from":
+            req.queues = argv[i + 1 :]
+            break
+        elif opt == b"nohang":
+            req.nohang = True
+            i += 1
+        elif opt == b"withcounters":
+            req.withcounters = True
+            i += 1
+        elif opt == b"timeout" and has_value:
+            t = parse_timeout(argv[i + 1])
+            if type(t) is Error:
+                return t
+            req.timeout = t
+            i += 2
+        elif opt == b"count" and has_value:
+            v = parse_int(argv[i + 1])
+            if v is None or v <= 0:
+                return err("COUNT must be a number greater than zero")
+            req.count = v
+            i += 2
+        else:
+            return SYNTAX_ERROR
+    if not req.queues:
+        return SYNTAX_ERROR
+    return req
+
+
+class ScanArgs:
+    __slots__ = ("cursor", "count", "busyloop", "minlen", "maxlen", "importrate", "queue", "states", "reply_all")
+
+    def __init__(self) -> None:
+        self.cursor = 0
+        self.count = 100
+        self.busyloop = False
+        self.minlen = -1
+        self.maxlen = -1
+        self.importrate = -1
+        self.queue: bytes | None = None
+        self.states: set[int] = set()
+        self.reply_all = False
+
+
+def _parse_scan(argv: list[bytes], jobs: bool) -> ScanArgs | Error:
+    args = ScanArgs()
+    cursor_set = False
+    n = len(argv)
+    i = 1
+    while i < n:
+        opt = argv[i].lower()
+        has_value = i + 1 < n
+        if opt == b"count" and has_value:
+            v = parse_int(argv[i + 1])
+            if v is None:
+                return NOT_AN_INTEGER
+            args.count = v
+            i += 2
+        elif opt == b"busyloop":
+            args.busyloop = True
+            i += 1
+        elif not jobs and opt in (b"minlen", b"maxlen", b"importrate") and has_value:
+            v = parse_int(argv[i + 1])
+            if v is None:
+                return NOT_AN_INTEGER
+            setattr(args, opt.decode(), v)
+            i += 2
+        elif jobs and opt == b"queue" and has_value:
+            args.queue = argv[i + 1]
+            i += 2
+        elif jobs and opt == b"state" and has_value:
+            state = state_from_name(argv[i + 1])
+            if state is None:
+                return err("Invalid job state name")
+            args.states.add(state)
+            i += 2
+        elif jobs and opt == b"reply" and has_value:
+            kind = argv[i + 1].lower()
+            if kind == b"id":
+                args.reply_all = False
+            elif kind == b"all":
+                args.reply_all = True
+            else:
+                return err("Invalid REPLY type, try ID or ALL")
+            i += 2
+        else:
+            if cursor_set:
+                return SYNTAX_ERROR
+            raw = argv[i]
+            if not raw.isdigit() or len(raw) > 20 or int(raw) >= 1 << 64:
+                return err("invalid cursor")
+            args.cursor = int(raw)
+            cursor_set = True
+            i += 1
+    if args.count < 1:
+        args.count = 1
+    return args
+
+
+def parse_qscan(argv: list[bytes]) -> ScanArgs | Error:
+    """QSCAN [cursor] [COUNT n] [BUSYLOOP] [MINLEN n] [MAXLEN n] [IMPORTRATE r]"""
+    return _parse_scan(argv, jobs=False)
+
+
+def parse_jscan(argv: list[bytes]) -> ScanArgs | Error:
+    """JSCAN [cursor] [COUNT n] [BUSYLOOP] [QUEUE q] [STATE s ...] [REPLY all|id]"""
+    return _parse_scan(argv, jobs=True)

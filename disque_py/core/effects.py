@@ -1,0 +1,42 @@
+"""Effects: what the core asks the shell to do, as plain frozen records.
+
+The reply to the command being executed is the return value of
+``Node.execute``; everything else the core wants done (answer a client that
+was blocked, send a message to a peer, ...) is queued as an effect and
+collected by the shell with ``Node.take_effects()`` after each input.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["Reply", "Send", "BLOCKED"]
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """Answer ``client`` (blocked until now) with ``value``; it is unblocked."""
+
+    client: int
+    value: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Send:
+    """Send a cluster message to the node ``to`` (a node ID)."""
+
+    to: str
+    message: Any
+
+
+class _Blocked:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "BLOCKED"
+
+
+#: Returned by ``Node.execute`` when the client is now blocked; its answer
+#: will come later as a ``Reply`` effect.
+BLOCKED = _Blocked()

@@ -1,0 +1,92 @@
+"""Job IDs.
+
+A job ID is 40 ASCII characters::
+
+    D-dcb833cf-8YL1NT17e9+wsA/09NqxscQI-05a1
+    |  |        |                        |
+    |  |        |                        TTL in minutes, 4 hex digits
+    |  |        144 pseudo-random bits, standard base64 (24 chars)
+    |  first 8 hex digits of the creating node's ID
+    fixed "D-"
+
+The random part is the first 18 bytes of SHA1(seed || counter), with a seed
+drawn once per process by the shell and a 64-bit counter. The TTL field is
+clamped to 0..65535 minutes and its parity says what kind of job it is: even
+for at-most-once jobs (RETRY 0), odd otherwise. That lets a node that has
+never seen a job decide from the ID alone whether an ACK for it needs a
+"dummy ack" (only for at-least-once jobs) and when such an ACK may expire.
+
+Everything here works on ``bytes``: IDs arrive from the network as bytes and
+are used as dictionary keys as they are.
+"""
+
+from __future__ import annotations
+
+import binascii
+import hashlib
+
+__all__ = [
+    "JOB_ID_LEN",
+    "JobIdGenerator",
+    "valid_job_id",
+    "ttl_minutes_from_id",
+    "is_at_most_once_id",
+    "node_prefix_from_id",
+]
+
+JOB_ID_LEN = 40
+_HEXDIGITS = frozenset(b"0123456789abcdefABCDEF")
+
+
+class JobIdGenerator:
+    """Makes job IDs for one node. ``seed`` comes from the shell (urandom)."""
+
+    __slots__ = ("_prefix", "_seed", "_counter")
+
+    def __init__(self, node_id: str, seed: bytes) -> None:
+        if len(node_id) < 8:
+            raise ValueError("node id too short")
+        self._prefix = b"D-" + node_id[:8].encode("ascii") + b"-"
+        self._seed = bytes(seed)
+        self._counter = 0
+
+    def new_id(self, ttl_seconds: int, retry: int) -> bytes:
+        self._counter += 1
+        digest = hashlib.sha1(self._seed + self._counter.to_bytes(8, "little")).digest()
+        minutes = ttl_seconds // 60
+        if minutes > 0xFFFF:
+            minutes = 0xFFFF
+        elif minutes < 0:
+            minutes = 1
+        minutes = (minutes | 1) if retry > 0 else (minutes & ~1)
+        # b2a_base64 of 18 bytes is exactly 24 characters (no padding) + "\n".
+        return b"%s%s-%04x" % (
+            self._prefix,
+            binascii.b2a_base64(digest[:18], newline=False),
+            minutes,
+        )
+
+
+def valid_job_id(job_id: bytes) -> bool:
+    """Shape check: length, fixed dashes, hex TTL. Lookups do the rest."""
+    return (
+        len(job_id) == JOB_ID_LEN
+        and job_id[0] == 0x44  # D
+        and job_id[1] == 0x2D  # -
+        and job_id[10] == 0x2D
+        and job_id[35] == 0x2D
+        and all(c in _HEXDIGITS for c in job_id[36:40])
+    )
+
+
+def ttl_minutes_from_id(job_id: bytes) -> int:
+    return int(job_id[36:40], 16)
+
+
+def is_at_most_once_id(job_id: bytes) -> bool:
+    """True for IDs of RETRY 0 jobs (even TTL field)."""
+    return ttl_minutes_from_id(job_id) & 1 == 0
+
+
+def node_prefix_from_id(job_id: bytes) -> str:
+    return job_id[2:10].decode("ascii", "replace")
