@@ -1,0 +1,454 @@
+"""Connection and administration commands, answered by the shell.
+
+These need what only the shell has (the connection, the process, the config
+file): AUTH, PING, ECHO, QUIT, INFO, TIME, COMMAND, CLIENT, CONFIG,
+SHUTDOWN, DEBUG. Everything about jobs and queues goes to the core.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import resource
+import sys
+import time
+from typing import TYPE_CHECKING, Any, Callable
+
+import trio
+
+from .. import DISQUE_COMPAT_VERSION, __version__
+from ..config import ConfigError, config_get, config_set, rewrite_config
+from ..core.replies import OK, Error, Status, err
+from .logs import log
+
+if TYPE_CHECKING:
+    from .app import Server
+    from .clients import Connection
+
+NO_REPLY = object()  # the handler answers nothing (SHUTDOWN closes the link)
+
+# name -> (arity, flags) for COMMAND; the flags are informational, as Disque's.
+CORE_COMMANDS: dict[bytes, tuple[int, list[bytes]]] = {
+    b"addjob": (-4, [b"write", b"denyoom", b"fast"]),
+    b"getjob": (-2, [b"write", b"fast"]),
+    b"ackjob": (-1, [b"write", b"fast"]),
+    b"fastack": (-1, [b"write", b"fast"]),
+    b"deljob": (-1, [b"write", b"fast"]),
+    b"show": (2, [b"readonly", b"fast"]),
+    b"qlen": (2, [b"readonly", b"fast"]),
+    b"qpeek": (3, [b"readonly"]),
+    b"qstat": (2, [b"readonly", b"fast"]),
+    b"qscan": (-1, [b"readonly"]),
+    b"jscan": (-1, [b"readonly"]),
+    b"enqueue": (-1, [b"write", b"denyoom", b"fast"]),
+    b"nack": (-1, [b"write", b"denyoom", b"fast"]),
+    b"dequeue": (-1, [b"write", b"fast"]),
+    b"working": (2, [b"write", b"fast"]),
+    b"pause": (-3, [b"readonly", b"fast"]),
+    b"hello": (1, [b"readonly", b"fast"]),
+}
+ADMIN_FLAGS: dict[bytes, list[bytes]] = {
+    b"auth": [b"readonly", b"loading", b"fast"],
+    b"ping": [b"readonly", b"fast"],
+    b"echo": [b"readonly", b"fast"],
+    b"quit": [b"readonly", b"fast"],
+    b"info": [b"readonly", b"loading"],
+    b"time": [b"readonly", b"fast"],
+    b"command": [b"readonly", b"loading"],
+    b"client": [b"admin", b"readonly"],
+    b"config": [b"admin", b"readonly"],
+    b"shutdown": [b"admin", b"readonly", b"loading"],
+    b"debug": [b"admin"],
+}
+
+INFO_SECTIONS = ("server", "clients", "memory", "jobs", "queues", "persistence", "stats", "cpu")
+
+
+def _human(n: int) -> str:
+    for unit, size in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if n >= size:
+            return "%.2f%s" % (n / size, unit)
+    return "%dB" % n
+
+
+def _rss_bytes() -> int:
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def build_table(server: "Server") -> dict[bytes, tuple[Callable[["Connection", list[bytes]], Any], int]]:
+    """Admin command table bound to ``server``: name -> (handler, arity)."""
+    peak = [0]
+
+    def auth(conn: "Connection", argv: list[bytes]) -> Any:
+        password = server.config.requirepass
+        if not password:
+            return err("Client sent AUTH, but no password is set")
+        if argv[1] == password.encode():
+            conn.authenticated = True
+            return OK
+        conn.authenticated = False
+        return err("invalid password")
+
+    def ping(conn: "Connection", argv: list[bytes]) -> Any:
+        if len(argv) > 2:
+            return err("wrong number of arguments for 'ping' command")
+        return argv[1] if len(argv) == 2 else Status(b"PONG")
+
+    def echo(conn: "Connection", argv: list[bytes]) -> Any:
+        return argv[1]
+
+    def quit_(conn: "Connection", argv: list[bytes]) -> Any:
+        conn.closing = True
+        return OK
+
+    def time_(conn: "Connection", argv: list[bytes]) -> Any:
+        t = time.time()
+        return [b"%d" % int(t), b"%d" % int((t % 1) * 1_000_000)]
+
+    def info(conn: "Connection", argv: list[bytes]) -> Any:
+        if len(argv) > 2:
+            return err("syntax error")
+        section = argv[1].decode("utf-8", "replace").lower() if len(argv) == 2 else "default"
+        return info_text(server, section, peak).encode()
+
+    def command(conn: "Connection", argv: list[bytes]) -> Any:
+        table = _command_table(server.admin_commands)
+        if len(argv) == 1:
+            return list(table.values())
+        sub = argv[1].lower()
+        if sub == b"count":
+            return len(table)
+        if sub == b"info":
+            return [table.get(name.lower()) for name in argv[2:]]
+        if sub == b"docs":
+            return []
+        if sub == b"list":
+            return [entry[0] for entry in table.values()]
+        return err("Unknown subcommand or wrong number of arguments for '%s'" % argv[1].decode("utf-8", "replace"))
+
+    def client(conn: "Connection", argv: list[bytes]) -> Any:
+        sub = argv[1].lower()
+        n = len(argv)
+        if sub == b"id" and n == 2:
+            return conn.id
+        if sub == b"getname" and n == 2:
+            return conn.name or None
+        if sub == b"setname" and n == 3:
+            if any(c <= 32 or c >= 127 for c in argv[2]):
+                return err("Client names cannot contain spaces, newlines or special characters.")
+            conn.name = argv[2]
+            return OK
+        if sub == b"setinfo" and n == 4:
+            attr = argv[2].lower()
+            if attr == b"lib-name":
+                conn.lib_name = argv[3]
+            elif attr == b"lib-ver":
+                conn.lib_ver = argv[3]
+            else:
+                return err("Unrecognized option '%s'" % argv[2].decode("utf-8", "replace"))
+            return OK
+        if sub == b"list" and n == 2:
+            return "".join(_client_line(server, c) + "\n" for c in list(server.clients.values())).encode()
+        if sub == b"info" and n == 2:
+            return (_client_line(server, conn) + "\n").encode()
+        if sub == b"kill":
+            return _client_kill(server, conn, argv)
+        return err("Syntax error, try CLIENT (LIST | KILL ip:port | ID | GETNAME | SETNAME connection-name | SETINFO)")
+
+    def config(conn: "Connection", argv: list[bytes]) -> Any:
+        sub = argv[1].lower()
+        cfg = server.config
+        try:
+            if sub == b"get" and len(argv) == 3:
+                return config_get(cfg, argv[2])
+            if sub == b"set" and len(argv) == 4:
+                config_set(cfg, argv[2], argv[3])
+                return OK
+            if sub == b"rewrite" and len(argv) == 2:
+                rewrite_config(cfg)
+                log.info("CONFIG REWRITE executed with success.")
+                return OK
+            if sub == b"resetstat" and len(argv) == 2:
+                for key in server.stats:
+                    server.stats[key] = 0
+                return OK
+        except ConfigError as exc:
+            return err(str(exc))
+        except OSError as exc:
+            log.warning("CONFIG REWRITE failed: %s", exc)
+            return err("Rewriting config file: %s" % exc)
+        return err("CONFIG subcommand must be one of GET, SET, RESETSTAT, REWRITE")
+
+    def shutdown(conn: "Connection", argv: list[bytes]) -> Any:
+        if len(argv) > 2 or (len(argv) == 2 and argv[1].lower() not in (b"save", b"nosave")):
+            return err("syntax error")
+        log.warning("SHUTDOWN requested by client id=%d addr=%s", conn.id, conn.addr)
+        server.request_shutdown()
+        conn.closing = True
+        return NO_REPLY
+
+    def debug(conn: "Connection", argv: list[bytes]) -> Any:
+        sub = argv[1].lower()
+        if sub == b"flushall" and len(argv) == 2:
+            server.node.flushall()
+            log.warning("DEBUG FLUSHALL: all jobs and queues removed")
+            return OK
+        if sub == b"error" and len(argv) == 3:
+            return Error(argv[2].decode("utf-8", "replace"))
+        if sub == b"sleep" and len(argv) == 3:
+            try:
+                seconds = float(argv[2])
+            except ValueError:
+                return err("value is not a valid float")
+            time.sleep(max(0.0, min(seconds, 60.0)))  # blocks the node on purpose, as Disque
+            return OK
+        return err("DEBUG subcommand must be one of FLUSHALL, ERROR <text>, SLEEP <seconds>")
+
+    return {
+        b"auth": (auth, 2),
+        b"ping": (ping, -1),
+        b"echo": (echo, 2),
+        b"quit": (quit_, 1),
+        b"time": (time_, 1),
+        b"info": (info, -1),
+        b"command": (command, -1),
+        b"client": (client, -2),
+        b"config": (config, -2),
+        b"shutdown": (shutdown, -1),
+        b"debug": (debug, -2),
+    }
+
+
+def hello_handshake(server: "Server", conn: "Connection", argv: list[bytes]) -> Any:
+    """Redis 6 ``HELLO protover [AUTH user pass] [SETNAME name]``.
+
+    Disque's ``HELLO`` takes no argument and lists the cluster; with
+    arguments it is the handshake newer Redis clients (redis-py 5+ with
+    RESP3) send on connect. Both are answered: protocol 2 keeps RESP2
+    replies, protocol 3 switches this connection to RESP3 encoding.
+    """
+    from ..protocol.resp import encode_reply, encode_reply3
+
+    try:
+        version = int(argv[1])
+    except ValueError:
+        return err("Protocol version is not an integer or out of range")
+    if version not in (2, 3):
+        return Error("NOPROTO sorry, this protocol version is not supported.")
+    i = 2
+    name = None
+    while i < len(argv):
+        opt = argv[i].lower()
+        if opt == b"auth" and i + 2 < len(argv):
+            user, password = argv[i + 1], argv[i + 2]
+            required = server.config.requirepass
+            if not required:
+                return err("AUTH <password> called without any password configured for the default user.")
+            if user != b"default" or password != required.encode():
+                return Error("WRONGPASS invalid username-password pair or user is disabled.")
+            conn.authenticated = True
+            i += 3
+        elif opt == b"setname" and i + 1 < len(argv):
+            name = argv[i + 1]
+            i += 2
+        else:
+            return err("Syntax error in HELLO option '%s'" % argv[i].decode("utf-8", "replace"))
+    if not conn.authenticated:
+        if server.config.requirepass:
+            return Error("NOAUTH HELLO must be called with the client already authenticated, "
+                         "otherwise the HELLO <proto> AUTH <user> <pass> option can be used to "
+                         "authenticate the client and select the RESP protocol version at the same time")
+        conn.authenticated = True
+    if name is not None:
+        conn.name = name
+    conn.encode = encode_reply3 if version == 3 else encode_reply
+    return {
+        b"server": b"disque",
+        b"version": DISQUE_COMPAT_VERSION.encode(),
+        b"proto": version,
+        b"id": conn.id,
+        b"mode": b"cluster",
+        b"role": b"master",
+        b"modules": [],
+        b"node": server.node_id.encode(),
+    }
+
+
+def _command_table(admin: dict[bytes, tuple[Any, int]]) -> dict[bytes, list]:
+    """COMMAND replies: [name, arity, flags, first key, last key, step]."""
+    table: dict[bytes, list] = {}
+    for name, (_, arity) in admin.items():
+        table[name] = [name, arity, [Status(f) for f in ADMIN_FLAGS[name]], 0, 0, 0]
+    for name, (arity, flags) in CORE_COMMANDS.items():
+        table[name] = [name, arity, [Status(f) for f in flags], 0, 0, 0]
+    return table
+
+
+def _client_line(server: "Server", c: "Connection") -> str:
+    now = trio.current_time()
+    flags = "b" if c.blocked else "N"
+    return (
+        "id=%d addr=%s laddr=%s fd=%d name=%s age=%d idle=%d flags=%s qbuf=0 qbuf-free=0 "
+        "obl=0 oll=0 omem=%d events=r cmd=%s lib-name=%s lib-ver=%s"
+        % (
+            c.id,
+            c.addr,
+            c.laddr,
+            c.stream.socket.fileno(),
+            c.name.decode("utf-8", "replace"),
+            now - c.created,
+            now - c.last_active,
+            flags,
+            len(c.out),
+            c.last_cmd.decode("utf-8", "replace"),
+            c.lib_name.decode("utf-8", "replace"),
+            c.lib_ver.decode("utf-8", "replace"),
+        )
+    )
+
+
+def _client_kill(server: "Server", me: "Connection", argv: list[bytes]) -> Any:
+    if len(argv) == 3:  # old form: CLIENT KILL ip:port
+        addr = argv[2].decode("utf-8", "replace")
+        for c in list(server.clients.values()):
+            if c.addr == addr:
+                server.close_client(c)
+                return OK
+        return err("No such client")
+    if len(argv) < 4 or len(argv) % 2 != 0:
+        return err("syntax error")
+    want_id = want_addr = want_laddr = None
+    skipme = True
+    for i in range(2, len(argv), 2):
+        key, value = argv[i].lower(), argv[i + 1]
+        if key == b"id":
+            try:
+                want_id = int(value)
+            except ValueError:
+                return err("client-id should be greater than 0")
+        elif key == b"addr":
+            want_addr = value.decode("utf-8", "replace")
+        elif key == b"laddr":
+            want_laddr = value.decode("utf-8", "replace")
+        elif key == b"skipme":
+            if value.lower() not in (b"yes", b"no"):
+                return err("syntax error")
+            skipme = value.lower() == b"yes"
+        else:
+            return err("syntax error")
+    killed = 0
+    for c in list(server.clients.values()):
+        if want_id is not None and c.id != want_id:
+            continue
+        if want_addr is not None and c.addr != want_addr:
+            continue
+        if want_laddr is not None and c.laddr != want_laddr:
+            continue
+        if c is me and skipme:
+            continue
+        server.close_client(c)
+        killed += 1
+    return killed
+
+
+def info_text(server: "Server", section: str, peak: list[int]) -> str:
+    everything = section in ("all", "everything")
+    wanted = INFO_SECTIONS if (everything or section == "default") else (section,)
+    node = server.node
+    cfg = server.config
+    parts: list[str] = []
+
+    def emit(title: str, fields: dict[str, Any]) -> None:
+        parts.append("# %s\r\n" % title + "".join("%s:%s\r\n" % kv for kv in fields.items()))
+
+    uptime = int(time.time() - server.start_time)
+    for name in wanted:
+        if name == "server":
+            emit("Server", {
+                "disque_version": DISQUE_COMPAT_VERSION,
+                "disque_py_version": __version__,
+                "disque_git_sha1": "00000000",
+                "disque_git_dirty": 0,
+                "os": "%s %s %s" % (platform.system(), platform.release(), platform.machine()),
+                "arch_bits": 64 if sys.maxsize > 2**32 else 32,
+                "multiplexing_api": "trio",
+                "python_version": platform.python_version(),
+                "process_id": os.getpid(),
+                "run_id": server.node_id,
+                "tcp_port": cfg.port,
+                "uptime_in_seconds": uptime,
+                "uptime_in_days": uptime // 86400,
+                "hz": cfg.hz,
+                "executable": sys.argv[0] if sys.argv else "",
+                "config_file": cfg.config_file or "",
+            })  # fmt: skip
+        elif name == "clients":
+            emit("Clients", {
+                "connected_clients": len(server.clients),
+                "client_longest_output_list": max((len(c.out) for c in server.clients.values()), default=0),
+                "client_biggest_input_buf": 0,
+                "blocked_clients": node.blocked_clients,
+            })  # fmt: skip
+        elif name == "memory":
+            rss = _rss_bytes()
+            peak[0] = max(peak[0], rss)
+            emit("Memory", {
+                "used_memory": rss,
+                "used_memory_human": _human(rss),
+                "used_memory_rss": rss,
+                "used_memory_peak": peak[0],
+                "used_memory_peak_human": _human(peak[0]),
+                "mem_fragmentation_ratio": "1.00",
+                "mem_allocator": "pymalloc",
+                "maxmemory": cfg.maxmemory,
+                "maxmemory_human": _human(cfg.maxmemory),
+                "maxmemory_policy": cfg.maxmemory_policy,
+                "used_memory_percentage": "%.2f" % (100.0 * rss / cfg.maxmemory if cfg.maxmemory else 0.0),
+            })  # fmt: skip
+        elif name == "jobs":
+            emit("Jobs", node.info_fields()["jobs"])
+        elif name == "queues":
+            emit("Queues", node.info_fields()["queues"])
+        elif name == "persistence":
+            emit("Persistence", {
+                "loading": 0,
+                "aof_enabled": 0,
+                "aof_state": "off",
+                "aof_rewrite_in_progress": 0,
+                "aof_rewrite_scheduled": 0,
+                "aof_last_rewrite_time_sec": -1,
+                "aof_current_rewrite_time_sec": -1,
+                "aof_last_bgrewrite_status": "ok",
+                "aof_last_write_status": "ok",
+            })  # fmt: skip
+        elif name == "stats":
+            stats = dict(server.stats)
+            emit("Stats", {
+                "total_connections_received": stats["total_connections_received"],
+                "total_commands_processed": stats["total_commands_processed"],
+                "instantaneous_ops_per_sec": server.instantaneous_ops(),
+                "total_net_input_bytes": stats["total_net_input_bytes"],
+                "total_net_output_bytes": stats["total_net_output_bytes"],
+                "rejected_connections": stats["rejected_connections"],
+                "protocol_errors": stats["protocol_errors"],
+                "internal_errors": stats["internal_errors"],
+                "jobs_added": node.stats["jobs_added"],
+                "jobs_delivered": node.stats["jobs_delivered"],
+                "jobs_acked": node.stats["jobs_acked"],
+                "jobs_requeued": node.stats["jobs_requeued"],
+                "jobs_expired": node.stats["jobs_expired"],
+            })  # fmt: skip
+        elif name == "cpu":
+            ru = resource.getrusage(resource.RUSAGE_SELF)
+            emit("CPU", {
+                "used_cpu_sys": "%.2f" % ru.ru_stime,
+                "used_cpu_user": "%.2f" % ru.ru_utime,
+            })  # fmt: skip
+    return "\r\n".join(parts)
+
+
+__all__ = ["build_table", "hello_handshake", "info_text", "NO_REPLY", "CORE_COMMANDS"]

@@ -1,0 +1,370 @@
+"""The trio shell around the core: sockets, timers, signals, and nothing else.
+
+``run_node(config, task_status=...)`` owns one nursery holding:
+
+* the client listener(s) on ``bind``:``port`` (one task per connection plus
+  its writer, see :mod:`.clients`),
+* the timer task, which sleeps until the core's next wake-up (or until a
+  command makes an earlier one) and then calls ``Node.tick``,
+* the cron task (every 100 ms): ops/s sampling, idle-client timeouts,
+* a signal watcher: SIGTERM/SIGINT stop the node cleanly.
+
+Every input to the core is stamped with ``now_ms()`` (trio's clock);
+effects that come back are carried out in ``apply_effects``, the only place
+that routes replies to other clients.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import math
+import os
+import signal
+import socket
+import time
+from typing import Any
+
+import trio
+
+from .. import __version__
+from ..config import Config
+from ..core.effects import BLOCKED, Reply
+from ..core.node import Node
+from ..core.replies import Error
+from ..protocol.resp import ProtocolError, RequestParser, encode_reply
+from . import admin
+from .clients import Connection
+from .identity import load_or_create_identity
+from .logs import log, set_level
+
+__all__ = ["Server", "run_node"]
+
+READ_SIZE = 65536
+NOAUTH = Error("NOAUTH Authentication required.")
+
+
+def now_ms() -> int:
+    return int(trio.current_time() * 1000)
+
+
+class Server:
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.start_time = time.time()
+        self.node_id = load_or_create_identity(config)
+        # The address other nodes and HELLO advertise: the first bound one,
+        # or loopback when bound to every interface.
+        bind_ip = config.bind[0] if config.bind else "127.0.0.1"
+        if bind_ip in ("0.0.0.0", "::", "*"):
+            bind_ip = "127.0.0.1"
+        mono = now_ms()
+        self.node = Node(
+            self.node_id,
+            seed=os.urandom(20),
+            now=mono,
+            wall_offset=int(time.time() * 1000) - mono,
+            address=(bind_ip, config.port),
+        )
+        self.clients: dict[int, Connection] = {}
+        self._next_client_id = 0
+        self.timer_lot = trio.lowlevel.ParkingLot()
+        self.timer_deadline: int | None = None
+        self.shutdown_event = trio.Event()
+        self.listeners: list[trio.SocketListener] = []
+        self.stats: dict[str, int] = {
+            "total_connections_received": 0,
+            "total_commands_processed": 0,
+            "total_net_input_bytes": 0,
+            "total_net_output_bytes": 0,
+            "rejected_connections": 0,
+            "protocol_errors": 0,
+            "internal_errors": 0,
+        }
+        self._ops_samples: list[int] = [0] * 16
+        self._ops_idx = 0
+        self._last_ops = 0
+        self.admin_commands = admin.build_table(self)
+        config.on_change.append(self._config_changed)
+
+    def _config_changed(self, name: str, old: Any, new: Any) -> None:
+        log.info("CONFIG SET %s: %s -> %s", name, "(hidden)" if name == "requirepass" else old, "(hidden)" if name == "requirepass" else new)
+        if name == "loglevel":
+            set_level(new)
+
+    # ------------------------------------------------------------------ run
+    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        cfg = self.config
+        addrs = cfg.bind or ["0.0.0.0"]
+        for host in addrs:
+            try:
+                self.listeners.extend(await trio.open_tcp_listeners(cfg.port, host=host, backlog=cfg.tcp_backlog))
+            except OSError as exc:
+                log.warning("Creating server TCP listening socket %s:%d: %s", host, cfg.port, exc.strerror or exc)
+                raise SystemExit(1) from exc
+        pidfile = cfg.pidfile_path
+        if pidfile:
+            try:
+                with open(pidfile, "w") as f:
+                    f.write("%d\n" % os.getpid())
+            except OSError as exc:
+                log.warning("Can't write pidfile %s: %s", pidfile, exc)
+        log.info("Node ID %s", self.node_id)
+        log.info("disque-py %s, Disque 1.0-rc1 compatible, pid %d", __version__, os.getpid())
+        if cfg.config_file:
+            log.info("Configuration loaded from %s", cfg.config_file)
+        else:
+            log.warning("No config file specified, using the default config. Pass a disque.conf path to use one.")
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._timer_loop)
+                nursery.start_soon(self._cron_loop)
+                nursery.start_soon(self._signal_loop)
+                for listener in self.listeners:
+                    nursery.start_soon(self._accept_loop, listener, nursery)
+                log.info(
+                    "Ready to accept connections on %s port %d",
+                    ", ".join(addrs),
+                    cfg.port,
+                )
+                task_status.started(self)
+                await self.shutdown_event.wait()
+                log.warning("User requested shutdown...")
+                nursery.cancel_scope.cancel()
+        finally:
+            for listener in self.listeners:
+                with trio.CancelScope(shield=True):
+                    await listener.aclose()
+            if pidfile:
+                try:
+                    os.unlink(pidfile)
+                except OSError:
+                    pass
+            log.warning("disque-py is now ready to exit, bye bye...")
+
+    def request_shutdown(self) -> None:
+        self.shutdown_event.set()
+
+    async def _signal_loop(self) -> None:
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async for signum in signals:
+                log.warning("Received %s scheduling shutdown...", signal.Signals(signum).name)
+                self.request_shutdown()
+                return
+
+    # -------------------------------------------------------------- clients
+    async def _accept_loop(self, listener: trio.SocketListener, nursery: trio.Nursery) -> None:
+        while True:
+            try:
+                stream = await listener.accept()
+            except OSError as exc:
+                if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                    log.warning("Accepting client connection: %s", exc)
+                    await trio.sleep(0.1)
+                    continue
+                raise
+            nursery.start_soon(self._serve_connection, stream)
+
+    def _new_connection(self, stream: trio.SocketStream) -> Connection:
+        sock = stream.socket
+        try:
+            peer = sock.getpeername()
+            local = sock.getsockname()
+            addr = "%s:%d" % (peer[0], peer[1])
+            laddr = "%s:%d" % (local[0], local[1])
+        except OSError:
+            addr = laddr = "?:0"
+        cfg = self.config
+        if cfg.tcp_keepalive:
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+                if hasattr(socket, "TCP_KEEPIDLE"):
+                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, cfg.tcp_keepalive)
+                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, max(1, cfg.tcp_keepalive // 3))
+                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, 3)
+            except OSError:
+                pass
+        parser = RequestParser(
+            max_bulk_len=cfg.proto_max_bulk_len,
+            max_args=cfg.proto_max_multibulk_len,
+            max_query_buffer=cfg.client_query_buffer_limit,
+        )
+        self._next_client_id += 1
+        return Connection(self._next_client_id, stream, addr, laddr, trio.current_time(), parser)
+
+    async def _serve_connection(self, stream: trio.SocketStream) -> None:
+        self.stats["total_connections_received"] += 1
+        cfg = self.config
+        if len(self.clients) >= cfg.maxclients:
+            self.stats["rejected_connections"] += 1
+            with trio.move_on_after(1):
+                try:
+                    await stream.send_all(b"-ERR max number of clients reached\r\n")
+                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                    pass
+            await trio.aclose_forcefully(stream)
+            return
+        conn = self._new_connection(stream)
+        conn.authenticated = not cfg.requirepass
+        self.clients[conn.id] = conn
+        try:
+            async with trio.open_nursery() as nursery:
+                conn.scope = nursery.cancel_scope
+                nursery.start_soon(conn.writer)
+                await self._read_loop(conn)
+                nursery.cancel_scope.cancel()
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            pass
+        finally:
+            del self.clients[conn.id]
+            self.node.client_closed(conn.id)
+            self.apply_effects()
+            await trio.aclose_forcefully(stream)
+
+    async def _read_loop(self, conn: Connection) -> None:
+        stream = conn.stream
+        parser = conn.parser
+        stats = self.stats
+        while True:
+            try:
+                data = await stream.receive_some(READ_SIZE)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                return
+            if not data:
+                return
+            stats["total_net_input_bytes"] += len(data)
+            conn.last_active = trio.current_time()
+            parser.feed(data)
+            try:
+                commands = parser.commands()
+            except ProtocolError:
+                commands = None
+            if commands:
+                if conn.blocked:
+                    conn.pending.extend(commands)
+                else:
+                    self.run_commands(conn, commands)
+                    self.apply_effects()
+            error = parser.error
+            if error is not None:
+                # Commands that arrived before the bad bytes were answered;
+                # now the error, then the link is closed (as Redis does).
+                stats["protocol_errors"] += 1
+                log.log(15, "Protocol error from client id=%d addr=%s: %s", conn.id, conn.addr, error.reply_text)
+                encode_reply(error.reply, conn.out)
+                conn.closing = True
+            if conn.out:
+                n = len(conn.out)
+                await conn.flush()
+                stats["total_net_output_bytes"] += n
+            if conn.closing:
+                return
+            self._poke_timer()
+
+    def run_commands(self, conn: Connection, commands) -> None:
+        """Run commands in order until the client blocks; the rest wait in ``pending``."""
+        out = conn.out
+        now = now_ms()
+        dispatch = self.dispatch
+        for i, argv in enumerate(commands):
+            if conn.blocked or conn.closing:
+                if conn.blocked:
+                    conn.pending.extend(commands[i:])
+                return
+            reply = dispatch(conn, argv, now)
+            if reply is BLOCKED:
+                conn.blocked = True
+            elif reply is not admin.NO_REPLY:
+                conn.encode(reply, out)  # HELLO 3 may just have switched it
+
+    def dispatch(self, conn: Connection, argv: list[bytes], now: int) -> Any:
+        self.stats["total_commands_processed"] += 1
+        try:
+            name = argv[0].lower()
+            conn.last_cmd = name
+            if not conn.authenticated and name != b"auth" and name != b"hello":
+                if self.config.requirepass:
+                    return NOAUTH
+                conn.authenticated = True
+            if name == b"hello" and len(argv) > 1:
+                return admin.hello_handshake(self, conn, argv)
+            if not conn.authenticated and name == b"hello":
+                return NOAUTH
+            entry = self.admin_commands.get(name)
+            if entry is not None:
+                handler, arity = entry
+                n = len(argv)
+                if (arity > 0 and n != arity) or n < -arity:
+                    return Error("ERR wrong number of arguments for '%s' command" % name.decode())
+                return handler(conn, argv)
+            return self.node.execute(conn.id, argv, now)
+        except Exception:  # a bug must never take the node down
+            self.stats["internal_errors"] += 1
+            log.exception("Internal error running %r", argv[:1])
+            return Error("ERR internal error, check the server logs")
+
+    def apply_effects(self) -> None:
+        """Carry out the core's effects (today: replies to blocked clients)."""
+        node = self.node
+        effects = node.take_effects()
+        while effects:
+            for effect in effects:
+                if type(effect) is Reply:
+                    conn = self.clients.get(effect.client)
+                    if conn is None:
+                        continue
+                    conn.blocked = False
+                    conn.encode(effect.value, conn.out)
+                    if conn.pending:
+                        pending = list(conn.pending)
+                        conn.pending.clear()
+                        self.run_commands(conn, pending)
+                    conn.wake_writer()
+            effects = node.take_effects()
+
+    def close_client(self, conn: Connection) -> None:
+        conn.closing = True
+        if conn.scope is not None and not conn.out:
+            conn.scope.cancel()
+
+    # --------------------------------------------------------------- timers
+    def _poke_timer(self) -> None:
+        nxt = self.node.next_wakeup()
+        if nxt is not None and (self.timer_deadline is None or nxt < self.timer_deadline):
+            self.timer_lot.unpark_all()
+
+    async def _timer_loop(self) -> None:
+        node = self.node
+        while True:
+            nxt = node.next_wakeup()
+            self.timer_deadline = nxt
+            deadline = math.inf if nxt is None else nxt / 1000.0
+            with trio.move_on_at(deadline):
+                await self.timer_lot.park()
+            node.tick(now_ms())
+            self.apply_effects()
+
+    async def _cron_loop(self) -> None:
+        cfg = self.config
+        while True:
+            await trio.sleep(0.1)
+            total = self.stats["total_commands_processed"]
+            self._ops_samples[self._ops_idx % len(self._ops_samples)] = (total - self._last_ops) * 10
+            self._ops_idx += 1
+            self._last_ops = total
+            if cfg.timeout and self._ops_idx % 10 == 0:
+                limit = trio.current_time() - cfg.timeout
+                for conn in list(self.clients.values()):
+                    if not conn.blocked and conn.last_active < limit:
+                        log.log(15, "Closing idle client id=%d addr=%s", conn.id, conn.addr)
+                        self.close_client(conn)
+
+    def instantaneous_ops(self) -> int:
+        n = min(self._ops_idx, len(self._ops_samples))
+        return sum(self._ops_samples[:n]) // n if n else 0
+
+
+async def run_node(config: Config, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    """Run one node until SHUTDOWN or SIGTERM."""
+    server = Server(config)
+    await server.run(task_status=task_status)
