@@ -1,0 +1,382 @@
+"""ADDJOB / GETJOB / ACKJOB and the job timers, on one core with a manual clock."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from disque_py.core.effects import BLOCKED
+from disque_py.core.ids import is_at_most_once_id, ttl_minutes_from_id, valid_job_id
+from disque_py.core.replies import NULL_ARRAY, Error, Status
+
+from .conftest import NODE_ID
+
+ID_RE = re.compile(rb"^D-[0-9a-f]{8}-[A-Za-z0-9+/]{24}-[0-9a-f]{4}$")
+
+
+def show(h, job_id) -> dict:
+    reply = h.cmd("SHOW", job_id)
+    return {reply[i].decode(): reply[i + 1] for i in range(0, len(reply), 2)}
+
+
+# ---------------------------------------------------------------- ADDJOB
+def test_addjob_returns_status_id_with_node_prefix_and_ttl_parity(h):
+    reply = h.cmd("ADDJOB", "q", "hello", 0)
+    assert type(reply) is Status
+    assert ID_RE.match(reply)
+    assert reply[2:10] == NODE_ID[:8].encode()
+    # default TTL one day = 1440 minutes, RETRY > 0 -> odd
+    assert ttl_minutes_from_id(reply) == 1441
+    assert not is_at_most_once_id(reply)
+    at_most_once = h.add("q", "x", "RETRY", 0)
+    assert is_at_most_once_id(at_most_once)
+    assert ttl_minutes_from_id(at_most_once) == 1440
+    assert h.add("q", "x", "TTL", 600) != h.add("q", "x", "TTL", 600)
+
+
+def test_addjob_defaults_as_disque(h):
+    jid = h.add("q", "b")
+    info = show(h, jid)
+    assert info["state"] == "queued"
+    assert info["repl"] == 1
+    assert info["retry"] == 300
+    assert info["delay"] == 0
+    assert info["ttl"] == 86400 - 1 or info["ttl"] == 86400
+    assert info["nodes-delivered"] == [NODE_ID]
+    # small TTL: retry defaults to TTL/10, at least 1
+    assert show(h, h.add("q", "b", "TTL", 50))["retry"] == 5
+    assert show(h, h.add("q", "b", "TTL", 5))["retry"] == 1
+
+
+@pytest.mark.parametrize(
+    "opts, message",
+    [
+        (["REPLICATE", 0], "ERR REPLICATE must be between 1 and 65535"),
+        (["REPLICATE", 65536], "ERR REPLICATE must be between 1 and 65535"),
+        (["REPLICATE", "x"], "ERR REPLICATE must be between 1 and 65535"),
+        (["TTL", 0], "ERR TTL must be a number > 0"),
+        (["TTL", "1.5"], "ERR TTL must be a number > 0"),
+        (["RETRY", -1], "ERR RETRY time must be a non negative number"),
+        (["DELAY", -1], "ERR DELAY time must be a non negative number"),
+        (["MAXLEN", 0], "ERR MAXLEN must be a positive number"),
+        (["BOGUS"], "ERR syntax error"),
+        (["TTL"], "ERR syntax error"),
+        (["RETRY", 0, "REPLICATE", 2], "ERR With RETRY set to 0 please explicitly set REPLICATE to 1"),
+        (["DELAY", 10, "TTL", 10], "ERR The specified DELAY is greater than TTL"),
+    ],
+)
+def test_addjob_validation_errors(h, opts, message):
+    reply = h.cmd("ADDJOB", "q", "b", 0, *opts)
+    assert isinstance(reply, Error)
+    assert reply.startswith(message)
+    assert h.cmd("QLEN", "q") == 0
+
+
+def test_addjob_bad_timeout(h):
+    assert h.cmd("ADDJOB", "q", "b", "abc") == "ERR timeout is not an integer or out of range"
+    assert h.cmd("ADDJOB", "q", "b", -1) == "ERR timeout is negative"
+
+
+def test_addjob_replicate_more_than_cluster_is_norepl(h):
+    reply = h.cmd("ADDJOB", "q", "b", 0, "REPLICATE", 2)
+    assert reply.prefix == "NOREPL"
+
+
+def test_addjob_maxlen_and_paused_in(h):
+    h.add("q")
+    h.add("q")
+    assert h.cmd("ADDJOB", "q", "b", 0, "MAXLEN", 2).prefix == "MAXLEN"
+    assert isinstance(h.cmd("ADDJOB", "q", "b", 0, "MAXLEN", 3), Status)
+    assert h.cmd("PAUSE", "q", "in") == b"in"
+    assert h.cmd("ADDJOB", "q", "b", 0).prefix == "PAUSED"
+    assert h.cmd("PAUSE", "q", "none") == b"none"
+    assert isinstance(h.cmd("ADDJOB", "q", "b", 0), Status)
+
+
+def test_binary_body_round_trip(h):
+    body = bytes(range(256)) * 4
+    jid = h.add("q", body)
+    assert h.cmd("GETJOB", "FROM", "q") == [[b"q", jid, body]]
+
+
+# ---------------------------------------------------------------- GETJOB
+def test_getjob_order_by_creation_and_queues_left_to_right(h):
+    a1 = h.add("a", "1")
+    b1 = h.add("b", "1")
+    a2 = h.add("a", "2")
+    got = h.cmd("GETJOB", "COUNT", 10, "FROM", "b", "a")
+    # round robin over the queues, in the order given, oldest first
+    assert [j[1] for j in got] == [b1, a1, a2]
+    assert h.cmd("GETJOB", "NOHANG", "FROM", "a", "b") is NULL_ARRAY
+
+
+def test_getjob_count_and_withcounters(h):
+    ids = [h.add("q", str(i)) for i in range(5)]
+    got = h.cmd("GETJOB", "COUNT", 3, "WITHCOUNTERS", "FROM", "q")
+    assert [j[1] for j in got] == ids[:3]
+    assert got[0][3:] == [b"nacks", 0, b"additional-deliveries", 0]
+    assert h.cmd("QLEN", "q") == 2
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["GETJOB", "q"], "ERR syntax error"),
+        (["GETJOB", "FROM"], "ERR syntax error"),
+        (["GETJOB", "COUNT", 0, "FROM", "q"], "ERR COUNT must be a number greater than zero"),
+        (["GETJOB", "TIMEOUT", "x", "FROM", "q"], "ERR timeout is not an integer or out of range"),
+        (["GETJOB", "TIMEOUT", -5, "FROM", "q"], "ERR timeout is negative"),
+    ],
+)
+def test_getjob_errors(h, argv, message):
+    assert h.cmd(*argv) == message
+
+
+def test_getjob_blocks_then_served_by_addjob_fifo(h):
+    assert h.cmd("GETJOB", "FROM", "q", client=10) is BLOCKED
+    assert h.cmd("GETJOB", "FROM", "q", client=11) is BLOCKED
+    assert h.node.blocked_clients == 2
+    assert dict(zip(h.cmd("QSTAT", "q")[::2], h.cmd("QSTAT", "q")[1::2]))[b"blocked"] == 2
+    j1 = h.add("q", "one")
+    assert h.replies() == {10: [[b"q", j1, b"one"]]}
+    j2 = h.add("q", "two")
+    assert h.replies() == {11: [[b"q", j2, b"two"]]}
+    assert h.node.blocked_clients == 0
+
+
+def test_getjob_timeout_returns_null_array(h):
+    assert h.cmd("GETJOB", "TIMEOUT", 100, "FROM", "q", client=5) is BLOCKED
+    assert h.advance(99) == []
+    effects = h.advance(1)
+    assert [(e.client, e.value) for e in effects] == [(5, NULL_ARRAY)]
+    # nothing left behind: a later job stays queued
+    h.add("q")
+    assert h.replies() == {}
+    assert h.cmd("QLEN", "q") == 1
+
+
+def test_disconnected_waiter_leaves_no_trace(h):
+    assert h.cmd("GETJOB", "FROM", "q", client=5) is BLOCKED
+    assert h.cmd("GETJOB", "FROM", "q", client=6) is BLOCKED
+    h.node.client_closed(5)
+    jid = h.add("q")
+    assert h.replies() == {6: [[b"q", jid, b"body"]]}
+    assert h.node.blocked_clients == 0
+    stat = h.cmd("QSTAT", "q")
+    assert stat[stat.index(b"blocked") + 1] == 0
+
+
+def test_blocked_on_several_queues_served_once(h):
+    assert h.cmd("GETJOB", "FROM", "a", "b", "a", client=5) is BLOCKED
+    jb = h.add("b")
+    assert h.replies() == {5: [[b"b", jb, b"body"]]}
+    h.add("a")
+    assert h.replies() == {}
+    assert h.cmd("QLEN", "a") == 1
+
+
+def test_pause_out_keeps_waiters_blocked_until_cleared(h):
+    assert h.cmd("PAUSE", "q", "out") == b"out"
+    assert h.cmd("GETJOB", "FROM", "q", client=5) is BLOCKED
+    jid = h.add("q")
+    assert h.replies() == {}
+    assert h.cmd("GETJOB", "NOHANG", "FROM", "q", client=6) is NULL_ARRAY
+    assert h.cmd("PAUSE", "q", "none") == b"none"
+    assert h.replies() == {5: [[b"q", jid, b"body"]]}
+
+
+# ---------------------------------------------------------------- timers
+def test_unacked_job_requeued_after_retry_exactly_once(h):
+    jid = h.add("q", "b", "RETRY", 10)
+    assert h.cmd("GETJOB", "FROM", "q")[0][1] == jid
+    h.advance(9_700)  # retry minus the max desync (250 ms)
+    assert h.cmd("QLEN", "q") == 0
+    h.advance(600)
+    assert h.cmd("QLEN", "q") == 1
+    info = show(h, jid)
+    assert info["state"] == "queued"
+    assert info["additional-deliveries"] == 1
+    # still queued at the next retry: no duplicate in the queue
+    h.advance(20_000)
+    assert h.cmd("QLEN", "q") == 1
+    got = h.cmd("GETJOB", "WITHCOUNTERS", "FROM", "q")
+    assert got[0][1] == jid and got[0][6] == 1
+
+
+def test_at_most_once_never_requeued(h):
+    jid = h.add("q", "b", "RETRY", 0)
+    assert h.cmd("GETJOB", "FROM", "q")[0][1] == jid
+    h.advance(3_600_000)
+    assert h.cmd("QLEN", "q") == 0
+    assert show(h, jid)["state"] == "active"
+    assert show(h, jid)["next-requeue-within"] is None
+    # ENQUEUE/NACK refuse a delivered at-most-once job
+    assert h.cmd("ENQUEUE", jid) == 0
+    assert h.cmd("NACK", jid) == 0
+    assert h.cmd("QLEN", "q") == 0
+
+
+def test_ttl_expires_job_in_any_state(h):
+    queued = h.add("q", "b", "TTL", 60)
+    active = h.add("q", "b", "TTL", 60)
+    h.cmd("DEQUEUE", active)
+    h.advance(59_000)
+    assert h.cmd("SHOW", queued) is not None
+    h.advance(1_001)
+    assert h.cmd("SHOW", queued) is None
+    assert h.cmd("SHOW", active) is None
+    assert h.cmd("QLEN", "q") == 0
+    assert h.node.stats["jobs_expired"] == 2
+
+
+def test_delay_defers_first_queueing(h):
+    jid = h.add("q", "b", "DELAY", 5)
+    assert show(h, jid)["state"] == "active"
+    assert h.cmd("GETJOB", "TIMEOUT", 10_000, "FROM", "q", client=7) is BLOCKED
+    assert h.advance(4_999) == []
+    assert h.replies() == {}
+    effects = h.advance(1)
+    assert [e.value for e in effects] == [[[b"q", jid, b"b"]]]
+
+
+def test_delay_with_retry_zero_is_still_queued_once(h):
+    jid = h.add("q", "b", "DELAY", 2, "RETRY", 0)
+    h.advance(2_000)
+    assert h.cmd("GETJOB", "NOHANG", "FROM", "q")[0][1] == jid
+    h.advance(600_000)
+    assert h.cmd("QLEN", "q") == 0
+
+
+def test_paused_in_postpones_requeue(h):
+    jid = h.add("q", "b", "RETRY", 2)
+    h.cmd("GETJOB", "FROM", "q")
+    h.cmd("PAUSE", "q", "in")
+    h.advance(2_300)
+    assert show(h, jid)["state"] == "active"
+    h.cmd("PAUSE", "q", "none")
+    h.advance(2_300)
+    assert show(h, jid)["state"] == "queued"
+
+
+# ---------------------------------------------------------------- acks
+def test_ackjob_deletes_on_single_node_and_counts_known(h):
+    jid = h.add("q")
+    h.cmd("GETJOB", "FROM", "q")
+    assert h.cmd("ACKJOB", jid) == 1
+    assert h.cmd("SHOW", jid) is None
+    assert h.cmd("ACKJOB", jid) == 0
+    unknown = b"D-00000000-AAAAAAAAAAAAAAAAAAAAAAAA-05a1"
+    assert h.cmd("ACKJOB", unknown) == 0
+    assert len(h.node.store) == 0  # no dummy ack on a one-node cluster
+
+
+def test_ackjob_queued_job_is_dequeued(h):
+    jid = h.add("q")
+    assert h.cmd("ACKJOB", jid) == 1
+    assert h.cmd("QLEN", "q") == 0
+
+
+def test_ack_never_requeues(h):
+    jid = h.add("q", "b", "RETRY", 1)
+    h.cmd("GETJOB", "FROM", "q")
+    h.cmd("ACKJOB", jid)
+    h.advance(10_000)
+    assert h.cmd("QLEN", "q") == 0
+
+
+def test_fastack_and_deljob(h):
+    a, b, c = h.add(), h.add(), h.add()
+    assert h.cmd("FASTACK", a, b"D-00000000-AAAAAAAAAAAAAAAAAAAAAAAA-05a1") == 1
+    assert h.cmd("DELJOB", b, c, b) == 2
+    assert h.cmd("QLEN", "q") == 0
+    assert len(h.node.store) == 0
+
+
+@pytest.mark.parametrize("cmd", ["ACKJOB", "FASTACK", "DELJOB", "ENQUEUE", "DEQUEUE", "NACK", "SHOW", "WORKING"])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        b"nope",
+        b"D-00000000-AAAAAAAAAAAAAAAAAAAAAAAA-05a",
+        b"X-00000000-AAAAAAAAAAAAAAAAAAAAAAAA-05a1",
+        b"D-00000000-AAAAAAAAAAAAAAAAAAAAAAAA-zzzz",
+    ],
+)
+def test_bad_ids_are_badid(h, cmd, bad):
+    jid = h.add()
+    reply = h.cmd(cmd, bad)
+    assert reply == "BADID Invalid Job ID format."
+    assert h.cmd("QLEN", "q") == 1 and h.cmd("SHOW", jid) is not None
+
+
+def test_valid_job_id_shape():
+    assert valid_job_id(b"D-dcb833cf-8YL1NT17e9+wsA/09NqxscQI-05a1")
+    assert not valid_job_id(b"D-dcb833cf-8YL1NT17e9+wsA/09NqxscQI-05a1x")
+
+
+# ---------------------------------------------------------------- NACK / ENQUEUE / DEQUEUE / WORKING
+def test_nack_and_enqueue_counters(h):
+    jid = h.add()
+    h.cmd("GETJOB", "FROM", "q")
+    assert h.cmd("NACK", jid) == 1
+    assert h.cmd("NACK", jid) == 0  # already queued
+    got = h.cmd("GETJOB", "WITHCOUNTERS", "FROM", "q")
+    assert got[0][4] == 1 and got[0][6] == 0
+    assert h.cmd("ENQUEUE", jid) == 1
+    got = h.cmd("GETJOB", "WITHCOUNTERS", "FROM", "q")
+    assert got[0][4] == 1 and got[0][6] == 1
+    assert h.cmd("DEQUEUE", jid) == 0
+    h.cmd("ENQUEUE", jid)
+    assert h.cmd("DEQUEUE", jid) == 1
+    assert h.cmd("QLEN", "q") == 0
+
+
+def test_working_postpones_requeue(h):
+    jid = h.add("q", "b", "RETRY", 10)
+    h.cmd("GETJOB", "FROM", "q")
+    h.advance(8_000)
+    assert h.cmd("WORKING", jid) == 10
+    h.advance(9_000)  # 17 s after fetch, 9 s after WORKING
+    assert h.cmd("QLEN", "q") == 0
+    h.advance(1_300)
+    assert h.cmd("QLEN", "q") == 1
+
+
+def test_working_errors(h):
+    assert h.cmd("WORKING", b"D-00000000-AAAAAAAAAAAAAAAAAAAAAAAA-05a1").prefix == "NOJOB"
+    jid = h.add("q", "b", "TTL", 100, "RETRY", 10)
+    h.advance(49_000)
+    assert h.cmd("WORKING", jid) == 10
+    h.advance(2_000)
+    assert h.cmd("WORKING", jid).prefix == "TOOLATE"
+
+
+# ---------------------------------------------------------------- SHOW
+def test_show_fields_as_disque(h):
+    jid = h.add("q", "payload", "RETRY", 30, "TTL", 600)
+    info = show(h, jid)
+    assert list(info) == [
+        "id", "queue", "state", "repl", "ttl", "ctime", "delay", "retry", "nacks",
+        "additional-deliveries", "nodes-delivered", "nodes-confirmed",
+        "next-requeue-within", "next-awake-within", "body",
+    ]  # fmt: skip
+    assert info["id"] == jid and info["queue"] == b"q" and info["body"] == b"payload"
+    assert 29_700 <= info["next-requeue-within"] <= 30_300
+    assert info["ctime"] == 1_700_000_000_000 * 1_000_000
+    assert h.cmd("SHOW", b"D-00000000-AAAAAAAAAAAAAAAAAAAAAAAA-05a1") is None
+
+
+def test_ctime_strictly_increasing_within_a_millisecond(h):
+    ids = [h.add() for _ in range(3)]
+    ctimes = [show(h, j)["ctime"] for j in ids]
+    assert ctimes == sorted(set(ctimes))
+
+
+# ---------------------------------------------------------------- arity / unknown
+def test_unknown_command_and_arity(h):
+    assert h.cmd("NOPE") == "ERR unknown command 'NOPE'"
+    assert h.cmd("ADDJOB", "q", "b") == "ERR wrong number of arguments for 'addjob' command"
+    assert h.cmd("SHOW") == "ERR wrong number of arguments for 'show' command"
+    assert h.cmd("QPEEK", "q") == "ERR wrong number of arguments for 'qpeek' command"
+    assert h.cmd("ACKJOB") == 0

@@ -1,0 +1,254 @@
+"""Queue introspection, scanning, pausing and eviction on one core."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from disque_py.core.effects import BLOCKED, Reply
+from disque_py.core.job import ACKED, QUEUED
+from disque_py.core.replies import NULL_ARRAY, Status
+
+from .conftest import NODE_ID, Harness
+
+
+def qstat(h, name) -> dict:
+    reply = h.cmd("QSTAT", name)
+    return {reply[i].decode(): reply[i + 1] for i in range(0, len(reply), 2)}
+
+
+def test_qpeek_positive_and_negative(h):
+    ids = [h.add("q", str(i)) for i in range(5)]
+    assert [j[1] for j in h.cmd("QPEEK", "q", 2)] == ids[:2]
+    assert [j[1] for j in h.cmd("QPEEK", "q", -2)] == [ids[4], ids[3]]
+    assert [j[1] for j in h.cmd("QPEEK", "q", 100)] == ids
+    assert h.cmd("QPEEK", "q", 1) == [[b"q", ids[0], b"0"]]
+    assert h.cmd("QPEEK", "missing", 3) == []
+    assert h.cmd("QPEEK", "q", "x") == "ERR value is not an integer or out of range"
+    assert h.cmd("QLEN", "q") == 5  # peeking consumes nothing
+
+
+def test_qstat_fields_and_counters(h):
+    assert h.cmd("QSTAT", "none") is NULL_ARRAY
+    h.add("q")
+    h.add("q")
+    h.cmd("GETJOB", "FROM", "q")
+    h.advance(3_000)
+    stat = qstat(h, "q")
+    assert list(stat) == [
+        "name", "len", "age", "idle", "blocked", "import-from", "import-rate", "jobs-in", "jobs-out", "pause",
+    ]  # fmt: skip
+    assert stat["name"] == b"q"
+    assert stat["len"] == 1
+    assert stat["age"] == 3 and stat["idle"] == 3
+    assert stat["jobs-in"] == 2 and stat["jobs-out"] == 1
+    assert stat["import-from"] == [] and stat["import-rate"] == 0
+    assert stat["pause"] == "none"
+
+
+def test_pause_options(h):
+    assert h.cmd("PAUSE", "q", "state") == b"none"
+    assert h.cmd("QSTAT", "q") is NULL_ARRAY  # state does not create the queue
+    assert h.cmd("PAUSE", "q", "in", "out") == b"all"
+    assert h.cmd("PAUSE", "q", "state") == b"all"
+    assert h.cmd("PAUSE", "q", "none") == b"none"
+    assert h.cmd("PAUSE", "q", "out") == b"out"
+    assert h.cmd("PAUSE", "q", "all") == b"all"
+    assert h.cmd("PAUSE", "q", "none", "in") == b"in"
+    assert h.cmd("PAUSE", "q", "bcast", "state") == b"in"
+    assert h.cmd("PAUSE", "q", "sideways") == "ERR syntax error"
+    assert h.cmd("PAUSE", "q") == "ERR wrong number of arguments for 'pause' command"
+    assert isinstance(h.cmd("PAUSE", "q", "none"), Status)
+
+
+def test_queue_evicted_when_empty_and_idle_unless_paused(h):
+    jid = h.add("q")
+    h.cmd("PAUSE", "p", "in")
+    h.cmd("ACKJOB", jid)
+    h.advance(200_000)
+    assert h.node.info_fields()["queues"]["registered_queues"] == 2
+    h.advance(101_000)
+    assert h.cmd("QSTAT", "q") is NULL_ARRAY
+    assert qstat(h, "p")["pause"] == "in"
+    # a queue with a blocked client is never evicted
+    assert h.cmd("GETJOB", "FROM", "w", client=9) is BLOCKED
+    h.advance(400_000)
+    assert qstat(h, "w")["blocked"] == 1
+
+
+def test_qscan_iterates_everything_with_filters(h):
+    for i in range(250):
+        h.add("q%03d" % i, "x")
+    for _ in range(3):
+        h.add("q007", "x")
+    seen = set()
+    cursor = b"0"
+    calls = 0
+    while True:
+        cursor, names = h.cmd("QSCAN", cursor, "COUNT", 20)
+        seen.update(names)
+        calls += 1
+        if cursor == b"0":
+            break
+    assert len(seen) == 250 and calls > 5
+    cursor, names = h.cmd("QSCAN", "BUSYLOOP", "MINLEN", 2)
+    assert (cursor, names) == (b"0", [b"q007"])
+    cursor, names = h.cmd("QSCAN", "MAXLEN", 1, "BUSYLOOP", "0")
+    assert len(names) == 249
+    assert h.cmd("QSCAN", "BUSYLOOP", "IMPORTRATE", 1) == [b"0", []]
+    assert h.cmd("QSCAN", "abc") == "ERR invalid cursor"
+    assert h.cmd("QSCAN", "0", "1") == "ERR syntax error"
+    assert h.cmd("QSCAN", "COUNT", "x") == "ERR value is not an integer or out of range"
+
+
+def test_qscan_cursor_survives_deletions(h):
+    for i in range(100):
+        h.add("q%03d" % i)
+    cursor, first = h.cmd("QSCAN", "COUNT", 10)
+    # delete queues already returned and some not yet returned
+    for name in first[:5]:
+        del h.node.queues[name]
+    for name in [b"q050", b"q051"]:
+        del h.node.queues[name]
+    rest = set()
+    while cursor != b"0":
+        cursor, names = h.cmd("QSCAN", cursor, "COUNT", 10)
+        rest.update(names)
+    expected = {b"q%03d" % i for i in range(100)} - set(first) - {b"q050", b"q051"}
+    assert rest == expected
+
+
+def test_jscan_filters_and_reply_types(h):
+    queued = [h.add("a") for _ in range(3)]
+    active = h.add("b")
+    h.cmd("GETJOB", "FROM", "b")
+    cursor, ids = h.cmd("JSCAN", "BUSYLOOP")
+    assert cursor == b"0" and set(ids) == set(queued + [active])
+    assert all(type(i) is Status for i in ids)
+    assert h.cmd("JSCAN", "BUSYLOOP", "QUEUE", "b")[1] == [active]
+    assert set(h.cmd("JSCAN", "STATE", "queued", "BUSYLOOP")[1]) == set(queued)
+    assert set(h.cmd("JSCAN", "STATE", "queued", "STATE", "active", "BUSYLOOP")[1]) == set(queued + [active])
+    full = h.cmd("JSCAN", "0", "QUEUE", "b", "REPLY", "all")[1]
+    assert full[0][:2] == [b"id", active] and full[0][-2:] == [b"body", b"body"]
+    assert h.cmd("JSCAN", "STATE", "nope") == "ERR Invalid job state name"
+    assert h.cmd("JSCAN", "REPLY", "some") == "ERR Invalid REPLY type, try ID or ALL"
+
+
+def test_jscan_paginates(h):
+    ids = {h.add("q") for _ in range(120)}
+    seen = set()
+    cursor = b"0"
+    while True:
+        cursor, batch = h.cmd("JSCAN", cursor, "COUNT", 7)
+        assert len(batch) <= 7
+        seen.update(batch)
+        if cursor == b"0":
+            break
+    assert seen == ids
+
+
+def test_hello_single_node(h):
+    assert h.cmd("HELLO") == [1, NODE_ID.encode(), [NODE_ID.encode(), b"127.0.0.1", b"7711", b"1"]]
+
+
+def test_flushall_unblocks_and_forgets(h):
+    h.add("q")
+    assert h.cmd("GETJOB", "FROM", "empty", client=4) is BLOCKED
+    h.node.flushall()
+    assert h.replies() == {4: NULL_ARRAY}
+    assert len(h.node.store) == 0 and not h.node.queues
+
+
+def test_core_imports_without_trio_or_io():
+    code = (
+        "import sys\n"
+        "class Block:\n"
+        "    def find_spec(self, name, path, target=None):\n"
+        "        if name.split('.')[0] in ('trio', 'socket', 'asyncio', 'selectors'):\n"
+        "            raise ImportError('blocked: ' + name)\n"
+        "sys.meta_path.insert(0, Block())\n"
+        "import disque_py.core.node, disque_py.core.commands, disque_py.core.store\n"
+        "assert 'trio' not in sys.modules\n"
+        "print('ok')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"
+
+
+# ---------------------------------------------------------------- invariants under random traffic
+OPS = st.lists(
+    st.tuples(
+        st.sampled_from(["add", "add0", "get", "ack", "fastack", "nack", "enqueue", "dequeue", "working", "advance", "block", "close"]),
+        st.integers(0, 50),
+    ),
+    max_size=120,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(OPS)
+def test_random_traffic_keeps_invariants(ops):
+    h = Harness()
+    node = h.node
+    known: list[bytes] = []
+    delivered_at_most_once: set[bytes] = set()
+    for op, arg in ops:
+        if op == "add":
+            known.append(h.add("q", "b", "RETRY", 1 + arg % 5, "TTL", 60))
+        elif op == "add0":
+            known.append(h.add("q", "b", "RETRY", 0, "TTL", 60))
+        elif op == "get":
+            reply = h.cmd("GETJOB", "NOHANG", "COUNT", 1 + arg % 3, "FROM", "q")
+            if reply is not NULL_ARRAY:
+                for _, jid, _ in reply:
+                    if int(jid[-4:], 16) % 2 == 0:
+                        assert jid not in delivered_at_most_once, "RETRY 0 job delivered twice"
+                        delivered_at_most_once.add(jid)
+        elif op == "block":
+            h.cmd("GETJOB", "TIMEOUT", 1 + arg * 100, "FROM", "q", client=100 + arg % 4)
+        elif op == "close":
+            node.client_closed(100 + arg % 4)
+        elif op == "advance":
+            for effect in h.advance(arg * 400):
+                if isinstance(effect, Reply) and effect.value is not NULL_ARRAY:
+                    for _, jid, _ in effect.value:
+                        if int(jid[-4:], 16) % 2 == 0:
+                            assert jid not in delivered_at_most_once
+                            delivered_at_most_once.add(jid)
+        elif known:
+            jid = known[arg % len(known)]
+            cmd = {"ack": "ACKJOB", "fastack": "FASTACK", "nack": "NACK", "enqueue": "ENQUEUE",
+                   "dequeue": "DEQUEUE", "working": "WORKING"}[op]  # fmt: skip
+            h.cmd(cmd, jid)
+        for effect in h.effects():
+            if isinstance(effect, Reply) and effect.value is not NULL_ARRAY:
+                for _, jid, _ in effect.value:
+                    if int(jid[-4:], 16) % 2 == 0:
+                        assert jid not in delivered_at_most_once
+                        delivered_at_most_once.add(jid)
+        # ONE_TIMER and queue consistency, after every step
+        queued = 0
+        for job in node.store.jobs.values():
+            assert job.awake > 0, job
+            if job.state == QUEUED:
+                queued += 1
+                assert job in node.queues[job.queue].jobs
+            assert job.state != ACKED  # single node: acked jobs are collected at once
+        assert queued == sum(len(q.jobs) for q in node.queues.values())
+        assert node.blocked_clients == len(node._blocked)
+        for q in node.queues.values():
+            assert q.blocked == sum(1 for w in node._blocked.values() if q.name in w.queues)
+
+
+@pytest.mark.parametrize("n", [1, 3])
+def test_timers_fire_in_order_with_many_jobs(h, n):
+    ids = [h.add("q", str(i), "RETRY", 1 + i % 7, "TTL", 3600) for i in range(200 * n)]
+    for _ in ids:
+        h.cmd("GETJOB", "FROM", "q")
+    h.advance(8_000)
+    assert h.cmd("QLEN", "q") == len(ids)

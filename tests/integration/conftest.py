@@ -1,0 +1,143 @@
+"""Real node processes on free ports, for integration tests.
+
+``node`` starts ``disque-py server`` in a subprocess with its own ``dir``,
+waits (with a deadline) until it answers PING, and stops it with SIGTERM at
+the end, failing the test if it did not exit cleanly. Extra directives can
+be passed through ``start_node(**directives)``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import redis
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    """A port whose port+10000 (the cluster bus) is free as well."""
+    for _ in range(200):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port + 10000 > 65535:
+            continue
+        with socket.socket() as s2:
+            try:
+                s2.bind(("127.0.0.1", port + 10000))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError("no free port pair")
+
+
+def wait_for(predicate, timeout: float = 10.0, interval: float = 0.02, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    last_exc = None
+    while time.monotonic() < deadline:
+        try:
+            value = predicate()
+            if value:
+                return value
+        except Exception as exc:  # noqa: BLE001 - keep polling until the deadline
+            last_exc = exc
+        time.sleep(interval)
+    raise AssertionError("timed out waiting for %s (last error: %r)" % (what, last_exc))
+
+
+class NodeProcess:
+    def __init__(self, tmp: Path, **directives) -> None:
+        self.port = directives.pop("port", None) or free_port()
+        self.dir = tmp / ("node-%d" % self.port)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.directives = {"bind": "127.0.0.1", "dir": str(self.dir), "loglevel": "verbose", **directives}
+        self.log_path = self.dir / "node.log"
+        self.proc: subprocess.Popen | None = None
+        self.password = directives.get("requirepass")
+
+    def args(self) -> list[str]:
+        argv = [sys.executable, "-m", "disque_py.cli", "server"]
+        conf = self.directives.get("config_file")
+        if conf:
+            argv.append(str(conf))
+        argv += ["--port", str(self.port)]
+        for key, value in self.directives.items():
+            if key == "config_file":
+                continue
+            argv += ["--" + key.replace("_", "-"), str(value)]
+        return argv
+
+    def start(self) -> "NodeProcess":
+        log = open(self.log_path, "ab")
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        self.proc = subprocess.Popen(self.args(), stdout=log, stderr=subprocess.STDOUT, cwd=str(ROOT), env=env)
+        log.close()
+        wait_for(self._pingable, timeout=20, what="node on port %d to answer PING" % self.port)
+        return self
+
+    def _pingable(self) -> bool:
+        if self.proc is not None and self.proc.poll() is not None:
+            raise AssertionError("node exited early with %s:\n%s" % (self.proc.returncode, self.log()))
+        with socket.create_connection(("127.0.0.1", self.port), timeout=1) as s:
+            s.sendall(b"PING\r\n")
+            data = s.recv(100)
+            return data.startswith((b"+PONG", b"-NOAUTH"))
+
+    def client(self, **kw) -> redis.Redis:
+        kw.setdefault("password", self.password)
+        kw.setdefault("socket_timeout", 10)
+        return redis.Redis(host="127.0.0.1", port=self.port, **kw)
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 10) -> int | None:
+        if self.proc is None or self.proc.poll() is not None:
+            return self.proc.returncode if self.proc else None
+        self.proc.send_signal(sig)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(5)
+            raise AssertionError("node did not stop within %ss after %s" % (timeout, sig))
+
+
+@pytest.fixture
+def start_node(tmp_path):
+    started: list[NodeProcess] = []
+
+    def start(**directives) -> NodeProcess:
+        node = NodeProcess(tmp_path, **directives).start()
+        started.append(node)
+        return node
+
+    yield start
+    for node in started:
+        code = node.stop()
+        assert code in (0, None, -signal.SIGKILL), "node exited with %s:\n%s" % (code, node.log())
+
+
+@pytest.fixture
+def node(start_node) -> NodeProcess:
+    return start_node()
+
+
+@pytest.fixture
+def redis_cli() -> str:
+    path = shutil.which("redis-cli")
+    if not path:
+        pytest.skip("redis-cli not installed (scripts/test installs it with apt-get when run as root)")
+    return path

@@ -1,0 +1,297 @@
+"""A real node process driven by redis-py, redis-cli and raw sockets."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import threading
+import time
+
+import pytest
+import redis
+
+from .conftest import wait_for
+
+pytestmark = pytest.mark.integration
+
+
+def raw(port: int, payload: bytes, *, expect: int | None = None, timeout: float = 5.0) -> bytes:
+    """Send bytes, read until the peer closes, ``expect`` bytes arrive, or timeout."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        s.sendall(payload)
+        data = b""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                chunk = s.recv(65536)
+            except socket.timeout:
+                break
+            if not chunk:
+                break
+            data += chunk
+            if expect is not None and len(data) >= expect:
+                break
+        return data
+
+
+def test_every_client_command_through_redis_py(node):
+    r = node.client()
+    assert r.ping() is True
+    assert r.execute_command("ECHO", "hi") == b"hi"
+    jid = r.execute_command("ADDJOB", "q", "hello", 0, "RETRY", 10, "TTL", 600)
+    assert isinstance(jid, bytes) and len(jid) == 40
+    assert r.execute_command("QLEN", "q") == 1
+    assert r.execute_command("QPEEK", "q", 1) == [[b"q", jid, b"hello"]]
+    stat = r.execute_command("QSTAT", "q")
+    assert stat[stat.index(b"len") + 1] == 1
+    assert r.execute_command("QSCAN", "0", "BUSYLOOP") == [b"0", [b"q"]]
+    assert r.execute_command("JSCAN", "BUSYLOOP") == [b"0", [jid]]
+    got = r.execute_command("GETJOB", "TIMEOUT", 1000, "WITHCOUNTERS", "FROM", "q")
+    assert got == [[b"q", jid, b"hello", b"nacks", 0, b"additional-deliveries", 0]]
+    assert r.execute_command("WORKING", jid) == 10
+    assert r.execute_command("NACK", jid) == 1
+    assert r.execute_command("DEQUEUE", jid) == 1
+    assert r.execute_command("ENQUEUE", jid) == 1
+    show = r.execute_command("SHOW", jid)
+    assert show[show.index(b"state") + 1] == b"queued"
+    assert show[show.index(b"nacks") + 1] == 1
+    assert r.execute_command("PAUSE", "q", "out") == b"out"
+    assert r.execute_command("GETJOB", "NOHANG", "FROM", "q") is None
+    assert r.execute_command("PAUSE", "q", "none") == b"none"
+    assert r.execute_command("ACKJOB", jid) == 1
+    assert r.execute_command("SHOW", jid) is None
+    j2 = r.execute_command("ADDJOB", "q", "x", 0)
+    assert r.execute_command("FASTACK", j2) == 1
+    j3 = r.execute_command("ADDJOB", "q", "x", 0)
+    assert r.execute_command("DELJOB", j3) == 1
+    hello = r.execute_command("HELLO")
+    assert hello[0] == 1 and len(hello[1]) == 40 and hello[2][0] == hello[1]
+    assert hello[2][2] == str(node.port).encode()
+    info = r.info("jobs")
+    assert info["registered_jobs"] == 0
+    assert "registered_queues" in r.info("queues")
+    everything = r.info()
+    for key in ("disque_version", "tcp_port", "connected_clients", "used_memory", "registered_jobs",
+                "registered_queues", "aof_enabled", "total_commands_processed"):  # fmt: skip
+        assert key in everything, key
+    assert len(r.execute_command("TIME")) == 2
+    assert r.execute_command("CLIENT", "SETNAME", "worker-1") in (b"OK", True)
+    assert r.execute_command("CLIENT", "GETNAME") == b"worker-1"
+    assert isinstance(r.execute_command("CLIENT", "ID"), int)
+    assert b"name=worker-1" in r.execute_command("CLIENT", "LIST")
+    assert r.execute_command("CONFIG", "GET", "port") == [b"port", str(node.port).encode()]
+    assert r.execute_command("CONFIG", "SET", "timeout", "0") in (b"OK", True)
+    assert r.command_count() >= 25
+    assert "addjob" in r.command()
+    assert r.execute_command("DEBUG", "FLUSHALL") in (b"OK", True)
+
+
+def test_redis_py_resp2_and_resp3_handshakes(node):
+    for protocol in (2, 3):
+        r = node.client(protocol=protocol)
+        assert r.ping()
+        jid = r.execute_command("ADDJOB", "p%d" % protocol, "b", 0)
+        assert r.execute_command("GETJOB", "NOHANG", "FROM", "p%d" % protocol)[0][1] == jid
+        assert r.execute_command("GETJOB", "NOHANG", "FROM", "p%d" % protocol) is None
+        assert r.execute_command("SHOW", jid)[0] == b"id"
+
+
+def test_blocking_getjob_served_fifo_across_connections(node):
+    results: dict[int, object] = {}
+
+    def consumer(i: int) -> None:
+        results[i] = node.client().execute_command("GETJOB", "TIMEOUT", 10000, "FROM", "blk")
+
+    threads = []
+    admin = node.client()
+    for i in range(3):
+        t = threading.Thread(target=consumer, args=(i,))
+        t.start()
+        threads.append(t)
+        wait_for(lambda: admin.info("clients")["blocked_clients"] == i + 1, what="consumer %d blocked" % i)
+    ids = [admin.execute_command("ADDJOB", "blk", "job%d" % i, 0) for i in range(3)]
+    for t in threads:
+        t.join(15)
+    assert [results[i][0][1] for i in range(3)] == ids
+
+
+def test_getjob_timeout_and_disconnect_while_blocked(node):
+    r = node.client()
+    started = time.monotonic()
+    assert r.execute_command("GETJOB", "TIMEOUT", 200, "FROM", "t") is None
+    assert time.monotonic() - started >= 0.19
+    s = socket.create_connection(("127.0.0.1", node.port))
+    s.sendall(b"*4\r\n$6\r\nGETJOB\r\n$4\r\nFROM\r\n$1\r\nt\r\n$1\r\nu\r\n")
+    wait_for(lambda: r.info("clients")["blocked_clients"] == 1, what="raw client blocked")
+    s.close()
+    wait_for(lambda: r.info("clients")["blocked_clients"] == 0, what="blocked client gone")
+    jid = r.execute_command("ADDJOB", "t", "b", 0)
+    assert r.execute_command("QLEN", "t") == 1
+    assert r.execute_command("GETJOB", "FROM", "t")[0][1] == jid
+
+
+def test_pipelining_and_commands_queued_behind_a_blocked_getjob(node):
+    r = node.client()
+    pipe = r.pipeline(transaction=False)
+    for i in range(500):
+        pipe.execute_command("ADDJOB", "pipe", "body-%d" % i, 0)
+    ids = pipe.execute()
+    assert len(set(ids)) == 500 and r.execute_command("QLEN", "pipe") == 500
+    # A pipelined PING after a blocking GETJOB waits for it, like Redis.
+    with socket.create_connection(("127.0.0.1", node.port), timeout=5) as s:
+        s.sendall(b"GETJOB TIMEOUT 300 FROM empty-queue\r\nPING\r\n")
+        data = b""
+        while not data.endswith(b"+PONG\r\n"):
+            data += s.recv(1024)
+        assert data == b"*-1\r\n+PONG\r\n"
+
+
+def test_inline_commands_like_telnet(node):
+    data = raw(node.port, b'PING\r\nADDJOB inline "hello world" 0\r\nQLEN inline\r\n', expect=60)
+    lines = data.split(b"\r\n")
+    assert lines[0] == b"+PONG"
+    assert lines[1].startswith(b"+D-") and len(lines[1]) == 41
+    assert lines[2] == b":1"
+
+
+def test_binary_safe_bodies(node):
+    r = node.client()
+    body = bytes(range(256)) * 64 + b"\r\n\x00end"
+    jid = r.execute_command("ADDJOB", "bin", body, 0)
+    assert r.execute_command("GETJOB", "FROM", "bin") == [[b"bin", jid, body]]
+
+
+def test_bad_input_never_hurts_other_clients(start_node):
+    node = start_node(proto_max_bulk_len=1024, proto_max_multibulk_len=16)
+    bystander = node.client()
+    jid = bystander.execute_command("ADDJOB", "safe", "keep me", 0)
+    # wrong arity, unknown command, non numeric option: error, connection stays usable
+    r = node.client()
+    with pytest.raises(redis.ResponseError, match="wrong number of arguments"):
+        r.execute_command("ADDJOB", "q")
+    with pytest.raises(redis.ResponseError, match="unknown command"):
+        r.execute_command("FLY", "away")
+    with pytest.raises(redis.ResponseError, match="TTL must be a number"):
+        r.execute_command("ADDJOB", "q", "b", 0, "TTL", "soon")
+    with pytest.raises(redis.ResponseError, match="BADID"):
+        r.execute_command("ACKJOB", "not-an-id")
+    assert r.ping()
+    # unrecoverable protocol errors: an error reply, then the connection closes
+    for payload in (b"*abc\r\n", b"*1\r\n:5\r\n", b"*2\r\n$4\r\nPING\r\n$x\r\n", b'PING "unbalanced\r\n'):
+        reply = raw(node.port, payload)
+        assert reply.startswith(b"-ERR Protocol error"), (payload, reply)
+    # oversized body and too many arguments
+    big = b"x" * 1025
+    reply = raw(node.port, b"*4\r\n$6\r\nADDJOB\r\n$1\r\nq\r\n$1025\r\n" + big + b"\r\n$1\r\n0\r\n")
+    assert reply.startswith(b"-ERR Protocol error: invalid bulk length")
+    reply = raw(node.port, b"*17\r\n" + b"$4\r\nPING\r\n" * 17)
+    assert reply.startswith(b"-ERR Protocol error: invalid multibulk length")
+    ok = b"x" * 1024
+    assert raw(node.port, b"*4\r\n$6\r\nADDJOB\r\n$1\r\nq\r\n$1024\r\n" + ok + b"\r\n$1\r\n0\r\n").startswith(b"+D-")
+    # garbage
+    for junk in (b"\x00\xff\xfe" * 100, b"*" * 50 + b"\r\n", b"$5\r\nhello\r\n"):
+        raw(node.port, junk, timeout=1)
+    assert bystander.execute_command("SHOW", jid) is not None
+    assert bystander.info("stats")["protocol_errors"] >= 6
+    assert "Traceback" not in node.log()
+
+
+def test_auth_required(start_node):
+    node = start_node(requirepass="s3cret")
+    anon = node.client(password=None, protocol=2)
+    with pytest.raises(redis.AuthenticationError):
+        anon.execute_command("QLEN", "q")
+    assert raw(node.port, b"QLEN q\r\n", expect=10).startswith(b"-NOAUTH")
+    assert raw(node.port, b"AUTH nope\r\n", expect=10).startswith(b"-ERR invalid password")
+    r = node.client()
+    assert r.execute_command("QLEN", "q") == 0
+    r3 = node.client(protocol=3)
+    assert r3.execute_command("QLEN", "q") == 0
+    bad = node.client(password="wrong")
+    with pytest.raises(redis.AuthenticationError):
+        bad.ping()
+
+
+def test_maxclients(start_node):
+    node = start_node(maxclients=2)
+    a, b = node.client(), node.client()
+    assert a.ping() and b.ping()
+    assert raw(node.port, b"PING\r\n", expect=10).startswith(b"-ERR max number of clients reached")
+    assert a.info("stats")["rejected_connections"] == 1
+
+
+def test_idle_timeout_closes_idle_but_not_blocked_clients(start_node):
+    node = start_node(timeout=1)
+    r = node.client()
+    idle = socket.create_connection(("127.0.0.1", node.port))
+    blocked = socket.create_connection(("127.0.0.1", node.port))
+    blocked.sendall(b"GETJOB TIMEOUT 3000 FROM nothing\r\n")
+    idle.settimeout(5)
+    assert idle.recv(10) == b""  # closed by the server after ~1 s
+    blocked.settimeout(5)
+    assert blocked.recv(10) == b"*-1\r\n"
+    idle.close()
+    blocked.close()
+    assert r.ping()
+
+
+def test_shutdown_command_and_sigterm_stop_cleanly(start_node):
+    node = start_node()
+    with pytest.raises(redis.ConnectionError):
+        node.client().execute_command("SHUTDOWN")
+    assert node.proc.wait(10) == 0
+    assert "ready to exit" in node.log()
+    other = start_node()
+    assert other.stop(signal.SIGTERM) == 0
+
+
+def test_node_id_survives_restart(start_node, tmp_path):
+    node = start_node()
+    first = node.client().execute_command("HELLO")[1]
+    node.stop()
+    again = start_node(port=node.port, dir=str(node.dir))
+    assert again.client().execute_command("HELLO")[1] == first
+
+
+def test_config_file_then_command_line_and_rewrite(start_node, tmp_path):
+    conf = tmp_path / "disque.conf"
+    conf.write_text("# my node\nloglevel notice\n\n# limits\nmaxclients 100\ntimeout 0\n")
+    node = start_node(config_file=conf, maxclients=50)
+    r = node.client()
+    assert r.execute_command("CONFIG", "GET", "maxclients") == [b"maxclients", b"50"]
+    assert r.execute_command("CONFIG", "SET", "maxclients", "70") in (b"OK", True)
+    assert r.execute_command("CONFIG", "SET", "timeout", "30") in (b"OK", True)
+    with pytest.raises(redis.ResponseError):
+        r.execute_command("CONFIG", "SET", "port", "1")
+    with pytest.raises(redis.ResponseError):
+        r.execute_command("CONFIG", "SET", "maxclients", "many")
+    assert r.execute_command("CONFIG", "REWRITE") in (b"OK", True)
+    text = conf.read_text()
+    assert text.startswith("# my node\nloglevel verbose\n\n# limits\nmaxclients 70\ntimeout 30\n")
+    assert "port %d" % node.port in text
+    assert dict(zip(*[iter(r.execute_command("CONFIG", "GET", "max*"))] * 2))[b"maxclients"] == b"70"
+
+
+def test_redis_cli_interactive_and_pipe(node, redis_cli):
+    out = subprocess.run(
+        [redis_cli, "-p", str(node.port)],
+        input="ADDJOB cliq hello 0\nQLEN cliq\nGETJOB FROM cliq\nHELLO\n",
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0].startswith("D-") and lines[1] == "1"
+    assert lines[2] == "cliq" and lines[4] == "hello"
+    proto = b"".join(
+        b"*4\r\n$6\r\nADDJOB\r\n$5\r\npiped\r\n$%d\r\n%s\r\n$1\r\n0\r\n" % (len(b"j%d" % i), b"j%d" % i)
+        for i in range(1000)
+    )
+    out = subprocess.run([redis_cli, "-p", str(node.port), "--pipe"], input=proto, capture_output=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert b"errors: 0, replies: 1000" in out.stdout
+    assert node.client().execute_command("QLEN", "piped") == 1000
+    out = subprocess.run([redis_cli, "-p", str(node.port), "QSTAT", "piped"], capture_output=True, text=True, timeout=30)
+    assert "jobs-in" in out.stdout
