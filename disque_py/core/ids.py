@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import binascii
 import hashlib
+import re
 
 __all__ = [
     "JOB_ID_LEN",
@@ -35,48 +36,50 @@ __all__ = [
 ]
 
 JOB_ID_LEN = 40
-_HEXDIGITS = frozenset(b"0123456789abcdefABCDEF")
+_ID_RE = re.compile(rb"D-[0-9a-fA-F]{8}-[A-Za-z0-9+/]{24}-[0-9a-fA-F]{4}")
 
 
 class JobIdGenerator:
     """Makes job IDs for one node. ``seed`` comes from the shell (urandom)."""
 
-    __slots__ = ("_prefix", "_seed", "_counter")
+    __slots__ = ("_prefix", "_hash", "_counter", "_suffixes")
 
     def __init__(self, node_id: str, seed: bytes) -> None:
         if len(node_id) < 8:
             raise ValueError("node id too short")
         self._prefix = b"D-" + node_id[:8].encode("ascii") + b"-"
-        self._seed = bytes(seed)
+        self._hash = hashlib.sha1(bytes(seed))  # copied, then fed the counter
         self._counter = 0
+        self._suffixes: dict[tuple[int, bool], bytes] = {}
 
     def new_id(self, ttl_seconds: int, retry: int) -> bytes:
         self._counter += 1
-        digest = hashlib.sha1(self._seed + self._counter.to_bytes(8, "little")).digest()
-        minutes = ttl_seconds // 60
-        if minutes > 0xFFFF:
-            minutes = 0xFFFF
-        elif minutes < 0:
-            minutes = 1
-        minutes = (minutes | 1) if retry > 0 else (minutes & ~1)
-        # b2a_base64 of 18 bytes is exactly 24 characters (no padding) + "\n".
-        return b"%s%s-%04x" % (
-            self._prefix,
-            binascii.b2a_base64(digest[:18], newline=False),
-            minutes,
-        )
+        h = self._hash.copy()
+        h.update(self._counter.to_bytes(8, "little"))
+        key = (ttl_seconds, retry > 0)
+        suffix = self._suffixes.get(key)
+        if suffix is None:
+            minutes = ttl_seconds // 60
+            if minutes > 0xFFFF:
+                minutes = 0xFFFF
+            elif minutes < 0:
+                minutes = 1
+            minutes = (minutes | 1) if retry > 0 else (minutes & ~1)
+            suffix = b"-%04x" % minutes
+            if len(self._suffixes) < 4096:
+                self._suffixes[key] = suffix
+        # b2a_base64 of 18 bytes is exactly 24 characters, no padding.
+        return self._prefix + binascii.b2a_base64(h.digest()[:18], newline=False) + suffix
 
 
 def valid_job_id(job_id: bytes) -> bool:
-    """Shape check: length, fixed dashes, hex TTL. Lookups do the rest."""
-    return (
-        len(job_id) == JOB_ID_LEN
-        and job_id[0] == 0x44  # D
-        and job_id[1] == 0x2D  # -
-        and job_id[10] == 0x2D
-        and job_id[35] == 0x2D
-        and all(c in _HEXDIGITS for c in job_id[36:40])
-    )
+    """Shape and alphabet check; lookups do the rest.
+
+    Stricter than Disque (which checks only length and dashes): every ID a
+    node generates matches, and anything else could never be found anyway.
+    It also guarantees that an ID is safe to echo as a status reply.
+    """
+    return len(job_id) == JOB_ID_LEN and _ID_RE.fullmatch(job_id) is not None
 
 
 def ttl_minutes_from_id(job_id: bytes) -> int:

@@ -640,10 +640,11 @@ def encode_reply(value: Any, out: bytearray) -> None:
             else:
                 encode_reply(item, out)
     elif t is Status:
-        if value is OK:
-            out += _OK
-        else:
-            out += b"+%s\r\n" % value.translate(_NO_CRLF)
+        # Statuses are made by the node (job IDs, pause states), never
+        # copied from input, so no CR/LF check on this hot path.
+        out += b"+"
+        out += value
+        out += _CRLF
     elif t is int:
         out += _INT[value] if 0 <= value < _SMALL else b":%d\r\n" % value
     elif value is None:

@@ -380,3 +380,17 @@ def test_unknown_command_and_arity(h):
     assert h.cmd("SHOW") == "ERR wrong number of arguments for 'show' command"
     assert h.cmd("QPEEK", "q") == "ERR wrong number of arguments for 'qpeek' command"
     assert h.cmd("ACKJOB") == 0
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        b"D-0000\r\n00-AAAAAAAAAAAAAAAAAAAAAAAA-05a1",
+        b"D-00000000-AAAAAAAAAAAA\r\nAAAAAAAAAA-05a1",
+        b"D-00000000-AAAAAAAAAAAA AAAAAAAAAAA-05a1",
+        b"D-0000000g-AAAAAAAAAAAAAAAAAAAAAAAA-05a1",
+    ],
+)
+def test_ids_with_foreign_characters_are_badid(h, bad):
+    assert len(bad) == 40
+    assert h.cmd("ACKJOB", bad) == "BADID Invalid Job ID format."

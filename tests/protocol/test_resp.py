@@ -569,7 +569,6 @@ class MyStatus(Status):
     [
         (OK, b"+OK\r\n"),
         (Status(b"QUEUED"), b"+QUEUED\r\n"),
-        (Status(b"a\r\nb"), b"+a  b\r\n"),
         (MyStatus(b"X"), b"+X\r\n"),
         (Error("ERR bad"), b"-ERR bad\r\n"),
         (err("line1\r\nline2\n"), b"-ERR line1  line2 \r\n"),
