@@ -69,7 +69,10 @@ def check_job_ids(ids: list[bytes]) -> Error | None:
 class AddJob:
     __slots__ = ("queue", "body", "timeout", "replicate", "ttl", "retry", "delay", "maxlen", "async_")
 
-    def __init__(self) -> None:
+    def __init__(self, queue: bytes, body: bytes, timeout: int) -> None:
+        self.queue = queue
+        self.body = body
+        self.timeout = timeout
         self.replicate: int | None = None  # None -> cluster default
         self.ttl = 86400
         self.retry = -1
@@ -80,10 +83,19 @@ class AddJob:
 
 def parse_addjob(argv: list[bytes]) -> AddJob | Error:
     """ADDJOB queue body ms-timeout [REPLICATE n] [DELAY s] [RETRY s] [TTL s] [MAXLEN n] [ASYNC]"""
-    req = AddJob()
-    req.queue = argv[1]
-    req.body = argv[2]
+    timeout = parse_timeout(argv[3])
+    if type(timeout) is Error:
+        timeout_error = timeout
+        timeout = 0
+    else:
+        timeout_error = None
+    req = AddJob(argv[1], argv[2], timeout)
     n = len(argv)
+    if n == 4:  # the common case: no options
+        if timeout_error is not None:
+            return timeout_error
+        req.retry = 300
+        return req
     i = 4
     while i < n:
         opt = argv[i].lower()
@@ -123,10 +135,8 @@ def parse_addjob(argv: list[bytes]) -> AddJob | Error:
             i += 1
         else:
             return SYNTAX_ERROR
-    timeout = parse_timeout(argv[3])
-    if type(timeout) is Error:
-        return timeout
-    req.timeout = timeout
+    if timeout_error is not None:  # options are validated first, as Disque
+        return timeout_error
     if req.retry == 0 and (req.replicate or 1) > 1:
         return err("With RETRY set to 0 please explicitly set REPLICATE to 1 (at-most-once delivery)")
     if req.delay >= req.ttl:

@@ -72,22 +72,36 @@ class Job:
         "seq",  # registration order, used by JSCAN cursors
     )
 
-    def __init__(self, job_id: bytes, state: int) -> None:
+    def __init__(
+        self,
+        job_id: bytes,
+        state: int,
+        queue: bytes | None = None,
+        body: bytes | None = None,
+        repl: int = 1,
+        ctime: int = 0,
+        etime: int = 0,
+        delay: int = 0,
+        retry: int = 0,
+        qtime: int = 0,
+        delivered: tuple = (),
+    ) -> None:
+        # One constructor call sets everything ADDJOB knows (hot path).
         self.id = job_id
         self.state = state
-        self.queue = None
+        self.queue = queue
+        self.body = body
+        self.repl = repl
+        self.ctime = ctime
+        self.etime = etime
+        self.delay = delay
+        self.retry = retry
+        self.qtime = qtime
+        self.delivered = delivered
         self.flags = 0
-        self.repl = 1
-        self.ctime = 0
-        self.etime = 0
-        self.delay = 0
-        self.retry = 0
         self.nacks = 0
         self.deliveries = 0
-        self.body = None
-        self.delivered = ()
         self.confirmed = None
-        self.qtime = 0
         self.awake = 0
         self.gc_retry = 0
         self.seq = 0

@@ -100,6 +100,7 @@ class Node:
         self.wall_offset = wall_offset
         self.address = address
         self.rng = random.Random(seed)
+        self._random = self.rng.random
         self.ids = ids_mod.JobIdGenerator(node_id, seed)
         self.store = JobStore()
         self.queues: dict[bytes, Queue] = {}
@@ -229,7 +230,9 @@ class Node:
     # Helpers: time, queues, scheduling
     # =====================================================================
     def _time_error(self) -> int:
-        return self.rng.randrange(TIME_ERROR_MS) - TIME_ERROR_MS // 2
+        # random() is C; randrange() is pure Python and showed up at 10 %
+        # of ADDJOB time in profiles.
+        return int(self._random() * TIME_ERROR_MS) - TIME_ERROR_MS // 2
 
     def wall_ms(self) -> int:
         return self.now + self.wall_offset
@@ -498,20 +501,23 @@ class Node:
             if q.flags & PAUSED_IN:
                 return Error("PAUSED Queue paused in input, try later")
         now = self.now
-        job = Job(self.ids.new_id(req.ttl, req.retry), WAIT_REPL)
-        job.queue = req.queue
-        job.body = req.body
-        job.repl = replicate
         ctime = (now + self.wall_offset) * 1_000_000
         if ctime <= self._prev_ctime:
             ctime = self._prev_ctime + 1
         self._prev_ctime = ctime
-        job.ctime = ctime
-        job.etime = now + req.ttl * 1000
-        job.delay = req.delay
-        job.retry = req.retry
-        job.qtime = now + (req.delay or req.retry) * 1000
-        job.delivered = self._myself_only
+        job = Job(
+            self.ids.new_id(req.ttl, req.retry),
+            WAIT_REPL,
+            req.queue,
+            req.body,
+            replicate,
+            ctime,
+            now + req.ttl * 1000,
+            req.delay,
+            req.retry,
+            now + (req.delay or req.retry) * 1000,
+            self._myself_only,
+        )
         if not self.store.register(job):  # 144 random bits colliding: a bug
             return err("Internal error creating the job, check server logs")
         self.stats["jobs_added"] += 1
