@@ -298,7 +298,7 @@ def _client_line(server: "Server", c: "Connection") -> str:
             c.id,
             c.addr,
             c.laddr,
-            c.stream.socket.fileno(),
+            c.sock.fileno(),
             c.name.decode("utf-8", "replace"),
             now - c.created,
             now - c.last_active,

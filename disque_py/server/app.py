@@ -17,6 +17,7 @@ that routes replies to other clients.
 from __future__ import annotations
 
 import errno
+import gc
 import logging
 import math
 import os
@@ -41,6 +42,7 @@ from .logs import log, set_level
 __all__ = ["Server", "run_node"]
 
 READ_SIZE = 65536
+GC_THRESHOLDS = (50_000, 20, 100)
 NOAUTH = Error("NOAUTH Authentication required.")
 
 
@@ -165,8 +167,7 @@ class Server:
                 raise
             nursery.start_soon(self._serve_connection, stream)
 
-    def _new_connection(self, stream: trio.SocketStream) -> Connection:
-        sock = stream.socket
+    def _new_connection(self, sock: socket.socket) -> Connection:
         try:
             peer = sock.getpeername()
             local = sock.getsockname()
@@ -190,21 +191,23 @@ class Server:
             max_query_buffer=cfg.client_query_buffer_limit,
         )
         self._next_client_id += 1
-        return Connection(self._next_client_id, stream, addr, laddr, trio.current_time(), parser)
+        return Connection(self._next_client_id, sock, addr, laddr, trio.current_time(), parser)
 
     async def _serve_connection(self, stream: trio.SocketStream) -> None:
+        # Take the OS socket out of trio's wrapper: see clients.py for why.
+        sock = socket.socket(fileno=stream.socket.detach())
+        sock.setblocking(False)
         self.stats["total_connections_received"] += 1
         cfg = self.config
         if len(self.clients) >= cfg.maxclients:
             self.stats["rejected_connections"] += 1
-            with trio.move_on_after(1):
-                try:
-                    await stream.send_all(b"-ERR max number of clients reached\r\n")
-                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-                    pass
-            await trio.aclose_forcefully(stream)
+            try:
+                sock.send(b"-ERR max number of clients reached\r\n")
+            except OSError:
+                pass
+            sock.close()
             return
-        conn = self._new_connection(stream)
+        conn = self._new_connection(sock)
         conn.authenticated = not cfg.requirepass
         self.clients[conn.id] = conn
         try:
@@ -219,16 +222,16 @@ class Server:
             del self.clients[conn.id]
             self.node.client_closed(conn.id)
             self.apply_effects()
-            await trio.aclose_forcefully(stream)
+            conn.close()
 
     async def _read_loop(self, conn: Connection) -> None:
-        stream = conn.stream
         parser = conn.parser
         stats = self.stats
+        receive = conn.receive
         while True:
             try:
-                data = await stream.receive_some(READ_SIZE)
-            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                data = await receive(READ_SIZE)
+            except OSError:
                 return
             if not data:
                 return
@@ -254,9 +257,8 @@ class Server:
                 encode_reply(error.reply, conn.out)
                 conn.closing = True
             if conn.out:
-                n = len(conn.out)
+                stats["total_net_output_bytes"] += len(conn.out)
                 await conn.flush()
-                stats["total_net_output_bytes"] += n
             if conn.closing:
                 return
             self._poke_timer()
@@ -364,7 +366,28 @@ class Server:
         return sum(self._ops_samples[:n]) // n if n else 0
 
 
+def tune_gc() -> None:
+    """Make the cyclic GC affordable with millions of long-lived jobs.
+
+    Jobs, queues and replies form no reference cycles, but every Job is a
+    container the collector must track; with CPython's default threshold
+    (700) young collections run every few hundred ADDJOBs and older
+    generations keep rescanning the whole job table. Profiles showed 14 %
+    of pipelined ADDJOB time in the collector. Freezing what exists at start
+    and collecting the young generation far less often removes that cost;
+    cycles (trio internals, tracebacks) are still collected.
+    """
+    gc.collect()
+    gc.freeze()
+    spec = os.environ.get("DISQUE_PY_GC_THRESHOLDS")
+    if spec:
+        gc.set_threshold(*(int(x) for x in spec.split(",")))
+    else:
+        gc.set_threshold(GC_THRESHOLDS[0], GC_THRESHOLDS[1], GC_THRESHOLDS[2])
+
+
 async def run_node(config: Config, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
     """Run one node until SHUTDOWN or SIGTERM."""
+    tune_gc()
     server = Server(config)
     await server.run(task_status=task_status)
