@@ -1,0 +1,138 @@
+"""Admin and connection commands, operator logs, and scripts/cluster, on real processes."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+
+import pytest
+import redis
+
+from .conftest import free_port, wait_for
+from .test_node_process import raw
+
+pytestmark = pytest.mark.integration
+
+
+def test_info_sections_and_fields(node):
+    r = node.client()
+    r.execute_command("ADDJOB", "q", "b", 0)
+    for section, fields in {
+        "server": ["disque_version", "process_id", "run_id", "tcp_port", "uptime_in_seconds", "config_file"],
+        "clients": ["connected_clients", "blocked_clients"],
+        "memory": ["used_memory", "used_memory_human", "maxmemory", "maxmemory_policy"],
+        "jobs": ["registered_jobs"],
+        "queues": ["registered_queues"],
+        "persistence": ["aof_enabled", "aof_state", "loading"],
+        "stats": ["total_connections_received", "total_commands_processed", "instantaneous_ops_per_sec",
+                  "rejected_connections", "protocol_errors"],
+    }.items():  # fmt: skip
+        info = r.info(section)
+        for field in fields:
+            assert field in info, (section, field)
+    reply = raw(node.port, b"INFO jobs\r\n", expect=40)
+    assert reply == b"$27\r\n# Jobs\r\nregistered_jobs:1\r\n\r\n"
+    assert r.info("server")["run_id"] == r.execute_command("HELLO")[1].decode()
+    assert r.info("server")["tcp_port"] == node.port
+    with pytest.raises(redis.ResponseError):
+        r.execute_command("INFO", "a", "b")
+
+
+def test_client_kill_forms_and_setinfo(node):
+    r = node.client()
+    victim = socket.create_connection(("127.0.0.1", node.port))
+    victim.sendall(b"CLIENT ID\r\n")
+    victim_id = int(victim.recv(64)[1:].strip())
+    listing = r.execute_command("CLIENT", "LIST").decode()
+    line = next(entry for entry in listing.splitlines() if entry.startswith("id=%d " % victim_id))
+    addr = dict(kv.split("=", 1) for kv in line.split() if "=" in kv)["addr"]
+    assert r.execute_command("CLIENT", "KILL", addr) in (b"OK", True)
+    victim.settimeout(5)
+    assert victim.recv(10) == b""
+    other = socket.create_connection(("127.0.0.1", node.port))
+    other.sendall(b"CLIENT ID\r\n")
+    other_id = int(other.recv(64)[1:].strip())
+    assert r.execute_command("CLIENT", "KILL", "ID", other_id) == 1
+    other.settimeout(5)
+    assert other.recv(10) == b""
+    with pytest.raises(redis.ResponseError, match="No such client"):
+        r.execute_command("CLIENT", "KILL", "1.2.3.4:5")
+    assert r.execute_command("CLIENT", "KILL", "ID", 999999) == 0
+    assert r.execute_command("CLIENT", "SETINFO", "LIB-NAME", "mylib") in (b"OK", True)
+    assert "lib-name=mylib" in r.execute_command("CLIENT", "INFO").decode()
+    with pytest.raises(redis.ResponseError):
+        r.execute_command("CLIENT", "SETNAME", "has space")
+    with pytest.raises(redis.ResponseError):
+        r.execute_command("CLIENT", "NOPE")
+
+
+def test_command_quit_debug_and_resp3_hello(node):
+    r = node.client()
+    reply = raw(node.port, b"COMMAND INFO addjob nosuch\r\n", expect=60)
+    assert reply.startswith(b"*2\r\n*6\r\n$6\r\naddjob\r\n:-4\r\n") and reply.endswith(b"$-1\r\n")
+    assert raw(node.port, b"QUIT\r\n") == b"+OK\r\n"
+    with pytest.raises(redis.ResponseError, match="boom"):
+        r.execute_command("DEBUG", "ERROR", "boom")
+    assert raw(node.port, b"HELLO 4\r\n", expect=10).startswith(b"-NOPROTO")
+    reply = raw(node.port, b"HELLO 3\r\nGETJOB NOHANG FROM nothing\r\n", expect=40)
+    assert reply.startswith(b"%") and reply.endswith(b"_\r\n")
+
+
+def test_hello_auth_handshake(start_node):
+    node = start_node(requirepass="pw")
+    assert raw(node.port, b"HELLO 3\r\n", expect=10).startswith(b"-NOAUTH")
+    assert raw(node.port, b"HELLO 3 AUTH default wrong\r\n", expect=10).startswith(b"-WRONGPASS")
+    assert raw(node.port, b"HELLO 2 AUTH default pw\r\nQLEN q\r\n", expect=200).endswith(b":0\r\n")
+
+
+def test_startup_log_lines_for_operators(node):
+    log = node.log()
+    assert "Ready to accept connections on 127.0.0.1 port %d" % node.port in log
+    assert "Node ID " in log
+    assert "No config file specified" in log
+
+
+def test_config_set_loglevel_and_requirepass_at_runtime(node):
+    r = node.client()
+    assert r.execute_command("CONFIG", "SET", "loglevel", "warning") in (b"OK", True)
+    assert r.execute_command("CONFIG", "GET", "loglevel") == [b"loglevel", b"warning"]
+    assert r.execute_command("CONFIG", "SET", "requirepass", "later") in (b"OK", True)
+    assert raw(node.port, b"QLEN q\r\n", expect=10).startswith(b"-NOAUTH")
+    assert r.execute_command("QLEN", "q") == 0  # already authenticated connections stay so
+
+
+def test_scripts_cluster_start_status_stop(tmp_path):
+    if not shutil.which("bash"):
+        pytest.skip("bash not available")
+    base = free_port()
+    env = dict(os.environ)
+    cmd = [sys.executable, "-m", "disque_py.devcluster"]
+    out = subprocess.run(cmd + ["start", "2", "--base-port", str(base)], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=60)  # fmt: skip
+    try:
+        assert out.returncode == 0, out.stderr
+        assert "node 127.0.0.1:%d started" % base in out.stdout
+        for port in (base, base + 1):
+            r = redis.Redis(port=port)
+            assert r.execute_command("QLEN", "q") == 0
+        status = subprocess.run(cmd + ["status"], cwd=tmp_path, capture_output=True, text=True, timeout=30)
+        assert status.stdout.count(" up") == 2
+        again = subprocess.run(cmd + ["start", "2", "--base-port", str(base)], cwd=tmp_path,
+                               capture_output=True, text=True, timeout=60)  # fmt: skip
+        assert "already running" in again.stdout
+    finally:
+        stop = subprocess.run(cmd + ["stop"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert stop.returncode == 0 and stop.stdout.count("stopped") == 2
+
+    def down() -> bool:
+        try:
+            socket.create_connection(("127.0.0.1", base), timeout=0.2).close()
+            return False
+        except OSError:
+            return True
+
+    wait_for(down, what="nodes stopped")
+    assert (tmp_path / "run" / ("node-%d" % base) / "node.log").exists()
