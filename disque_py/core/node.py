@@ -109,7 +109,10 @@ class Node:
         self.cluster_size = 1
         self.reachable: list[str] = []  # other nodes we can talk to now
         self.known_nodes: list[str] = [node_id]
+        # (id, ip, port, priority) for HELLO; None = just myself.
+        self.hello_nodes: list[tuple[str, str, int, int]] | None = None
         self._myself_only = (node_id,)
+        self._seed = seed
         self._queue_seq = 0
         self._prev_ctime = 0
         self._effects: list[Any] = []
@@ -810,7 +813,7 @@ class Node:
                 self.set_pause(q, new_flags)
         flags = q.flags & PAUSED_ALL if q is not None else 0
         if bcast:
-            self._send(self.reachable, ("PAUSE", argv[1], flags))
+            self._send(self.known_nodes, ("PAUSE", argv[1], flags))
         return Status(pause_name(flags).encode())
 
     def set_pause(self, q: Queue, flags: int) -> None:
@@ -820,9 +823,42 @@ class Node:
             self._ready[q.name] = q
 
     def cmd_hello(self, client: int, argv: list[bytes]) -> Any:
-        ip, port = self.address
-        priority = 100 if self.leaving else 1
-        return [1, self.id.encode(), [self.id.encode(), ip.encode(), str(port).encode(), str(priority).encode()]]
+        entries = self.hello_nodes
+        if entries is None:
+            ip, port = self.address
+            entries = [(self.id, ip, port, 100 if self.leaving else 1)]
+        return [1, self.id.encode()] + [
+            [node_id.encode(), ip.encode(), str(port).encode(), str(priority).encode()]
+            for node_id, ip, port, priority in entries
+        ]
+
+    # =====================================================================
+    # Cluster inputs
+    # =====================================================================
+    def set_id(self, node_id: str) -> None:
+        """A new identity (CLUSTER RESET HARD): new job ID prefix from now on."""
+        self.id = node_id
+        self._myself_only = (node_id,)
+        self.ids = ids_mod.JobIdGenerator(node_id, self._seed)
+
+    def receive_data(self, sender: str, kind: str, body: Any, now: int) -> None:
+        """A job-layer message from another node (the bus already checked its shape)."""
+        self.now = now
+        if kind == "PAUSE":
+            if not (isinstance(body, list) and len(body) == 2 and isinstance(body[0], bytes)
+                    and type(body[1]) is int):  # fmt: skip
+                return
+            name, flags = body
+            q = self.queues.get(name)
+            if q is None:
+                if not flags & PAUSED_ALL:
+                    return
+                q = self._get_queue(name)
+            self.set_pause(q, flags & PAUSED_ALL)
+        # Job replication messages (REPLJOB, GOTJOB, SETACK, ...) arrive with
+        # the replication issue; until then they are ignored.
+        if self._ready:
+            self._serve_ready()
 
     # =====================================================================
     # Queue eviction

@@ -59,6 +59,7 @@ ADMIN_FLAGS: dict[bytes, list[bytes]] = {
     b"config": [b"admin", b"readonly"],
     b"shutdown": [b"admin", b"readonly", b"loading"],
     b"debug": [b"admin"],
+    b"cluster": [b"admin", b"readonly"],
 }
 
 INFO_SECTIONS = ("server", "clients", "memory", "jobs", "queues", "persistence", "stats", "cpu")
@@ -208,7 +209,11 @@ def build_table(server: "Server") -> dict[bytes, tuple[Callable[["Connection", l
             return OK
         return err("DEBUG subcommand must be one of FLUSHALL, ERROR <text>, SLEEP <seconds>")
 
+    def cluster(conn: "Connection", argv: list[bytes]) -> Any:
+        return server.cluster.command(argv)
+
     return {
+        b"cluster": (cluster, -2),
         b"auth": (auth, 2),
         b"ping": (ping, -1),
         b"echo": (echo, 2),
@@ -274,7 +279,7 @@ def hello_handshake(server: "Server", conn: "Connection", argv: list[bytes]) -> 
         b"mode": b"cluster",
         b"role": b"master",
         b"modules": [],
-        b"node": server.node_id.encode(),
+        b"node": server.node.id.encode(),
     }
 
 
@@ -378,7 +383,7 @@ def info_text(server: "Server", section: str, peak: list[int]) -> str:
                 "multiplexing_api": "trio",
                 "python_version": platform.python_version(),
                 "process_id": os.getpid(),
-                "run_id": server.node_id,
+                "run_id": server.node.id,
                 "tcp_port": cfg.port,
                 "uptime_in_seconds": uptime,
                 "uptime_in_days": uptime // 86400,

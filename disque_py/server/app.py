@@ -30,13 +30,13 @@ import trio
 
 from .. import __version__
 from ..config import Config
-from ..core.effects import BLOCKED, Reply
+from ..core.effects import BLOCKED, Reply, Send
 from ..core.node import Node
 from ..core.replies import Error
 from ..protocol.resp import ProtocolError, RequestParser, encode_reply
 from . import admin
 from .clients import Connection
-from .identity import load_or_create_identity
+from .cluster import ClusterService
 from .logs import log, set_level
 
 __all__ = ["Server", "run_node"]
@@ -54,20 +54,23 @@ class Server:
     def __init__(self, config: Config) -> None:
         self.config = config
         self.start_time = time.time()
-        self.node_id = load_or_create_identity(config)
         # The address other nodes and HELLO advertise: the first bound one,
         # or loopback when bound to every interface.
         bind_ip = config.bind[0] if config.bind else "127.0.0.1"
         if bind_ip in ("0.0.0.0", "::", "*"):
             bind_ip = "127.0.0.1"
         mono = now_ms()
+        wall_offset = int(time.time() * 1000) - mono
         self.node = Node(
-            self.node_id,
+            "0" * 40,  # replaced by the cluster identity just below
             seed=os.urandom(20),
             now=mono,
-            wall_offset=int(time.time() * 1000) - mono,
+            wall_offset=wall_offset,
             address=(bind_ip, config.port),
         )
+        self.cluster = ClusterService(self, config, bind_ip, mono, wall_offset)
+        self.node.set_id(self.cluster.my_id)
+        self.cluster.sync()
         self.clients: dict[int, Connection] = {}
         self._next_client_id = 0
         self.timer_lot = trio.lowlevel.ParkingLot()
@@ -111,7 +114,7 @@ class Server:
                     f.write("%d\n" % os.getpid())
             except OSError as exc:
                 log.warning("Can't write pidfile %s: %s", pidfile, exc)
-        log.info("Node ID %s", self.node_id)
+        log.info("Node ID %s", self.cluster.my_id)
         log.info("disque-py %s, Disque 1.0-rc1 compatible, pid %d", __version__, os.getpid())
         if cfg.config_file:
             log.info("Configuration loaded from %s", cfg.config_file)
@@ -122,6 +125,7 @@ class Server:
                 nursery.start_soon(self._timer_loop)
                 nursery.start_soon(self._cron_loop)
                 nursery.start_soon(self._signal_loop)
+                await nursery.start(self.cluster.run)
                 for listener in self.listeners:
                     nursery.start_soon(self._accept_loop, listener, nursery)
                 log.info(
@@ -216,8 +220,8 @@ class Server:
                 nursery.start_soon(conn.writer)
                 await self._read_loop(conn)
                 nursery.cancel_scope.cancel()
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-            pass
+        except* (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            pass  # the client went away; nothing to report
         finally:
             del self.clients[conn.id]
             self.node.client_closed(conn.id)
@@ -258,7 +262,10 @@ class Server:
                 conn.closing = True
             if conn.out:
                 stats["total_net_output_bytes"] += len(conn.out)
-                await conn.flush()
+                try:
+                    await conn.flush()
+                except OSError:
+                    return
             if conn.closing:
                 return
             self._poke_timer()
@@ -306,12 +313,13 @@ class Server:
             return Error("ERR internal error, check the server logs")
 
     def apply_effects(self) -> None:
-        """Carry out the core's effects (today: replies to blocked clients)."""
+        """Carry out the core's effects: replies to blocked clients, bus messages."""
         node = self.node
         effects = node.take_effects()
         while effects:
             for effect in effects:
-                if type(effect) is Reply:
+                kind = type(effect)
+                if kind is Reply:
                     conn = self.clients.get(effect.client)
                     if conn is None:
                         continue
@@ -322,7 +330,15 @@ class Server:
                         conn.pending.clear()
                         self.run_commands(conn, pending)
                     conn.wake_writer()
+                elif kind is Send:
+                    message = effect.message
+                    self.cluster.send_data(effect.to, message[0], list(message[1:]))
             effects = node.take_effects()
+
+    def cluster_data(self, sender: str, kind: str, body: Any) -> None:
+        """A job-layer message arrived on the bus."""
+        self.node.receive_data(sender, kind, body, now_ms())
+        self.apply_effects()
 
     def close_client(self, conn: Connection) -> None:
         conn.closing = True

@@ -138,6 +138,13 @@ class Connection:
         self.lot.unpark_all()
 
     async def writer(self) -> None:
-        while True:
-            await self.lot.park()
-            await self.flush()
+        try:
+            while True:
+                await self.lot.park()
+                await self.flush()
+        except OSError:
+            # The peer went away while we were sending: end the connection
+            # (its reader is cancelled with the scope) without raising.
+            self.closing = True
+            if self.scope is not None:
+                self.scope.cancel()

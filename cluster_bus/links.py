@@ -1,0 +1,308 @@
+"""The trio side of the cluster bus: a listener, links, framed messages.
+
+Theory of operation
+-------------------
+``Bus`` moves messages and nothing else; who to talk to and what a message
+means is decided by its ``handler`` (the membership driver in the server).
+
+* ``serve()`` listens on the bus port (client port + 10000). Every accepted
+  connection becomes an *inbound* link.
+* ``connect(node_id, ip, bus_port)`` opens an *outbound* link in the
+  background and reports ``handler.link_up(node_id, link)`` or
+  ``handler.link_failed(node_id)``; the handler decides when to retry, so
+  reconnect backoff lives in one place (membership's cron).
+* With a cluster secret, a link is usable only after the mutual
+  challenge-response of :mod:`cluster_bus.codec` (initiator = connecting
+  side); every later frame carries a sequence number and a MAC. A peer that
+  fails is disconnected, reported once per address to the handler
+  (``link_error``), and counted.
+* ``send(link, msg)`` encodes (and seals) at once, in call order, into the
+  link's output buffer; the link's writer task sends everything buffered in
+  one ``send_all``: all messages queued during one scheduler turn leave in a
+  single write.
+* Garbage (a frame over ``max_frame``, undecodable msgpack, a bad MAC, a
+  replayed frame) closes that link and is reported; the node carries on.
+
+The transport is injectable so tests can wire whole nodes in one process
+with memory streams (see ``MemoryNetwork`` in the tests).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Protocol
+
+import trio
+
+from .codec import (
+    MAX_FRAME_DEFAULT,
+    AuthError,
+    BusProtocolError,
+    FrameDecoder,
+    InitiatorHandshake,
+    LinkSession,
+    ResponderHandshake,
+    decode_message,
+    encode_message,
+    frame,
+)
+
+from .messages import AuthChallenge, AuthHello, AuthProof
+
+__all__ = ["Bus", "BusHandler", "TcpTransport", "HANDSHAKE_TIMEOUT"]
+
+_AUTH_TYPES = (AuthHello, AuthChallenge, AuthProof)
+_GONE = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
+
+HANDSHAKE_TIMEOUT = 5.0
+CONNECT_TIMEOUT = 3.0
+READ_SIZE = 65536
+
+
+class BusHandler(Protocol):
+    def link_up(self, node_id: str, link: int) -> None: ...
+    def link_failed(self, node_id: str) -> None: ...
+    def link_down(self, link: int) -> None: ...
+    def message(self, link: int, msg: Any) -> None: ...
+    def link_error(self, kind: str, peer: str, reason: str) -> None: ...
+
+
+class TcpTransport:
+    async def open_connection(self, ip: str, port: int) -> trio.abc.Stream:
+        stream = await trio.open_tcp_stream(ip, port)
+        try:
+            stream.setsockopt(trio.socket.IPPROTO_TCP, trio.socket.TCP_NODELAY, True)
+        except OSError:
+            pass
+        return stream
+
+    async def serve(self, host: str, port: int, handler, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        listeners = await trio.open_tcp_listeners(port, host=host)
+        await trio.serve_listeners(handler, listeners, task_status=task_status)
+
+    @staticmethod
+    def peer_ip(stream: Any) -> str:
+        try:
+            return stream.socket.getpeername()[0]
+        except (AttributeError, OSError):
+            return "?"
+
+
+class _Link:
+    __slots__ = ("id", "stream", "peer", "out", "lot", "session", "closed", "scope", "outbound", "node_id", "early")
+
+    def __init__(self, link_id: int, stream: trio.abc.Stream, peer: str, outbound: bool, node_id: str | None):
+        self.id = link_id
+        self.stream = stream
+        self.peer = peer
+        self.out = bytearray()
+        self.lot = trio.lowlevel.ParkingLot()
+        self.session: LinkSession | None = None
+        self.closed = False
+        self.scope: trio.CancelScope | None = None
+        self.outbound = outbound
+        self.node_id = node_id
+        self.early: list[bytes] = []  # frames that arrived with the handshake's last one
+
+
+class Bus:
+    def __init__(
+        self,
+        handler: BusHandler,
+        *,
+        host: str,
+        port: int,
+        secret: bytes | None = None,
+        max_frame: int = MAX_FRAME_DEFAULT,
+        transport: Any = None,
+    ) -> None:
+        self.handler = handler
+        self.host = host
+        self.port = port
+        self.secret = secret or None
+        self.max_frame = max_frame
+        self.transport = transport or TcpTransport()
+        self.links: dict[int, _Link] = {}
+        self._next_link = 0
+        self._nursery: trio.Nursery | None = None
+        self._reported: set[tuple[str, str]] = set()
+        self.stats = {"bytes_sent": 0, "bytes_received": 0, "frames_sent": 0, "frames_received": 0}
+
+    # ------------------------------------------------------------------ run
+    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """Listen and keep the links' tasks; cancel the scope to stop everything."""
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            await nursery.start(self.transport.serve, self.host, self.port, self._accepted)
+            task_status.started()
+
+    # ------------------------------------------------------------- actions
+    def connect(self, node_id: str, ip: str, bus_port: int) -> None:
+        assert self._nursery is not None, "Bus.run() not started"
+        self._nursery.start_soon(self._connect, node_id, ip, bus_port)
+
+    def send(self, link_id: int, msg: Any) -> bool:
+        link = self.links.get(link_id)
+        if link is None or link.closed:
+            return False
+        body = encode_message(msg)
+        data = link.session.seal(body) if link.session is not None else frame(body)
+        link.out += data
+        self.stats["frames_sent"] += 1
+        link.lot.unpark_all()
+        return True
+
+    def close(self, link_id: int) -> None:
+        link = self.links.get(link_id)
+        if link is not None and link.scope is not None:
+            link.scope.cancel()
+
+    def peer_ip(self, link_id: int) -> str | None:
+        link = self.links.get(link_id)
+        return link.peer if link else None
+
+    # ----------------------------------------------------------- internals
+    def _new_link(self, stream: trio.abc.Stream, outbound: bool, node_id: str | None) -> _Link:
+        self._next_link += 1
+        link = _Link(self._next_link, stream, self.transport.peer_ip(stream), outbound, node_id)
+        self.links[link.id] = link
+        return link
+
+    def _report(self, kind: str, link: _Link, reason: str) -> None:
+        key = (kind, link.peer)
+        first = key not in self._reported
+        self._reported.add(key)
+        self.handler.link_error(kind, link.peer, reason if first else "")
+
+    async def _connect(self, node_id: str, ip: str, bus_port: int) -> None:
+        try:
+            with trio.fail_after(CONNECT_TIMEOUT):
+                stream = await self.transport.open_connection(ip, bus_port)
+        except (OSError, trio.TooSlowError, trio.BrokenResourceError):
+            self.handler.link_failed(node_id)
+            return
+        link = self._new_link(stream, True, node_id)
+        await self._run_link(link)
+
+    async def _accepted(self, stream: trio.abc.Stream) -> None:
+        link = self._new_link(stream, False, None)
+        await self._run_link(link)
+
+    async def _run_link(self, link: _Link) -> None:
+        decoder = FrameDecoder(self.max_frame)
+        announced = False
+        try:
+            with trio.CancelScope() as scope:
+                link.scope = scope
+                if self.secret is not None:
+                    ok = await self._authenticate(link, decoder)
+                    if not ok:
+                        return
+                if link.outbound:
+                    announced = True
+                    self.handler.link_up(link.node_id, link.id)
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self._writer, link)
+                    await self._reader(link, decoder)
+                    nursery.cancel_scope.cancel()
+        except* _GONE:
+            pass  # the peer went away: link_down below says so
+        finally:
+            link.closed = True
+            self.links.pop(link.id, None)
+            with trio.CancelScope(shield=True):
+                await trio.aclose_forcefully(link.stream)
+            if link.outbound and not announced:
+                self.handler.link_failed(link.node_id)
+            else:
+                self.handler.link_down(link.id)
+
+    async def _authenticate(self, link: _Link, decoder: FrameDecoder) -> bool:
+        nonce = os.urandom(16)
+        try:
+            with trio.fail_after(HANDSHAKE_TIMEOUT):
+                if link.outbound:
+                    hs = InitiatorHandshake(self.secret, nonce)
+                    await link.stream.send_all(hs.start())
+                    payload = await self._next_payload(link, decoder)
+                    await link.stream.send_all(hs.receive(payload))
+                    link.session = hs.session
+                else:
+                    rs = ResponderHandshake(self.secret, nonce)
+                    payload = await self._next_payload(link, decoder)
+                    reply = rs.receive(payload)
+                    if reply:
+                        await link.stream.send_all(reply)
+                    payload = await self._next_payload(link, decoder)
+                    rs.receive(payload)
+                    link.session = rs.session
+        except AuthError as exc:
+            self._report("auth", link, str(exc))
+            return False
+        except BusProtocolError as exc:
+            self._report("frame", link, str(exc))
+            return False
+        except trio.TooSlowError:
+            self._report("auth", link, "handshake timed out")
+            return False
+        return True
+
+    async def _next_payload(self, link: _Link, decoder: FrameDecoder) -> bytes:
+        if link.early:
+            return link.early.pop(0)
+        while True:
+            data = await link.stream.receive_some(READ_SIZE)
+            if not data:
+                raise trio.BrokenResourceError("peer closed during handshake")
+            payloads = decoder.feed(data)
+            if payloads:
+                link.early.extend(payloads[1:])
+                return payloads[0]
+
+    async def _reader(self, link: _Link, decoder: FrameDecoder) -> None:
+        stats = self.stats
+        try:
+            early, link.early = link.early, []
+            for payload in early:
+                self._deliver(link, payload)
+            while True:
+                data = await link.stream.receive_some(READ_SIZE)
+                if not data:
+                    return
+                stats["bytes_received"] += len(data)
+                for payload in decoder.feed(data):
+                    if link.closed:
+                        return
+                    self._deliver(link, payload)
+        except AuthError as exc:
+            self._report("auth", link, str(exc))
+        except BusProtocolError as exc:
+            self._report("frame", link, str(exc))
+        except _GONE:
+            pass
+
+    def _deliver(self, link: _Link, payload: bytes) -> None:
+        body = link.session.open(payload) if link.session is not None else payload
+        msg = decode_message(body)
+        if type(msg) in _AUTH_TYPES:  # only valid inside the handshake
+            raise AuthError("authentication message outside the handshake")
+        self.stats["frames_received"] += 1
+        try:
+            self.handler.message(link.id, msg)
+        except Exception as exc:  # a bug must cost one link, not the node
+            raise BusProtocolError("internal error handling %s: %r" % (type(msg).__name__, exc)) from exc
+
+    async def _writer(self, link: _Link) -> None:
+        out = link.out
+        try:
+            while True:
+                while not out:
+                    await link.lot.park()
+                data = bytes(out)
+                out.clear()
+                self.stats["bytes_sent"] += len(data)
+                await link.stream.send_all(data)
+        except _GONE:
+            link.closed = True
+            if link.scope is not None:
+                link.scope.cancel()

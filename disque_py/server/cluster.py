@@ -1,0 +1,279 @@
+"""The cluster service: membership (sans-I/O) + the bus (trio) + nodes.conf.
+
+It is the bus handler: link events and messages go into ``Membership``,
+whose effects (connect, send, close, save the config, log) are carried out
+here. Application messages (``Data``) go to the job core instead. After
+every input the job core's view of the cluster (size, reachable nodes,
+HELLO entries, leaving flag) is refreshed, so the core never asks.
+
+``nodes.conf`` (``cluster-config-file`` under ``dir``) is rewritten
+atomically (temp file, fsync, rename) whenever membership says the table
+changed; a node killed with -9 comes back with the same ID and peers.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import secrets
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from cluster_bus.links import Bus
+from cluster_bus.membership import (
+    Close,
+    Connect,
+    Log,
+    Membership,
+    MembershipError,
+    SaveConfig,
+)
+from cluster_bus.membership import Send as BusSend
+from cluster_bus.messages import BUS_PORT_OFFSET, Data, NODE_LEAVING
+
+from ..core.replies import OK, Error, Status, err
+from .logs import log
+
+if TYPE_CHECKING:
+    from ..config import Config
+    from .app import Server
+
+CRON_PERIOD = 0.1
+_LEVELS = {"warning": 30, "notice": 20, "verbose": 15, "debug": 10}
+
+
+def now_ms() -> int:
+    return int(trio.current_time() * 1000)
+
+
+class ClusterService:
+    def __init__(
+        self,
+        server: "Server",
+        config: "Config",
+        advertised_ip: str,
+        now: int,
+        wall_offset: int,
+        *,
+        transport: Any = None,
+    ) -> None:
+        self.server = server
+        self.transport = transport  # None = TCP; tests wire memory streams
+        self.config = config
+        self.path = config.resolve_path(config.cluster_config_file)
+        self.rng = random.Random(os.urandom(16))
+        self.membership = self._load(advertised_ip, now, wall_offset)
+        secret = getattr(config, "cluster_secret", "") or ""
+        self.secret = secret.encode() if secret else None
+        self.bus: Bus | None = None
+        self._save_pending = False
+        self.stats = self.membership.stats
+        for key in ("auth_failures", "bad_frames"):
+            self.stats.setdefault(key, 0)
+
+    @property
+    def my_id(self) -> str:
+        return self.membership.my_id
+
+    # --------------------------------------------------------- persistence
+    def _load(self, ip: str, now: int, wall_offset: int) -> Membership:
+        cfg = self.config
+        try:
+            with open(self.path, encoding="utf-8") as f:
+                text = f.read()
+        except FileNotFoundError:
+            text = ""
+        if text.strip():  # an empty file counts as missing, as in Disque
+            try:
+                m = Membership.from_text(
+                    text, my_port=cfg.port, node_timeout=cfg.cluster_node_timeout, now=now, rng=self.rng,
+                    wall_offset=wall_offset,
+                )  # fmt: skip
+            except MembershipError as exc:
+                log.warning("Unrecoverable error: %s (%s)", exc, self.path)
+                raise SystemExit(1) from exc
+            log.info("Node configuration loaded, I'm %s", m.my_id)
+            return m
+        node_id = secrets.token_hex(20)
+        m = Membership(node_id, ip, cfg.port, node_timeout=cfg.cluster_node_timeout, now=now, rng=self.rng,
+                       wall_offset=wall_offset)  # fmt: skip
+        log.info("No cluster configuration found, I'm %s", node_id)
+        self._write(m.save_text())
+        return m
+
+    def _write(self, text: str) -> None:
+        tmp = "%s.tmp-%d" % (self.path, os.getpid())
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+
+    def save_now(self) -> None:
+        self._save_pending = False
+        try:
+            self._write(self.membership.save_text())
+        except OSError as exc:
+            log.warning("Could not save the cluster configuration to %s: %s", self.path, exc)
+            raise
+
+    # ----------------------------------------------------------------- run
+    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        cfg = self.config
+        if self.secret is None:
+            log.warning(
+                "WARNING: no cluster-secret set: any host that can reach the cluster bus port %d can join "
+                "this cluster. Set the same cluster-secret on every node to authenticate the bus.",
+                cfg.port + BUS_PORT_OFFSET,
+            )
+        host = cfg.bind[0] if cfg.bind else "0.0.0.0"
+        self.bus = Bus(self, host=host, port=cfg.port + BUS_PORT_OFFSET, secret=self.secret, transport=self.transport)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(self.bus.run)
+            log.info("Cluster bus listening on %s port %d", host, cfg.port + BUS_PORT_OFFSET)
+            self.sync()
+            task_status.started()
+            while True:
+                self.membership.tick(now_ms())
+                self.apply()
+                await trio.sleep(CRON_PERIOD)
+
+    # ------------------------------------------------------- bus handler
+    def link_up(self, node_id: str, link: int) -> None:
+        self.membership.link_up(node_id, link, now_ms())
+        self.apply()
+
+    def link_failed(self, node_id: str) -> None:
+        self.membership.link_failed(node_id, now_ms())
+        self.apply()
+
+    def link_down(self, link: int) -> None:
+        self.membership.link_down(link, now_ms())
+        self.apply()
+
+    def message(self, link: int, msg: Any) -> None:
+        if type(msg) is Data:
+            self.stats["messages_received"] = self.stats.get("messages_received", 0) + 1
+            self.server.cluster_data(msg.sender, msg.kind, msg.body)
+            return
+        if self.bus is not None:
+            self.membership.link_peer(link, self.bus.peer_ip(link) or "")
+        self.membership.receive(link, msg, now_ms())
+        self.apply()
+
+    def link_error(self, kind: str, peer: str, reason: str) -> None:
+        self.stats["auth_failures" if kind == "auth" else "bad_frames"] += 1
+        if reason:  # the bus reports the first one per peer with a reason
+            if kind == "auth":
+                log.warning("Cluster bus: %s failed authentication (%s); link closed", peer, reason)
+            else:
+                log.warning("Cluster bus: bad frame from %s (%s); link closed", peer, reason)
+
+    # ------------------------------------------------------------ effects
+    def apply(self) -> None:
+        m = self.membership
+        bus = self.bus
+        for effect in m.take_effects():
+            kind = type(effect)
+            if kind is BusSend:
+                if bus is not None:
+                    bus.send(effect.link, effect.msg)
+            elif kind is Connect:
+                if bus is not None:
+                    bus.connect(effect.node_id, effect.ip, effect.bus_port)
+            elif kind is Close:
+                if bus is not None:
+                    bus.close(effect.link)
+            elif kind is SaveConfig:
+                self._save_pending = True
+            elif kind is Log:
+                log.log(_LEVELS.get(effect.level, 20), "%s", effect.text)
+        if self._save_pending:
+            try:
+                self.save_now()
+            except OSError:
+                pass
+        self.sync()
+
+    def sync(self) -> None:
+        """Refresh the job core's view of the cluster."""
+        m = self.membership
+        node = self.server.node
+        node.cluster_size = m.size()
+        node.reachable = m.reachable()
+        node.known_nodes = m.known()
+        node.hello_nodes = m.hello()
+        me = m.node(m.my_id)
+        node.leaving = bool(me is not None and me.flags & NODE_LEAVING)
+        if node.id != m.my_id:
+            node.set_id(m.my_id)
+
+    def send_data(self, node_id: str, kind: str, body: Any) -> bool:
+        """Send an application message to a node over its outbound link."""
+        link = self.membership.link_of(node_id)
+        if link is None or self.bus is None:
+            return False
+        self.stats["messages_sent"] = self.stats.get("messages_sent", 0) + 1
+        return self.bus.send(link, Data(self.my_id, kind, body))
+
+    # ------------------------------------------------------------ CLUSTER
+    def command(self, argv: list[bytes]) -> Any:
+        sub = argv[1].lower()
+        n = len(argv)
+        m = self.membership
+        now = now_ms()
+        try:
+            if sub == b"meet" and n == 4:
+                try:
+                    port = int(argv[3])
+                except ValueError:
+                    return err("Invalid TCP port specified: %s" % argv[3].decode("utf-8", "replace"))
+                m.meet(argv[2].decode("utf-8", "replace"), port, now)
+                self.apply()
+                return OK
+            if sub == b"nodes" and n == 2:
+                return m.nodes_text().encode()
+            if sub == b"myid" and n == 2:
+                return m.my_id.encode()
+            if sub == b"info" and n == 2:
+                fields = dict(m.info_fields())
+                fields.setdefault("cluster_stats_auth_failures", self.stats.get("auth_failures", 0))
+                fields.setdefault("cluster_stats_bad_frames", self.stats.get("bad_frames", 0))
+                return "".join("%s:%s\r\n" % kv for kv in fields.items()).encode()
+            if sub == b"saveconfig" and n == 2:
+                try:
+                    self.save_now()
+                except OSError as exc:
+                    return err("error saving the cluster node config: %s" % exc.strerror)
+                return OK
+            if sub == b"forget" and n == 3:
+                m.forget(argv[2].decode("utf-8", "replace"), now)
+                self.apply()
+                return OK
+            if sub == b"reset" and n in (2, 3):
+                mode = argv[2].lower() if n == 3 else b"soft"
+                if mode not in (b"soft", b"hard"):
+                    return err("syntax error")
+                hard = mode == b"hard"
+                m.reset(hard, now, secrets.token_hex(20) if hard else None)
+                self.server.node.flushall()
+                self.save_now()
+                self.apply()
+                self.server.apply_effects()
+                log.warning("CLUSTER RESET %s: I'm %s", mode.decode(), m.my_id)
+                return OK
+            if sub == b"leaving" and n in (2, 3):
+                if n == 2:
+                    return Status(b"yes" if self.server.node.leaving else b"no")
+                value = argv[2].lower()
+                if value not in (b"yes", b"no"):
+                    return err("Wrong argument for CLUSTER LEAVING. Use 'yes' or 'no'")
+                m.set_leaving(value == b"yes", now)
+                self.apply()
+                log.warning("CLUSTER LEAVING %s", value.decode())
+                return OK
+        except MembershipError as exc:
+            return Error("ERR %s" % exc)
+        return err("Unknown CLUSTER subcommand or wrong number of arguments for '%s'"
+                   % argv[1].decode("utf-8", "replace"))  # fmt: skip
