@@ -56,27 +56,22 @@ def main() -> None:
     """Local disque-py nodes for development (state under ./run/)."""
 
 
-@main.command()
-@click.argument("count", default=1, type=click.IntRange(1, 64))
-@click.option("--base-port", default=7711, show_default=True, help="Port of the first node; the next ones follow.")
-def start(count: int, base_port: int) -> None:
-    """Start COUNT nodes on consecutive ports and wait until they answer."""
-    ports = [base_port + i for i in range(count)]
+def start_nodes(ports: list[int], *, extra: list[str] = (), run_dir: Path = RUN_DIR) -> list[int]:
+    """Start a detached node per port (skipping running ones); returns the ports started."""
     started = []
-    with click.progressbar(ports, label="Starting %d node(s)" % count, file=sys.stderr) as bar:
+    with click.progressbar(ports, label="Starting %d node(s)" % len(ports), file=sys.stderr) as bar:
         for port in bar:
-            node_dir = (RUN_DIR / ("node-%d" % port)).resolve()
+            node_dir = (run_dir / ("node-%d" % port)).resolve()
             node_dir.mkdir(parents=True, exist_ok=True)
-            if _pid(node_dir):
-                if _ping(port):
-                    continue
+            if _pid(node_dir) and _ping(port):
+                continue
             if _ping(port):
                 raise click.ClickException("port %d is already in use by another process" % port)
             log = open(node_dir / "node.log", "ab")
             subprocess.Popen(
                 [sys.executable, "-m", "disque_py.cli", "server",
                  "--port", str(port), "--bind", "127.0.0.1", "--dir", str(node_dir),
-                 "--pidfile", str(node_dir / "disque.pid"), "--logfile", str(node_dir / "node.log")],
+                 "--pidfile", str(node_dir / "disque.pid"), "--logfile", str(node_dir / "node.log"), *extra],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
             )  # fmt: skip
             log.close()
@@ -86,6 +81,61 @@ def start(count: int, base_port: int) -> None:
                 if time.monotonic() > deadline:
                     raise click.ClickException("node on port %d did not start; see %s" % (port, node_dir / "node.log"))
                 time.sleep(0.05)
+    return started
+
+
+def _command(host: str, port: int, *argv: str, password: str | None = None) -> object:
+    import redis
+
+    r = redis.Redis(host=host, port=port, password=password, socket_timeout=5, protocol=2)
+    try:
+        return r.execute_command(*argv)
+    finally:
+        r.close()
+
+
+def join_nodes(addresses: list[tuple[str, int]], *, password: str | None = None, timeout: float = 30.0) -> float:
+    """CLUSTER MEET every node from the first one, then wait until all know each other.
+
+    Returns the seconds it took to become a full mesh.
+    """
+    started = time.monotonic()
+    if len(addresses) < 2:
+        return 0.0
+    first_host, first_port = addresses[0]
+    for host, port in addresses[1:]:
+        _command(first_host, first_port, "CLUSTER", "MEET", host, str(port), password=password)
+    want = len(addresses)
+    deadline = started + timeout
+    with click.progressbar(length=want, label="Joining %d nodes" % want, file=sys.stderr) as bar:
+        done = 0
+        while True:
+            counts = []
+            for host, port in addresses:
+                info = _command(host, port, "CLUSTER", "INFO", password=password)
+                fields = dict(line.split(":", 1) for line in info.decode().split("\r\n") if ":" in line)
+                # known_nodes counts nodes still in handshake: reachable is the real test
+                counts.append(int(fields.get("cluster_reachable_nodes", 0)) + 1)
+            complete = sum(1 for c in counts if c >= want)
+            bar.update(complete - done)
+            done = complete
+            if complete == want:
+                return time.monotonic() - started
+            if time.monotonic() > deadline:
+                raise click.ClickException("nodes did not all meet within %.0f s (known: %s)" % (timeout, counts))
+            time.sleep(0.1)
+
+
+@main.command()
+@click.argument("count", default=1, type=click.IntRange(1, 64))
+@click.option("--base-port", default=7711, show_default=True, help="Port of the first node; the next ones follow.")
+def start(count: int, base_port: int) -> None:
+    """Start COUNT nodes on consecutive ports, join them, and wait until they all answer."""
+    ports = [base_port + i for i in range(count)]
+    started = start_nodes(ports)
+    if count > 1:
+        seconds = join_nodes([("127.0.0.1", p) for p in ports])
+        click.echo("cluster of %d nodes joined in %.1f s" % (count, seconds))
     for port in ports:
         click.echo("node 127.0.0.1:%d %s" % (port, "started" if port in started else "already running"))
     click.echo("Try: redis-cli -p %d ADDJOB myqueue hello 0   (or .venv/bin/disque-py cli -p %d ...)" % (base_port, base_port))
