@@ -1,0 +1,172 @@
+"""Clusters of real node processes, created and joined with the CLI."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+
+import pytest
+import redis
+
+from .conftest import NodeProcess, free_port, wait_for
+
+pytestmark = pytest.mark.integration
+
+
+def cluster_info(r: redis.Redis) -> dict[str, str]:
+    text = r.execute_command("CLUSTER", "INFO").decode()
+    return dict(line.split(":", 1) for line in text.split("\r\n") if ":" in line)
+
+
+def flags_of(r: redis.Redis, node_id: str) -> str:
+    for line in r.execute_command("CLUSTER", "NODES").decode().splitlines():
+        if line.startswith(node_id):
+            return line.split()[2]
+    return "unknown"
+
+
+def consecutive_free_ports(n: int) -> int:
+    for _ in range(50):
+        base = free_port()
+        ok = True
+        for p in range(base, base + n):
+            for q in (p, p + 10000):
+                with socket.socket() as s:
+                    try:
+                        s.bind(("127.0.0.1", q))
+                    except OSError:
+                        ok = False
+        if ok:
+            return base
+    raise RuntimeError("no free port range")
+
+
+@pytest.fixture
+def created(tmp_path):
+    """`disque-py cluster create` in a temp dir; everything stopped afterwards."""
+    procs_dirs: list[tuple[int, str]] = []
+
+    def create(n: int, *extra: str) -> list[int]:
+        base = consecutive_free_ports(n)
+        out = subprocess.run(
+            [sys.executable, "-m", "disque_py.cli", "cluster", "create", "--nodes", str(n), "--base-port", str(base),
+             "--dir", str(tmp_path / "run"), *extra],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert "full mesh" in out.stdout
+        ports = [base + i for i in range(n)]
+        procs_dirs.extend((p, str(tmp_path / "run" / ("node-%d" % p))) for p in ports)
+        return ports
+
+    yield create
+    for port, d in procs_dirs:
+        try:
+            pid = int(open(os.path.join(d, "disque.pid")).read())
+            os.kill(pid, signal.SIGTERM)
+        except (OSError, ValueError):
+            pass
+
+
+def test_create_three_and_hello(created):
+    ports = created(3)
+    for p in ports:
+        r = redis.Redis(port=p)
+        info = cluster_info(r)
+        assert info["cluster_known_nodes"] == "3" and info["cluster_reachable_nodes"] == "2"
+        assert info["cluster_size"] == "3" and info["cluster_state"] == "ok"
+        hello = r.execute_command("HELLO")
+        assert hello[0] == 1 and len(hello) == 5
+        assert sorted(int(e[2]) for e in hello[2:]) == ports
+        lines = r.execute_command("CLUSTER", "NODES").decode().splitlines()
+        assert len(lines) == 3
+        me = [line for line in lines if "myself" in line.split()[2]]
+        assert len(me) == 1 and me[0].split()[0] == r.execute_command("CLUSTER", "MYID").decode()
+        # job commands still work with other nodes around
+        assert r.execute_command("ADDJOB", "q", "x", 0, "REPLICATE", 1)
+
+
+def test_kill9_fail_then_restart_with_same_identity(created, tmp_path):
+    ports = created(3, "--node-timeout", "1500")
+    victim_port = ports[2]
+    victim_dir = tmp_path / "run" / ("node-%d" % victim_port)
+    r0 = redis.Redis(port=ports[0])
+    victim_id = redis.Redis(port=victim_port).execute_command("CLUSTER", "MYID").decode()
+    pid = int((victim_dir / "disque.pid").read_text())
+    os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: flags_of(r0, victim_id) == "fail", timeout=20, what="victim FAIL")
+    assert flags_of(redis.Redis(port=ports[1]), victim_id) in ("fail", "fail?")
+    hello = r0.execute_command("HELLO")
+    assert {e[0].decode(): e[3] for e in hello[2:]}[victim_id] == b"100"
+    # restart with the same dir: same ID, same peers, flags clear everywhere
+    node = NodeProcess(tmp_path / "again", port=victim_port, dir=str(victim_dir), cluster_node_timeout=1500)
+    node.start()
+    try:
+        assert node.client().execute_command("CLUSTER", "MYID").decode() == victim_id
+        wait_for(lambda: flags_of(r0, victim_id) == "noflags", timeout=20, what="FAIL cleared")
+        wait_for(lambda: cluster_info(node.client())["cluster_reachable_nodes"] == "2", timeout=20, what="rejoined")
+    finally:
+        node.stop()
+
+
+def test_bus_garbage_is_counted_and_harmless(created):
+    ports = created(2)
+    r = redis.Redis(port=ports[0])
+    bus = ports[0] + 10000
+    for payload in (
+        os.urandom(512),
+        struct.pack(">I", 2**31) + b"x" * 10,  # frame over the limit
+        struct.pack(">I", 100) + b"\x93\x01\x00",  # truncated, then closed
+        struct.pack(">I", 3) + b"\x93\x09\x09",  # well framed, wrong version
+        b"\x00\x00\x00\x00",  # zero-length frame
+    ):
+        with socket.create_connection(("127.0.0.1", bus), timeout=5) as s:
+            s.sendall(payload)
+            s.settimeout(5)
+            try:
+                s.recv(10)
+            except OSError:
+                pass
+    wait_for(lambda: int(cluster_info(r)["cluster_stats_bad_frames"]) >= 3, timeout=10, what="bad frames counted")
+    assert r.execute_command("QLEN", "q") == 0
+    assert cluster_info(r)["cluster_reachable_nodes"] == "1"
+
+
+def test_wrong_secret_cannot_join(created, tmp_path):
+    ports = created(2, "--secret", "right")
+    outsider = NodeProcess(tmp_path / "out", cluster_secret="wrong").start()
+    try:
+        r = redis.Redis(port=ports[0])
+        r.execute_command("CLUSTER", "MEET", "127.0.0.1", outsider.port)
+        wait_for(lambda: int(cluster_info(r)["cluster_stats_auth_failures"]) >= 1, timeout=15, what="auth failure")
+        # the outsider stays a handshake entry at most (until the handshake times out)
+        assert cluster_info(r)["cluster_reachable_nodes"] == "1"
+        assert all(
+            "handshake" in line.split()[2] or line.split()[0] in {r.execute_command("CLUSTER", "MYID").decode()}
+            or "127.0.0.1:%d" % outsider.port not in line
+            for line in r.execute_command("CLUSTER", "NODES").decode().splitlines()
+        )
+        assert cluster_info(outsider.client())["cluster_reachable_nodes"] == "0"
+        assert "failed authentication" in open(tmp_path / "run" / ("node-%d" % ports[0]) / "node.log").read()
+    finally:
+        outsider.stop()
+
+
+def test_cli_meet_and_forget(start_node):
+    a, b, c = start_node(), start_node(), start_node()
+    out = subprocess.run(
+        [sys.executable, "-m", "disque_py.cli", "cluster", "meet"]
+        + ["127.0.0.1:%d" % n.port for n in (a, b, c)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    c_id = c.client().execute_command("CLUSTER", "MYID")
+    for n in (a, b):
+        assert n.client().execute_command("CLUSTER", "FORGET", c_id) in (b"OK", True)
+    assert cluster_info(a.client())["cluster_known_nodes"] == "2"
+    assert redis.Redis(port=a.port).execute_command("CLUSTER", "LEAVING") == b"no"

@@ -1,0 +1,172 @@
+"""Whole clusters in one process: membership + bus + job core, memory streams, virtual time."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+
+from .netsim import MemoryNetwork, SimServer, wait_until
+
+NODE_TIMEOUT = 3000  # ms; virtual time, so it costs nothing
+
+
+async def start_cluster(
+    nursery, tmp_path, n: int, base: int = 7000, per_node: list[dict] | None = None, **directives
+) -> tuple[MemoryNetwork, list[SimServer]]:
+    net = MemoryNetwork(nursery)
+    nodes = []
+    for i in range(n):
+        d = tmp_path / ("n%d" % i)
+        d.mkdir(exist_ok=True)
+        extra = dict(directives, **(per_node[i] if per_node else {}))
+        s = SimServer(net, base + i, d, cluster_node_timeout=NODE_TIMEOUT, **extra)
+        await nursery.start(s.run)
+        nodes.append(s)
+    return net, nodes
+
+
+def all_know(nodes: list[SimServer], n: int) -> bool:
+    return all(s.known() == n for s in nodes)
+
+
+async def test_chain_of_seven_becomes_full_mesh(nursery, tmp_path, autojump_clock):
+    net, nodes = await start_cluster(nursery, tmp_path, 7)
+    for a, b in zip(nodes, nodes[1:]):
+        assert a.cmd("CLUSTER", "MEET", "127.0.0.1", b.port) == b"OK"
+    took = await wait_until(lambda: all_know(nodes, 7), timeout=30, what="full mesh")
+    assert took < 15
+    for s in nodes:
+        assert s.node.cluster_size == 7
+        assert len(s.node.reachable) == 6
+        lines = s.cmd("CLUSTER", "NODES").decode().splitlines()
+        assert len(lines) == 7
+        assert all(line.split()[2] in ("myself", "noflags") for line in lines), lines
+        assert all(line.endswith("connected") for line in lines)
+        hello = s.node.execute(1, [b"HELLO"], int(trio.current_time() * 1000))
+        assert hello[0] == 1 and len(hello) == 2 + 7
+        assert {entry[3] for entry in hello[2:]} == {b"1"}
+
+
+async def test_killed_nodes_fail_and_recover(nursery, tmp_path, autojump_clock):
+    net, nodes = await start_cluster(nursery, tmp_path, 7)
+    for b in nodes[1:]:
+        nodes[0].cmd("CLUSTER", "MEET", "127.0.0.1", b.port)
+    await wait_until(lambda: all_know(nodes, 7), timeout=30, what="full mesh")
+    victims, alive = nodes[5:], nodes[:5]
+    ids = [v.cluster.my_id for v in victims]
+    for v in victims:
+        v.kill()
+    await wait_until(
+        lambda: all(s.flags(v) == "fail" for s in alive for v in victims),
+        timeout=NODE_TIMEOUT * 4 / 1000,
+        what="victims flagged FAIL everywhere",
+    )
+    for s in alive:
+        assert not set(ids) & set(s.node.reachable)
+        prio = {e[0]: e[3] for e in s.node.execute(1, [b"HELLO"], int(trio.current_time() * 1000))[2:]}
+        assert all(prio[i.encode()] == b"100" for i in ids)
+    # bring them back with the same identity (nodes.conf kept in their dirs)
+    revived = []
+    for v, old_id in zip(victims, ids):
+        r = SimServer(net, v.port, v.config.dir, cluster_node_timeout=NODE_TIMEOUT)
+        assert r.cluster.my_id == old_id
+        await nursery.start(r.run)
+        revived.append(r)
+    everyone = alive + revived
+    await wait_until(
+        lambda: all(len(s.node.reachable) == 6 for s in everyone),
+        timeout=NODE_TIMEOUT * 4 / 1000,
+        what="FAIL cleared everywhere",
+    )
+    for s in alive:
+        assert all(s.flags(r) == "noflags" for r in revived)
+
+
+async def test_partition_minority_sees_pfail_majority_fail_then_heal(nursery, tmp_path, autojump_clock):
+    net, nodes = await start_cluster(nursery, tmp_path, 7)
+    for b in nodes[1:]:
+        nodes[0].cmd("CLUSTER", "MEET", "127.0.0.1", b.port)
+    await wait_until(lambda: all_know(nodes, 7), timeout=30, what="full mesh")
+    minority, majority = nodes[:3], nodes[3:]
+    net.partition({s.port + 10000 for s in minority}, {s.port + 10000 for s in majority})
+    await wait_until(
+        lambda: all(s.flags(m) == "fail" for s in majority for m in minority),
+        timeout=NODE_TIMEOUT * 4 / 1000,
+        what="majority flags the minority FAIL",
+    )
+    for s in minority:
+        for m in majority:
+            assert s.flags(m) in ("fail?", "fail"), s.flags(m)
+    # the minority (3 of 7) cannot reach a majority on its own
+    assert all(s.flags(m) == "fail?" for s in minority for m in majority)
+    net.heal()
+    await wait_until(
+        lambda: all(len(s.node.reachable) == 6 for s in nodes),
+        timeout=NODE_TIMEOUT * 4 / 1000,
+        what="partition healed",
+    )
+
+
+async def test_forget_leaving_and_pause_bcast(nursery, tmp_path, autojump_clock):
+    net, nodes = await start_cluster(nursery, tmp_path, 3)
+    for b in nodes[1:]:
+        nodes[0].cmd("CLUSTER", "MEET", "127.0.0.1", b.port)
+    await wait_until(lambda: all_know(nodes, 3), timeout=30, what="full mesh")
+    # LEAVING travels by gossip and shows as priority 100 everywhere
+    assert nodes[2].cmd("CLUSTER", "LEAVING", "yes") == b"OK"
+    assert nodes[2].cmd("CLUSTER", "LEAVING") == b"yes"
+    leaving_id = nodes[2].cluster.my_id.encode()
+
+    def sees_leaving(s: SimServer) -> bool:
+        hello = s.node.execute(1, [b"HELLO"], int(trio.current_time() * 1000))
+        return any(e[0] == leaving_id and e[3] == b"100" for e in hello[2:])
+
+    await wait_until(lambda: all(sees_leaving(s) for s in nodes), timeout=10, what="leaving flag everywhere")
+    assert nodes[0].flags(nodes[2]) == "leaving"
+    assert nodes[2].node.leaving
+    # PAUSE ... bcast sets the state on the other nodes
+    now = int(trio.current_time() * 1000)
+    assert nodes[0].node.execute(1, [b"PAUSE", b"q", b"in", b"bcast"], now) == b"in"
+    nodes[0].apply_effects()
+    await wait_until(
+        lambda: all(s.node.execute(1, [b"PAUSE", b"q", b"state"], 0) == b"in" for s in nodes[1:]),
+        timeout=5,
+        what="pause state broadcast",
+    )
+    # FORGET: gone, and gossip does not bring it back during the ban
+    forgotten = nodes[1].cluster.my_id
+    for s in (nodes[0], nodes[2]):
+        assert s.cmd("CLUSTER", "FORGET", forgotten) == b"OK"
+    await trio.sleep(20)
+    assert all(forgotten not in s.cluster.membership.known() for s in (nodes[0], nodes[2]))
+    assert nodes[0].cmd("CLUSTER", "FORGET", "x" * 40).startswith("ERR Unknown node")
+    assert nodes[0].cmd("CLUSTER", "FORGET", "short").startswith("ERR Invalid node identifier")
+    assert "forget myself" in nodes[0].cmd("CLUSTER", "FORGET", nodes[0].cluster.my_id)
+
+
+async def test_cluster_secret_keeps_outsiders_out(nursery, tmp_path, autojump_clock):
+    secrets = [{"cluster_secret": "s3cret"}, {"cluster_secret": "s3cret"}, {"cluster_secret": "other"}, {}]
+    net, nodes = await start_cluster(nursery, tmp_path, 4, per_node=secrets)
+    members, outsiders = nodes[:2], nodes[2:]
+    members[0].cmd("CLUSTER", "MEET", "127.0.0.1", members[1].port)
+    await wait_until(lambda: all_know(members, 2), timeout=20, what="members meet")
+    for o in outsiders:  # wrong secret, and no secret at all
+        members[0].cmd("CLUSTER", "MEET", "127.0.0.1", o.port)
+        o.cmd("CLUSTER", "MEET", "127.0.0.1", members[1].port)
+    await trio.sleep(10)
+    assert [s.known() for s in nodes] == [2, 2, 1, 1]
+    assert sum(s.cluster.stats["auth_failures"] for s in nodes) >= 2
+    info = members[0].cmd("CLUSTER", "INFO").decode()
+    assert "cluster_known_nodes:2" in info
+
+
+@pytest.mark.parametrize("hard", [False, True])
+async def test_reset(nursery, tmp_path, autojump_clock, hard):
+    net, nodes = await start_cluster(nursery, tmp_path, 2)
+    nodes[0].cmd("CLUSTER", "MEET", "127.0.0.1", nodes[1].port)
+    await wait_until(lambda: all_know(nodes, 2), timeout=20, what="meet")
+    old = nodes[0].cluster.my_id
+    assert nodes[0].cmd("CLUSTER", "RESET", "HARD" if hard else "SOFT") == b"OK"
+    assert nodes[0].known() == 1
+    assert (nodes[0].cluster.my_id != old) == hard
+    assert nodes[0].node.id == nodes[0].cluster.my_id
