@@ -25,6 +25,7 @@ class MemoryNetwork:
         self.listeners: dict[int, Any] = {}
         self.groups: list[set[int]] | None = None
         self.streams: list[tuple[int, int, Any, Any]] = []
+        self.replays: set[tuple[int, int]] = set()
 
     def reachable(self, a: int, b: int) -> bool:
         if self.groups is None:
@@ -40,6 +41,10 @@ class MemoryNetwork:
     def heal(self) -> None:
         self.groups = None
 
+    def replay_next_write(self, from_port: int, to_port: int) -> None:
+        """Make the next write on the from->to link go out twice (a replay attack)."""
+        self.replays.add((from_port, to_port))
+
     def _sever(self, s1: Any, s2: Any) -> None:
         for s in (s1, s2):
             try:
@@ -50,6 +55,32 @@ class MemoryNetwork:
 
     def transport(self, my_bus_port: int) -> "MemoryTransport":
         return MemoryTransport(self, my_bus_port)
+
+
+class _Tap(trio.abc.Stream):
+    """A client stream the network can tamper with (replay a write)."""
+
+    def __init__(self, inner: Any, net: MemoryNetwork, key: tuple[int, int]) -> None:
+        self.inner = inner
+        self.net = net
+        self.key = key
+        self.send_stream = inner.send_stream
+        self.receive_stream = inner.receive_stream
+
+    async def send_all(self, data) -> None:
+        await self.inner.send_all(data)
+        if self.key in self.net.replays:
+            self.net.replays.discard(self.key)
+            await self.inner.send_all(data)
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self.inner.wait_send_all_might_not_block()
+
+    async def receive_some(self, max_bytes=None):
+        return await self.inner.receive_some(max_bytes)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
 
 
 class MemoryTransport:
@@ -66,7 +97,7 @@ class MemoryTransport:
         client, server = trio.testing.memory_stream_pair()
         net.streams.append((self.my_port, port, client, server))
         accept.send_nowait(server)
-        return client
+        return _Tap(client, net, (self.my_port, port))
 
     async def serve(self, host: str, port: int, handler, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         # Connections are handled in this node's own nursery, so killing the

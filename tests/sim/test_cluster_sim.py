@@ -170,3 +170,29 @@ async def test_reset(nursery, tmp_path, autojump_clock, hard):
     assert nodes[0].known() == 1
     assert (nodes[0].cluster.my_id != old) == hard
     assert nodes[0].node.id == nodes[0].cluster.my_id
+
+
+async def test_replayed_frame_closes_the_link_and_is_counted(nursery, tmp_path, autojump_clock):
+    net, nodes = await start_cluster(nursery, tmp_path, 3, cluster_secret="s3cret")
+    for b in nodes[1:]:
+        nodes[0].cmd("CLUSTER", "MEET", "127.0.0.1", b.port)
+    await wait_until(lambda: all(len(s.node.reachable) == 2 for s in nodes), timeout=20, what="mesh")
+    a, b = nodes[0], nodes[1]
+    net.replay_next_write(a.port + 10000, b.port + 10000)
+    await wait_until(lambda: b.cluster.stats["auth_failures"] >= 1, timeout=10, what="replay detected")
+    # the link was dropped and re-established; the cluster stays whole
+    await trio.sleep(NODE_TIMEOUT * 2 / 1000)
+    assert all(len(s.node.reachable) == 2 for s in nodes)
+    assert all(s.flags(o) == "noflags" for s in nodes for o in nodes if o is not s)
+
+
+async def test_garbage_on_a_link_is_counted_and_the_node_carries_on(nursery, tmp_path, autojump_clock):
+    net, nodes = await start_cluster(nursery, tmp_path, 2)
+    nodes[0].cmd("CLUSTER", "MEET", "127.0.0.1", nodes[1].port)
+    await wait_until(lambda: all(len(s.node.reachable) == 1 for s in nodes), timeout=20, what="meet")
+    evil = await net.transport(9999).open_connection("127.0.0.1", nodes[1].port + 10000)
+    await evil.send_all(b"\x00\x00\x00\x05\xc1\xc1\xc1\xc1\xc1")  # a frame of invalid msgpack
+    await wait_until(lambda: nodes[1].cluster.stats["bad_frames"] >= 1, timeout=5, what="bad frame counted")
+    assert await evil.receive_some(10) == b""  # closed on us
+    await trio.sleep(NODE_TIMEOUT * 2 / 1000)
+    assert len(nodes[1].node.reachable) == 1
