@@ -65,7 +65,14 @@ def server(args: tuple[str, ...]) -> None:
         sys.exit(1)
     setup_logging(cfg.resolve_path(cfg.logfile) if cfg.logfile else "", cfg.loglevel)
     try:
-        trio.run(run_node, cfg)
+        try:
+            trio.run(run_node, cfg)
+        except* OSError as group:  # e.g. a port already in use: say it plainly, exit 1
+            from .server.logs import log
+
+            for exc in group.exceptions:
+                log.warning("Fatal: %s", exc.strerror if isinstance(exc, OSError) and exc.strerror else exc)
+            sys.exit(1)
     except KeyboardInterrupt:
         pass
 

@@ -66,6 +66,7 @@ from .job import (
     Job,
 )
 from .queues import PAUSED_ALL, PAUSED_IN, PAUSED_OUT, Queue, Waiter, pause_name
+from .replication import QUEUED_INCR_DELIV, QUEUED_INCR_NACKS, REPL_ADD_NODE_MS, ReplicationMixin
 from .replies import NULL_ARRAY, Error, Status, err
 from .store import JobStore
 
@@ -85,7 +86,7 @@ SCHEDULE_BATCH = 10_000
 Handler = Callable[[int, list], Any]
 
 
-class Node:
+class Node(ReplicationMixin):
     def __init__(
         self,
         node_id: str,
@@ -129,6 +130,19 @@ class Node:
             "jobs_expired": 0,
             "jobs_requeued": 0,
         }
+        self._replication_init()
+        self._handlers: dict[str, Callable[[str, list], None]] = {
+            "REPLJOB": self.on_repljob,
+            "GOTJOB": self.on_gotjob,
+            "ENQUEUE": self.on_enqueue,
+            "QUEUED": self.on_queued,
+            "WORKING": self.on_working,
+            "WILLQUEUE": self.on_willqueue,
+            "SETACK": self.on_setack,
+            "GOTACK": self.on_gotack,
+            "DELJOB": self.on_deljob,
+            "PAUSE": self.on_pause,
+        }
         self.commands: dict[bytes, tuple[Handler, int]] = {
             b"addjob": (self.cmd_addjob, -4),
             b"getjob": (self.cmd_getjob, -2),
@@ -171,6 +185,8 @@ class Node:
     def tick(self, now: int) -> None:
         """Run everything that is due at ``now``."""
         self.now = now
+        if self._repl_timers:
+            self._repl_tick()
         due = self.store.pop_due(now, SCHEDULE_BATCH)
         for job in due:
             self._process_job(job)
@@ -190,6 +206,8 @@ class Node:
         waiter = self._blocked.get(client)
         if waiter is not None:
             self._unblock(waiter)
+        if client in self._repl_client_jobs:
+            self.repl_client_closed(client)
 
     def take_effects(self) -> list[Any]:
         effects = self._effects
@@ -207,6 +225,9 @@ class Node:
             best = deadlines[0][0]
         if self.queues and (best is None or self._next_queue_gc < best):
             best = self._next_queue_gc
+        repl = self._repl_next() if self._repl_timers else None
+        if repl is not None and (best is None or repl < best):
+            best = repl
         return best
 
     # =====================================================================
@@ -214,16 +235,21 @@ class Node:
     # =====================================================================
     @property
     def blocked_clients(self) -> int:
-        return len(self._blocked)
+        return len(self._blocked) + len(self._repl_client_jobs)
 
     def is_blocked(self, client: int) -> bool:
-        return client in self._blocked
+        return client in self._blocked or client in self._repl_client_jobs
 
     def flushall(self) -> None:
         """DEBUG FLUSHALL: forget every job and queue; waiters get a timeout reply."""
         for waiter in list(self._blocked.values()):
             self._unblock(waiter)
             self._effects.append(Reply(waiter.client, NULL_ARRAY))
+        for client, job_id in list(self._repl_client_jobs.items()):
+            self._effects.append(Reply(client, Error("NOREPL job removed by DEBUG FLUSHALL")))
+        self._repl_client_jobs.clear()
+        self._repl_clients.clear()
+        self._repl_timers.clear()
         self.store.clear()
         self.queues.clear()
         self._ready.clear()
@@ -287,7 +313,7 @@ class Node:
         else:
             job.qtime = 0  # AT_MOST_ONCE: never again
         if job.flags & F_BCAST_QUEUED or nack:
-            self._send(job.delivered, ("QUEUED", job.id, nack))
+            self._send(job.delivered, ("QUEUED", bytes(job.id), QUEUED_INCR_NACKS if nack else QUEUED_INCR_DELIV))
             if nack:
                 job.nacks += 1
             else:
@@ -329,6 +355,13 @@ class Node:
             q = self.queues.get(job.queue)
             if q is not None:
                 q.remove(job)
+        elif job.state == WAIT_REPL:  # e.g. its TTL ended while replicating
+            client = self._repl_clients.pop(job.id, None)
+            if client is not None:
+                self._repl_client_jobs.pop(client, None)
+                self._effects.append(Reply(client, Error(
+                    "NOREPL job removed (expired?) before the requested replication level was achieved")))
+                self._send(job.delivered, ("DELJOB", bytes(job.id)))
 
     def acknowledge(self, job: Job) -> None:
         """ACK_ONCE: move a job to acked (dequeuing it) and schedule its GC."""
@@ -357,7 +390,7 @@ class Node:
             return
         targets = job.delivered or self.known_nodes
         confirmed = job.confirmed
-        self._send((n for n in targets if n not in confirmed), ("SETACK", job.id, len(job.delivered)))
+        self._send([n for n in targets if n not in confirmed], ("SETACK", bytes(job.id), len(job.delivered)))
         period = min(GC_RETRY_MIN_MS << job.gc_retry, GC_RETRY_MAX_MS)
         job.qtime = self.now + period + self._time_error()
         self._reschedule(job)
@@ -372,7 +405,7 @@ class Node:
         state = job.state
         if (state == ACTIVE or state == QUEUED) and job.flags & F_BCAST_WILLQUEUE and job.qtime - WILLQUEUE_ADVANCE_MS <= now:
             if state != QUEUED:
-                self._send(job.delivered, ("WILLQUEUE", job.id))
+                self._send(job.delivered, ("WILLQUEUE", bytes(job.id)))
             job.flags &= ~F_BCAST_WILLQUEUE
         if state == ACTIVE and job.qtime and job.qtime <= now:
             q = self.queues.get(job.queue)
@@ -521,17 +554,42 @@ class Node:
             now + (req.delay or req.retry) * 1000,
             self._myself_only,
         )
-        if not self.store.register(job):  # 144 random bits colliding: a bug
+        if extrepl:
+            job.delivered = ()
+        elif replicate > 1:
+            job.delivered = (self.id,)  # its own tuple: holders get added to it
+        discard_local = req.async_ and extrepl
+        if not discard_local and not self.store.register(job):  # 144 random bits colliding: a bug
             return err("Internal error creating the job, check server logs")
         self.stats["jobs_added"] += 1
-        # Replication to other nodes plugs in here (cluster issue): with
-        # additional > 0 the job stays in wait-repl and the client blocks.
-        if req.delay == 0:
-            self.enqueue_job(job)
-        else:
-            job.state = ACTIVE
+        reply: Any
+        if (replicate > 1 or extrepl) and not req.async_:
+            # Synchronous replication: the client waits for GOTJOB confirmations.
+            job.confirmed = set() if extrepl else {self.id}
+            self._repl_clients[job.id] = client
+            self._repl_client_jobs[client] = job.id
+            self._repl_timer(now + REPL_ADD_NODE_MS, 0, job.id)
+            if req.timeout:
+                self._repl_timer(now + req.timeout, 1, job.id)
             self._reschedule(job)
-        return Status(job.id)
+            reply = BLOCKED
+        else:
+            if req.delay == 0:
+                if not extrepl:
+                    self.enqueue_job(job)
+            else:
+                job.state = ACTIVE
+                if not discard_local:
+                    self._reschedule(job)
+            reply = Status(job.id)
+        if additional > 0:
+            self.replicate_job(job, additional, req.async_)
+        if discard_local:
+            holders = list(job.delivered)
+            if holders:
+                target = holders[self.rng.randrange(len(holders))]
+                self._send((target,), ("ENQUEUE", bytes(job.id), job.delay))
+        return reply
 
     def cmd_getjob(self, client: int, argv: list[bytes]) -> Any:
         req = parse_getjob(argv)
@@ -596,9 +654,9 @@ class Node:
         for job_id in ids:
             job = self.store.get(job_id)
             if job is None:
-                self._send(self.known_nodes, ("DELJOB", job_id))
+                self._send(self.known_nodes, ("DELJOB", bytes(job_id)))
             else:
-                self._send(job.delivered, ("DELJOB", job_id))
+                self._send(job.delivered, ("DELJOB", bytes(job_id)))
                 if job.state != ACKED:
                     self.stats["jobs_acked"] += 1
                 self.delete_job(job)
@@ -678,7 +736,7 @@ class Node:
                 job.flags |= F_BCAST_WILLQUEUE
             job.qtime = now + job.retry * 1000 + self._time_error()
             self._reschedule(job)
-        self._send(job.delivered, ("WORKING", job.id))
+        self._send(job.delivered, ("WORKING", bytes(job.id)))
         return job.retry
 
     def cmd_qlen(self, client: int, argv: list[bytes]) -> Any:
@@ -813,7 +871,7 @@ class Node:
                 self.set_pause(q, new_flags)
         flags = q.flags & PAUSED_ALL if q is not None else 0
         if bcast:
-            self._send(self.known_nodes, ("PAUSE", argv[1], flags))
+            self._send(self.known_nodes, ("PAUSE", bytes(argv[1]), flags))
         return Status(pause_name(flags).encode())
 
     def set_pause(self, q: Queue, flags: int) -> None:
@@ -840,25 +898,6 @@ class Node:
         self.id = node_id
         self._myself_only = (node_id,)
         self.ids = ids_mod.JobIdGenerator(node_id, self._seed)
-
-    def receive_data(self, sender: str, kind: str, body: Any, now: int) -> None:
-        """A job-layer message from another node (the bus already checked its shape)."""
-        self.now = now
-        if kind == "PAUSE":
-            if not (isinstance(body, list) and len(body) == 2 and isinstance(body[0], bytes)
-                    and type(body[1]) is int):  # fmt: skip
-                return
-            name, flags = body
-            q = self.queues.get(name)
-            if q is None:
-                if not flags & PAUSED_ALL:
-                    return
-                q = self._get_queue(name)
-            self.set_pause(q, flags & PAUSED_ALL)
-        # Job replication messages (REPLJOB, GOTJOB, SETACK, ...) arrive with
-        # the replication issue; until then they are ignored.
-        if self._ready:
-            self._serve_ready()
 
     # =====================================================================
     # Queue eviction

@@ -130,7 +130,14 @@ class ClusterService:
         host = cfg.bind[0] if cfg.bind else "0.0.0.0"
         self.bus = Bus(self, host=host, port=cfg.port + BUS_PORT_OFFSET, secret=self.secret, transport=self.transport)
         async with trio.open_nursery() as nursery:
-            await nursery.start(self.bus.run)
+            try:
+                await nursery.start(self.bus.run)
+            except OSError as exc:
+                raise OSError(
+                    exc.errno,
+                    "Creating cluster bus listening socket %s:%d: %s"
+                    % (host, cfg.port + BUS_PORT_OFFSET, exc.strerror or exc),
+                ) from exc
             log.info("Cluster bus listening on %s port %d", host, cfg.port + BUS_PORT_OFFSET)
             self.sync()
             task_status.started()
@@ -240,6 +247,9 @@ class ClusterService:
                 fields = dict(m.info_fields())
                 fields.setdefault("cluster_stats_auth_failures", self.stats.get("auth_failures", 0))
                 fields.setdefault("cluster_stats_bad_frames", self.stats.get("bad_frames", 0))
+                if self.bus is not None:
+                    for key, value in self.bus.stats.items():
+                        fields["cluster_stats_bus_" + key] = value
                 return "".join("%s:%s\r\n" % kv for kv in fields.items()).encode()
             if sub == b"saveconfig" and n == 2:
                 try:
