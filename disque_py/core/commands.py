@@ -29,6 +29,7 @@ __all__ = [
 SYNTAX_ERROR = err("syntax error")
 NOT_AN_INTEGER = err("value is not an integer or out of range")
 BADID = Error("BADID Invalid Job ID format.")
+RETRY0_NEEDS_REPLICATE1 = err("With RETRY set to 0 please explicitly set REPLICATE to 1 (at-most-once delivery)")
 _INT_MAX = (1 << 63) - 1
 _INT_MIN = -(1 << 63)
 
@@ -137,8 +138,8 @@ def parse_addjob(argv: list[bytes]) -> AddJob | Error:
             return SYNTAX_ERROR
     if timeout_error is not None:  # options are validated first, as Disque
         return timeout_error
-    if req.retry == 0 and (req.replicate or 1) > 1:
-        return err("With RETRY set to 0 please explicitly set REPLICATE to 1 (at-most-once delivery)")
+    if req.retry == 0 and (req.replicate or 1) > 1:  # again with the default factor in Node
+        return RETRY0_NEEDS_REPLICATE1
     if req.delay >= req.ttl:
         return err("The specified DELAY is greater than TTL. Job refused since would never be delivered")
     if req.retry == -1:

@@ -45,6 +45,7 @@ from typing import Any
 from . import ids as ids_mod
 from .commands import (
     NOT_AN_INTEGER,
+    RETRY0_NEEDS_REPLICATE1,
     SYNTAX_ERROR,
     check_job_ids,
     parse_addjob,
@@ -520,6 +521,8 @@ class Node(ReplicationMixin):
         if type(req) is Error:
             return req
         replicate = req.replicate or min(DEFAULT_REPLICATE_MAX, self.cluster_size)
+        if req.retry == 0 and replicate > 1:  # the default factor counts too, as in Disque
+            return RETRY0_NEEDS_REPLICATE1
         extrepl = self.leaving
         additional = replicate if extrepl else replicate - 1
         if additional > len(self.reachable):

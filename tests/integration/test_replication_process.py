@@ -1,0 +1,75 @@
+"""Replication across real node processes: 7 nodes, kill -9 of holders, acks collected everywhere."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+import redis
+
+from .conftest import wait_for
+from .test_cluster_process import created  # noqa: F401  (fixture)
+
+pytestmark = pytest.mark.integration
+
+
+def show(port: int, job_id: bytes) -> dict | None:
+    reply = redis.Redis(port=port, socket_timeout=5).execute_command("SHOW", job_id)
+    if reply is None:
+        return None
+    return {reply[i].decode(): reply[i + 1] for i in range(0, len(reply), 2)}
+
+
+def port_of(ports: list[int], node_id: bytes) -> int:
+    for p in ports:
+        if redis.Redis(port=p).execute_command("CLUSTER", "MYID") == node_id:
+            return p
+    raise AssertionError("no node with id %r" % node_id)
+
+
+def test_seven_nodes_kill_two_holders_then_ack_everywhere(created, tmp_path):  # noqa: F811
+    ports = created(7, "--node-timeout", "1000")
+    origin = redis.Redis(port=ports[0], socket_timeout=10)
+    job_id = origin.execute_command("ADDJOB", "q", "survivor", 5000, "REPLICATE", 3, "RETRY", 2)
+    info = show(ports[0], job_id)
+    holders = info["nodes-delivered"]
+    assert len(holders) == 3 and info["state"] == b"queued" and info["repl"] == 3
+    holder_ports = [port_of(ports, h) for h in holders]
+    for p in holder_ports:
+        copy = show(p, job_id)
+        assert copy is not None and sorted(copy["nodes-delivered"]) == sorted(holders)
+    for p in set(ports) - set(holder_ports):
+        assert show(p, job_id) is None
+    # consume it on the origin without acking, then kill -9 the origin and one more holder
+    assert origin.execute_command("GETJOB", "FROM", "q")[0][1] == job_id
+    assert holder_ports[0] == ports[0]  # the creator lists itself first
+    victims, survivor = holder_ports[:2], holder_ports[2]
+    for p in victims:
+        pid = int((tmp_path / "run" / ("node-%d" % p) / "disque.pid").read_text())
+        os.kill(pid, signal.SIGKILL)
+    # the survivor requeues it after RETRY and delivers it
+    r = redis.Redis(port=survivor, socket_timeout=10)
+    got = r.execute_command("GETJOB", "TIMEOUT", 10000, "FROM", "q")
+    assert got and got[0][1] == job_id and got[0][2] == b"survivor"
+    # ACK on a node that never had a copy: a dummy ack that finds the survivor
+    others = [p for p in ports if p not in holder_ports]
+    assert redis.Redis(port=others[0]).execute_command("ACKJOB", job_id) == 0
+    wait_for(lambda: (show(survivor, job_id) or {}).get("state") == b"acked", timeout=10, what="survivor acked")
+    # GC cannot finish while two holders are down: the ack waits on the survivor
+    # (and is never requeued); the dummy ack is dropped once it found the owner.
+    wait_for(lambda: show(others[0], job_id) is None, timeout=10, what="dummy ack dropped")
+    assert all(show(p, job_id) is None for p in others)
+    # bring the holders back (memory lost): the survivor's GC completes
+    from .conftest import NodeProcess
+
+    restarted = []
+    try:
+        for p in victims:
+            node = NodeProcess(tmp_path / "again", port=p, dir=str(tmp_path / "run" / ("node-%d" % p)),
+                               cluster_node_timeout=1000)  # fmt: skip
+            restarted.append(node.start())
+        wait_for(lambda: all(show(p, job_id) is None for p in ports), timeout=30, what="job collected everywhere")
+    finally:
+        for node in restarted:
+            node.stop()
