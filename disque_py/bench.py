@@ -1,8 +1,9 @@
-"""Benchmarks for one disque-py node, with redis-server as a yardstick.
+"""Benchmarks for one disque-py node, with redis-server as a yardstick, and for the cluster bus.
 
-    scripts/bench                         everything (about a minute)
+    scripts/bench                         everything (about three minutes, two of them the bus)
     scripts/bench --quick                 smoke run with small n (< 1 minute)
-    scripts/bench --only addjob,memory    a subset: addjob, getjob, cycles, memory, redis
+    scripts/bench --only addjob,memory    a subset: addjob, getjob, cycles, memory, redis, bus
+    scripts/bench --only bus              only the cluster bus tests (about two minutes)
     python -m disque_py.bench client --port 7711 --duration 5
                                           only the add->get->ack client, against any node
 
@@ -43,7 +44,25 @@ connections of the one before.
   (the process RSS in disque-py), then 200,000 (and 1,000,000) jobs with a
   100-byte body added by ``redis-benchmark -P 32``, then ``used_memory``
   again; bytes/job = difference / registered_jobs.
-
+* **Cluster bus** (``bus``): local clusters of real node processes on ports
+  ``--base-port + 100`` and up (cluster bus +10000), **not** pinned (the
+  kernel spreads them over both CPUs; an idle node needs well under 1% of a
+  core). *Idle traffic*: N fresh nodes (3, 10, 30), ``CLUSTER MEET`` of
+  every other node sent to node 0, CLUSTER INFO polled on every node every
+  100 ms until every node has ``cluster_reachable_nodes`` = N-1 (the star
+  join time is reported on the side), 5 s of settling, then the counters
+  ``cluster_stats_messages_{sent,received}`` and
+  ``cluster_stats_bus_{bytes,frames}_{sent,received}`` (the bus's own byte
+  and frame counters) and the CPU time from /proc are sampled on every node,
+  again 20 s later, and each node's rates are computed over its own interval;
+  the table shows mean, min and max across nodes. *Chain join*: 10 fresh
+  nodes, ``CLUSTER MEET`` i -> i+1 sent to node i (0-1, 1-2, ..., 8-9), the
+  clock started just before the first MEET; CLUSTER INFO is polled on every
+  node every 50 ms (one connection per node) and the time is taken at the end
+  of the first polling round in which every node reports N-1 (so it is up to
+  ~50 ms late); three runs with fresh nodes, and their median. Nodes are
+  stopped with ``SHUTDOWN`` after each test, and killed if they linger 10 s.
+  Every wait has a deadline; a node that exits fails the run with its log.
 The Markdown table goes to stdout; the raw results, the machine (nproc, CPU
 model, Python, redis-benchmark version, git commit) and the exact commands go
 to a JSON file (``bench-results/`` by default, or ``--write FILE``). Every
@@ -78,7 +97,15 @@ SERVER_CPU = "0"
 CLIENT_CPU = "1"
 #: Load generator CPU use (% of its one core) from which a result is flagged as client-bound.
 CLIENT_BOUND_PCT = 90
-SUITES = ("addjob", "getjob", "cycles", "memory", "redis")
+SUITES = ("addjob", "getjob", "cycles", "memory", "redis", "bus")
+#: The bus suite's node i listens on --base-port + BUS_PORT_SHIFT + i (cluster bus: that + 10000).
+BUS_PORT_SHIFT = 100
+#: Disque's cluster-node-timeout default (ms), used when --cluster-node-timeout is not given.
+DEFAULT_NODE_TIMEOUT = 15000
+#: How often the join tests poll CLUSTER INFO on every node: the chain join (the measured
+#: figure) and the star join before the idle measurement (only reported on the side).
+CHAIN_POLL = 0.05
+STAR_POLL = 0.1
 
 #: Disque 1.0-rc1 (C) on this machine class with 50 clients, and our targets (from the issue).
 REFERENCE = {
@@ -108,10 +135,18 @@ class Sizes:
     n_p32: int = 500_000
     memory_jobs: tuple[int, ...] = (200_000, 1_000_000)
     duration: float = 10.0
+    #: bus: cluster sizes of the idle-traffic test, its settling time and measurement window.
+    bus_nodes: tuple[int, ...] = (3, 10, 30)
+    bus_settle: float = 5.0
+    bus_window: float = 20.0
+    #: bus: nodes of the chain-join test and how many times it is repeated (fresh nodes each time).
+    chain_nodes: int = 10
+    chain_runs: int = 3
 
     @classmethod
     def quick(cls) -> "Sizes":
-        return cls(n_p1=20_000, n_p32=100_000, memory_jobs=(50_000,), duration=2.0)
+        return cls(n_p1=20_000, n_p32=100_000, memory_jobs=(50_000,), duration=2.0,
+                   bus_nodes=(3, 10), bus_settle=2.0, bus_window=5.0, chain_runs=1)  # fmt: skip
 
 
 # --------------------------------------------------------------------------- RESP helpers
@@ -378,15 +413,22 @@ class Server:
         self.proc: subprocess.Popen | None = None
 
     def start(self, timeout: float = 20.0) -> "Server":
+        self.spawn()
+        self.wait_ready(timeout)
+        return self
+
+    def spawn(self) -> "Server":
+        """Start the process without waiting for it to answer (see :meth:`wait_ready`)."""
         if port_in_use(self.port):
             raise BenchError("port %d is already in use: pick another with --base-port" % self.port)
         stderr = open(self.workdir / "stderr", "ab")
-        self.proc = subprocess.Popen(
-            self.argv, cwd=str(self.workdir), stdin=subprocess.DEVNULL, stdout=stderr,
-            stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
-        stderr.close()
-        self.wait_ready(timeout)
+        try:
+            self.proc = subprocess.Popen(
+                self.argv, cwd=str(self.workdir), stdin=subprocess.DEVNULL, stdout=stderr,
+                stderr=subprocess.STDOUT, start_new_session=True,
+            )  # fmt: skip
+        finally:
+            stderr.close()
         return self
 
     def wait_ready(self, timeout: float) -> None:
@@ -467,6 +509,7 @@ class Bench:
     conns: int = 50
     cycles_count: int | None = None
     shared_queue: bool = False
+    node_timeout: int | None = None  # bus suite: --cluster-node-timeout for every node, None = default
     python: str = sys.executable
     servers: list[Server] = field(default_factory=list)
     commands: list[str] = field(default_factory=list)
@@ -509,6 +552,12 @@ class Bench:
             self.servers.remove(server)
 
     def stop_all(self) -> None:
+        for server in list(self.servers):  # SIGTERM to all first: many nodes then stop in parallel
+            if server.proc is not None and server.proc.poll() is None:
+                try:
+                    server.proc.terminate()
+                except OSError:
+                    pass
         for server in list(self.servers):
             try:
                 self.stop(server)
@@ -677,6 +726,236 @@ class Bench:
         finally:
             self.stop(server)
 
+    # ---- the bus suite: local clusters of real processes
+
+    @property
+    def timeout_ms(self) -> int:
+        return self.node_timeout or DEFAULT_NODE_TIMEOUT
+
+    def bus_port(self, i: int) -> int:
+        return self.base_port + BUS_PORT_SHIFT + i
+
+    def cluster_node_argv(self, port: int, workdir: Path) -> list[str]:
+        """A cluster node: not pinned, so the kernel spreads the nodes over both CPUs."""
+        exe = Path(self.python).with_name("disque-py")
+        cmd = [str(exe)] if exe.exists() else [self.python, "-m", "disque_py.cli"]
+        argv = [*cmd, "server", "--port", str(port), "--dir", str(workdir), "--bind", HOST,
+                "--logfile", str(workdir / "log")]  # fmt: skip
+        if self.node_timeout:
+            argv += ["--cluster-node-timeout", str(self.node_timeout)]
+        return argv
+
+    def start_cluster_nodes(self, count: int, label: str) -> list[Server]:
+        """``count`` fresh nodes (new processes, new empty directories), all answering PING."""
+        nodes: list[Server] = []
+        for i in range(count):
+            port = self.bus_port(i)
+            workdir = Path(tempfile.mkdtemp(prefix="%s-node%d-" % (label, i), dir=self.tmp))
+            argv = self.cluster_node_argv(port, workdir)
+            self.record(argv)
+            node = Server("disque-py", argv, port, workdir)
+            node.spawn()
+            nodes.append(node)
+            self.servers.append(node)
+        # 30 interpreters starting at once on 2 cores take a while: one deadline for all.
+        deadline = time.monotonic() + 30.0 + 2.0 * count
+        for node in nodes:
+            node.wait_ready(max(1.0, deadline - time.monotonic()))
+        return nodes
+
+    def shutdown_nodes(self, nodes: list[Server], timeout: float = 10.0) -> int:
+        """SHUTDOWN to every node, wait for them to exit, SIGTERM/SIGKILL leftovers; returns the leftovers."""
+        for node in nodes:
+            if node.proc is not None and node.proc.poll() is None:
+                try:
+                    with SyncClient(node.port, timeout=2.0) as c:
+                        c.call("SHUTDOWN")  # no reply: the node closes the connection
+                except (OSError, BenchError):
+                    pass
+        deadline = time.monotonic() + timeout
+        leftovers = 0
+        for node in nodes:
+            if node.proc is None:
+                continue
+            try:
+                node.proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                leftovers += 1
+                log("node on port %d still running %.0f s after SHUTDOWN: stopping it" % (node.port, timeout))
+            self.stop(node)  # SIGTERM, then SIGKILL to the group; no-op if it already exited
+        if leftovers:
+            self.notes.append("bus: %d node(s) did not exit within %.0f s of SHUTDOWN and were killed"
+                              % (leftovers, timeout))  # fmt: skip
+        return leftovers
+
+    @staticmethod
+    def cluster_info(client: SyncClient) -> dict[str, str]:
+        text = client.call("CLUSTER", "INFO")
+        text = text.decode() if isinstance(text, bytes) else str(text)
+        return dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+
+    def wait_joined(
+        self, nodes: list[Server], conns: list[SyncClient], t0: float, timeout: float, interval: float
+    ) -> dict[str, Any]:
+        """Poll CLUSTER INFO on every node every ``interval`` s until, in one round, every node
+        has cluster_reachable_nodes == N-1. Returns the seconds since ``t0`` at the end of that
+        round, and when each node first reported N-1."""
+        want = len(nodes) - 1
+        first: list[float | None] = [None] * len(nodes)
+        deadline = t0 + timeout
+        rounds = 0
+        next_round = time.monotonic()
+        while True:
+            reach = []
+            for i, (node, c) in enumerate(zip(nodes, conns)):
+                if node.proc is not None and node.proc.poll() is not None:
+                    raise BenchError("node on port %d exited during the join:\n%s" % (node.port, node.tail()))
+                r = int(self.cluster_info(c)["cluster_reachable_nodes"])
+                if r == want and first[i] is None:
+                    first[i] = time.monotonic() - t0
+                reach.append(r)
+            rounds += 1
+            now = time.monotonic()
+            if all(r == want for r in reach):
+                return {"joined_s": round(now - t0, 3), "rounds": rounds, "poll_interval_s": interval,
+                        "node_first_s": [round(f, 3) for f in first if f is not None]}  # fmt: skip
+            if now > deadline:
+                raise BenchError(
+                    "%d nodes did not all reach cluster_reachable_nodes=%d within %.0f s; last counts: %s"
+                    % (len(nodes), want, timeout, reach)
+                )
+            next_round += interval
+            time.sleep(max(0.0, next_round - time.monotonic()))
+            if next_round < time.monotonic() - interval:  # fell behind: do not burst
+                next_round = time.monotonic()
+
+    def sample_bus(self, nodes: list[Server], conns: list[SyncClient]) -> list[dict[str, Any]]:
+        """CLUSTER INFO counters and CPU seconds of every node, each with its own timestamp."""
+        out = []
+        for node, c in zip(nodes, conns):
+            ta = time.monotonic()
+            info = self.cluster_info(c)
+            tb = time.monotonic()
+            row: dict[str, Any] = {"t": (ta + tb) / 2, "cpu_s": node.cpu_seconds()}
+            for key in ("messages_sent", "messages_received", "bus_bytes_sent", "bus_bytes_received",
+                        "bus_frames_sent", "bus_frames_received", "links_closed"):  # fmt: skip
+                if "cluster_stats_" + key not in info:
+                    raise BenchError("CLUSTER INFO on port %d has no cluster_stats_%s" % (node.port, key))
+                row[key] = int(info["cluster_stats_" + key])
+            row["reachable"] = int(info["cluster_reachable_nodes"])
+            row["known"] = int(info["cluster_known_nodes"])
+            out.append(row)
+        return out
+
+    def bus_idle(self, n: int) -> dict[str, Any]:
+        """Idle bus traffic per node in a fully joined cluster of ``n`` local nodes."""
+        log("bus: idle traffic, %d nodes (start, MEET all from node 0, settle %.0f s, measure %.0f s)"
+            % (n, self.sizes.bus_settle, self.sizes.bus_window))  # fmt: skip
+        t_start = time.monotonic()
+        nodes = self.start_cluster_nodes(n, "idle%d" % n)
+        conns: list[SyncClient] = []
+        try:
+            started_s = time.monotonic() - t_start
+            conns = [SyncClient(node.port, timeout=10.0) for node in nodes]
+            t0 = time.monotonic()
+            for node in nodes[1:]:
+                conns[0].call("CLUSTER", "MEET", HOST, str(node.port))
+            joined = self.wait_joined(nodes, conns, t0, timeout=60.0 + 2.0 * n, interval=STAR_POLL)
+            log("bus: %d nodes joined in %.2f s" % (n, joined["joined_s"]))
+            time.sleep(self.sizes.bus_settle)
+            s0 = self.sample_bus(nodes, conns)
+            time.sleep(self.sizes.bus_window)
+            s1 = self.sample_bus(nodes, conns)
+        finally:
+            for c in conns:
+                c.close()
+            leftovers = self.shutdown_nodes(nodes)
+
+        per_node = []
+        for a, b in zip(s0, s1):
+            dt = b["t"] - a["t"]
+            row = {k: round((b[k] - a[k]) / dt, 2) for k in ("messages_sent", "messages_received", "bus_bytes_sent",
+                   "bus_bytes_received", "bus_frames_sent", "bus_frames_received")}  # fmt: skip
+            row["window_s"] = round(dt, 3)
+            row["cpu_pct"] = (round(100.0 * (b["cpu_s"] - a["cpu_s"]) / dt, 2)
+                              if a["cpu_s"] is not None and b["cpu_s"] is not None else None)  # fmt: skip
+            row["links_closed"] = b["links_closed"] - a["links_closed"]
+            row["reachable_end"] = b["reachable"]
+            row["known_end"] = b["known"]
+            per_node.append(row)
+
+        def spread(key: str) -> dict[str, float]:
+            vals = [r[key] for r in per_node if r[key] is not None]
+            return {"mean": round(sum(vals) / len(vals), 2), "min": min(vals), "max": max(vals)} if vals else {}
+
+        timeout_s = self.timeout_ms / 1000.0
+        pings = 1.0 + n / (timeout_s / 2.0)
+        result = {
+            "nodes": n,
+            "node_timeout_ms": self.timeout_ms,
+            "start_s": round(started_s, 2),
+            "join": joined,
+            "settle_s": self.sizes.bus_settle,
+            "window_s": self.sizes.bus_window,
+            **{key: spread(key) for key in ("messages_sent", "messages_received", "bus_bytes_sent",
+                                            "bus_bytes_received", "bus_frames_sent", "bus_frames_received",
+                                            "cpu_pct")},
+            "bytes_per_frame_sent": round(sum(r["bus_bytes_sent"] for r in per_node)
+                                          / max(1e-9, sum(r["bus_frames_sent"] for r in per_node)), 1),
+            "links_closed_in_window": sum(r["links_closed"] for r in per_node),
+            "reachable_end_min": min(r["reachable_end"] for r in per_node),
+            "estimate_pings_per_s": round(pings, 2),
+            "estimate_messages_per_s": round(2 * pings, 2),
+            "leftovers_killed": leftovers,
+            "per_node": per_node,
+        }  # fmt: skip
+        if result["reachable_end_min"] != n - 1:
+            self.notes.append("bus %d nodes: a node saw only %d of %d others reachable at the end of the window"
+                              % (n, result["reachable_end_min"], n - 1))  # fmt: skip
+        if result["links_closed_in_window"]:
+            self.notes.append("bus %d nodes: %d link(s) closed during the measurement window"
+                              % (n, result["links_closed_in_window"]))  # fmt: skip
+        return result
+
+    def bus_chain(self, run: int) -> dict[str, Any]:
+        """Start fresh nodes, MEET i -> i+1 (sent to node i), time until every node sees all others."""
+        n = self.sizes.chain_nodes
+        log("bus: chain join of %d nodes, run %d of %d" % (n, run + 1, self.sizes.chain_runs))
+        nodes = self.start_cluster_nodes(n, "chain%d" % run)
+        conns: list[SyncClient] = []
+        try:
+            conns = [SyncClient(node.port, timeout=10.0) for node in nodes]
+            t0 = time.monotonic()
+            for i in range(n - 1):
+                conns[i].call("CLUSTER", "MEET", HOST, str(nodes[i + 1].port))
+            meets_s = time.monotonic() - t0
+            r = self.wait_joined(nodes, conns, t0, timeout=60.0 + 4.0 * n + 2.0 * self.timeout_ms / 1000.0,
+                                 interval=CHAIN_POLL)  # fmt: skip
+            r["meets_sent_s"] = round(meets_s, 4)
+            log("bus: chain of %d joined in %.2f s" % (n, r["joined_s"]))
+        finally:
+            for c in conns:
+                c.close()
+            r_left = self.shutdown_nodes(nodes)
+        r["leftovers_killed"] = r_left
+        return r
+
+    def bench_bus(self) -> None:
+        for n in self.sizes.bus_nodes:
+            self.results["bus_idle_%d" % n] = self.bus_idle(n)
+        runs = [self.bus_chain(i) for i in range(self.sizes.chain_runs)]
+        times = sorted(r["joined_s"] for r in runs)
+        mid = len(times) // 2
+        median = times[mid] if len(times) % 2 else (times[mid - 1] + times[mid]) / 2
+        self.results["bus_chain_%d" % self.sizes.chain_nodes] = {
+            "nodes": self.sizes.chain_nodes,
+            "node_timeout_ms": self.timeout_ms,
+            "poll_interval_s": CHAIN_POLL,
+            "joined_s": [r["joined_s"] for r in runs],
+            "median_s": round(median, 3),
+            "runs": runs,
+        }
+
 
 # --------------------------------------------------------------------------- machine, report
 
@@ -726,6 +1005,58 @@ def _meets(value: float | None, target: float, higher_is_better: bool = True) ->
     return "yes" if ok else "**NO**"
 
 
+def _spread(d: dict[str, float], fmt: str = "{:,.1f}") -> str:
+    if not d:
+        return "—"
+    return "%s (%s–%s)" % (fmt.format(d["mean"]), fmt.format(d["min"]), fmt.format(d["max"]))
+
+
+def bus_report(bench: Bench) -> list[str]:
+    """The bus suite's two tables (idle traffic per node, chain join), or nothing."""
+    res, sizes = bench.results, bench.sizes
+    idle = sorted((r for k, r in res.items() if k.startswith("bus_idle_")), key=lambda r: r["nodes"])
+    chain = [r for k, r in res.items() if k.startswith("bus_chain_")]
+    if not idle and not chain:
+        return []
+    out: list[str] = []
+    if idle:
+        r0 = idle[0]
+        out += [
+            "Idle cluster bus traffic per node: local nodes, not pinned; cluster-node-timeout %d ms; "
+            "counters sampled %.0f s after every node saw all others, over a %.0f s window. "
+            "Mean (min–max) across nodes." % (r0["node_timeout_ms"], r0["settle_s"], r0["window_s"]),
+            "",
+            "| Nodes | messages/s sent | messages/s received | bus bytes/s sent | bus bytes/s received "
+            "| bytes/frame | CPU per node | estimate 2×(1 + N/(T/2)) msg/s | join (MEET all from node 0) |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+        for r in idle:
+            out.append("| %d | %s | %s | %s | %s | %.0f | %s | %.2f | %.2f s |" % (
+                r["nodes"], _spread(r["messages_sent"], "{:,.2f}"), _spread(r["messages_received"], "{:,.2f}"),
+                _spread(r["bus_bytes_sent"], "{:,.0f}"), _spread(r["bus_bytes_received"], "{:,.0f}"),
+                r["bytes_per_frame_sent"], _spread(r["cpu_pct"], "{:.1f}%"), r["estimate_messages_per_s"],
+                r["join"]["joined_s"]))  # fmt: skip
+        checks = []
+        for r in idle:
+            checks.append("%d nodes: %s links closed in the window, min reachable at the end %d/%d, "
+                          "frames/s sent %s" % (r["nodes"], r["links_closed_in_window"], r["reachable_end_min"],
+                                                r["nodes"] - 1, _spread(r["bus_frames_sent"], "{:,.2f}")))  # fmt: skip
+        out += ["", "Checks: " + "; ".join(checks) + "."]
+    for r in chain:
+        out += [
+            "",
+            "Chain join: %d fresh nodes, CLUSTER MEET i → i+1 sent to node i, timed from the first MEET until "
+            "every node reports cluster_reachable_nodes = %d (CLUSTER INFO polled every %.0f ms)."
+            % (r["nodes"], r["nodes"] - 1, r["poll_interval_s"] * 1000),
+            "",
+            "| Test | %s | median |" % " | ".join("run %d" % (i + 1) for i in range(len(r["joined_s"]))),
+            "|---|%s---|" % ("---|" * len(r["joined_s"])),
+            "| Chain join, %d nodes | %s | %.2f s |" % (
+                r["nodes"], " | ".join("%.2f s" % t for t in r["joined_s"]), r["median_s"]),
+        ]  # fmt: skip
+    return out
+
+
 def markdown_report(bench: Bench, machine: dict[str, Any]) -> str:
     """The results table, then a diagnostics table (CPU use of both sides, sanity checks)."""
     res, sizes = bench.results, bench.sizes
@@ -769,6 +1100,8 @@ def markdown_report(bench: Bench, machine: dict[str, Any]) -> str:
 
     diag = ["| Run | server CPU | client CPU | check |", "|---|---|---|---|"]
     for key, r in res.items():
+        if key.startswith("bus_"):
+            continue
         if key.startswith("memory_"):
             diag.append("| %s | — | — | used_memory %s → %s bytes, %s jobs |" % (
                 key, "{:,}".format(r["used_memory_before"]), "{:,}".format(r["used_memory_after"]),
@@ -792,21 +1125,27 @@ def markdown_report(bench: Bench, machine: dict[str, Any]) -> str:
         srv_text = "—" if srv is None else "%.0f%%" % srv
         diag.append("| %s | %s | %.0f%% | %s |" % (key, srv_text, r["client_cpu_pct"], check))
 
-    if len(rows) == 2:
-        rows = ["(no results)"]
     if len(diag) == 2:
         diag = []
     out = [
         "Machine: %s cores, %s; Python %s; %s; commit %s" % (
             machine["nproc"], machine["cpu_model"], machine["python"], machine["redis_benchmark"],
             machine["git_commit"]),
-        "Server pinned to CPU %s, load to CPU %s; redis-benchmark with %d clients, %d-byte body." % (
-            SERVER_CPU, CLIENT_CPU, bench.clients, bench.body_size),
-        "",
-        *rows,
-        "",
-        *diag,
     ]  # fmt: skip
+    if len(rows) > 2 or diag:
+        out += [
+            "Server pinned to CPU %s, load to CPU %s; redis-benchmark with %d clients, %d-byte body." % (
+                SERVER_CPU, CLIENT_CPU, bench.clients, bench.body_size),
+            "",
+            *rows,
+            "",
+            *diag,
+        ]  # fmt: skip
+    bus = bus_report(bench)
+    if bus:
+        out += ["", *bus]
+    elif len(rows) == 2:
+        out += ["", "(no results)"]
     bound = [k for k, r in res.items() if r.get("client_cpu_pct", 0) >= CLIENT_BOUND_PCT]
     if bound:
         out += [
@@ -825,13 +1164,13 @@ def markdown_report(bench: Bench, machine: dict[str, Any]) -> str:
 def check_tools(suites: list[str]) -> None:
     """Fail early and clearly on a missing tool; redis-server only skips the yardstick."""
     missing = []
-    if not shutil.which("taskset"):
+    if any(s != "bus" for s in suites) and not shutil.which("taskset"):
         missing.append("taskset (util-linux) to pin the server and the load to separate CPUs")
     if any(s in suites for s in ("addjob", "getjob", "memory", "redis")) and not shutil.which("redis-benchmark"):
         missing.append("redis-benchmark (apt-get install redis-tools), needed by: addjob, getjob, memory, redis")
     if missing:
         raise BenchError("missing:\n  " + "\n  ".join(missing))
-    if (os.cpu_count() or 1) < 2:
+    if any(s != "bus" for s in suites) and (os.cpu_count() or 1) < 2:
         raise BenchError("needs at least 2 CPUs (server on CPU %s, load on CPU %s)" % (SERVER_CPU, CLIENT_CPU))
 
 
@@ -859,6 +1198,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cycles-count", type=int, default=None, help="run a fixed number of cycles instead of a duration")
     p.add_argument("--conns", type=int, default=50, help="connections of the cycle client (default 50)")
     p.add_argument("--shared-queue", action="store_true", help="cycle client: one queue for all connections")
+    p.add_argument("--bus-nodes", default=None, help="bus: node counts of the idle test (default 3,10,30; quick 3,10)")
+    p.add_argument("--bus-window", type=float, default=None, help="bus: measurement window in s (default 20, quick 5)")
+    p.add_argument("--bus-settle", type=float, default=None, help="bus: wait after the join, s (default 5, quick 2)")
+    p.add_argument("--chain-runs", type=int, default=None, help="bus: chain-join repetitions (default 3, quick 1)")
+    p.add_argument("--chain-nodes", type=int, default=None, help="bus: nodes in the chain join (default 10)")
+    p.add_argument("--cluster-node-timeout", type=int, default=None, metavar="MS",
+                   help="bus: cluster-node-timeout of every node (default: the server's, %d)" % DEFAULT_NODE_TIMEOUT)
     a = p.parse_args(argv)
 
     suites = [s.strip() for s in a.only.split(",") if s.strip()]
@@ -868,24 +1214,43 @@ def main(argv: list[str] | None = None) -> int:
     sizes = Sizes.quick() if a.quick else Sizes()
     if a.duration is not None:
         sizes.duration = a.duration
+    if a.bus_nodes:
+        try:
+            sizes.bus_nodes = tuple(int(x) for x in a.bus_nodes.split(",") if x.strip())
+        except ValueError:
+            p.error("--bus-nodes: comma-separated node counts, e.g. 3,10,30")
+    for name in ("bus_window", "bus_settle", "chain_runs", "chain_nodes"):
+        if getattr(a, name) is not None:
+            setattr(sizes, name, getattr(a, name))
+    if any(n < 2 for n in sizes.bus_nodes) or sizes.chain_nodes < 2 or sizes.chain_runs < 1:
+        p.error("bus tests need at least 2 nodes and 1 chain run")
+    bus_max = max((*sizes.bus_nodes, sizes.chain_nodes)) if "bus" in suites else 0
+    top = a.base_port + (BUS_PORT_SHIFT + bus_max - 1 if bus_max else 1)
+    if top + 10000 > 65535 or a.base_port < 1:
+        p.error("--base-port %d leaves no room for the ports used (up to %d, cluster bus +10000)" % (a.base_port, top))
 
     signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         check_tools(suites)
         ports = [a.base_port, a.base_port + 10000] + ([a.base_port + 1] if "redis" in suites else [])
+        for i in range(bus_max):
+            ports += [a.base_port + BUS_PORT_SHIFT + i, a.base_port + BUS_PORT_SHIFT + i + 10000]
         busy = [port for port in ports if port_in_use(port)]
         if busy:
             raise BenchError(
                 "port(s) %s already in use (disque-py uses --base-port and +10000 for its "
-                "cluster bus, redis-server --base-port + 1): pick another --base-port" % ", ".join(map(str, busy))
-            )
+                "cluster bus, redis-server --base-port + 1, the bus suite --base-port + %d ... + %d and "
+                "+10000): pick another --base-port" % (", ".join(map(str, busy)), BUS_PORT_SHIFT,
+                                                       BUS_PORT_SHIFT + bus_max - 1)
+            )  # fmt: skip
         machine = machine_info(sys.executable)
-        bench = Bench(sizes, a.base_port, conns=a.conns, cycles_count=a.cycles_count, shared_queue=a.shared_queue)
+        bench = Bench(sizes, a.base_port, conns=a.conns, cycles_count=a.cycles_count, shared_queue=a.shared_queue,
+                      node_timeout=a.cluster_node_timeout)  # fmt: skip
         t0 = time.monotonic()
         try:
             steps: dict[str, Callable[[], None]] = {
                 "addjob": bench.bench_addjob, "getjob": bench.bench_getjob, "cycles": bench.bench_cycles,
-                "memory": bench.bench_memory, "redis": bench.bench_redis,
+                "memory": bench.bench_memory, "redis": bench.bench_redis, "bus": bench.bench_bus,
             }  # fmt: skip
             for name in SUITES:
                 if name in suites:
@@ -908,6 +1273,7 @@ def main(argv: list[str] | None = None) -> int:
         "machine": machine,
         "options": {"quick": a.quick, "suites": suites, "clients": bench.clients, "body_size": bench.body_size,
                     "conns": bench.conns, "shared_queue": bench.shared_queue, "sizes": sizes.__dict__,
+                    "cluster_node_timeout": bench.node_timeout, "bus_port_shift": BUS_PORT_SHIFT,
                     "server_cpu": SERVER_CPU, "client_cpu": CLIENT_CPU},
         "results": bench.results,
         "notes": bench.notes,
