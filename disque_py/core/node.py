@@ -372,7 +372,10 @@ class Node(ReplicationMixin):
             self.dequeue_job(job)
         job.state = ACKED
         job.confirmed = None
-        job.qtime = 0
+        # qtime is the next GC attempt for an acked job. Always schedule one:
+        # a node acked through SETACK may never hear the final DELJOB (lost
+        # message), and only its own GC attempts will collect the ack.
+        job.qtime = self.now + min(GC_RETRY_MIN_MS << job.gc_retry, GC_RETRY_MAX_MS) + self._time_error()
         self.stats["jobs_acked"] += 1
         self._reschedule(job)
 
