@@ -67,6 +67,7 @@ from .job import (
     Job,
 )
 from .queues import PAUSED_ALL, PAUSED_IN, PAUSED_OUT, Queue, Waiter, pause_name
+from .federation import CLIENTS_WAITING, REACHED_ZERO, FederationMixin
 from .replication import QUEUED_INCR_DELIV, QUEUED_INCR_NACKS, REPL_ADD_NODE_MS, ReplicationMixin
 from .replies import NULL_ARRAY, Error, Status, err
 from .store import JobStore
@@ -87,7 +88,7 @@ SCHEDULE_BATCH = 10_000
 Handler = Callable[[int, list], Any]
 
 
-class Node(ReplicationMixin):
+class Node(ReplicationMixin, FederationMixin):
     def __init__(
         self,
         node_id: str,
@@ -132,6 +133,7 @@ class Node(ReplicationMixin):
             "jobs_requeued": 0,
         }
         self._replication_init()
+        self._federation_init()
         self._handlers: dict[str, Callable[[str, list], None]] = {
             "REPLJOB": self.on_repljob,
             "GOTJOB": self.on_gotjob,
@@ -143,6 +145,8 @@ class Node(ReplicationMixin):
             "GOTACK": self.on_gotack,
             "DELJOB": self.on_deljob,
             "PAUSE": self.on_pause,
+            "NEEDJOBS": self.on_needjobs,
+            "YOURJOBS": self.on_yourjobs,
         }
         self.commands: dict[bytes, tuple[Handler, int]] = {
             b"addjob": (self.cmd_addjob, -4),
@@ -181,6 +185,8 @@ class Node(ReplicationMixin):
         reply = handler(client, argv)
         if self._ready:
             self._serve_ready()
+        if self._outgoing:
+            self._flush_outgoing()
         return reply
 
     def tick(self, now: int) -> None:
@@ -200,8 +206,12 @@ class Node(ReplicationMixin):
         if now >= self._next_queue_gc:
             self._gc_queues()
             self._next_queue_gc = now + QUEUE_GC_PERIOD_MS
+        if self._blocked and self.cluster_size > 1:
+            self._federation_tick()
         if self._ready:
             self._serve_ready()
+        if self._outgoing:
+            self._flush_outgoing()
 
     def client_closed(self, client: int) -> None:
         waiter = self._blocked.get(client)
@@ -229,6 +239,10 @@ class Node(ReplicationMixin):
         repl = self._repl_next() if self._repl_timers else None
         if repl is not None and (best is None or repl < best):
             best = repl
+        if self._blocked and self.cluster_size > 1:
+            need = max(self._next_need, self.now + 1)
+            if best is None or need < best:
+                best = need
         return best
 
     # =====================================================================
@@ -326,8 +340,11 @@ class Node(ReplicationMixin):
         q = self.queues.get(job.queue) or self._get_queue(job.queue)
         q.add(job)
         q.atime = now
-        if q.blocked and not q.flags & PAUSED_OUT:
-            self._ready[q.name] = q
+        if q.blocked:
+            if not q.flags & PAUSED_OUT:
+                self._ready[q.name] = q
+        elif self._leases and q.name in self._leases:
+            self._push_if_wanted(q, job)  # a consumer waits on another node
         return True
 
     def dequeue_job(self, job: Job) -> bool:
@@ -460,6 +477,8 @@ class Node(ReplicationMixin):
                 q.blocked -= 1
                 if q.blocked == 0:
                     q.waiters.clear()
+                    if q.needjobs_bcast_time and self.cluster_size > 1:
+                        self._waiters_left(q)
 
     def _serve_ready(self) -> None:
         """Hand queued jobs to blocked clients, first come first served."""
@@ -480,6 +499,8 @@ class Node(ReplicationMixin):
                     items.append(self._job_item(job, waiter.withcounters))
                 self._unblock(waiter)
                 self._effects.append(Reply(waiter.client, items))
+            if not q.jobs and self.cluster_size > 1:
+                self.need_jobs(q, REACHED_ZERO)
 
     # =====================================================================
     # Replies
@@ -605,6 +626,7 @@ class Node(ReplicationMixin):
         count = req.count
         withcounters = req.withcounters
         queues = self.queues
+        federated = self.cluster_size > 1
         while True:
             before = len(items)
             for name in req.queues:
@@ -613,13 +635,20 @@ class Node(ReplicationMixin):
                     continue
                 job = self._fetch(q)
                 items.append(self._job_item(job, withcounters))
+                if federated and not q.jobs:
+                    self.need_jobs(q, REACHED_ZERO)
                 count -= 1
                 if count == 0:
                     break
             if count == 0 or len(items) == before:
                 break
         if items:
+            if self._outgoing:
+                self._flush_outgoing()
             return items
+        if federated and not self.leaving:
+            for name in req.queues:
+                self.need_jobs(self._get_queue(name), CLIENTS_WAITING)
         if req.nohang:
             return NULL_ARRAY
         if self.leaving:

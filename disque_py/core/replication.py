@@ -237,6 +237,8 @@ class ReplicationMixin:
                 pass  # a peer's malformed message: ignore it, keep serving
         if self._ready:
             self._serve_ready()
+        if self._outgoing:
+            self._flush_outgoing()
 
     def _job_arg(self: "Node", body: list) -> Job | None:
         job_id = body[0]

@@ -446,6 +446,13 @@ def info_text(server: "Server", section: str, peak: list[int]) -> str:
                 "jobs_acked": node.stats["jobs_acked"],
                 "jobs_requeued": node.stats["jobs_requeued"],
                 "jobs_expired": node.stats["jobs_expired"],
+                "needjobs_sent": node.stats["needjobs_sent"],
+                "needjobs_received": node.stats["needjobs_received"],
+                "yourjobs_sent": node.stats["yourjobs_sent"],
+                "yourjobs_received": node.stats["yourjobs_received"],
+                "jobs_imported": node.stats["jobs_imported"],
+                "jobs_exported": node.stats["jobs_exported"],
+                "jobs_pushed": node.stats["jobs_pushed"],
             })  # fmt: skip
         elif name == "cpu":
             ru = resource.getrusage(resource.RUSAGE_SELF)

@@ -179,6 +179,18 @@ class Ledger:
                     self.deliveries.append((t, node, job_id))
                     self.delivered[job_id] += 1
 
+    def on_move_dropped(self, node: int, jobs: list) -> None:
+        """A YOURJOBS was dropped: its at-most-once jobs had no other copy.
+
+        Moving a RETRY 0 job moves its only copy (duplicating it would break
+        at-most-once), so a move whose link fails loses it, exactly like a
+        crash of the node holding it; at-least-once jobs keep their other
+        copies and are not affected.
+        """
+        for wire in jobs:
+            if isinstance(wire, dict) and wire.get("retry") == 0:
+                self.lost[bytes(wire["id"])].add(node)
+
     def on_crash(self, t: int, node: int, jobs: dict[bytes, int]) -> None:
         self.crashes.append((t, node, jobs))
         for job_id in jobs:
@@ -508,16 +520,23 @@ class SimCluster:
             self.fail("node %d sent a message the bus cannot encode: %r -> %r" % (src, message, e))
         self.stats["sent"] += 1
         self.stats["sent:" + kind] += 1
+        if kind == "YOURJOBS":
+            self._moving = (src, message[1])
+        else:
+            self._moving = None
         if dst is None or dst == src:
+            self._move_dropped()
             self.stats["dropped_unknown"] += 1
             self._note("S %d->? %s unknown destination %s" % (src, what, effect.to[:8]))
             return
         if not self.connected(src, dst):
+            self._move_dropped()
             self.stats["dropped_cut"] += 1
             self._note("S %d->%d %s cut" % (src, dst, what))
             return
         rng = self.rng
         if self.loss and rng.random() < self.loss:
+            self._move_dropped()
             self.stats["lost"] += 1
             self._note("S %d->%d %s lost" % (src, dst, what))
             return
@@ -536,6 +555,10 @@ class SimCluster:
             self._push(at, _EV_DELIVER, payload)
         self._note("S %d->%d %s x%d" % (src, dst, what, copies))
 
+    def _move_dropped(self) -> None:
+        if self._moving is not None:
+            self.ledger.on_move_dropped(*self._moving)
+
     def _deliver(self, payload: tuple) -> None:
         src, dst, frame, kind, epoch, src_inc, dst_inc, sent_at = payload
         if (
@@ -547,6 +570,11 @@ class SimCluster:
         ):
             self.stats["dropped_in_flight"] += 1
             self._note("R %d<-%d %s dropped in flight" % (dst, src, kind))
+            if kind.startswith("YOURJOBS"):
+                try:
+                    self.ledger.on_move_dropped(src, decode_message(frame).body[0])
+                except Exception:  # noqa: BLE001 - accounting only
+                    pass
             return
         try:
             msg = decode_message(frame)

@@ -1,0 +1,256 @@
+"""Federation: moving queued jobs to the nodes where consumers wait.
+
+Theory of operation
+-------------------
+Pull (Disque's protocol, unchanged on the wire):
+
+* A node whose queue is empty while clients are blocked on it asks for jobs
+  with NEEDJOBS(queue, count): to the nodes that recently sent it jobs for
+  that queue ("sources", ad hoc, every 25 ms doubling up to 2 s while nothing
+  arrives) and, to discover new sources, to every reachable node (every 2 s
+  doubling up to 30 s). When a consumer takes the last job of a queue that
+  has a recent import rate, the sources are asked at once.
+* A node receiving NEEDJOBS(queue, count) with jobs queued (and not paused
+  out, and not importing that queue itself) dequeues up to ``count`` of them
+  (at most half its queue unless it has twice as many) and sends them in one
+  YOURJOBS. The receiver queues them and remembers the sender as a source.
+
+Push (what makes it fast, our addition, still only NEEDJOBS/YOURJOBS):
+
+* NEEDJOBS(queue, count) also grants the receiver a *lease*: for
+  ``LEASE_MS`` after the request, the asking node is known to want up to
+  ``count`` jobs of that queue (its *credit*). While the lease is valid, a
+  job newly queued here is sent to it at once in YOURJOBS, provided no local
+  client is waiting on that queue (local consumers always come first), the
+  peer is reachable, and credit remains; each pushed job uses one credit.
+  Every new NEEDJOBS renews the lease and resets the credit; NEEDJOBS(q, 0)
+  cancels it (sent when the asking node's last waiter leaves).
+* Bounds: a consumer node that vanishes can receive at most its credit
+  (<= ``NEEDJOBS_MAX_REQUEST``) jobs after its last request, and only while
+  it still looks reachable; the lease ends after ``LEASE_MS`` anyway. A
+  pushed at-least-once job keeps its copies on the other holders, which
+  requeue it after RETRY if it is never acknowledged, so nothing is stranded
+  beyond RETRY.
+
+Moves never duplicate an at-most-once (RETRY 0) job: the sender deletes its
+own copy as it sends (a RETRY 0 job has a single copy by contract), and a
+receiver queues a RETRY 0 job it never delivered exactly once. Pushed and
+pulled jobs are batched: all jobs for one peer produced by one input leave
+in one YOURJOBS.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .job import ACKED, F_BCAST_QUEUED, F_DELIVERED, QUEUED
+from .queues import PAUSED_OUT, Queue
+from .replication import job_from_wire, job_to_wire
+
+if TYPE_CHECKING:
+    from .job import Job
+    from .node import Node
+
+__all__ = ["FederationMixin", "LEASE_MS"]
+
+NEEDJOBS_MIN_REQUEST = 5
+NEEDJOBS_MAX_REQUEST = 100
+BCAST_MIN_DELAY_MS = 2000
+BCAST_MAX_DELAY_MS = 30000
+ADHOC_MIN_DELAY_MS = 25
+ADHOC_MAX_DELAY_MS = 2000
+SOURCE_VALIDITY_MS = 5000
+LEASE_MS = 3000
+NEED_PERIOD_MS = 100  # how often queues with waiters are reconsidered
+
+CLIENTS_WAITING = 0
+REACHED_ZERO = 1
+
+
+class FederationMixin:
+    def _federation_init(self: "Node") -> None:
+        # queue name -> {peer id: [lease end (ms), credit]}
+        self._leases: dict[bytes, dict[str, list[int]]] = {}
+        # peer id -> list of jobs to send in one YOURJOBS at the end of this input
+        self._outgoing: dict[str, list[Any]] = {}
+        self._next_need = 0
+        self._importing = False  # jobs being imported are never pushed on at once
+        for key in ("needjobs_sent", "needjobs_received", "yourjobs_sent", "yourjobs_received",
+                    "jobs_imported", "jobs_exported", "jobs_pushed"):  # fmt: skip
+            self.stats[key] = 0
+
+    # -- asking ------------------------------------------------------------------
+    def need_jobs(self: "Node", q: Queue, kind: int) -> None:
+        """Ask other nodes for jobs of ``q`` (see the module docstring)."""
+        if self.leaving or not self.reachable:
+            return
+        now = self.now
+        rate = q.import_rate(now)
+        if kind == REACHED_ZERO and rate == 0:
+            return
+        sources = self._valid_sources(q)
+        count = NEEDJOBS_MIN_REQUEST
+        if sources:
+            count = rate // len(sources)
+        count = max(NEEDJOBS_MIN_REQUEST, min(NEEDJOBS_MAX_REQUEST, count, max(q.blocked, 1) * 10))
+        bcast_delay = min(BCAST_MIN_DELAY_MS << min(q.needjobs_bcast_attempt, 8), BCAST_MAX_DELAY_MS)
+        if q.needjobs_bcast_time == 0 or now - q.needjobs_bcast_time > bcast_delay:
+            q.needjobs_bcast_time = now
+            q.needjobs_bcast_attempt += 1
+            targets = [n for n in self.reachable if n not in sources]
+            # Discovery asks for few jobs, but enough to open a push lease.
+            self._send_needjobs(targets, q.name, max(1, min(count, q.blocked or 1)))
+        adhoc_delay = min(ADHOC_MIN_DELAY_MS << min(q.needjobs_adhoc_attempt, 8), ADHOC_MAX_DELAY_MS)
+        if sources and (kind == REACHED_ZERO or now - q.needjobs_adhoc_time > adhoc_delay):
+            q.needjobs_adhoc_time = now
+            q.needjobs_adhoc_attempt += 1
+            self._send_needjobs(sources, q.name, count)
+
+    def _send_needjobs(self: "Node", nodes: list[str], name: bytes, count: int) -> None:
+        if nodes:
+            self._send(nodes, ("NEEDJOBS", bytes(name), count))
+            self.stats["needjobs_sent"] += len(nodes)
+
+    def _valid_sources(self: "Node", q: Queue) -> list[str]:
+        now = self.now
+        reachable = set(self.reachable)
+        stale = [n for n, t in q.sources.items() if now - t > SOURCE_VALIDITY_MS]
+        for n in stale:
+            del q.sources[n]
+        return [n for n in q.sources if n in reachable]
+
+    def _federation_tick(self: "Node") -> None:
+        """Keep asking for queues with blocked clients (Disque's clientsCron)."""
+        if self.now < self._next_need:
+            return
+        self._next_need = self.now + NEED_PERIOD_MS
+        if self.cluster_size <= 1:
+            return
+        for q in list(self.queues.values()):
+            if q.blocked and not q.jobs:
+                self.need_jobs(q, CLIENTS_WAITING)
+
+    def _waiters_left(self: "Node", q: Queue) -> None:
+        """The last client waiting on ``q`` left: cancel leases we opened elsewhere."""
+        if q.needjobs_bcast_time and self.now - q.needjobs_bcast_time < LEASE_MS + BCAST_MAX_DELAY_MS:
+            targets = list(self.reachable)
+            if targets:
+                self._send(targets, ("NEEDJOBS", bytes(q.name), 0))
+        q.needjobs_bcast_time = 0
+        q.needjobs_bcast_attempt = 0
+
+    # -- answering ---------------------------------------------------------------
+    def on_needjobs(self: "Node", sender: str, body: list) -> None:
+        name, count = body[0], body[1]
+        if type(name) is not bytes or type(count) is not int or count < 0:
+            return
+        self.stats["needjobs_received"] += 1
+        count = min(count, NEEDJOBS_MAX_REQUEST)
+        leases = self._leases.get(name)
+        if count == 0:
+            if leases is not None:
+                leases.pop(sender, None)
+                if not leases:
+                    del self._leases[name]
+            return
+        if leases is None:
+            leases = self._leases[name] = {}
+        leases[sender] = [self.now + LEASE_MS, count]
+        q = self.queues.get(name)
+        if q is None or not q.jobs or q.flags & PAUSED_OUT or q.import_rate(self.now) > 0:
+            return
+        if q.blocked:
+            return  # local consumers come first
+        qlen = len(q.jobs)
+        n = count if qlen >= 2 * count else max(1, qlen // 2)
+        lease = leases[sender]
+        for _ in range(n):
+            job = self._fetch(q)
+            if job is None:
+                break
+            self._export(sender, job)
+            lease[1] -= 1
+        if lease[1] <= 0:
+            del leases[sender]
+
+    def _push_if_wanted(self: "Node", q: Queue, job: "Job") -> bool:
+        """A job was just queued: push it to a node with a valid lease. True if pushed."""
+        leases = self._leases.get(q.name)
+        if not leases or q.blocked or q.flags & PAUSED_OUT or self._importing:
+            return False
+        now = self.now
+        reachable = self.reachable
+        for peer, lease in list(leases.items()):
+            if lease[0] < now or lease[1] <= 0:
+                del leases[peer]
+                continue
+            if peer not in reachable:
+                continue
+            q.remove(job)
+            q.jobs_out += 1
+            job.state = 1  # ACTIVE: it is now the peer's to queue
+            job.flags |= F_DELIVERED
+            lease[1] -= 1
+            if lease[1] <= 0:
+                del leases[peer]
+            self.stats["jobs_pushed"] += 1
+            self._export(peer, job)
+            return True
+        if not leases:
+            del self._leases[q.name]
+        return False
+
+    def _export(self: "Node", peer: str, job: "Job") -> None:
+        self._outgoing.setdefault(peer, []).append(job_to_wire(job, self.now))
+        self.stats["jobs_exported"] += 1
+        if job.retry == 0:
+            self.store.unregister(job)  # the only copy moves: never two of it
+
+    def _flush_outgoing(self: "Node") -> None:
+        outgoing = self._outgoing
+        self._outgoing = {}
+        for peer, jobs in outgoing.items():
+            self._send((peer,), ("YOURJOBS", jobs))
+            self.stats["yourjobs_sent"] += 1
+
+    def on_yourjobs(self: "Node", sender: str, body: list) -> None:
+        jobs = body[0]
+        if type(jobs) is not list:
+            return
+        self.stats["yourjobs_received"] += 1
+        now = self.now
+        self._importing = True
+        try:
+            self._import_jobs(sender, jobs, now)
+        finally:
+            self._importing = False
+
+    def _import_jobs(self: "Node", sender: str, jobs: list, now: int) -> None:
+        for wire in jobs:
+            incoming = job_from_wire(wire, now)
+            if incoming is None:
+                continue
+            job = self.store.get(incoming.id)
+            if job is None:
+                job = incoming
+                if self.id not in job.delivered:
+                    job.delivered = tuple(job.delivered) + (self.id,)
+                self.store.register(job)
+            elif job.state == ACKED or job.state == QUEUED:
+                continue
+            job.flags &= ~F_BCAST_QUEUED  # a move, not a requeue: no QUEUED broadcast
+            if job.retry == 0:
+                if job.flags & F_DELIVERED:
+                    continue  # delivered here once already: at most once
+                job.qtime = now  # lets enqueue_job queue it this one time
+            elif not job.qtime:
+                job.qtime = now
+            q = self._get_queue(job.queue)
+            if not self.enqueue_job(job):
+                continue
+            self.stats["jobs_imported"] += 1
+            if sender not in q.sources:
+                q.needjobs_bcast_attempt = 0  # a new source: discovery may back off again
+            q.sources[sender] = now
+            q.note_import(now)
+            q.needjobs_adhoc_attempt = 0
