@@ -1,0 +1,63 @@
+"""Federation across real node processes, driven by redis-py."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import redis
+
+from .conftest import wait_for
+from .test_cluster_process import cluster_info, created  # noqa: F401  (fixture)
+
+pytestmark = pytest.mark.integration
+
+
+def test_consumers_on_a_get_jobs_produced_on_b_exactly_once(created):  # noqa: F811
+    a, b, c = created(3)
+    received: list[bytes] = []
+    lock = threading.Lock()
+    stop = threading.Event()
+
+    def consume() -> None:
+        r = redis.Redis(port=a, socket_timeout=10)
+        while not stop.is_set():
+            reply = r.execute_command("GETJOB", "TIMEOUT", 200, "FROM", "fed")
+            if reply:
+                ids = [item[1] for item in reply]
+                r.execute_command("ACKJOB", *ids)
+                with lock:
+                    received.extend(ids)
+
+    threads = [threading.Thread(target=consume, daemon=True) for _ in range(3)]
+    for t in threads:
+        t.start()
+    producer = redis.Redis(port=b, socket_timeout=10)
+    produced = []
+    for k in range(200):
+        produced.append(producer.execute_command("ADDJOB", "fed", "job-%d" % k, 5000, "REPLICATE", 2 if k % 2 else 1))
+    for k in range(20):  # at-most-once jobs move too, and still once
+        produced.append(producer.execute_command("ADDJOB", "fed", "amo-%d" % k, 5000, "REPLICATE", 1, "RETRY", 0))
+    try:
+        wait_for(lambda: len(received) >= len(produced), timeout=30, what="every job consumed on node A")
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(15)
+    assert sorted(received) == sorted(produced)  # each exactly once
+    stats_a = redis.Redis(port=a).info("stats")
+    stats_b = redis.Redis(port=b).info("stats")
+    assert stats_a["jobs_imported"] >= 200
+    assert stats_b["jobs_exported"] >= 200
+    assert stats_a["needjobs_sent"] >= 1
+    qstat = redis.Redis(port=a).execute_command("QSTAT", "fed")
+    fields = {qstat[i]: qstat[i + 1] for i in range(0, len(qstat), 2)}
+    assert fields[b"jobs-in"] >= 220
+    b_id = redis.Redis(port=b).execute_command("CLUSTER", "MYID")
+    assert b_id in fields[b"import-from"]
+    # acks are collected everywhere
+    wait_for(
+        lambda: all(redis.Redis(port=p).info("jobs")["registered_jobs"] == 0 for p in (a, b, c)),
+        timeout=20,
+        what="acks collected on every node",
+    )
