@@ -376,78 +376,25 @@ def _yesno(v: bool) -> str:
 # Line splitting (Redis/Disque config syntax)
 # ---------------------------------------------------------------------------
 
-_SPACE = b" \t\n\v\f\r"
-_HEX = b"0123456789abcdefABCDEF"
-_ESCAPES = {ord("n"): 10, ord("r"): 13, ord("t"): 9, ord("b"): 8, ord("a"): 7}
 
 
 def split_args(line: bytes | str) -> list[bytes] | None:
-    """Split a config line into arguments.
+    """Split a config line into arguments, as Redis does; None for unbalanced quotes.
 
     Words are separated by white space.  ``"double quotes"`` understand
     ``\\n \\r \\t \\b \\a \\xHH`` and ``\\<any>``; ``'single quotes'`` only
     ``\\'``.  A closing quote must be followed by white space or the end of
-    the line.  Returns None for unbalanced quotes.
+    the line.  The same rules as inline client commands, so one splitter
+    serves both.
     """
+    from .protocol.resp import ProtocolError, split_inline
+
     if isinstance(line, str):
         line = line.encode(_ENC, _ERRS)
-    out: list[bytes] = []
-    n = len(line)
-    i = 0
-    while True:
-        while i < n and line[i] in _SPACE:
-            i += 1
-        if i >= n:
-            return out
-        cur = bytearray()
-        inq = insq = False
-        while True:
-            c = line[i] if i < n else None
-            if inq:
-                if c is None:
-                    return None
-                if (c == 0x5C and i + 3 < n and line[i + 1] == 0x78
-                        and line[i + 2] in _HEX and line[i + 3] in _HEX):
-                    cur.append(int(line[i + 2:i + 4], 16))
-                    i += 4
-                    continue
-                if c == 0x5C and i + 1 < n:
-                    e = line[i + 1]
-                    cur.append(_ESCAPES.get(e, e))
-                    i += 2
-                    continue
-                if c == 0x22:  # closing "
-                    if i + 1 < n and line[i + 1] not in _SPACE:
-                        return None
-                    i += 1
-                    break
-                cur.append(c)
-                i += 1
-            elif insq:
-                if c is None:
-                    return None
-                if c == 0x5C and i + 1 < n and line[i + 1] == 0x27:
-                    cur.append(0x27)
-                    i += 2
-                    continue
-                if c == 0x27:  # closing '
-                    if i + 1 < n and line[i + 1] not in _SPACE:
-                        return None
-                    i += 1
-                    break
-                cur.append(c)
-                i += 1
-            else:
-                if c is None or c in b" \n\r\t\0":
-                    break
-                if c == 0x22:
-                    inq = True
-                elif c == 0x27:
-                    insq = True
-                else:
-                    cur.append(c)
-                i += 1
-        out.append(bytes(cur))
+    try:
+        return split_inline(line)
+    except ProtocolError:
+        return None
 
 
 def quote_arg(value: str) -> str:
