@@ -377,7 +377,6 @@ def _yesno(v: bool) -> str:
 # ---------------------------------------------------------------------------
 
 
-
 def split_args(line: bytes | str) -> list[bytes] | None:
     """Split a config line into arguments, as Redis does; None for unbalanced quotes.
 
