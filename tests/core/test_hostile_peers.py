@@ -1,0 +1,54 @@
+"""Malformed job-layer messages from peers never raise and never corrupt a node."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from .conftest import Harness
+
+PEER = "f" * 40
+KINDS = ["REPLJOB", "GOTJOB", "ENQUEUE", "QUEUED", "WILLQUEUE", "SETACK", "GOTACK", "DELJOB", "WORKING",
+         "PAUSE", "NEEDJOBS", "YOURJOBS", "NOSUCHKIND"]  # fmt: skip
+
+leaf = st.one_of(
+    st.none(), st.booleans(), st.integers(-(2**63), 2**63 - 1), st.binary(max_size=50), st.text(max_size=50),
+    st.just(b"D-01234567-AAAAAAAAAAAAAAAAAAAAAAAA-05a1"),
+)  # fmt: skip
+values = st.recursive(
+    leaf,
+    lambda children: st.one_of(
+        st.lists(children, max_size=6),
+        st.dictionaries(st.sampled_from(["id", "queue", "body", "repl", "ttl", "ctime", "delay", "retry",
+                                         "nacks", "deliv", "nodes", "x"]), children, max_size=12),
+    ),  # fmt: skip
+    max_leaves=30,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.sampled_from(KINDS), st.lists(values, max_size=4))
+def test_any_body_for_any_kind_is_survived(kind, body):
+    h = Harness()
+    node = h.node
+    node.cluster_size = 2
+    node.known_nodes = [node.id, PEER]
+    node.reachable = [PEER]
+    job = h.add("q", "keep", "REPLICATE", 1)
+    node.receive_data(PEER, kind, body, h.now)
+    node.take_effects()
+    h.advance(1000)
+    # the node still works and its own job is intact (or legitimately moved/acked by the message)
+    assert isinstance(h.cmd("QLEN", "q"), int)
+    assert isinstance(h.add("q", "more", "REPLICATE", 1), bytes)
+    info = h.cmd("SHOW", job)
+    assert info is None or info[info.index(b"body") + 1] == b"keep"
+
+
+def test_wrong_sender_and_body_types_are_ignored():
+    h = Harness()
+    for sender in (None, 5, b"x" * 40):
+        h.node.receive_data(sender, "DELJOB", [b"D-01234567-AAAAAAAAAAAAAAAAAAAAAAAA-05a1"], h.now)
+    h.node.receive_data(PEER, "DELJOB", "not a list", h.now)
+    h.node.receive_data(PEER, "YOURJOBS", [[{"id": 5}] * 3], h.now)
+    assert h.effects() == []
