@@ -231,5 +231,9 @@ def _format_raw(value) -> str:
     return str(value)
 
 
+from .client.cli_worker import worker as _worker_command  # noqa: E402
+main.add_command(_worker_command)
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -1,0 +1,122 @@
+"""Client library and worker runtime for disque-py (and any Disque 1.0 node).
+
+* :class:`Client` - synchronous, on redis-py (this package's ``sync`` module);
+* :class:`disque_py.aio.Client` - the same API for trio (``aio`` module);
+* :class:`Worker` - fetch / handle / ack with flow control, retries,
+  dead letters and graceful shutdown (``worker`` module);
+* shared, I/O-free parts: ``commands`` (argv and reply parsing),
+  ``cluster`` (node choice, backoff, affinity), ``model`` (value types),
+  ``errors`` (typed exceptions).
+
+See docs/CLIENT.md for a guide with examples.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
+    from .cluster import Affinity, Backoff
+    from .errors import (
+        AckedError,
+        AuthError,
+        BadIdError,
+        BatchError,
+        CommandError,
+        ConnectionLost,
+        DisqueError,
+        LeavingError,
+        NoJobError,
+        NoNodeAvailable,
+        NoReplicationError,
+        PausedError,
+        QueueFullError,
+        ReplyTimeout,
+        ServerError,
+        TooLateError,
+    )
+    from .model import DeadLetter, HelloInfo, Job, NodeInfo
+    from .sync import Client
+    from .worker import DEFAULT_DEAD_LETTER, Worker, WorkerStats, current_worker
+
+# Imported on first use (module __getattr__), so that ``disque-py server``,
+# which only registers the ``worker`` command, does not load redis-py and
+# the client at start-up.
+_WHERE = {
+    "Client": "sync",
+    "Worker": "worker",
+    "WorkerStats": "worker",
+    "current_worker": "worker",
+    "DEFAULT_DEAD_LETTER": "worker",
+    "Job": "model",
+    "HelloInfo": "model",
+    "NodeInfo": "model",
+    "DeadLetter": "model",
+    "Backoff": "cluster",
+    "Affinity": "cluster",
+    **dict.fromkeys(
+        [
+            "DisqueError",
+            "ServerError",
+            "CommandError",
+            "NoReplicationError",
+            "QueueFullError",
+            "PausedError",
+            "LeavingError",
+            "NoJobError",
+            "BadIdError",
+            "TooLateError",
+            "AckedError",
+            "AuthError",
+            "ConnectionLost",
+            "ReplyTimeout",
+            "NoNodeAvailable",
+            "BatchError",
+        ],
+        "errors",
+    ),
+}
+
+__all__ = [
+    "Client",
+    "Worker",
+    "WorkerStats",
+    "current_worker",
+    "DEFAULT_DEAD_LETTER",
+    "Job",
+    "HelloInfo",
+    "NodeInfo",
+    "DeadLetter",
+    "Backoff",
+    "Affinity",
+    "DisqueError",
+    "ServerError",
+    "CommandError",
+    "NoReplicationError",
+    "QueueFullError",
+    "PausedError",
+    "LeavingError",
+    "NoJobError",
+    "BadIdError",
+    "TooLateError",
+    "AckedError",
+    "AuthError",
+    "ConnectionLost",
+    "ReplyTimeout",
+    "NoNodeAvailable",
+    "BatchError",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError("module 'disque_py.client' has no attribute %r" % name)
+    value = getattr(importlib.import_module("." + module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_WHERE))

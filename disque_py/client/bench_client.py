@@ -1,0 +1,230 @@
+"""Client-side throughput: the client library and the worker against raw pipelined redis-py.
+
+    python -m disque_py.client.bench_client                 # starts its own node on a free port
+    python -m disque_py.client.bench_client --port 7711     # or uses a running one
+    python -m disque_py.client.bench_client --jobs 50000 --repeat 5
+
+Every figure is jobs per second, the best of ``--repeat`` runs, against one
+node (the node is a separate process; on a small machine it is usually the
+bottleneck, which is the point: the comparison says how much the client
+adds on top of the cheapest way to drive the same commands).
+
+* ``add``: ADDJOB of ``--jobs`` small bodies, ``--batch`` per round trip.
+  raw = a redis-py pipeline (transaction=False); client = ``Client.add_jobs``
+  (sync) and ``aio.Client.add_jobs`` (trio).
+* ``consume``: a pre-filled queue drained and acknowledged. raw = one round
+  trip per batch of ``n`` jobs: ``ACKJOB <previous batch>`` pipelined with
+  ``GETJOB NOHANG COUNT n WITHCOUNTERS``; worker = :class:`Worker` with a
+  no-op handler at concurrency c (max_in_flight 2c, hence raw n = 2c).
+
+The client's share of end-to-end time is ``1 - client_rate / raw_rate``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import redis
+import trio
+
+from .aio import Client as AioClient
+from .sync import Client
+from .worker import Worker
+
+BODY = b"x" * 32
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_node(port: int, directory: str) -> subprocess.Popen:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "disque_py.cli", "server", "--port", str(port), "--bind", "127.0.0.1",
+         "--dir", directory, "--loglevel", "warning"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5) as s:
+                s.sendall(b"PING\r\n")
+                if s.recv(16).startswith(b"+PONG"):
+                    return proc
+        except OSError:
+            time.sleep(0.05)
+    proc.kill()
+    raise SystemExit("the node did not start")
+
+
+def best_of(repeat: int, raw: Callable[[], float], client: Callable[[], float]) -> tuple[float, float]:
+    """Best rate of each, runs interleaved (raw, client, raw, client...) so both see the same machine."""
+    raw_rates, client_rates = [], []
+    for _ in range(repeat):
+        raw_rates.append(raw())
+        client_rates.append(client())
+    return max(raw_rates), max(client_rates)
+
+
+def fill(r: redis.Redis, queue: str, jobs: int, batch: int) -> None:
+    for start in range(0, jobs, batch):
+        pipe = r.pipeline(transaction=False)
+        for _ in range(min(batch, jobs - start)):
+            pipe.execute_command("ADDJOB", queue, BODY, 0)
+        pipe.execute()
+
+
+def raw_add(r: redis.Redis, jobs: int, batch: int) -> float:
+    queue = "bench-" + uuid.uuid4().hex[:8]
+    t = time.perf_counter()
+    fill(r, queue, jobs, batch)
+    rate = jobs / (time.perf_counter() - t)
+    drain(r, queue)
+    return rate
+
+
+def client_add(c: Client, r: redis.Redis, jobs: int, batch: int) -> float:
+    queue = "bench-" + uuid.uuid4().hex[:8]
+    bodies = [BODY] * jobs
+    t = time.perf_counter()
+    c.add_jobs(queue, bodies, batch=batch, timeout_ms=0)
+    rate = jobs / (time.perf_counter() - t)
+    drain(r, queue)
+    return rate
+
+
+def aio_add(port: int, r: redis.Redis, jobs: int, batch: int) -> float:
+    queue = "bench-" + uuid.uuid4().hex[:8]
+    bodies = [BODY] * jobs
+
+    async def main() -> float:
+        async with AioClient("127.0.0.1:%d" % port) as c:
+            await c.ping()
+            t = time.perf_counter()
+            await c.add_jobs(queue, bodies, batch=batch, timeout_ms=0)
+            return jobs / (time.perf_counter() - t)
+
+    rate = trio.run(main)
+    drain(r, queue)
+    return rate
+
+
+def drain(r: redis.Redis, queue: str) -> None:
+    while True:
+        got = r.execute_command("GETJOB", "NOHANG", "COUNT", 1000, "FROM", queue)
+        if not got:
+            return
+        r.execute_command("FASTACK", *[item[1] for item in got])
+
+
+def raw_consume(r: redis.Redis, jobs: int, batch: int, count: int) -> float:
+    queue = "bench-" + uuid.uuid4().hex[:8]
+    fill(r, queue, jobs, batch)
+    done = 0
+    previous: list[bytes] = []
+    t = time.perf_counter()
+    while True:
+        pipe = r.pipeline(transaction=False)
+        if previous:
+            pipe.execute_command("ACKJOB", *previous)
+        pipe.execute_command("GETJOB", "NOHANG", "COUNT", count, "WITHCOUNTERS", "FROM", queue)
+        got = pipe.execute()[-1]
+        if not got:
+            break
+        previous = [item[1] for item in got]
+        done += len(previous)
+    elapsed = time.perf_counter() - t
+    assert done == jobs, (done, jobs)
+    return jobs / elapsed
+
+
+def worker_consume(port: int, r: redis.Redis, jobs: int, batch: int, concurrency: int, sync_handler: bool) -> float:
+    queue = "bench-" + uuid.uuid4().hex[:8]
+    fill(r, queue, jobs, batch)
+
+    def noop(job: Any) -> None:
+        pass
+
+    async def anoop(job: Any) -> None:
+        pass
+
+    handler: Any = noop if sync_handler else anoop
+
+    async def main() -> float:
+        async with AioClient("127.0.0.1:%d" % port) as c:
+            await c.ping()
+            w = Worker(c, queue, handler, concurrency=concurrency, fetch_timeout_ms=50)
+            t = time.perf_counter()
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(w.run)
+                while True:  # every job handled and acknowledged
+                    stats = w.stats()
+                    if stats.processed >= jobs and stats.in_flight == 0:
+                        break
+                    await trio.sleep(0.005)
+                elapsed = time.perf_counter() - t
+                w.stop()
+            return jobs / elapsed
+
+    rate = trio.run(main)
+    remaining = r.execute_command("QLEN", queue)
+    assert remaining == 0, remaining
+    return rate
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--port", type=int, default=None, help="use a running node (default: start one)")
+    parser.add_argument("--jobs", type=int, default=20000)
+    parser.add_argument("--batch", type=int, default=100)
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args(argv)
+
+    proc = None
+    tmp = None
+    port = args.port
+    if port is None:
+        tmp = tempfile.TemporaryDirectory()
+        port = _free_port()
+        proc = start_node(port, tmp.name)
+    try:
+        r = redis.Redis(port=port, protocol=2, socket_timeout=30)
+        c = Client("127.0.0.1:%d" % port)
+        n, b, k = args.jobs, args.batch, args.repeat
+        print("node 127.0.0.1:%d, %d jobs of %d bytes, batch %d, best of %d, python %s, %d CPU(s)"
+              % (port, n, len(BODY), b, k, sys.version.split()[0], os.cpu_count() or 0))  # fmt: skip
+        rows: list[tuple[str, float, float]] = []
+        raw_add_run = functools.partial(raw_add, r, n, b)
+        rows.append(("add (sync Client.add_jobs)", *best_of(k, raw_add_run, lambda: client_add(c, r, n, b))))
+        rows.append(("add (trio Client.add_jobs)", *best_of(k, raw_add_run, lambda: aio_add(port, r, n, b))))
+        for conc in (1, 8):
+            for sync_handler in (False, True):
+                label = "consume (Worker, %s no-op, concurrency %d)" % ("sync" if sync_handler else "async", conc)
+                raw_run = functools.partial(raw_consume, r, n, b, 2 * conc)
+                worker_run = functools.partial(worker_consume, port, r, n, b, conc, sync_handler)
+                rows.append((label, *best_of(k, raw_run, worker_run)))
+        print("%-46s %12s %12s %14s" % ("operation", "raw jobs/s", "client", "client share"))
+        for label, raw_rate, rate in rows:
+            print("%-46s %12.0f %12.0f %13.0f%%" % (label, raw_rate, rate, max(0.0, 1 - rate / raw_rate) * 100))
+    finally:
+        if proc is not None:
+            proc.terminate()
+            proc.wait(10)
+        if tmp is not None:
+            tmp.cleanup()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,152 @@
+"""``disque-py worker module:function --queue q ...``: run a :class:`~.worker.Worker` from the shell."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import sys
+from typing import Any
+
+import click
+
+__all__ = ["worker", "load_handler"]
+
+
+def load_handler(spec: str) -> Any:
+    """``"package.module:function"`` (or ``module:obj.attr``) -> the callable.
+
+    The current directory is importable, as for ``python -m``.
+    """
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise click.BadParameter("expected MODULE:FUNCTION, got %r" % spec, param_hint="HANDLER")
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        target: Any = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise click.BadParameter("cannot import %r: %s" % (module_name, exc), param_hint="HANDLER") from None
+    for part in attr.split("."):
+        try:
+            target = getattr(target, part)
+        except AttributeError:
+            raise click.BadParameter("%r has no attribute %r" % (module_name, attr), param_hint="HANDLER") from None
+    if not callable(target):
+        raise click.BadParameter("%s is not callable" % spec, param_hint="HANDLER")
+    return target
+
+
+@click.command(
+    "worker",
+    context_settings={"help_option_names": ["--help"], "max_content_width": 100},
+    short_help="Run a handler on jobs from queues (a worker).",
+)
+@click.argument("handler")
+@click.option("-q", "--queue", "queues", multiple=True, required=True, help="Queue to consume (repeatable).")
+@click.option(
+    "-n",
+    "--nodes",
+    multiple=True,
+    envvar="DISQUE_NODES",
+    help="Node HOST:PORT (repeatable, or comma separated) [default: 127.0.0.1:7711, or $DISQUE_NODES].",
+)
+@click.option("-a", "--password", default=None, envvar="DISQUE_PASSWORD", help="requirepass of the nodes.")
+@click.option("-c", "--concurrency", default=1, show_default=True, type=click.IntRange(1), help="Handlers at once.")
+@click.option(
+    "--max-in-flight",
+    default=None,
+    type=click.IntRange(1),
+    help="Jobs fetched and not yet acknowledged, at most [default: 2 x concurrency].",
+)
+@click.option(
+    "--max-attempts",
+    default=5,
+    show_default=True,
+    type=click.IntRange(0),
+    help="Dead-letter a job after this many failed attempts (0: never).",
+)
+@click.option("--no-dead-letter", is_flag=True, help="Drop (ACK and log) jobs over --max-attempts instead.")
+@click.option(
+    "--heartbeat",
+    default=None,
+    type=float,
+    help="Send WORKING every SECONDS while a handler runs (0: auto, from the job's RETRY).",
+)
+@click.option("--fast-ack", is_flag=True, help="Acknowledge with FASTACK instead of ACKJOB.")
+@click.option(
+    "--grace-period",
+    default=30.0,
+    show_default=True,
+    type=float,
+    help="Seconds running handlers get to finish after SIGTERM.",
+)
+@click.option(
+    "--fetch-timeout",
+    default=1000,
+    show_default=True,
+    type=click.IntRange(1),
+    help="GETJOB TIMEOUT in ms (also bounds how long a stop waits for it).",
+)
+@click.option("--log-level", default="info", show_default=True,
+              type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False))  # fmt: skip
+def worker(
+    handler: str,
+    queues: tuple[str, ...],
+    nodes: tuple[str, ...],
+    password: str | None,
+    concurrency: int,
+    max_in_flight: int | None,
+    max_attempts: int,
+    no_dead_letter: bool,
+    heartbeat: float | None,
+    fast_ack: bool,
+    grace_period: float,
+    fetch_timeout: int,
+    log_level: str,
+) -> None:
+    """Run HANDLER (MODULE:FUNCTION) on jobs from the queues until SIGTERM/SIGINT.
+
+    The handler gets a disque_py.Job (queue, id, body as bytes, nacks,
+    additional_deliveries). Returning acknowledges the job; raising NACKs it
+    (after --max-attempts it goes to <queue>.dead). `async def` handlers run
+    as trio tasks, plain functions in threads. SIGTERM stops fetching and
+    gives running handlers --grace-period seconds; a second signal ends the
+    grace period at once. Unstarted or unfinished jobs are NACKed.
+
+    \b
+    Examples:
+      disque-py worker myapp.tasks:send_email --queue emails
+      disque-py worker myapp.tasks:resize -q images -n 10.0.0.1:7711 -n 10.0.0.2:7711 -c 8
+    """
+    from .sync import Client
+    from .worker import DEFAULT_DEAD_LETTER, Worker
+
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    fn = load_handler(handler)
+    seeds = [s for item in nodes for s in item.replace(",", " ").split()] or ["127.0.0.1:7711"]
+    try:
+        client = Client(seeds, password=password)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--nodes") from None
+    w = Worker(
+        client,
+        list(queues),
+        fn,
+        concurrency=concurrency,
+        max_in_flight=max_in_flight,
+        max_attempts=max_attempts or None,
+        dead_letter=None if no_dead_letter else DEFAULT_DEAD_LETTER,
+        heartbeat=False if heartbeat is None else (True if heartbeat == 0 else heartbeat),
+        fast_ack=fast_ack,
+        grace_period=grace_period,
+        fetch_timeout_ms=fetch_timeout,
+    )
+    click.echo(
+        "worker: %s on %s from %s (concurrency %d, max in flight %d)"
+        % (handler, ", ".join(w.queues), ", ".join(seeds), w.concurrency, w.max_in_flight),
+        err=True,
+    )
+    stats = w.run_sync(handle_signals=True)
+    click.echo("worker stopped: processed=%d failed=%d retried=%d dead=%d"
+               % (stats.processed, stats.failed, stats.retried, stats.dead), err=True)  # fmt: skip

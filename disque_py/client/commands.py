@@ -1,0 +1,395 @@
+"""Commands as data: argument lists and reply parsers, shared by both clients.
+
+Each builder returns a :class:`Call`: the argv to send, a function turning
+the raw RESP reply into the typed result, how long the server may
+legitimately take before answering (a blocking GETJOB, a synchronous
+ADDJOB), and whether the command may be sent again after the connection
+broke without an answer. The synchronous client (:mod:`.sync`) and the trio
+client (:mod:`.aio`) only move bytes; every bit of command semantics lives
+here, once.
+
+Raw replies are what a RESP2 parser produces (hiredis or redis-py with
+``protocol=2``): ``bytes`` for bulk and status strings, ``int``, ``list``,
+``None``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from .model import HelloInfo, Job, NodeInfo, decode_name, encode_body, encode_name
+
+__all__ = [
+    "Call",
+    "DEFAULT_ADD_TIMEOUT_MS",
+    "addjob",
+    "getjob",
+    "ids_command",
+    "working",
+    "show",
+    "qlen",
+    "qstat",
+    "qpeek",
+    "qscan",
+    "jscan",
+    "pause",
+    "info",
+    "hello",
+    "ping",
+    "parse_hello",
+    "parse_getjob",
+    "parse_info",
+]
+
+T = TypeVar("T")
+
+#: ADDJOB's ms-timeout when the caller gives none: how long a synchronous
+#: replication may take before the node answers -NOREPL.
+DEFAULT_ADD_TIMEOUT_MS = 5000
+
+JOB_STATES = ("wait-repl", "active", "queued", "acked")
+PAUSE_FLAGS = ("in", "out", "all", "none", "state", "bcast")
+
+
+@dataclass(frozen=True, slots=True)
+class Call(Generic[T]):
+    """One command: what to send and how to read the answer.
+
+    ``blocks``: seconds the server may legitimately wait before answering
+    (added to the client's socket timeout); ``None`` means without bound
+    (GETJOB without TIMEOUT). ``retry_safe``: sending it again after a lost
+    connection cannot do harm beyond what at-least-once delivery allows
+    (only ADDJOB is not: it may create a duplicate).
+    """
+
+    argv: tuple[Any, ...]
+    parse: Callable[[Any], T]
+    blocks: float | None = 0.0
+    retry_safe: bool = True
+
+
+def _identity(reply: Any) -> Any:
+    return reply
+
+
+def _str(reply: Any) -> str:
+    return reply.decode("utf-8", "surrogateescape") if isinstance(reply, bytes) else str(reply)
+
+
+def _int(reply: Any) -> int:
+    return int(reply)
+
+
+def _check_int(name: str, value: int | None, minimum: int) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError("%s must be an int, not %s" % (name, type(value).__name__))
+    if value < minimum:
+        raise ValueError("%s must be >= %d, got %d" % (name, minimum, value))
+
+
+def _ids(ids: Iterable[str | bytes]) -> list[bytes]:
+    out = [encode_name(i) for i in ids]
+    if not out:
+        raise ValueError("at least one job ID is needed")
+    return out
+
+
+# ---------------------------------------------------------------- jobs
+
+
+def addjob_argv(
+    queue: str | bytes,
+    body: bytes | str,
+    *,
+    timeout_ms: int = DEFAULT_ADD_TIMEOUT_MS,
+    replicate: int | None = None,
+    delay: int | None = None,
+    retry: int | None = None,
+    ttl: int | None = None,
+    maxlen: int | None = None,
+    async_: bool = False,
+) -> tuple[Any, ...]:
+    _check_int("timeout_ms", timeout_ms, 0)
+    _check_int("replicate", replicate, 1)
+    _check_int("delay", delay, 0)
+    _check_int("retry", retry, 0)
+    _check_int("ttl", ttl, 1)
+    _check_int("maxlen", maxlen, 1)
+    argv: list[Any] = [b"ADDJOB", encode_name(queue), encode_body(body), timeout_ms]
+    if replicate is not None:
+        argv += [b"REPLICATE", replicate]
+    if delay is not None:
+        argv += [b"DELAY", delay]
+    if retry is not None:
+        argv += [b"RETRY", retry]
+    if ttl is not None:
+        argv += [b"TTL", ttl]
+    if maxlen is not None:
+        argv += [b"MAXLEN", maxlen]
+    if async_:
+        argv.append(b"ASYNC")
+    return tuple(argv)
+
+
+def addjob(queue: str | bytes, body: bytes | str, **opts: Any) -> Call[str]:
+    """``ADDJOB queue body ms-timeout [options]`` -> the new job's ID."""
+    argv = addjob_argv(queue, body, **opts)
+    timeout_ms = argv[3]
+    blocks = None if timeout_ms == 0 and not opts.get("async_") else timeout_ms / 1000.0
+    return Call(argv, _str, blocks=blocks, retry_safe=False)
+
+
+def parse_getjob(reply: Any) -> list[Job]:
+    """GETJOB's reply: nil, or ``[queue, id, body]`` items (+ counters)."""
+    if not reply:
+        return []
+    jobs = []
+    names: dict[bytes, str] = {}
+    for item in reply:
+        raw_name = item[0]
+        name = names.get(raw_name)
+        if name is None:
+            name = names[raw_name] = decode_name(raw_name)
+        n = len(item)
+        if n == 7 and item[3] == b"nacks" and item[5] == b"additional-deliveries":
+            nacks, additional = int(item[4]), int(item[6])  # WITHCOUNTERS, the usual shape
+        elif n > 3:
+            fields = {item[i]: item[i + 1] for i in range(3, n - 1, 2)}
+            nacks = int(fields.get(b"nacks", 0))
+            additional = int(fields.get(b"additional-deliveries", 0))
+        else:
+            nacks = additional = 0
+        jobs.append(Job(name, item[1].decode("ascii"), item[2], nacks, additional))
+    return jobs
+
+
+def getjob(
+    queues: Sequence[str | bytes],
+    *,
+    count: int = 1,
+    timeout_ms: int | None = None,
+    nohang: bool = False,
+    with_counters: bool = True,
+) -> Call[list[Job]]:
+    """``GETJOB [NOHANG] [TIMEOUT ms] [COUNT n] [WITHCOUNTERS] FROM q...``.
+
+    ``timeout_ms`` None (or 0) blocks until a job arrives, as Disque does.
+    """
+    if not queues:
+        raise ValueError("get_jobs needs at least one queue")
+    _check_int("count", count, 1)
+    _check_int("timeout_ms", timeout_ms, 0)
+    argv: list[Any] = [b"GETJOB"]
+    if nohang:
+        argv.append(b"NOHANG")
+    if timeout_ms:
+        argv += [b"TIMEOUT", timeout_ms]
+    if count != 1:
+        argv += [b"COUNT", count]
+    if with_counters:
+        argv.append(b"WITHCOUNTERS")
+    argv.append(b"FROM")
+    argv += [encode_name(q) for q in queues]
+    if nohang:
+        blocks: float | None = 0.0
+    else:
+        blocks = timeout_ms / 1000.0 if timeout_ms else None
+    return Call(tuple(argv), parse_getjob, blocks=blocks)
+
+
+def ids_command(name: bytes, ids: Iterable[str | bytes]) -> Call[int]:
+    """ACKJOB, FASTACK, NACK, ENQUEUE, DEQUEUE, DELJOB: ids -> an integer."""
+    return Call((name, *_ids(ids)), _int)
+
+
+def working(job_id: str | bytes) -> Call[int]:
+    """``WORKING id`` -> seconds until the job would be requeued (its RETRY)."""
+    return Call((b"WORKING", encode_name(job_id)), _int)
+
+
+_SHOW_TEXT = {"id", "queue", "state"}
+
+
+def _decode_value(key: str, value: Any) -> Any:
+    if key == "body":
+        return value
+    if isinstance(value, bytes):
+        return decode_name(value) if key in ("queue", "name") else value.decode("utf-8", "replace")
+    if isinstance(value, list):
+        return [_decode_value(key, v) for v in value]
+    return value
+
+
+def parse_flat_map(reply: Any) -> dict[str, Any] | None:
+    """``[key, value, key, value...]`` -> a dict with str keys (nil -> None).
+
+    Byte values become ``str`` except ``body``, which stays ``bytes``.
+    """
+    if reply is None:
+        return None
+    out = {}
+    for i in range(0, len(reply) - 1, 2):
+        key = reply[i].decode("ascii", "replace")
+        out[key] = _decode_value(key, reply[i + 1])
+    return out
+
+
+def show(job_id: str | bytes) -> Call[dict[str, Any] | None]:
+    return Call((b"SHOW", encode_name(job_id)), parse_flat_map)
+
+
+# ---------------------------------------------------------------- queues
+
+
+def qlen(queue: str | bytes) -> Call[int]:
+    return Call((b"QLEN", encode_name(queue)), _int)
+
+
+def qstat(queue: str | bytes) -> Call[dict[str, Any] | None]:
+    return Call((b"QSTAT", encode_name(queue)), parse_flat_map)
+
+
+def _parse_qpeek(reply: Any) -> list[Job]:
+    return parse_getjob(reply)
+
+
+def qpeek(queue: str | bytes, count: int) -> Call[list[Job]]:
+    """``QPEEK q count``: the oldest ``count`` jobs, or the newest with a negative count."""
+    if isinstance(count, bool) or not isinstance(count, int):
+        raise TypeError("count must be an int")
+    return Call((b"QPEEK", encode_name(queue), count), _parse_qpeek)
+
+
+def _parse_scan_names(reply: Any) -> tuple[int, list[str]]:
+    return int(reply[0]), [decode_name(n) for n in reply[1]]
+
+
+def qscan(
+    cursor: int,
+    *,
+    count: int | None = None,
+    busyloop: bool = False,
+    minlen: int | None = None,
+    maxlen: int | None = None,
+    importrate: int | None = None,
+) -> Call[tuple[int, list[str]]]:
+    """One QSCAN page -> (next cursor, queue names)."""
+    argv: list[Any] = [b"QSCAN", cursor]
+    if count is not None:
+        argv += [b"COUNT", count]
+    if busyloop:
+        argv.append(b"BUSYLOOP")
+    if minlen is not None:
+        argv += [b"MINLEN", minlen]
+    if maxlen is not None:
+        argv += [b"MAXLEN", maxlen]
+    if importrate is not None:
+        argv += [b"IMPORTRATE", importrate]
+    return Call(tuple(argv), _parse_scan_names)
+
+
+def _parse_jscan_ids(reply: Any) -> tuple[int, list[Any]]:
+    return int(reply[0]), [i.decode("ascii") for i in reply[1]]
+
+
+def _parse_jscan_all(reply: Any) -> tuple[int, list[Any]]:
+    return int(reply[0]), [parse_flat_map(item) for item in reply[1]]
+
+
+def jscan(
+    cursor: int,
+    *,
+    count: int | None = None,
+    busyloop: bool = False,
+    queue: str | bytes | None = None,
+    states: Iterable[str] = (),
+    reply: str = "id",
+) -> Call[tuple[int, list[Any]]]:
+    """One JSCAN page -> (next cursor, IDs or SHOW-like dicts with ``reply="all"``)."""
+    if reply not in ("id", "all"):
+        raise ValueError("reply must be 'id' or 'all'")
+    argv: list[Any] = [b"JSCAN", cursor]
+    if count is not None:
+        argv += [b"COUNT", count]
+    if busyloop:
+        argv.append(b"BUSYLOOP")
+    if queue is not None:
+        argv += [b"QUEUE", encode_name(queue)]
+    for state in [states] if isinstance(states, str) else states:
+        if state not in JOB_STATES:
+            raise ValueError("unknown job state %r (one of %s)" % (state, ", ".join(JOB_STATES)))
+        argv += [b"STATE", state.encode()]
+    argv += [b"REPLY", reply.encode()]
+    return Call(tuple(argv), _parse_jscan_all if reply == "all" else _parse_jscan_ids)
+
+
+def pause(queue: str | bytes, flags: Sequence[str]) -> Call[str]:
+    """``PAUSE queue in|out|all|none|state [bcast]`` -> the queue's pause state."""
+    if not flags:
+        raise ValueError("PAUSE needs at least one of: %s" % ", ".join(PAUSE_FLAGS))
+    for flag in flags:
+        if flag.lower() not in PAUSE_FLAGS:
+            raise ValueError("unknown PAUSE option %r (one of %s)" % (flag, ", ".join(PAUSE_FLAGS)))
+    return Call((b"PAUSE", encode_name(queue), *(f.encode() for f in flags)), _str)
+
+
+# ---------------------------------------------------------------- server
+
+
+def _number(text: str) -> Any:
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
+def parse_info(reply: Any) -> dict[str, Any]:
+    """INFO text -> ``{field: value}`` (numbers converted), sections flattened."""
+    text = reply.decode("utf-8", "replace") if isinstance(reply, bytes) else str(reply)
+    out: dict[str, Any] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#") or ":" not in line:
+            continue
+        key, _, value = line.partition(":")
+        out[key] = _number(value)
+    return out
+
+
+def info(section: str | None = None) -> Call[dict[str, Any]]:
+    argv = (b"INFO",) if section is None else (b"INFO", section.encode())
+    return Call(argv, parse_info)
+
+
+def parse_hello(reply: Any, via_host: str | None = None) -> HelloInfo:
+    """``[version, my_id, [id, ip, port, priority]...]`` -> :class:`HelloInfo`.
+
+    A node bound to every interface may announce an empty or wildcard IP;
+    for those the host we reached the node with (``via_host``) is used.
+    """
+    version = int(reply[0])
+    my_id = reply[1].decode("ascii")
+    nodes = []
+    for entry in reply[2:]:
+        node_id, ip, port, priority = entry[:4]
+        host = ip.decode("ascii", "replace")
+        if host in ("", "0.0.0.0", "::", "*") and via_host:
+            host = via_host
+        nodes.append(NodeInfo(node_id.decode("ascii"), host, int(port), int(priority)))
+    return HelloInfo(version, my_id, tuple(nodes))
+
+
+def hello() -> Call[Any]:
+    """Disque's HELLO; parsed by the client, which knows the host it used."""
+    return Call((b"HELLO",), _identity)
+
+
+def ping() -> Call[str]:
+    return Call((b"PING",), _str)

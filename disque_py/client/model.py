@@ -1,0 +1,167 @@
+"""Value types returned by the clients: jobs, node lists, dead letters.
+
+All are frozen dataclasses. Bodies are always ``bytes`` (a node stores
+bytes); text and structured payloads are helpers on top (``Job.text()``,
+``Job.json()``, ``Job.msgpack()``). Queue names and job IDs are ``str``;
+queue names that are not valid UTF-8 round-trip through
+``surrogateescape``.
+"""
+
+from __future__ import annotations
+
+import base64
+import json as _json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["Job", "NodeInfo", "HelloInfo", "DeadLetter", "encode_body", "encode_name", "decode_name"]
+
+
+def encode_body(body: bytes | bytearray | memoryview | str) -> bytes:
+    """Bodies are bytes; ``str`` is encoded as UTF-8."""
+    if isinstance(body, str):
+        return body.encode("utf-8")
+    if isinstance(body, (bytes, bytearray, memoryview)):
+        return bytes(body)
+    raise TypeError("a job body must be bytes or str, not %s" % type(body).__name__)
+
+
+def encode_name(name: str | bytes) -> bytes:
+    """Queue names and IDs: ``str`` (UTF-8, surrogateescape) or ``bytes``."""
+    if isinstance(name, str):
+        return name.encode("utf-8", "surrogateescape")
+    if isinstance(name, (bytes, bytearray)):
+        return bytes(name)
+    raise TypeError("expected str or bytes, not %s" % type(name).__name__)
+
+
+def decode_name(raw: bytes) -> str:
+    return raw.decode("utf-8", "surrogateescape")
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """One job as delivered by GETJOB (or listed by QPEEK).
+
+    ``nacks`` and ``additional_deliveries`` are the server's counters (zero
+    when the command did not ask for them). ``attempt`` numbers this
+    delivery: 1 for a job delivered for the first time.
+    """
+
+    queue: str
+    id: str
+    body: bytes
+    nacks: int = 0
+    additional_deliveries: int = 0
+
+    @property
+    def node_prefix(self) -> str:
+        """The first 8 characters of the ID of the node that created the job."""
+        return self.id[2:10]
+
+    @property
+    def attempt(self) -> int:
+        """``nacks + additional_deliveries + 1``: which delivery this is."""
+        return self.nacks + self.additional_deliveries + 1
+
+    def text(self, encoding: str = "utf-8", errors: str = "strict") -> str:
+        return self.body.decode(encoding, errors)
+
+    def json(self) -> Any:
+        """The body parsed as JSON (``json.loads`` accepts UTF-8 bytes)."""
+        return _json.loads(self.body)
+
+    def msgpack(self) -> Any:
+        """The body unpacked with msgpack (``pip install msgpack``)."""
+        import msgpack
+
+        return msgpack.unpackb(self.body, raw=False)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeInfo:
+    """A node as listed by HELLO. Lower ``priority`` is better (1 ok, 10 failing?, 100 leaving)."""
+
+    id: str
+    host: str
+    port: int
+    priority: int
+
+    @property
+    def address(self) -> tuple[str, int]:
+        return (self.host, self.port)
+
+    @property
+    def prefix(self) -> str:
+        return self.id[:8]
+
+
+@dataclass(frozen=True, slots=True)
+class HelloInfo:
+    """The reply to Disque's ``HELLO``: protocol version, our node's ID, every node."""
+
+    version: int
+    node_id: str
+    nodes: tuple[NodeInfo, ...]
+
+    @property
+    def myself(self) -> NodeInfo | None:
+        for node in self.nodes:
+            if node.id == self.node_id:
+                return node
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """The body of a job the worker moved to ``<queue>.dead``.
+
+    Stored as JSON: the original body goes in ``"body"`` when it is valid
+    UTF-8, else base64-encoded in ``"body_base64"``. ``DeadLetter.parse``
+    gives back the original bytes either way.
+    """
+
+    queue: str
+    id: str
+    body: bytes
+    error: str
+    attempt: int
+    nacks: int = 0
+    additional_deliveries: int = 0
+    time: float = field(default_factory=time.time)
+
+    @classmethod
+    def from_job(cls, job: Job, error: str) -> "DeadLetter":
+        return cls(job.queue, job.id, job.body, error, job.attempt, job.nacks, job.additional_deliveries)
+
+    def encode(self) -> bytes:
+        doc: dict[str, Any] = {
+            "queue": self.queue,
+            "id": self.id,
+            "error": self.error,
+            "attempt": self.attempt,
+            "nacks": self.nacks,
+            "additional_deliveries": self.additional_deliveries,
+            "time": self.time,
+        }
+        try:
+            doc["body"] = self.body.decode("utf-8")
+        except UnicodeDecodeError:
+            doc["body_base64"] = base64.b64encode(self.body).decode("ascii")
+        # surrogateescape'd queue names are not encodable: escape them
+        return _json.dumps(doc, ensure_ascii=True).encode("ascii")
+
+    @classmethod
+    def parse(cls, body: bytes | Job) -> "DeadLetter":
+        if isinstance(body, Job):
+            body = body.body
+        doc = _json.loads(body)
+        if "body_base64" in doc:
+            raw = base64.b64decode(doc["body_base64"])
+        else:
+            raw = doc["body"].encode("utf-8")
+        return cls(
+            doc["queue"], doc["id"], raw, doc["error"], int(doc["attempt"]),
+            int(doc.get("nacks", 0)), int(doc.get("additional_deliveries", 0)), float(doc.get("time", 0.0)),
+        )  # fmt: skip

@@ -1,0 +1,559 @@
+"""The synchronous client, on redis-py.
+
+Design
+------
+One :class:`Client` holds at most one connection (a ``redis.Connection``:
+redis-py does the socket, AUTH and the hiredis parsing) to the node it
+currently uses, and a :class:`~.cluster.Topology` saying which nodes exist.
+Every public method builds a :class:`~.commands.Call` and runs it through
+:meth:`Client._call`, which owns the cluster behaviour:
+
+* no connection yet: try the candidates (random seeds at first, then the
+  HELLO list by priority) one by one; a full round without success sleeps
+  ``backoff.delay(round)`` and starts again, until ``failover_timeout``
+  seconds have passed, then :class:`~.errors.NoNodeAvailable` lists every
+  attempt. An :class:`~.errors.AuthError` stops at once (a wrong password
+  is not cured by trying another node);
+* after connecting, and every ``refresh_interval`` seconds, HELLO
+  refreshes the node list; when another node has a lower priority (ours is
+  leaving) the client moves there;
+* a lost connection (or a reply timeout) marks the node down for a few
+  seconds and the command is sent again on another node; ``-LEAVING``
+  moves the client at once. The second and later retries of one command
+  wait ``backoff.delay`` first. ADDJOB is re-sent only with
+  ``retry_writes=True`` (the default): the first one may have been
+  executed, so a retried ADDJOB can duplicate a job, the usual
+  at-least-once trade-off;
+* with ``affinity=True`` :meth:`get_jobs` feeds an :class:`~.cluster.Affinity`
+  and the client moves to the node that created most recent jobs.
+
+The clock, ``sleep`` and the random generator are injectable so the
+backoff can be tested on a virtual clock. A lock serialises commands, so a
+``Client`` can be shared between threads (a blocking ``get_jobs`` then
+delays the others: use one client per consuming thread).
+
+Replies are parsed as RESP2 (``protocol=2``) with redis-py's error mapping
+turned off, so every error reply reaches :func:`~.errors.error_from_reply`
+whole.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import random
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, TypeVar
+
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from . import commands as cmd
+from .cluster import Address, Affinity, Backoff, Topology
+from .config import ClientConfig
+from .errors import (
+    AuthError,
+    BatchError,
+    ConnectionLost,
+    DisqueError,
+    LeavingError,
+    NoNodeAvailable,
+    ReplyTimeout,
+    ServerError,
+    error_from_reply,
+)
+from .model import HelloInfo, Job
+
+__all__ = ["Client"]
+
+T = TypeVar("T")
+
+
+# No CLIENT SETINFO round trips at connect: redis-py >= 7 takes driver_info=None, older ones lib_name=None.
+_NO_SETINFO: dict[str, Any] = (
+    {"driver_info": None}
+    if "driver_info" in inspect.signature(redis.connection.AbstractConnection.__init__).parameters
+    else {"lib_name": None, "lib_version": None}
+)
+
+
+class _RawErrorParser(redis.connection.DefaultParser):  # type: ignore[misc, name-defined]
+    """redis-py's parser without its error-code mapping: errors keep their full text."""
+
+    EXCEPTION_CLASSES: dict = {}
+
+
+class _Connection:
+    """One redis-py connection speaking RESP2, with errors mapped to ours."""
+
+    def __init__(self, address: Address, config: ClientConfig) -> None:
+        self.address = address
+        self._conn = redis.Connection(
+            host=address[0],
+            port=address[1],
+            password=config.password,
+            socket_timeout=config.socket_timeout,
+            socket_connect_timeout=config.connect_timeout,
+            protocol=2,
+            parser_class=_RawErrorParser,
+            retry=Retry(NoBackoff(), 0),
+            **_NO_SETINFO,
+        )
+        try:
+            self._conn.connect()
+        except redis.ResponseError as exc:
+            self.close()
+            raise error_from_reply(str(exc)) from None
+        except (redis.RedisError, OSError) as exc:
+            self.close()
+            raise ConnectionLost("cannot connect to %s:%d: %s" % (address + (exc,)), address) from None
+
+    def _lost(self, exc: BaseException) -> ConnectionLost:
+        self.close()
+        if isinstance(exc, redis.TimeoutError):
+            return ReplyTimeout("no reply from %s:%d in time" % self.address, self.address)
+        return ConnectionLost("connection to %s:%d lost: %s" % (self.address + (exc,)), self.address)
+
+    def request(self, argv: Sequence[Any], timeout: float | None) -> Any:
+        try:
+            self._conn.send_command(*argv, check_health=False)
+            return self._conn.read_response(timeout=timeout)
+        except redis.ResponseError as exc:
+            raise error_from_reply(str(exc)) from None
+        except (redis.RedisError, OSError) as exc:
+            raise self._lost(exc) from None
+        except BaseException:
+            self.close()  # interrupted half-way: the stream is out of step
+            raise
+
+    def request_many(self, argvs: Sequence[Sequence[Any]], timeout: float | None) -> list[Any]:
+        """Pipelined: every reply in order, error replies as exception values.
+
+        A lost connection raises :class:`ConnectionLost` with ``partial``:
+        the replies received before it broke.
+        """
+        out: list[Any] = []
+        try:
+            self._conn.send_packed_command(self._conn.pack_commands(argvs), check_health=False)
+            for _ in argvs:
+                try:
+                    out.append(self._conn.read_response(timeout=timeout))
+                except redis.ResponseError as exc:
+                    out.append(error_from_reply(str(exc)))
+        except (redis.RedisError, OSError) as exc:
+            lost = self._lost(exc)
+            lost.partial = out  # type: ignore[attr-defined]
+            raise lost from None
+        except BaseException:
+            self.close()
+            raise
+        return out
+
+    def close(self) -> None:
+        try:
+            self._conn.disconnect()
+        except Exception:  # noqa: BLE001 - closing a broken socket may fail; it is gone anyway
+            pass
+
+
+class Client:
+    """A Disque client for one thread of control (commands are serialised by a lock).
+
+    ``seeds``: ``"host:port"`` strings (or one comma-separated string, or
+    ``(host, port)`` pairs); the others are learnt from HELLO. See the
+    module docstring for failover, refresh and affinity.
+    """
+
+    def __init__(
+        self,
+        seeds: Any = "127.0.0.1:7711",
+        *,
+        password: str | None = None,
+        socket_timeout: float | None = 5.0,
+        connect_timeout: float = 2.0,
+        failover_timeout: float = 10.0,
+        backoff: Backoff | None = None,
+        refresh_interval: float | None = 30.0,
+        affinity: bool | Affinity = False,
+        retry_writes: bool = True,
+        max_retries: int = 5,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Any] = time.sleep,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.config = ClientConfig(
+            seeds, password=password, socket_timeout=socket_timeout, connect_timeout=connect_timeout,
+            failover_timeout=failover_timeout, backoff=backoff, refresh_interval=refresh_interval,
+            affinity=affinity, retry_writes=retry_writes, max_retries=max_retries, rng=rng,
+        )  # fmt: skip
+        self._clock = clock
+        self._sleep = sleep
+        self._rng = self.config.rng
+        self._topology = Topology(self.config.seeds, self._rng)
+        self._conn: _Connection | None = None
+        self._node_id: str | None = None
+        self._next_refresh = 0.0
+        self._lock = threading.RLock()
+
+    # ------------------------------------------------------------ lifecycle
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the connection (the client reconnects if used again)."""
+        with self._lock:
+            self._drop()
+
+    def connect(self) -> "Client":
+        """Connect now instead of at the first command (raises like a command would)."""
+        with self._lock:
+            if self._conn is None:
+                self._connect()
+        return self
+
+    @property
+    def current_address(self) -> Address | None:
+        """The address of the node in use, or None when not connected."""
+        return self._conn.address if self._conn is not None else None
+
+    @property
+    def current_node_id(self) -> str | None:
+        return self._node_id if self._conn is not None else None
+
+    @property
+    def nodes(self) -> list:
+        """The node list from the last HELLO."""
+        return list(self._topology.nodes.values())
+
+    # ------------------------------------------------------------ plumbing
+    def _drop(self, mark_down: bool = False) -> None:
+        if self._conn is not None:
+            if mark_down:
+                self._topology.mark_down(self._conn.address, self._clock())
+            self._conn.close()
+            self._conn = None
+
+    def _hello(self, conn: _Connection) -> HelloInfo:
+        call = cmd.hello()
+        hello = cmd.parse_hello(conn.request(call.argv, self.config.read_timeout(call)), via_host=conn.address[0])
+        self._topology.update(hello, self._clock())
+        self._next_refresh = self._clock() + (self.config.refresh_interval or 0.0)
+        return hello
+
+    def _adopt(self, conn: _Connection, hello: HelloInfo) -> None:
+        self._conn = conn
+        self._node_id = hello.node_id
+        self._topology.mark_up(conn.address)
+
+    def _open(self, address: Address) -> tuple[_Connection, HelloInfo]:
+        conn = _Connection(address, self.config)
+        try:
+            return conn, self._hello(conn)
+        except BaseException:
+            conn.close()
+            raise
+
+    def _connect(self) -> None:
+        """Connect to some node (see the module docstring) or raise NoNodeAvailable."""
+        deadline = self._clock() + self.config.failover_timeout
+        attempts: list[tuple[Address, BaseException]] = []
+        rounds = 0
+        while True:
+            for address in self._topology.candidates(self._clock()):
+                try:
+                    conn, hello = self._open(address)
+                except AuthError:
+                    raise
+                except (ConnectionLost, ServerError) as exc:
+                    attempts.append((address, exc))
+                    self._topology.mark_down(address, self._clock())
+                    continue
+                self._adopt(conn, hello)
+                self._maybe_move()
+                return
+            now = self._clock()
+            if now >= deadline:
+                tried = sorted({"%s:%d" % a for a, _ in attempts})
+                raise NoNodeAvailable(
+                    "no node reachable after %.1f s (tried %s; last error: %s)"
+                    % (self.config.failover_timeout, ", ".join(tried), attempts[-1][1] if attempts else "-"),
+                    attempts,
+                )
+            self._sleep(min(self.config.backoff.delay(rounds, self._rng), max(0.0, deadline - now)))
+            rounds += 1
+
+    def _move_to(self, address: Address) -> bool:
+        """Switch to ``address`` if it answers; keep the current node otherwise."""
+        if self._conn is not None and self._conn.address == address:
+            return False
+        try:
+            conn, hello = self._open(address)
+        except DisqueError:
+            self._topology.mark_down(address, self._clock())
+            return False
+        self._drop()
+        self._adopt(conn, hello)
+        return True
+
+    def _maybe_move(self) -> None:
+        target = self._topology.better_node(self._node_id, self._clock())
+        if target is not None:
+            self._move_to(target)
+
+    def _ensure(self) -> _Connection:
+        if self._conn is None:
+            self._connect()
+        elif self.config.refresh_interval is not None and self._clock() >= self._next_refresh:
+            self._hello(self._conn)
+            self._maybe_move()
+        assert self._conn is not None
+        return self._conn
+
+    def _call(self, call: cmd.Call[T]) -> T:
+        with self._lock:
+            failures = 0
+            while True:
+                try:
+                    conn = self._ensure()
+                    reply = conn.request(call.argv, self.config.read_timeout(call))
+                except NoNodeAvailable:
+                    raise
+                except ConnectionLost:
+                    self._drop(mark_down=True)
+                    failures += 1
+                    if failures > self.config.max_retries or not (call.retry_safe or self.config.retry_writes):
+                        raise
+                    if failures > 1:
+                        self._sleep(self.config.backoff.delay(failures - 2, self._rng))
+                    continue
+                except LeavingError:
+                    if self._node_id:
+                        self._topology.set_priority(self._node_id, 100, self._clock())
+                    failures += 1
+                    if failures > self.config.max_retries:
+                        raise
+                    target = self._topology.better_node(self._node_id, self._clock())
+                    if target is None or not self._move_to(target):
+                        raise
+                    continue
+                return call.parse(reply)
+
+    def _pipeline(self, argvs: list[tuple[Any, ...]], blocks: float | None, retry_safe: bool) -> list[Any]:
+        """Send a batch at once; replies (errors as values) in order, with failover."""
+        call = cmd.Call((), lambda r: r, blocks=blocks, retry_safe=retry_safe)
+        results: list[Any] = []
+        with self._lock:
+            failures = 0
+            while len(results) < len(argvs):
+                try:
+                    conn = self._ensure()
+                    results += conn.request_many(argvs[len(results) :], self.config.read_timeout(call))
+                except NoNodeAvailable:
+                    raise
+                except ConnectionLost as exc:
+                    results += getattr(exc, "partial", [])
+                    self._drop(mark_down=True)
+                    failures += 1
+                    if failures > self.config.max_retries or not (retry_safe or self.config.retry_writes):
+                        raise
+                    if failures > 1:
+                        self._sleep(self.config.backoff.delay(failures - 2, self._rng))
+        return results
+
+    def _observe(self, jobs: list[Job]) -> None:
+        affinity = self.config.affinity
+        if affinity is None or not jobs:
+            return
+        affinity.observe(j.node_prefix for j in jobs)
+        prefix = affinity.suggest(self._node_id[:8] if self._node_id else None)
+        if prefix is None:
+            return
+        affinity.reset()
+        node = self._topology.node_with_prefix(prefix)
+        current = self._topology.nodes.get(self._node_id or "")
+        if node is not None and (current is None or node.priority <= current.priority):
+            with self._lock:
+                self._move_to(node.address)
+
+    # ------------------------------------------------------------ jobs
+    def add_job(
+        self,
+        queue: str | bytes,
+        body: bytes | str,
+        *,
+        timeout_ms: int = cmd.DEFAULT_ADD_TIMEOUT_MS,
+        replicate: int | None = None,
+        delay: int | None = None,
+        retry: int | None = None,
+        ttl: int | None = None,
+        maxlen: int | None = None,
+        async_: bool = False,
+    ) -> str:
+        """ADDJOB: queue a job, return its ID. Times are in seconds except ``timeout_ms``."""
+        return self._call(cmd.addjob(
+            queue, body, timeout_ms=timeout_ms, replicate=replicate, delay=delay,
+            retry=retry, ttl=ttl, maxlen=maxlen, async_=async_,
+        ))  # fmt: skip
+
+    def add_jobs(
+        self, queue: str | bytes, bodies: Iterable[bytes | str], *, batch: int = 100, **opts: Any
+    ) -> list[str]:
+        """Many ADDJOBs, pipelined ``batch`` at a time; IDs in input order.
+
+        Raises :class:`~.errors.BatchError` (with every result) if any failed.
+        """
+        if batch < 1:
+            raise ValueError("batch must be >= 1")
+        argvs = [cmd.addjob_argv(queue, body, **opts) for body in bodies]
+        if not argvs:
+            return []
+        probe = cmd.addjob(queue, b"", **opts)
+        results: list[Any] = []
+        for start in range(0, len(argvs), batch):
+            results += self._pipeline(argvs[start : start + batch], probe.blocks, retry_safe=False)
+        if any(isinstance(r, DisqueError) for r in results):
+            raise BatchError([r if isinstance(r, DisqueError) else r.decode("ascii") for r in results])
+        return [r.decode("ascii") for r in results]
+
+    def add_json(self, queue: str | bytes, obj: Any, **opts: Any) -> str:
+        """ADDJOB with ``obj`` serialised as compact JSON (UTF-8)."""
+        return self.add_job(queue, json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode(), **opts)
+
+    def add_msgpack(self, queue: str | bytes, obj: Any, **opts: Any) -> str:
+        """ADDJOB with ``obj`` packed with msgpack."""
+        import msgpack
+
+        return self.add_job(queue, msgpack.packb(obj, use_bin_type=True), **opts)
+
+    def get_jobs(
+        self,
+        *queues: str | bytes,
+        count: int = 1,
+        timeout_ms: int | None = None,
+        nohang: bool = False,
+        with_counters: bool = True,
+    ) -> list[Job]:
+        """GETJOB: up to ``count`` jobs from the first non-empty queues.
+
+        Blocks until a job arrives, or ``timeout_ms`` (then returns ``[]``);
+        ``nohang=True`` never blocks.
+        """
+        jobs = self._call(cmd.getjob(queues, count=count, timeout_ms=timeout_ms, nohang=nohang,
+                                     with_counters=with_counters))  # fmt: skip
+        self._observe(jobs)
+        return jobs
+
+    def get_job(self, *queues: str | bytes, timeout_ms: int | None = None, nohang: bool = False) -> Job | None:
+        """One job, or None on timeout."""
+        jobs = self.get_jobs(*queues, count=1, timeout_ms=timeout_ms, nohang=nohang)
+        return jobs[0] if jobs else None
+
+    def ack(self, *ids: str | bytes) -> int:
+        """ACKJOB: acknowledge (cluster-wide); returns how many this node knew."""
+        return self._call(cmd.ids_command(b"ACKJOB", ids))
+
+    def fast_ack(self, *ids: str | bytes) -> int:
+        """FASTACK: best-effort acknowledgement and deletion everywhere."""
+        return self._call(cmd.ids_command(b"FASTACK", ids))
+
+    def nack(self, *ids: str | bytes) -> int:
+        """NACK: put the jobs back now, counting a failed attempt."""
+        return self._call(cmd.ids_command(b"NACK", ids))
+
+    def enqueue(self, *ids: str | bytes) -> int:
+        return self._call(cmd.ids_command(b"ENQUEUE", ids))
+
+    def dequeue(self, *ids: str | bytes) -> int:
+        return self._call(cmd.ids_command(b"DEQUEUE", ids))
+
+    def del_job(self, *ids: str | bytes) -> int:
+        return self._call(cmd.ids_command(b"DELJOB", ids))
+
+    def working(self, job_id: str | bytes) -> int:
+        """WORKING: postpone the requeue; returns the job's RETRY in seconds."""
+        return self._call(cmd.working(job_id))
+
+    def show(self, job_id: str | bytes) -> dict[str, Any] | None:
+        """SHOW: the job's fields (``body`` as bytes), or None if unknown here."""
+        return self._call(cmd.show(job_id))
+
+    # ------------------------------------------------------------ queues
+    def qlen(self, queue: str | bytes) -> int:
+        return self._call(cmd.qlen(queue))
+
+    def qstat(self, queue: str | bytes) -> dict[str, Any] | None:
+        return self._call(cmd.qstat(queue))
+
+    def qpeek(self, queue: str | bytes, count: int = 1) -> list[Job]:
+        return self._call(cmd.qpeek(queue, count))
+
+    def qscan(
+        self,
+        *,
+        count: int | None = None,
+        busyloop: bool = False,
+        minlen: int | None = None,
+        maxlen: int | None = None,
+        importrate: int | None = None,
+    ) -> Iterator[str]:
+        """Every queue name (QSCAN, page after page)."""
+        cursor = 0
+        while True:
+            cursor, names = self._call(cmd.qscan(cursor, count=count, busyloop=busyloop, minlen=minlen,
+                                                 maxlen=maxlen, importrate=importrate))  # fmt: skip
+            yield from names
+            if cursor == 0:
+                return
+
+    def jscan(
+        self,
+        *,
+        count: int | None = None,
+        busyloop: bool = False,
+        queue: str | bytes | None = None,
+        states: Iterable[str] | str = (),
+        reply: str = "id",
+    ) -> Iterator[Any]:
+        """Every job (JSCAN, page after page): IDs, or dicts with ``reply="all"``."""
+        cursor = 0
+        states = tuple([states] if isinstance(states, str) else states)
+        while True:
+            cursor, items = self._call(cmd.jscan(cursor, count=count, busyloop=busyloop, queue=queue,
+                                                 states=states, reply=reply))  # fmt: skip
+            yield from items
+            if cursor == 0:
+                return
+
+    def pause(self, queue: str | bytes, *flags: str) -> str:
+        """PAUSE queue in|out|all|none|state [bcast] -> the pause state."""
+        return self._call(cmd.pause(queue, flags))
+
+    # ------------------------------------------------------------ server
+    def info(self, section: str | None = None) -> dict[str, Any]:
+        return self._call(cmd.info(section))
+
+    def hello(self) -> HelloInfo:
+        """HELLO (also refreshes the client's node list)."""
+        with self._lock:
+            failures = 0
+            while True:
+                try:
+                    return self._hello(self._ensure())
+                except ConnectionLost:
+                    self._drop(mark_down=True)
+                    failures += 1
+                    if failures > self.config.max_retries:
+                        raise
+
+    def ping(self) -> str:
+        return self._call(cmd.ping())
+
+    def execute(self, *argv: Any) -> Any:
+        """Any command, raw RESP2 reply (errors still raise typed exceptions)."""
+        return self._call(cmd.Call(tuple(argv), lambda r: r, blocks=None, retry_safe=False))

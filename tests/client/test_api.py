@@ -1,0 +1,310 @@
+"""Every client call against real nodes (1 node and a 3-node cluster), sync and trio.
+
+One scenario, written once as ``async`` code, runs against the trio client
+directly and against the synchronous client through a thin adapter that
+calls its methods (blocking calls inside a trio test are fine: the node is
+another process).
+"""
+
+from __future__ import annotations
+
+import inspect
+import uuid
+
+import msgpack
+import pytest
+import trio
+
+from disque_py import (
+    BadIdError,
+    BatchError,
+    Client,
+    CommandError,
+    HelloInfo,
+    Job,
+    NoJobError,
+    NoReplicationError,
+    PausedError,
+    QueueFullError,
+    TooLateError,
+)
+from disque_py.aio import Client as AioClient
+
+from .conftest import addr, raw, wait_for
+
+pytestmark = pytest.mark.integration
+
+
+class SyncAsAsync:
+    """The synchronous client's methods, awaitable; iterators become async iterators."""
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+
+    def __getattr__(self, name: str):
+        attr = getattr(self._client, name)
+        if not callable(attr):
+            return attr
+
+        def call(*args, **kwargs):
+            result = attr(*args, **kwargs)
+            if inspect.isgenerator(result):
+                return _aiter(result)
+            return _done(result)
+
+        return call
+
+    async def aclose(self) -> None:
+        self._client.close()
+
+
+async def _done(value):
+    return value
+
+
+async def _aiter(gen):
+    for item in gen:
+        yield item
+
+
+@pytest.fixture(params=["sync", "trio"])
+def flavor(request) -> str:
+    return request.param
+
+
+@pytest.fixture(params=[1, 3], ids=["1node", "3nodes"])
+def nodes(request):
+    if request.param == 1:
+        return [request.getfixturevalue("node")]
+    return request.getfixturevalue("cluster3")
+
+
+def make_client(flavor: str, seeds, **kw):
+    if flavor == "sync":
+        return SyncAsAsync(Client(seeds, **kw))
+    return AioClient(seeds, **kw)
+
+
+async def test_every_call(flavor, nodes):
+    c = make_client(flavor, [addr(n) for n in nodes])
+    q = "api-" + uuid.uuid4().hex[:10]
+    try:
+        assert await c.ping() == "PONG"
+        hello = await c.hello()
+        assert isinstance(hello, HelloInfo) and hello.version == 1
+        assert len(hello.nodes) == len(nodes) and {n.port for n in hello.nodes} == {n.port for n in nodes}
+        assert hello.node_id == c.current_node_id and hello.myself.port == c.current_address[1]
+        assert all(n.priority == 1 for n in hello.nodes)
+        prefix = hello.node_id[:8]
+
+        # add_job: str and bytes bodies, every option
+        jid = await c.add_job(q, "héllo")
+        assert len(jid) == 40 and jid[2:10] == prefix
+        jid2 = await c.add_job(q, b"\x00\xff binary", replicate=1, retry=7, ttl=600, maxlen=100)
+        delayed = await c.add_job(q, b"later", delay=60, ttl=3600)
+        jid_async = await c.add_job(q, b"async", async_=True)
+        assert await c.qlen(q) == 3  # the delayed one is not queued yet
+
+        show = await c.show(jid2)
+        assert show["id"] == jid2 and show["queue"] == q and show["state"] == "queued"
+        assert show["retry"] == 7 and show["repl"] == 1 and show["body"] == b"\x00\xff binary"
+        assert (await c.show(delayed))["state"] == "active" and (await c.show(delayed))["delay"] == 60
+        assert (await c.show(jid))["repl"] == min(3, len(nodes))
+
+        # qpeek / qstat
+        peek = await c.qpeek(q, 2)
+        assert [j.id for j in peek] == [jid, jid2] and all(isinstance(j, Job) for j in peek)
+        assert (await c.qpeek(q, -1))[0].id == jid_async
+        stat = await c.qstat(q)
+        assert stat["name"] == q and stat["len"] == 3 and stat["pause"] == "none"
+        assert await c.qstat("no-such-queue-" + q) is None
+
+        # get_jobs with counters; text/bytes bodies
+        got = await c.get_jobs(q, count=2)
+        assert [j.id for j in got] == [jid, jid2]
+        assert got[0].body == "héllo".encode() and got[0].text() == "héllo" and got[1].body == b"\x00\xff binary"
+        assert got[0].queue == q and got[0].nacks == 0 and got[0].additional_deliveries == 0
+        assert got[0].attempt == 1 and got[0].node_prefix == prefix
+        with pytest.raises(UnicodeDecodeError):
+            got[1].text()
+        assert (await c.show(jid))["state"] == "active"
+
+        # working / nack -> counters
+        assert await c.working(jid2) == 7
+        assert await c.nack(jid, jid2) == 2
+        again = await c.get_jobs(q, count=3, timeout_ms=500)
+        by_id = {j.id: j for j in again}
+        assert by_id[jid].nacks == 1 and by_id[jid].attempt == 2 and jid_async in by_id
+        without = await c.get_jobs(q, nohang=True)
+        assert without == []
+        assert await c.get_jobs(q, timeout_ms=30) == []
+        assert await c.get_job(q, nohang=True) is None
+
+        # ack, fast_ack
+        assert await c.ack(jid) == 1
+        assert await c.fast_ack(jid_async) == 1
+        assert await c.show(jid_async) is None
+        acked = await c.show(jid)
+        assert acked is None or acked["state"] == "acked"
+
+        # enqueue / dequeue / del_job
+        assert await c.enqueue(jid2) == 1 and await c.qlen(q) == 1
+        assert await c.dequeue(jid2) == 1 and await c.qlen(q) == 0
+        assert await c.del_job(jid2, delayed) == 2
+        assert await c.show(jid2) is None
+
+        # add_jobs: several batches, order kept
+        bodies = [b"b%03d" % i for i in range(23)]
+        ids = await c.add_jobs(q, bodies, batch=5, replicate=1)
+        assert len(ids) == 23 and len(set(ids)) == 23
+        assert [j.body for j in await c.qpeek(q, 23)] == bodies
+        assert [j.id for j in await c.qpeek(q, 23)] == ids
+        assert await c.add_jobs(q, []) == []
+
+        # scans
+        names = [n async for n in c.qscan(count=1)]
+        assert q in names
+        found = [i async for i in c.jscan(queue=q, count=3)]
+        assert sorted(found) == sorted(ids)
+        states = [d async for d in c.jscan(queue=q, states=["queued"], reply="all")]
+        assert len(states) == 23 and all(d["state"] == "queued" and d["queue"] == q for d in states)
+        assert [i async for i in c.jscan(queue=q, states="active")] == []
+        assert q in [n async for n in c.qscan(minlen=23)] and q not in [n async for n in c.qscan(minlen=24)]
+        await c.get_jobs(q, count=23)
+        await c.ack(*ids)
+
+        # JSON and msgpack helpers
+        await c.add_json(q, {"a": [1, 2], "ü": None})
+        await c.add_msgpack(q, {"n": 1, "raw": b"\xff"})
+        j1, j2 = await c.get_jobs(q, count=2)
+        assert j1.json() == {"a": [1, 2], "ü": None} and j1.body == b'{"a":[1,2],"\xc3\xbc":null}'
+        assert j2.msgpack() == {"n": 1, "raw": b"\xff"} and msgpack.unpackb(j2.body) == {"n": 1, "raw": b"\xff"}
+        await c.ack(j1.id, j2.id)
+
+        # pause
+        assert await c.pause(q, "in") == "in"
+        with pytest.raises(PausedError) as paused:
+            await c.add_job(q, b"x")
+        assert paused.value.code == "PAUSED" and "paused" in str(paused.value)
+        assert await c.pause(q, "state") == "in"
+        assert await c.pause(q, "none") == "none"
+
+        # info
+        info = await c.info()
+        assert info["disque_version"] == "1.0-rc1" and isinstance(info["registered_jobs"], int)
+        jobs_section = await c.info("jobs")
+        assert set(jobs_section) == {"registered_jobs"}
+        assert (await c.execute("QLEN", q)) == 0
+
+        # typed errors
+        await c.add_job(q, b"1", maxlen=1)
+        with pytest.raises(QueueFullError):
+            await c.add_job(q, b"2", maxlen=1)
+        with pytest.raises(BatchError) as batch:
+            await c.add_jobs(q, [b"3", b"4"], maxlen=1)
+        assert [type(e) for e in batch.value.results] == [QueueFullError, QueueFullError]
+        with pytest.raises(BadIdError):
+            await c.ack("not-an-id")
+        with pytest.raises(NoJobError):
+            await c.working("D-00000000-AAAAAAAAAAAAAAAAAAAAAAAA-05a1")
+        with pytest.raises(CommandError) as bad:
+            await c.add_job(q, b"x", delay=10, ttl=5)
+        assert bad.value.code == "ERR" and "DELAY" in bad.value.message
+        if len(nodes) == 1:
+            with pytest.raises(NoReplicationError):
+                await c.add_job(q, b"x", replicate=2)
+        else:
+            with pytest.raises(CommandError):  # RETRY 0 needs REPLICATE 1
+                await c.add_job(q, b"x", retry=0)
+            assert len(await c.add_job(q, b"amo", retry=0, replicate=1)) == 40
+        short = await c.add_job(q, b"short", ttl=1, replicate=1)
+
+        async def too_late():
+            try:
+                await c.working(short)
+            except TooLateError:
+                return True
+            await trio.sleep(0.05)
+            return False
+
+        with trio.fail_after(5):
+            while not await too_late():
+                pass
+
+        # client-side validation
+        with pytest.raises(TypeError):
+            await c.add_job(q, 12)
+        with pytest.raises(ValueError):
+            await c.get_jobs(q, count=0)
+        with pytest.raises(ValueError):
+            await c.get_jobs()
+        with pytest.raises(ValueError):
+            await c.ack()
+        with pytest.raises(ValueError):
+            await c.pause(q, "sideways")
+        with pytest.raises(ValueError):
+            [i async for i in c.jscan(states=["lost"])]
+    finally:
+        await c.aclose()
+
+
+async def test_non_utf8_queue_and_body(flavor, node):
+    c = make_client(flavor, addr(node))
+    q = b"bin-\xff\xfe-" + uuid.uuid4().hex[:6].encode()
+    try:
+        jid = await c.add_job(q, b"\xc3\x28\xff")
+        [job] = await c.get_jobs(q)
+        assert job.id == jid and job.body == b"\xc3\x28\xff"
+        assert job.queue.encode("utf-8", "surrogateescape") == q  # round-trips
+        assert await c.ack(job.id) == 1
+        assert await c.qlen(job.queue) == 0
+    finally:
+        await c.aclose()
+
+
+async def test_reconnects_after_close(flavor, node, queue):
+    c = make_client(flavor, addr(node))
+    await c.add_job(queue, b"1")
+    await c.aclose()
+    assert await c.qlen(queue) == 1  # used again: connects again
+    await c.aclose()
+
+
+def test_sync_client_is_a_context_manager_and_thread_safe(node, queue):
+    import threading
+
+    with Client(addr(node)) as c:
+        errors = []
+
+        def produce(k):
+            try:
+                for i in range(50):
+                    c.add_job(queue, b"%d-%d" % (k, i))
+            except Exception as exc:  # noqa: BLE001
+                errors.append(exc)
+
+        threads = [threading.Thread(target=produce, args=(k,)) for k in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors and c.qlen(queue) == 200
+        while c.get_jobs(queue, count=100, nohang=True):
+            pass
+        wait_for(lambda: raw(node).execute_command("QLEN", queue) == 0, what="drained")
+
+
+async def test_aio_client_shared_by_tasks(node, queue):
+    """A blocking GETJOB in one task does not hold up ACKs from another."""
+    async with AioClient(addr(node)) as c:
+        results = []
+
+        async def consumer():
+            results.extend(await c.get_jobs(queue, timeout_ms=5000))
+
+        async with trio.open_nursery() as n:
+            n.start_soon(consumer)
+            await trio.sleep(0)  # let it block first: then the pool opens another connection
+            ids = await c.add_jobs(queue, [b"a"])
+        assert [j.id for j in results] == ids
+        assert await c.ack(*ids) == 1

@@ -1,0 +1,298 @@
+"""The I/O-free parts: error mapping, reply parsing, addresses, backoff, node choice, affinity, failure gate."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from disque_py.client import commands as cmd
+from disque_py.client.cluster import Affinity, Backoff, Topology, parse_address, parse_seeds
+from disque_py.client.errors import (
+    AckedError,
+    AuthError,
+    BadIdError,
+    BatchError,
+    CommandError,
+    LeavingError,
+    NoJobError,
+    NoReplicationError,
+    PausedError,
+    QueueFullError,
+    ServerError,
+    TooLateError,
+    error_from_reply,
+)
+from disque_py.client.model import DeadLetter, HelloInfo, Job, NodeInfo
+from disque_py.client.worker import FailureGate, describe_error
+
+ID = "D-dcb833cf-8YL1NT17e9+wsA/09NqxscQI-05a1"
+
+
+@pytest.mark.parametrize(
+    "reply, cls, code",
+    [
+        ("NOREPL Timeout reached", NoReplicationError, "NOREPL"),
+        ("MAXLEN Queue is already longer", QueueFullError, "MAXLEN"),
+        ("PAUSED Queue paused in input, try later", PausedError, "PAUSED"),
+        ("LEAVING This node is leaving the cluster", LeavingError, "LEAVING"),
+        ("NOJOB Job not known", NoJobError, "NOJOB"),
+        ("BADID Invalid Job ID format.", BadIdError, "BADID"),
+        ("TOOLATE Half of job TTL already elapsed", TooLateError, "TOOLATE"),
+        ("ACKED Job already acknowledged.", AckedError, "ACKED"),
+        ("NOAUTH Authentication required.", AuthError, "NOAUTH"),
+        ("WRONGPASS invalid username-password pair", AuthError, "WRONGPASS"),
+        ("ERR invalid password", AuthError, "ERR"),
+        ("ERR MAXLEN must be a positive number", CommandError, "ERR"),  # an ERR, not a MAXLEN
+        ("ERR syntax error", CommandError, "ERR"),
+        ("NOPROTO sorry", ServerError, "NOPROTO"),
+        ("something lowercase", CommandError, "ERR"),
+        (b"NOJOB bytes too", NoJobError, "NOJOB"),
+    ],
+)
+def test_error_mapping(reply, cls, code):
+    err = error_from_reply(reply)
+    assert type(err) is cls and err.code == code
+    text = reply.decode() if isinstance(reply, bytes) else reply
+    assert str(err) == (text if text.split(" ")[0].isupper() else "ERR " + text)
+
+
+def test_batch_error_lists_results():
+    e = BatchError(["id1", QueueFullError("full"), "id3"])
+    assert e.errors == [e.results[1]] and "1 of 3" in str(e)
+
+
+def test_parse_getjob_and_job_properties():
+    reply = [
+        [b"q", ID.encode(), b"body", b"nacks", 2, b"additional-deliveries", 1],
+        [b"q2", ID.encode(), b"\xff"],
+    ]
+    a, b = cmd.parse_getjob(reply)
+    assert a == Job("q", ID, b"body", 2, 1) and a.attempt == 4 and a.node_prefix == "dcb833cf"
+    assert b.nacks == 0 and b.attempt == 1 and b.body == b"\xff"
+    assert cmd.parse_getjob(None) == []
+    with pytest.raises(AttributeError):
+        a.body = b"x"  # frozen
+
+
+def test_job_helpers():
+    assert Job("q", ID, b'{"a": 1}').json() == {"a": 1}
+    import msgpack
+
+    assert Job("q", ID, msgpack.packb([1, "x"])).msgpack() == [1, "x"]
+    assert Job("q", ID, "é".encode("latin-1")).text("latin-1") == "é"
+
+
+def test_parse_hello_and_info():
+    reply = [1, b"aaaa1111" + b"0" * 32, [b"aaaa1111" + b"0" * 32, b"", b"7711", b"1"],
+             [b"bbbb2222" + b"0" * 32, b"10.0.0.2", b"7712", b"100"]]  # fmt: skip
+    hello = cmd.parse_hello(reply, via_host="seed.example")
+    assert hello.version == 1 and hello.myself == NodeInfo("aaaa1111" + "0" * 32, "seed.example", 7711, 1)
+    assert hello.nodes[1].address == ("10.0.0.2", 7712) and hello.nodes[1].priority == 100
+    assert hello.nodes[1].prefix == "bbbb2222"
+    info = cmd.parse_info(b"# Server\r\ndisque_version:1.0-rc1\r\nuptime:12\r\nratio:1.5\r\n\r\n# Jobs\r\nx:y\r\n")
+    assert info == {"disque_version": "1.0-rc1", "uptime": 12, "ratio": 1.5, "x": "y"}
+
+
+def test_command_argv():
+    call = cmd.addjob("q", "é", timeout_ms=100, replicate=2, delay=3, retry=4, ttl=50, maxlen=9, async_=True)
+    assert call.argv == (b"ADDJOB", b"q", "é".encode(), 100, b"REPLICATE", 2, b"DELAY", 3, b"RETRY", 4,
+                         b"TTL", 50, b"MAXLEN", 9, b"ASYNC")  # fmt: skip
+    assert not call.retry_safe and call.blocks == 0.1
+    assert cmd.addjob("q", b"", timeout_ms=0).blocks is None  # waits for replication without bound
+    get = cmd.getjob(["a", "b"], count=5, timeout_ms=200)
+    assert get.argv == (b"GETJOB", b"TIMEOUT", 200, b"COUNT", 5, b"WITHCOUNTERS", b"FROM", b"a", b"b")
+    assert get.blocks == 0.2 and get.retry_safe
+    assert cmd.getjob(["a"]).blocks is None and cmd.getjob(["a"], nohang=True).blocks == 0.0
+    assert cmd.jscan(0, queue="q", states=["queued", "active"], reply="all").argv == (
+        b"JSCAN",
+        0,
+        b"QUEUE",
+        b"q",
+        b"STATE",
+        b"queued",
+        b"STATE",
+        b"active",
+        b"REPLY",
+        b"all",
+    )
+    for bad in (dict(replicate=0), dict(ttl=0), dict(delay=-1), dict(maxlen=0), dict(timeout_ms=-1)):
+        with pytest.raises(ValueError):
+            cmd.addjob("q", b"x", **bad)
+    with pytest.raises(TypeError):
+        cmd.addjob("q", b"x", retry=True)
+    with pytest.raises(TypeError):
+        cmd.addjob("q", None)
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [("h:1", ("h", 1)), ("h", ("h", 7711)), ("[::1]:7712", ("::1", 7712)), ("::1", ("::1", 7711)),
+     (("h", "9"), ("h", 9))],
+)  # fmt: skip
+def test_parse_address(text, expected):
+    assert parse_address(text) == expected
+
+
+def test_parse_seeds():
+    assert parse_seeds("a:1, b:2 a:1") == [("a", 1), ("b", 2)]
+    assert parse_seeds(["a:1", ("b", 2), "c:3,d:4"]) == [("a", 1), ("b", 2), ("c", 3), ("d", 4)]
+    assert parse_seeds(("h", 5)) == [("h", 5)]
+    for bad in ("", "h:0", "h:99999", "h:x", []):
+        with pytest.raises(ValueError):
+            parse_seeds(bad)
+
+
+def test_backoff_grows_caps_and_jitters():
+    exact = Backoff(initial=0.1, maximum=1.0, factor=2.0, jitter=0.0)
+    assert [exact.delay(n, random.Random()) for n in range(6)] == pytest.approx([0.1, 0.2, 0.4, 0.8, 1.0, 1.0])
+    assert exact.base(10_000) == 1.0
+    jittered = Backoff(initial=1.0, maximum=8.0, jitter=0.5)
+    rng = random.Random(3)
+    for n in range(8):
+        for _ in range(50):
+            d = jittered.delay(n, rng)
+            assert jittered.base(n) * 0.5 <= d <= jittered.base(n)
+    # the same seed gives the same delays
+    assert [jittered.delay(n, random.Random(9)) for n in range(4)] == [
+        jittered.delay(n, random.Random(9)) for n in range(4)
+    ]
+    with pytest.raises(ValueError):
+        Backoff(initial=2, maximum=1)
+
+
+def node(i: int, priority: int = 1) -> NodeInfo:
+    return NodeInfo(("%08d" % i) + "x" * 32, "10.0.0.%d" % i, 7711, priority)
+
+
+def test_topology_orders_by_priority_and_avoids_down_nodes():
+    topo = Topology([("seed", 1)], random.Random(1), down_for=5.0)
+    assert topo.candidates(0.0) == [("seed", 1)]
+    topo.update(HelloInfo(1, node(1).id, (node(1), node(2), node(3, 100), node(4, 10))))
+    order = topo.candidates(0.0)
+    assert set(order[:2]) == {node(1).address, node(2).address}
+    assert order[2:] == [node(4).address, node(3).address, ("seed", 1)]
+    topo.mark_down(node(1).address, now=10.0)
+    assert topo.candidates(11.0)[0] == node(2).address and topo.candidates(11.0)[-1] == node(1).address
+    assert topo.candidates(15.0)[0] in (node(1).address, node(2).address)  # back after down_for
+    # random order within a priority: each comes first for some seed
+    seen = set()
+    for seed in range(20):
+        t = Topology([], random.Random(seed))
+        t.update(HelloInfo(1, node(1).id, (node(1), node(2))))
+        seen.add(t.candidates(0.0)[0])
+    assert seen == {node(1).address, node(2).address}
+
+
+def test_topology_better_node_only_for_lower_priority():
+    topo = Topology([], random.Random(0))
+    topo.update(HelloInfo(1, node(1).id, (node(1), node(2), node(3))))
+    assert topo.better_node(node(1).id, 0.0) is None
+    topo.set_priority(node(1).id, 100)  # -LEAVING
+    assert topo.better_node(node(1).id, 0.0) in (node(2).address, node(3).address)
+    topo.mark_down(node(2).address, 0.0)
+    assert topo.better_node(node(1).id, 1.0) == node(3).address
+    assert topo.node_with_prefix("00000003") == node(3) and topo.node_with_prefix("zz") is None
+    assert topo.better_node("unknown", 0.0) is None
+
+
+def test_topology_trusts_a_node_about_itself_over_gossip():
+    topo = Topology([], random.Random(0), leaving_for=60.0)
+    topo.update(HelloInfo(1, node(1).id, (node(1, 100), node(2))), now=0.0)  # node 1 says: leaving
+    topo.update(HelloInfo(1, node(2).id, (node(1, 1), node(2))), now=1.0)  # node 2 has not heard yet
+    assert topo.nodes[node(1).id].priority == 100
+    topo.update(HelloInfo(1, node(2).id, (node(1, 1), node(2))), now=61.0)  # old news by now
+    assert topo.nodes[node(1).id].priority == 1
+    topo.set_priority(node(2).id, 100, now=61.0)  # -LEAVING from node 2
+    topo.update(HelloInfo(1, node(1).id, (node(1), node(2))), now=62.0)
+    assert topo.nodes[node(2).id].priority == 100 and topo.better_node(node(2).id, 62.0) == node(1).address
+
+
+def test_affinity_suggests_the_dominant_other_node():
+    a = Affinity(window=10, share=0.5, min_jobs=5)
+    a.observe(["me"] * 4)
+    assert a.suggest("me") is None  # not enough jobs yet
+    a.observe(["other"] * 3)
+    assert a.suggest("me") is None  # 3 of 7 is not most
+    a.observe(["other"] * 3)
+    assert a.suggest("me") == "other"  # 6 of 10
+    assert a.suggest("other") is None  # already there
+    a.reset()
+    assert a.suggest("me") is None
+    with pytest.raises(ValueError):
+        Affinity(share=1.5)
+
+
+def test_failure_gate_backs_off_then_probes():
+    gate = FailureGate(Backoff(initial=1.0, maximum=4.0, jitter=0.0), threshold=2, rng=random.Random())
+    assert gate.allowance(0.0) == (None, None)
+    assert gate.failure("a", 0.0) is None  # one failure: keep going
+    assert gate.failure("b", 0.0) == 1.0  # threshold: back off 1 s
+    assert gate.allowance(0.5) == (0, 1.0)
+    assert gate.failure("c", 0.6) is None  # in-hand jobs failing do not extend it
+    assert gate.allowance(1.0) == (1, None)  # probe one job
+    gate.took_probe("p1")
+    assert gate.allowance(1.1) == (0, None)  # wait for its outcome
+    assert gate.failure("old", 1.2) is None  # an older job failing is not the probe
+    assert gate.failure("p1", 1.3) == 2.0  # probe failed: longer
+    assert gate.allowance(3.3) == (1, None)
+    gate.took_probe("p2")
+    gate.neutral("p2")  # dead-lettered without running: probe again
+    assert gate.allowance(3.4) == (1, None)
+    gate.took_probe("p3")
+    assert gate.failure("p3", 4.0) == 4.0
+    gate.allowance(8.0)
+    gate.took_probe("p4")
+    assert gate.failure("p4", 8.0) == 4.0  # capped
+    gate.allowance(12.0)
+    gate.took_probe("p5")
+    gate.success("p5")
+    assert gate.allowance(12.1) == (None, None) and gate.level == 0 and gate.consecutive == 0
+
+
+class Unprintable(Exception):
+    def __str__(self):
+        raise RuntimeError("no str")
+
+
+class Hopeless(Exception):
+    def __str__(self):
+        raise RuntimeError("no str")
+
+    def __repr__(self):
+        raise RuntimeError("no repr")
+
+
+def test_describe_error_never_raises():
+    assert describe_error(ValueError("boom")) == "ValueError: boom"
+    assert describe_error(KeyError()) == "KeyError"
+    assert describe_error(Unprintable("x")).startswith("Unprintable: Unprintable(")
+    assert describe_error(Hopeless()) == "Hopeless: <unprintable Hopeless>"
+
+
+def test_dead_letter_round_trip():
+    for body in (b"plain text", b"\xff\x00\xfe", "ünï".encode()):
+        job = Job("q\udcff", ID, body, 3, 1)
+        dl = DeadLetter.from_job(job, "ValueError: boom")
+        back = DeadLetter.parse(dl.encode())
+        assert back == dl and back.body == body and back.attempt == 5 and back.queue == "q\udcff"
+    assert b"body_base64" in DeadLetter.from_job(Job("q", ID, b"\xff"), "e").encode()
+    assert b'"body": "plain"' in DeadLetter.from_job(Job("q", ID, b"plain"), "e").encode()
+
+
+def test_public_names_and_lazy_imports():
+    import subprocess
+    import sys
+
+    import disque_py
+    import disque_py.aio
+    import disque_py.client as client
+
+    assert set(client.__all__) == set(client._WHERE)
+    for name in disque_py.__all__:
+        assert getattr(disque_py, name) is not None
+    assert disque_py.aio.Client.__module__ == "disque_py.client.aio"
+    # the server's command line does not load the client (nor redis-py)
+    probe = "import sys, disque_py.cli; print('redis' in sys.modules, 'disque_py.client.sync' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, check=True, timeout=30)
+    assert out.stdout.split() == [b"False", b"False"]

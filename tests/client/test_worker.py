@@ -1,0 +1,564 @@
+"""The worker runtime against a real node (and, for backoff timing, a fake client on trio's MockClock)."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+
+import pytest
+import trio
+
+from disque_py import Backoff, Client, DeadLetter, Job, Worker, current_worker
+from disque_py.aio import Client as AioClient
+from disque_py.client.worker import describe_error
+
+from .conftest import ROOT, addr, wait_for
+
+pytestmark = pytest.mark.integration
+
+
+def show(node, job_id: str) -> dict | None:
+    return Client(addr(node)).show(job_id)
+
+
+async def run_until(worker: Worker, condition, timeout: float = 10.0, poll: float = 0.005):
+    """Run the worker until ``condition()`` holds, then stop it; returns the final stats."""
+    with trio.fail_after(timeout):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(worker.run)
+            while not condition():
+                await trio.sleep(poll)
+            worker.stop()
+    return worker.stats()
+
+
+@pytest.mark.parametrize("kind", ["async", "sync"])
+async def test_processes_and_acks(node, queue, kind):
+    ids = Client(addr(node)).add_jobs(queue, [b"%d" % i for i in range(50)])
+    seen: list[Job] = []
+
+    if kind == "async":
+
+        async def handler(job):
+            seen.append(job)
+    else:
+
+        def handler(job):
+            seen.append(job)
+
+    w = Worker(addr(node), queue, handler, concurrency=4, fetch_timeout_ms=100)
+    stats = await run_until(w, lambda: w.stats().processed == 50)
+    assert sorted(j.id for j in seen) == sorted(ids)
+    assert stats.processed == 50 and stats.failed == stats.retried == stats.dead == 0
+    assert stats.in_flight == 0 and stats.running == 0 and stats.fetched == 50
+    assert all(show(node, i) is None for i in ids)  # acknowledged (and gone on one node)
+
+
+async def test_flow_control_never_exceeds_max_in_flight(node, queue):
+    max_in_flight, concurrency = 5, 3
+    ids = Client(addr(node)).add_jobs(queue, [b"%d" % i for i in range(60)])
+    running = peak_running = 0
+    monitor = AioClient(addr(node))
+    states: list[str] = []
+
+    async def handler(job):
+        nonlocal running, peak_running
+        running += 1
+        peak_running = max(peak_running, running)
+        states.append((await monitor.show(job.id))["state"])  # the server agrees it is ours
+        await trio.sleep(0.01)  # some work
+        running -= 1
+
+    w = Worker(addr(node), queue, handler, concurrency=concurrency, max_in_flight=max_in_flight,
+               fetch_timeout_ms=100)  # fmt: skip
+    server_active: list[int] = []
+    local: list[int] = []
+
+    async def watch():
+        while True:
+            active = [i async for i in monitor.jscan(queue=queue, states="active", count=1000)]
+            server_active.append(len(active))
+            local.append(w.stats().in_flight)
+            await trio.sleep(0.002)
+
+    with trio.fail_after(15):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(watch)
+            await run_until(w, lambda: w.stats().processed == 60)
+            nursery.cancel_scope.cancel()
+    assert len(server_active) > 20
+    assert max(server_active) <= max_in_flight and max(local) <= max_in_flight
+    assert max(server_active) >= concurrency  # it did run jobs in parallel
+    assert peak_running == concurrency
+    assert set(states) == {"active"}
+    assert await monitor.qlen(queue) == 0 and all(show(node, i) is None for i in ids)
+
+
+async def test_dead_letter_after_max_attempts(node, queue):
+    [jid] = Client(addr(node)).add_jobs(queue, [b"\xff payload"])
+    calls = []
+
+    def handler(job):
+        calls.append(job.attempt)
+        raise ValueError("boom %d" % job.attempt)
+
+    w = Worker(addr(node), queue, handler, max_attempts=3, backoff_after=100, fetch_timeout_ms=100)
+    stats = await run_until(w, lambda: w.stats().dead == 1)
+    assert calls == [1, 2, 3]
+    assert (stats.failed, stats.retried, stats.dead, stats.processed) == (3, 2, 1, 0)
+    c = Client(addr(node))
+    [dead] = c.get_jobs(queue + ".dead", nohang=True)
+    letter = DeadLetter.parse(dead)
+    assert letter.id == jid and letter.queue == queue and letter.body == b"\xff payload"
+    assert letter.error == "ValueError: boom 3" and letter.attempt == 3 and letter.nacks == 2
+    c.ack(dead.id)
+    wait_for(lambda: c.show(jid) is None, what="original acknowledged")
+
+
+async def test_dead_letter_at_fetch_and_custom_handlers(node, queue):
+    c = Client(addr(node))
+    jid = c.add_job(queue, b"tired")
+    for _ in range(3):  # failed three times somewhere else
+        [job] = c.get_jobs(queue)
+        c.nack(job.id)
+    ran = []
+    letters = []
+
+    async def dead_letter(job, error):
+        letters.append((job.id, job.attempt, error))
+
+    w = Worker(addr(node), queue, ran.append, max_attempts=2, dead_letter=dead_letter, fetch_timeout_ms=100)
+    await run_until(w, lambda: w.stats().dead == 1)
+    assert ran == [] and letters == [(jid, 4, "attempt 4 > max_attempts 2")]
+    wait_for(lambda: c.show(jid) is None, what="acknowledged")
+
+    # a sync dead-letter handler that fails: the job is NACKed, not lost
+    jid = c.add_job(queue, b"again")
+
+    def broken(job, error):
+        raise RuntimeError("dead letter store is down")
+
+    w = Worker(addr(node), queue, lambda job: 1 / 0, max_attempts=1, dead_letter=broken, fetch_timeout_ms=100,
+               backoff=Backoff(initial=60.0, maximum=60.0), backoff_after=2)  # fmt: skip
+    await run_until(w, lambda: w.stats().backoffs == 1)  # handler failed, then the dead letter failed (twice)
+    stats = w.stats()
+    assert stats.dead == 0 and stats.retried >= 2 and stats.failed == 1 and stats.in_flight == 0
+    # (a GETJOB already waiting when the backoff starts may still get the job once more)
+    assert c.show(jid)["nacks"] == stats.retried and c.show(jid)["state"] == "queued"  # kept, not lost
+
+    # dead_letter=None: dropped (acknowledged), nothing in <queue>.dead
+    w = Worker(addr(node), queue, lambda job: 1 / 0, max_attempts=1, dead_letter=None, fetch_timeout_ms=100)
+    await run_until(w, lambda: w.stats().dead == 1)
+    wait_for(lambda: c.show(jid) is None, what="dropped")
+    assert c.qlen(queue + ".dead") == 0
+
+
+class Unprintable(Exception):
+    def __str__(self):
+        raise RuntimeError("str() fails")
+
+
+class Hopeless(Exception):
+    def __str__(self):
+        raise RuntimeError("str() fails")
+
+    def __repr__(self):
+        raise RuntimeError("repr() fails")
+
+
+class Custom(LookupError):
+    pass
+
+
+def misbehave(body: bytes):
+    if body == b"value":
+        raise ValueError("bad value")
+    if body == b"custom":
+        raise Custom("custom")
+    if body == b"unprintable":
+        raise Unprintable()
+    if body == b"hopeless":
+        raise Hopeless()
+    if body == b"group":
+        raise ExceptionGroup("several", [ValueError("a"), TypeError("b")])
+    if body == b"\xff\xfe":
+        return body.decode()  # UnicodeDecodeError
+    return "a return value is ignored"
+
+
+FAILING = [b"value", b"custom", b"unprintable", b"hopeless", b"group", b"\xff\xfe"]
+
+
+@pytest.mark.parametrize("kind", ["async", "sync", "sync-returning-coroutine"])
+async def test_handler_exceptions_of_every_kind(node, queue, kind):
+    c = Client(addr(node))
+    bodies = FAILING + [b"ok", b"ok too"]
+    ids = dict(zip(c.add_jobs(queue, bodies), bodies))
+
+    if kind == "async":
+
+        async def handler(job):
+            return misbehave(job.body)
+    elif kind == "sync":
+
+        def handler(job):
+            return misbehave(job.body)
+    else:
+
+        async def later():
+            pass
+
+        def handler(job):  # a sync function returning an awaitable: a mistake, reported as a failure
+            misbehave(job.body)
+            return later()
+
+    w = Worker(addr(node), queue, handler, concurrency=3, max_attempts=1, backoff_after=100, fetch_timeout_ms=100)
+    stats = await run_until(w, lambda: w.stats().processed + w.stats().dead == 8)
+    letters = {}
+    for job in c.get_jobs(queue + ".dead", count=20, nohang=True):
+        letter = DeadLetter.parse(job)
+        letters[letter.body] = letter.error
+        c.ack(job.id)
+    if kind == "sync-returning-coroutine":
+        assert stats.processed == 0 and stats.dead == 8
+        assert letters[b"ok"].startswith("TypeError: the handler returned an awaitable")
+        return
+    assert stats.processed == 2 and stats.dead == 6 and stats.failed == 6
+    assert letters[b"value"] == "ValueError: bad value"
+    assert letters[b"custom"] == "Custom: custom"
+    assert letters[b"unprintable"].startswith("Unprintable: Unprintable(")
+    assert letters[b"hopeless"] == "Hopeless: <unprintable Hopeless>"
+    assert letters[b"group"].startswith("ExceptionGroup: several")
+    assert letters[b"\xff\xfe"].startswith("UnicodeDecodeError:")
+    assert all(c.show(i) is None for i in ids)
+
+
+@pytest.mark.parametrize("kind", ["async", "sync"])
+@pytest.mark.parametrize("fatal", [KeyboardInterrupt, SystemExit])
+async def test_keyboard_interrupt_in_handler_stops_gracefully(node, queue, kind, fatal):
+    c = Client(addr(node))
+    [jid] = c.add_jobs(queue, [b"x"])
+
+    if kind == "async":
+
+        async def handler(job):
+            raise fatal()
+    else:
+
+        def handler(job):
+            raise fatal()
+
+    w = Worker(addr(node), queue, handler, fetch_timeout_ms=100)
+    with trio.fail_after(10):
+        with pytest.raises(fatal):
+            await w.run()
+    assert w.stats().failed == 1 and w.stats().in_flight == 0
+    info = c.show(jid)
+    # handed back, not lost (a GETJOB already waiting may have fetched it once more: NACKed again)
+    assert info["state"] == "queued" and info["nacks"] >= 1
+
+
+async def test_graceful_shutdown_with_jobs_in_hand(node, queue):
+    c = Client(addr(node))
+    ids = c.add_jobs(queue, [b"finishes", b"hangs", b"buffered-1", b"buffered-2", b"never-fetched-1",
+                             b"never-fetched-2"])  # fmt: skip
+    started: list[bytes] = []
+    release = trio.Event()
+
+    async def handler(job):
+        started.append(job.body)
+        if job.body == b"finishes":
+            await release.wait()
+        else:
+            await trio.sleep_forever()
+
+    w = Worker(addr(node), queue, handler, concurrency=2, max_in_flight=4, grace_period=0.5, fetch_timeout_ms=100)
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(w.run)
+            while not (len(started) == 2 and w.stats().in_flight == 4):
+                await trio.sleep(0.005)
+            w.stop()
+            await trio.sleep(0)
+            release.set()  # finishes inside the grace period
+    stats = w.stats()
+    assert stats.processed == 1 and stats.retried == 3 and stats.in_flight == 0
+    states = {body: c.show(i) for i, body in zip(ids, [b"finishes", b"hangs", b"buffered-1", b"buffered-2",
+                                                       b"never-fetched-1", b"never-fetched-2"])}  # fmt: skip
+    assert states[b"finishes"] is None  # acknowledged
+    for body in (b"hangs", b"buffered-1", b"buffered-2"):
+        assert states[body]["state"] == "queued" and states[body]["nacks"] == 1, body
+    for body in (b"never-fetched-1", b"never-fetched-2"):
+        assert states[body]["state"] == "queued" and states[body]["nacks"] == 0
+    assert sorted(started) == [b"finishes", b"hangs"]
+
+
+async def test_graceful_shutdown_abandons_a_stuck_thread(node, queue):
+    c = Client(addr(node))
+    [jid] = c.add_jobs(queue, [b"stuck"])
+    entered = threading.Event()
+    unblock = threading.Event()
+
+    def handler(job):
+        entered.set()
+        unblock.wait(10)
+
+    w = Worker(addr(node), queue, handler, grace_period=0.2, fetch_timeout_ms=100)
+    try:
+        with trio.fail_after(10):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(w.run)
+                await trio.to_thread.run_sync(entered.wait, 5)
+                w.stop()
+        assert c.show(jid)["nacks"] == 1 and w.stats().retried == 1
+    finally:
+        unblock.set()
+
+
+async def test_stop_from_a_handler_thread_and_starved(node, queue):
+    Client(addr(node)).add_jobs(queue, [b"1", b"2", b"3"])
+    seen = []
+
+    def handler(job):
+        worker = current_worker()
+        seen.append(worker.starved())
+        if len(seen) == 3:
+            worker.stop()  # from a worker thread
+
+    w = Worker(addr(node), queue, handler, max_in_flight=10, fetch_timeout_ms=100)
+    with trio.fail_after(10):
+        await w.run()
+    # one GETJOB COUNT 10 got all three: not starved until the local buffer is empty
+    assert seen == [False, False, True]
+    assert w.stats().starved and w.stats().processed == 3
+
+
+async def test_heartbeat_and_fast_ack(node, queue):
+    c = Client(addr(node))
+    [jid] = c.add_jobs(queue, [b"long"], retry=1)
+    client = AioClient(addr(node))
+    calls = {"working": 0, "fast_ack": 0}
+    original_working, original_fast_ack = client.working, client.fast_ack
+
+    async def working(job_id):
+        calls["working"] += 1
+        return await original_working(job_id)
+
+    async def fast_ack(*ids):
+        calls["fast_ack"] += 1
+        return await original_fast_ack(*ids)
+
+    original_pipeline = client.pipeline
+
+    async def pipeline(batch):  # outcomes usually travel with the next GETJOB
+        for call in batch:
+            if call.argv[0] in (b"FASTACK", b"ACKJOB"):
+                key = "fast_ack" if call.argv[0] == b"FASTACK" else "ackjob"
+                calls[key] = calls.get(key, 0) + 1
+        return await original_pipeline(batch)
+
+    client.working, client.fast_ack, client.pipeline = working, fast_ack, pipeline
+    seen = []
+
+    async def handler(job):
+        await trio.sleep(1.2)  # longer than the job's RETRY (1 s)
+        seen.append(await client.show(job.id))
+
+    w = Worker(client, queue, handler, heartbeat=0.2, fast_ack=True, fetch_timeout_ms=100)
+    await run_until(w, lambda: w.stats().processed == 1)
+    # without the heartbeats the node would have requeued it after 1 s
+    assert seen[0]["state"] == "active" and seen[0]["additional-deliveries"] == 0
+    assert calls["working"] >= 3 and calls["fast_ack"] == 1 and "ackjob" not in calls
+    assert c.show(jid) is None and w.stats().fetched == 1
+
+
+async def test_worker_from_sync_client_and_validation(node, queue):
+    Client(addr(node)).add_jobs(queue, [b"x"])
+    got = []
+    w = Worker(Client(addr(node)), [queue], got.append, fetch_timeout_ms=100)
+    assert isinstance(w.client, AioClient)
+    await run_until(w, lambda: len(got) == 1)
+    for bad in (dict(concurrency=0), dict(concurrency=4, max_in_flight=2), dict(max_attempts=0),
+                dict(fetch_timeout_ms=0)):  # fmt: skip
+        with pytest.raises(ValueError):
+            Worker(addr(node), queue, got.append, **bad)
+    with pytest.raises(ValueError):
+        Worker(addr(node), [], got.append)
+    with pytest.raises(RuntimeError):
+        current_worker()
+    assert describe_error(KeyboardInterrupt()) == "KeyboardInterrupt"
+
+
+# ---------------------------------------------------------------- virtual time
+
+
+class FakeClient:
+    """Serves an endless queue of fresh jobs; records when GETJOB was called (trio time)."""
+
+    def __init__(self) -> None:
+        self.fetches: list[tuple[float, int]] = []
+        self.acked: list[str] = []
+        self.nacked: list[str] = []
+        self.ack_times: list[float] = []
+        self.n = 0
+
+    async def get_jobs(self, *queues, count, timeout_ms, with_counters):
+        await trio.sleep(0)
+        self.fetches.append((trio.current_time(), count))
+        jobs = []
+        for _ in range(count):
+            self.n += 1
+            jobs.append(Job(queues[0], "D-00000000-%024d-05a1" % self.n, b"%d" % self.n))
+        return jobs
+
+    async def ack(self, *ids):
+        await trio.sleep(0)
+        self.acked += ids
+        self.ack_times += [trio.current_time()] * len(ids)
+        return len(ids)
+
+    fast_ack = ack
+
+    async def nack(self, *ids):
+        await trio.sleep(0)
+        self.nacked += ids
+        return len(ids)
+
+    async def pipeline(self, calls):
+        """ACKJOB/FASTACK/NACK ... then GETJOB NOHANG, as the worker sends them."""
+        results = []
+        for call in calls:
+            name = call.argv[0]
+            if name == b"GETJOB":
+                count = call.argv[call.argv.index(b"COUNT") + 1] if b"COUNT" in call.argv else 1
+                results.append(await self.get_jobs("q", count=count, timeout_ms=None, with_counters=True))
+            elif name == b"NACK":
+                results.append(await self.nack(*[a.decode() for a in call.argv[1:]]))
+            else:
+                results.append(await self.ack(*[a.decode() for a in call.argv[1:]]))
+        return results
+
+
+@pytest.mark.parametrize("jitter", [0.0, 0.5])
+async def test_failure_backoff_on_mock_clock(autojump_clock, jitter):
+    fake = FakeClient()
+    outcomes = iter([False] * 6 + [True] * 5)  # six failures, then it works
+
+    async def handler(job):
+        if not next(outcomes):
+            raise RuntimeError("downstream is down")
+        if w.stats().processed == 4:
+            w.stop()
+
+    backoff = Backoff(initial=1.0, maximum=3.0, factor=2.0, jitter=jitter)
+    w = Worker(fake, "q", handler, max_in_flight=1, max_attempts=None, backoff=backoff, backoff_after=3,
+               rng=random.Random(42))  # fmt: skip
+    await w.run()
+    times = [t for t, _ in fake.fetches]
+    counts = [n for _, n in fake.fetches]
+    # three failures at once, then a pause, a probe (failing: longer pause), ...
+    times = [t - times[0] for t in times]
+    assert times[:3] == [0, 0, 0]
+    gaps = [b - a for a, b in zip(times[2:6], times[3:7])]
+    expected = [backoff.base(k) for k in range(4)]  # 1, 2, 3 (capped), then full speed again
+    for gap, base in zip(gaps, expected):
+        assert base * (1 - jitter) - 1e-9 <= gap <= base + 1e-9
+    if jitter == 0:
+        assert gaps[:3] == pytest.approx([1.0, 2.0, 3.0])
+    assert counts[3:7] == [1, 1, 1, 1]  # probes fetch one job
+    assert times[7:] == [times[6]] * len(times[7:])  # back to full speed after a success
+    assert w.stats().backoffs == 4 and w.stats().failed == 6 and len(fake.nacked) == 6
+
+
+async def test_fetch_count_is_bounded_by_free_slots(autojump_clock):
+    fake = FakeClient()
+    done = 0
+
+    async def handler(job):
+        nonlocal done
+        await trio.sleep(1)
+        done += 1
+        if done == 20:
+            finished.append(trio.current_time())
+            w.stop()
+
+    finished = []
+    w = Worker(fake, "q", handler, concurrency=2, max_in_flight=5)
+    start = trio.current_time()
+    await w.run()
+    assert fake.fetches[0][1] == 5 and all(1 <= n <= 5 for _, n in fake.fetches)
+    assert len(fake.acked) + len(fake.nacked) == fake.n  # every fetched job answered
+    # 20 jobs of 1 s on 2 runners: 10 s, no runner ever idle waiting for a fetch
+    assert finished[0] - start == pytest.approx(10.0)
+
+
+async def test_an_ack_does_not_wait_for_a_batch_behind_long_jobs(autojump_clock):
+    """Outcomes travel in batches, but a lone ACK behind long handlers goes out within OUTCOME_LINGER."""
+    fake = FakeClient()
+    start = trio.current_time()
+
+    async def handler(job):
+        await trio.sleep(0.1 if job.body == b"1" else 100)
+
+    w = Worker(fake, "q", handler, concurrency=2, max_in_flight=4)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(w.run)
+        while not fake.acked:
+            await trio.sleep(0.001)
+        w.stop(grace_period=0)
+    assert fake.acked[0].endswith("%024d-05a1" % 1)
+    assert fake.ack_times[0] - start == pytest.approx(0.1, abs=0.01)
+
+
+# ---------------------------------------------------------------- CLI
+
+
+def test_cli_worker_sigterm_finishes_the_job_in_hand(node, queue, tmp_path):
+    (tmp_path / "handlers.py").write_text(
+        textwrap.dedent("""
+        import os, time
+        def slow(job):
+            with open(os.environ["MARKS"], "a") as f:
+                f.write(job.body.decode() + "\\n")
+            time.sleep(0.3)
+    """)
+    )
+    marks = tmp_path / "marks.txt"
+    c = Client(addr(node))
+    ids = c.add_jobs(queue, [b"j%d" % i for i in range(5)])
+    env = dict(os.environ, MARKS=str(marks), PYTHONPATH=str(ROOT))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "disque_py.cli", "worker", "handlers:slow", "--queue", queue,
+         "--nodes", addr(node), "--max-in-flight", "2", "--fetch-timeout", "100", "--grace-period", "5"],
+        cwd=str(tmp_path), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        wait_for(lambda: marks.exists() and marks.read_text().count("\n") >= 1, timeout=15, what="first job started")
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=15)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, out.decode()
+    text = out.decode()
+    assert "worker stopped" in text and "stopping" in text
+    done = marks.read_text().split()
+    states = [c.show(i) for i in ids]
+    finished = [s for s in states if s is None]
+    assert len(finished) == len(done)  # the job in hand finished (and was ACKed)
+    nacked = [s for s in states if s is not None and s["nacks"] == 1]
+    assert len(nacked) <= 1 and all(s["state"] == "queued" for s in states if s is not None)
+
+
+def test_cli_worker_bad_handler(tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    for spec, message in (("nomodule_xyz:f", "cannot import"), ("os:nope", "has no attribute"),
+                          ("os", "MODULE:FUNCTION"), ("os:sep", "not callable")):  # fmt: skip
+        proc = subprocess.run([sys.executable, "-m", "disque_py.cli", "worker", spec, "-q", "q"], cwd=str(tmp_path),
+                              env=env, capture_output=True, timeout=30)  # fmt: skip
+        assert proc.returncode == 2 and message in proc.stderr.decode(), proc.stderr
