@@ -2,8 +2,9 @@
 
     scripts/bench                         everything (about three minutes, two of them the bus)
     scripts/bench --quick                 smoke run with small n (< 1 minute)
-    scripts/bench --only addjob,memory    a subset: addjob, getjob, cycles, memory, redis, bus
+    scripts/bench --only addjob,memory    a subset: addjob, getjob, cycles, memory, redis, bus, federation
     scripts/bench --only bus              only the cluster bus tests (about two minutes)
+    scripts/bench --only federation       consumer on node A, producer on node B (about five minutes)
     python -m disque_py.bench client --port 7711 --duration 5
                                           only the add->get->ack client, against any node
 
@@ -63,6 +64,34 @@ connections of the one before.
   ~50 ms late); three runs with fresh nodes, and their median. Nodes are
   stopped with ``SHUTDOWN`` after each test, and killed if they linger 10 s.
   Every wait has a deadline; a node that exits fails the run with its log.
+* **Federation** (``federation``): three fresh nodes A, B, C on ports
+  ``--base-port + 200`` ... ``+ 202`` (bus +10000), **all pinned to CPU 0**
+  (as the Disque reference: three nodes on one core), joined with ``CLUSTER
+  MEET`` of B and C sent to A; the load generator (:func:`run_federation`,
+  one process, epoll + ``hiredis.Reader``, like the cycle client) pinned to
+  CPU 1. 10 consumer connections on A each keep one ``GETJOB TIMEOUT 1000
+  FROM q`` pending; every job received is acknowledged with ``ACKJOB id`` and
+  the connection blocks again in the same write. The producer sends ``ADDJOB
+  q <body> 0 REPLICATE r`` to B on an open-loop schedule (job k due at t0 +
+  k/R, written as soon as it is due, pipelined round-robin over 4
+  connections for REPLICATE 1 and 32 for REPLICATE 3, never waiting for
+  replies; epoll's 1 ms timer resolution sends jobs in groups of up to a
+  millisecond's worth). The body is ``time.monotonic_ns()`` at the write; the
+  latency of a job is its receive time minus that (same process, same
+  clock). Latency figures cover the jobs *sent* in the measured window
+  (after a 1 s warm-up); "achieved" is the jobs *received* in it per second.
+  After the last job the client waits for every produced ID (ADDJOB replies)
+  to arrive, then 0.3 s more, and counts unique, duplicate and missing IDs;
+  a missing or duplicated ID is looked up with ``SHOW`` on every node. INFO
+  stats of the three nodes are read before and after each run
+  (``jobs_pushed`` on the producing node = pushed under a lease; its
+  ``jobs_exported`` minus that = pulled by NEEDJOBS). Node CPU is sampled from
+  /proc by the client at the start and end of the measured window. Fixed
+  runs: R = 50, 500, 5000 jobs/s for REPLICATE 1 and 3, 10 s each. Maximum
+  sustained rate (REPLICATE 1): R from 1000 jobs/s ×1.5 per 5 s step until a
+  step fails (achieved < 95 % of R, p99 > 1 s, or a job missing), then two
+  bisections; once with the producer on B and once on A (same node, the
+  baseline). Every run starts a fresh cluster.
 The Markdown table goes to stdout; the raw results, the machine (nproc, CPU
 model, Python, redis-benchmark version, git commit) and the exact commands go
 to a JSON file (``bench-results/`` by default, or ``--write FILE``). Every
@@ -72,6 +101,7 @@ process started is stopped on exit, even on Ctrl-C or SIGTERM.
 from __future__ import annotations
 
 import argparse
+import collections
 import datetime as _dt
 import json
 import os
@@ -97,7 +127,7 @@ SERVER_CPU = "0"
 CLIENT_CPU = "1"
 #: Load generator CPU use (% of its one core) from which a result is flagged as client-bound.
 CLIENT_BOUND_PCT = 90
-SUITES = ("addjob", "getjob", "cycles", "memory", "redis", "bus")
+SUITES = ("addjob", "getjob", "cycles", "memory", "redis", "bus", "federation")
 #: The bus suite's node i listens on --base-port + BUS_PORT_SHIFT + i (cluster bus: that + 10000).
 BUS_PORT_SHIFT = 100
 #: Disque's cluster-node-timeout default (ms), used when --cluster-node-timeout is not given.
@@ -106,6 +136,22 @@ DEFAULT_NODE_TIMEOUT = 15000
 #: figure) and the star join before the idle measurement (only reported on the side).
 CHAIN_POLL = 0.05
 STAR_POLL = 0.1
+#: The federation suite's nodes A, B, C listen on --base-port + FED_PORT_SHIFT + 0, 1, 2.
+FED_PORT_SHIFT = 200
+FED_QUEUE = b"q"
+#: INFO stats counters of the federation layer reported per run (differences over the run).
+FED_COUNTERS = ("needjobs_sent", "needjobs_received", "yourjobs_sent", "yourjobs_received", "jobs_imported",
+                "jobs_exported", "jobs_pushed", "jobs_added", "jobs_delivered", "jobs_acked", "bus_messages_sent",
+                "bus_messages_received")  # fmt: skip
+#: A federation ramp step is sustained if achieved >= 95 % of offered and p99 <= 1 s (and nothing is lost).
+FED_SUSTAINED = 0.95
+FED_MAX_P99_MS = 1000.0
+FED_RAMP_CAP = 200_000
+#: Default producer connections: pipelining is enough for REPLICATE 1; a replicated ADDJOB blocks its connection.
+FED_PRODUCERS_R1 = 4
+FED_PRODUCERS_REPL = 32
+#: Flag a run when other processes used this much CPU (% of one core) during its window.
+FED_FOREIGN_PCT = 10
 
 #: Disque 1.0-rc1 (C) on this machine class with 50 clients, and our targets (from the issue).
 REFERENCE = {
@@ -142,11 +188,22 @@ class Sizes:
     #: bus: nodes of the chain-join test and how many times it is repeated (fresh nodes each time).
     chain_nodes: int = 10
     chain_runs: int = 3
+    #: federation: offered rates (jobs/s) and REPLICATE factors of the fixed-rate runs, seconds each
+    #: after the warm-up; the max-rate ramp (REPLICATE 1): first rate, seconds per step, bisections.
+    fed_rates: tuple[float, ...] = (50, 500, 5000)
+    fed_replicates: tuple[int, ...] = (1, 3)
+    fed_duration: float = 10.0
+    fed_warmup: float = 1.0
+    fed_ramp: bool = True
+    fed_ramp_start: float = 1000
+    fed_ramp_duration: float = 5.0
+    fed_bisect: int = 2
 
     @classmethod
     def quick(cls) -> "Sizes":
         return cls(n_p1=20_000, n_p32=100_000, memory_jobs=(50_000,), duration=2.0,
-                   bus_nodes=(3, 10), bus_settle=2.0, bus_window=5.0, chain_runs=1)  # fmt: skip
+                   bus_nodes=(3, 10), bus_settle=2.0, bus_window=5.0, chain_runs=1,
+                   fed_rates=(50, 500), fed_duration=2.0, fed_ramp_duration=2.0, fed_bisect=0)  # fmt: skip
 
 
 # --------------------------------------------------------------------------- RESP helpers
@@ -382,6 +439,353 @@ def client_main(argv: list[str]) -> int:
     return 0
 
 
+# --------------------------------------------------------------------------- the federation client
+
+
+def _pct_ms(sorted_ns: list[int], p: float) -> float | None:
+    """The p-th percentile (nearest rank, as run_cycles) of sorted nanoseconds, in ms."""
+    n = len(sorted_ns)
+    if not n:
+        return None
+    return round(sorted_ns[min(n - 1, int(p / 100.0 * n))] / 1e6, 3)
+
+
+def run_federation(
+    consumer_port: int,
+    producer_port: int,
+    *,
+    rate: float,
+    replicate: int,
+    duration: float = 10.0,
+    warmup: float = 1.0,
+    consumers: int = 10,
+    producers: int = 4,
+    drain: float = 60.0,
+    stall: float = 10.0,
+    grace: float = 0.3,
+    getjob_timeout_ms: int = 1000,
+    queue: bytes = FED_QUEUE,
+    node_pids: dict[str, int] | None = None,
+) -> dict[str, Any]:
+    """Open-loop producer on one node, blocked consumers on another; delivery latency of every job.
+
+    ``consumers`` connections to ``consumer_port`` each keep one ``GETJOB TIMEOUT
+    getjob_timeout_ms FROM queue`` pending; every job received is acknowledged
+    with ``ACKJOB id`` and the connection blocks again at once (both commands
+    in one write; the ACKJOB reply is not waited for). ``producers``
+    connections to ``producer_port`` send ``ADDJOB queue <body> 0 REPLICATE
+    replicate`` on an open-loop schedule: job k is due at t0 + k/rate, for
+    ``warmup + duration`` seconds, and is written (pipelined, round-robin over
+    the producer connections) as soon as it is due, whatever replies are
+    outstanding. The body is ``time.monotonic_ns()`` at the write, in ASCII;
+    the latency of a job is its receive time minus that. Latency and rate
+    figures cover the jobs sent after the warm-up. After the last job, the
+    client waits until every produced job ID was received, then ``grace``
+    more seconds to catch duplicates; it gives up after ``drain`` seconds, or
+    earlier when no reply at all arrived for ``stall`` seconds (the jobs
+    still missing then are reported). ``node_pids``
+    (name -> pid): their CPU use from /proc over the measured window.
+    """
+    import hiredis
+
+    if rate <= 0 or duration <= 0 or consumers < 1 or producers < 1:
+        raise ValueError("rate, duration, consumers and producers must be positive")
+    ReplyError = hiredis.ReplyError
+    monotonic_ns = time.monotonic_ns
+    EPOLLIN, EPOLLOUT = select.EPOLLIN, select.EPOLLOUT
+
+    class Conn:
+        __slots__ = ("sock", "reader", "wbuf", "want_out", "fd", "sent_ns")
+
+    ep = select.epoll()
+    by_fd: dict[int, Conn] = {}
+
+    def connect(port: int) -> Conn:
+        c = Conn()
+        try:
+            c.sock = socket.create_connection((HOST, port), timeout=10)
+        except OSError as exc:
+            raise BenchError("cannot connect to port %d: %s" % (port, exc)) from None
+        c.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        c.sock.setblocking(False)
+        c.reader = hiredis.Reader()
+        c.wbuf = bytearray()
+        c.want_out = False
+        c.fd = c.sock.fileno()
+        c.sent_ns = collections.deque()
+        by_fd[c.fd] = c
+        ep.register(c.fd, EPOLLIN)
+        return c
+
+    def flush(c: Conn) -> None:
+        try:
+            n = c.sock.send(c.wbuf)
+        except BlockingIOError:
+            n = 0
+        except OSError as exc:
+            raise BenchError("write to port %d failed: %s" % (c.sock.getpeername()[1], exc)) from None
+        if n:
+            del c.wbuf[:n]
+        if c.wbuf and not c.want_out:
+            ep.modify(c.fd, EPOLLIN | EPOLLOUT)
+            c.want_out = True
+        elif not c.wbuf and c.want_out:
+            ep.modify(c.fd, EPOLLIN)
+            c.want_out = False
+
+    cons = [connect(consumer_port) for _ in range(consumers)]
+    prods = [connect(producer_port) for _ in range(producers)]
+    cons_fds = {c.fd for c in cons}
+    getjob = encode(b"GETJOB", b"TIMEOUT", getjob_timeout_ms, b"FROM", queue)
+    ackjob_head = b"*2\r\n$6\r\nACKJOB\r\n$%d\r\n"
+    add_head = b"*6\r\n$6\r\nADDJOB\r\n$%d\r\n%s\r\n" % (len(queue), queue)
+    add_tail = encode(b"0", b"REPLICATE", replicate)[4:]  # the last three bulk strings, no array header
+
+    total = int(round(rate * (warmup + duration)))
+    produced: set[bytes] = set()
+    received: dict[bytes, int] = {}
+    send_ns: list[int] = []  # per received job (each reception), when it was sent ...
+    recv_ns: list[int] = []  # ... and when it arrived
+    add_lat: list[int] = []  # ADDJOB reply latency, per job
+    add_lat_window: list[int] = []  # the same, jobs sent in the measured window
+    lags: list[int] = []  # how late each write was against the schedule (first job of the batch)
+    add_errors: list[str] = []
+    timeouts = 0  # GETJOB TIMEOUT replies (nothing arrived in getjob_timeout_ms)
+    acks = 0
+    acked_zero = 0
+
+    for c in cons:
+        c.wbuf += getjob
+        flush(c)
+
+    ru0 = resource.getrusage(resource.RUSAGE_SELF)
+    t0 = monotonic_ns()
+    warm_end = t0 + int(warmup * 1e9)
+    end = t0 + int((warmup + duration) * 1e9)
+    period = 1e9 / rate
+    sent = 0
+    ru_prod: Any = None
+    t_prod_end = 0
+    all_in_at = 0
+    drain_deadline = 0
+    timed_out = ""
+    last_reply = monotonic_ns()
+    pids = node_pids or {}
+    cpu_w0: dict[str, float | None] = {}
+    cpu_w1: dict[str, float | None] = {}
+    tw0 = tw1 = 0
+
+    while True:
+        now = monotonic_ns()
+        if not tw0 and now >= warm_end:
+            cpu_w0 = {n: proc_cpu_seconds(pid) for n, pid in pids.items()}
+            tw0 = monotonic_ns()
+        if sent < total:
+            due = min(total, int((now - t0) / period) + 1)
+            if due > sent:
+                lags.append(now - (t0 + int(sent * period)))
+                body = b"%d" % now
+                cmd = add_head + b"$%d\r\n%s\r\n" % (len(body), body) + add_tail
+                dirty = set()
+                for k in range(sent, due):
+                    p = prods[k % producers]
+                    p.wbuf += cmd
+                    p.sent_ns.append(now)
+                    dirty.add(p)
+                for p in dirty:
+                    flush(p)
+                sent = due
+            if sent < total:
+                timeout = max(0.0, (t0 + sent * period - monotonic_ns()) / 1e9)
+            else:
+                timeout = 0.0
+        else:
+            if ru_prod is None:
+                ru_prod = resource.getrusage(resource.RUSAGE_SELF)
+                t_prod_end = now
+                if tw0:
+                    cpu_w1 = {n: proc_cpu_seconds(pid) for n, pid in pids.items()}
+                    tw1 = monotonic_ns()
+                drain_deadline = now + int(drain * 1e9)
+            if not all_in_at and len(add_lat) + len(add_errors) == total and produced.issubset(received):
+                all_in_at = now
+            if all_in_at and now - all_in_at >= grace * 1e9:
+                break
+            if now > drain_deadline:
+                timed_out = "drain limit of %g s" % drain
+                break
+            if now - last_reply > stall * 1e9:
+                timed_out = "no reply for %g s" % stall
+                break
+            timeout = 0.02
+        events = ep.poll(timeout)
+        for fd, ev in events:
+            c = by_fd[fd]
+            if ev & EPOLLOUT:
+                flush(c)
+            if not ev & (EPOLLIN | select.EPOLLERR | select.EPOLLHUP):
+                continue
+            try:
+                data = c.sock.recv(262144)
+            except BlockingIOError:
+                continue
+            except OSError as exc:
+                raise BenchError("read failed: %s" % exc) from None
+            if not data:
+                raise BenchError("port %d closed a %s connection" % (
+                    consumer_port if fd in cons_fds else producer_port,
+                    "consumer" if fd in cons_fds else "producer"))  # fmt: skip
+            t_in = last_reply = monotonic_ns()
+            c.reader.feed(data)
+            reply = c.reader.gets()
+            if fd in cons_fds:
+                out = c.wbuf
+                while reply is not False:
+                    tr = type(reply)
+                    if tr is list:  # GETJOB: [[queue, id, body]]
+                        for item in reply:
+                            jid = item[1]
+                            received[jid] = received.get(jid, 0) + 1
+                            send_ns.append(int(item[2]))
+                            recv_ns.append(t_in)
+                            out += ackjob_head % len(jid) + jid + b"\r\n"
+                        out += getjob
+                    elif tr is int:  # ACKJOB
+                        acks += 1
+                        if reply == 0:
+                            acked_zero += 1
+                    elif reply is None:  # GETJOB timed out: block again
+                        timeouts += 1
+                        out += getjob
+                    else:
+                        raise BenchError("consumer on port %d: unexpected reply %r" % (consumer_port, reply))
+                    reply = c.reader.gets()
+                if out:
+                    flush(c)
+            else:
+                while reply is not False:
+                    t_sent = c.sent_ns.popleft()
+                    if isinstance(reply, ReplyError):
+                        add_errors.append(str(reply))
+                    else:
+                        produced.add(reply if type(reply) is bytes else str(reply).encode())
+                        add_lat.append(t_in - t_sent)
+                        if warm_end <= t_sent < end:
+                            add_lat_window.append(t_in - t_sent)
+                    reply = c.reader.gets()
+
+    ru1 = resource.getrusage(resource.RUSAGE_SELF)
+    t_end = monotonic_ns()
+    for c in by_fd.values():
+        c.sock.close()
+    ep.close()
+    if ru_prod is None:
+        ru_prod, t_prod_end = ru1, t_end
+
+    def cpu(a: Any, b: Any) -> float:
+        return (b.ru_utime - a.ru_utime) + (b.ru_stime - a.ru_stime)
+
+    in_window = [r - s for s, r in zip(send_ns, recv_ns) if warm_end <= s < end]
+    in_window.sort()
+    all_lat = sorted(r - s for s, r in zip(send_ns, recv_ns))
+    window_s = (end - warm_end) / 1e9
+    recv_in_window = sum(1 for r in recv_ns if warm_end <= r < end)
+    # Which jobs were due in the window: k with t0 + k*period in [warm_end, end).
+    due_in_window = sum(1 for k in range(total) if warm_end <= t0 + k * period < end)
+    dup_ids = [j for j, n in received.items() if n > 1]
+    missing = [j for j in produced if j not in received]
+    unexpected = [j for j in received if j not in produced]
+    add_lat.sort()
+    add_lat_window.sort()
+    lags.sort()
+    prod_s = (t_prod_end - t0) / 1e9
+    return {
+        "rate": rate,
+        "replicate": replicate,
+        "consumer_port": consumer_port,
+        "producer_port": producer_port,
+        "consumers": consumers,
+        "producers": producers,
+        "warmup_s": warmup,
+        "duration_s": duration,
+        "jobs_offered": total,
+        "jobs_produced": len(produced),
+        "addjob_errors": len(add_errors),
+        "addjob_error_sample": add_errors[:3],
+        "jobs_received": len(send_ns),
+        "unique_received": len(received),
+        "duplicates": sum(received[j] - 1 for j in dup_ids),
+        "duplicate_ids": [j.decode() for j in dup_ids[:20]],
+        "missing": len(missing),
+        "missing_ids": [j.decode() for j in missing[:20]],
+        "unexpected": len(unexpected),
+        "window_jobs": len(in_window),
+        "window_jobs_due": due_in_window,
+        "achieved_per_s": round(recv_in_window / window_s, 1),
+        "p50_ms": _pct_ms(in_window, 50),
+        "p90_ms": _pct_ms(in_window, 90),
+        "p99_ms": _pct_ms(in_window, 99),
+        "p999_ms": _pct_ms(in_window, 99.9),
+        "max_ms": round(in_window[-1] / 1e6, 3) if in_window else None,
+        "all_p50_ms": _pct_ms(all_lat, 50),
+        "all_p99_ms": _pct_ms(all_lat, 99),
+        "all_max_ms": round(all_lat[-1] / 1e6, 3) if all_lat else None,
+        "addjob_p50_ms": _pct_ms(add_lat_window, 50),
+        "addjob_p99_ms": _pct_ms(add_lat_window, 99),
+        "addjob_all_p99_ms": _pct_ms(add_lat, 99),
+        "addjob_all_max_ms": round(add_lat[-1] / 1e6, 3) if add_lat else None,
+        "send_lag_p99_ms": _pct_ms(lags, 99),
+        "send_lag_max_ms": round(lags[-1] / 1e6, 3) if lags else None,
+        "getjob_timeouts": timeouts,
+        "acks": acks,
+        "acks_zero": acked_zero,
+        "drain_s": round((t_end - t_prod_end) / 1e9, 3),
+        "drain_timed_out": timed_out,
+        "client_cpu_pct": round(100.0 * cpu(ru0, ru_prod) / prod_s, 1) if prod_s > 0 else 0.0,
+        "client_cpu_pct_total": round(100.0 * cpu(ru0, ru1) / ((t_end - t0) / 1e9), 1),
+        # CPU of each node over the measured window (warm-up end to the last job sent), % of one core
+        "node_cpu_pct": {
+            n: (round(100.0 * (cpu_w1[n] - cpu_w0[n]) / ((tw1 - tw0) / 1e9), 1)
+                if tw1 > tw0 and cpu_w0.get(n) is not None and cpu_w1.get(n) is not None else None)
+            for n in pids
+        },
+    }
+
+
+def fedclient_main(argv: list[str]) -> int:
+    """``python -m disque_py.bench fedclient ...``: run :func:`run_federation`, print JSON."""
+    p = argparse.ArgumentParser(prog="python -m disque_py.bench fedclient", description=run_federation.__doc__)
+    p.add_argument("--consumer-port", type=int, required=True)
+    p.add_argument("--producer-port", type=int, required=True)
+    p.add_argument("--rate", type=float, required=True, help="jobs/s offered")
+    p.add_argument("--replicate", type=int, default=1)
+    p.add_argument("--duration", type=float, default=10.0, help="measured seconds after the warm-up")
+    p.add_argument("--warmup", type=float, default=1.0)
+    p.add_argument("--consumers", type=int, default=10)
+    p.add_argument("--producers", type=int, default=4)
+    p.add_argument("--drain", type=float, default=60.0, help="max seconds to wait for the last jobs")
+    p.add_argument("--stall", type=float, default=10.0, help="stop waiting after this many seconds without a reply")
+    p.add_argument("--queue", default=FED_QUEUE.decode())
+    p.add_argument("--node-pids", default="", help="NAME:PID,... whose CPU use is sampled over the window")
+    a = p.parse_args(argv)
+    try:
+        pids = {k: int(v) for k, v in (x.split(":", 1) for x in a.node_pids.split(",") if x)}
+    except ValueError:
+        p.error("--node-pids: NAME:PID,NAME:PID")
+    try:
+        result = run_federation(
+            a.consumer_port, a.producer_port, rate=a.rate, replicate=a.replicate, duration=a.duration,
+            warmup=a.warmup, consumers=a.consumers, producers=a.producers, drain=a.drain, stall=a.stall,
+            queue=a.queue.encode(),
+            node_pids=pids,
+        )  # fmt: skip
+    except (BenchError, OSError, ValueError) as exc:
+        print("error: %s" % exc, file=sys.stderr)
+        return 1
+    print(json.dumps(result))
+    return 0
+
+
 # --------------------------------------------------------------------------- processes
 
 
@@ -399,6 +803,39 @@ def proc_cpu_seconds(pid: int) -> float | None:
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     except (OSError, IndexError, ValueError):
         return None
+
+
+def all_process_cpu() -> dict[int, tuple[str, float]]:
+    """pid -> (name, utime + stime seconds) of every process now running, from /proc."""
+    out: dict[int, tuple[str, float]] = {}
+    tck = os.sysconf("SC_CLK_TCK")
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % entry) as f:
+                text = f.read()
+            name = text[text.index("(") + 1 : text.rindex(")")]
+            fields = text.rsplit(")", 1)[1].split()
+            out[int(entry)] = (name, (int(fields[11]) + int(fields[12])) / tck)
+        except (OSError, ValueError, IndexError):
+            continue
+    return out
+
+
+def foreign_cpu(before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]],
+                ours: set[int]) -> tuple[float, list[tuple[str, float]]]:
+    """CPU seconds used between two snapshots by processes not in ``ours`` that are alive at the end
+    (a process that started and exited in between is not seen), and the top three of them."""
+    used = []
+    for pid, (name, cpu) in after.items():
+        if pid in ours:
+            continue
+        delta = cpu - before.get(pid, (name, 0.0))[1]
+        if delta > 0:
+            used.append((name, delta))
+    used.sort(key=lambda x: -x[1])
+    return sum(d for _, d in used), [(n, round(d, 2)) for n, d in used[:3]]
 
 
 class Server:
@@ -510,6 +947,11 @@ class Bench:
     cycles_count: int | None = None
     shared_queue: bool = False
     node_timeout: int | None = None  # bus suite: --cluster-node-timeout for every node, None = default
+    fed_consumers: int = 10  # federation: consumer connections on node A
+    #: federation: producer connections (on B, or on A for the same-node baseline); None = 4 for REPLICATE 1 and
+    #: 32 above (a replicated ADDJOB holds its connection until the replicas confirm, so pipelining alone stalls)
+    fed_producers: int | None = None
+    fed_drain: float = 60.0  # federation: max seconds to wait for the last jobs after the producer stops
     python: str = sys.executable
     servers: list[Server] = field(default_factory=list)
     commands: list[str] = field(default_factory=list)
@@ -763,7 +1205,7 @@ class Bench:
             node.wait_ready(max(1.0, deadline - time.monotonic()))
         return nodes
 
-    def shutdown_nodes(self, nodes: list[Server], timeout: float = 10.0) -> int:
+    def shutdown_nodes(self, nodes: list[Server], timeout: float = 10.0, label: str = "bus") -> int:
         """SHUTDOWN to every node, wait for them to exit, SIGTERM/SIGKILL leftovers; returns the leftovers."""
         for node in nodes:
             if node.proc is not None and node.proc.poll() is None:
@@ -784,8 +1226,8 @@ class Bench:
                 log("node on port %d still running %.0f s after SHUTDOWN: stopping it" % (node.port, timeout))
             self.stop(node)  # SIGTERM, then SIGKILL to the group; no-op if it already exited
         if leftovers:
-            self.notes.append("bus: %d node(s) did not exit within %.0f s of SHUTDOWN and were killed"
-                              % (leftovers, timeout))  # fmt: skip
+            self.notes.append("%s: %d node(s) did not exit within %.0f s of SHUTDOWN and were killed"
+                              % (label, leftovers, timeout))  # fmt: skip
         return leftovers
 
     @staticmethod
@@ -956,6 +1398,222 @@ class Bench:
             "runs": runs,
         }
 
+    # ---- the federation suite: consumer on node A, producer on node B (or A)
+
+    def fed_port(self, i: int) -> int:
+        return self.base_port + FED_PORT_SHIFT + i
+
+    def start_fed_cluster(self, label: str) -> list[Server]:
+        """Three fresh nodes A, B, C, all pinned to the server CPU, joined (MEET B and C sent to A)."""
+        nodes: list[Server] = []
+        for i in range(3):
+            port = self.fed_port(i)
+            workdir = Path(tempfile.mkdtemp(prefix="%s-%s-" % (label, "ABC"[i]), dir=self.tmp))
+            argv = self.disque_argv(port, workdir)
+            self.record(argv)
+            node = Server("disque-py", argv, port, workdir)
+            self.servers.append(node)
+            node.spawn()
+            nodes.append(node)
+        deadline = time.monotonic() + 30.0
+        for node in nodes:
+            node.wait_ready(max(1.0, deadline - time.monotonic()))
+        conns = [SyncClient(node.port, timeout=10.0) for node in nodes]
+        try:
+            t0 = time.monotonic()
+            for node in nodes[1:]:
+                conns[0].call("CLUSTER", "MEET", HOST, str(node.port))
+            self.wait_joined(nodes, conns, t0, timeout=30.0, interval=CHAIN_POLL)
+        finally:
+            for c in conns:
+                c.close()
+        return nodes
+
+    @staticmethod
+    def _fed_stats(node: Server) -> dict[str, int]:
+        with SyncClient(node.port, timeout=10.0) as c:
+            stats = c.info("stats")
+            jobs = c.info("jobs")
+            qlen = c.call("QLEN", FED_QUEUE)
+            cinfo = Bench.cluster_info(c)
+        for k in ("messages_sent", "messages_received"):
+            stats["bus_" + k] = cinfo.get("cluster_stats_" + k, "0")
+        out = {k: int(stats[k]) for k in FED_COUNTERS if k in stats}
+        missing = [k for k in FED_COUNTERS if k not in stats]
+        if missing:
+            raise BenchError("INFO stats on port %d has no %s" % (node.port, ", ".join(missing)))
+        out["registered_jobs"] = int(jobs.get("registered_jobs", -1))
+        out["qlen"] = int(qlen)
+        return out
+
+    @staticmethod
+    def _fed_where(nodes: list[Server], ids: list[str]) -> list[dict[str, Any]]:
+        """SHOW of each (missing or duplicated) job ID on every node: who holds it, in which state."""
+        out = []
+        for jid in ids:
+            row: dict[str, Any] = {"id": jid}
+            for name, node in zip("ABC", nodes):
+                try:
+                    with SyncClient(node.port, timeout=5.0) as c:
+                        info = c.call("SHOW", jid)
+                except (OSError, BenchError) as exc:
+                    row[name] = "error: %s" % exc
+                    continue
+                if info is None:
+                    row[name] = None
+                    continue
+                fields = dict(zip(info[0::2], info[1::2]))
+
+                def s(v: Any) -> Any:
+                    if isinstance(v, bytes):
+                        return v.decode(errors="replace")
+                    if isinstance(v, list):
+                        return [s(x) for x in v]
+                    return v
+
+                row[name] = {s(k): s(v) for k, v in fields.items()
+                             if s(k) in ("state", "queue", "nodes-delivered", "nodes-confirmed", "nacks",
+                                         "additional-deliveries", "next-requeue-within")}  # fmt: skip
+            out.append(row)
+        return out
+
+    def fed_run(self, rate: float, replicate: int, duration: float, *, same_node: bool = False) -> dict[str, Any]:
+        """One run on a fresh 3-node cluster: consumers on A, the producer on B (or on A)."""
+        where = "A->A" if same_node else "B->A"
+        log("federation: %s, REPLICATE %d, %s jobs/s, %.0f s (+%.0f s warm-up)"
+            % (where, replicate, "{:,.0f}".format(rate), duration, self.sizes.fed_warmup))  # fmt: skip
+        nodes = self.start_fed_cluster("fed")
+        a, b, _c = nodes
+        producer = a if same_node else b
+        try:
+            before = [self._fed_stats(n) for n in nodes]
+            argv = ["taskset", "-c", CLIENT_CPU, self.python, "-m", "disque_py.bench", "fedclient",
+                    "--consumer-port", str(a.port), "--producer-port", str(producer.port), "--rate", "%g" % rate,
+                    "--replicate", str(replicate), "--duration", "%g" % duration,
+                    "--warmup", "%g" % self.sizes.fed_warmup,
+                    "--consumers", str(self.fed_consumers), "--producers", str(self.producers_for(replicate)),
+                    "--drain", "%g" % self.fed_drain,
+                    "--node-pids", ",".join("%s:%d" % (name, n.proc.pid) for name, n in zip("ABC", nodes)
+                                            if n.proc is not None)]  # fmt: skip
+            self.record(argv)
+            limit = self.sizes.fed_warmup + duration + self.fed_drain + 60.0
+            snap0 = all_process_cpu()
+            t0 = time.monotonic()
+            client = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(ROOT))
+            try:
+                stdout, stderr = client.communicate(timeout=limit)
+            except subprocess.TimeoutExpired:
+                raise BenchError("federation client did not finish within %.0f s: %s" % (limit, shlex.join(argv)))
+            finally:
+                if client.poll() is None:
+                    client.kill()
+                    client.wait()
+            wall = time.monotonic() - t0
+            ours = {os.getpid(), client.pid} | {n.proc.pid for n in nodes if n.proc is not None}
+            other_s, other_top = foreign_cpu(snap0, all_process_cpu(), ours)
+            for name, n in zip("ABC", nodes):
+                if n.proc is not None and n.proc.poll() is not None:
+                    raise BenchError("node %s (port %d) exited during the run:\n%s" % (name, n.port, n.tail()))
+            if client.returncode != 0:
+                raise BenchError("federation client failed (%d): %s\n%s"
+                                 % (client.returncode, shlex.join(argv), stderr.strip()[-2000:]))  # fmt: skip
+            r = json.loads(stdout.strip().splitlines()[-1])
+            r["other_cpu_pct"] = round(100.0 * other_s / wall, 1)
+            r["other_cpu_top"] = other_top
+            after = [self._fed_stats(n) for n in nodes]
+            r["where"] = where
+            r["wall_s"] = round(wall, 2)
+            r["stats"] = {name: {k: aft[k] - bef[k] if k in FED_COUNTERS else aft[k] for k in aft}
+                          for name, bef, aft in zip("ABC", before, after)}  # fmt: skip
+            sb = r["stats"]["A" if same_node else "B"]
+            r["pushed"] = sb["jobs_pushed"]
+            r["pulled"] = sb["jobs_exported"] - sb["jobs_pushed"]
+            r["imported_A"] = r["stats"]["A"]["jobs_imported"]
+            r["bus_messages_per_job"] = round(sum(r["stats"][n]["bus_messages_sent"] for n in "ABC")
+                                              / max(1, r["jobs_produced"]), 2)  # fmt: skip
+            odd = r["missing_ids"][:5] + r["duplicate_ids"][:5]
+            if odd:
+                r["where_odd_jobs"] = self._fed_where(nodes, odd)
+            r["ok"] = self.fed_ok(r)
+            log("federation: %s jobs/s offered, %s/s achieved, p50 %s, p99 %s, max %s; pushed %d, pulled %d; "
+                "%d missing, %d duplicates; %.1f bus msgs/job; client CPU %.0f%%, nodes %s, other %s%%"
+                % ("{:,.0f}".format(rate), "{:,.0f}".format(r["achieved_per_s"]), _ms(r["p50_ms"]), _ms(r["p99_ms"]),
+                   _ms(r["max_ms"]), r["pushed"], r["pulled"], r["missing"], r["duplicates"], r["bus_messages_per_job"],
+                   r["client_cpu_pct"], " ".join("%s %s%%" % kv for kv in r["node_cpu_pct"].items()),
+                   r.get("other_cpu_pct")))  # fmt: skip
+            if r["missing"] or r["duplicates"] or r["unexpected"] or r["addjob_errors"]:
+                self.notes.append("federation %s R%d %g/s: %d missing, %d duplicates, %d unexpected, %d ADDJOB errors"
+                                  % (where, replicate, rate, r["missing"], r["duplicates"], r["unexpected"],
+                                     r["addjob_errors"]))  # fmt: skip
+            return r
+        finally:
+            self.shutdown_nodes(nodes, label="federation")
+
+    def producers_for(self, replicate: int) -> int:
+        return self.fed_producers or (FED_PRODUCERS_R1 if replicate == 1 else FED_PRODUCERS_REPL)
+
+    def fed_ok(self, r: dict[str, Any]) -> bool:
+        """Sustained: achieved >= 95 % of offered, p99 <= 1 s, nothing lost, no ADDJOB error."""
+        return (
+            r["achieved_per_s"] >= FED_SUSTAINED * r["rate"]
+            and r["p99_ms"] is not None
+            and r["p99_ms"] <= FED_MAX_P99_MS
+            and r["missing"] == 0
+            and r["addjob_errors"] == 0
+        )
+
+    def fed_ramp(self, same_node: bool) -> dict[str, Any]:
+        """Raise the rate x1.5 from FED_RAMP_START until a run fails, then bisect twice; the last good rate."""
+        steps: list[dict[str, Any]] = []
+        good: float | None = None
+        bad: float | None = None
+        rate = float(self.sizes.fed_ramp_start)
+        while rate <= FED_RAMP_CAP:
+            r = self.fed_run(rate, 1, self.sizes.fed_ramp_duration, same_node=same_node)
+            steps.append(r)
+            if r["ok"]:
+                good = rate
+                if bad is not None:
+                    break
+                rate = float(round(rate * 1.5 / 50) * 50)
+            else:
+                bad = rate
+                if good is not None:
+                    break
+                rate = float(round(rate / 2 / 50) * 50)  # the start failed: go down
+                if rate < 50:
+                    break
+        for _ in range(self.sizes.fed_bisect):
+            if good is None or bad is None or bad - good <= max(50.0, 0.05 * good):
+                break
+            mid = float(round((good + bad) / 2 / 50) * 50)
+            if mid in (good, bad):
+                break
+            r = self.fed_run(mid, 1, self.sizes.fed_ramp_duration, same_node=same_node)
+            steps.append(r)
+            if r["ok"]:
+                good = mid
+            else:
+                bad = mid
+        best = next((s for s in steps if s["rate"] == good and s["ok"]), None)
+        return {
+            "where": "A->A" if same_node else "B->A",
+            "replicate": 1,
+            "max_rate": good,
+            "first_failed_rate": bad,
+            "best": best,
+            "steps": steps,
+        }
+
+    def bench_federation(self) -> None:
+        s = self.sizes
+        for replicate in s.fed_replicates:
+            for rate in s.fed_rates:
+                self.results["fed_r%d_%g" % (replicate, rate)] = self.fed_run(rate, replicate, s.fed_duration)
+        if s.fed_ramp:
+            self.results["fed_max_cross"] = self.fed_ramp(same_node=False)
+            self.results["fed_max_same"] = self.fed_ramp(same_node=True)
+
 
 # --------------------------------------------------------------------------- machine, report
 
@@ -1057,6 +1715,140 @@ def bus_report(bench: Bench) -> list[str]:
     return out
 
 
+#: Disque 1.0-rc1, three nodes, consumer on A, producer on B, REPLICATE 1 (from the issue): (p50, p99).
+FED_REFERENCE = {50: ("50 ms", "400 ms"), 500: ("3.5 s", "6.0 s"), 5000: ("5.1 s", "7.5 s")}
+#: Our targets: p99 under this at every rate up to the maximum; cross-node max >= this share of same-node.
+FED_TARGET_P99_MS = 10.0
+FED_TARGET_SHARE = 0.80
+
+
+def _fed_why(r: dict[str, Any]) -> str:
+    """Why a ramp step failed the sustained test."""
+    why = []
+    if r["achieved_per_s"] < FED_SUSTAINED * r["rate"]:
+        why.append("achieved %s/s" % "{:,.0f}".format(r["achieved_per_s"]))
+    if r["p99_ms"] is None or r["p99_ms"] > FED_MAX_P99_MS:
+        why.append("p99 %s" % _ms(r["p99_ms"]))
+    if r["missing"]:
+        why.append("%d missing" % r["missing"])
+    if r["addjob_errors"]:
+        why.append("%d ADDJOB errors" % r["addjob_errors"])
+    return ", ".join(why) or "—"
+
+
+def federation_report(bench: Bench) -> list[str]:
+    """The federation suite's tables (fixed rates, maximum sustained rates, against the targets), or nothing."""
+    res, sizes = bench.results, bench.sizes
+    runs = sorted((r for k, r in res.items() if k.startswith("fed_r")), key=lambda r: (r["replicate"], r["rate"]))
+    ramps = [res[k] for k in ("fed_max_cross", "fed_max_same") if k in res]
+    if not runs and not ramps:
+        return []
+    out = [
+        "Federation: 3 nodes (A, B, C) all pinned to CPU %s, the load generator (one process) on CPU %s; "
+        "%d consumer connections on A blocked in GETJOB TIMEOUT 1000 FROM %s (ACKJOB each job, block again), "
+        "open-loop producer on %s connections sending ADDJOB %s <monotonic_ns> 0 REPLICATE r (pipelined); "
+        "latency = receive - send, over the jobs sent after a %.0f s warm-up; fresh cluster per run."
+        % (SERVER_CPU, CLIENT_CPU, bench.fed_consumers, FED_QUEUE.decode(),
+           bench.fed_producers or "%d (REPLICATE 1) or %d (REPLICATE > 1)" % (FED_PRODUCERS_R1, FED_PRODUCERS_REPL),
+           FED_QUEUE.decode(), sizes.fed_warmup),
+    ]  # fmt: skip
+    if runs:
+        out += [
+            "",
+            "| Producer → consumer | REPLICATE | offered | achieved | p50 | p99 | max | ADDJOB p99 | pushed / pulled "
+            "| produced / received once / missing / dup | backlog drained in | bus msgs/job | load CPU "
+            "| node CPU A / B / C | other CPU |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for r in runs:
+            cpu = r["node_cpu_pct"]
+            out.append("| %s | %d | %s/s | %s/s | %s | %s | %s | %s | %d / %d | %d / %d / %d / %d | %s | %.1f | %.0f%% "
+                       "| %s | %s |" % (
+                r["where"].replace("->", " → "), r["replicate"], "{:,.0f}".format(r["rate"]),
+                "{:,.0f}".format(r["achieved_per_s"]), _ms(r["p50_ms"]), _ms(r["p99_ms"]), _ms(r["max_ms"]),
+                _ms(r["addjob_p99_ms"]), r["pushed"], r["pulled"], r["jobs_produced"], r["unique_received"],
+                r["missing"], r["duplicates"],
+                "%.1f s%s" % (r["drain_s"], " (gave up: %s)" % r["drain_timed_out"] if r["drain_timed_out"] else ""),
+                r["bus_messages_per_job"], r["client_cpu_pct"],
+                " / ".join("—" if cpu.get(n) is None else "%.0f%%" % cpu[n] for n in "ABC"),
+                "—" if r.get("other_cpu_pct") is None else "%.0f%%" % r["other_cpu_pct"]))  # fmt: skip
+    if ramps:
+        out += [
+            "",
+            "Maximum sustained rate, REPLICATE 1: the rate is raised ×1.5 from %s jobs/s (%.0f s per step, fresh "
+            "cluster each) until a step fails (achieved < %.0f%% of offered, p99 > %.0f ms, or a job missing), "
+            "then bisected %d times; the last rate that passed."
+            % ("{:,.0f}".format(sizes.fed_ramp_start), sizes.fed_ramp_duration, 100 * FED_SUSTAINED,
+               FED_MAX_P99_MS, sizes.fed_bisect),
+            "",
+            "| Producer → consumer | max sustained | at that rate: achieved, p50, p99 | load CPU | first failed rate "
+            "(why) | steps (offered: achieved, p99) |",
+            "|---|---|---|---|---|---|",
+        ]  # fmt: skip
+        for m in ramps:
+            b = m["best"]
+            bad = next((s for s in m["steps"] if s["rate"] == m["first_failed_rate"]), None)
+            out.append("| %s | %s | %s | %s | %s | %s |" % (
+                "B → A (cross-node)" if m["where"] == "B->A" else "A → A (same node)",
+                "—" if m["max_rate"] is None else "**%s jobs/s**" % "{:,.0f}".format(m["max_rate"]),
+                "—" if b is None else "%s/s, %s, %s" % ("{:,.0f}".format(b["achieved_per_s"]), _ms(b["p50_ms"]),
+                                                        _ms(b["p99_ms"])),
+                "—" if b is None else "%.0f%%" % b["client_cpu_pct"],
+                "—" if bad is None else "%s/s (%s)" % ("{:,.0f}".format(bad["rate"]), _fed_why(bad)),
+                "; ".join("%s: %s, %s" % ("{:,.0f}".format(s["rate"]), "{:,.0f}".format(s["achieved_per_s"]),
+                                          _ms(s["p99_ms"])) for s in m["steps"])))  # fmt: skip
+    # Against the reference and the targets.
+    rows = ["| Test | disque-py p50 / p99 | Disque 1.0-rc1 p50 / p99 | Target | Met |", "|---|---|---|---|---|"]
+    cross = res.get("fed_max_cross")
+    same = res.get("fed_max_same")
+    max_cross = cross["max_rate"] if cross else None
+    for r in runs:
+        if r["where"] != "B->A":
+            continue
+        ref = FED_REFERENCE.get(int(r["rate"])) if r["replicate"] == 1 else None
+        within = max_cross is None or r["rate"] <= max_cross
+        met = (r["p99_ms"] is not None and r["p99_ms"] < FED_TARGET_P99_MS and r["missing"] == 0
+               and r["achieved_per_s"] >= FED_SUSTAINED * r["rate"])  # fmt: skip
+        rows.append("| B → A, REPLICATE %d, %s jobs/s | %s / %s | %s | p99 < %.0f ms%s | %s |" % (
+            r["replicate"], "{:,.0f}".format(r["rate"]), _ms(r["p50_ms"]), _ms(r["p99_ms"]),
+            "%s / %s" % ref if ref else "—", FED_TARGET_P99_MS,
+            "" if within else " (above the max: n/a)", ("yes" if met else "**NO**") if within else "n/a"))  # fmt: skip
+    if cross and same and same["max_rate"]:
+        share = (max_cross or 0) / same["max_rate"]
+        rows.append("| Max sustained B → A vs A → A | %s vs %s jobs/s = %.0f%% | — | >= %.0f%% | %s |" % (
+            "{:,.0f}".format(max_cross or 0), "{:,.0f}".format(same["max_rate"]), 100 * share,
+            100 * FED_TARGET_SHARE, "yes" if share >= FED_TARGET_SHARE else "**NO**"))  # fmt: skip
+    if cross and cross["steps"]:
+        passed = [s for s in cross["steps"] if s["ok"]]
+        over = [s for s in passed if s["p99_ms"] >= FED_TARGET_P99_MS]
+        rows.append("| p99 < %.0f ms at every ramp rate up to the max (B → A) | %s | — | every step | %s |" % (
+            FED_TARGET_P99_MS, "; ".join("%s/s: %s" % ("{:,.0f}".format(s["rate"]), _ms(s["p99_ms"]))
+                                         for s in passed) or "—",
+            "yes" if passed and not over else "**NO**"))  # fmt: skip
+    if len(rows) > 2:
+        out += ["", *rows]
+    checks = []
+    for r in runs + [s for m in ramps for s in m["steps"]]:
+        if r["missing"] or r["duplicates"] or r["unexpected"] or r["addjob_errors"]:
+            checks.append("%s R%d %g/s: %d missing, %d duplicates, %d unexpected, %d ADDJOB errors%s" % (
+                r["where"], r["replicate"], r["rate"], r["missing"], r["duplicates"], r["unexpected"],
+                r["addjob_errors"], "; where: %s" % json.dumps(r.get("where_odd_jobs")) if r.get("where_odd_jobs")
+                else ""))  # fmt: skip
+    every = runs + [s for m in ramps for s in m["steps"]]
+    busy = [r for r in every if (r.get("other_cpu_pct") or 0) >= FED_FOREIGN_PCT]
+    if busy:
+        out += ["", "**Other load on the machine** (CPU used by other processes alive at the end of the run, "
+                ">= %d%% of a core over the run) during: %s. Those runs are disturbed; rerun on a quiet machine."
+                % (FED_FOREIGN_PCT, ", ".join("%s R%d %g/s (%.0f%%: %s)" % (
+                    r["where"], r["replicate"], r["rate"], r["other_cpu_pct"],
+                    ", ".join(n for n, _ in r.get("other_cpu_top") or [])) for r in busy))]  # fmt: skip
+    total = sum(r["jobs_produced"] for r in runs + [s for m in ramps for s in m["steps"]])
+    out += ["", "Exactly once: %s" % ("; ".join(checks) if checks else
+                                     "every one of %s produced jobs was received exactly once (unique IDs)"
+                                     % "{:,}".format(total))]  # fmt: skip
+    return out
+
+
 def markdown_report(bench: Bench, machine: dict[str, Any]) -> str:
     """The results table, then a diagnostics table (CPU use of both sides, sanity checks)."""
     res, sizes = bench.results, bench.sizes
@@ -1100,7 +1892,7 @@ def markdown_report(bench: Bench, machine: dict[str, Any]) -> str:
 
     diag = ["| Run | server CPU | client CPU | check |", "|---|---|---|---|"]
     for key, r in res.items():
-        if key.startswith("bus_"):
+        if key.startswith(("bus_", "fed_")):
             continue
         if key.startswith("memory_"):
             diag.append("| %s | — | — | used_memory %s → %s bytes, %s jobs |" % (
@@ -1144,7 +1936,10 @@ def markdown_report(bench: Bench, machine: dict[str, Any]) -> str:
     bus = bus_report(bench)
     if bus:
         out += ["", *bus]
-    elif len(rows) == 2:
+    fed = federation_report(bench)
+    if fed:
+        out += ["", *fed]
+    if not bus and not fed and len(rows) == 2:
         out += ["", "(no results)"]
     bound = [k for k, r in res.items() if r.get("client_cpu_pct", 0) >= CLIENT_BOUND_PCT]
     if bound:
@@ -1182,6 +1977,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["client"]:
         return client_main(argv[1:])
+    if argv[:1] == ["fedclient"]:
+        return fedclient_main(argv[1:])
     p = argparse.ArgumentParser(
         prog="scripts/bench",
         description="Benchmark one disque-py node (CPU %s) with redis-benchmark and our own client (CPU %s); "
@@ -1205,6 +2002,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--chain-nodes", type=int, default=None, help="bus: nodes in the chain join (default 10)")
     p.add_argument("--cluster-node-timeout", type=int, default=None, metavar="MS",
                    help="bus: cluster-node-timeout of every node (default: the server's, %d)" % DEFAULT_NODE_TIMEOUT)
+    p.add_argument("--fed-rates", default=None,
+                   help="federation: offered jobs/s of the fixed runs (default 50,500,5000; quick 50,500)")
+    p.add_argument("--fed-replicates", default=None,
+                   help="federation: REPLICATE factors of the fixed runs (default 1,3)")
+    p.add_argument("--fed-duration", type=float, default=None, help="federation: s per fixed run (default 10, quick 2)")
+    p.add_argument("--fed-ramp-duration", type=float, default=None, help="federation: s per ramp step (default 5)")
+    p.add_argument("--fed-ramp-start", type=float, default=None,
+                   help="federation: first rate of the ramp (default 1000)")
+    p.add_argument("--fed-no-ramp", action="store_true", help="federation: skip the max-rate ramps")
+    p.add_argument("--fed-consumers", type=int, default=10, help="federation: consumer connections on A (default 10)")
+    p.add_argument("--fed-producers", type=int, default=None,
+                   help="federation: producer connections (default 4 for REPLICATE 1, 32 for REPLICATE 2-3)")
     a = p.parse_args(argv)
 
     suites = [s.strip() for s in a.only.split(",") if s.strip()]
@@ -1224,8 +2033,28 @@ def main(argv: list[str] | None = None) -> int:
             setattr(sizes, name, getattr(a, name))
     if any(n < 2 for n in sizes.bus_nodes) or sizes.chain_nodes < 2 or sizes.chain_runs < 1:
         p.error("bus tests need at least 2 nodes and 1 chain run")
+    try:
+        if a.fed_rates:
+            sizes.fed_rates = tuple(float(x) for x in a.fed_rates.split(",") if x.strip())
+        if a.fed_replicates:
+            sizes.fed_replicates = tuple(int(x) for x in a.fed_replicates.split(",") if x.strip())
+    except ValueError:
+        p.error("--fed-rates / --fed-replicates: comma-separated numbers, e.g. 50,500,5000 and 1,3")
+    if any(r <= 0 for r in sizes.fed_rates) or any(not 1 <= r <= 3 for r in sizes.fed_replicates):
+        p.error("federation: rates must be > 0 and REPLICATE 1..3 (the cluster has 3 nodes)")
+    for name in ("fed_duration", "fed_ramp_duration", "fed_ramp_start"):
+        if getattr(a, name) is not None:
+            if getattr(a, name) <= 0:
+                p.error("--%s must be > 0" % name.replace("_", "-"))
+            setattr(sizes, name, getattr(a, name))
+    if a.fed_no_ramp:
+        sizes.fed_ramp = False
+    if a.fed_consumers < 1 or (a.fed_producers is not None and a.fed_producers < 1):
+        p.error("--fed-consumers and --fed-producers must be >= 1")
     bus_max = max((*sizes.bus_nodes, sizes.chain_nodes)) if "bus" in suites else 0
     top = a.base_port + (BUS_PORT_SHIFT + bus_max - 1 if bus_max else 1)
+    if "federation" in suites:
+        top = max(top, a.base_port + FED_PORT_SHIFT + 2)
     if top + 10000 > 65535 or a.base_port < 1:
         p.error("--base-port %d leaves no room for the ports used (up to %d, cluster bus +10000)" % (a.base_port, top))
 
@@ -1235,22 +2064,28 @@ def main(argv: list[str] | None = None) -> int:
         ports = [a.base_port, a.base_port + 10000] + ([a.base_port + 1] if "redis" in suites else [])
         for i in range(bus_max):
             ports += [a.base_port + BUS_PORT_SHIFT + i, a.base_port + BUS_PORT_SHIFT + i + 10000]
+        if "federation" in suites:
+            for i in range(3):
+                ports += [a.base_port + FED_PORT_SHIFT + i, a.base_port + FED_PORT_SHIFT + i + 10000]
         busy = [port for port in ports if port_in_use(port)]
         if busy:
             raise BenchError(
                 "port(s) %s already in use (disque-py uses --base-port and +10000 for its "
-                "cluster bus, redis-server --base-port + 1, the bus suite --base-port + %d ... + %d and "
-                "+10000): pick another --base-port" % (", ".join(map(str, busy)), BUS_PORT_SHIFT,
-                                                       BUS_PORT_SHIFT + bus_max - 1)
+                "cluster bus, redis-server --base-port + 1, the bus suite --base-port + %d ... + %d, the "
+                "federation suite --base-port + %d ... + %d, each with +10000): pick another --base-port"
+                % (", ".join(map(str, busy)), BUS_PORT_SHIFT, BUS_PORT_SHIFT + max(bus_max, 1) - 1,
+                   FED_PORT_SHIFT, FED_PORT_SHIFT + 2)
             )  # fmt: skip
         machine = machine_info(sys.executable)
         bench = Bench(sizes, a.base_port, conns=a.conns, cycles_count=a.cycles_count, shared_queue=a.shared_queue,
-                      node_timeout=a.cluster_node_timeout)  # fmt: skip
+                      node_timeout=a.cluster_node_timeout, fed_consumers=a.fed_consumers,
+                      fed_producers=a.fed_producers)  # fmt: skip
         t0 = time.monotonic()
         try:
             steps: dict[str, Callable[[], None]] = {
                 "addjob": bench.bench_addjob, "getjob": bench.bench_getjob, "cycles": bench.bench_cycles,
                 "memory": bench.bench_memory, "redis": bench.bench_redis, "bus": bench.bench_bus,
+                "federation": bench.bench_federation,
             }  # fmt: skip
             for name in SUITES:
                 if name in suites:
@@ -1274,6 +2109,8 @@ def main(argv: list[str] | None = None) -> int:
         "options": {"quick": a.quick, "suites": suites, "clients": bench.clients, "body_size": bench.body_size,
                     "conns": bench.conns, "shared_queue": bench.shared_queue, "sizes": sizes.__dict__,
                     "cluster_node_timeout": bench.node_timeout, "bus_port_shift": BUS_PORT_SHIFT,
+                    "fed_port_shift": FED_PORT_SHIFT, "fed_consumers": bench.fed_consumers,
+                    "fed_producers": bench.fed_producers, "fed_drain": bench.fed_drain,
                     "server_cpu": SERVER_CPU, "client_cpu": CLIENT_CPU},
         "results": bench.results,
         "notes": bench.notes,
