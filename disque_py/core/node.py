@@ -477,8 +477,6 @@ class Node(ReplicationMixin, FederationMixin):
                 q.blocked -= 1
                 if q.blocked == 0:
                     q.waiters.clear()
-                    if q.needjobs_bcast_time and self.cluster_size > 1:
-                        self._waiters_left(q)
 
     def _serve_ready(self) -> None:
         """Hand queued jobs to blocked clients, first come first served."""
