@@ -16,6 +16,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from . import errors as _errors
+
 if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
     from .cluster import Affinity, Backoff
     from .errors import (
@@ -55,58 +57,12 @@ _WHERE = {
     "DeadLetter": "model",
     "Backoff": "cluster",
     "Affinity": "cluster",
-    **dict.fromkeys(
-        [
-            "DisqueError",
-            "ServerError",
-            "CommandError",
-            "NoReplicationError",
-            "QueueFullError",
-            "PausedError",
-            "LeavingError",
-            "NoJobError",
-            "BadIdError",
-            "TooLateError",
-            "AckedError",
-            "AuthError",
-            "ConnectionLost",
-            "ReplyTimeout",
-            "NoNodeAvailable",
-            "BatchError",
-        ],
-        "errors",
-    ),
+    # the exception classes: errors.py is dependency-free, so reading its
+    # __all__ costs nothing and keeps one list of them
+    **dict.fromkeys((n for n in _errors.__all__ if n != "error_from_reply"), "errors"),
 }
 
-__all__ = [
-    "Client",
-    "Worker",
-    "WorkerStats",
-    "current_worker",
-    "DEFAULT_DEAD_LETTER",
-    "Job",
-    "HelloInfo",
-    "NodeInfo",
-    "DeadLetter",
-    "Backoff",
-    "Affinity",
-    "DisqueError",
-    "ServerError",
-    "CommandError",
-    "NoReplicationError",
-    "QueueFullError",
-    "PausedError",
-    "LeavingError",
-    "NoJobError",
-    "BadIdError",
-    "TooLateError",
-    "AckedError",
-    "AuthError",
-    "ConnectionLost",
-    "ReplyTimeout",
-    "NoNodeAvailable",
-    "BatchError",
-]
+__all__ = list(_WHERE)
 
 
 def __getattr__(name: str) -> Any:
