@@ -28,6 +28,7 @@ msgpack array (``use_bin_type=True``; str is UTF-8 text, bytes are bin)::
         gossip      [node_id, ip, port, flags, ping_sent, pong_received]
     Fail            [version, type, sender, node_id]
     Data            [version, type, sender, kind, body]
+    DataBatch       [version, type, sender, [[kind, body], ...]]   (1..MAX_BATCH items)
     AuthHello       [version, type, nonce]
     AuthChallenge   [version, type, nonce, proof]
     AuthProof       [version, type, proof]
@@ -114,6 +115,8 @@ from .messages import (
     AuthHello,
     AuthProof,
     Data,
+    DataBatch,
+    MAX_BATCH,
     Fail,
     Gossip,
     Meet,
@@ -218,6 +221,19 @@ def encode_message(msg: Message) -> bytes:
         _check_kind(msg.kind)
         _check_body(msg.body, 0)
         fields = [PROTOCOL_VERSION, int(MsgType.DATA), msg.sender, msg.kind, msg.body]
+    elif cls is DataBatch:
+        _check_node_id(msg.sender, "sender")
+        items = msg.items
+        if not isinstance(items, (tuple, list)) or not 1 <= len(items) <= MAX_BATCH:
+            raise ValueError(f"DataBatch.items must hold 1..{MAX_BATCH} entries")
+        packed = []
+        for item in items:
+            kind, body = item
+            _check_kind(kind)
+            if not isinstance(body, _BODY_LEAVES):
+                _check_body(body, 0)
+            packed.append((kind, body))
+        fields = [PROTOCOL_VERSION, int(MsgType.DATA_BATCH), msg.sender, packed]
     elif cls is Fail:
         _check_node_id(msg.sender, "sender")
         _check_node_id(msg.node_id, "node_id")
@@ -241,6 +257,50 @@ def encode_message(msg: Message) -> bytes:
     if len(body) > MAX_BODY:
         raise ValueError(f"encoded message too large ({len(body)} > {MAX_BODY} bytes)")
     return body
+
+
+def encode_data_item(kind: str, body: Any) -> bytes:
+    """Encode one application message for a :class:`DataBatch`, at once.
+
+    Checked like ``Data`` (a bad kind or body raises here, at the sender).
+    Encoding when the message is queued, not when the batch leaves, means a
+    caller may change ``body`` afterwards without changing what was sent.
+    """
+    _check_kind(kind)
+    if not isinstance(body, _BODY_LEAVES):
+        _check_body(body, 0)
+    try:
+        return _packb((kind, body))
+    except (TypeError, ValueError, OverflowError) as e:
+        raise TypeError(f"cannot encode Data.body: {e}") from e
+
+
+def data_batch_body(sender: str, items: list[bytes]) -> bytes:
+    """The body of a ``DataBatch`` from items made by :func:`encode_data_item`.
+
+    The caller keeps ``1 <= len(items) <= MAX_BATCH`` and the total under
+    :data:`MAX_BODY` (see ``Bus.send_data``).
+    """
+    n = len(items)
+    if not 1 <= n <= MAX_BATCH:
+        raise ValueError(f"a DataBatch holds 1..{MAX_BATCH} items")
+    if n < 16:
+        header = bytes((0x90 | n,))
+    else:
+        header = b"\xdc" + n.to_bytes(2, "big")
+    return _packb_prefix(sender) + header + b"".join(items)
+
+
+_DATA_ITEM_OVERHEAD = 64  # what data_batch_body adds: array headers, version, type, sender
+
+
+def _packb_prefix(sender: str) -> bytes:
+    _check_node_id(sender, "sender")
+    return b"\x94" + _packb(PROTOCOL_VERSION) + _packb(int(MsgType.DATA_BATCH)) + _packb(sender)
+
+
+_packer = msgpack.Packer(use_bin_type=True)
+_packb = _packer.pack
 
 
 def _check_node_id(v: Any, what: str) -> None:
@@ -369,6 +429,20 @@ def _build(obj: Any) -> Message:
         if type(kind) is not str or not 1 <= len(kind) <= _MAX_KIND_LEN:
             raise BusProtocolError("bad data kind")
         return Data(sender, kind, payload)
+    if t == MsgType.DATA_BATCH:
+        if n != 4:
+            raise BusProtocolError("bad field count")
+        _, _, sender, items = obj
+        _need_node_id(sender)
+        if type(items) is not list or not 1 <= len(items) <= MAX_BATCH:
+            raise BusProtocolError("bad data batch")
+        for item in items:
+            if type(item) is not list or len(item) != 2:
+                raise BusProtocolError("bad data batch entry")
+            kind = item[0]
+            if type(kind) is not str or not 1 <= len(kind) <= _MAX_KIND_LEN:
+                raise BusProtocolError("bad data kind")
+        return DataBatch(sender, items)
     if t == MsgType.FAIL:
         if n != 4:
             raise BusProtocolError("bad field count")

@@ -20,6 +20,13 @@ means is decided by its ``handler`` (the membership driver in the server).
   link's output buffer; the link's writer task sends everything buffered in
   one ``send_all``: all messages queued during one scheduler turn leave in a
   single write.
+* ``send_data(link, sender, kind, body)`` encodes the application message at
+  once too, but holds it with the other application messages queued for
+  that link until the writer runs, which sends them all as one
+  ``DataBatch`` frame: one frame, one seal, one decode and one handler call
+  on the other side for a whole turn's worth of REPLJOB or GOTJOB. A
+  ``send`` of a membership message first closes the batch, so messages
+  leave in call order.
 * Garbage (a frame over ``max_frame``, undecodable msgpack, a bad MAC, a
   replayed frame) closes that link and is reported; the node carries on.
 
@@ -42,12 +49,15 @@ from .codec import (
     InitiatorHandshake,
     LinkSession,
     ResponderHandshake,
+    data_batch_body,
     decode_message,
+    encode_data_item,
     encode_message,
     frame,
 )
+from .codec import MAX_BODY, _DATA_ITEM_OVERHEAD
 
-from .messages import AuthChallenge, AuthHello, AuthProof
+from .messages import MAX_BATCH, AuthChallenge, AuthHello, AuthProof, Data, DataBatch
 
 __all__ = ["Bus", "BusHandler", "TcpTransport", "HANDSHAKE_TIMEOUT"]
 
@@ -89,7 +99,10 @@ class TcpTransport:
 
 
 class _Link:
-    __slots__ = ("id", "stream", "peer", "out", "lot", "session", "closed", "scope", "outbound", "node_id", "early")
+    __slots__ = (
+        "id", "stream", "peer", "out", "lot", "session", "closed", "scope", "outbound", "node_id", "early",
+        "batch", "batch_sender", "batch_size",
+    )
 
     def __init__(self, link_id: int, stream: trio.abc.Stream, peer: str, outbound: bool, node_id: str | None):
         self.id = link_id
@@ -103,6 +116,9 @@ class _Link:
         self.outbound = outbound
         self.node_id = node_id
         self.early: list[bytes] = []  # frames that arrived with the handshake's last one
+        self.batch: list[bytes] = []  # encoded application messages not yet framed
+        self.batch_sender = ""
+        self.batch_size = 0
 
 
 class Bus:
@@ -126,7 +142,15 @@ class Bus:
         self._next_link = 0
         self._nursery: trio.Nursery | None = None
         self._reported: set[tuple[str, str]] = set()
-        self.stats = {"bytes_sent": 0, "bytes_received": 0, "frames_sent": 0, "frames_received": 0}
+        self.stats = {
+            "bytes_sent": 0,
+            "bytes_received": 0,
+            "frames_sent": 0,
+            "frames_received": 0,
+            "writes": 0,
+            "data_sent": 0,
+            "data_received": 0,
+        }
 
     # ------------------------------------------------------------------ run
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
@@ -146,11 +170,45 @@ class Bus:
         if link is None or link.closed:
             return False
         body = encode_message(msg)
+        if link.batch:
+            self._close_batch(link)
         data = link.session.seal(body) if link.session is not None else frame(body)
         link.out += data
         self.stats["frames_sent"] += 1
         link.lot.unpark_all()
         return True
+
+    def send_data(self, link_id: int, sender: str, kind: str, body: Any) -> bool:
+        """Queue an application message; it leaves with the link's next batch.
+
+        The message is checked and encoded now (a bad ``body`` raises here);
+        returns False when there is no such open link.
+        """
+        link = self.links.get(link_id)
+        if link is None or link.closed:
+            return False
+        item = encode_data_item(kind, body)
+        batch = link.batch
+        if batch and (
+            link.batch_sender != sender
+            or len(batch) >= MAX_BATCH
+            or link.batch_size + len(item) > MAX_BODY - _DATA_ITEM_OVERHEAD
+        ):
+            self._close_batch(link)
+        if not batch:
+            link.batch_sender = sender
+            link.lot.unpark_all()
+        batch.append(item)
+        link.batch_size += len(item)
+        self.stats["data_sent"] += 1
+        return True
+
+    def _close_batch(self, link: _Link) -> None:
+        body = data_batch_body(link.batch_sender, link.batch)
+        link.batch.clear()
+        link.batch_size = 0
+        link.out += link.session.seal(body) if link.session is not None else frame(body)
+        self.stats["frames_sent"] += 1
 
     def close(self, link_id: int) -> None:
         link = self.links.get(link_id)
@@ -287,6 +345,10 @@ class Bus:
         if type(msg) in _AUTH_TYPES:  # only valid inside the handshake
             raise AuthError("authentication message outside the handshake")
         self.stats["frames_received"] += 1
+        if type(msg) is DataBatch:
+            self.stats["data_received"] += len(msg.items)
+        elif type(msg) is Data:
+            self.stats["data_received"] += 1
         try:
             self.handler.message(link.id, msg)
         except Exception as exc:  # a bug must cost one link, not the node
@@ -296,11 +358,14 @@ class Bus:
         out = link.out
         try:
             while True:
-                while not out:
+                while not out and not link.batch:
                     await link.lot.park()
+                if link.batch:
+                    self._close_batch(link)
                 data = bytes(out)
                 out.clear()
                 self.stats["bytes_sent"] += len(data)
+                self.stats["writes"] += 1
                 await link.stream.send_all(data)
         except _GONE:
             link.closed = True

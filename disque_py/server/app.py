@@ -335,9 +335,12 @@ class Server:
                     self.cluster.send_data(effect.to, message[0], list(message[1:]))
             effects = node.take_effects()
 
-    def cluster_data(self, sender: str, kind: str, body: Any) -> None:
-        """A job-layer message arrived on the bus."""
-        self.node.receive_data(sender, kind, body, now_ms())
+    def cluster_data(self, sender: str, items: Any) -> None:
+        """Job-layer messages arrived on the bus: ``(kind, body)`` pairs, in order."""
+        node = self.node
+        now = now_ms()
+        for kind, body in items:
+            node.receive_data(sender, kind, body, now)
         self.apply_effects()
 
     def close_client(self, conn: Connection) -> None:

@@ -30,7 +30,7 @@ from cluster_bus.membership import (
     SaveConfig,
 )
 from cluster_bus.membership import Send as BusSend
-from cluster_bus.messages import BUS_PORT_OFFSET, Data, NODE_LEAVING
+from cluster_bus.messages import BUS_PORT_OFFSET, NODE_LEAVING, Data, DataBatch
 
 from ..core.replies import OK, Error, Status, err
 from .logs import log
@@ -160,9 +160,14 @@ class ClusterService:
         self.apply()
 
     def message(self, link: int, msg: Any) -> None:
-        if type(msg) is Data:
+        kind = type(msg)
+        if kind is DataBatch:
+            self.stats["messages_received"] = self.stats.get("messages_received", 0) + len(msg.items)
+            self.server.cluster_data(msg.sender, msg.items)
+            return
+        if kind is Data:
             self.stats["messages_received"] = self.stats.get("messages_received", 0) + 1
-            self.server.cluster_data(msg.sender, msg.kind, msg.body)
+            self.server.cluster_data(msg.sender, ((msg.kind, msg.body),))
             return
         if self.bus is not None:
             self.membership.link_peer(link, self.bus.peer_ip(link) or "")
@@ -222,7 +227,7 @@ class ClusterService:
         if link is None or self.bus is None:
             return False
         self.stats["messages_sent"] = self.stats.get("messages_sent", 0) + 1
-        return self.bus.send(link, Data(self.my_id, kind, body))
+        return self.bus.send_data(link, self.my_id, kind, body)
 
     # ------------------------------------------------------------ CLUSTER
     def command(self, argv: list[bytes]) -> Any:

@@ -21,7 +21,9 @@ from cluster_bus.codec import (
     InitiatorHandshake,
     LinkSession,
     ResponderHandshake,
+    data_batch_body,
     decode_message,
+    encode_data_item,
     encode_message,
     frame,
 )
@@ -34,6 +36,8 @@ from cluster_bus.messages import (
     AuthHello,
     AuthProof,
     Data,
+    DataBatch,
+    MAX_BATCH,
     Fail,
     Gossip,
     Meet,
@@ -87,6 +91,8 @@ ROUND_TRIP = [
     Data(A, "b", b""),
     Data(A, "l", [1, [2, [3, {"a": {"b": [b"x", False]}}]]]),
     Data(A, "m", {b"bytes-key": 1, "str-key": 2}),
+    DataBatch(A, [["REPLJOB", [{"id": b"D-1", "nodes": [A, B]}, False]], ["GOTJOB", [b"D-1"]], ["k" * 32, None]]),
+    DataBatch(A, [["k", i] for i in range(MAX_BATCH)]),
     AuthHello(NONCE_I),
     AuthChallenge(NONCE_R, b"\x01" * 32),
     AuthProof(b"\xfe" * 32),
@@ -145,6 +151,11 @@ def test_wire_layout():
         Data(A, "k" * 33, 1),
         Data(A, "k", {1: 2}),
         Data(A, "k", [{"a": {(1,): 2}}]),
+        DataBatch(A, []),
+        DataBatch(A, [("k", i) for i in range(MAX_BATCH + 1)]),
+        DataBatch(A, [("", 1)]),
+        DataBatch(A, [("k", {1: 2})]),
+        DataBatch(B[:39], [("k", 1)]),
         AuthHello(b"short"),
         AuthChallenge(NONCE_R, b"x" * 31),
         AuthProof(b"x" * 33),
@@ -764,3 +775,48 @@ _messages = st.one_of(
 @given(_messages)
 def test_fuzz_round_trip(msg):
     assert decode_message(encode_message(msg)) == msg
+
+
+# ---------------------------------------------------------------------------
+# DataBatch built from pre-encoded items (the bus's fast path)
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("n", [1, 15, 16, 300, MAX_BATCH])
+def test_data_batch_body_decodes_as_a_batch(n):
+    items = [("GOTJOB", [b"D-%d" % i, {"n": i}]) for i in range(n)]
+    body = data_batch_body(A, [encode_data_item(k, v) for k, v in items])
+    msg = decode_message(body)
+    assert msg == DataBatch(A, [[k, v] for k, v in items])
+    assert body == encode_message(DataBatch(A, items))
+
+
+def test_encode_data_item_checks_like_data():
+    for kind, value in [("", 1), ("k" * 33, 1), ("k", {1: 2}), ("k", {1, 2}), ("k", 2**70)]:
+        with pytest.raises((TypeError, ValueError)):
+            encode_data_item(kind, value)
+    with pytest.raises(ValueError):
+        data_batch_body(A, [])
+    with pytest.raises(ValueError):
+        data_batch_body("nope", [encode_data_item("k", 1)])
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        [1, 17, A],  # no items
+        [1, 17, A, []],  # empty batch
+        [1, 17, A, "k"],  # items not an array
+        [1, 17, A, [["k"]]],  # entry without a body
+        [1, 17, A, [["k", 1, 2]]],  # entry with too much
+        [1, 17, A, [[1, 1]]],  # kind not a str
+        [1, 17, A, [["", 1]]],  # empty kind
+        [1, 17, A, [["k" * 33, 1]]],  # kind too long
+        [1, 17, A, ["k"]],  # entry not an array
+        [1, 17, "x" * 40, [["k", 1]]],  # bad sender
+        [1, 17, A, [["k", i] for i in range(MAX_BATCH + 1)]],  # too many
+    ],
+)
+def test_decode_rejects_bad_batches(fields):
+    with pytest.raises(BusProtocolError):
+        decode_message(raw(*fields))

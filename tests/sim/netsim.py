@@ -145,9 +145,11 @@ class SimServer:
                 msg = effect.message
                 self.cluster.send_data(effect.to, msg[0], list(msg[1:]))
 
-    def cluster_data(self, sender: str, kind: str, body: Any) -> None:
-        self.data.append((sender, kind, body))
-        self.node.receive_data(sender, kind, body, int(trio.current_time() * 1000))
+    def cluster_data(self, sender: str, items: Any) -> None:
+        now = int(trio.current_time() * 1000)
+        for kind, body in items:
+            self.data.append((sender, kind, body))
+            self.node.receive_data(sender, kind, body, now)
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         with trio.CancelScope() as scope:

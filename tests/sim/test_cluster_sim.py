@@ -196,3 +196,26 @@ async def test_garbage_on_a_link_is_counted_and_the_node_carries_on(nursery, tmp
     assert await evil.receive_some(10) == b""  # closed on us
     await trio.sleep(NODE_TIMEOUT * 2 / 1000)
     assert len(nodes[1].node.reachable) == 1
+
+
+@pytest.mark.parametrize("secret", [None, "s3cret"])
+async def test_data_sent_in_one_turn_travels_as_one_batch_in_order(nursery, tmp_path, autojump_clock, secret):
+    extra = {"cluster_secret": secret} if secret else {}
+    net, nodes = await start_cluster(nursery, tmp_path, 2, **extra)
+    a, b = nodes
+    a.cmd("CLUSTER", "MEET", "127.0.0.1", b.port)
+    await wait_until(lambda: all(len(s.node.reachable) == 1 for s in nodes), timeout=20, what="meet")
+    bus_stats = a.cluster.bus.stats
+    frames_before, data_before = bus_stats["frames_sent"], bus_stats["data_sent"]
+    b.data.clear()
+    for i in range(500):
+        assert a.cluster.send_data(b.cluster.my_id, "TEST", [i, b"x" * (i % 7)])
+    with pytest.raises(TypeError):  # a bad body fails at the sender, and only that message
+        a.cluster.send_data(b.cluster.my_id, "TEST", [{1, 2}])
+    await wait_until(lambda: len([d for d in b.data if d[1] == "TEST"]) == 500, timeout=5, what="delivery")
+    got = [d for d in b.data if d[1] == "TEST"]
+    assert [d[2] for d in got] == [[i, b"x" * (i % 7)] for i in range(500)]
+    assert all(d[0] == a.cluster.my_id for d in got)
+    assert bus_stats["data_sent"] - data_before == 500
+    assert bus_stats["frames_sent"] - frames_before < 10  # one batch, give or take a ping
+    assert b.cluster.bus.stats["data_received"] >= 500
