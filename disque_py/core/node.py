@@ -79,6 +79,11 @@ TIME_ERROR_MS = 500  # requeue times are desynchronised by +-250 ms
 GC_RETRY_MIN_MS = 1000
 GC_RETRY_MAX_MS = 180_000
 GC_RETRY_COUNT_MAX = 10
+# Ack garbage-collection messages (SETACK, GOTACK, DELJOB) wait up to this
+# long so that those of many jobs share one bus frame and one wake-up of the
+# peer; nothing waits on them but memory (see docs/ARCHITECTURE.md).
+GC_MESSAGE_DELAY_MS = 5
+GC_MESSAGE_BATCH_MAX = 1024
 QUEUE_MAX_IDLE_MS = 300_000
 QUEUE_GC_PERIOD_MS = 1000
 QUEUE_GC_BATCH = 1000
@@ -119,6 +124,8 @@ class Node(ReplicationMixin, FederationMixin):
         self._queue_seq = 0
         self._prev_ctime = 0
         self._effects: list[Any] = []
+        self._lazy: list[Any] = []  # Sends held back until _lazy_at (GC_MESSAGE_DELAY_MS)
+        self._lazy_at = 0
         self._ready: dict[bytes, Queue] = {}
         self._blocked: dict[int, Waiter] = {}
         self._deadlines: list[tuple[int, int, Waiter]] = []
@@ -212,6 +219,8 @@ class Node(ReplicationMixin, FederationMixin):
             self._serve_ready()
         if self._outgoing:
             self._flush_outgoing()
+        if self._lazy_at and now >= self._lazy_at:
+            self._flush_lazy()
 
     def client_closed(self, client: int) -> None:
         waiter = self._blocked.get(client)
@@ -236,6 +245,8 @@ class Node(ReplicationMixin, FederationMixin):
             best = deadlines[0][0]
         if self.queues and (best is None or self._next_queue_gc < best):
             best = self._next_queue_gc
+        if self._lazy_at and (best is None or self._lazy_at < best):
+            best = self._lazy_at
         repl = self._repl_next() if self._repl_timers else None
         if repl is not None and (best is None or repl < best):
             best = repl
@@ -309,6 +320,24 @@ class Node(ReplicationMixin, FederationMixin):
         for node in nodes:
             if node != me:
                 self._effects.append(Send(node, message))
+
+    def _send_lazy(self, nodes, message: tuple) -> None:
+        """Like ``_send``, for ack GC messages: they leave within GC_MESSAGE_DELAY_MS."""
+        me = self.id
+        lazy = self._lazy
+        for node in nodes:
+            if node != me:
+                lazy.append(Send(node, message))
+        if lazy:
+            if len(lazy) >= GC_MESSAGE_BATCH_MAX:
+                self._flush_lazy()
+            elif not self._lazy_at:
+                self._lazy_at = self.now + GC_MESSAGE_DELAY_MS
+
+    def _flush_lazy(self) -> None:
+        self._effects.extend(self._lazy)
+        self._lazy = []
+        self._lazy_at = 0
 
     # =====================================================================
     # Job lifecycle (queue.c / job.c / ack.c of Disque, as state transitions)
@@ -411,7 +440,7 @@ class Node(ReplicationMixin, FederationMixin):
             return
         targets = job.delivered or self.known_nodes
         confirmed = job.confirmed
-        self._send([n for n in targets if n not in confirmed], ("SETACK", bytes(job.id), len(job.delivered)))
+        self._send_lazy([n for n in targets if n not in confirmed], ("SETACK", bytes(job.id), len(job.delivered)))
         period = min(GC_RETRY_MIN_MS << job.gc_retry, GC_RETRY_MAX_MS)
         job.qtime = self.now + period + self._time_error()
         self._reschedule(job)
@@ -687,9 +716,9 @@ class Node(ReplicationMixin, FederationMixin):
         for job_id in ids:
             job = self.store.get(job_id)
             if job is None:
-                self._send(self.known_nodes, ("DELJOB", bytes(job_id)))
+                self._send_lazy(self.known_nodes, ("DELJOB", bytes(job_id)))
             else:
-                self._send(job.delivered, ("DELJOB", bytes(job_id)))
+                self._send_lazy(job.delivered, ("DELJOB", bytes(job_id)))
                 if job.state != ACKED:
                     self.stats["jobs_acked"] += 1
                 self.delete_job(job)

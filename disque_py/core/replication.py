@@ -312,7 +312,7 @@ class ReplicationMixin:
         if job is None or type(flags) is not int:
             return
         if job.state == ACKED:
-            self._send((sender,), ("SETACK", bytes(job.id), len(job.delivered)))
+            self._send_lazy((sender,), ("SETACK", bytes(job.id), len(job.delivered)))
             return
         if job.state == QUEUED and _compare_ids_by_job(sender, self.id, job.id) > 0:
             self.dequeue_job(job)
@@ -327,7 +327,7 @@ class ReplicationMixin:
         if job is None:
             return
         if job.state == ACKED:
-            self._send((sender,), ("SETACK", bytes(job.id), len(job.delivered)))
+            self._send_lazy((sender,), ("SETACK", bytes(job.id), len(job.delivered)))
             return
         if job.state == QUEUED:
             self.dequeue_job(job)
@@ -342,7 +342,7 @@ class ReplicationMixin:
         if job.state == QUEUED:
             self._send(job.delivered, ("QUEUED", bytes(job.id), 0))
         elif job.state == ACKED:
-            self._send((sender,), ("SETACK", bytes(job.id), len(job.delivered)))
+            self._send_lazy((sender,), ("SETACK", bytes(job.id), len(job.delivered)))
 
     def on_setack(self: "Node", sender: str, body: list) -> None:
         job_id, may_have = body[0], body[1]
@@ -355,10 +355,10 @@ class ReplicationMixin:
                     return
             self.acknowledge(job)
         if job is None or len(job.delivered) <= may_have:
-            self._send((sender,), ("GOTACK", job_id, job is not None))
+            self._send_lazy((sender,), ("GOTACK", job_id, job is not None))
         else:
             if may_have == 0:
-                self._send((sender,), ("GOTACK", job_id, True))
+                self._send_lazy((sender,), ("GOTACK", job_id, True))
             self.try_gc(job)
 
     def on_gotack(self: "Node", sender: str, body: list) -> None:
@@ -383,7 +383,7 @@ class ReplicationMixin:
                 self.delete_job(job)  # nobody knows this ID: drop the dummy ack
             return
         if not dummy and job.confirmed is not None and len(job.confirmed) >= len(job.delivered):
-            self._send(job.delivered, ("DELJOB", bytes(job.id)))
+            self._send_lazy(job.delivered, ("DELJOB", bytes(job.id)))
             self.delete_job(job)
 
     def on_pause(self: "Node", sender: str, body: list) -> None:

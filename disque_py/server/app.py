@@ -342,6 +342,7 @@ class Server:
         for kind, body in items:
             node.receive_data(sender, kind, body, now)
         self.apply_effects()
+        self._poke_timer()  # a message may have set an earlier timer (e.g. a GC reply)
 
     def close_client(self, conn: Connection) -> None:
         conn.closing = True

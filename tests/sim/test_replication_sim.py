@@ -532,6 +532,27 @@ def test_retry_0_jobs_are_never_delivered_twice(seed):
 # 9. FASTACK, NACK, WORKING
 # ---------------------------------------------------------------------------
 @replication
+def test_ack_gc_messages_wait_a_moment_and_leave_together():
+    from disque_py.core.node import GC_MESSAGE_DELAY_MS
+
+    c = SimCluster(3, 907)
+    jobs = [addjob(c, 0, "REPLICATE", 3) for _ in range(20)]
+    sent_before = c.stats["sent:SETACK"]
+    t0 = c.now
+    client = c.client(0)
+    for job in jobs:
+        assert client.cmd("ACKJOB", job) == 1
+        assert c.state_of(0, job) == ACKED
+    assert c.stats["sent:SETACK"] == sent_before  # acked at once, SETACK not sent yet
+    c.run_until(lambda: c.stats["sent:SETACK"] > sent_before, 1000, "the SETACKs")
+    assert c.now - t0 <= GC_MESSAGE_DELAY_MS
+    assert c.stats["sent:SETACK"] == sent_before + 2 * len(jobs)  # all of them, in one go
+    for job in jobs:
+        c.run_until(gone_everywhere(c, job), 1000, "the GC of every acked job")
+    assert no_acked_anywhere(c)
+
+
+@replication
 @pytest.mark.parametrize("where", ["holder", "non_holder"])
 def test_fastack_deletes_everywhere(where):
     c = SimCluster(5, 901)
