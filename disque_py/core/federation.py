@@ -9,7 +9,9 @@ Pull (Disque's protocol, unchanged on the wire):
   that queue ("sources", ad hoc, every 25 ms doubling up to 2 s while nothing
   arrives) and, to discover new sources, to every reachable node (every 2 s
   doubling up to 30 s). When a consumer takes the last job of a queue that
-  has a recent import rate, the sources are asked at once.
+  has a recent import rate, the sources are asked at once, except those
+  whose push lease (below) is young and has used less than half of its
+  credit: they push on without being asked.
 * A node receiving NEEDJOBS(queue, count) with jobs queued (and not paused
   out, and not importing that queue itself) dequeues up to ``count`` of them
   (at most half its queue unless it has twice as many) and sends them in one
@@ -104,15 +106,34 @@ class FederationMixin:
             # Discovery asks for few jobs, but enough to open a push lease.
             self._send_needjobs(targets, q.name, max(1, min(count, q.blocked or 1)))
         adhoc_delay = min(ADHOC_MIN_DELAY_MS << min(q.needjobs_adhoc_attempt, 8), ADHOC_MAX_DELAY_MS)
-        if sources and (kind == REACHED_ZERO or now - q.needjobs_adhoc_time > adhoc_delay):
+        if sources and kind == REACHED_ZERO:
+            # Only the sources whose push lease may be running out: a lease we
+            # opened recently that has used less than half its credit keeps
+            # pushing without being asked again (one NEEDJOBS per job, before).
+            sources = [n for n in sources if not self._lease_healthy(q, n, now)]
+            if sources:
+                q.needjobs_adhoc_time = now
+                q.needjobs_adhoc_attempt += 1
+                self._send_needjobs(sources, q.name, count)
+        elif sources and now - q.needjobs_adhoc_time > adhoc_delay:
             q.needjobs_adhoc_time = now
             q.needjobs_adhoc_attempt += 1
             self._send_needjobs(sources, q.name, count)
+
+    @staticmethod
+    def _lease_healthy(q: Queue, peer: str, now: int) -> bool:
+        view = q.asked.get(peer)
+        return view is not None and now - view[0] < LEASE_MS // 2 and view[2] < view[1] // 2
 
     def _send_needjobs(self: "Node", nodes: list[str], name: bytes, count: int) -> None:
         if nodes:
             self._send(nodes, ("NEEDJOBS", bytes(name), count))
             self.stats["needjobs_sent"] += len(nodes)
+            q = self.queues.get(name)
+            if q is not None:
+                now = self.now
+                for n in nodes:
+                    q.asked[n] = [now, count, 0]
 
     def _valid_sources(self: "Node", q: Queue) -> list[str]:
         now = self.now
@@ -243,6 +264,9 @@ class FederationMixin:
             if not self.enqueue_job(job):
                 continue
             self.stats["jobs_imported"] += 1
+            view = q.asked.get(sender)
+            if view is not None:
+                view[2] += 1
             if sender not in q.sources:
                 q.needjobs_bcast_attempt = 0  # a new source: discovery may back off again
             q.sources[sender] = now

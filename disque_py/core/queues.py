@@ -84,6 +84,7 @@ class Queue:
         "needjobs_bcast_attempt",
         "needjobs_adhoc_time",
         "needjobs_adhoc_attempt",
+        "asked",
     )
 
     def __init__(self, name: bytes, now: int, seq: int) -> None:
@@ -106,6 +107,9 @@ class Queue:
         self.needjobs_bcast_attempt = 0
         self.needjobs_adhoc_time = 0
         self.needjobs_adhoc_attempt = 0
+        # peer -> [time of our last NEEDJOBS to it, count asked, jobs received since]:
+        # our view of the push lease that request opened there
+        self.asked: dict[str, list[int]] = {}
 
     def __len__(self) -> int:
         return len(self.jobs)

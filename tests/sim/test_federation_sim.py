@@ -121,3 +121,29 @@ def test_paused_out_queue_serves_no_needjobs_and_leaving_node_asks_none():
     cl = blocked_consumer(c, 0, timeout=3000)
     reply = cl.wait_reply(5000)
     assert reply[0][1] == job
+
+
+def test_steady_push_does_not_ask_again_for_every_job():
+    """A consumer node re-asks a pushing source only as its lease runs low, not per job."""
+    c = SimCluster(3, 21, delay=(1, 1))
+    consumers = [blocked_consumer(c, 0) for _ in range(4)]
+    c.run_for(3000)  # discovery done: node 1 holds a lease for node 0
+    needjobs_before = c.nodes[0].stats["needjobs_sent"]
+    pushed_before = c.nodes[1].stats["jobs_pushed"]
+    got = 0
+    for k in range(200):
+        addjob(c, 1, "REPLICATE", 1, body="job-%d" % k)
+        c.run_for(3)
+        for cl in consumers:
+            if cl.pending is None and cl.replies:
+                got += len(cl.replies[-1])
+                c.client(0).cmd("ACKJOB", *[bytes(item[1]) for item in cl.replies[-1]])
+                cl.replies.clear()
+                assert cl.cmd("GETJOB", "TIMEOUT", 0, "FROM", "q") is BLOCKED
+    c.run_for(50)
+    got += sum(len(r) for cl in consumers for r in cl.replies)
+    assert got == 200
+    pushed = c.nodes[1].stats["jobs_pushed"] - pushed_before
+    asked = c.nodes[0].stats["needjobs_sent"] - needjobs_before
+    assert pushed >= 190  # the jobs were pushed, not pulled
+    assert asked <= pushed // 4, "%d NEEDJOBS for %d pushed jobs" % (asked, pushed)  # was one per job
