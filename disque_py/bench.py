@@ -5,6 +5,7 @@
     scripts/bench --only addjob,memory    a subset: addjob, getjob, cycles, memory, redis, bus, federation
     scripts/bench --only bus              only the cluster bus tests (about two minutes)
     scripts/bench --only federation       consumer on node A, producer on node B (about five minutes)
+    scripts/bench --only replication      ADDJOB REPLICATE 3 and add->get->ack on three nodes (about a minute)
     python -m disque_py.bench client --port 7711 --duration 5
                                           only the add->get->ack client, against any node
 
@@ -64,6 +65,13 @@ connections of the one before.
   ~50 ms late); three runs with fresh nodes, and their median. Nodes are
   stopped with ``SHUTDOWN`` after each test, and killed if they linger 10 s.
   Every wait has a deadline; a node that exits fails the run with its log.
+* **Replication** (``replication``): the federation suite's three nodes
+  (below), all on CPU 0, joined; ``redis-benchmark`` (summary output, for
+  p99) with 50 clients sends ``ADDJOB q <body> 0 REPLICATE 3`` to the first
+  node, so every reply waits for two GOTJOBs; then, on fresh nodes, the
+  add->get->ack cycle client against the first node (REPLICATE defaults to
+  3 there). Reported with the CPU of each node; the Disque reference is
+  ~52k ADDJOB/s and ~24k cycles/s with three nodes on one core.
 * **Federation** (``federation``): three fresh nodes A, B, C on ports
   ``--base-port + 200`` ... ``+ 202`` (bus +10000), **all pinned to CPU 0**
   (as the Disque reference: three nodes on one core), joined with ``CLUSTER
@@ -127,7 +135,7 @@ SERVER_CPU = "0"
 CLIENT_CPU = "1"
 #: Load generator CPU use (% of its one core) from which a result is flagged as client-bound.
 CLIENT_BOUND_PCT = 90
-SUITES = ("addjob", "getjob", "cycles", "memory", "redis", "bus", "federation")
+SUITES = ("addjob", "getjob", "cycles", "memory", "redis", "bus", "replication", "federation")
 #: The bus suite's node i listens on --base-port + BUS_PORT_SHIFT + i (cluster bus: that + 10000).
 BUS_PORT_SHIFT = 100
 #: Disque's cluster-node-timeout default (ms), used when --cluster-node-timeout is not given.
@@ -159,6 +167,8 @@ REFERENCE = {
     "addjob_p32": ("297-334k/s", 150_000, ">= 150k/s"),
     "getjob_p32": ("~293k/s", 150_000, ">= 150k/s"),
     "memory": ("~580 bytes/job", 800, "<= 800 bytes/job"),
+    "repl_addjob": ("~52k/s, p50 0.86 ms", 52_000, ">= 52k/s, p99 < 5 ms"),
+    "repl_cycles": ("~24k cycles/s", 24_000, ">= 24k cycles/s"),
 }
 
 
@@ -1398,6 +1408,73 @@ class Bench:
             "runs": runs,
         }
 
+    # ---- the replication suite: three nodes on one core, REPLICATE 3
+
+    def redis_benchmark_latency(self, nodes: list[Server], n: int, *command: str) -> dict[str, Any]:
+        """redis-benchmark (not -q: its summary has p99) against nodes[0], CPU of every node."""
+        argv = ["taskset", "-c", CLIENT_CPU, "redis-benchmark", "-h", HOST, "-p", str(nodes[0].port),
+                "-c", str(self.clients), "-n", str(n), *command]  # fmt: skip
+        self.record(argv)
+        cpu0, t0 = [node.cpu_seconds() for node in nodes], time.monotonic()
+        proc = subprocess.run(argv, capture_output=True, text=True, errors="replace")
+        wall = time.monotonic() - t0
+        cpu1 = [node.cpu_seconds() for node in nodes]
+        if proc.returncode != 0:
+            raise BenchError(
+                "redis-benchmark failed (%d): %s\n%s" % (proc.returncode, shlex.join(argv), proc.stderr[-2000:])
+            )
+        out = proc.stdout
+        m = re.search(r"throughput summary: ([\d.]+) requests per second", out)
+        lat = re.search(r"avg\s+min\s+p50\s+p95\s+p99\s+max\s*[\r\n]+\s*([\d.\s]+)", out)
+        if not m or not lat:
+            raise BenchError("cannot parse redis-benchmark summary:\n%s" % out[-2000:])
+        avg, _min, p50, p95, p99, mx = (float(v) for v in lat.group(1).split()[:6])
+        return {
+            "command": " ".join("<%d-byte body>" % len(a) if a == self.body else a for a in command),
+            "n": n,
+            "clients": self.clients,
+            "requests_per_s": float(m.group(1)),
+            "p50_ms": p50,
+            "p95_ms": p95,
+            "p99_ms": p99,
+            "max_ms": mx,
+            "wall_s": round(wall, 2),
+            "node_cpu_pct": [
+                round(100.0 * (b - a) / wall, 1) if a is not None and b is not None else None
+                for a, b in zip(cpu0, cpu1)
+            ],
+        }
+
+    def bench_replication(self) -> None:
+        n = self.sizes.n_p1
+        log("replication: ADDJOB REPLICATE 3, %d clients, n=%d, three nodes on CPU %s" % (self.clients, n, SERVER_CPU))
+        nodes = self.start_fed_cluster("repl")
+        try:
+            r = self.redis_benchmark_latency(nodes, n, "ADDJOB", "q", self.body, "0", "REPLICATE", "3")
+            with SyncClient(nodes[0].port) as c:
+                info = c.info("jobs")
+                r["registered_jobs"] = int(info["registered_jobs"])
+            self.results["repl_addjob"] = r
+            log("replication: %s ADDJOB/s, p50 %s, p99 %s" % (
+                _rate(r["requests_per_s"]), _ms(r["p50_ms"]), _ms(r["p99_ms"])))  # fmt: skip
+        finally:
+            self.shutdown_nodes(nodes, label="repl")
+        log("replication: ADDJOB -> GETJOB -> ACKJOB cycles (REPLICATE 3, the default), %d connections" % self.conns)
+        nodes = self.start_fed_cluster("repl")
+        try:
+            cpu0 = [node.cpu_seconds() for node in nodes]
+            r = self.run_client(nodes[0], "disque")
+            cpu1 = [node.cpu_seconds() for node in nodes]
+            r["node_cpu_pct"] = [
+                round(100.0 * (b - a) / r["elapsed_s"], 1) if a is not None and b is not None else None
+                for a, b in zip(cpu0, cpu1)
+            ]
+            self.results["repl_cycles"] = r
+            log("replication: %s cycles/s, p50 %s, p99 %s" % (
+                _rate(r["cycles_per_s"], ""), _ms(r["p50_ms"]), _ms(r["p99_ms"])))  # fmt: skip
+        finally:
+            self.shutdown_nodes(nodes, label="repl")
+
     # ---- the federation suite: consumer on node A, producer on node B (or A)
 
     def fed_port(self, i: int) -> int:
@@ -1736,6 +1813,39 @@ def _fed_why(r: dict[str, Any]) -> str:
     return ", ".join(why) or "—"
 
 
+def replication_report(bench: Bench) -> list[str]:
+    """The replication suite's table, or nothing."""
+    res = bench.results
+    a, c = res.get("repl_addjob"), res.get("repl_cycles")
+    if not a and not c:
+        return []
+
+    def cpus(r: dict[str, Any]) -> str:
+        return " / ".join("—" if v is None else "%.0f%%" % v for v in r.get("node_cpu_pct", []))
+
+    out = [
+        "Replication: 3 nodes joined, all pinned to CPU %s (as the Disque reference: three nodes on one core), "
+        "the load on CPU %s, %d-byte body; ADDJOB sent to the first node." % (SERVER_CPU, CLIENT_CPU, bench.body_size),
+        "",
+        "| Test | disque-py | p50 / p99 | node CPU (origin / others) | Disque 1.0-rc1 | Target | Met |",
+        "|---|---|---|---|---|---|---|",
+    ]  # fmt: skip
+    if a:
+        ref, target, text = REFERENCE["repl_addjob"]
+        met = _meets(a["requests_per_s"], target)
+        if met == "yes" and a["p99_ms"] >= 5:
+            met = "**NO** (p99)"
+        out.append("| ADDJOB REPLICATE 3, %d clients, n=%s | %s | %s / %s | %s | %s | %s | %s |" % (
+            a["clients"], "{:,}".format(a["n"]), _rate(a["requests_per_s"]), _ms(a["p50_ms"]), _ms(a["p99_ms"]),
+            cpus(a), ref, text, met))  # fmt: skip
+    if c:
+        ref, target, text = REFERENCE["repl_cycles"]
+        out.append("| ADDJOB→GETJOB→ACKJOB cycles, %d conns | %s cycles/s | %s / %s | %s | %s | %s | %s |" % (
+            c["conns"], _rate(c["cycles_per_s"], ""), _ms(c["p50_ms"]), _ms(c["p99_ms"]), cpus(c), ref, text,
+            _meets(c["cycles_per_s"], target)))  # fmt: skip
+    return out
+
+
 def federation_report(bench: Bench) -> list[str]:
     """The federation suite's tables (fixed rates, maximum sustained rates, against the targets), or nothing."""
     res, sizes = bench.results, bench.sizes
@@ -1892,7 +2002,7 @@ def markdown_report(bench: Bench, machine: dict[str, Any]) -> str:
 
     diag = ["| Run | server CPU | client CPU | check |", "|---|---|---|---|"]
     for key, r in res.items():
-        if key.startswith(("bus_", "fed_")):
+        if key.startswith(("bus_", "fed_", "repl_")):
             continue
         if key.startswith("memory_"):
             diag.append("| %s | — | — | used_memory %s → %s bytes, %s jobs |" % (
@@ -1936,10 +2046,13 @@ def markdown_report(bench: Bench, machine: dict[str, Any]) -> str:
     bus = bus_report(bench)
     if bus:
         out += ["", *bus]
+    repl = replication_report(bench)
+    if repl:
+        out += ["", *repl]
     fed = federation_report(bench)
     if fed:
         out += ["", *fed]
-    if not bus and not fed and len(rows) == 2:
+    if not bus and not repl and not fed and len(rows) == 2:
         out += ["", "(no results)"]
     bound = [k for k, r in res.items() if r.get("client_cpu_pct", 0) >= CLIENT_BOUND_PCT]
     if bound:
@@ -1961,8 +2074,9 @@ def check_tools(suites: list[str]) -> None:
     missing = []
     if any(s != "bus" for s in suites) and not shutil.which("taskset"):
         missing.append("taskset (util-linux) to pin the server and the load to separate CPUs")
-    if any(s in suites for s in ("addjob", "getjob", "memory", "redis")) and not shutil.which("redis-benchmark"):
-        missing.append("redis-benchmark (apt-get install redis-tools), needed by: addjob, getjob, memory, redis")
+    needs = ("addjob", "getjob", "memory", "redis", "replication")
+    if any(s in suites for s in needs) and not shutil.which("redis-benchmark"):
+        missing.append("redis-benchmark (apt-get install redis-tools), needed by: %s" % ", ".join(needs))
     if missing:
         raise BenchError("missing:\n  " + "\n  ".join(missing))
     if any(s != "bus" for s in suites) and (os.cpu_count() or 1) < 2:
@@ -2085,7 +2199,7 @@ def main(argv: list[str] | None = None) -> int:
             steps: dict[str, Callable[[], None]] = {
                 "addjob": bench.bench_addjob, "getjob": bench.bench_getjob, "cycles": bench.bench_cycles,
                 "memory": bench.bench_memory, "redis": bench.bench_redis, "bus": bench.bench_bus,
-                "federation": bench.bench_federation,
+                "replication": bench.bench_replication, "federation": bench.bench_federation,
             }  # fmt: skip
             for name in SUITES:
                 if name in suites:
