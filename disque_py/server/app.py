@@ -329,7 +329,7 @@ class Server:
                         pending = list(conn.pending)
                         conn.pending.clear()
                         self.run_commands(conn, pending)
-                    conn.wake_writer()
+                    conn.send_soon()
                 elif kind is Send:
                     message = effect.message
                     self.cluster.send_data(effect.to, message[0], list(message[1:]))

@@ -137,6 +137,29 @@ class Connection:
     def wake_writer(self) -> None:
         self.lot.unpark_all()
 
+    def send_soon(self) -> None:
+        """Send what is buffered now if the socket takes it all; else leave it to the writer task.
+
+        Used for replies produced outside this client's own read loop (a
+        blocked GETJOB served, a replicated ADDJOB confirmed): one send
+        system call instead of waking the writer task for it.
+        """
+        if self.sending or not self.out:
+            return
+        out = self.out
+        try:
+            sent = self.sock.send(out)
+        except BlockingIOError:
+            sent = 0
+        except OSError:
+            self.lot.unpark_all()  # the writer meets the error and ends the connection
+            return
+        if sent == len(out):
+            out.clear()
+        else:
+            del out[:sent]
+            self.lot.unpark_all()
+
     async def writer(self) -> None:
         try:
             while True:

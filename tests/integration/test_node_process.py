@@ -147,6 +147,24 @@ def test_pipelining_and_commands_queued_behind_a_blocked_getjob(node):
         assert data == b"*-1\r\n+PONG\r\n"
 
 
+def test_large_reply_to_a_blocked_client_that_reads_slowly(node):
+    """A reply bigger than the socket takes at once is finished by the writer, intact."""
+    body = bytes(range(256)) * (16 * 4096)  # 16 MiB: more than the socket buffers hold
+    admin = node.client()
+    with socket.create_connection(("127.0.0.1", node.port), timeout=10) as s:
+        s.sendall(b"GETJOB TIMEOUT 10000 FROM big\r\n")
+        wait_for(lambda: admin.info("clients")["blocked_clients"] == 1, what="slow reader blocked")
+        jid = admin.execute_command("ADDJOB", "big", body, 0)
+        assert admin.ping() is True  # the node serves others while that reply waits to drain
+        expected = b"*1\r\n*3\r\n$3\r\nbig\r\n$40\r\n" + jid + b"\r\n$%d\r\n" % len(body) + body + b"\r\n"
+        data = bytearray()
+        while len(data) < len(expected):
+            chunk = s.recv(65536)
+            assert chunk, "connection closed after %d of %d bytes" % (len(data), len(expected))
+            data += chunk
+        assert bytes(data) == expected
+
+
 def test_inline_commands_like_telnet(node):
     data = raw(node.port, b'PING\r\nADDJOB inline "hello world" 0\r\nQLEN inline\r\n', expect=60)
     lines = data.split(b"\r\n")
