@@ -161,7 +161,10 @@ async def test_every_call(flavor, nodes):
         assert [j.id for j in await c.qpeek(q, 23)] == ids
         assert await c.add_jobs(q, []) == []
 
-        # scans
+        # scans (once the ack of jid has been collected everywhere: it stays, acked, until then)
+        with trio.fail_after(10):
+            while await c.show(jid) is not None:
+                await trio.sleep(0.01)
         names = [n async for n in c.qscan(count=1)]
         assert q in names
         found = [i async for i in c.jscan(queue=q, count=3)]
