@@ -17,7 +17,11 @@ adds on top of the cheapest way to drive the same commands).
   ``GETJOB NOHANG COUNT n WITHCOUNTERS``; worker = :class:`Worker` with a
   no-op handler at concurrency c (max_in_flight 2c, hence raw n = 2c).
 
-The client's share of end-to-end time is ``1 - client_rate / raw_rate``.
+The client's share of end-to-end time is ``1 - client_rate / raw_rate``: of
+the best rates, and (``median share``) the median over the interleaved
+pairs of runs, which is steadier on a busy machine. ``--only add`` or
+``--only consume``, ``--concurrency 8`` (repeatable) and ``--handler sync``
+pick rows.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import argparse
 import functools
 import os
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -69,13 +74,20 @@ def start_node(port: int, directory: str) -> subprocess.Popen:
     raise SystemExit("the node did not start")
 
 
-def best_of(repeat: int, raw: Callable[[], float], client: Callable[[], float]) -> tuple[float, float]:
-    """Best rate of each, runs interleaved (raw, client, raw, client...) so both see the same machine."""
+def share(raw_rate: float, client_rate: float) -> float:
+    """The client's share of end-to-end time, in percent (0 when the client is faster)."""
+    return max(0.0, 1 - client_rate / raw_rate) * 100
+
+
+def best_of(repeat: int, raw: Callable[[], float], client: Callable[[], float]) -> tuple[float, float, float]:
+    """Best rate of each and the median share, runs interleaved (raw, client, raw, client...)
+    so both see the same machine."""
     raw_rates, client_rates = [], []
     for _ in range(repeat):
         raw_rates.append(raw())
         client_rates.append(client())
-    return max(raw_rates), max(client_rates)
+    median = statistics.median(share(r, c) for r, c in zip(raw_rates, client_rates))
+    return max(raw_rates), max(client_rates), median
 
 
 def fill(r: redis.Redis, queue: str, jobs: int, batch: int) -> None:
@@ -190,6 +202,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--jobs", type=int, default=20000)
     parser.add_argument("--batch", type=int, default=100)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--only", choices=["add", "consume"], default=None, help="run one group of rows")
+    parser.add_argument("--concurrency", type=int, action="append", default=None,
+                        help="worker concurrency (repeatable; default 1 and 8)")  # fmt: skip
+    parser.add_argument("--handler", choices=["async", "sync"], default=None, help="one kind of worker handler")
     args = parser.parse_args(argv)
 
     proc = None
@@ -205,19 +221,21 @@ def main(argv: list[str] | None = None) -> None:
         n, b, k = args.jobs, args.batch, args.repeat
         print("node 127.0.0.1:%d, %d jobs of %d bytes, batch %d, best of %d, python %s, %d CPU(s)"
               % (port, n, len(BODY), b, k, sys.version.split()[0], os.cpu_count() or 0))  # fmt: skip
-        rows: list[tuple[str, float, float]] = []
-        raw_add_run = functools.partial(raw_add, r, n, b)
-        rows.append(("add (sync Client.add_jobs)", *best_of(k, raw_add_run, lambda: client_add(c, r, n, b))))
-        rows.append(("add (trio Client.add_jobs)", *best_of(k, raw_add_run, lambda: aio_add(port, r, n, b))))
-        for conc in (1, 8):
-            for sync_handler in (False, True):
+        rows: list[tuple[str, float, float, float]] = []
+        if args.only in (None, "add"):
+            raw_add_run = functools.partial(raw_add, r, n, b)
+            rows.append(("add (sync Client.add_jobs)", *best_of(k, raw_add_run, lambda: client_add(c, r, n, b))))
+            rows.append(("add (trio Client.add_jobs)", *best_of(k, raw_add_run, lambda: aio_add(port, r, n, b))))
+        kinds = [False, True] if args.handler is None else [args.handler == "sync"]
+        for conc in (args.concurrency or (1, 8)) if args.only in (None, "consume") else ():
+            for sync_handler in kinds:
                 label = "consume (Worker, %s no-op, concurrency %d)" % ("sync" if sync_handler else "async", conc)
                 raw_run = functools.partial(raw_consume, r, n, b, 2 * conc)
                 worker_run = functools.partial(worker_consume, port, r, n, b, conc, sync_handler)
                 rows.append((label, *best_of(k, raw_run, worker_run)))
-        print("%-46s %12s %12s %14s" % ("operation", "raw jobs/s", "client", "client share"))
-        for label, raw_rate, rate in rows:
-            print("%-46s %12.0f %12.0f %13.0f%%" % (label, raw_rate, rate, max(0.0, 1 - rate / raw_rate) * 100))
+        print("%-46s %12s %12s %14s %14s" % ("operation", "raw jobs/s", "client", "client share", "median share"))
+        for label, raw_rate, rate, median in rows:
+            print("%-46s %12.0f %12.0f %13.0f%% %13.0f%%" % (label, raw_rate, rate, share(raw_rate, rate), median))
     finally:
         if proc is not None:
             proc.terminate()

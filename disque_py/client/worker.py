@@ -16,14 +16,28 @@ A :class:`Worker` is a trio program built on the trio client
   With nothing to send the GETJOB blocks up to ``fetch_timeout_ms``. The
   fetcher batches: while runners still have buffered jobs it waits for
   half of the slots to be free.
-* **runners** - ``concurrency`` tasks taking jobs from the local buffer
-  and calling the handler: ``async def`` handlers are awaited in the
-  task; plain functions run in worker threads (``trio.to_thread``, at
-  most ``concurrency`` at once), each trip to a thread taking a fair share
-  of the buffer (``ceil(buffered / concurrency)`` jobs, run one after the
-  other) because a thread hop costs far more than a short handler; with
-  heartbeats on, one job per trip. A handler succeeds by returning (the
-  value is ignored) and fails by raising anything.
+* **runners** (``async def`` handlers) - ``concurrency`` tasks taking jobs
+  from the local buffer and running the handler. Idle runners sleep; new
+  jobs wake one, and a runner whose handler pauses (its first step did
+  not finish it) wakes another for the next buffered job, unless one is
+  on its way already. So a handler that blocks lets the next job start at
+  once, while a batch of handlers that never pause runs in one task
+  without a task switch per job.
+* **handler threads** (plain functions) - ``concurrency`` long-lived
+  threads, started by :meth:`Worker.run` and ended when it returns, take
+  jobs from the same buffer and run the handler. New jobs wake one idle
+  thread (a condition variable); more are woken at once if the last
+  handler ran longer than ``SLOW_HANDLER`` (0.1 ms), else only for jobs
+  still waiting ``HELPER_DELAY`` (1 ms) later behind a busy thread. So a
+  batch of quick handlers runs in one thread, without a thread wake-up
+  per job, and a slow handler holds up the jobs behind it for 1 ms at
+  most. What the threads report (job done or failed, job started when
+  heartbeats are on) goes back to the trio thread in batches: one
+  ``run_sync_soon`` wake-up per batch, not one per job. A trio task, the
+  *collector*, turns the reports into outcomes, as a runner does.
+
+  Either kind of handler succeeds by returning (the value is ignored) and
+  fails by raising anything.
 * **acker** - sends the outcomes the fetcher cannot carry (while its
   GETJOB blocks, during a backoff, after a stop) on another connection,
   one ``ACKJOB id id ...`` (or FASTACK / NACK) per batch.
@@ -56,8 +70,10 @@ Shutdown (:meth:`Worker.stop`, or SIGTERM/SIGINT with
 (which waits at most ``fetch_timeout_ms``), jobs that arrive after the
 stop and jobs not started yet are NACKed at once, running handlers get
 ``grace_period`` seconds to finish; then they are cancelled (a thread
-cannot be killed: it is abandoned) and their jobs NACKed. A second signal
-ends the grace period at once.
+cannot be killed: it is abandoned, and exits when its handler returns)
+and their jobs NACKed. A second signal ends the grace period at once.
+When :meth:`Worker.run` returns, the handler threads not abandoned have
+exited.
 
 :meth:`Worker.starved` is the signal for batch handlers: it is True when
 the worker has no more jobs available right now: nothing is waiting in the
@@ -80,8 +96,10 @@ import math
 import random
 import signal
 import threading
+import time
+import types
 from collections import OrderedDict, deque
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -141,8 +159,8 @@ class WorkerStats:
     to be); ``failed``: handler raised; ``retried``: jobs NACKed (failures
     below ``max_attempts``, and jobs handed back at shutdown); ``dead``:
     jobs dead-lettered; ``in_flight``: fetched and not yet ACKed/NACKed
-    (the node's answer counts); ``running``: jobs taken by runners (running,
-    or next in a handler thread's share); ``backoffs``: failure backoffs
+    (the node's answer counts); ``running``: handlers running (a handler
+    thread counts from taking its job); ``backoffs``: failure backoffs
     started; ``ack_errors``: ACK/NACK commands that failed;
     ``starved``: see :meth:`Worker.starved`.
     """
@@ -231,37 +249,249 @@ _OPS = {"ack": b"ACKJOB", "fast_ack": b"FASTACK", "nack": b"NACK"}
 #: Seconds an outcome (ACK/NACK) may wait to travel with a bigger batch.
 OUTCOME_LINGER = 0.005
 
+#: Seconds a job may wait in the buffer, behind a handler thread busy with
+#: other jobs, before idle handler threads are woken to take it.
+HELPER_DELAY = 0.001
 
-class _Signal:
-    """A reusable wake-up: ``wait()`` blocks until the next ``fire()``.
+#: A handler that ran longer than this (seconds) makes new jobs wake as
+#: many handler threads as they need at once.
+SLOW_HANDLER = 0.0001
 
-    Waiters check their condition and call ``wait()`` with no checkpoint in
-    between, so a ``fire()`` with nobody waiting can be dropped (it is, to
-    keep the per-job cost low).
+# What a handler thread reports about a job.
+_DONE = 0  # the handler returned (error None) or raised (error set)
+_STARTED = 1  # the handler is starting (only with heartbeats)
+_SKIPPED = 2  # not run: attempt above max_attempts, for the collector to dead-letter
+
+
+class _Wakeup:
+    """Wakes one waiting task: ``wait()`` blocks until the next ``fire()``.
+
+    The waiter checks its condition and calls ``wait()`` with no checkpoint
+    in between, so a ``fire()`` with nobody waiting is dropped (cheaply: it
+    is called for every job).
     """
 
-    __slots__ = ("_event", "_waiters")
+    __slots__ = ("task",)
 
     def __init__(self) -> None:
-        self._event = trio.Event()
-        self._waiters = 0
+        self.task: trio.lowlevel.Task | None = None
 
     def fire(self) -> None:
-        if self._waiters:
-            self._event.set()
-            self._event = trio.Event()
+        task = self.task
+        if task is not None:
+            self.task = None
+            trio.lowlevel.reschedule(task)
 
     async def wait(self) -> None:
-        self._waiters += 1
+        assert self.task is None, "one waiter at a time"
+        self.task = trio.lowlevel.current_task()
+        await trio.lowlevel.wait_task_rescheduled(self._abort)
+
+    def _abort(self, _: Any) -> trio.lowlevel.Abort:
+        self.task = None
+        return trio.lowlevel.Abort.SUCCEEDED
+
+
+@types.coroutine
+def _resume(coro: Coroutine[Any, Any, Any], message: Any) -> Generator[Any, Any, Any]:
+    """Go on with ``coro``, whose first step yielded ``message`` to trio, as ``await coro`` would."""
+    while True:
         try:
-            await self._event.wait()
-        finally:
-            self._waiters -= 1
+            sent = yield message
+        except BaseException as exc:  # thrown in (trio does it only for foreign yields), or closed
+            try:
+                message = coro.throw(exc)
+            except StopIteration as stop:
+                return stop.value
+        else:
+            try:
+                message = coro.send(sent)
+            except StopIteration as stop:
+                return stop.value
 
 
 def _is_async_callable(fn: Any) -> bool:
     call = getattr(type(fn), "__call__", None)  # noqa: B004 - an object with an async __call__
     return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(call)
+
+
+def _call_sync(handler: Callable[[Job], Any], job: Job) -> None:
+    result = handler(job)
+    if inspect.isawaitable(result):
+        close = getattr(result, "close", None)
+        if close is not None:
+            close()
+        raise TypeError("the handler returned an awaitable: declare it with async def")
+
+
+class _HandlerThreads:
+    """The threads running a plain-function handler (see the module docstring).
+
+    Shared with the trio thread, under ``cond``: the job each thread runs
+    (``current``), the reports not collected yet (``events``), the idle and
+    waking thread counts and the flags. A fetched job is in exactly one
+    place: the worker's buffer, ``current``, ``events``, or back in trio's
+    hands. Threads take jobs from the buffer with ``popleft`` under the
+    lock; the trio thread appends to it, and empties it at a stop after
+    :meth:`halt`.
+    """
+
+    def __init__(self, worker: "Worker") -> None:
+        self.worker = worker
+        self.cond = threading.Condition(threading.Lock())
+        self.current: list[Job | None] = [None] * worker.concurrency
+        self.threads: list[threading.Thread] = []
+        self.idle = 0  # threads waiting for a job
+        self.waking = 0  # of which notified, not running yet
+        self.halted = False  # start no more jobs (stopping, or a handler raised KeyboardInterrupt...)
+        self.closed = False  # exit: report nothing more
+        self.events: list[tuple[int, Job, BaseException | None]] = []
+        self.posted = False  # a wake-up for the collector is on its way
+        self.abandoned: set[int] = set()  # threads left in a handler by close()
+        self.slow = False  # the last handler to finish took more than SLOW_HANDLER
+        self.pushed = 0  # jobs put in the buffer for the threads, so far
+        self.popped = 0  # jobs taken from it by the threads, so far
+        self._token: trio.lowlevel.TrioToken | None = None
+        self._wakeup: Callable[[], None] = lambda: None
+
+    # ---------------------------------------------------------- trio side
+    def start(self, token: trio.lowlevel.TrioToken, wakeup: Callable[[], None]) -> None:
+        """Start the threads; ``wakeup`` runs in the trio thread when reports wait."""
+        self._token, self._wakeup = token, wakeup
+        for slot in range(len(self.current)):
+            context = contextvars.copy_context()  # current_worker() works in handlers
+            thread = threading.Thread(
+                target=context.run, args=(self._main, slot), name="disque-py-handler-%d" % slot, daemon=True
+            )
+            thread.start()
+            self.threads.append(thread)
+
+    def jobs_ready(self, count: int) -> bool:
+        """``count`` new jobs in the buffer: wake an idle thread, or as many as the jobs need if
+        handlers are slow. True if more threads could help."""
+        with self.cond:
+            self.pushed += count
+            waiting = len(self.worker._buffer)
+            if self.slow:
+                wake = min(waiting, self.idle) - self.waking
+                if wake > 0:
+                    self.waking += wake
+                    self.cond.notify(wake)
+            elif self.idle > self.waking == 0:
+                self.waking = 1
+                self.cond.notify()
+            return self.idle > self.waking and waiting > self.waking
+
+    def help(self, mark: int) -> bool:
+        """If a job put in the buffer before ``pushed`` was ``mark`` is still there, wake idle
+        threads for the buffered jobs. True if jobs still wait and more threads could help."""
+        with self.cond:
+            waiting = len(self.worker._buffer)
+            if waiting and self.popped < mark and not self.halted:
+                wake = min(waiting, self.idle - self.waking)
+                if wake > 0:
+                    self.waking += wake
+                    self.cond.notify(wake)
+            return self.idle > self.waking and waiting > self.waking
+
+    def halt(self) -> None:
+        with self.cond:
+            self.halted = True
+
+    def take(self) -> list[tuple[int, Job, BaseException | None]]:
+        with self.cond:
+            events, self.events = self.events, []
+            self.posted = False
+        return events
+
+    def busy(self) -> bool:
+        """Reports waiting, or a handler running."""
+        with self.cond:
+            return bool(self.events) or any(job is not None for job in self.current)
+
+    def running(self) -> int:
+        return sum(job is not None for job in self.current)
+
+    def close(self) -> tuple[list[Job], list[tuple[int, Job, BaseException | None]]]:
+        """Make every thread exit (a running handler first returns); returns the jobs whose
+        handler is still running (abandoned: their threads report nothing more) and the
+        reports not collected yet."""
+        with self.cond:
+            if self.closed:
+                return [], []
+            self.closed = True
+            running = []
+            for slot, job in enumerate(self.current):
+                if job is not None:
+                    running.append(job)
+                    self.abandoned.add(slot)
+                    self.current[slot] = None
+            events, self.events = self.events, []
+            self.waking = self.idle
+            self.cond.notify_all()
+        return running, events
+
+    def join(self, timeout: float) -> None:
+        """Wait for the threads that are not running a handler (after :meth:`close`)."""
+        for slot, thread in enumerate(self.threads):
+            if slot not in self.abandoned:
+                thread.join(timeout)
+
+    # ---------------------------------------------------------- thread side
+    def _post(self) -> None:
+        """Under the lock, after adding a report: wake the collector unless a wake-up is on its way."""
+        if not self.posted:
+            self.posted = True
+            try:
+                self._token.run_sync_soon(self._wakeup)  # type: ignore[union-attr]
+            except trio.RunFinishedError:  # pragma: no cover - trio.run is over
+                pass
+
+    def _main(self, slot: int) -> None:
+        worker = self.worker
+        buffer = worker._buffer
+        cond = self.cond
+        current = self.current
+        handler = worker.handler
+        limit = worker.max_attempts if worker.max_attempts is not None else math.inf
+        beats = bool(worker.heartbeat)
+        clock = time.perf_counter
+        report: tuple[int, Job, BaseException | None] | None = None
+        while True:
+            with cond:
+                if report is not None:
+                    if self.closed:
+                        return  # abandoned: the job was handed back
+                    current[slot] = None
+                    self.events.append(report)
+                    report = None
+                    self._post()
+                while self.closed or self.halted or not buffer:
+                    if self.closed:
+                        return
+                    self.idle += 1
+                    cond.wait()
+                    self.idle -= 1
+                    self.waking -= 1
+                job = buffer.popleft()
+                current[slot] = job
+                self.popped += 1
+                if job.attempt > limit:
+                    report = (_SKIPPED, job, None)
+                    continue
+                if beats:
+                    self.events.append((_STARTED, job, None))
+                    self._post()
+            start = clock()
+            try:
+                _call_sync(handler, job)
+            except BaseException as exc:  # noqa: BLE001 - any handler error is a job failure
+                report = (_DONE, job, exc)
+                if not isinstance(exc, Exception):
+                    self.halted = True  # KeyboardInterrupt, SystemExit...: the worker stops
+            else:
+                report = (_DONE, job, None)
+            self.slow = clock() - start > SLOW_HANDLER
 
 
 class Worker:
@@ -344,12 +574,10 @@ class Worker:
             self._owns_client = True
 
         self._is_async = _is_async_callable(handler)
-        self._batch_sync = not self._is_async and not heartbeat  # heartbeats are per job: one job per trip
         self._fast_async = self._is_async and not heartbeat
-        self._thread_stop = threading.Event()  # tells handler threads not to start more jobs
-        self._batches: list[list[int]] = []  # per batch in a thread: how many jobs wait there
+        # plain functions: handler threads (see _HandlerThreads), started by run()
+        self._threads: _HandlerThreads | None = None if self._is_async else _HandlerThreads(self)
         self._dead_is_async = callable(dead_letter) and _is_async_callable(dead_letter)
-        self._limiter = trio.CapacityLimiter(concurrency)
         self._last_errors: OrderedDict[str, str] = OrderedDict()
 
         self._fetched = self._processed = self._failed = self._retried = self._dead = 0
@@ -357,8 +585,15 @@ class Worker:
         self._starved = False
         self._stopping = False
         self._stop_event = trio.Event()
-        self._changed = _Signal()  # outcomes, free slots, gate or stop: for the fetcher and the acker
-        self._jobs_ready = _Signal()  # jobs in the buffer, or no more coming: for the runners
+        self._fetch_wake = _Wakeup()  # outcomes, free slots, gate or stop: for the fetcher
+        self._ack_wake = _Wakeup()  # outcomes the fetcher will not carry, or the end: for the acker
+        self._collect_wake = _Wakeup()  # reports from handler threads, or no more jobs: for the collector
+        self._idle_runners: list[trio.lowlevel.Task] = []  # runners waiting for jobs
+        self._runners_waking = 0  # runners woken, not running yet
+        self._beats: dict[str, trio.CancelScope] = {}  # heartbeats of jobs in handler threads
+        self._watch_scope = trio.CancelScope()  # the helper watch's sleep: its deadline when armed
+        self._watch_armed = False
+        self._watch_mark = 0
         self._buffer: deque[Job] = deque()  # fetched, not started
         self._fetch_done = False
         self._work_scope: trio.CancelScope | None = None
@@ -367,23 +602,25 @@ class Worker:
         self._signal_scope = trio.CancelScope()
         self._nursery: trio.Nursery | None = None
         self._token: trio.lowlevel.TrioToken | None = None
-        self._outcomes: list[tuple[str, Job]] = []  # ACK/NACK to send
+        self._acks: list[str] = []  # IDs to ACKJOB (or FASTACK)
+        self._nacks: list[str] = []  # IDs to NACK
         self._carrying = False  # the fetcher will send outcomes with its next GETJOB
         self._work_done = False
         self._batch_min = max(1, (max_in_flight + 1) // 2)
         self._ack_op = "fast_ack" if fast_ack else "ack"
+        self._getjob_calls: dict[int, cmd.Call[list[Job]]] = {}
         self._fatal: BaseException | None = None
 
     # ------------------------------------------------------------ public
     def stats(self) -> WorkerStats:
         return WorkerStats(
             self._fetched, self._processed, self._failed, self._retried, self._dead,
-            self._in_flight, self._running, self._backoffs, self._ack_errors, self.starved(),
+            self._in_flight, self._running_count(), self._backoffs, self._ack_errors, self.starved(),
         )  # fmt: skip
 
     def starved(self) -> bool:
         """True when the worker has no more jobs available right now (see the module docstring)."""
-        return self._starved and not self._buffer and not any(w[0] for w in self._batches)
+        return self._starved and not self._buffer
 
     @property
     def stopping(self) -> bool:
@@ -415,14 +652,23 @@ class Worker:
             log.info("worker stopping: grace period %.1f s", self.grace_period)
         self._stopping = True
         self._stop_event.set()
-        self._thread_stop.set()
+        if self._threads is not None:
+            self._threads.halt()  # before emptying the buffer: no thread takes a job after this
         self._drain_buffer()
-        self._notify()
+        self._fetch_wake.fire()
 
     def _drain_buffer(self) -> None:
         """Hand back (NACK) the fetched jobs no runner has started."""
-        while self._buffer:
-            self._hand_back(self._buffer.popleft())
+        buffer = self._buffer
+        while buffer:
+            try:
+                job = buffer.popleft()
+            except IndexError:  # pragma: no cover - a handler thread took it
+                break
+            self._hand_back(job)
+
+    def _running_count(self) -> int:
+        return self._running if self._threads is None else self._threads.running()
 
     def run_sync(self, *, handle_signals: bool = True) -> WorkerStats:
         """``trio.run`` the worker until stopped (SIGTERM/SIGINT by default)."""
@@ -437,6 +683,7 @@ class Worker:
         """
         self._token = trio.lowlevel.current_trio_token()
         token = _current_worker.set(self)
+        threads = self._threads
         try:
             async with trio.open_nursery() as outer:
                 outer.start_soon(self._ack_loop)
@@ -447,17 +694,26 @@ class Worker:
                 async with trio.open_nursery() as work:
                     self._nursery = work
                     self._work_scope = work.cancel_scope
+                    if threads is not None:
+                        threads.start(self._token, self._collect_wake.fire)
+                        work.start_soon(self._collector)
+                    else:
+                        for _ in range(self.concurrency):
+                            work.start_soon(self._runner)
                     work.start_soon(self._fetch_loop)
-                    for _ in range(self.concurrency):
-                        work.start_soon(self._runner)
                     task_status.started()
+                if threads is not None:
+                    threads.close()
                 self._drain_buffer()  # anything left (runners cancelled) goes back
                 self._work_done = True
-                self._changed.fire()  # the acker sends what is left, then returns
+                self._ack_wake.fire()  # the acker sends what is left, then returns
                 timer_scope.cancel()
                 self._signal_scope.cancel()
                 outer.cancel_scope.deadline = trio.current_time() + 10.0  # bounds the acker's last flush
         finally:
+            if threads is not None:
+                threads.close()
+                threads.join(5.0)  # idle threads exit at once; abandoned ones when their handler returns
             _current_worker.reset(token)
             if self._owns_client:
                 with trio.CancelScope(shield=True):
@@ -469,25 +725,36 @@ class Worker:
         return stats
 
     # ------------------------------------------------------------ tasks
-    def _notify(self) -> None:
-        self._changed.fire()
+    def _queued(self) -> None:
+        """An outcome was queued: wake the acker if it must send it; wake the fetcher only
+        when it can act on it (see its batching rule) or when the first outcome starts its
+        linger time."""
+        if not self._carrying:
+            self._ack_wake.fire()
+            self._fetch_wake.fire()
+        elif self._fetch_wake.task is not None:
+            pending = len(self._acks) + len(self._nacks)
+            if (
+                pending == 1
+                or not self._buffer
+                or self.max_in_flight - self._in_flight + pending >= self._batch_min
+            ):
+                self._fetch_wake.fire()
 
     def _outcome(self, op: str, job: Job) -> None:
-        """Queue ACKJOB/FASTACK/NACK for a job; the fetcher or the acker sends it.
+        """Queue ACKJOB/FASTACK/NACK for a job; the fetcher or the acker sends it."""
+        (self._nacks if op == "nack" else self._acks).append(job.id)
+        self._queued()
 
-        Wakes the fetcher only when it can act on it (see its batching rule),
-        when the first outcome starts its linger time, or when the acker has
-        to send it.
-        """
-        outcomes = self._outcomes
-        outcomes.append((op, job))
-        if (
-            not self._carrying
-            or len(outcomes) == 1
-            or not self._buffer
-            or self.max_in_flight - self._in_flight + len(outcomes) >= self._batch_min
-        ):
-            self._changed.fire()
+    def _take_outcomes(self) -> list[tuple[str, list[str]]]:
+        groups = []
+        if self._acks:
+            groups.append((self._ack_op, self._acks))
+            self._acks = []
+        if self._nacks:
+            groups.append(("nack", self._nacks))
+            self._nacks = []
+        return groups
 
     @staticmethod
     async def _in_scope(scope: trio.CancelScope, fn: Callable[[], Awaitable[Any]]) -> None:
@@ -514,15 +781,15 @@ class Worker:
             with trio.move_on_at(self._grace_deadline):
                 await changed.wait()
         if self._work_scope is not None:
-            log.warning("grace period over: cancelling %d running handler(s)", self._running)
+            log.warning("grace period over: cancelling %d running handler(s)", self._running_count())
             self._work_scope.cancel()
 
     def _carry(self, carrying: bool) -> None:
         """Whether the fetcher will send pending outcomes itself (else the acker does)."""
         if self._carrying != carrying:
             self._carrying = carrying
-            if not carrying:
-                self._changed.fire()
+            if not carrying and (self._acks or self._nacks):
+                self._ack_wake.fire()
 
     async def _fetch_loop(self) -> None:
         """Fetch while there are free slots; carry pending outcomes in front of the GETJOB.
@@ -541,6 +808,7 @@ class Worker:
         """
         errors = 0
         flush = False
+        on_jobs = self._wake_runner if self._threads is None else self._jobs_for_threads
         try:
             while not self._stopping:
                 limit, wait_until = self._gate.allowance(trio.current_time())
@@ -549,7 +817,8 @@ class Worker:
                     with trio.move_on_at(wait_until):
                         await self._stop_event.wait()
                     continue
-                free = self.max_in_flight - self._in_flight + len(self._outcomes)
+                pending = len(self._acks) + len(self._nacks)
+                free = self.max_in_flight - self._in_flight + pending
                 if limit is not None:
                     free = min(free, limit)
                 elif self._buffer and free < self._batch_min and not flush:
@@ -558,17 +827,17 @@ class Worker:
                     # Full: the next outcome frees a slot and we carry it. Held back
                     # by the gate (probing): the acker sends outcomes meanwhile.
                     self._carry(limit is None)
-                    if self._outcomes and limit is None:
+                    if pending and limit is None:
                         # ...but outcomes never wait long for a batch: a late ACK
                         # could let the node requeue a job that is done
                         with trio.move_on_after(OUTCOME_LINGER) as linger:
-                            await self._changed.wait()
+                            await self._fetch_wake.wait()
                         flush = linger.cancelled_caught
                     else:
-                        await self._changed.wait()
+                        await self._fetch_wake.wait()
                     continue
                 flush = False
-                outcomes, self._outcomes = self._outcomes, []
+                outcomes = self._take_outcomes()
                 self._carry(bool(outcomes))  # a NOHANG exchange is quick: new outcomes can wait for it
                 try:
                     got = await self._exchange(outcomes, free)
@@ -596,52 +865,54 @@ class Worker:
                         self._hand_back(job)
                 elif got:
                     self._buffer.extend(got)
-                    self._jobs_ready.fire()
+                    on_jobs(len(got))
         finally:
             self._carry(False)
             self._fetch_done = True
-            self._jobs_ready.fire()
+            if self._threads is None:
+                self._wake_all_runners()
+            else:
+                self._collect_wake.fire()
 
-    async def _exchange(self, outcomes: list[tuple[str, Job]], count: int) -> list[Job]:
+    def _getjob_call(self, count: int) -> cmd.Call[list[Job]]:
+        call = self._getjob_calls.get(count)
+        if call is None:
+            call = self._getjob_calls[count] = cmd.getjob(self.queues, count=count, nohang=True, with_counters=True)
+        return call
+
+    async def _exchange(self, outcomes: list[tuple[str, list[str]]], count: int) -> list[Job]:
         """Send ``outcomes`` and fetch up to ``count`` jobs (blocking only when there is nothing to send)."""
         if not outcomes:
             self._carry(False)  # the acker takes over while we block
             return await self.client.get_jobs(
                 *self.queues, count=count, timeout_ms=self.fetch_timeout_ms, with_counters=True
             )
-        groups = self._group(outcomes)
-        calls = [cmd.ids_command(_OPS[op], [j.id for j in group]) for op, group in groups.items()]
-        calls.append(cmd.getjob(self.queues, count=count, nohang=True, with_counters=True))
+        calls: list[cmd.Call[Any]] = [cmd.Call((_OPS[op], *[i.encode() for i in ids]), int) for op, ids in outcomes]
+        calls.append(self._getjob_call(count))
         try:
             results = await self.client.pipeline(calls)
         except DisqueError as exc:
-            self._settled(groups, exc)
+            for op, ids in outcomes:
+                self._settled(op, len(ids), exc)
             raise
         except BaseException:  # cancelled: the acker sends them (again: ACK twice is harmless)
-            self._outcomes[:0] = outcomes
+            for op, ids in outcomes:
+                (self._nacks if op == "nack" else self._acks).extend(ids)
             raise
-        for (op, group), result in zip(groups.items(), results):
-            self._settled({op: group}, result if isinstance(result, DisqueError) else None)
+        for (op, ids), result in zip(outcomes, results):
+            self._settled(op, len(ids), result if isinstance(result, DisqueError) else None)
         got = results[-1]
         if isinstance(got, DisqueError):
             raise got
         return got
 
-    @staticmethod
-    def _group(outcomes: list[tuple[str, Job]]) -> dict[str, list[Job]]:
-        groups: dict[str, list[Job]] = {}
-        for op, job in outcomes:
-            groups.setdefault(op, []).append(job)
-        return groups
-
-    def _settled(self, groups: dict[str, list[Job]], error: BaseException | None) -> None:
+    def _settled(self, op: str, count: int, error: BaseException | None) -> None:
         """Outcomes answered (or failed for good): their slots are free."""
-        for op, group in groups.items():
-            if error is not None:
-                self._ack_errors += 1
-                log.error("%s of %d job(s) failed: %s", _OPS[op].decode(), len(group), error)
-            self._in_flight -= len(group)
-        self._notify()
+        if error is not None:
+            self._ack_errors += 1
+            log.error("%s of %d job(s) failed: %s", _OPS[op].decode(), count, error)
+        self._in_flight -= count
+        self._fetch_wake.fire()
 
     def _hand_back(self, job: Job) -> None:
         """NACK a job we will not run (shutdown)."""
@@ -649,34 +920,61 @@ class Worker:
         self._gate.neutral(job.id)
         self._outcome("nack", job)
 
+    # ------------------------------------------------------------ async handlers
+    def _wake_runner(self, _: int = 0) -> None:
+        """Wake an idle runner, unless one is on its way already."""
+        if self._idle_runners and not self._runners_waking:
+            self._runners_waking = 1
+            trio.lowlevel.reschedule(self._idle_runners.pop())
+
+    def _wake_all_runners(self) -> None:
+        idle = self._idle_runners
+        while idle:
+            self._runners_waking += 1
+            trio.lowlevel.reschedule(idle.pop())
+
+    async def _park_runner(self) -> None:
+        """Wait until :meth:`_wake_runner` (or :meth:`_wake_all_runners`) picks this runner."""
+        task = trio.lowlevel.current_task()
+        idle = self._idle_runners
+        idle.append(task)
+
+        def abort(_: Any) -> trio.lowlevel.Abort:
+            idle.remove(task)
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        await trio.lowlevel.wait_task_rescheduled(abort)
+        self._runners_waking -= 1
+
     async def _runner(self) -> None:
         buffer = self._buffer
+        handler = self.handler
+        fast = self._fast_async
+        limit = self.max_attempts if self.max_attempts is not None else math.inf
         while True:
             if not buffer:
                 if self._fetch_done:
                     return
-                self._changed.fire()  # an idle runner: the fetcher should not wait for a bigger batch
-                await self._jobs_ready.wait()
-                continue
-            if self._batch_sync:
-                # Sync handlers: a fair share of the buffer per trip to a thread
-                # (a thread hop costs far more than a no-op handler).
-                share = -(-len(buffer) // self.concurrency)
-                batch = []
-                while buffer and len(batch) < share:
-                    job = buffer.popleft()
-                    if not await self._screen(job):
-                        batch.append(job)
-                if batch:
-                    await self._process_batch(batch)
+                self._fetch_wake.fire()  # an idle runner: the fetcher should not wait for a bigger batch
+                await self._park_runner()
                 continue
             job = buffer.popleft()
-            if self._stopping or (self.max_attempts is not None and job.attempt > self.max_attempts):
+            if self._stopping or job.attempt > limit:
+                if buffer:
+                    self._wake_runner()  # for the next job, should this one block
                 await self._screen(job)
-            elif self._fast_async:  # the common case, inlined: an async handler, no heartbeat
+            elif fast:  # the common case, inlined: no heartbeat
                 self._running += 1
                 try:
-                    await self.handler(job)
+                    coro = handler(job)
+                    try:
+                        message = coro.send(None)  # up to the handler's first pause, if any
+                    except StopIteration:
+                        pass  # done without pausing: the next job runs in this task too
+                    else:
+                        if buffer:
+                            self._wake_runner()  # it waits: another runner takes the next job
+                        await _resume(coro, message)
                 except trio.Cancelled:
                     self._running -= 1
                     self._hand_back(job)
@@ -688,8 +986,115 @@ class Worker:
                     self._running -= 1
                     self._succeeded(job)
             else:
+                if buffer:
+                    self._wake_runner()
                 await self._process(job)
 
+    async def _process(self, job: Job) -> None:
+        """An async handler with heartbeats."""
+        self._running += 1
+        beat = self._start_heartbeat(job)
+        try:
+            await self.handler(job)
+        except trio.Cancelled:
+            self._hand_back(job)
+            raise
+        except BaseException as exc:  # noqa: BLE001 - any handler error is a job failure
+            error: BaseException | None = exc
+        else:
+            error = None
+        finally:
+            self._running -= 1
+            beat.cancel()
+        await self._finish(job, error)
+
+    # ------------------------------------------------------------ sync handlers
+    def _jobs_for_threads(self, count: int) -> None:
+        threads = self._threads
+        assert threads is not None
+        if threads.jobs_ready(count) and not self._watch_armed:
+            self._arm_watch()
+
+    def _arm_watch(self) -> None:
+        """In HELPER_DELAY, check that no job has waited in the buffer all that time."""
+        assert self._threads is not None
+        self._watch_armed = True
+        self._watch_mark = self._threads.pushed
+        self._watch_scope.deadline = trio.current_time() + HELPER_DELAY
+
+    async def _watch(self) -> None:
+        """Wakes idle handler threads for jobs the busy ones leave waiting (see HELPER_DELAY).
+
+        A thread does not wake another before each job (with quick handlers
+        one thread runs a whole batch in less time than a wake-up takes).
+        """
+        threads = self._threads
+        assert threads is not None
+        while True:
+            with trio.CancelScope(deadline=self._watch_scope.deadline) as self._watch_scope:
+                await trio.sleep_forever()
+            self._watch_armed = False
+            self._watch_scope = trio.CancelScope()
+            if threads.help(self._watch_mark):
+                self._arm_watch()
+
+    async def _collector(self) -> None:
+        """Turn what the handler threads report into outcomes; returns when the work is over."""
+        threads = self._threads
+        assert threads is not None
+        watch = trio.CancelScope()
+        assert self._nursery is not None
+        self._nursery.start_soon(self._in_scope, watch, self._watch)
+        try:
+            while True:
+                events = threads.take()
+                if events:
+                    self._collect(events)
+                    continue
+                if self._fetch_done and not self._buffer and not threads.busy():
+                    watch.cancel()
+                    return
+                await self._collect_wake.wait()
+        except trio.Cancelled:
+            # The grace period is over (or run() was cancelled): settle what
+            # finished, hand back what runs (its thread is abandoned).
+            running, events = threads.close()
+            self._collect(events, abandoning=True)
+            for job in running:
+                self._hand_back(job)
+            raise
+
+    def _collect(self, events: list[tuple[int, Job, BaseException | None]], abandoning: bool = False) -> None:
+        beats = self._beats
+        for kind, job, error in events:
+            if kind == _DONE:
+                if beats:
+                    beat = beats.pop(job.id, None)
+                    if beat is not None:
+                        beat.cancel()
+                if error is None:
+                    self._succeeded(job)
+                elif abandoning:  # no awaiting now: NACKed
+                    self._failed += 1
+                    self._retried += 1
+                    self._outcome("nack", job)
+                else:
+                    text = self._fail(job, error)
+                    if text is not None:
+                        self._spawn(functools.partial(self._dead_letter, job, text, failure_counted=True))
+            elif kind == _STARTED:
+                if not abandoning:
+                    beats[job.id] = self._start_heartbeat(job)
+            elif abandoning:  # _SKIPPED
+                self._hand_back(job)
+            else:
+                self._spawn(functools.partial(self._screen, job))
+
+    def _spawn(self, fn: Callable[[], Awaitable[Any]]) -> None:
+        assert self._nursery is not None
+        self._nursery.start_soon(fn)
+
+    # ------------------------------------------------------------ outcomes
     async def _screen(self, job: Job) -> bool:
         """Deal with a job that must not run (stopping, too many attempts); True if it was."""
         if self._stopping:
@@ -704,110 +1109,32 @@ class Worker:
             return True
         return False
 
-    async def _call_handler(self, job: Job) -> BaseException | None:
-        """Run the handler; returns what it raised (None on success). Cancellation propagates."""
-        try:
-            if self._is_async:
-                await self.handler(job)
-            else:
-                await trio.to_thread.run_sync(self._call_sync, job, limiter=self._limiter, abandon_on_cancel=True)
-        except trio.Cancelled:
-            raise
-        except BaseException as exc:  # noqa: BLE001 - any handler error is a job failure
-            return exc
-        return None
-
-    def _call_sync(self, job: Job) -> None:
-        result = self.handler(job)
-        if inspect.isawaitable(result):
-            close = getattr(result, "close", None)
-            if close is not None:
-                close()
-            raise TypeError("the handler returned an awaitable: declare it with async def")
-
-    def _run_batch(self, jobs: list[Job], results: list[BaseException | None], waiting: list[int]) -> None:
-        """In a worker thread: the handler on each job in turn, until a stop or a fatal error.
-
-        ``waiting[0]`` counts the jobs of the batch not started yet (for :meth:`starved`).
-        """
-        for i, job in enumerate(jobs):
-            if self._thread_stop.is_set():
-                return
-            waiting[0] = len(jobs) - i - 1
-            try:
-                self._call_sync(job)
-            except BaseException as exc:  # noqa: BLE001 - any handler error is a job failure
-                results.append(exc)
-                if not isinstance(exc, Exception):
-                    return
-            else:
-                results.append(None)
-
-    async def _process_batch(self, jobs: list[Job]) -> None:
-        results: list[BaseException | None] = []
-        waiting = [len(jobs)]
-        self._batches.append(waiting)
-        self._running += len(jobs)
-        try:
-            await trio.to_thread.run_sync(
-                self._run_batch, jobs, results, waiting, limiter=self._limiter, abandon_on_cancel=True
-            )
-        except trio.Cancelled:
-            # Abandoned at the end of the grace period: settle what finished
-            # (no awaiting now: failures are NACKed), hand back the rest.
-            done = list(results)
-            for job, error in zip(jobs, done):
-                if error is None:
-                    self._succeeded(job)
-                else:
-                    self._failed += 1
-                    self._retried += 1
-                    self._outcome("nack", job)
-            for job in jobs[len(done) :]:
-                self._hand_back(job)
-            raise
-        finally:
-            self._running -= len(jobs)
-            self._batches.remove(waiting)
-        for job, error in zip(jobs, results):
-            await self._finish(job, error)
-        for job in jobs[len(results) :]:  # not started: stopping, or after a fatal error
-            self._hand_back(job)
-
-    async def _process(self, job: Job) -> None:
-        self._running += 1
-        beat: trio.CancelScope | None = None
-        if self.heartbeat and self._nursery is not None:
-            beat = trio.CancelScope()
-            self._nursery.start_soon(self._heartbeat, job, beat)
-        try:
-            error = await self._call_handler(job)
-        except trio.Cancelled:
-            self._hand_back(job)
-            raise
-        finally:
-            self._running -= 1
-            if beat is not None:
-                beat.cancel()
-        await self._finish(job, error)
-
     def _succeeded(self, job: Job) -> None:
         self._processed += 1
-        self._gate.success(job.id)
-        self._outcome(self._ack_op, job)
+        gate = self._gate
+        if gate.consecutive or gate.state is not FailureGate.OPEN:
+            gate.success(job.id)
+        self._acks.append(job.id)
+        self._queued()
 
     async def _finish(self, job: Job, error: BaseException | None) -> None:
         """After the handler: ACK, or NACK / dead-letter with the error."""
         if error is None:
             self._succeeded(job)
             return
+        text = self._fail(job, error)
+        if text is not None:
+            await self._dead_letter(job, text, failure_counted=True)
+
+    def _fail(self, job: Job, error: BaseException) -> str | None:
+        """Count a handler failure and NACK the job, or return the error text if it must be dead-lettered."""
         self._failed += 1
         text = describe_error(error)
         fatal = not isinstance(error, Exception)
         self._record_failure(job)
-        if self.max_attempts is not None and job.attempt >= self.max_attempts and not fatal:
+        dead = self.max_attempts is not None and job.attempt >= self.max_attempts and not fatal
+        if dead:
             log.warning("job %s failed on its last attempt (%d): %s", job.id, job.attempt, text)
-            await self._dead_letter(job, text, failure_counted=True)
         else:
             log.warning("job %s failed (attempt %d): %s", job.id, job.attempt, text)
             self._remember_error(job.id, text)
@@ -817,13 +1144,14 @@ class Worker:
             if self._fatal is None:
                 self._fatal = error
             self._stop_now(None)
+        return text if dead else None
 
     def _record_failure(self, job: Job) -> None:
         delay = self._gate.failure(job.id, trio.current_time())
         if delay is not None:
             self._backoffs += 1
             log.warning("%d consecutive failures: fetching paused for %.2f s", self._gate.consecutive, delay)
-        self._notify()
+        self._fetch_wake.fire()
 
     def _remember_error(self, job_id: str, text: str) -> None:
         self._last_errors[job_id] = text
@@ -856,6 +1184,13 @@ class Worker:
         self._last_errors.pop(job.id, None)
         self._outcome(self._ack_op, job)
 
+    # ------------------------------------------------------------ heartbeats, acker
+    def _start_heartbeat(self, job: Job) -> trio.CancelScope:
+        scope = trio.CancelScope()
+        if self.heartbeat and self._nursery is not None:
+            self._nursery.start_soon(self._heartbeat, job, scope)
+        return scope
+
     async def _heartbeat(self, job: Job, scope: trio.CancelScope) -> None:
         fixed = None if self.heartbeat is True else float(self.heartbeat)
         with scope:
@@ -876,17 +1211,15 @@ class Worker:
     async def _ack_loop(self) -> None:
         """Send the outcomes the fetcher cannot carry; returns once the work is over and all are sent."""
         while True:
-            if self._outcomes and not self._carrying:
-                batch, self._outcomes = self._outcomes, []
-                groups = self._group(batch)
-                for op, group in groups.items():
+            if (self._acks or self._nacks) and not self._carrying:
+                for op, ids in self._take_outcomes():
                     try:
-                        await getattr(self.client, op)(*[j.id for j in group])
+                        await getattr(self.client, op)(*ids)
                     except DisqueError as exc:
-                        self._settled({op: group}, exc)
+                        self._settled(op, len(ids), exc)
                     else:
-                        self._settled({op: group}, None)
+                        self._settled(op, len(ids), None)
                 continue
-            if self._work_done and not self._outcomes:
+            if self._work_done and not (self._acks or self._nacks):
                 return
-            await self._changed.wait()
+            await self._ack_wake.wait()

@@ -9,11 +9,12 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 
 import pytest
 import trio
 
-from disque_py import Backoff, Client, DeadLetter, Job, Worker, current_worker
+from disque_py import Backoff, Client, DeadLetter, Job, Worker, WorkerStats, current_worker
 from disque_py.aio import Client as AioClient
 from disque_py.client.worker import describe_error
 
@@ -24,6 +25,11 @@ pytestmark = pytest.mark.integration
 
 def show(node, job_id: str) -> dict | None:
     return Client(addr(node)).show(job_id)
+
+
+def handler_threads() -> list[threading.Thread]:
+    """The live handler threads of every worker (each test leaves none behind)."""
+    return [t for t in threading.enumerate() if t.name.startswith("disque-py-handler-")]
 
 
 async def run_until(worker: Worker, condition, timeout: float = 10.0, poll: float = 0.005):
@@ -315,9 +321,12 @@ async def test_graceful_shutdown_abandons_a_stuck_thread(node, queue):
                 nursery.start_soon(w.run)
                 await trio.to_thread.run_sync(entered.wait, 5)
                 w.stop()
-        assert c.show(jid)["nacks"] == 1 and w.stats().retried == 1
+        assert c.show(jid)["nacks"] == 1 and w.stats().retried == 1 and w.stats().running == 0
+        assert len(handler_threads()) == 1  # the abandoned one, still in the handler
     finally:
         unblock.set()
+    wait_for(lambda: handler_threads() == [], what="the abandoned thread to exit once its handler returned")
+    assert w.stats().processed == 0  # its late success is not reported: the job was handed back
 
 
 async def test_stop_from_a_handler_thread_and_starved(node, queue):
@@ -375,6 +384,63 @@ async def test_heartbeat_and_fast_ack(node, queue):
     assert seen[0]["state"] == "active" and seen[0]["additional-deliveries"] == 0
     assert calls["working"] >= 3 and calls["fast_ack"] == 1 and "ackjob" not in calls
     assert c.show(jid) is None and w.stats().fetched == 1
+
+
+async def test_sync_handlers_run_in_threads_that_exit_on_stop(node, queue):
+    ids = Client(addr(node)).add_jobs(queue, [b"%d" % i for i in range(40)])
+    names = set()
+
+    def handler(job):
+        names.add(threading.current_thread().name)
+
+    w = Worker(addr(node), queue, handler, concurrency=3, fetch_timeout_ms=100)
+    stats = await run_until(w, lambda: w.stats().processed == 40)
+    assert stats.processed == 40 and stats.running == 0 and stats.in_flight == 0
+    assert names and names <= {"disque-py-handler-%d" % i for i in range(3)}  # never the trio thread
+    assert handler_threads() == []  # run() returned: its threads are gone
+    assert all(show(node, i) is None for i in ids)
+
+
+async def test_a_slow_sync_handler_blocks_neither_other_jobs_nor_heartbeats(node, queue):
+    c = Client(addr(node))
+    [slow_id] = c.add_jobs(queue, [b"slow"], retry=1)
+    fast_ids = c.add_jobs(queue, [b"fast-%d" % i for i in range(6)])
+    client = AioClient(addr(node))
+    beats: list[str] = []
+    original_working = client.working
+
+    async def working(job_id):
+        beats.append(job_id)
+        return await original_working(job_id)
+
+    client.working = working
+    release = threading.Event()
+    during_slow: list[WorkerStats] = []
+
+    def handler(job):
+        if job.body == b"slow":
+            assert release.wait(10), "never released"
+            return
+        time.sleep(0.001)
+
+    w = Worker(client, queue, handler, concurrency=2, heartbeat=0.1, fetch_timeout_ms=100)
+    with trio.fail_after(15):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(w.run)
+            # the fast jobs finish on the other thread, and the trio thread keeps
+            # sending WORKING for the slow one, while its handler blocks
+            while not (w.stats().processed == 6 and w.stats().in_flight == 1 and beats.count(slow_id) >= 3):
+                await trio.sleep(0.005)
+            during_slow.append(w.stats())
+            release.set()
+            while w.stats().processed < 7:
+                await trio.sleep(0.005)
+            w.stop()
+    assert during_slow[0].running == 1  # the slow one, still in its thread
+    stats = w.stats()
+    assert stats.processed == 7 and stats.failed == 0 and stats.in_flight == 0
+    assert c.show(slow_id) is None and all(c.show(i) is None for i in fast_ids)
+    assert handler_threads() == []
 
 
 async def test_worker_from_sync_client_and_validation(node, queue):
@@ -513,6 +579,84 @@ async def test_an_ack_does_not_wait_for_a_batch_behind_long_jobs(autojump_clock)
         w.stop(grace_period=0)
     assert fake.acked[0].endswith("%024d-05a1" % 1)
     assert fake.ack_times[0] - start == pytest.approx(0.1, abs=0.01)
+
+
+async def test_a_paused_async_handler_lets_other_runners_take_the_next_jobs():
+    """With quick handlers one runner works through a batch; when a handler pauses, another runner goes on."""
+    fake = FakeClient()
+    release = trio.Event()
+    done: list[bytes] = []
+    quick_tasks, tasks = set(), set()
+
+    async def handler(job):
+        tasks.add(trio.lowlevel.current_task())
+        if int(job.body) < 30:
+            quick_tasks.add(trio.lowlevel.current_task())
+        elif job.body == b"30":
+            await release.wait()  # until eight later jobs are done by another runner
+        done.append(job.body)
+        if len(done) == 37:
+            release.set()
+        if len(done) == 50:
+            w.stop()
+
+    w = Worker(fake, "q", handler, concurrency=3, max_in_flight=10)
+    with trio.fail_after(10):
+        await w.run()
+    assert len(quick_tasks) == 1  # handlers that never pause: all in one runner
+    assert done.index(b"30") >= 37 and len(done) >= 50 and len(tasks) >= 2
+    assert len(fake.acked) + len(fake.nacked) == fake.n
+
+
+async def test_idle_handler_threads_take_jobs_left_behind_a_busy_one():
+    """A thread stuck in a handler: the jobs buffered behind it go to the idle threads (HELPER_DELAY)."""
+    fake = FakeClient()
+    release = threading.Event()
+    done: list[bytes] = []
+    lock = threading.Lock()
+    names = set()
+
+    def handler(job):
+        names.add(threading.current_thread().name)
+        if job.body == b"1":
+            assert release.wait(10), "never released"
+        with lock:
+            done.append(job.body)
+            if len(done) == 8:
+                release.set()
+            if len(done) == 30:
+                current_worker().stop()
+
+    w = Worker(fake, "q", handler, concurrency=3, max_in_flight=10)
+    with trio.fail_after(10):
+        stats = await w.run()
+    assert done.index(b"1") >= 8 and len(done) >= 30 and len(names) >= 2
+    assert stats.processed == len(done) and stats.running == 0 and stats.in_flight == 0
+    assert len(fake.acked) + len(fake.nacked) == fake.n
+    assert handler_threads() == []
+
+
+async def test_sync_handler_outcomes_travel_in_batches():
+    """Many quick sync handlers: outcomes reach the node in batches, not one by one."""
+    fake = FakeClient()
+    calls: list[int] = []
+    original = fake.pipeline
+
+    async def pipeline(batch):
+        calls.append(sum(len(c.argv) - 1 for c in batch[:-1]))
+        return await original(batch)
+
+    fake.pipeline = pipeline
+
+    def handler(job):
+        if int(job.body) == 2000:
+            current_worker().stop()
+
+    w = Worker(fake, "q", handler, concurrency=4)
+    with trio.fail_after(20):
+        stats = await w.run()
+    assert stats.processed >= 2000 and len(fake.acked) + len(fake.nacked) == fake.n
+    assert sum(calls) / len(calls) > 2  # the average exchange carries several outcomes
 
 
 # ---------------------------------------------------------------- CLI
