@@ -2,8 +2,8 @@
 
 ``run_node(config, task_status=...)`` owns one nursery holding:
 
-* the client listener(s) on ``bind``:``port`` (one task per connection plus
-  its writer, see :mod:`.clients`),
+* the client listener(s) on ``bind``:``port`` and the client loop, one
+  task for every client connection (see :mod:`.clients`),
 * the timer task, which sleeps until the core's next wake-up (or until a
   command makes an earlier one) and then calls ``Node.tick``,
 * the cron task (every 100 ms): ops/s sampling, idle-client timeouts,
@@ -35,13 +35,12 @@ from ..core.node import Node
 from ..core.replies import Error
 from ..protocol.resp import ProtocolError, RequestParser, encode_reply
 from . import admin
-from .clients import Connection
+from .clients import ClientLoop, Connection
 from .cluster import ClusterService
 from .logs import log, set_level
 
 __all__ = ["Server", "run_node"]
 
-READ_SIZE = 65536
 GC_THRESHOLDS = (50_000, 20, 100)
 NOAUTH = Error("NOAUTH Authentication required.")
 
@@ -72,6 +71,7 @@ class Server:
         self.node.set_id(self.cluster.my_id)
         self.cluster.sync()
         self.clients: dict[int, Connection] = {}
+        self.loop = ClientLoop(self)
         self._next_client_id = 0
         self.timer_lot = trio.lowlevel.ParkingLot()
         self.timer_deadline: int | None = None
@@ -122,6 +122,7 @@ class Server:
             log.warning("No config file specified, using the default config. Pass a disque.conf path to use one.")
         try:
             async with trio.open_nursery() as nursery:
+                nursery.start_soon(self.loop.run)
                 nursery.start_soon(self._timer_loop)
                 nursery.start_soon(self._cron_loop)
                 nursery.start_soon(self._signal_loop)
@@ -169,7 +170,7 @@ class Server:
                     await trio.sleep(0.1)
                     continue
                 raise
-            nursery.start_soon(self._serve_connection, stream)
+            self._serve_connection(stream)
 
     def _new_connection(self, sock: socket.socket) -> Connection:
         try:
@@ -197,8 +198,8 @@ class Server:
         self._next_client_id += 1
         return Connection(self._next_client_id, sock, addr, laddr, trio.current_time(), parser)
 
-    async def _serve_connection(self, stream: trio.SocketStream) -> None:
-        # Take the OS socket out of trio's wrapper: see clients.py for why.
+    def _serve_connection(self, stream: trio.SocketStream) -> None:
+        # Take the OS socket out of trio's wrapper: the client loop drives it.
         sock = socket.socket(fileno=stream.socket.detach())
         sock.setblocking(False)
         self.stats["total_connections_received"] += 1
@@ -214,61 +215,14 @@ class Server:
         conn = self._new_connection(sock)
         conn.authenticated = not cfg.requirepass
         self.clients[conn.id] = conn
-        try:
-            async with trio.open_nursery() as nursery:
-                conn.scope = nursery.cancel_scope
-                nursery.start_soon(conn.writer)
-                await self._read_loop(conn)
-                nursery.cancel_scope.cancel()
-        except* (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-            pass  # the client went away; nothing to report
-        finally:
-            del self.clients[conn.id]
-            self.node.client_closed(conn.id)
-            self.apply_effects()
-            conn.close()
+        self.loop.add(conn)
 
-    async def _read_loop(self, conn: Connection) -> None:
-        parser = conn.parser
-        stats = self.stats
-        receive = conn.receive
-        while True:
-            try:
-                data = await receive(READ_SIZE)
-            except OSError:
-                return
-            if not data:
-                return
-            stats["total_net_input_bytes"] += len(data)
-            conn.last_active = trio.current_time()
-            parser.feed(data)
-            try:
-                commands = parser.commands()
-            except ProtocolError:
-                commands = None
-            if commands:
-                if conn.blocked:
-                    conn.pending.extend(commands)
-                else:
-                    self.run_commands(conn, commands)
-                    self.apply_effects()
-            error = parser.error
-            if error is not None:
-                # Commands that arrived before the bad bytes were answered;
-                # now the error, then the link is closed (as Redis does).
-                stats["protocol_errors"] += 1
-                log.log(15, "Protocol error from client id=%d addr=%s: %s", conn.id, conn.addr, error.reply_text)
-                encode_reply(error.reply, conn.out)
-                conn.closing = True
-            if conn.out:
-                stats["total_net_output_bytes"] += len(conn.out)
-                try:
-                    await conn.flush()
-                except OSError:
-                    return
-            if conn.closing:
-                return
-            self._poke_timer()
+    def protocol_error(self, conn: Connection, error: ProtocolError) -> None:
+        """Commands before the bad bytes were answered; now the error, then the link is closed (as Redis does)."""
+        self.stats["protocol_errors"] += 1
+        log.log(15, "Protocol error from client id=%d addr=%s: %s", conn.id, conn.addr, error.reply_text)
+        encode_reply(error.reply, conn.out)
+        conn.closing = True
 
     def run_commands(self, conn: Connection, commands) -> None:
         """Run commands in order until the client blocks; the rest wait in ``pending``."""
@@ -329,7 +283,7 @@ class Server:
                         pending = list(conn.pending)
                         conn.pending.clear()
                         self.run_commands(conn, pending)
-                    conn.send_soon()
+                    self.loop.send_soon(conn)
                 elif kind is Send:
                     message = effect.message
                     self.cluster.send_data(effect.to, message[0], list(message[1:]))
@@ -345,9 +299,7 @@ class Server:
         self._poke_timer()  # a message may have set an earlier timer (e.g. a GC reply)
 
     def close_client(self, conn: Connection) -> None:
-        conn.closing = True
-        if conn.scope is not None and not conn.out:
-            conn.scope.cancel()
+        self.loop.close_when_sent(conn)
 
     # --------------------------------------------------------------- timers
     def _poke_timer(self) -> None:
