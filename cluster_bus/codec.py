@@ -134,10 +134,14 @@ __all__ = [
     "MAC_SIZE",
     "SEQ_SIZE",
     "SEAL_OVERHEAD",
+    "MAX_BODY",
+    "DATA_BATCH_OVERHEAD",
     "BusProtocolError",
     "AuthError",
     "encode_message",
     "decode_message",
+    "encode_data_item",
+    "data_batch_body",
     "frame",
     "FrameDecoder",
     "InitiatorHandshake",
@@ -291,7 +295,7 @@ def data_batch_body(sender: str, items: list[bytes]) -> bytes:
     return _packb_prefix(sender) + header + b"".join(items)
 
 
-_DATA_ITEM_OVERHEAD = 64  # what data_batch_body adds: array headers, version, type, sender
+DATA_BATCH_OVERHEAD = 64  # at most what data_batch_body adds: array headers, version, type, sender
 
 
 def _packb_prefix(sender: str) -> bytes:

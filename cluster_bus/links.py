@@ -42,6 +42,8 @@ from typing import Any, Protocol
 import trio
 
 from .codec import (
+    DATA_BATCH_OVERHEAD,
+    MAX_BODY,
     MAX_FRAME_DEFAULT,
     AuthError,
     BusProtocolError,
@@ -55,7 +57,6 @@ from .codec import (
     encode_message,
     frame,
 )
-from .codec import MAX_BODY, _DATA_ITEM_OVERHEAD
 
 from .messages import MAX_BATCH, AuthChallenge, AuthHello, AuthProof, Data, DataBatch
 
@@ -192,7 +193,7 @@ class Bus:
         if batch and (
             link.batch_sender != sender
             or len(batch) >= MAX_BATCH
-            or link.batch_size + len(item) > MAX_BODY - _DATA_ITEM_OVERHEAD
+            or link.batch_size + len(item) > MAX_BODY - DATA_BATCH_OVERHEAD
         ):
             self._close_batch(link)
         if not batch:

@@ -128,7 +128,7 @@ class Server:
                 nursery.start_soon(self._signal_loop)
                 await nursery.start(self.cluster.run)
                 for listener in self.listeners:
-                    nursery.start_soon(self._accept_loop, listener, nursery)
+                    nursery.start_soon(self._accept_loop, listener)
                 log.info(
                     "Ready to accept connections on %s port %d",
                     ", ".join(addrs),
@@ -160,7 +160,7 @@ class Server:
                 return
 
     # -------------------------------------------------------------- clients
-    async def _accept_loop(self, listener: trio.SocketListener, nursery: trio.Nursery) -> None:
+    async def _accept_loop(self, listener: trio.SocketListener) -> None:
         while True:
             try:
                 stream = await listener.accept()
