@@ -24,7 +24,9 @@ means is decided by its ``handler`` (the membership driver in the server).
   once too, but holds it with the other application messages queued for
   that link until the writer runs, which sends them all as one
   ``DataBatch`` frame: one frame, one seal, one decode and one handler call
-  on the other side for a whole turn's worth of REPLJOB or GOTJOB. A
+  on the other side for a whole turn's worth of REPLJOB or GOTJOB.
+  ``send_item`` takes a message already encoded by ``encode_data_item``, so
+  one message for several peers is checked and encoded once. A
   ``send`` of a membership message first closes the batch, so messages
   leave in call order.
 * Garbage (a frame over ``max_frame``, undecodable msgpack, a bad MAC, a
@@ -188,7 +190,14 @@ class Bus:
         link = self.links.get(link_id)
         if link is None or link.closed:
             return False
-        item = encode_data_item(kind, body)
+        return self.send_item(link_id, sender, encode_data_item(kind, body))
+
+    def send_item(self, link_id: int, sender: str, item: bytes) -> bool:
+        """Like :meth:`send_data` with a message already made by ``encode_data_item``:
+        one message for several peers is checked and encoded once."""
+        link = self.links.get(link_id)
+        if link is None or link.closed:
+            return False
         batch = link.batch
         if batch and (
             link.batch_sender != sender

@@ -84,8 +84,8 @@ def job_to_wire(job: Job, now: int) -> dict:
     }
 
 
-def _is_int(v: Any, lo: int = 0, hi: int = (1 << 63) - 1) -> bool:
-    return type(v) is _INT and lo <= v <= hi
+_MAX_I64 = (1 << 63) - 1
+_MAX_DELAY = 1 << 31
 
 
 def job_from_wire(d: Any, now: int) -> Job | None:
@@ -98,14 +98,22 @@ def job_from_wire(d: Any, now: int) -> Job | None:
         delay, retry, nacks, deliv, nodes = d["delay"], d["retry"], d["nacks"], d["deliv"], d["nodes"]
     except KeyError:
         return None
+    # Plain inline checks (no helper calls): this runs for every replicated or moved job.
     if not (type(job_id) is bytes and valid_job_id(job_id) and type(queue) is bytes and type(body) is bytes):
         return None
-    if not (_is_int(repl, 1, 65535) and _is_int(ttl) and _is_int(ctime) and _is_int(delay, 0, 1 << 31)):
+    if not (type(repl) is _INT and type(ttl) is _INT and type(ctime) is _INT and type(delay) is _INT):
         return None
-    if not (_is_int(retry, 0, 1 << 31) and _is_int(nacks) and _is_int(deliv)):
+    if not (type(retry) is _INT and type(nacks) is _INT and type(deliv) is _INT):
         return None
-    if type(nodes) is not list or len(nodes) > 65535 or not all(type(n) is str and len(n) == 40 for n in nodes):
+    if not (1 <= repl <= 65535 and 0 <= delay <= _MAX_DELAY and 0 <= retry <= _MAX_DELAY):
         return None
+    if not (0 <= ttl <= _MAX_I64 and 0 <= ctime <= _MAX_I64 and 0 <= nacks <= _MAX_I64 and 0 <= deliv <= _MAX_I64):
+        return None
+    if type(nodes) is not list or len(nodes) > 65535:
+        return None
+    for n in nodes:
+        if type(n) is not str or len(n) != 40:
+            return None
     job = Job(job_id, ACTIVE, queue, body, repl, ctime, now + ttl, delay, retry, 0, tuple(dict.fromkeys(nodes)))
     job.nacks = nacks
     job.deliveries = deliv

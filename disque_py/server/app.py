@@ -28,6 +28,8 @@ from typing import Any
 
 import trio
 
+from cluster_bus.codec import encode_data_item
+
 from .. import __version__
 from ..config import Config
 from ..core.effects import BLOCKED, Reply, Send
@@ -270,6 +272,7 @@ class Server:
         """Carry out the core's effects: replies to blocked clients, bus messages."""
         node = self.node
         effects = node.take_effects()
+        last_message = item = None
         while effects:
             for effect in effects:
                 kind = type(effect)
@@ -286,7 +289,10 @@ class Server:
                     self.loop.send_soon(conn)
                 elif kind is Send:
                     message = effect.message
-                    self.cluster.send_data(effect.to, message[0], list(message[1:]))
+                    if message is not last_message:  # the core fans one message out to several peers
+                        item = encode_data_item(message[0], list(message[1:]))
+                        last_message = message
+                    self.cluster.send_item(effect.to, item)
             effects = node.take_effects()
 
     def cluster_data(self, sender: str, items: Any) -> None:

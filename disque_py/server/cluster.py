@@ -229,6 +229,14 @@ class ClusterService:
         self.stats["messages_sent"] = self.stats.get("messages_sent", 0) + 1
         return self.bus.send_data(link, self.my_id, kind, body)
 
+    def send_item(self, node_id: str, item: bytes) -> bool:
+        """Send an application message made by ``encode_data_item`` (see ``Bus.send_item``)."""
+        link = self.membership.link_of(node_id)
+        if link is None or self.bus is None:
+            return False
+        self.stats["messages_sent"] = self.stats.get("messages_sent", 0) + 1
+        return self.bus.send_item(link, self.my_id, item)
+
     # ------------------------------------------------------------ CLUSTER
     def command(self, argv: list[bytes]) -> Any:
         sub = argv[1].lower()

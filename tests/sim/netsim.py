@@ -14,6 +14,7 @@ from typing import Any
 import trio
 import trio.testing
 
+from cluster_bus.codec import encode_data_item
 from disque_py.config import load_config
 from disque_py.core.node import Node
 from disque_py.server.cluster import ClusterService
@@ -140,10 +141,13 @@ class SimServer:
     def apply_effects(self) -> None:
         from disque_py.core.effects import Send
 
+        last = item = None
         for effect in self.node.take_effects():
             if type(effect) is Send:
                 msg = effect.message
-                self.cluster.send_data(effect.to, msg[0], list(msg[1:]))
+                if msg is not last:  # one encoding per message, as the server does
+                    item, last = encode_data_item(msg[0], list(msg[1:])), msg
+                self.cluster.send_item(effect.to, item)
 
     def cluster_data(self, sender: str, items: Any) -> None:
         now = int(trio.current_time() * 1000)
