@@ -157,13 +157,16 @@ class ReplicationMixin:
         wire = job_to_wire(job, self.now)
         confirmed = job.confirmed or ()
         me = self.id
+        # One message object per variant: the shell encodes a message sent to several nodes once.
+        ask = ("REPLJOB", wire, bool(noreply))
+        tell = ("REPLJOB", wire, True)
         for node in job.delivered:
             if node == me:
                 continue
             acked = node in confirmed
             if acked and added == 0:
                 continue
-            self._effects.append(Send(node, ("REPLJOB", wire, bool(noreply or acked))))
+            self._effects.append(Send(node, tell if acked else ask))
         return added
 
     def _repl_tick(self: "Node") -> None:
