@@ -93,19 +93,33 @@ class FederationMixin:
         rate = q.import_rate(now)
         if kind == REACHED_ZERO and rate == 0:
             return
+        bcast_delay = min(BCAST_MIN_DELAY_MS << min(q.needjobs_bcast_attempt, 8), BCAST_MAX_DELAY_MS)
+        bcast_due = q.needjobs_bcast_time == 0 or now - q.needjobs_bcast_time > bcast_delay
+        adhoc_delay = min(ADHOC_MIN_DELAY_MS << min(q.needjobs_adhoc_attempt, 8), ADHOC_MAX_DELAY_MS)
+        if not bcast_due:
+            # This runs when a consumer blocks and when one takes a queue's
+            # last job: usually once or twice per job. Leave at once when the
+            # rest would send nothing: no source whose lease is running out
+            # (REACHED_ZERO), or no ad hoc request due yet (CLIENTS_WAITING).
+            if kind == REACHED_ZERO:
+                for n, t in q.sources.items():
+                    if now - t <= SOURCE_VALIDITY_MS and not self._lease_healthy(q, n, now):
+                        break
+                else:
+                    return
+            elif now - q.needjobs_adhoc_time <= adhoc_delay:
+                return
         sources = self._valid_sources(q)
         count = NEEDJOBS_MIN_REQUEST
         if sources:
             count = rate // len(sources)
         count = max(NEEDJOBS_MIN_REQUEST, min(NEEDJOBS_MAX_REQUEST, count, max(q.blocked, 1) * 10))
-        bcast_delay = min(BCAST_MIN_DELAY_MS << min(q.needjobs_bcast_attempt, 8), BCAST_MAX_DELAY_MS)
-        if q.needjobs_bcast_time == 0 or now - q.needjobs_bcast_time > bcast_delay:
+        if bcast_due:
             q.needjobs_bcast_time = now
             q.needjobs_bcast_attempt += 1
             targets = [n for n in self.reachable if n not in sources]
             # Discovery asks for few jobs, but enough to open a push lease.
             self._send_needjobs(targets, q.name, max(1, min(count, q.blocked or 1)))
-        adhoc_delay = min(ADHOC_MIN_DELAY_MS << min(q.needjobs_adhoc_attempt, 8), ADHOC_MAX_DELAY_MS)
         if sources and kind == REACHED_ZERO:
             # Only the sources whose push lease may be running out: a lease we
             # opened recently that has used less than half its credit keeps
