@@ -41,8 +41,11 @@ Acks (ACKJOB anywhere):
   some holder is unreachable.
 
 Wire format: every message is ``(kind, *args)`` with msgpack-able args; a job
-travels as a dict (``job_to_wire``). Anything malformed from a peer is
-ignored (a peer cannot crash the node).
+travels as a fixed array (``job_to_wire``: id, queue, body, repl, ttl,
+ctime, delay, retry, nacks, deliveries, nodes), which packs, unpacks and
+checks in half the time of a map with named fields (the receiver of a
+REPLJOB spent a quarter of its time there). Anything malformed from a peer
+is ignored (a peer cannot crash the node).
 """
 
 from __future__ import annotations
@@ -59,7 +62,7 @@ from .replies import Error, Status
 if TYPE_CHECKING:
     from .node import Node
 
-__all__ = ["ReplicationMixin", "job_to_wire", "job_from_wire", "REPL_ADD_NODE_MS"]
+__all__ = ["ReplicationMixin", "job_to_wire", "job_from_wire", "JOB_WIRE_FIELDS", "REPL_ADD_NODE_MS"]
 
 REPL_ADD_NODE_MS = 50
 QUEUED_INCR_NACKS = 1
@@ -68,36 +71,26 @@ QUEUED_INCR_DELIV = 2
 _INT = int
 
 
-def job_to_wire(job: Job, now: int) -> dict:
-    return {
-        "id": bytes(job.id),
-        "queue": job.queue,
-        "body": job.body,
-        "repl": job.repl,
-        "ttl": max(0, job.etime - now),
-        "ctime": job.ctime,
-        "delay": job.delay,
-        "retry": job.retry,
-        "nacks": job.nacks,
-        "deliv": job.deliveries,
-        "nodes": list(job.delivered),
-    }
+def job_to_wire(job: Job, now: int) -> list:
+    """The job as sent to peers: see the module docstring for the field order."""
+    return [
+        bytes(job.id), job.queue, job.body, job.repl, max(0, job.etime - now), job.ctime,
+        job.delay, job.retry, job.nacks, job.deliveries, list(job.delivered),
+    ]  # fmt: skip
 
 
+JOB_WIRE_FIELDS = 11
 _MAX_I64 = (1 << 63) - 1
 _MAX_DELAY = 1 << 31
 
 
 def job_from_wire(d: Any, now: int) -> Job | None:
-    """A Job from a peer's dict, or None when anything is off."""
-    if type(d) is not dict:
+    """A Job from a peer's array, or None when anything is off (extra trailing fields are ignored)."""
+    if type(d) is not list or len(d) < JOB_WIRE_FIELDS:
         return None
-    try:
-        job_id, queue, body = d["id"], d["queue"], d["body"]
-        repl, ttl, ctime = d["repl"], d["ttl"], d["ctime"]
-        delay, retry, nacks, deliv, nodes = d["delay"], d["retry"], d["nacks"], d["deliv"], d["nodes"]
-    except KeyError:
-        return None
+    if len(d) > JOB_WIRE_FIELDS:
+        d = d[:JOB_WIRE_FIELDS]
+    job_id, queue, body, repl, ttl, ctime, delay, retry, nacks, deliv, nodes = d
     # Plain inline checks (no helper calls): this runs for every replicated or moved job.
     if not (type(job_id) is bytes and valid_job_id(job_id) and type(queue) is bytes and type(body) is bytes):
         return None

@@ -5,6 +5,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from disque_py.core.replication import job_from_wire, job_to_wire
+
 from .conftest import Harness
 
 PEER = "f" * 40
@@ -52,3 +54,38 @@ def test_wrong_sender_and_body_types_are_ignored():
     h.node.receive_data(PEER, "DELJOB", "not a list", h.now)
     h.node.receive_data(PEER, "YOURJOBS", [[{"id": 5}] * 3], h.now)
     assert h.effects() == []
+
+
+VALID_JOB = [
+    b"D-01234567-AAAAAAAAAAAAAAAAAAAAAAAA-05a1", b"q", b"body", 1, 60000, 1_700_000_000_000_000_000,
+    0, 300, 0, 0, [PEER],
+]  # fmt: skip
+
+
+def test_a_valid_job_array_is_accepted():
+    job = job_from_wire(list(VALID_JOB), 1000)
+    assert job is not None and job.id == VALID_JOB[0] and job.retry == 300 and job.delivered == (PEER,)
+    assert job_to_wire(job, 1000) == VALID_JOB
+    assert job_from_wire(VALID_JOB + ["a later field"], 1000) is not None  # extra trailing fields ignored
+    assert job_from_wire(VALID_JOB[:-1], 1000) is None
+    assert job_from_wire(dict(enumerate(VALID_JOB)), 1000) is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, len(VALID_JOB) - 1), values, st.sampled_from(["REPLJOB", "YOURJOBS"]))
+def test_a_job_array_with_one_bad_field_is_refused_or_sane(index, value, kind):
+    wire = list(VALID_JOB)
+    wire[index] = value
+    job = job_from_wire(wire, 1000)
+    if job is not None:  # the random value happened to be valid there
+        assert type(job.id) is bytes and type(job.body) is bytes and 1 <= job.repl <= 65535
+        assert all(type(n) is str and len(n) == 40 for n in job.delivered)
+    h = Harness()
+    node = h.node
+    node.cluster_size = 2
+    node.known_nodes = [node.id, PEER]
+    node.reachable = [PEER]
+    node.receive_data(PEER, kind, [wire, False] if kind == "REPLJOB" else [[wire]], h.now)
+    node.take_effects()
+    h.advance(1000)
+    assert isinstance(h.add("q", "more", "REPLICATE", 1), bytes)

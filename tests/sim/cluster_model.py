@@ -60,6 +60,7 @@ from disque_py.core.effects import BLOCKED, Reply, Send
 from disque_py.core.job import ACKED, ACTIVE, QUEUED, STATE_NAMES, WAIT_REPL
 from disque_py.core.node import Node
 from disque_py.core.replies import NULL_ARRAY, Error, Status
+from disque_py.core.replication import job_from_wire
 
 __all__ = [
     "T0",
@@ -188,8 +189,9 @@ class Ledger:
         copies and are not affected.
         """
         for wire in jobs:
-            if isinstance(wire, dict) and wire.get("retry") == 0:
-                self.lost[bytes(wire["id"])].add(node)
+            job = job_from_wire(wire, 0)
+            if job is not None and job.retry == 0:
+                self.lost[bytes(job.id)].add(node)
 
     def on_crash(self, t: int, node: int, jobs: dict[bytes, int]) -> None:
         self.crashes.append((t, node, jobs))
