@@ -31,6 +31,17 @@ means is decided by its ``handler`` (the membership driver in the server).
   leave in call order.
 * Garbage (a frame over ``max_frame``, undecodable msgpack, a bad MAC, a
   replayed frame) closes that link and is reported; the node carries on.
+* With a ``reactor`` (the node's client loop: one epoll for every socket,
+  see :class:`Reactor`), a TCP link, once through the handshake, is read
+  and written from that loop instead of a reader and a writer task: bytes
+  that arrive are delivered in the same pass as the clients' commands, and
+  what a pass queued for a peer leaves at its end in one ``write`` (between
+  ``hold()`` and ``release()``), with no task switch and no trio scheduler
+  round per message. Output queued outside a held pass is sent by one
+  flusher task for all links. A socket that does not take everything is
+  watched for writability; the link's task only waits for the link's end
+  and cleans up. Links over other streams (the tests' memory transport)
+  keep the two tasks.
 
 The transport is injectable so tests can wire whole nodes in one process
 with memory streams (see ``MemoryNetwork`` in the tests).
@@ -39,6 +50,7 @@ with memory streams (see ``MemoryNetwork`` in the tests).
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import trio
@@ -62,7 +74,7 @@ from .codec import (
 
 from .messages import MAX_BATCH, AuthChallenge, AuthHello, AuthProof, Data, DataBatch
 
-__all__ = ["Bus", "BusHandler", "TcpTransport", "HANDSHAKE_TIMEOUT"]
+__all__ = ["Bus", "BusHandler", "Reactor", "TcpTransport", "HANDSHAKE_TIMEOUT"]
 
 _AUTH_TYPES = (AuthHello, AuthChallenge, AuthProof)
 _GONE = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
@@ -78,6 +90,19 @@ class BusHandler(Protocol):
     def link_down(self, link: int) -> None: ...
     def message(self, link: int, msg: Any) -> None: ...
     def link_error(self, kind: str, peer: str, reason: str) -> None: ...
+
+
+class Reactor(Protocol):
+    """An event loop that polls sockets for the bus (the node's client loop).
+
+    It calls ``on_readable``/``on_writable`` when the descriptor is ready
+    (both may come in one pass), and ``Bus.hold()`` before and
+    ``Bus.release()`` after each pass, so a pass's output leaves at its end.
+    """
+
+    def add_fd(self, fd: int, on_readable: Callable[[], None], on_writable: Callable[[], None]) -> None: ...
+    def want_writable(self, fd: int, on: bool) -> None: ...
+    def remove_fd(self, fd: int) -> None: ...
 
 
 class TcpTransport:
@@ -104,7 +129,7 @@ class TcpTransport:
 class _Link:
     __slots__ = (
         "id", "stream", "peer", "out", "lot", "session", "closed", "scope", "outbound", "node_id", "early",
-        "batch", "batch_sender", "batch_size",
+        "batch", "batch_sender", "batch_size", "fd", "decoder", "dirty", "want_out",
     )
 
     def __init__(self, link_id: int, stream: trio.abc.Stream, peer: str, outbound: bool, node_id: str | None):
@@ -122,6 +147,10 @@ class _Link:
         self.batch: list[bytes] = []  # encoded application messages not yet framed
         self.batch_sender = ""
         self.batch_size = 0
+        self.fd: int | None = None  # registered with the reactor: read and written from its loop
+        self.decoder: FrameDecoder | None = None
+        self.dirty = False  # in Bus._dirty
+        self.want_out = False  # the socket was full: the reactor reports when it is writable
 
 
 class Bus:
@@ -134,6 +163,7 @@ class Bus:
         secret: bytes | None = None,
         max_frame: int = MAX_FRAME_DEFAULT,
         transport: Any = None,
+        reactor: Reactor | None = None,
     ) -> None:
         self.handler = handler
         self.host = host
@@ -141,6 +171,11 @@ class Bus:
         self.secret = secret or None
         self.max_frame = max_frame
         self.transport = transport or TcpTransport()
+        self.reactor = reactor
+        self._dirty: list[_Link] = []  # reactor links with output not written yet
+        self._holds = 0  # > 0: inside a reactor pass (or a timer tick), which flushes at its end
+        self._flusher_lot = trio.lowlevel.ParkingLot()
+        self._flusher_woken = False
         self.links: dict[int, _Link] = {}
         self._next_link = 0
         self._nursery: trio.Nursery | None = None
@@ -160,8 +195,72 @@ class Bus:
         """Listen and keep the links' tasks; cancel the scope to stop everything."""
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
+            if self.reactor is not None:
+                nursery.start_soon(self._flusher)
             await nursery.start(self.transport.serve, self.host, self.port, self._accepted)
             task_status.started()
+
+    # ------------------------------------------------------------ output
+    def hold(self) -> None:
+        """Keep reactor links' output until the matching :meth:`release` (see the module docstring)."""
+        self._holds += 1
+
+    def release(self) -> None:
+        self._holds -= 1
+        if not self._holds and self._dirty:
+            self.flush()
+
+    def _mark(self, link: _Link) -> None:
+        """``link`` has output to send."""
+        if link.fd is None:
+            link.lot.unpark_all()  # its writer task sends it
+        elif not link.dirty:
+            link.dirty = True
+            self._dirty.append(link)
+            if not self._holds and not self._flusher_woken:
+                self._flusher_woken = True
+                self._flusher_lot.unpark_all()
+
+    async def _flusher(self) -> None:
+        while True:
+            await self._flusher_lot.park()
+            self._flusher_woken = False
+            self.flush()
+
+    def flush(self) -> None:
+        """Write what every reactor link has queued (a link waiting for writability keeps it)."""
+        dirty, self._dirty = self._dirty, []
+        for link in dirty:
+            link.dirty = False
+            if not link.closed and not link.want_out:
+                self._write(link)
+
+    def _write(self, link: _Link) -> None:
+        if link.batch:
+            self._close_batch(link)
+        out = link.out
+        if not out:
+            return
+        try:
+            sent = os.write(link.fd, out)  # type: ignore[arg-type]
+        except BlockingIOError:
+            sent = 0
+        except OSError:
+            self._drop(link)
+            return
+        stats = self.stats
+        stats["bytes_sent"] += sent
+        stats["writes"] += 1
+        if sent == len(out):
+            out.clear()
+            if link.want_out:
+                link.want_out = False
+                self.reactor.want_writable(link.fd, False)  # type: ignore[union-attr,arg-type]
+        else:
+            del out[:sent]
+            if not link.want_out:
+                link.want_out = True
+                self.reactor.want_writable(link.fd, True)  # type: ignore[union-attr,arg-type]
 
     # ------------------------------------------------------------- actions
     def connect(self, node_id: str, ip: str, bus_port: int) -> None:
@@ -178,7 +277,7 @@ class Bus:
         data = link.session.seal(body) if link.session is not None else frame(body)
         link.out += data
         self.stats["frames_sent"] += 1
-        link.lot.unpark_all()
+        self._mark(link)
         return True
 
     def send_data(self, link_id: int, sender: str, kind: str, body: Any) -> bool:
@@ -207,7 +306,7 @@ class Bus:
             self._close_batch(link)
         if not batch:
             link.batch_sender = sender
-            link.lot.unpark_all()
+            self._mark(link)
         batch.append(item)
         link.batch_size += len(item)
         self.stats["data_sent"] += 1
@@ -269,21 +368,92 @@ class Bus:
                 if link.outbound:
                     announced = True
                     self.handler.link_up(link.node_id, link.id)
-                async with trio.open_nursery() as nursery:
-                    nursery.start_soon(self._writer, link)
-                    await self._reader(link, decoder)
-                    nursery.cancel_scope.cancel()
+                if self.reactor is not None and isinstance(link.stream, trio.SocketStream):
+                    await self._run_in_reactor(link, decoder)
+                else:
+                    async with trio.open_nursery() as nursery:
+                        nursery.start_soon(self._writer, link)
+                        await self._reader(link, decoder)
+                        nursery.cancel_scope.cancel()
         except* _GONE:
             pass  # the peer went away: link_down below says so
         finally:
             link.closed = True
             self.links.pop(link.id, None)
+            self._unregister(link)  # before the socket is closed
             with trio.CancelScope(shield=True):
                 await trio.aclose_forcefully(link.stream)
             if link.outbound and not announced:
                 self.handler.link_failed(link.node_id)
             else:
                 self.handler.link_down(link.id)
+
+    # ------------------------------------------------------- reactor links
+    async def _run_in_reactor(self, link: _Link, decoder: FrameDecoder) -> None:
+        """Hand the link's socket to the reactor; wait here until the link ends."""
+        link.decoder = decoder
+        link.fd = link.stream.socket.fileno()  # type: ignore[attr-defined]
+        self.reactor.add_fd(link.fd, lambda: self._on_readable(link), lambda: self._on_writable(link))  # type: ignore[union-attr]
+        early, link.early = link.early, []
+        self._holds += 1
+        try:
+            for payload in early:
+                if link.closed:
+                    return
+                self._deliver(link, payload)
+        except (AuthError, BusProtocolError) as exc:
+            self._report("auth" if isinstance(exc, AuthError) else "frame", link, str(exc))
+            return
+        finally:
+            self.release()
+        if link.out or link.batch:
+            self._mark(link)  # queued before the link was registered
+        await trio.sleep_forever()  # until close() or _drop() cancels the link's scope
+
+    def _unregister(self, link: _Link) -> None:
+        if link.fd is not None:
+            self.reactor.remove_fd(link.fd)  # type: ignore[union-attr]
+            link.fd = None
+
+    def _drop(self, link: _Link) -> None:
+        """End a reactor link now (EOF, an error, garbage): its task cleans up and reports it down."""
+        link.closed = True
+        self._unregister(link)
+        if link.scope is not None:
+            link.scope.cancel()
+
+    def _on_readable(self, link: _Link) -> None:
+        if link.closed:
+            return
+        try:
+            data = os.read(link.fd, READ_SIZE)  # type: ignore[arg-type]
+        except BlockingIOError:
+            return
+        except OSError:
+            self._drop(link)
+            return
+        if not data:
+            self._drop(link)
+            return
+        self.stats["bytes_received"] += len(data)
+        self._holds += 1
+        try:
+            for payload in link.decoder.feed(data):  # type: ignore[union-attr]
+                if link.closed:
+                    return
+                self._deliver(link, payload)
+        except AuthError as exc:
+            self._report("auth", link, str(exc))
+            self._drop(link)
+        except BusProtocolError as exc:
+            self._report("frame", link, str(exc))
+            self._drop(link)
+        finally:
+            self.release()
+
+    def _on_writable(self, link: _Link) -> None:
+        if not link.closed:
+            self._write(link)
 
     async def _authenticate(self, link: _Link, decoder: FrameDecoder) -> bool:
         nonce = os.urandom(16)

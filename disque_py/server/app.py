@@ -322,8 +322,15 @@ class Server:
             deadline = math.inf if nxt is None else nxt / 1000.0
             with trio.move_on_at(deadline):
                 await self.timer_lot.park()
-            node.tick(now_ms())
-            self.apply_effects()
+            bus = self.cluster.bus
+            if bus is not None:
+                bus.hold()  # what the tick sends to peers leaves in one write per peer
+            try:
+                node.tick(now_ms())
+                self.apply_effects()
+            finally:
+                if bus is not None:
+                    bus.release()
 
     async def _cron_loop(self) -> None:
         cfg = self.config

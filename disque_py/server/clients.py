@@ -14,6 +14,12 @@ loop, same core, see BENCHMARKS.md). Each wake-up of the loop is one trio
 scheduler round, so the cluster bus, the timers and the cron run between
 two batches of clients.
 
+The same epoll serves the cluster bus's TCP links once they are through
+their handshake (the bus's ``Reactor``: ``add_fd``/``want_writable``/
+``remove_fd``): a pass delivers what peers sent along with what clients
+sent, and every bus message the pass produced leaves at its end, one write
+per peer (``Bus.hold``/``release`` around the pass).
+
 Replies produced for a client by somebody else (a blocked GETJOB served by
 an ADDJOB elsewhere, a replicated ADDJOB confirmed by GOTJOBs) are sent at
 once with :meth:`ClientLoop.send_soon`.
@@ -104,6 +110,7 @@ class ClientLoop:
         self.server = server
         self.ep = select.epoll()
         self.by_fd: dict[int, Connection] = {}
+        self.others: dict[int, tuple] = {}  # fd -> (on_readable, on_writable): cluster bus links
         self.current: Connection | None = None  # the client whose commands are running
 
     # ----------------------------------------------------------- membership
@@ -137,6 +144,21 @@ class ClientLoop:
             return  # the loop closes it after this batch of its commands
         if not conn.out:
             self.close(conn)
+
+    # ------------------------------------------------- other sockets (Reactor)
+    def add_fd(self, fd: int, on_readable, on_writable) -> None:
+        self.others[fd] = (on_readable, on_writable)
+        self.ep.register(fd, _IN)
+
+    def want_writable(self, fd: int, on: bool) -> None:
+        self.ep.modify(fd, _IN | _OUT if on else _IN)
+
+    def remove_fd(self, fd: int) -> None:
+        if self.others.pop(fd, None) is not None:
+            try:
+                self.ep.unregister(fd)
+            except (OSError, ValueError):
+                pass
 
     def close_all(self) -> None:
         for conn in list(self.by_fd.values()):
@@ -242,18 +264,33 @@ class ClientLoop:
         ep = self.ep
         epfd = ep.fileno()
         by_fd = self.by_fd
+        others = self.others
         server = self.server
+        cluster = server.cluster
         try:
             while True:
                 await trio.lowlevel.wait_readable(epfd)
-                for fd, events in ep.poll(0):
-                    conn = by_fd.get(fd)
-                    if conn is None:
-                        continue
-                    if events & _OUT:
-                        self._writable(conn)
-                    elif events & (_IN | _ERR):
-                        self._readable(conn)
+                bus = cluster.bus
+                if bus is not None:
+                    bus.hold()
+                try:
+                    for fd, events in ep.poll(0):
+                        conn = by_fd.get(fd)
+                        if conn is None:
+                            handlers = others.get(fd)
+                            if handlers is not None:
+                                if events & _OUT:
+                                    handlers[1]()
+                                if events & (_IN | _ERR) and fd in others:
+                                    handlers[0]()
+                            continue
+                        if events & _OUT:
+                            self._writable(conn)
+                        elif events & (_IN | _ERR):
+                            self._readable(conn)
+                finally:
+                    if bus is not None:
+                        bus.release()
                 server._poke_timer()
         finally:
             self.close_all()

@@ -128,7 +128,10 @@ class ClusterService:
                 cfg.port + BUS_PORT_OFFSET,
             )
         host = cfg.bind[0] if cfg.bind else "0.0.0.0"
-        self.bus = Bus(self, host=host, port=cfg.port + BUS_PORT_OFFSET, secret=self.secret, transport=self.transport)
+        self.bus = Bus(
+            self, host=host, port=cfg.port + BUS_PORT_OFFSET, secret=self.secret, transport=self.transport,
+            reactor=getattr(self.server, "loop", None),  # the node's client loop polls the links' sockets
+        )  # fmt: skip
         async with trio.open_nursery() as nursery:
             try:
                 await nursery.start(self.bus.run)

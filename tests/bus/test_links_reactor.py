@@ -1,0 +1,192 @@
+"""Bus links driven by a reactor (one epoll for every socket, as the node's client loop does).
+
+Two real ``Bus`` instances over loopback TCP, each with a small epoll
+reactor that follows the ``cluster_bus.links.Reactor`` contract (hold the
+bus for a pass, release it at the end). The node's own reactor is the
+client loop; these tests pin down the bus side: order and completeness
+under back-pressure, garbage, and links closed from either side.
+"""
+
+from __future__ import annotations
+
+import select
+import socket
+import struct
+
+import pytest
+import trio
+
+from cluster_bus.links import Bus
+
+A_ID = "a" * 40
+B_ID = "b" * 40
+
+
+class Reactor:
+    def __init__(self) -> None:
+        self.ep = select.epoll()
+        self.handlers: dict[int, tuple] = {}
+        self.bus: Bus | None = None
+        self.running = trio.Event()
+        self.running.set()
+        self.writable_requests: list[bool] = []
+
+    def add_fd(self, fd, on_readable, on_writable) -> None:
+        self.handlers[fd] = (on_readable, on_writable)
+        self.ep.register(fd, select.EPOLLIN)
+
+    def want_writable(self, fd, on) -> None:
+        self.writable_requests.append(on)
+        self.ep.modify(fd, select.EPOLLIN | select.EPOLLOUT if on else select.EPOLLIN)
+
+    def remove_fd(self, fd) -> None:
+        if self.handlers.pop(fd, None) is not None:
+            self.ep.unregister(fd)
+
+    async def run(self) -> None:
+        while True:
+            await self.running.wait()
+            await trio.lowlevel.wait_readable(self.ep.fileno())
+            if not self.running.is_set():
+                continue
+            self.bus.hold()
+            try:
+                for fd, events in self.ep.poll(0):
+                    handlers = self.handlers.get(fd)
+                    if handlers is None:
+                        continue
+                    if events & select.EPOLLOUT:
+                        handlers[1]()
+                    if events & (select.EPOLLIN | select.EPOLLERR | select.EPOLLHUP) and fd in self.handlers:
+                        handlers[0]()
+            finally:
+                self.bus.release()
+
+
+class Handler:
+    def __init__(self) -> None:
+        self.up: list[tuple[str, int]] = []
+        self.down: list[int] = []
+        self.failed: list[str] = []
+        self.errors: list[tuple[str, str]] = []
+        self.items: list[tuple[str, object]] = []
+        self.links: set[int] = set()
+        self.changed = trio.Event()
+
+    def _poke(self) -> None:
+        self.changed.set()
+        self.changed = trio.Event()
+
+    def link_up(self, node_id, link) -> None:
+        self.up.append((node_id, link))
+        self._poke()
+
+    def link_failed(self, node_id) -> None:
+        self.failed.append(node_id)
+        self._poke()
+
+    def link_down(self, link) -> None:
+        self.down.append(link)
+        self._poke()
+
+    def message(self, link, msg) -> None:
+        self.links.add(link)
+        for kind, body in getattr(msg, "items", ()):
+            self.items.append((kind, body))
+        self._poke()
+
+    def link_error(self, kind, peer, reason) -> None:
+        self.errors.append((kind, reason))
+        self._poke()
+
+
+async def until(handler: Handler, cond, timeout: float = 10.0) -> None:
+    with trio.fail_after(timeout):
+        while not cond():
+            await handler.changed.wait()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def start_bus(nursery, secret: bytes | None = None) -> tuple[Bus, Handler, Reactor]:
+    handler, reactor = Handler(), Reactor()
+    bus = Bus(handler, host="127.0.0.1", port=free_port(), secret=secret, reactor=reactor)
+    reactor.bus = bus
+    nursery.start_soon(reactor.run)
+    await nursery.start(bus.run)
+    return bus, handler, reactor
+
+
+@pytest.mark.parametrize("secret", [None, b"s3cret"])
+async def test_a_reader_that_stops_gets_everything_in_order_later(secret):
+    async with trio.open_nursery() as nursery:
+        a, ha, ra = await start_bus(nursery, secret)
+        b, hb, rb = await start_bus(nursery, secret)
+        a.connect(B_ID, "127.0.0.1", b.port)
+        await until(ha, lambda: ha.up)
+        link = ha.up[0][1]
+        rb.running = trio.Event()  # B stops reading: A's socket fills up
+        chunk = b"x" * 60000
+        a.hold()
+        for i in range(400):  # ~24 MB, far more than loopback buffers hold
+            assert a.send_data(link, A_ID, "TEST", [i, chunk])
+        a.release()
+        with trio.fail_after(10):
+            while True not in ra.writable_requests:
+                await trio.sleep(0.01)
+        assert a.links[link].out  # the rest waits in the link, not lost
+        rb.running.set()
+        await until(hb, lambda: len(hb.items) == 400, timeout=30)
+        assert [body[0] for _, body in hb.items] == list(range(400))
+        assert all(body[1] == chunk for _, body in hb.items)
+        with trio.fail_after(10):
+            while ra.writable_requests[-1] is not False:
+                await trio.sleep(0.01)
+        assert not a.links[link].out
+        nursery.cancel_scope.cancel()
+
+
+async def test_garbage_drops_only_that_link():
+    async with trio.open_nursery() as nursery:
+        b, hb, rb = await start_bus(nursery)
+        for payload in (struct.pack(">I", 3) + b"\x93\x09\x09", struct.pack(">I", 2**31) + b"x"):
+            s = trio.socket.socket()
+            await s.connect(("127.0.0.1", b.port))
+            await s.send(payload)
+            with trio.fail_after(10):
+                assert await s.recv(10) == b""  # closed by B
+            s.close()
+        assert len([e for e in hb.errors if e[0] == "frame"]) >= 1
+        assert not rb.handlers  # nothing left registered
+        a, ha, ra = await start_bus(nursery)
+        a.connect(B_ID, "127.0.0.1", b.port)
+        await until(ha, lambda: ha.up)
+        assert a.send_data(ha.up[0][1], A_ID, "TEST", ["still fine"])
+        a.flush()
+        await until(hb, lambda: hb.items)
+        assert hb.items == [("TEST", ["still fine"])]
+        nursery.cancel_scope.cancel()
+
+
+async def test_close_from_either_side_unregisters_and_reports():
+    async with trio.open_nursery() as nursery:
+        a, ha, ra = await start_bus(nursery)
+        b, hb, rb = await start_bus(nursery)
+        a.connect(B_ID, "127.0.0.1", b.port)
+        await until(ha, lambda: ha.up)
+        link = ha.up[0][1]
+        a.send_data(link, A_ID, "TEST", [1])
+        a.flush()
+        await until(hb, lambda: hb.items)
+        (b_link,) = hb.links
+        assert len(ra.handlers) == 1 and len(rb.handlers) == 1
+        a.close(link)  # A closes: B sees EOF
+        await until(ha, lambda: ha.down == [link])
+        await until(hb, lambda: hb.down == [b_link])
+        assert not ra.handlers and not rb.handlers
+        assert a.send_data(link, A_ID, "TEST", [2]) is False
+        nursery.cancel_scope.cancel()
