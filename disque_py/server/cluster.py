@@ -234,11 +234,13 @@ class ClusterService:
 
     def send_item(self, node_id: str, item: bytes) -> bool:
         """Send an application message made by ``encode_data_item`` (see ``Bus.send_item``)."""
-        link = self.membership.link_of(node_id)
+        m = self.membership  # once per job-layer message: no property or helper calls
+        link = m.link_of(node_id)
         if link is None or self.bus is None:
             return False
-        self.stats["messages_sent"] = self.stats.get("messages_sent", 0) + 1
-        return self.bus.send_item(link, self.my_id, item)
+        stats = self.stats
+        stats["messages_sent"] = stats.get("messages_sent", 0) + 1
+        return self.bus.send_item(link, m.myself.id, item)
 
     # ------------------------------------------------------------ CLUSTER
     def command(self, argv: list[bytes]) -> Any:
