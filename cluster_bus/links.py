@@ -17,12 +17,12 @@ means is decided by its ``handler`` (the membership driver in the server).
   fails is disconnected, reported once per address to the handler
   (``link_error``), and counted.
 * ``send(link, msg)`` encodes (and seals) at once, in call order, into the
-  link's output buffer; the link's writer task sends everything buffered in
-  one ``send_all``: all messages queued during one scheduler turn leave in a
-  single write.
+  link's output buffer, which is written in one go later (by the reactor
+  pass's end or the flusher, see below; or by the link's writer task): all
+  messages queued meanwhile leave in a single write.
 * ``send_data(link, sender, kind, body)`` encodes the application message at
   once too, but holds it with the other application messages queued for
-  that link until the writer runs, which sends them all as one
+  that link until the link is written, which sends them all as one
   ``DataBatch`` frame: one frame, one seal, one decode and one handler call
   on the other side for a whole turn's worth of REPLJOB or GOTJOB.
   ``send_item`` takes a message already encoded by ``encode_data_item``, so
