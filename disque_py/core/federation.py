@@ -203,7 +203,8 @@ class FederationMixin:
             del leases[sender]
 
     def _push_if_wanted(self: "Node", q: Queue, job: "Job") -> bool:
-        """A job was just queued: push it to a node with a valid lease. True if pushed."""
+        """A job is being queued: push it to a node with a valid lease instead. True if pushed
+        (counted in and out of ``q``, which it never entered); False: the caller queues it."""
         leases = self._leases.get(q.name)
         if not leases or q.blocked or q.flags & PAUSED_OUT or self._importing:
             return False
@@ -215,7 +216,7 @@ class FederationMixin:
                 continue
             if peer not in reachable:
                 continue
-            q.remove(job)
+            q.jobs_in += 1
             q.jobs_out += 1
             job.state = 1  # ACTIVE: it is now the peer's to queue
             job.flags |= F_DELIVERED

@@ -367,13 +367,12 @@ class Node(ReplicationMixin, FederationMixin):
             job.flags |= F_BCAST_QUEUED
         self._reschedule(job)
         q = self.queues.get(job.queue) or self._get_queue(job.queue)
-        q.add(job)
         q.atime = now
-        if q.blocked:
-            if not q.flags & PAUSED_OUT:
-                self._ready[q.name] = q
-        elif self._leases and q.name in self._leases:
-            self._push_if_wanted(q, job)  # a consumer waits on another node
+        if not q.blocked and self._leases and q.name in self._leases and self._push_if_wanted(q, job):
+            return True  # a consumer waits on another node: sent there, never in the queue here
+        q.add(job)
+        if q.blocked and not q.flags & PAUSED_OUT:
+            self._ready[q.name] = q
         return True
 
     def dequeue_job(self, job: Job) -> bool:
