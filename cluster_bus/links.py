@@ -286,9 +286,6 @@ class Bus:
         The message is checked and encoded now (a bad ``body`` raises here);
         returns False when there is no such open link.
         """
-        link = self.links.get(link_id)
-        if link is None or link.closed:
-            return False
         return self.send_item(link_id, sender, encode_data_item(kind, body))
 
     def send_item(self, link_id: int, sender: str, item: bytes) -> bool:
@@ -356,7 +353,7 @@ class Bus:
         await self._run_link(link)
 
     async def _run_link(self, link: _Link) -> None:
-        decoder = FrameDecoder(self.max_frame)
+        decoder = link.decoder = FrameDecoder(self.max_frame)
         announced = False
         try:
             with trio.CancelScope() as scope:
@@ -369,11 +366,11 @@ class Bus:
                     announced = True
                     self.handler.link_up(link.node_id, link.id)
                 if self.reactor is not None and isinstance(link.stream, trio.SocketStream):
-                    await self._run_in_reactor(link, decoder)
+                    await self._run_in_reactor(link)
                 else:
                     async with trio.open_nursery() as nursery:
                         nursery.start_soon(self._writer, link)
-                        await self._reader(link, decoder)
+                        await self._reader(link)
                         nursery.cancel_scope.cancel()
         except* _GONE:
             pass  # the peer went away: link_down below says so
@@ -389,23 +386,12 @@ class Bus:
                 self.handler.link_down(link.id)
 
     # ------------------------------------------------------- reactor links
-    async def _run_in_reactor(self, link: _Link, decoder: FrameDecoder) -> None:
+    async def _run_in_reactor(self, link: _Link) -> None:
         """Hand the link's socket to the reactor; wait here until the link ends."""
-        link.decoder = decoder
         link.fd = link.stream.socket.fileno()  # type: ignore[attr-defined]
         self.reactor.add_fd(link.fd, lambda: self._on_readable(link), lambda: self._on_writable(link))  # type: ignore[union-attr]
-        early, link.early = link.early, []
-        self._holds += 1
-        try:
-            for payload in early:
-                if link.closed:
-                    return
-                self._deliver(link, payload)
-        except (AuthError, BusProtocolError) as exc:
-            self._report("auth" if isinstance(exc, AuthError) else "frame", link, str(exc))
+        if not self._take(link, None):
             return
-        finally:
-            self.release()
         if link.out or link.batch:
             self._mark(link)  # queued before the link was registered
         await trio.sleep_forever()  # until close() or _drop() cancels the link's scope
@@ -436,20 +422,8 @@ class Bus:
             self._drop(link)
             return
         self.stats["bytes_received"] += len(data)
-        self._holds += 1
-        try:
-            for payload in link.decoder.feed(data):  # type: ignore[union-attr]
-                if link.closed:
-                    return
-                self._deliver(link, payload)
-        except AuthError as exc:
-            self._report("auth", link, str(exc))
+        if not self._take(link, data):
             self._drop(link)
-        except BusProtocolError as exc:
-            self._report("frame", link, str(exc))
-            self._drop(link)
-        finally:
-            self.release()
 
     def _on_writable(self, link: _Link) -> None:
         if not link.closed:
@@ -497,27 +471,43 @@ class Bus:
                 link.early.extend(payloads[1:])
                 return payloads[0]
 
-    async def _reader(self, link: _Link, decoder: FrameDecoder) -> None:
+    async def _reader(self, link: _Link) -> None:
         stats = self.stats
         try:
-            early, link.early = link.early, []
-            for payload in early:
-                self._deliver(link, payload)
+            if not self._take(link, None):
+                return
             while True:
                 data = await link.stream.receive_some(READ_SIZE)
                 if not data:
                     return
                 stats["bytes_received"] += len(data)
-                for payload in decoder.feed(data):
-                    if link.closed:
-                        return
-                    self._deliver(link, payload)
+                if not self._take(link, data):
+                    return
+        except _GONE:
+            pass
+
+    def _take(self, link: _Link, data: bytes | None) -> bool:
+        """Deliver, in order, the frames ``data`` completes (None: those that came in with the
+        handshake), reactor output held until the end. False when the link must end: it was
+        closed meanwhile, or sent garbage or a bad MAC (reported)."""
+        self._holds += 1
+        try:
+            if data is None:
+                payloads, link.early = link.early, []
+            else:
+                payloads = link.decoder.feed(data)  # type: ignore[union-attr]
+            for payload in payloads:
+                if link.closed:
+                    return False
+                self._deliver(link, payload)
+            return True
         except AuthError as exc:
             self._report("auth", link, str(exc))
         except BusProtocolError as exc:
             self._report("frame", link, str(exc))
-        except _GONE:
-            pass
+        finally:
+            self.release()
+        return False
 
     def _deliver(self, link: _Link, payload: bytes) -> None:
         body = link.session.open(payload) if link.session is not None else payload

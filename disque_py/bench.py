@@ -1784,7 +1784,7 @@ def _spread(d: dict[str, float], fmt: str = "{:,.1f}") -> str:
 
 def bus_report(bench: Bench) -> list[str]:
     """The bus suite's two tables (idle traffic per node, chain join), or nothing."""
-    res, sizes = bench.results, bench.sizes
+    res = bench.results
     idle = sorted((r for k, r in res.items() if k.startswith("bus_idle_")), key=lambda r: r["nodes"])
     chain = [r for k, r in res.items() if k.startswith("bus_chain_")]
     if not idle and not chain:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import errno
 import gc
-import logging
 import math
 import os
 import signal

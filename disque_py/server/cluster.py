@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from cluster_bus.codec import encode_data_item
 from cluster_bus.links import Bus
 from cluster_bus.membership import (
     Close,
@@ -165,11 +166,11 @@ class ClusterService:
     def message(self, link: int, msg: Any) -> None:
         kind = type(msg)
         if kind is DataBatch:
-            self.stats["messages_received"] = self.stats.get("messages_received", 0) + len(msg.items)
+            self.stats["messages_received"] += len(msg.items)
             self.server.cluster_data(msg.sender, msg.items)
             return
         if kind is Data:
-            self.stats["messages_received"] = self.stats.get("messages_received", 0) + 1
+            self.stats["messages_received"] += 1
             self.server.cluster_data(msg.sender, ((msg.kind, msg.body),))
             return
         if self.bus is not None:
@@ -225,12 +226,8 @@ class ClusterService:
             node.set_id(m.my_id)
 
     def send_data(self, node_id: str, kind: str, body: Any) -> bool:
-        """Send an application message to a node over its outbound link."""
-        link = self.membership.link_of(node_id)
-        if link is None or self.bus is None:
-            return False
-        self.stats["messages_sent"] = self.stats.get("messages_sent", 0) + 1
-        return self.bus.send_data(link, self.my_id, kind, body)
+        """Send an application message to a node over its outbound link (a bad body raises)."""
+        return self.send_item(node_id, encode_data_item(kind, body))
 
     def send_item(self, node_id: str, item: bytes) -> bool:
         """Send an application message made by ``encode_data_item`` (see ``Bus.send_item``)."""
@@ -238,8 +235,7 @@ class ClusterService:
         link = m.link_of(node_id)
         if link is None or self.bus is None:
             return False
-        stats = self.stats
-        stats["messages_sent"] = stats.get("messages_sent", 0) + 1
+        self.stats["messages_sent"] += 1
         return self.bus.send_item(link, m.myself.id, item)
 
     # ------------------------------------------------------------ CLUSTER
