@@ -10,9 +10,11 @@ per client. This is Redis's own design: a request that can be answered at
 once costs a ``recv`` and a ``send``, not a trio task switch, a checkpoint
 and an epoll registration change as a task per connection did (measured:
 ~30k unpipelined ADDJOB/s with a task per client against ~50k with one
-loop, same core, see BENCHMARKS.md). Each wake-up of the loop is one trio
-scheduler round, so the cluster bus, the timers and the cron run between
-two batches of clients.
+loop, same core, see BENCHMARKS.md). Other trio tasks (the cluster bus's
+handshakes, the timers, the cron) run between two batches of clients. When
+none of them has anything to do, the loop waits in its epoll directly
+instead of through trio, which saves a scheduler round per wake-up
+(:mod:`.waiting`).
 
 The same epoll serves the cluster bus's TCP links once they are through
 their handshake (the bus's ``Reactor``: ``add_fd``/``want_writable``/
@@ -44,6 +46,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from ..protocol.resp import ProtocolError, encode_reply
+from .waiting import DirectWait
 
 if TYPE_CHECKING:
     from .app import Server
@@ -112,6 +115,7 @@ class ClientLoop:
         self.by_fd: dict[int, Connection] = {}
         self.others: dict[int, tuple] = {}  # fd -> (on_readable, on_writable): cluster bus links
         self.current: Connection | None = None  # the client whose commands are running
+        self.direct = DirectWait(self.ep)  # waits without a trio round when trio is idle (waiting.py)
 
     # ----------------------------------------------------------- membership
     def add(self, conn: Connection) -> None:
@@ -261,22 +265,26 @@ class ClientLoop:
 
     # ----------------------------------------------------------------- loop
     async def run(self) -> None:
-        ep = self.ep
-        epfd = ep.fileno()
         by_fd = self.by_fd
         others = self.others
         server = self.server
         cluster = server.cluster
+        direct = self.direct
         try:
+            await direct.start()
             while True:
-                await trio.lowlevel.wait_readable(epfd)
+                ready = await direct.wait()
+                trio_fd = direct.trio_fd
                 bus = cluster.bus
                 if bus is not None:
                     bus.hold()
                 try:
-                    for fd, events in ep.poll(0):
+                    for fd, events in ready:
                         conn = by_fd.get(fd)
                         if conn is None:
+                            if fd == trio_fd:
+                                direct.trio_ready = True  # the next wait lets trio handle it
+                                continue
                             handlers = others.get(fd)
                             if handlers is not None:
                                 if events & _OUT:
@@ -293,5 +301,6 @@ class ClientLoop:
                         bus.release()
                 server._poke_timer()
         finally:
+            direct.close()
             self.close_all()
 
