@@ -45,13 +45,21 @@ MAX_WAIT = 3600.0
 _LOOPS: trio.lowlevel.RunVar[list[Any]] = trio.lowlevel.RunVar("disque_py_client_loops")
 
 
-def trio_epoll_fd() -> int | None:
-    """The descriptor of the running trio's epoll, or None if there is none we can reach."""
+def _runner() -> Any:
+    """Trio's private run state, or None if it is not where this trio version keeps it."""
     try:
         from trio._core._run import GLOBAL_RUN_CONTEXT
 
-        fd = GLOBAL_RUN_CONTEXT.runner.io_manager._epoll.fileno()
-    except Exception:  # noqa: BLE001 - any other backend or layout: no direct waiting
+        return GLOBAL_RUN_CONTEXT.runner
+    except Exception:  # noqa: BLE001 - another layout: no direct waiting
+        return None
+
+
+def trio_epoll_fd() -> int | None:
+    """The descriptor of the running trio's epoll, or None if there is none we can reach."""
+    try:
+        fd = _runner().io_manager._epoll.fileno()
+    except Exception:  # noqa: BLE001 - another I/O backend or layout: no direct waiting
         return None
     return fd if type(fd) is int and fd >= 0 else None
 
@@ -59,14 +67,12 @@ def trio_epoll_fd() -> int | None:
 def _deadline_clock() -> Any:
     """A function returning the seconds left until trio's next deadline (cheap when it can be)."""
     try:
-        from trio._core._run import GLOBAL_RUN_CONTEXT
-
-        runner = GLOBAL_RUN_CONTEXT.runner
+        runner = _runner()
         next_deadline = runner.deadlines.next_deadline
         now = runner.clock.current_time
         if type(next_deadline()) is float and type(now()) is float:
             return lambda: next_deadline() - now()
-    except Exception:  # noqa: BLE001 - the public (slower) way
+    except Exception:  # noqa: BLE001 - fall back to the public (slower) way
         pass
     return lambda: trio.lowlevel.current_statistics().seconds_to_next_deadline
 
