@@ -40,6 +40,25 @@ def free_port() -> int:
     raise RuntimeError("no free port pair")
 
 
+def consecutive_free_ports(n: int) -> int:
+    """A base port such that base .. base+n-1 and their bus ports (+10000) are all free."""
+    for _ in range(50):
+        base = free_port()
+        if base + n - 1 + 10000 > 65535:
+            continue
+        ok = True
+        for p in range(base, base + n):
+            for q in (p, p + 10000):
+                with socket.socket() as s:
+                    try:
+                        s.bind(("127.0.0.1", q))
+                    except OSError:
+                        ok = False
+        if ok:
+            return base
+    raise RuntimeError("no free port range")
+
+
 def wait_for(predicate, timeout: float = 10.0, interval: float = 0.02, what: str = "condition"):
     deadline = time.monotonic() + timeout
     last_exc = None

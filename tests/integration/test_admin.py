@@ -11,7 +11,7 @@ import sys
 import pytest
 import redis
 
-from .conftest import free_port, wait_for
+from .conftest import consecutive_free_ports, wait_for
 from .test_node_process import raw
 
 pytestmark = pytest.mark.integration
@@ -107,7 +107,7 @@ def test_config_set_loglevel_and_requirepass_at_runtime(node):
 def test_scripts_cluster_start_status_stop(tmp_path):
     if not shutil.which("bash"):
         pytest.skip("bash not available")
-    base = free_port()
+    base = consecutive_free_ports(2)  # two nodes: base and base + 1
     env = dict(os.environ)
     cmd = [sys.executable, "-m", "disque_py.devcluster"]
     out = subprocess.run(cmd + ["start", "2", "--base-port", str(base)], cwd=tmp_path, env=env,

@@ -8,12 +8,11 @@ import socket
 import struct
 import subprocess
 import sys
-import time
 
 import pytest
 import redis
 
-from .conftest import NodeProcess, free_port, wait_for
+from .conftest import NodeProcess, consecutive_free_ports, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -28,22 +27,6 @@ def flags_of(r: redis.Redis, node_id: str) -> str:
         if line.startswith(node_id):
             return line.split()[2]
     return "unknown"
-
-
-def consecutive_free_ports(n: int) -> int:
-    for _ in range(50):
-        base = free_port()
-        ok = True
-        for p in range(base, base + n):
-            for q in (p, p + 10000):
-                with socket.socket() as s:
-                    try:
-                        s.bind(("127.0.0.1", q))
-                    except OSError:
-                        ok = False
-        if ok:
-            return base
-    raise RuntimeError("no free port range")
 
 
 @pytest.fixture
