@@ -36,6 +36,11 @@ A :class:`Worker` is a trio program built on the trio client
   ``run_sync_soon`` wake-up per batch, not one per job. A trio task, the
   *collector*, turns the reports into outcomes, as a runner does.
 
+  With quick handlers the fetcher then *lends* its role to the threads
+  (direct mode, see :class:`_HandlerThreads`): a thread that runs dry
+  sends the ACKs and the next ``GETJOB NOHANG`` itself, on a blocking
+  connection of its own, so a round costs no thread hand-over at all.
+
   Either kind of handler succeeds by returning (the value is ignored) and
   fails by raising anything.
 * **acker** - sends the outcomes the fetcher cannot carry (while its
@@ -111,6 +116,7 @@ from .cluster import Backoff
 from .errors import AckedError, AuthError, DisqueError, NoJobError, TooLateError
 from .model import DeadLetter, Job
 from .sync import Client as SyncClient
+from .sync import _Connection
 
 __all__ = ["Worker", "WorkerStats", "FailureGate", "current_worker", "describe_error", "DEFAULT_DEAD_LETTER"]
 
@@ -257,6 +263,14 @@ HELPER_DELAY = 0.001
 #: many handler threads as they need at once.
 SLOW_HANDLER = 0.0001
 
+#: Seconds the handler threads stop fetching for themselves after their
+#: connection failed (the trio fetcher, which fails over, goes on).
+DIRECT_RETRY = 1.0
+
+#: Whether handler threads may fetch for themselves (see ``_HandlerThreads``);
+#: off, every round goes through the trio fetcher.
+DIRECT_FETCH = True
+
 # What a handler thread reports about a job.
 _DONE = 0  # the handler returned (error None) or raised (error set)
 _STARTED = 1  # the handler is starting (only with heartbeats)
@@ -334,6 +348,29 @@ class _HandlerThreads:
     hands. Threads take jobs from the buffer with ``popleft`` under the
     lock; the trio thread appends to it, and empties it at a stop after
     :meth:`halt`.
+
+    **Direct fetching.** Each job otherwise crosses threads twice per
+    round: the trio fetcher wakes a thread, the thread wakes the trio
+    collector (~100 µs together on a small VM, more than a whole round trip
+    to the node). So when the fetcher has nothing to do but wait for
+    outcomes (every slot in flight, none pending, no backoff, handlers
+    quick, no heartbeats), it *lends* its role to the threads: a thread
+    that runs dry sends the ACKs of the jobs done in direct mode and
+    ``GETJOB NOHANG COUNT <free slots>`` on a blocking connection of its
+    own to the same node, and runs what comes back, with no thread
+    hand-over at all. One thread at a time does such a round trip
+    (``leading``); it counts in-flight jobs exactly as the fetcher does, so
+    ``max_in_flight`` holds. Direct mode closes, and the trio side takes
+    over as before, when a round trip brings no job or fails (the trio
+    client then fails over; direct mode stays off for ``DIRECT_RETRY``
+    seconds), on a handler failure or a job to dead-letter, on stop, or
+    when the trio fetcher, checking every ``HELPER_DELAY`` (every
+    ``OUTCOME_LINGER`` with one thread), sees a handler running longer than
+    that: ACKs must not wait behind a slow handler and buffered jobs then
+    need the other threads. ACKs not sent yet are handed to the trio side
+    (``handed``), jobs a round trip brought after the close go to it too
+    (``late``), and the counters travel as deltas that
+    :meth:`Worker._absorb` adds to the worker's.
     """
 
     def __init__(self, worker: "Worker") -> None:
@@ -351,6 +388,21 @@ class _HandlerThreads:
         self.slow = False  # the last handler to finish took more than SLOW_HANDLER
         self.pushed = 0  # jobs put in the buffer for the threads, so far
         self.popped = 0  # jobs taken from it by the threads, so far
+        self.started = [0.0] * worker.concurrency  # perf_counter() when the running handler started
+        # Direct fetching (see the class docstring): open while the trio fetcher lends its role.
+        self.direct = False
+        self.leading = False  # a thread is in a direct round trip
+        self.direct_in_flight = 0  # jobs in flight, as the direct round trips count them
+        self.direct_acks: list[str] = []  # done in direct mode, ACK not sent yet
+        self.direct_address: Any = None
+        self.direct_retry_at = 0.0  # time.monotonic() before which no direct mode opens (failed)
+        self.rounds = 0  # direct round trips, so far
+        self._conn: _Connection | None = None
+        # For the trio thread to take (Worker._absorb): what direct mode did since the last take.
+        self.dirty = False
+        self.d_fetched = self.d_settled = self.d_processed = self.d_ack_errors = 0
+        self.handed: list[str] = []  # ACKs direct mode left to the trio side (it closed)
+        self.late: list[Job] = []  # jobs a round trip brought after direct mode closed
         self._token: trio.lowlevel.TrioToken | None = None
         self._wakeup: Callable[[], None] = lambda: None
 
@@ -397,6 +449,7 @@ class _HandlerThreads:
     def halt(self) -> None:
         with self.cond:
             self.halted = True
+            self._close_direct()
 
     def take(self) -> list[tuple[int, Job, BaseException | None]]:
         with self.cond:
@@ -405,9 +458,10 @@ class _HandlerThreads:
         return events
 
     def busy(self) -> bool:
-        """Reports waiting, or a handler running."""
+        """Reports waiting, a handler or a direct round trip running, or direct mode's results
+        not taken."""
         with self.cond:
-            return bool(self.events) or any(job is not None for job in self.current)
+            return bool(self.events) or self.leading or self.dirty or any(job is not None for job in self.current)
 
     def running(self) -> int:
         return sum(job is not None for job in self.current)
@@ -419,6 +473,7 @@ class _HandlerThreads:
         with self.cond:
             if self.closed:
                 return [], []
+            self._close_direct()  # ACKs not sent yet go to the trio side
             self.closed = True
             running = []
             for slot, job in enumerate(self.current):
@@ -436,6 +491,8 @@ class _HandlerThreads:
         for slot, thread in enumerate(self.threads):
             if slot not in self.abandoned:
                 thread.join(timeout)
+        if not self.leading:
+            self._drop_connection()
 
     # ---------------------------------------------------------- thread side
     def _post(self) -> None:
@@ -452,6 +509,7 @@ class _HandlerThreads:
         buffer = worker._buffer
         cond = self.cond
         current = self.current
+        started = self.started
         handler = worker.handler
         limit = worker.max_attempts if worker.max_attempts is not None else math.inf
         beats = bool(worker.heartbeat)
@@ -463,12 +521,21 @@ class _HandlerThreads:
                     if self.closed:
                         return  # abandoned: the job was handed back
                     current[slot] = None
-                    self.events.append(report)
+                    if self.direct and report[0] == _DONE and report[2] is None:
+                        self.direct_acks.append(report[1].id)
+                        self.d_processed += 1
+                        self.dirty = True
+                    else:
+                        self._close_direct()  # a failure, a job to dead-letter: the trio side takes over
+                        self.events.append(report)
+                        self._post()
                     report = None
-                    self._post()
                 while self.closed or self.halted or not buffer:
                     if self.closed:
                         return
+                    if self.direct and not self.leading and not self.halted:
+                        self._lead()
+                        continue
                     self.idle += 1
                     cond.wait()
                     self.idle -= 1
@@ -482,7 +549,7 @@ class _HandlerThreads:
                 if beats:
                     self.events.append((_STARTED, job, None))
                     self._post()
-            start = clock()
+            started[slot] = start = clock()
             try:
                 _call_sync(handler, job)
             except BaseException as exc:  # noqa: BLE001 - any handler error is a job failure
@@ -491,7 +558,142 @@ class _HandlerThreads:
                     self.halted = True  # KeyboardInterrupt, SystemExit...: the worker stops
             else:
                 report = (_DONE, job, None)
+            started[slot] = 0.0
             self.slow = clock() - start > SLOW_HANDLER
+
+    def _lead(self) -> None:
+        """Under the lock, in direct mode with nothing buffered: one round trip (the lock is
+        released meanwhile), its jobs into the buffer. Closes direct mode when the round trip
+        brings nothing or fails."""
+        worker = self.worker
+        acks, self.direct_acks = self.direct_acks, []
+        free = worker.max_in_flight - self.direct_in_flight + len(acks)
+        if free <= 0:  # slots held by outcomes the trio side sends
+            self.direct_acks = acks
+            self._close_direct()
+            return
+        self.leading = True
+        self.rounds += 1
+        address = self.direct_address
+        call = worker._getjob_call(free)
+        argvs: list[tuple[Any, ...]] = [call.argv]
+        if acks:
+            argvs.insert(0, (_OPS[worker._ack_op], *acks))
+        self.cond.release()
+        try:
+            replies: list[Any] | BaseException = self._round_trip(address, argvs, call)
+        except BaseException as exc:  # noqa: BLE001 - reported below, under the lock
+            replies = exc
+        finally:
+            self.cond.acquire()
+            self.leading = False
+        self.dirty = True
+        if not self.direct:
+            self._post()  # closed meanwhile: the trio side waits for this round trip to end
+        got: Any = replies if isinstance(replies, BaseException) else replies[-1]
+        if acks:
+            if isinstance(replies, BaseException):
+                self.handed += acks  # maybe not sent: sent again (a second ACK is harmless)
+            else:
+                if isinstance(replies[0], BaseException):
+                    self.d_ack_errors += 1
+                    log.error("%s of %d job(s) failed: %s", _OPS[worker._ack_op].decode(), len(acks), replies[0])
+                self.d_settled += len(acks)
+                self.direct_in_flight -= len(acks)
+        if isinstance(got, BaseException):
+            self._close_direct()
+            self.direct_retry_at = time.monotonic() + DIRECT_RETRY
+            self._drop_connection()
+            log.info("direct fetching off for %.1f s: %s", DIRECT_RETRY, describe_error(got))
+            if not isinstance(got, Exception):
+                raise got
+            return
+        jobs = cmd.parse_getjob(got)
+        n = len(jobs)
+        self.d_fetched += n
+        self.direct_in_flight += n
+        worker._starved = n < free
+        if not n:
+            self._close_direct()
+        elif self.direct:
+            self.worker._buffer.extend(jobs)
+            self.pushed += n
+        else:
+            self.late += jobs
+
+    def _round_trip(self, address: Any, argvs: list[tuple[Any, ...]], call: cmd.Call[Any]) -> list[Any]:
+        """The direct connection's pipelined request (connecting first if needed), without the lock."""
+        conn = self._conn
+        if conn is None or conn.address != address:
+            self._drop_connection()
+            conn = self._conn = _Connection(address, self.worker.client.config)
+        return conn.request_many(argvs, self.worker.client.config.read_timeout(call))
+
+    def _drop_connection(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+    def _close_direct(self) -> None:
+        """Under the lock: end direct mode; ACKs not sent go to the trio side."""
+        if self.direct:
+            self.direct = False
+            if self.direct_acks:
+                self.handed += self.direct_acks
+                self.direct_acks = []
+            self.dirty = True
+            self._post()
+
+    # ---------------------------------------------------------- direct mode, trio side
+    def can_direct(self) -> bool:
+        """Whether direct mode may open now (see the class docstring)."""
+        if self.slow or self.halted or self.closed or self.leading:
+            return False
+        return time.monotonic() >= self.direct_retry_at
+
+    def open_direct(self, in_flight: int, address: Any, longest: float) -> bool:
+        """Lend the fetcher's role to the threads, if one of them has a job to finish (else
+        every outcome is on its way to the trio side already) and no handler has run for
+        more than ``longest`` seconds."""
+        with self.cond:
+            if self.halted or self.closed or not (self.worker._buffer or any(self.current)):
+                return False
+            since = time.perf_counter() - longest
+            if any(0.0 < start < since for start in self.started):
+                return False
+            self.direct = True
+            self.direct_in_flight = in_flight
+            self.direct_address = address
+            return True
+
+    def check_direct(self, longest: float) -> bool:
+        """True while direct mode is open or its last round trip is on; closes it when a
+        handler has run for more than ``longest`` seconds."""
+        with self.cond:
+            if self.direct:
+                since = time.perf_counter() - longest
+                if any(0.0 < start < since for start in self.started):
+                    self._close_direct()
+            return self.direct or self.leading
+
+    def close_direct(self) -> None:
+        with self.cond:
+            self._close_direct()
+
+    def take_direct(self) -> tuple[int, int, int, int, list[str], list[Job]]:
+        """What direct mode did since the last take: jobs fetched, outcomes settled, jobs
+        processed, ACK errors, ACKs and jobs left to the trio side."""
+        with self.cond:
+            taken = (self.d_fetched, self.d_settled, self.d_processed, self.d_ack_errors, self.handed, self.late)
+            self.d_fetched = self.d_settled = self.d_processed = self.d_ack_errors = 0
+            self.handed, self.late = [], []
+            self.dirty = False
+        return taken
+
+    def direct_counts(self) -> tuple[int, int, int]:
+        """Fetched, settled and processed in direct mode, not taken yet (for stats)."""
+        with self.cond:
+            return self.d_fetched, self.d_settled, self.d_processed
 
 
 class Worker:
@@ -578,6 +780,16 @@ class Worker:
         # plain functions: handler threads (see _HandlerThreads), started by run()
         self._threads: _HandlerThreads | None = None if self._is_async else _HandlerThreads(self)
         self._dead_is_async = callable(dead_letter) and _is_async_callable(dead_letter)
+        # handler threads may fetch for themselves (see _HandlerThreads) on their own connection
+        # to the trio client's node: not with heartbeats (the trio side starts them) or affinity
+        # (the trio client follows the jobs' origin)
+        self._direct_ok = (
+            DIRECT_FETCH
+            and self._threads is not None
+            and not heartbeat
+            and isinstance(self.client, AioClient)
+            and not self.client.config.affinity
+        )
         self._last_errors: OrderedDict[str, str] = OrderedDict()
 
         self._fetched = self._processed = self._failed = self._retried = self._dead = 0
@@ -613,9 +825,14 @@ class Worker:
 
     # ------------------------------------------------------------ public
     def stats(self) -> WorkerStats:
+        fetched, processed, in_flight = self._fetched, self._processed, self._in_flight
+        if self._threads is not None:  # direct mode's counts not taken yet
+            d_fetched, d_settled, d_processed = self._threads.direct_counts()
+            fetched, processed = fetched + d_fetched, processed + d_processed
+            in_flight += d_fetched - d_settled
         return WorkerStats(
-            self._fetched, self._processed, self._failed, self._retried, self._dead,
-            self._in_flight, self._running_count(), self._backoffs, self._ack_errors, self.starved(),
+            fetched, processed, self._failed, self._retried, self._dead,
+            in_flight, self._running_count(), self._backoffs, self._ack_errors, self.starved(),
         )  # fmt: skip
 
     def starved(self) -> bool:
@@ -704,6 +921,7 @@ class Worker:
                     task_status.started()
                 if threads is not None:
                     threads.close()
+                    self._absorb()
                 self._drain_buffer()  # anything left (runners cancelled) goes back
                 self._work_done = True
                 self._ack_wake.fire()  # the acker sends what is left, then returns
@@ -824,6 +1042,8 @@ class Worker:
                 elif self._buffer and free < self._batch_min and not flush:
                     free = 0  # runners still have work: wait until half the slots are free
                 if free <= 0:
+                    if limit is None and not pending and self._direct_ok and await self._lend():
+                        continue
                     # Full: the next outcome frees a slot and we carry it. Held back
                     # by the gate (probing): the acker sends outcomes meanwhile.
                     self._carry(limit is None)
@@ -873,6 +1093,53 @@ class Worker:
                 self._wake_all_runners()
             else:
                 self._collect_wake.fire()
+
+    async def _lend(self) -> bool:
+        """Let the handler threads fetch for themselves until they stop (direct mode, see
+        :class:`_HandlerThreads`); False if it could not start."""
+        threads = self._threads
+        assert threads is not None
+        gate = self._gate
+        if gate.consecutive or gate.state is not FailureGate.OPEN or not threads.can_direct():
+            return False
+        address = self.client.current_address
+        longest = OUTCOME_LINGER if self.concurrency == 1 else HELPER_DELAY
+        self._absorb()
+        if address is None or not threads.open_direct(self._in_flight, address, longest):
+            return False
+        self._carry(False)
+        try:
+            await trio.lowlevel.checkpoint()
+            while threads.check_direct(longest):
+                with trio.move_on_after(longest):
+                    await self._fetch_wake.wait()
+        finally:
+            threads.close_direct()
+            self._absorb()
+        if self._buffer and threads.help(threads.pushed) and not self._watch_armed:
+            self._arm_watch()  # closed behind a slow handler: idle threads take the jobs left
+        return True
+
+    def _absorb(self) -> None:
+        """Add what direct mode did to the worker's counts; take over what it left."""
+        threads = self._threads
+        assert threads is not None
+        fetched, settled, processed, ack_errors, handed, late = threads.take_direct()
+        self._fetched += fetched
+        self._in_flight += fetched - settled
+        self._processed += processed
+        self._ack_errors += ack_errors
+        if handed:
+            self._acks += handed
+            self._queued()
+        if late:
+            if self._stopping:
+                for job in late:
+                    self._hand_back(job)
+            else:
+                self._buffer.extend(late)
+                self._jobs_for_threads(len(late))
+        self._fetch_wake.fire()  # slots freed, or direct mode over: the fetcher looks again
 
     def _getjob_call(self, count: int) -> cmd.Call[list[Job]]:
         call = self._getjob_calls.get(count)
@@ -1047,6 +1314,8 @@ class Worker:
         self._nursery.start_soon(self._in_scope, watch, self._watch)
         try:
             while True:
+                if threads.dirty:
+                    self._absorb()
                 events = threads.take()
                 if events:
                     self._collect(events)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import random
 import signal
 import socket
+import threading
 import uuid
 
 import pytest
@@ -201,6 +202,7 @@ class Tracker:
     """Which jobs are being handled right now; records overlaps while the cluster is healthy."""
 
     def __init__(self) -> None:
+        self.lock = threading.Lock()  # plain-function handlers run in threads
         self.active: dict[str, int] = {}
         self.handled: list[str] = []
         self.healthy = True
@@ -221,17 +223,37 @@ class Tracker:
 
         return handle
 
+    def sync_handler(self, name: str):
+        """A quick plain function: its threads fetch for themselves (direct mode)."""
 
-async def test_workers_fail_over_when_a_node_is_killed(make_cluster):
+        def handle(job) -> None:
+            with self.lock:
+                if self.active.get(job.id) and self.healthy:
+                    self.overlaps.append(job.id)
+                self.active[job.id] = self.active.get(job.id, 0) + 1
+            with self.lock:
+                self.active[job.id] -= 1
+                self.handled.append(job.id)
+                self.by_worker[name] = self.by_worker.get(name, 0) + 1
+
+        return handle
+
+    def make(self, kind: str, name: str):
+        return self.handler(name) if kind == "async" else self.sync_handler(name)
+
+
+@pytest.mark.parametrize("kind", ["async", "sync"])
+async def test_workers_fail_over_when_a_node_is_killed(make_cluster, kind):
     nodes = make_cluster(3)
     q = "wkill-" + uuid.uuid4().hex[:8]
     ids: set[str] = set()
+    per_node = 100 if kind == "async" else 1000  # quick sync handlers: enough to be mid-stream at the kill
     for n in nodes:  # producers on every node: each node queues its own jobs
-        ids |= set(Client(addr(n)).add_jobs(q, [b"%d" % i for i in range(100)], retry=1))
+        ids |= set(Client(addr(n)).add_jobs(q, [b"%d" % i for i in range(per_node)], retry=1))
     tracker = Tracker()
     clients = [AioClient(addr(n)) for n in nodes]
     workers = [
-        Worker(cl, q, tracker.handler("w%d" % i), concurrency=4, max_in_flight=8, fetch_timeout_ms=200)
+        Worker(cl, q, tracker.make(kind, "w%d" % i), concurrency=4, max_in_flight=8, fetch_timeout_ms=200)
         for i, cl in enumerate(clients)
     ]
     with trio.fail_after(30):
@@ -248,17 +270,20 @@ async def test_workers_fail_over_when_a_node_is_killed(make_cluster):
             for w in workers:
                 w.stop()
     assert not tracker.overlaps
+    if kind == "sync":  # their threads fetched for themselves
+        assert all(w._threads is not None and w._threads.rounds > 0 for w in workers)
     assert moved in {("127.0.0.1", n.port) for n in nodes[1:]}
     assert set(tracker.handled) == ids
 
 
-async def test_worker_moves_off_a_leaving_node(make_cluster):
+@pytest.mark.parametrize("kind", ["async", "sync"])
+async def test_worker_moves_off_a_leaving_node(make_cluster, kind):
     a, b, c = make_cluster(3)
     q = "leave-" + uuid.uuid4().hex[:8]
-    first = set(Client(addr(a)).add_jobs(q, [b"a%d" % i for i in range(60)]))
+    first = set(Client(addr(a)).add_jobs(q, [b"a%d" % i for i in range(60 if kind == "async" else 2000)]))
     tracker = Tracker()
     client = AioClient(addr(a))
-    w = Worker(client, q, tracker.handler("w"), concurrency=2, fetch_timeout_ms=100)
+    w = Worker(client, q, tracker.make(kind, "w"), concurrency=2, fetch_timeout_ms=100)
     with trio.fail_after(20):
         async with trio.open_nursery() as nursery:
             nursery.start_soon(w.run)

@@ -1,0 +1,228 @@
+"""Direct fetching: quick plain-function handlers fetch for themselves (see ``_HandlerThreads``).
+
+Against a real node. Each test checks the worker's promises while the
+handler threads do their own round trips: every job handled once and
+acknowledged on the node, ``max_in_flight`` from the node's side, ACKs not
+held behind a slow handler, a stop or a lost connection loses nothing.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import trio
+
+from disque_py import Client, Worker
+from disque_py.aio import Client as AioClient
+from disque_py.client import worker as worker_module
+
+from .conftest import addr, raw, wait_for
+
+pytestmark = pytest.mark.integration
+
+
+class Seen:
+    """What the handler threads ran; records a job run twice at once."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.handled: list[str] = []
+        self.running: set[str] = set()
+        self.overlaps: list[str] = []
+
+    def start(self, job_id: str) -> None:
+        with self.lock:
+            if job_id in self.running:
+                self.overlaps.append(job_id)
+            self.running.add(job_id)
+
+    def done(self, job_id: str) -> None:
+        with self.lock:
+            self.running.discard(job_id)
+            self.handled.append(job_id)
+
+    def handler(self, job) -> None:
+        self.start(job.id)
+        self.done(job.id)
+
+
+def jobs_on_node(node, queue: str, state: str | None = None) -> int:
+    """Jobs of ``queue`` the node still holds (in ``state``), by JSCAN."""
+    extra = ["STATE", state] if state else []
+    total, cursor = 0, 0
+    while True:
+        cursor, ids = raw(node).execute_command("JSCAN", cursor, "COUNT", 10000, "QUEUE", queue, *extra)
+        total += len(ids)
+        if int(cursor) == 0:
+            return total
+
+
+def rounds(w: Worker) -> int:
+    assert w._threads is not None
+    return w._threads.rounds
+
+
+@pytest.mark.parametrize("concurrency", [1, 4])
+async def test_quick_sync_handlers_fetch_for_themselves(node, queue, concurrency):
+    ids = Client(addr(node)).add_jobs(queue, [b"%d" % i for i in range(2000)])
+    seen = Seen()
+    w = Worker(addr(node), queue, seen.handler, concurrency=concurrency, fetch_timeout_ms=100)
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(w.run)
+            while w.stats().processed < 2000 or w.stats().in_flight:
+                await trio.sleep(0.005)
+            w.stop()
+    assert sorted(seen.handled) == sorted(ids)  # each exactly once
+    assert not seen.overlaps
+    stats = w.stats()
+    assert stats.processed == stats.fetched == 2000 and stats.in_flight == 0 and stats.failed == 0
+    assert rounds(w) > 10  # direct mode did rounds
+    assert jobs_on_node(node, queue) == 0  # every one acknowledged
+
+
+async def test_direct_rounds_never_exceed_max_in_flight(node, queue):
+    max_in_flight, concurrency = 5, 3
+    Client(addr(node)).add_jobs(queue, [b"%d" % i for i in range(3000)])
+    seen = Seen()
+    w = Worker(addr(node), queue, seen.handler, concurrency=concurrency, max_in_flight=max_in_flight,
+               fetch_timeout_ms=100)  # fmt: skip
+    monitor = AioClient(addr(node))
+    server_active: list[int] = []
+    local: list[int] = []
+
+    async def watch():
+        while True:
+            active = [i async for i in monitor.jscan(queue=queue, states="active", count=1000)]
+            server_active.append(len(active))
+            local.append(w.stats().in_flight)
+            await trio.sleep(0.001)
+
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(watch)
+            nursery.start_soon(w.run)
+            while w.stats().processed < 3000:
+                await trio.sleep(0.005)
+            w.stop()
+            nursery.cancel_scope.cancel()
+    assert rounds(w) > 10 and len(server_active) > 20
+    assert max(server_active) <= max_in_flight and max(local) <= max_in_flight
+    assert max(server_active) > 0  # the samples did see jobs in hand
+    assert await monitor.qlen(queue) == 0 and jobs_on_node(node, queue) == 0
+
+
+@pytest.mark.parametrize("concurrency", [1, 2])
+async def test_a_slow_handler_holds_back_no_ack(node, queue, concurrency):
+    """Quick jobs, then one that blocks: the jobs done before it (and, with a second thread,
+    after it) are acknowledged on the node while it blocks."""
+    c = Client(addr(node))
+    # an odd number before it: with one thread it comes second in its batch of two, behind a done job
+    first = c.add_jobs(queue, [b"a%d" % i for i in range(301)])
+    [slow_id] = c.add_jobs(queue, [b"slow"])
+    after = c.add_jobs(queue, [b"b%d" % i for i in range(300)])
+    total = len(first) + 1 + len(after)
+    entered, release = threading.Event(), threading.Event()
+    seen = Seen()
+
+    def handler(job):
+        seen.start(job.id)
+        if job.body == b"slow":
+            entered.set()
+            assert release.wait(20), "never released"
+        seen.done(job.id)
+
+    w = Worker(addr(node), queue, handler, concurrency=concurrency, fetch_timeout_ms=100)
+    try:
+        with trio.fail_after(30):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(w.run)
+                await trio.to_thread.run_sync(entered.wait, 20)
+                assert rounds(w) > 10  # it got there in direct mode
+
+                def acked_all_handled() -> bool:
+                    with seen.lock:
+                        handled = len(seen.handled)
+                    return jobs_on_node(node, queue) == total - handled
+
+                await trio.to_thread.run_sync(
+                    lambda: wait_for(acked_all_handled, timeout=10, what="every handled job acknowledged")
+                )
+                if concurrency == 2:  # the other thread took everything else
+                    await trio.to_thread.run_sync(
+                        lambda: wait_for(lambda: len(seen.handled) == total - 1, timeout=10, what="the rest")
+                    )
+                    assert jobs_on_node(node, queue) == 1
+                release.set()
+                while w.stats().processed < total or w.stats().in_flight:
+                    await trio.sleep(0.005)
+                w.stop()
+    finally:
+        release.set()
+    assert sorted(seen.handled) == sorted(first + [slow_id] + after) and not seen.overlaps
+    assert jobs_on_node(node, queue) == 0
+
+
+async def test_stop_in_direct_mode_loses_nothing(node, queue):
+    ids = Client(addr(node)).add_jobs(queue, [b"%d" % i for i in range(20000)], timeout_ms=0)
+    seen = Seen()
+    w = Worker(addr(node), queue, seen.handler, concurrency=2, fetch_timeout_ms=100)
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(w.run)
+            while w.stats().processed < 1000:
+                await trio.sleep(0.001)
+            w.stop()
+    stats = w.stats()
+    assert rounds(w) > 10 and not seen.overlaps
+    assert stats.in_flight == 0 and stats.processed == len(seen.handled) == len(set(seen.handled)) < len(ids)
+    # what was handled is acknowledged; the rest is queued again (never fetched, or handed back)
+    assert jobs_on_node(node, queue, "active") == 0
+    assert raw(node).execute_command("QLEN", queue) == len(ids) - stats.processed
+    assert stats.retried == stats.fetched - stats.processed  # fetched, not run: NACKed
+
+
+async def test_direct_connection_lost_mid_stream(node, queue, monkeypatch):
+    """The node drops the handler threads' connection (CLIENT KILL) three times: the trio
+    fetcher carries on, direct mode comes back, every job is handled once and acknowledged."""
+    monkeypatch.setattr(worker_module, "DIRECT_RETRY", 0.05)
+    ids = Client(addr(node)).add_jobs(queue, [b"%d" % i for i in range(30000)], retry=2, timeout_ms=0)
+    seen = Seen()
+    w = Worker(addr(node), queue, seen.handler, concurrency=2, fetch_timeout_ms=100)
+    threads = w._threads
+    assert threads is not None
+    kills: list[int] = []
+    admin = raw(node)
+
+    def kill_direct_connection() -> bool:
+        conn = threads._conn
+        sock = conn._conn._sock if conn is not None else None
+        if sock is None:
+            return False
+        try:
+            local = "%s:%d" % sock.getsockname()[:2]
+        except OSError:
+            return False
+        if admin.execute_command("CLIENT", "KILL", "ADDR", local) != 1:
+            return False
+        kills.append(rounds(w))
+        return True
+
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(w.run)
+            while len(kills) < 3:
+                # each kill once direct mode has come back and done some rounds since the last
+                while rounds(w) < (kills[-1] if kills else 0) + 50:
+                    await trio.sleep(0.001)
+                if not await trio.to_thread.run_sync(kill_direct_connection):
+                    await trio.sleep(0.001)
+            while not set(ids) <= set(seen.handled) or w.stats().in_flight:
+                await trio.sleep(0.01)
+            w.stop()
+    assert len(kills) == 3 and rounds(w) > kills[-1]
+    # exactly once: the ACKs a broken round trip may not have delivered are sent again in
+    # time (else the node would requeue those jobs after RETRY and they would run twice)
+    assert sorted(seen.handled) == sorted(ids) and not seen.overlaps
+    wait_for(lambda: jobs_on_node(node, queue) == 0, timeout=10, what="every job acknowledged")
