@@ -17,7 +17,7 @@ from disque_py import Client, Worker
 from disque_py.aio import Client as AioClient
 from disque_py.client import worker as worker_module
 
-from .conftest import addr, raw, wait_for
+from .conftest import PASSWORD, addr, raw, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -226,3 +226,19 @@ async def test_direct_connection_lost_mid_stream(node, queue, monkeypatch):
     # time (else the node would requeue those jobs after RETRY and they would run twice)
     assert sorted(seen.handled) == sorted(ids) and not seen.overlaps
     wait_for(lambda: jobs_on_node(node, queue) == 0, timeout=10, what="every job acknowledged")
+
+
+async def test_direct_connection_authenticates(auth_node, queue):
+    """On a node with requirepass the threads' own connection logs in with the worker's password."""
+    seeds = addr(auth_node)
+    ids = Client(seeds, password=PASSWORD).add_jobs(queue, [b"%d" % i for i in range(500)])
+    seen = Seen()
+    w = Worker(seeds, queue, seen.handler, password=PASSWORD, fetch_timeout_ms=100)
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(w.run)
+            while w.stats().processed < 500 or w.stats().in_flight:
+                await trio.sleep(0.005)
+            w.stop()
+    assert sorted(seen.handled) == sorted(ids) and rounds(w) > 10
+    assert Client(seeds, password=PASSWORD).qlen(queue) == 0
