@@ -7,7 +7,7 @@ import random
 import pytest
 
 from disque_py.core.effects import BLOCKED
-from disque_py.core.federation import LEASE_MS
+from disque_py.core.federation import LEASE_MS, NEEDJOBS_MAX_REQUEST
 from disque_py.core.replies import NULL_ARRAY
 
 from .cluster_model import SimCluster
@@ -147,3 +147,79 @@ def test_steady_push_does_not_ask_again_for_every_job():
     asked = c.nodes[0].stats["needjobs_sent"] - needjobs_before
     assert pushed >= 190  # the jobs were pushed, not pulled
     assert asked <= pushed // 4, "%d NEEDJOBS for %d pushed jobs" % (asked, pushed)  # was one per job
+
+
+def run_busy_consumers(c: SimCluster, jobs: int, every_ms: int, work_ms: int, consumers: int, burst: int = 1) -> int:
+    """A producer on node 1 adds ``burst`` jobs every ``every_ms``; ``consumers`` clients on node 0 each
+    take a job, work ``work_ms`` on it (not blocked meanwhile), ACK it and block again. Returns
+    the jobs received."""
+    clients = [blocked_consumer(c, 0) for _ in range(consumers)]
+    busy: dict[int, tuple[int, list[bytes]]] = {}  # client index -> (done at, ids)
+    got = 0
+
+    def step() -> None:
+        nonlocal got
+        now = c.now
+        for k, cl in enumerate(clients):
+            reply = None
+            if k in busy:
+                done_at, ids = busy[k]
+                if now >= done_at:
+                    del busy[k]
+                    c.client(0).cmd("ACKJOB", *ids)
+                    reply = cl.cmd("GETJOB", "TIMEOUT", 0, "FROM", "q")
+                    if reply is BLOCKED:
+                        reply = None
+            elif cl.pending is None and cl.replies:
+                reply = cl.replies.pop()
+            if reply is not None:
+                ids = [bytes(item[1]) for item in reply]
+                got += len(ids)
+                busy[k] = (now + work_ms, ids)
+
+    for k in range(0, jobs, burst):
+        for j in range(k, min(jobs, k + burst)):
+            addjob(c, 1, "REPLICATE", 1, body="job-%d" % j)
+        for _ in range(every_ms):
+            c.run_for(1)
+            step()
+    for _ in range(3000):
+        if got == jobs:
+            break
+        c.run_for(1)
+        step()
+    return got
+
+
+def test_busy_consumers_keep_their_credit_topped_up():
+    """Jobs come in bursts (as from a loaded node) to consumers that are busy when they
+    arrive, so they are rarely blocked and their node's queue is rarely empty: the consumer
+    node renews its lease with the source as half of the credit is used, so most jobs are
+    still pushed instead of waiting for the queue to run dry and be pulled (689 of 1500
+    were pushed before)."""
+    c = SimCluster(3, 23, delay=(1, 1))
+    warm = blocked_consumer(c, 0)
+    c.run_for(3000)  # discovery done: node 1 holds a lease for node 0
+    addjob(c, 1, "REPLICATE", 1, body="warm-up")
+    assert warm.wait_reply(1000)[0][2] == b"warm-up"
+    pushed_before = c.nodes[1].stats["jobs_pushed"]
+    got = run_busy_consumers(c, 1500, every_ms=10, work_ms=2, consumers=4, burst=15)
+    assert got == 1500
+    pushed = c.nodes[1].stats["jobs_pushed"] - pushed_before
+    assert pushed >= 1200, "%d of 1500 jobs pushed, the rest pulled" % pushed
+
+
+def test_a_consumer_node_that_stops_consuming_takes_at_most_twice_its_credit():
+    """Renewals stop once the consumer node's own queue holds a credit's worth of jobs: the
+    rest stays at the source for consumers elsewhere."""
+    c = SimCluster(3, 24, delay=(1, 1))
+    clients = [blocked_consumer(c, 0) for _ in range(4)]
+    c.run_for(3000)
+    for k in range(1000):  # every consumer takes one job and then never comes back
+        addjob(c, 1, "REPLICATE", 1, body="job-%d" % k)
+        c.run_for(1)
+    c.run_for(LEASE_MS)
+    assert all(cl.replies for cl in clients)
+    imported = c.nodes[0].stats["jobs_imported"]
+    assert imported <= 2 * NEEDJOBS_MAX_REQUEST + len(clients), imported
+    assert c.cmd(1, "QLEN", "q") == 1000 - imported
