@@ -17,6 +17,7 @@ import uuid
 
 import pytest
 import redis
+import trio
 
 from tests.integration.conftest import ROOT, NodeProcess, free_port, start_node, wait_for  # noqa: F401
 
@@ -107,3 +108,24 @@ def addr(node: NodeProcess) -> str:
 def raw(node: NodeProcess) -> redis.Redis:
     """A plain redis-py client (RESP2) for checking server-side state."""
     return node.client(protocol=2)
+
+
+async def run_until(worker, condition, timeout: float = 10.0, poll: float = 0.005):
+    """Run the worker until ``condition()`` holds, then stop it; returns the final stats."""
+    with trio.fail_after(timeout):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(worker.run)
+            while not condition():
+                await trio.sleep(poll)
+            worker.stop()
+    return worker.stats()
+
+
+async def sample_in_flight(monitor, queue: str, worker, server: list[int], local: list[int], every: float) -> None:
+    """Forever: the node's count of the queue's active jobs (JSCAN through the trio client
+    ``monitor``) into ``server``, the worker's own in-flight count into ``local``."""
+    while True:
+        active = [i async for i in monitor.jscan(queue=queue, states="active", count=1000)]
+        server.append(len(active))
+        local.append(worker.stats().in_flight)
+        await trio.sleep(every)

@@ -17,7 +17,7 @@ from disque_py import Client, Worker
 from disque_py.aio import Client as AioClient
 from disque_py.client import worker as worker_module
 
-from .conftest import PASSWORD, addr, raw, wait_for
+from .conftest import PASSWORD, addr, raw, run_until, sample_in_flight, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -68,12 +68,7 @@ async def test_quick_sync_handlers_fetch_for_themselves(node, queue, concurrency
     ids = Client(addr(node)).add_jobs(queue, [b"%d" % i for i in range(2000)])
     seen = Seen()
     w = Worker(addr(node), queue, seen.handler, concurrency=concurrency, fetch_timeout_ms=100)
-    with trio.fail_after(30):
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(w.run)
-            while w.stats().processed < 2000 or w.stats().in_flight:
-                await trio.sleep(0.005)
-            w.stop()
+    await run_until(w, lambda: w.stats().processed == 2000 and not w.stats().in_flight, timeout=30)
     assert sorted(seen.handled) == sorted(ids)  # each exactly once
     assert not seen.overlaps
     stats = w.stats()
@@ -91,17 +86,9 @@ async def test_direct_rounds_never_exceed_max_in_flight(node, queue):
     monitor = AioClient(addr(node))
     server_active: list[int] = []
     local: list[int] = []
-
-    async def watch():
-        while True:
-            active = [i async for i in monitor.jscan(queue=queue, states="active", count=1000)]
-            server_active.append(len(active))
-            local.append(w.stats().in_flight)
-            await trio.sleep(0.001)
-
     with trio.fail_after(30):
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(watch)
+            nursery.start_soon(sample_in_flight, monitor, queue, w, server_active, local, 0.001)
             nursery.start_soon(w.run)
             while w.stats().processed < 3000:
                 await trio.sleep(0.005)
@@ -234,11 +221,6 @@ async def test_direct_connection_authenticates(auth_node, queue):
     ids = Client(seeds, password=PASSWORD).add_jobs(queue, [b"%d" % i for i in range(500)])
     seen = Seen()
     w = Worker(seeds, queue, seen.handler, password=PASSWORD, fetch_timeout_ms=100)
-    with trio.fail_after(30):
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(w.run)
-            while w.stats().processed < 500 or w.stats().in_flight:
-                await trio.sleep(0.005)
-            w.stop()
+    await run_until(w, lambda: w.stats().processed == 500 and not w.stats().in_flight, timeout=30)
     assert sorted(seen.handled) == sorted(ids) and rounds(w) > 10
     assert Client(seeds, password=PASSWORD).qlen(queue) == 0

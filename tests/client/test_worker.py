@@ -18,7 +18,7 @@ from disque_py import Backoff, Client, DeadLetter, Job, Worker, WorkerStats, cur
 from disque_py.aio import Client as AioClient
 from disque_py.client.worker import describe_error
 
-from .conftest import ROOT, addr, wait_for
+from .conftest import ROOT, addr, run_until, sample_in_flight, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -30,17 +30,6 @@ def show(node, job_id: str) -> dict | None:
 def handler_threads() -> list[threading.Thread]:
     """The live handler threads of every worker (each test leaves none behind)."""
     return [t for t in threading.enumerate() if t.name.startswith("disque-py-handler-")]
-
-
-async def run_until(worker: Worker, condition, timeout: float = 10.0, poll: float = 0.005):
-    """Run the worker until ``condition()`` holds, then stop it; returns the final stats."""
-    with trio.fail_after(timeout):
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(worker.run)
-            while not condition():
-                await trio.sleep(poll)
-            worker.stop()
-    return worker.stats()
 
 
 @pytest.mark.parametrize("kind", ["async", "sync"])
@@ -84,17 +73,9 @@ async def test_flow_control_never_exceeds_max_in_flight(node, queue):
                fetch_timeout_ms=100)  # fmt: skip
     server_active: list[int] = []
     local: list[int] = []
-
-    async def watch():
-        while True:
-            active = [i async for i in monitor.jscan(queue=queue, states="active", count=1000)]
-            server_active.append(len(active))
-            local.append(w.stats().in_flight)
-            await trio.sleep(0.002)
-
     with trio.fail_after(15):
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(watch)
+            nursery.start_soon(sample_in_flight, monitor, queue, w, server_active, local, 0.002)
             await run_until(w, lambda: w.stats().processed == 60)
             nursery.cancel_scope.cancel()
     assert len(server_active) > 20
