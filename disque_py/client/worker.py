@@ -580,8 +580,9 @@ class _HandlerThreads:
         if acks:
             argvs.insert(0, (_OPS[worker._ack_op], *acks))
         self.cond.release()
+        replies: list[Any] | BaseException
         try:
-            replies: list[Any] | BaseException = self._round_trip(address, argvs, call)
+            replies = self._round_trip(address, argvs, call)
         except BaseException as exc:  # noqa: BLE001 - reported below, under the lock
             replies = exc
         finally:
@@ -600,7 +601,7 @@ class _HandlerThreads:
                     log.error("%s of %d job(s) failed: %s", _OPS[worker._ack_op].decode(), len(acks), replies[0])
                 self.d_settled += len(acks)
                 self.direct_in_flight -= len(acks)
-        if isinstance(got, BaseException):
+        if isinstance(got, BaseException):  # lost, refused or unreadable: the trio side goes on
             self._close_direct()
             self.direct_retry_at = time.monotonic() + DIRECT_RETRY
             self._drop_connection()
@@ -608,7 +609,7 @@ class _HandlerThreads:
             if not isinstance(got, Exception):
                 raise got
             return
-        jobs = cmd.parse_getjob(got)
+        jobs: list[Job] = got
         n = len(jobs)
         self.d_fetched += n
         self.direct_in_flight += n
@@ -621,13 +622,20 @@ class _HandlerThreads:
         else:
             self.late += jobs
 
-    def _round_trip(self, address: Any, argvs: list[tuple[Any, ...]], call: cmd.Call[Any]) -> list[Any]:
-        """The direct connection's pipelined request (connecting first if needed), without the lock."""
+    def _round_trip(self, address: Any, argvs: list[tuple[Any, ...]], call: cmd.Call[list[Job]]) -> list[Any]:
+        """The direct connection's pipelined request (connecting first if needed), without the
+        lock; the last reply (GETJOB's) parsed into jobs, or the error it raised."""
         conn = self._conn
         if conn is None or conn.address != address:
             self._drop_connection()
             conn = self._conn = _Connection(address, self.worker.client.config)
-        return conn.request_many(argvs, self.worker.client.config.read_timeout(call))
+        replies = conn.request_many(argvs, self.worker.client.config.read_timeout(call))
+        if not isinstance(replies[-1], BaseException):
+            try:
+                replies[-1] = call.parse(replies[-1])
+            except Exception as exc:  # noqa: BLE001 - a reply that is not GETJOB's shape
+                replies[-1] = DisqueError("unreadable GETJOB reply on the direct connection: %s" % describe_error(exc))
+        return replies
 
     def _drop_connection(self) -> None:
         conn, self._conn = self._conn, None
@@ -645,18 +653,15 @@ class _HandlerThreads:
             self._post()
 
     # ---------------------------------------------------------- direct mode, trio side
-    def can_direct(self) -> bool:
-        """Whether direct mode may open now (see the class docstring)."""
-        if self.slow or self.halted or self.closed or self.leading:
-            return False
-        return time.monotonic() >= self.direct_retry_at
-
     def open_direct(self, in_flight: int, address: Any, longest: float) -> bool:
         """Lend the fetcher's role to the threads, if one of them has a job to finish (else
-        every outcome is on its way to the trio side already) and no handler has run for
-        more than ``longest`` seconds."""
+        every outcome is on its way to the trio side already), handlers are quick (the last
+        one, and none running for more than ``longest`` seconds) and the direct connection
+        did not fail in the last ``DIRECT_RETRY`` seconds."""
         with self.cond:
-            if self.halted or self.closed or not (self.worker._buffer or any(self.current)):
+            if self.halted or self.closed or self.slow or self.leading:
+                return False
+            if not (self.worker._buffer or any(self.current)) or time.monotonic() < self.direct_retry_at:
                 return False
             since = time.perf_counter() - longest
             if any(0.0 < start < since for start in self.started):
@@ -1100,7 +1105,7 @@ class Worker:
         threads = self._threads
         assert threads is not None
         gate = self._gate
-        if gate.consecutive or gate.state is not FailureGate.OPEN or not threads.can_direct():
+        if gate.consecutive or gate.state is not FailureGate.OPEN:
             return False
         address = self.client.current_address
         longest = OUTCOME_LINGER if self.concurrency == 1 else HELPER_DELAY

@@ -224,3 +224,29 @@ async def test_direct_connection_authenticates(auth_node, queue):
     await run_until(w, lambda: w.stats().processed == 500 and not w.stats().in_flight, timeout=30)
     assert sorted(seen.handled) == sorted(ids) and rounds(w) > 10
     assert Client(seeds, password=PASSWORD).qlen(queue) == 0
+
+
+async def test_an_unreadable_reply_on_the_direct_connection_loses_nothing(node, queue, monkeypatch):
+    """The threads' connection brings GETJOB replies of the wrong shape (twice): each such
+    round ends direct mode, the trio fetcher goes on, and the jobs the node did hand out in
+    those rounds come back after RETRY and are handled once."""
+    monkeypatch.setattr(worker_module, "DIRECT_RETRY", 0.05)
+    garbage = iter([b"not a job list", [[b"q", 42]]])
+    mangled: list[object] = []
+
+    class Mangling(worker_module._Connection):
+        def request_many(self, argvs, timeout):
+            replies = super().request_many(argvs, timeout)
+            if replies[-1] and not mangled[1:]:
+                mangled.append(replies[-1])
+                replies[-1] = next(garbage)
+            return replies
+
+    monkeypatch.setattr(worker_module, "_Connection", Mangling)
+    ids = Client(addr(node)).add_jobs(queue, [b"%d" % i for i in range(2000)], retry=1)
+    seen = Seen()
+    w = Worker(addr(node), queue, seen.handler, concurrency=2, fetch_timeout_ms=100)
+    await run_until(w, lambda: len(set(seen.handled)) == len(ids) and not w.stats().in_flight, timeout=30)
+    assert len(mangled) == 2 and rounds(w) > 10
+    assert sorted(seen.handled) == sorted(ids) and not seen.overlaps  # nothing lost, nothing twice
+    wait_for(lambda: jobs_on_node(node, queue) == 0, timeout=10, what="every job acknowledged")
