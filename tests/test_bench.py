@@ -8,15 +8,18 @@ from disque_py.bench import Bench, Sizes
 class _Searcher:
     """Just what Bench.fed_ramps needs; each step passes when the rate is at most the placement's limit."""
 
-    def __init__(self, cross_limit: float, same_limit: float) -> None:
+    def __init__(self, cross_limit: float, same_limit: float, fast: dict[bool, float] | None = None) -> None:
         self.sizes = Sizes()
         self.limits = {False: cross_limit, True: same_limit}
+        # p99 is 1 ms up to this rate and 50 ms above it (default: always 1 ms)
+        self.fast = fast or {False: float("inf"), True: float("inf")}
         self.calls: list[tuple[str, float]] = []
         self._ramp_plan = Bench._ramp_plan.__get__(self)
 
     def fed_run(self, rate: float, replicate: int, duration: float, *, same_node: bool = False) -> dict:
         self.calls.append(("A->A" if same_node else "B->A", rate))
-        return {"rate": rate, "ok": rate <= self.limits[same_node]}
+        p99 = 1.0 if rate <= self.fast[same_node] else 50.0
+        return {"rate": rate, "ok": rate <= self.limits[same_node], "p99_ms": p99}
 
 
 def test_ramps_alternate_and_find_each_maximum():
@@ -29,7 +32,7 @@ def test_ramps_alternate_and_find_each_maximum():
     n_cross = len(out[False]["steps"])
     assert where[: 2 * n_cross] == ["B->A", "A->A"] * n_cross
     assert set(where[2 * n_cross:]) == {"A->A"}
-    assert out[False]["best"] == {"rate": 5750, "ok": True}
+    assert out[False]["best"] == {"rate": 5750, "ok": True, "p99_ms": 1.0}
     assert [st["rate"] for st in out[True]["steps"]] == [r for w, r in s.calls if w == "A->A"]
 
 
@@ -38,3 +41,15 @@ def test_a_failing_start_goes_down():
     out = Bench.fed_ramps(s)
     assert out[False]["max_rate"] is not None and out[False]["max_rate"] <= 300
     assert out[False]["first_failed_rate"] is not None and out[False]["first_failed_rate"] > out[False]["max_rate"]
+
+
+def test_a_p99_limit_makes_steps_over_it_fail():
+    s = _Searcher(cross_limit=6000, same_limit=20000, fast={False: 3000, True: 12000})
+    out = Bench.fed_ramps(s, p99_limit_ms=10.0)
+    assert out[False]["max_rate"] <= 3000 < out[False]["first_failed_rate"]
+    assert out[True]["max_rate"] <= 12000 < out[True]["first_failed_rate"]
+    assert out[False]["p99_limit_ms"] == 10.0
+    failed = next(st for st in out[False]["steps"] if st["rate"] == out[False]["first_failed_rate"])
+    assert failed["ok"] is False and failed["p99_ms"] == 50.0  # sustained, but over the latency limit
+    # without the limit the same runs find the sustained maxima
+    assert Bench.fed_ramps(_Searcher(6000, 20000, {False: 3000, True: 12000}))[False]["max_rate"] == 5750
