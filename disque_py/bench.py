@@ -2169,10 +2169,15 @@ def main(argv: list[str] | None = None) -> int:
         return client_main(argv[1:])
     if argv[:1] == ["fedclient"]:
         return fedclient_main(argv[1:])
+    if argv[:1] == ["core"]:
+        from .bench_core import core_main
+
+        return core_main(argv[1:])
     p = argparse.ArgumentParser(
         prog="scripts/bench",
         description="Benchmark one disque-py node (CPU %s) with redis-benchmark and our own client (CPU %s); "
-        "redis-server under the same load as a yardstick. `scripts/bench client --help` for the client alone."
+        "redis-server under the same load as a yardstick. `scripts/bench client --help` for the client alone, "
+        "`scripts/bench core --help` for the core's CPU per job without I/O."
         % (SERVER_CPU, CLIENT_CPU),
     )  # fmt: skip
     p.add_argument("--quick", action="store_true", help="small n, 2 s of cycles, 50k-job memory: a smoke run")

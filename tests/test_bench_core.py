@@ -1,0 +1,37 @@
+"""``scripts/bench core``: the workload it times is the one it describes (times are not tested)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from disque_py.bench_core import core_main, run_core
+
+
+def test_cross_node_jobs_move_once_and_their_acks_are_collected_on_both_holders():
+    r = run_core(jobs=300)
+    assert (r["received_once"], r["duplicates"], r["addjob_errors"]) == (300, 0, 0)
+    per_job = r["messages_per_job"]
+    for kind in ("YOURJOBS", "SETACK", "GOTACK", "DELJOB"):
+        assert per_job[kind] == 1.0, per_job  # one push, then the two-holder ack GC
+    assert r["jobs_left"] == {"A": 0, "B": 0, "C": 0}
+    assert {"A YOURJOBS", "B ADDJOB", "A ACKJOB", "B SETACK"} <= set(r["by_input_us_per_job"])
+
+
+def test_same_node_jobs_send_nothing_and_replicated_ones_are_copied_twice():
+    same = run_core(jobs=200, same_node=True)
+    assert same["received_once"] == 200 and not any(k in same["messages_per_job"] for k in ("YOURJOBS", "SETACK"))
+    repl = run_core(jobs=200, replicate=3, same_node=True)
+    assert repl["received_once"] == 200 and repl["duplicates"] == 0
+    assert repl["messages_per_job"]["REPLJOB"] == 2.0 and repl["messages_per_job"]["DELJOB"] == 2.0
+    assert repl["jobs_left"] == {"A": 0, "B": 0, "C": 0}
+
+
+def test_cli(capsys):
+    assert core_main(["--jobs", "50", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["received_once"] == 50
+    assert core_main(["--jobs", "50", "--same-node"]) == 0
+    assert "A->A, REPLICATE 1, 50 jobs" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        core_main(["--jobs", "0"])
