@@ -104,8 +104,7 @@ class FederationMixin:
         if self.leaving or not self.reachable:
             return
         now = self.now
-        rate = q.import_rate(now)
-        if kind == REACHED_ZERO and rate == 0:
+        if kind == REACHED_ZERO and q.import_rate(now) == 0:
             return
         bcast_delay = min(BCAST_MIN_DELAY_MS << min(q.needjobs_bcast_attempt, 8), BCAST_MAX_DELAY_MS)
         bcast_due = q.needjobs_bcast_time == 0 or now - q.needjobs_bcast_time > bcast_delay
@@ -116,13 +115,19 @@ class FederationMixin:
             # rest would send nothing: no source whose lease is running out
             # (REACHED_ZERO), or no ad hoc request due yet (CLIENTS_WAITING).
             if kind == REACHED_ZERO:
+                asked = q.asked
+                half_lease = LEASE_MS // 2
                 for n, t in q.sources.items():
-                    if now - t <= SOURCE_VALIDITY_MS and not self._lease_healthy(q, n, now):
+                    if now - t > SOURCE_VALIDITY_MS:
+                        continue
+                    view = asked.get(n)  # _lease_healthy, inline: this loop runs for most jobs
+                    if view is None or now - view[0] >= half_lease or view[2] >= view[1] // 2:
                         break
                 else:
                     return
             elif now - q.needjobs_adhoc_time <= adhoc_delay:
                 return
+        rate = q.import_rate(now)
         sources = self._valid_sources(q)
         count = self._request_size(q, rate, len(sources))
         if bcast_due:

@@ -44,6 +44,7 @@ from typing import Any
 
 from . import ids as ids_mod
 from .commands import (
+    BADID,
     NOT_AN_INTEGER,
     RETRY0_NEEDS_REPLICATE1,
     SYNTAX_ERROR,
@@ -409,20 +410,25 @@ class Node(ReplicationMixin, FederationMixin):
                     "NOREPL job removed (expired?) before the requested replication level was achieved")))
                 self._send(job.delivered, ("DELJOB", bytes(job.id)))
 
-    def acknowledge(self, job: Job) -> None:
-        """ACK_ONCE: move a job to acked (dequeuing it) and schedule its GC."""
+    def acknowledge(self, job: Job, schedule_gc: bool = True) -> None:
+        """ACK_ONCE: move a job to acked (dequeuing it) and schedule its GC.
+
+        ``schedule_gc=False`` is for a caller that runs ``try_gc`` at once,
+        which schedules the next attempt itself (or deletes the job).
+        """
         if job.state == ACKED:
             return
         if job.state == QUEUED:
             self.dequeue_job(job)
         job.state = ACKED
         job.confirmed = None
-        # qtime is the next GC attempt for an acked job. Always schedule one:
-        # a node acked through SETACK may never hear the final DELJOB (lost
-        # message), and only its own GC attempts will collect the ack.
-        job.qtime = self.now + min(GC_RETRY_MIN_MS << job.gc_retry, GC_RETRY_MAX_MS) + self._time_error()
         self.stats["jobs_acked"] += 1
-        self._reschedule(job)
+        if schedule_gc:
+            # qtime is the next GC attempt for an acked job. Always schedule one:
+            # a node acked through SETACK may never hear the final DELJOB (lost
+            # message), and only its own GC attempts will collect the ack.
+            job.qtime = self.now + min(GC_RETRY_MIN_MS << job.gc_retry, GC_RETRY_MAX_MS) + self._time_error()
+            self._reschedule(job)
 
     def try_gc(self, job: Job) -> None:
         """One garbage-collection attempt for an acked job."""
@@ -681,9 +687,17 @@ class Node(ReplicationMixin, FederationMixin):
             return Error("LEAVING This node is leaving the cluster, try another one")
         return self._block(client, req.queues, req.timeout, req.count, withcounters)
 
+    def _bad_ids(self, ids: list[bytes]) -> Error | None:
+        """BADID if an ID is malformed; a stored job's ID is well formed by construction."""
+        jobs = self.store.jobs
+        for job_id in ids:
+            if job_id not in jobs and not ids_mod.valid_job_id(job_id):
+                return BADID
+        return None
+
     def cmd_ackjob(self, client: int, argv: list[bytes]) -> Any:
         ids = argv[1:]
-        bad = check_job_ids(ids)
+        bad = self._bad_ids(ids)
         if bad:
             return bad
         known = 0
@@ -698,17 +712,16 @@ class Node(ReplicationMixin, FederationMixin):
                     job = Job(job_id, ACKED)
                     job.etime = self.now + ids_mod.ttl_minutes_from_id(job_id) * 60_000
                     self.store.register(job)
-                    self._reschedule(job)
             elif job.state != ACKED:
-                self.acknowledge(job)
+                self.acknowledge(job, schedule_gc=False)
                 known += 1
             if job is not None:
-                self.try_gc(job)
+                self.try_gc(job)  # schedules the next attempt, or deletes the job
         return known
 
     def cmd_fastack(self, client: int, argv: list[bytes]) -> Any:
         ids = argv[1:]
-        bad = check_job_ids(ids)
+        bad = self._bad_ids(ids)
         if bad:
             return bad
         known = 0

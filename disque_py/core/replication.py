@@ -353,9 +353,11 @@ class ReplicationMixin:
 
     def on_setack(self: "Node", sender: str, body: list) -> None:
         job_id, may_have = body[0], body[1]
-        if type(job_id) is not bytes or not valid_job_id(job_id) or type(may_have) is not int:
+        if type(job_id) is not bytes or type(may_have) is not int:
             return
         job = self.store.get(job_id)
+        if job is None and not valid_job_id(job_id):
+            return  # never echo a malformed ID back (stored IDs are well formed)
         if job is not None:
             if job.state == WAIT_REPL:
                 if not self._replication_achieved(job):

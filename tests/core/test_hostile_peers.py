@@ -89,3 +89,19 @@ def test_a_job_array_with_one_bad_field_is_refused_or_sane(index, value, kind):
     node.take_effects()
     h.advance(1000)
     assert isinstance(h.add("q", "more", "REPLICATE", 1), bytes)
+
+
+def test_setack_for_an_unknown_id_is_answered_only_when_the_id_is_well_formed():
+    from disque_py.core.effects import Send
+
+    h = Harness()
+    node = h.node
+    node.cluster_size = 2
+    node.known_nodes = [node.id, PEER]
+    node.reachable = [PEER]
+    good = b"D-01234567-AAAAAAAAAAAAAAAAAAAAAAAA-05a1"
+    for bad in (b"D-0123\r\n67-AAAAAAAAAAAAAAAAAAAAAAAA-05a1", b"+OK", b""):
+        node.receive_data(PEER, "SETACK", [bad, 1], h.now)
+    node.receive_data(PEER, "SETACK", [good, 1], h.now)
+    sent = [e.message for e in h.advance(1000) if type(e) is Send]  # ack GC messages leave within ms
+    assert sent == [("GOTACK", good, False)]  # a malformed ID is never echoed to the peer
