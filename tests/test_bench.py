@@ -53,3 +53,13 @@ def test_a_p99_limit_makes_steps_over_it_fail():
     assert failed["ok"] is False and failed["p99_ms"] == 50.0  # sustained, but over the latency limit
     # without the limit the same runs find the sustained maxima
     assert Bench.fed_ramps(_Searcher(6000, 20000, {False: 3000, True: 12000}))[False]["max_rate"] == 5750
+
+
+def test_missing_jobs_still_queued_are_told_apart():
+    from disque_py.bench import _fed_tally
+
+    base = {"duplicates": 0, "unexpected": 0, "addjob_errors": 0}
+    assert _fed_tally({**base, "missing": 7, "still_queued": 7}).startswith(
+        "7 missing (7 of them still queued when the client stopped waiting)")
+    assert _fed_tally({**base, "missing": 7, "still_queued": 0}).startswith("7 missing, 0 duplicates")
+    assert _fed_tally({**base, "missing": 0, "still_queued": 4}).startswith("0 missing, 0 duplicates")
