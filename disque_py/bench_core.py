@@ -23,6 +23,7 @@ from typing import Any
 
 from .core.effects import Reply, Send
 from .core.node import Node
+from .core.replies import Error
 
 __all__ = ["run_core", "core_main"]
 
@@ -89,7 +90,7 @@ def run_core(jobs: int = 20000, replicate: int = 1, same_node: bool = False, bod
     for i in range(jobs):
         now = 1000 + i // 5
         reply = execute(producer, "ADDJOB", 100 + i, [b"ADDJOB", b"q", body, b"0", b"REPLICATE", b"%d" % replicate], now)
-        if type(reply).__name__ == "Error":
+        if type(reply) is Error:
             addjob_errors += 1
         pump(now)
         while replies:

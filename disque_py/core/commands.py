@@ -6,6 +6,8 @@ see the same replies. Nothing here touches node state.
 
 from __future__ import annotations
 
+from collections.abc import Container
+
 from .ids import valid_job_id
 from .job import state_from_name
 from .replies import Error, err
@@ -60,9 +62,11 @@ def parse_timeout(raw: bytes) -> int | Error:
     return value
 
 
-def check_job_ids(ids: list[bytes]) -> Error | None:
+def check_job_ids(ids: list[bytes], known: Container[bytes] = ()) -> Error | None:
+    """BADID if an ID is malformed. IDs in ``known`` (a node's stored jobs, whose IDs
+    were checked when they arrived) are taken as they are: no pattern match per ACK."""
     for job_id in ids:
-        if not valid_job_id(job_id):
+        if job_id not in known and not valid_job_id(job_id):
             return BADID
     return None
 

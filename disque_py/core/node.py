@@ -44,7 +44,6 @@ from typing import Any
 
 from . import ids as ids_mod
 from .commands import (
-    BADID,
     NOT_AN_INTEGER,
     RETRY0_NEEDS_REPLICATE1,
     SYNTAX_ERROR,
@@ -687,17 +686,9 @@ class Node(ReplicationMixin, FederationMixin):
             return Error("LEAVING This node is leaving the cluster, try another one")
         return self._block(client, req.queues, req.timeout, req.count, withcounters)
 
-    def _bad_ids(self, ids: list[bytes]) -> Error | None:
-        """BADID if an ID is malformed; a stored job's ID is well formed by construction."""
-        jobs = self.store.jobs
-        for job_id in ids:
-            if job_id not in jobs and not ids_mod.valid_job_id(job_id):
-                return BADID
-        return None
-
     def cmd_ackjob(self, client: int, argv: list[bytes]) -> Any:
         ids = argv[1:]
-        bad = self._bad_ids(ids)
+        bad = check_job_ids(ids, self.store.jobs)
         if bad:
             return bad
         known = 0
@@ -721,7 +712,7 @@ class Node(ReplicationMixin, FederationMixin):
 
     def cmd_fastack(self, client: int, argv: list[bytes]) -> Any:
         ids = argv[1:]
-        bad = self._bad_ids(ids)
+        bad = check_job_ids(ids, self.store.jobs)
         if bad:
             return bad
         known = 0
