@@ -313,3 +313,102 @@ def test_redis_cli_interactive_and_pipe(node, redis_cli):
     assert node.client().execute_command("QLEN", "piped") == 1000
     out = subprocess.run([redis_cli, "-p", str(node.port), "QSTAT", "piped"], capture_output=True, text=True, timeout=30)
     assert "jobs-in" in out.stdout
+
+
+# ---------------------------------------------------------------- random commands
+FUZZ_COMMANDS = [b"ADDJOB", b"GETJOB", b"ACKJOB", b"FASTACK", b"DELJOB", b"SHOW", b"QLEN", b"QPEEK", b"QSTAT",
+                 b"QSCAN", b"JSCAN", b"ENQUEUE", b"NACK", b"DEQUEUE", b"WORKING", b"PAUSE", b"HELLO", b"PING",
+                 b"ECHO", b"INFO", b"TIME", b"COMMAND", b"CLIENT", b"CONFIG", b"CLUSTER", b"DEBUG", b"AUTH",
+                 b"FLY", b""]  # fmt: skip
+FUZZ_WORDS = [b"REPLICATE", b"DELAY", b"RETRY", b"TTL", b"MAXLEN", b"ASYNC", b"TIMEOUT", b"COUNT", b"NOHANG",
+              b"WITHCOUNTERS", b"FROM", b"BUSYLOOP", b"IN", b"OUT", b"ALL", b"NONE", b"STATE", b"QUEUE", b"REPLY",
+              b"MINLEN", b"IMPORTRATE", b"bcast", b"yes", b"no", b"GET", b"LIST", b"ID", b"NODES", b"MEET", b"FORGET",
+              b"LEAVING", b"MYID", b"INFO", b"RESET", b"SETNAME", b"SETINFO", b"ERROR", b"queued", b"acked", b"active",
+              b"loglevel", b"maxclients", b"DOCS", b"GETKEYS", b"RESETSTAT", b"*"]  # fmt: skip
+FUZZ_NUMBERS = [b"0", b"1", b"-1", b"3", b"100", b"65535", b"2147483648", b"9223372036854775807",
+                b"9223372036854775808", b"-9223372036854775809", b"1e3", b"0.5", b"nan", b"inf", b"-inf", b" 1",
+                b"0x10", b"99999999999999999999999999", b"+5", b"1_000", b""]  # fmt: skip
+
+
+def _fuzz_argv(rng, ids: list[bytes]) -> list[bytes]:
+    """One command, either shaped like a real one with odd values or any words at all."""
+
+    def junk() -> bytes:
+        return bytes(rng.randrange(256) for _ in range(rng.randrange(40)))
+
+    def some_id() -> bytes:
+        if ids and rng.random() < 0.5:
+            jid = bytearray(rng.choice(ids))
+            if rng.random() < 0.5:  # damaged: cut short or one byte changed
+                jid[rng.randrange(len(jid))] = rng.randrange(256)
+            return bytes(jid[: rng.choice([len(jid), rng.randrange(len(jid))])])
+        return b"D-" + junk()
+
+    def value() -> bytes:
+        return rng.choice([rng.choice(FUZZ_WORDS), rng.choice(FUZZ_NUMBERS), some_id(), junk(), b"q", b"x" * 5000])
+
+    options = [b for _ in range(rng.randrange(4)) for b in (rng.choice(FUZZ_WORDS), value())]
+    shape = rng.randrange(4)
+    if shape == 0:  # anything
+        argv = [rng.choice(FUZZ_COMMANDS)] + [value() for _ in range(rng.randrange(9))]
+    elif shape == 1:
+        argv = [b"ADDJOB", rng.choice([b"q", b"q2", junk()]), rng.choice([b"body", junk()]), rng.choice(FUZZ_NUMBERS)]
+        argv += options
+    elif shape == 2:
+        cmd = rng.choice([b"ACKJOB", b"FASTACK", b"NACK", b"ENQUEUE", b"DEQUEUE", b"WORKING", b"SHOW", b"DELJOB"])
+        argv = [cmd] + [rng.choice(ids) if ids and rng.random() < 0.7 else some_id() for _ in range(rng.randrange(3))]
+    else:
+        cmd = rng.choice([b"GETJOB", b"QSCAN", b"JSCAN", b"QSTAT", b"QPEEK", b"PAUSE", b"QLEN"])
+        argv = [cmd] + options + [rng.choice([b"q", b"q2", junk(), b"in", b"out", b"all", b"none", b"bcast", b"state"])]
+    name = argv[0].upper()
+    words = {a.upper() for a in argv[1:]}
+    if name == b"GETJOB":  # never block: the test reads one reply per command
+        argv = [b"GETJOB", b"NOHANG"] + argv[1:] + [b"FROM", b"q", b"q2"]
+    if name == b"DEBUG" and words & {b"SLEEP", b"FLUSHALL"} or name in (b"CLIENT", b"CONFIG") and words & {
+        b"KILL", b"SET", b"REWRITE", b"PAUSE"
+    }:
+        argv = [b"PING"]  # things that stop, stall or reconfigure the node on purpose
+    return argv
+
+
+def test_random_commands_never_hurt_the_node(start_node):
+    """Thousands of odd commands: one reply each, nothing lost. DISQUE_FUZZ_SEED=n runs another sequence."""
+    import os
+    import random
+
+    import hiredis
+
+    seed = int(os.environ.get("DISQUE_FUZZ_SEED", "1"))
+    replay = "DISQUE_FUZZ_SEED=%d .venv/bin/pytest tests/integration/test_node_process.py -k random_commands" % seed
+    rng = random.Random(seed)
+    node = start_node()
+    bystander = node.client()
+    kept = bystander.execute_command("ADDJOB", "kept", "keep me", 0, "RETRY", 0)
+    ids: list[bytes] = []
+    replies = errors = 0
+    sock = socket.create_connection(("127.0.0.1", node.port), timeout=10)
+    reader = hiredis.Reader()
+    try:
+        for i in range(3000):
+            argv = _fuzz_argv(rng, ids)
+            sock.sendall(b"*%d\r\n" % len(argv) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in argv))
+            reply = False
+            while reply is False:
+                data = sock.recv(1 << 20)
+                assert data, "%s: the node closed the link after %r" % (replay, argv[:6])
+                reader.feed(data)
+                reply = reader.gets()
+            replies += 1
+            if isinstance(reply, hiredis.ReplyError):
+                errors += 1
+                assert str(reply)[:1].isupper(), "%s: %r" % (replay, reply)
+            elif argv[0] == b"ADDJOB" and isinstance(reply, bytes) and reply.startswith(b"D-"):
+                ids.append(reply)
+    finally:
+        sock.close()
+    assert replies == 3000 and 0 < errors < replies, (replay, errors)
+    assert ids, "%s: no ADDJOB succeeded, the test exercised nothing past parsing" % replay
+    assert bystander.execute_command("SHOW", kept) is not None
+    assert bystander.execute_command("GETJOB", "NOHANG", "FROM", "kept")[0][1] == kept
+    log = node.log()
+    assert "Traceback" not in log, "%s:\n%s" % (replay, log[max(0, log.find("Traceback") - 500) :][:3000])
