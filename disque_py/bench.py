@@ -256,6 +256,21 @@ class SyncClient:
                 raise ConnectionError("connection closed by the server")
             self.reader.feed(data)
 
+    def pipeline(self, commands: list[tuple[str | bytes | int, ...]]) -> list[Any]:
+        """Send every command, then read one reply each (an error reply is returned, not raised)."""
+        self.sock.sendall(b"".join(encode(*args) for args in commands))
+        replies: list[Any] = []
+        while len(replies) < len(commands):
+            reply = self.reader.gets()
+            if reply is not False:
+                replies.append(reply)
+                continue
+            data = self.sock.recv(1 << 20)
+            if not data:
+                raise ConnectionError("connection closed by the server")
+            self.reader.feed(data)
+        return replies
+
     def info(self, section: str) -> dict[str, str]:
         text = self.call("INFO", section).decode()
         return dict(line.split(":", 1) for line in text.splitlines() if ":" in line and not line.startswith("#"))
@@ -731,6 +746,7 @@ def run_federation(
         "duplicate_ids": [j.decode() for j in dup_ids[:20]],
         "missing": len(missing),
         "missing_ids": [j.decode() for j in missing[:20]],
+        "missing_all": [j.decode() for j in missing],  # looked up on the nodes, then dropped (fed_run)
         "unexpected": len(unexpected),
         "window_jobs": len(in_window),
         "window_jobs_due": due_in_window,
@@ -1527,6 +1543,33 @@ class Bench:
         return out
 
     @staticmethod
+    def _fed_states(nodes: list[Server], ids: list[str], chunk: int = 2000) -> dict[str, int]:
+        """How many of ``ids`` are in each state, by the SHOW of every node ("absent": on no node at all).
+
+        A job on several nodes counts once, in the state furthest from lost:
+        queued, then active (delivered, not acknowledged), then any other.
+        """
+        rank = {"queued": 0, "active": 1}
+        best: dict[str, str] = {}
+        for node in nodes:
+            try:
+                with SyncClient(node.port, timeout=30.0) as c:
+                    for i in range(0, len(ids), chunk):
+                        part = ids[i : i + chunk]
+                        for jid, info in zip(part, c.pipeline([("SHOW", jid) for jid in part])):
+                            if not isinstance(info, list):
+                                continue
+                            fields = dict(zip(info[0::2], info[1::2]))
+                            state = fields.get(b"state", b"?").decode(errors="replace")
+                            if jid not in best or rank.get(state, 2) < rank.get(best[jid], 2):
+                                best[jid] = state
+            except (OSError, BenchError) as exc:
+                log("federation: SHOW on port %d failed (%s); its jobs count as absent" % (node.port, exc))
+        counts = collections.Counter(best.values())
+        counts["absent"] = len(ids) - len(best)
+        return dict(counts)
+
+    @staticmethod
     def _fed_where(nodes: list[Server], ids: list[str]) -> list[dict[str, Any]]:
         """SHOW of each (missing or duplicated) job ID on every node: who holds it, in which state."""
         out = []
@@ -1611,8 +1654,11 @@ class Bench:
             r["imported_A"] = r["stats"]["A"]["jobs_imported"]
             r["bus_messages_per_job"] = round(sum(r["stats"][n]["bus_messages_sent"] for n in "ABC")
                                               / max(1, r["jobs_produced"]), 2)  # fmt: skip
-            # a missing job may still be queued: the client stops waiting (--drain) after an overload
+            # a missing job may still be on a node: the client stops waiting (--drain) after an overload
             r["still_queued"] = sum(r["stats"][n]["qlen"] for n in "ABC")
+            missing_all = r.pop("missing_all", [])
+            if missing_all:
+                r["missing_states"] = self._fed_states(nodes, missing_all)
             odd = r["missing_ids"][:5] + r["duplicate_ids"][:5]
             if odd:
                 r["where_odd_jobs"] = self._fed_where(nodes, odd)
@@ -1847,11 +1893,19 @@ FED_TARGET_SHARE = 0.80
 
 
 def _fed_tally(r: dict[str, Any]) -> str:
-    """What a federation run got wrong, in words; a missing job still queued on a node is not lost."""
-    queued = r.get("still_queued") or 0
+    """What a federation run got wrong, in words; a missing job still held by a node is not lost."""
+    held = ""
+    states = r.get("missing_states")
+    if r["missing"] and states:
+        # looked up with SHOW on every node after the client stopped waiting
+        parts = ["%d %s" % (n, {"queued": "still queued", "active": "delivered to a consumer that had stopped reading, "
+                                "not acknowledged", "absent": "on no node: lost"}.get(k, k))
+                 for k, n in sorted(states.items(), key=lambda kv: -kv[1]) if n]  # fmt: skip
+        held = " (%s)" % "; ".join(parts)
+    elif r["missing"] and r.get("still_queued"):  # results from before the lookup: queue lengths only
+        held = " (%d of them still queued when the client stopped waiting)" % min(r["still_queued"], r["missing"])
     return "%d missing%s, %d duplicates, %d unexpected, %d ADDJOB errors" % (
-        r["missing"], " (%d of them still queued when the client stopped waiting)" % min(queued, r["missing"])
-        if queued and r["missing"] else "", r["duplicates"], r["unexpected"], r["addjob_errors"])  # fmt: skip
+        r["missing"], held, r["duplicates"], r["unexpected"], r["addjob_errors"])
 
 
 def _fed_why(r: dict[str, Any]) -> str:

@@ -55,11 +55,36 @@ def test_a_p99_limit_makes_steps_over_it_fail():
     assert Bench.fed_ramps(_Searcher(6000, 20000, {False: 3000, True: 12000}))[False]["max_rate"] == 5750
 
 
-def test_missing_jobs_still_queued_are_told_apart():
+def test_missing_jobs_still_held_by_a_node_are_told_apart():
     from disque_py.bench import _fed_tally
 
     base = {"duplicates": 0, "unexpected": 0, "addjob_errors": 0}
+    told = _fed_tally({**base, "missing": 12, "missing_states": {"queued": 9, "active": 2, "absent": 1}})
+    assert told.startswith("12 missing (9 still queued; 2 delivered to a consumer that had stopped reading")
+    assert "; 1 on no node: lost)" in told
+    assert "lost" not in _fed_tally({**base, "missing": 3, "missing_states": {"queued": 3, "absent": 0}})
+    # results saved before the SHOW lookup: queue lengths only
     assert _fed_tally({**base, "missing": 7, "still_queued": 7}).startswith(
         "7 missing (7 of them still queued when the client stopped waiting)")
     assert _fed_tally({**base, "missing": 7, "still_queued": 0}).startswith("7 missing, 0 duplicates")
     assert _fed_tally({**base, "missing": 0, "still_queued": 4}).startswith("0 missing, 0 duplicates")
+
+
+def test_missing_job_states_are_looked_up_on_every_node(tmp_path):
+    """A real node: one job queued, one delivered and not acknowledged, one ID that no node has."""
+    from disque_py.bench import Bench
+
+    from .integration.conftest import NodeProcess
+
+    node = NodeProcess(tmp_path).start()
+    try:
+        r = node.client()
+        queued = [r.execute_command("ADDJOB", "q", "a", 0).decode() for _ in range(3)]
+        active = [r.execute_command("ADDJOB", "q2", "b", 0).decode() for _ in range(2)]
+        assert sorted(j[1].decode() for j in r.execute_command("GETJOB", "COUNT", 2, "FROM", "q2")) == sorted(active)
+        lost = queued[0][:-8] + "ABCD" + queued[0][-4:]
+        # pipelined in chunks; a job seen on two nodes counts once
+        states = Bench._fed_states([node, node], [lost, *active, *queued], chunk=4)
+        assert states == {"queued": 3, "active": 2, "absent": 1}
+    finally:
+        node.stop()
