@@ -1811,6 +1811,8 @@ def machine_info(python: str) -> dict[str, Any]:
         "cpu_model": model,
         "kernel": platform.release(),
         "python": _run([python, "-c", "import sys; print(sys.version.split()[0])"]) or platform.python_version(),
+        # which build: the same version runs 20-30 % apart between builds (BENCHMARKS.md, "Interpreter build")
+        "interpreter": os.path.realpath(shutil.which(python) or python),
         "redis_benchmark": _run(["redis-benchmark", "--version"]),
         "redis_server": _run(["redis-server", "--version"]),
         "git_commit": commit + ("-dirty" if dirty else ""),
@@ -2167,9 +2169,9 @@ def markdown_report(bench: Bench, machine: dict[str, Any]) -> str:
     if len(diag) == 2:
         diag = []
     out = [
-        "Machine: %s cores, %s; Python %s; %s; commit %s" % (
-            machine["nproc"], machine["cpu_model"], machine["python"], machine["redis_benchmark"],
-            machine["git_commit"]),
+        "Machine: %s cores, %s; Python %s (%s); %s; commit %s" % (
+            machine["nproc"], machine["cpu_model"], machine["python"], machine.get("interpreter", "?"),
+            machine["redis_benchmark"], machine["git_commit"]),
     ]  # fmt: skip
     if len(rows) > 2 or diag:
         out += [
