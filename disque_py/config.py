@@ -203,6 +203,9 @@ def _d(name: str, kind: Kind, default: Any, **kw: Any) -> Directive:
 
 
 _BOOL_ERR = "argument must be 'yes' or 'no'"
+#: Smallest protocol limits: a 1 KiB argument and 16 arguments (ADDJOB with every option is 15).
+PROTO_MIN_BULK = 1024
+PROTO_MIN_MULTIBULK = 16
 _LOGLEVELS = ("debug", "verbose", "notice", "warning")
 _FACILITIES = ("user",) + tuple(f"local{i}" for i in range(8))
 
@@ -296,12 +299,14 @@ _TABLE: tuple[Directive, ...] = (
        error="The latency threshold can't be negative",
        help="latency monitor threshold in milliseconds (0: off)"),
     # --- our protocol limits -----------------------------------------------
+    # The floors keep every command usable, CONFIG SET included: below them a
+    # CONFIG SET would lock every client out of the node until a restart.
     _d("proto-max-bulk-len", Kind.MEMORY, 512 * 1024**2, runtime=True, implemented=True,
-       minimum=1, help="largest accepted bulk string"),
+       minimum=PROTO_MIN_BULK, help="largest accepted bulk string (at least 1kb)"),
     _d("proto-max-multibulk-len", Kind.INT, 1024 * 1024, runtime=True, implemented=True,
-       minimum=1, help="largest accepted number of arguments"),
+       minimum=PROTO_MIN_MULTIBULK, help="largest accepted number of arguments (at least 16)"),
     _d("client-query-buffer-limit", Kind.MEMORY, 1024**3, runtime=True, implemented=True,
-       minimum=1, help="largest unparsed input buffer per client"),
+       minimum=PROTO_MIN_BULK, help="largest unparsed input buffer per client (at least 1kb)"),
 )
 
 DIRECTIVES: dict[str, Directive] = {d.name: d for d in _TABLE}
