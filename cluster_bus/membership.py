@@ -310,8 +310,14 @@ class Membership:
         return n.link
 
     def reachable(self) -> list[str]:
-        """Other nodes we may talk to now: no handshake/PFAIL/FAIL/LEAVING."""
-        skip = NODE_MYSELF | NODE_HANDSHAKE | NODE_LEAVING | NODE_PFAIL | NODE_FAIL
+        """Other nodes we may talk to now: no handshake/PFAIL/FAIL/LEAVING, and an address to send to.
+
+        A NOADDR node (someone else answered at its address) has no outbound
+        link and gets none until it turns up again, and failure detection skips
+        it as Disque's does: counted as reachable, it would let an ADDJOB wait
+        for a GOTJOB that can never come.
+        """
+        skip = NODE_MYSELF | NODE_HANDSHAKE | NODE_LEAVING | NODE_PFAIL | NODE_FAIL | NODE_NOADDR
         return [n.id for n in self._nodes.values() if not n.flags & skip]
 
     def known(self) -> list[str]:

@@ -540,6 +540,8 @@ def test_reset_soft_and_hard() -> None:
     net.run_until(lambda: all((net.m(i).node(old_id).flags & NODE_NOADDR) for i in (1, 2, 3)), 3 * NODE_TIMEOUT)
     for i in (1, 2, 3):
         assert " :0 noaddr" in net.m(i).nodes_text()
+        # known (until forgotten), but nothing can be sent to it
+        assert old_id in net.m(i).known() and old_id not in net.m(i).reachable()
     with pytest.raises(MembershipError):
         m0.reset(True, net.now, "not-an-id")
     # Hard reset without an id draws one.
@@ -774,11 +776,13 @@ def test_address_update_and_mismatched_pong() -> None:
     assert Close(6) in eff
     n = m.node(peer)
     assert n.flags & NODE_NOADDR and (n.ip, n.port) == ("", 0)
+    assert peer not in m.reachable()
     m.tick(START + 400)
     assert not [e for e in m.take_effects() if isinstance(e, Connect)]
     # It comes back with a PING on an inbound link: address restored.
     m.receive(inn, Ping(peer, PORT, 0), START + 500)
     assert not m.node(peer).flags & NODE_NOADDR and m.node(peer).ip == "10.0.0.2"
+    assert peer in m.reachable()
 
 
 def test_pfail_and_failure_reports_expire() -> None:

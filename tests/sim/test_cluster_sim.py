@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 import trio
 
+from disque_py.core.effects import BLOCKED
+
 from .netsim import MemoryNetwork, SimServer, wait_until
 
 NODE_TIMEOUT = 3000  # ms; virtual time, so it costs nothing
@@ -170,6 +172,26 @@ async def test_reset(nursery, tmp_path, autojump_clock, hard):
     assert nodes[0].known() == 1
     assert (nodes[0].cluster.my_id != old) == hard
     assert nodes[0].node.id == nodes[0].cluster.my_id
+
+
+async def test_a_node_that_reset_its_id_is_not_waited_for(nursery, tmp_path, autojump_clock):
+    """After CLUSTER RESET HARD the old ID has no address: ADDJOB must not wait for it."""
+    net, nodes = await start_cluster(nursery, tmp_path, 3)
+    for b in nodes[1:]:
+        nodes[0].cmd("CLUSTER", "MEET", "127.0.0.1", b.port)
+    await wait_until(lambda: all_know(nodes, 3), timeout=30, what="full mesh")
+    old = nodes[2].cluster.my_id
+    assert nodes[2].cmd("CLUSTER", "RESET", "HARD") == b"OK"
+    await wait_until(lambda: all(" :0 noaddr" in s.cmd("CLUSTER", "NODES").decode() for s in nodes[:2]),
+                     timeout=NODE_TIMEOUT * 3 / 1000, what="old ID without address")  # fmt: skip
+    now = int(trio.current_time() * 1000)
+    for s in nodes[:2]:
+        assert s.node.cluster_size == 3 and old not in s.node.reachable
+        # the default factor is the cluster size (3): only one other node can take a copy
+        reply = s.node.execute(1, [b"ADDJOB", b"q", b"body", b"0"], now)
+        assert str(reply).startswith("NOREPL Not enough reachable nodes"), reply
+        # two copies still can be made: the client waits for the other node's GOTJOB
+        assert s.node.execute(2, [b"ADDJOB", b"q", b"body", b"0", b"REPLICATE", b"2"], now) is BLOCKED
 
 
 async def test_replayed_frame_closes_the_link_and_is_counted(nursery, tmp_path, autojump_clock):
