@@ -165,7 +165,9 @@ def build_table(server: "Server") -> dict[bytes, tuple[Callable[["Connection", l
         cfg = server.config
         try:
             if sub == b"get" and len(argv) == 3:
-                return config_get(cfg, argv[2])
+                # a dict: a map in RESP3 (as Redis 7 answers, and redis-py 8 expects), a flat array in RESP2
+                flat = config_get(cfg, argv[2])
+                return dict(zip(flat[0::2], flat[1::2]))
             if sub == b"set" and len(argv) == 4:
                 config_set(cfg, argv[2], argv[3])
                 return OK

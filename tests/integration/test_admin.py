@@ -98,7 +98,7 @@ def test_startup_log_lines_for_operators(node):
 def test_config_set_loglevel_and_requirepass_at_runtime(node):
     r = node.client()
     assert r.execute_command("CONFIG", "SET", "loglevel", "warning") in (b"OK", True)
-    assert r.execute_command("CONFIG", "GET", "loglevel") == [b"loglevel", b"warning"]
+    assert r.config_get("loglevel") == {"loglevel": "warning"}
     assert r.execute_command("CONFIG", "SET", "requirepass", "later") in (b"OK", True)
     assert raw(node.port, b"QLEN q\r\n", expect=10).startswith(b"-NOAUTH")
     assert r.execute_command("QLEN", "q") == 0  # already authenticated connections stay so
