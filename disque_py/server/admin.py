@@ -441,6 +441,7 @@ def info_text(server: "Server", section: str, peak: list[int]) -> str:
                 "total_net_input_bytes": stats["total_net_input_bytes"],
                 "total_net_output_bytes": stats["total_net_output_bytes"],
                 "rejected_connections": stats["rejected_connections"],
+                "accept_errors": stats["accept_errors"],
                 "protocol_errors": stats["protocol_errors"],
                 "internal_errors": stats["internal_errors"],
                 "jobs_added": node.stats["jobs_added"],

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import errno
 import gc
+import logging
 import math
 import os
 import signal
@@ -30,7 +31,7 @@ import trio
 from cluster_bus.codec import encode_data_item
 
 from .. import __version__
-from ..config import Config
+from ..config import Config, ConfigError
 from ..core.effects import BLOCKED, Reply, Send
 from ..core.node import Node
 from ..core.replies import Error
@@ -38,11 +39,14 @@ from ..protocol.resp import ProtocolError, RequestParser, encode_reply
 from . import admin
 from .clients import ClientLoop, Connection
 from .cluster import ClusterService
+from .fdlimit import fit_maxclients
 from .logs import log, set_level
 
 __all__ = ["Server", "run_node"]
 
 GC_THRESHOLDS = (50_000, 20, 100)
+#: A listener that cannot accept (no file descriptors left) logs one line per this many seconds.
+ACCEPT_ERROR_LOG_S = 10.0
 NOAUTH = Error("NOAUTH Authentication required.")
 
 
@@ -84,6 +88,7 @@ class Server:
             "total_net_input_bytes": 0,
             "total_net_output_bytes": 0,
             "rejected_connections": 0,
+            "accept_errors": 0,
             "protocol_errors": 0,
             "internal_errors": 0,
         }
@@ -94,13 +99,33 @@ class Server:
         config.on_change.append(self._config_changed)
 
     def _config_changed(self, name: str, old: Any, new: Any) -> None:
+        if name == "maxclients" and new > old:
+            fit, notes = fit_maxclients(new)
+            if fit < new:  # vetoed: config_set restores the old value, the client reads why
+                raise ConfigError(
+                    "The operating system is not able to handle the specified number of clients, try with %d" % fit
+                )
+            for level, text in notes:
+                log.log(logging.WARNING if level == "warning" else logging.INFO, "%s", text)
         log.info("CONFIG SET %s: %s -> %s", name, "(hidden)" if name == "requirepass" else old, "(hidden)" if name == "requirepass" else new)
         if name == "loglevel":
             set_level(new)
 
+    def _fit_maxclients(self) -> None:
+        """At start: make room for maxclients clients in the open files limit, or lower maxclients."""
+        try:
+            fit, notes = fit_maxclients(self.config.maxclients)
+        except OSError as exc:
+            log.warning("Can't start: %s", exc)
+            raise SystemExit(1) from exc
+        for level, text in notes:
+            log.log(logging.WARNING if level == "warning" else logging.INFO, "%s", text)
+        self.config.maxclients = fit
+
     # ------------------------------------------------------------------ run
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         cfg = self.config
+        self._fit_maxclients()
         addrs = cfg.bind or ["0.0.0.0"]
         for host in addrs:
             try:
@@ -162,12 +187,21 @@ class Server:
 
     # -------------------------------------------------------------- clients
     async def _accept_loop(self, listener: trio.SocketListener) -> None:
+        unreported = 0  # failed accepts since the last log line (one line per 10 s at most)
+        reported_at = -math.inf
         while True:
             try:
                 stream = await listener.accept()
             except OSError as exc:
                 if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
-                    log.warning("Accepting client connection: %s", exc)
+                    self.stats["accept_errors"] += 1
+                    now = trio.current_time()
+                    if now - reported_at >= ACCEPT_ERROR_LOG_S:
+                        log.warning("Accepting client connection: %s%s", exc,
+                                    " (and %d more times since the last report)" % unreported if unreported else "")  # fmt: skip
+                        reported_at, unreported = now, 0
+                    else:
+                        unreported += 1
                     await trio.sleep(0.1)
                     continue
                 raise

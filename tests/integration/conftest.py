@@ -9,6 +9,7 @@ be passed through ``start_node(**directives)``.
 from __future__ import annotations
 
 import os
+import resource
 import shutil
 import signal
 import socket
@@ -74,7 +75,8 @@ def wait_for(predicate, timeout: float = 10.0, interval: float = 0.02, what: str
 
 
 class NodeProcess:
-    def __init__(self, tmp: Path, **directives) -> None:
+    def __init__(self, tmp: Path, *, nofile: int | None = None, **directives) -> None:
+        self.nofile = nofile  # the process's open files limit (soft and hard), None: inherited
         self.port = directives.pop("port", None) or free_port()
         self.dir = tmp / ("node-%d" % self.port)
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -98,7 +100,16 @@ class NodeProcess:
     def start(self) -> "NodeProcess":
         log = open(self.log_path, "ab")
         env = dict(os.environ, PYTHONUNBUFFERED="1")
-        self.proc = subprocess.Popen(self.args(), stdout=log, stderr=subprocess.STDOUT, cwd=str(ROOT), env=env)
+        limit = None
+        if self.nofile is not None:
+            n = self.nofile
+
+            def limit() -> None:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (n, n))
+
+        self.proc = subprocess.Popen(
+            self.args(), stdout=log, stderr=subprocess.STDOUT, cwd=str(ROOT), env=env, preexec_fn=limit
+        )
         log.close()
         wait_for(self._pingable, timeout=20, what="node on port %d to answer PING" % self.port)
         return self

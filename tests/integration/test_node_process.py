@@ -243,6 +243,32 @@ def test_maxclients(start_node):
     assert a.info("stats")["rejected_connections"] == 1
 
 
+def test_maxclients_fits_the_open_files_limit(start_node):
+    """With 'ulimit -n' 128, maxclients 10000 cannot be served: lowered to 96, the rest told so."""
+    node = start_node(nofile=128)
+    r = node.client()
+    assert r.config_get("maxclients") == {"maxclients": "96"}
+    assert "maxclients has been reduced to 96" in node.log()
+    with pytest.raises(redis.ResponseError, match="not able to handle the specified number of clients, try with 96"):
+        r.config_set("maxclients", 200)
+    assert r.config_get("maxclients") == {"maxclients": "96"}
+    assert r.config_set("maxclients", 40) and r.config_set("maxclients", 96)  # within the limit: fine
+    # every connection over the limit gets Disque's error at once, none waits unaccepted
+    socks = [socket.create_connection(("127.0.0.1", node.port), timeout=5) for _ in range(120)]
+    try:
+        replies = []
+        for s in socks:
+            s.sendall(b"PING\r\n")
+            replies.append(s.recv(100))
+    finally:
+        for s in socks:
+            s.close()
+    assert replies.count(b"+PONG\r\n") == 95  # r holds the 96th slot
+    assert all(x.startswith(b"-ERR max number of clients reached") for x in replies if x != b"+PONG\r\n")
+    stats = r.info("stats")
+    assert stats["rejected_connections"] == 25 and stats["accept_errors"] == 0
+
+
 def test_idle_timeout_closes_idle_but_not_blocked_clients(start_node):
     node = start_node(timeout=1)
     r = node.client()
