@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import shlex
+import signal
 import sys
 
 import click
@@ -64,6 +65,8 @@ def server(args: tuple[str, ...]) -> None:
         click.echo("Fatal error, can't open config file '%s': %s" % (path, exc.strerror), err=True)
         sys.exit(1)
     setup_logging(cfg.resolve_path(cfg.logfile) if cfg.logfile else "", cfg.loglevel)
+    # As Disque: a closed terminal (SIGHUP) must not take the node and its jobs with it.
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
     try:
         try:
             trio.run(run_node, cfg)

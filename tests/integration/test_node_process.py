@@ -291,6 +291,12 @@ def test_shutdown_command_and_sigterm_stop_cleanly(start_node):
     assert node.proc.wait(10) == 0
     assert "ready to exit" in node.log()
     other = start_node()
+    jid = other.client().execute_command("ADDJOB", "q", "kept", 0)
+    # a closed terminal sends SIGHUP: ignored, as Disque does, the jobs stay
+    other.proc.send_signal(signal.SIGHUP)
+    other.proc.send_signal(signal.SIGPIPE)
+    assert other.client().execute_command("SHOW", jid) is not None
+    assert other.proc.poll() is None
     assert other.stop(signal.SIGTERM) == 0
 
 
