@@ -12,6 +12,7 @@ instead of waiting unaccepted in the listen backlog while the node cannot
 
 from __future__ import annotations
 
+import logging
 import resource
 
 __all__ = ["RESERVED_FDS", "fit_maxclients"]
@@ -20,30 +21,27 @@ __all__ = ["RESERVED_FDS", "fit_maxclients"]
 RESERVED_FDS = 32
 
 
-def _limits() -> tuple[int, int]:
-    return resource.getrlimit(resource.RLIMIT_NOFILE)
-
-
-def fit_maxclients(maxclients: int) -> tuple[int, list[tuple[str, str]]]:
+def fit_maxclients(maxclients: int) -> tuple[int, list[tuple[int, str]]]:
     """Raise the soft open-file limit if needed; the ``maxclients`` that fits and what to log.
 
-    The notes are ``(level, text)`` with level ``"info"`` or ``"warning"``;
-    none when nothing had to change. Raises :class:`OSError` only if the
-    limit is so low that not even one client fits.
+    The notes are ``(logging level, text)``; none when nothing had to
+    change. Raises :class:`OSError` only if the limit is so low that not
+    even one client fits.
     """
     want = maxclients + RESERVED_FDS
-    soft, hard = _limits()
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY or soft >= want:
         return maxclients, []
-    notes: list[tuple[str, str]] = []
+    notes: list[tuple[int, str]] = []
     target = want if hard == resource.RLIM_INFINITY else min(want, hard)
     if target > soft:
         try:
             resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-            notes.append(("info", "Open files limit raised from %d to %d for maxclients %d." % (soft, target, maxclients)))
+            raised = "Open files limit raised from %d to %d for maxclients %d." % (soft, target, maxclients)
+            notes.append((logging.INFO, raised))
             soft = target
         except (OSError, ValueError) as exc:
-            notes.append(("warning", "Can't raise the open files limit from %d to %d: %s." % (soft, target, exc)))
+            notes.append((logging.WARNING, "Can't raise the open files limit from %d to %d: %s." % (soft, target, exc)))
     if soft >= want:
         return maxclients, notes
     fit = soft - RESERVED_FDS
@@ -53,7 +51,7 @@ def fit_maxclients(maxclients: int) -> tuple[int, list[tuple[str, str]]]:
             % (soft, RESERVED_FDS + 1)
         )
     notes.append((
-        "warning",
+        logging.WARNING,
         "You requested maxclients of %d requiring at least %d max file descriptors, but the "
         "limit is %d: maxclients has been reduced to %d to compensate. If you need more "
         "clients, increase 'ulimit -n'." % (maxclients, want, soft, fit),
