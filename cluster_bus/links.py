@@ -6,7 +6,11 @@ Theory of operation
 means is decided by its ``handler`` (the membership driver in the server).
 
 * ``serve()`` listens on the bus port (client port + 10000). Every accepted
-  connection becomes an *inbound* link.
+  connection becomes an *inbound* link, which must deliver its first
+  message within ``HANDSHAKE_TIMEOUT`` (after the handshake, with a secret)
+  or is closed and counted (``silent_links``): a silent connection would
+  only hold a descriptor. Out of descriptors, accept() is retried quietly
+  (``accept_errors``, one log line per 10 s: :func:`accept_forever`).
 * ``connect(node_id, ip, bus_port)`` opens an *outbound* link in the
   background and reports ``handler.link_up(node_id, link)`` or
   ``handler.link_failed(node_id)``; the handler decides when to retry, so
@@ -49,6 +53,10 @@ with memory streams (see ``MemoryNetwork`` in the tests).
 
 from __future__ import annotations
 
+import errno
+import functools
+import logging
+import math
 import os
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -74,14 +82,57 @@ from .codec import (
 
 from .messages import MAX_BATCH, AuthChallenge, AuthHello, AuthProof, Data, DataBatch
 
-__all__ = ["Bus", "BusHandler", "Reactor", "TcpTransport", "HANDSHAKE_TIMEOUT"]
+__all__ = ["Bus", "BusHandler", "Reactor", "TcpTransport", "HANDSHAKE_TIMEOUT", "accept_forever"]
 
 _AUTH_TYPES = (AuthHello, AuthChallenge, AuthProof)
 _GONE = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
 
-HANDSHAKE_TIMEOUT = 5.0
+HANDSHAKE_TIMEOUT = 5.0  # also: an inbound link's first message must come within this (s)
 CONNECT_TIMEOUT = 3.0
 READ_SIZE = 65536
+#: accept() failures meaning "no descriptor or memory left for now": wait and try again
+ACCEPT_RETRY_ERRNOS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
+ACCEPT_RETRY_S = 0.1
+ACCEPT_ERROR_LOG_S = 10.0  # at most one log line per this many seconds while accept() keeps failing
+
+_log = logging.getLogger("disque.bus")
+
+
+async def accept_forever(
+    listener: trio.SocketListener,
+    spawn: Callable[[trio.SocketStream], Any],
+    *,
+    what: str,
+    log: logging.Logger,
+    on_error: Callable[[], None] | None = None,
+) -> None:
+    """Accept connections for ever and hand each stream to ``spawn``.
+
+    When the process is out of descriptors (or memory) accept() is retried
+    every 0.1 s and ``on_error`` counts each failure, but the log gets one
+    line per 10 s with the count since the last one, not a line (or trio's
+    traceback) per retry. Other errors propagate.
+    """
+    unreported = 0
+    reported_at = -math.inf
+    while True:
+        try:
+            stream = await listener.accept()
+        except OSError as exc:
+            if exc.errno not in ACCEPT_RETRY_ERRNOS:
+                raise
+            if on_error is not None:
+                on_error()
+            now = trio.current_time()
+            if now - reported_at >= ACCEPT_ERROR_LOG_S:
+                more = " (and %d more times since the last report)" % unreported if unreported else ""
+                log.warning("Accepting %s connection: %s%s", what, exc, more)
+                reported_at, unreported = now, 0
+            else:
+                unreported += 1
+            await trio.sleep(ACCEPT_RETRY_S)
+            continue
+        spawn(stream)
 
 
 class BusHandler(Protocol):
@@ -114,9 +165,17 @@ class TcpTransport:
             pass
         return stream
 
-    async def serve(self, host: str, port: int, handler, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    async def serve(
+        self, host: str, port: int, handler, *, on_accept_error=None, task_status=trio.TASK_STATUS_IGNORED
+    ) -> None:
         listeners = await trio.open_tcp_listeners(port, host=host)
-        await trio.serve_listeners(handler, listeners, task_status=task_status)
+        async with trio.open_nursery() as nursery:
+            for listener in listeners:
+                nursery.start_soon(functools.partial(
+                    accept_forever, listener, functools.partial(nursery.start_soon, handler),
+                    what="cluster bus", log=_log, on_error=on_accept_error,
+                ))  # fmt: skip
+            task_status.started(listeners)
 
     @staticmethod
     def peer_ip(stream: Any) -> str:
@@ -129,7 +188,7 @@ class TcpTransport:
 class _Link:
     __slots__ = (
         "id", "stream", "peer", "out", "lot", "session", "closed", "scope", "outbound", "node_id", "early",
-        "batch", "batch_sender", "batch_size", "fd", "decoder", "dirty", "want_out",
+        "batch", "batch_sender", "batch_size", "fd", "decoder", "dirty", "want_out", "heard",
     )
 
     def __init__(self, link_id: int, stream: trio.abc.Stream, peer: str, outbound: bool, node_id: str | None):
@@ -151,6 +210,7 @@ class _Link:
         self.decoder: FrameDecoder | None = None
         self.dirty = False  # in Bus._dirty
         self.want_out = False  # the socket was full: the reactor reports when it is writable
+        self.heard = outbound  # an inbound link has delivered a message (outbound: we spoke first)
 
 
 class Bus:
@@ -188,6 +248,8 @@ class Bus:
             "writes": 0,
             "data_sent": 0,
             "data_received": 0,
+            "accept_errors": 0,  # accept() out of descriptors: retried
+            "silent_links": 0,  # inbound links closed for sending nothing within HANDSHAKE_TIMEOUT
         }
 
     # ------------------------------------------------------------------ run
@@ -197,8 +259,12 @@ class Bus:
             self._nursery = nursery
             if self.reactor is not None:
                 nursery.start_soon(self._flusher)
-            await nursery.start(self.transport.serve, self.host, self.port, self._accepted)
+            serve = functools.partial(self.transport.serve, on_accept_error=self._accept_failed)
+            await nursery.start(serve, self.host, self.port, self._accepted)
             task_status.started()
+
+    def _accept_failed(self) -> None:
+        self.stats["accept_errors"] += 1
 
     # ------------------------------------------------------------ output
     def hold(self) -> None:
@@ -362,6 +428,8 @@ class Bus:
                     ok = await self._authenticate(link, decoder)
                     if not ok:
                         return
+                if not link.heard:  # a peer speaks at once; a silent connection only holds a descriptor
+                    scope.deadline = trio.current_time() + HANDSHAKE_TIMEOUT
                 if link.outbound:
                     announced = True
                     self.handler.link_up(link.node_id, link.id)
@@ -375,6 +443,10 @@ class Bus:
         except* _GONE:
             pass  # the peer went away: link_down below says so
         finally:
+            if not link.heard and not link.closed and link.scope is not None and link.scope.cancelled_caught:
+                if trio.current_time() >= link.scope.deadline:  # not close(): the first-message deadline
+                    self.stats["silent_links"] += 1
+                    self._report("frame", link, "no message within %g s of connecting" % HANDSHAKE_TIMEOUT)
             link.closed = True
             self.links.pop(link.id, None)
             self._unregister(link)  # before the socket is closed
@@ -514,6 +586,10 @@ class Bus:
         msg = decode_message(body)
         if type(msg) in _AUTH_TYPES:  # only valid inside the handshake
             raise AuthError("authentication message outside the handshake")
+        if not link.heard:
+            link.heard = True
+            if link.scope is not None:
+                link.scope.deadline = math.inf
         self.stats["frames_received"] += 1
         if type(msg) is DataBatch:
             self.stats["data_received"] += len(msg.items)

@@ -16,9 +16,7 @@ that routes replies to other clients.
 
 from __future__ import annotations
 
-import errno
 import gc
-import logging
 import math
 import os
 import signal
@@ -29,6 +27,7 @@ from typing import Any
 import trio
 
 from cluster_bus.codec import encode_data_item
+from cluster_bus.links import accept_forever
 
 from .. import __version__
 from ..config import Config, ConfigError
@@ -45,8 +44,6 @@ from .logs import log, set_level
 __all__ = ["Server", "run_node"]
 
 GC_THRESHOLDS = (50_000, 20, 100)
-#: A listener that cannot accept (no file descriptors left) logs one line per this many seconds.
-ACCEPT_ERROR_LOG_S = 10.0
 NOAUTH = Error("NOAUTH Authentication required.")
 
 
@@ -106,7 +103,7 @@ class Server:
                     "The operating system is not able to handle the specified number of clients, try with %d" % fit
                 )
             for level, text in notes:
-                log.log(logging.WARNING if level == "warning" else logging.INFO, "%s", text)
+                log.log(level, "%s", text)
         log.info("CONFIG SET %s: %s -> %s", name, "(hidden)" if name == "requirepass" else old, "(hidden)" if name == "requirepass" else new)
         if name == "loglevel":
             set_level(new)
@@ -119,7 +116,7 @@ class Server:
             log.warning("Can't start: %s", exc)
             raise SystemExit(1) from exc
         for level, text in notes:
-            log.log(logging.WARNING if level == "warning" else logging.INFO, "%s", text)
+            log.log(level, "%s", text)
         self.config.maxclients = fit
 
     # ------------------------------------------------------------------ run
@@ -187,25 +184,10 @@ class Server:
 
     # -------------------------------------------------------------- clients
     async def _accept_loop(self, listener: trio.SocketListener) -> None:
-        unreported = 0  # failed accepts since the last log line (one line per 10 s at most)
-        reported_at = -math.inf
-        while True:
-            try:
-                stream = await listener.accept()
-            except OSError as exc:
-                if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
-                    self.stats["accept_errors"] += 1
-                    now = trio.current_time()
-                    if now - reported_at >= ACCEPT_ERROR_LOG_S:
-                        log.warning("Accepting client connection: %s%s", exc,
-                                    " (and %d more times since the last report)" % unreported if unreported else "")  # fmt: skip
-                        reported_at, unreported = now, 0
-                    else:
-                        unreported += 1
-                    await trio.sleep(0.1)
-                    continue
-                raise
-            self._serve_connection(stream)
+        def failed() -> None:
+            self.stats["accept_errors"] += 1
+
+        await accept_forever(listener, self._serve_connection, what="client", log=log, on_error=failed)
 
     def _new_connection(self, sock: socket.socket) -> Connection:
         try:

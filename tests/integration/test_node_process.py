@@ -269,6 +269,37 @@ def test_maxclients_fits_the_open_files_limit(start_node):
     assert stats["rejected_connections"] == 25 and stats["accept_errors"] == 0
 
 
+def test_out_of_descriptors_the_node_says_so_briefly_and_recovers(start_node):
+    """Silent connections to the bus port eat every descriptor: accept() fails on both ports.
+
+    The node counts the failures, logs one line per 10 s per listener (not one
+    traceback per retry), closes the silent links after 5 s and serves again.
+    """
+    node = start_node(nofile=64)
+    silent = []
+    for _ in range(80):
+        try:
+            silent.append(socket.create_connection(("127.0.0.1", node.port + 10000), timeout=2))
+        except OSError:
+            break
+    try:
+        t0 = time.monotonic()
+        r = node.client(socket_timeout=2, socket_connect_timeout=2)
+        wait_for(r.ping, timeout=30, what="the node serving clients again")
+        info = r.execute_command("CLUSTER", "INFO").decode()
+        stats = dict(line.split(":", 1) for line in info.split() if ":" in line)
+        assert int(stats["cluster_stats_bus_accept_errors"]) >= 1, info
+        assert int(stats["cluster_stats_bus_silent_links"]) >= 1, info
+    finally:
+        for s in silent:
+            s.close()
+    log = node.log()
+    assert "Traceback" not in log
+    lines = [line for line in log.splitlines() if "Too many open files" in line]
+    elapsed = time.monotonic() - t0
+    assert 1 <= len(lines) <= 2 * (2 + elapsed / 10), lines  # two listeners, one line per 10 s each
+
+
 def test_idle_timeout_closes_idle_but_not_blocked_clients(start_node):
     node = start_node(timeout=1)
     r = node.client()

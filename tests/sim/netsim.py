@@ -100,7 +100,9 @@ class MemoryTransport:
         accept.send_nowait(server)
         return _Tap(client, net, (self.my_port, port))
 
-    async def serve(self, host: str, port: int, handler, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    async def serve(
+        self, host: str, port: int, handler, *, on_accept_error=None, task_status=trio.TASK_STATUS_IGNORED
+    ) -> None:
         # Connections are handled in this node's own nursery, so killing the
         # node (cancelling its tasks) also ends its inbound links.
         send, receive = trio.open_memory_channel(float("inf"))

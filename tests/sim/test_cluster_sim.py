@@ -220,6 +220,25 @@ async def test_garbage_on_a_link_is_counted_and_the_node_carries_on(nursery, tmp
     assert len(nodes[1].node.reachable) == 1
 
 
+async def test_a_silent_inbound_link_is_closed_and_counted(nursery, tmp_path, autojump_clock):
+    """A connection to the bus that never says anything only holds a descriptor: closed after 5 s."""
+    from cluster_bus.links import HANDSHAKE_TIMEOUT
+
+    net, nodes = await start_cluster(nursery, tmp_path, 2)
+    nodes[0].cmd("CLUSTER", "MEET", "127.0.0.1", nodes[1].port)
+    await wait_until(lambda: all(len(s.node.reachable) == 1 for s in nodes), timeout=20, what="meet")
+    bus = nodes[1].cluster.bus
+    silent = await net.transport(9999).open_connection("127.0.0.1", nodes[1].port + 10000)
+    t0 = trio.current_time()
+    with trio.fail_after(HANDSHAKE_TIMEOUT * 3):
+        assert await silent.receive_some(10) == b""  # closed on us
+    assert HANDSHAKE_TIMEOUT <= trio.current_time() - t0 < HANDSHAKE_TIMEOUT + 1
+    assert bus.stats["silent_links"] == 1 and nodes[1].cluster.stats["bad_frames"] == 1
+    # the peers' own links, which spoke at once, are untouched
+    await trio.sleep(NODE_TIMEOUT * 2 / 1000)
+    assert len(nodes[1].node.reachable) == 1 and bus.stats["silent_links"] == 1
+
+
 @pytest.mark.parametrize("secret", [None, "s3cret"])
 async def test_data_sent_in_one_turn_travels_as_one_batch_in_order(nursery, tmp_path, autojump_clock, secret):
     extra = {"cluster_secret": secret} if secret else {}
