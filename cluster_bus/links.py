@@ -250,6 +250,7 @@ class Bus:
             "data_received": 0,
             "accept_errors": 0,  # accept() out of descriptors: retried
             "silent_links": 0,  # inbound links closed for sending nothing within HANDSHAKE_TIMEOUT
+            "oversized": 0,  # application messages too big for any frame: not sent
         }
 
     # ------------------------------------------------------------------ run
@@ -359,6 +360,9 @@ class Bus:
         one message for several peers is checked and encoded once."""
         link = self.links.get(link_id)
         if link is None or link.closed:
+            return False
+        if len(item) > MAX_BODY - DATA_BATCH_OVERHEAD:  # can never be framed: refuse, never raise
+            self.stats["oversized"] += 1
             return False
         batch = link.batch
         if batch and (

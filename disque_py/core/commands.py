@@ -86,6 +86,13 @@ class AddJob:
         self.async_ = False
 
 
+#: The most body + queue name bytes a job may have. Replicating or moving a job sends
+#: it in one cluster bus message, and a bus frame carries at most 64 MiB; the job's
+#: other fields (its holders' IDs included) and the framing fit in the rest.
+#: Disque has no such limit below the protocol's 512 MB, but its jobs meant to be small.
+MAX_JOB_BYTES = 60 * 1024 * 1024
+
+
 def parse_addjob(argv: list[bytes]) -> AddJob | Error:
     """ADDJOB queue body ms-timeout [REPLICATE n] [DELAY s] [RETRY s] [TTL s] [MAXLEN n] [ASYNC]"""
     timeout = parse_timeout(argv[3])
@@ -94,6 +101,9 @@ def parse_addjob(argv: list[bytes]) -> AddJob | Error:
         timeout = 0
     else:
         timeout_error = None
+    if len(argv[2]) + len(argv[1]) > MAX_JOB_BYTES:
+        return err("Job too big: %d bytes of body and queue name, at most %d can be replicated or moved"
+                   % (len(argv[2]) + len(argv[1]), MAX_JOB_BYTES))  # fmt: skip
     req = AddJob(argv[1], argv[2], timeout)
     n = len(argv)
     if n == 4:  # the common case: no options

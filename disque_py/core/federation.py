@@ -62,6 +62,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from .commands import MAX_JOB_BYTES
 from .job import ACKED, F_BCAST_QUEUED, F_DELIVERED, QUEUED
 from .queues import PAUSED_OUT, Queue
 from .replication import job_from_wire, job_to_wire
@@ -262,7 +263,23 @@ class FederationMixin:
         outgoing = self._outgoing
         self._outgoing = {}
         for peer, jobs in outgoing.items():
-            self._send((peer,), ("YOURJOBS", jobs))
+            # one message for all, unless their bodies would not fit one bus message together
+            # (one job always does: it came in one, or through ADDJOB's MAX_JOB_BYTES)
+            if len(jobs) == 1 or sum(len(w[1]) + len(w[2]) for w in jobs) <= MAX_JOB_BYTES:
+                self._send((peer,), ("YOURJOBS", jobs))
+                self.stats["yourjobs_sent"] += 1
+                continue
+            part: list = []
+            size = 0
+            for w in jobs:
+                n = len(w[1]) + len(w[2])
+                if part and size + n > MAX_JOB_BYTES:
+                    self._send((peer,), ("YOURJOBS", part))
+                    self.stats["yourjobs_sent"] += 1
+                    part, size = [], 0
+                part.append(w)
+                size += n
+            self._send((peer,), ("YOURJOBS", part))
             self.stats["yourjobs_sent"] += 1
 
     def on_yourjobs(self: "Node", sender: str, body: list) -> None:

@@ -190,3 +190,22 @@ async def test_close_from_either_side_unregisters_and_reports():
         assert not ra.handlers and not rb.handlers
         assert a.send_data(link, A_ID, "TEST", [2]) is False
         nursery.cancel_scope.cancel()
+
+
+async def test_a_message_too_big_for_any_frame_is_refused_and_the_link_carries_on():
+    from cluster_bus.codec import MAX_BODY
+
+    async with trio.open_nursery() as nursery:
+        a, ha, ra = await start_bus(nursery)
+        b, hb, rb = await start_bus(nursery)
+        a.connect(B_ID, "127.0.0.1", b.port)
+        await until(ha, lambda: ha.up)
+        link = ha.up[0][1]
+        assert a.send_data(link, A_ID, "TEST", ["before"])
+        assert not a.send_data(link, A_ID, "TEST", [b"x" * MAX_BODY])  # would not frame: refused
+        assert a.stats["oversized"] == 1
+        assert a.send_data(link, A_ID, "TEST", ["after"])
+        a.flush()
+        await until(hb, lambda: len(hb.items) == 2)
+        assert hb.items == [("TEST", ["before"]), ("TEST", ["after"])]
+        nursery.cancel_scope.cancel()

@@ -394,3 +394,34 @@ def test_unknown_command_and_arity(h):
 def test_ids_with_foreign_characters_are_badid(h, bad):
     assert len(bad) == 40
     assert h.cmd("ACKJOB", bad) == "BADID Invalid Job ID format."
+
+
+# ---------------------------------------------------------------- jobs too big for the bus
+def test_a_job_too_big_for_one_bus_message_is_refused_at_addjob(h):
+    from disque_py.core.commands import MAX_JOB_BYTES
+
+    reply = h.cmd("ADDJOB", "q", b"x" * (MAX_JOB_BYTES - 1), 0)  # with the queue name: MAX_JOB_BYTES
+    assert isinstance(reply, bytes) and len(reply) == 40
+    reply = h.cmd("ADDJOB", "q", b"x" * MAX_JOB_BYTES, 0)
+    assert str(reply).startswith("ERR Job too big: %d bytes" % (MAX_JOB_BYTES + 1)), reply
+    assert h.cmd("QLEN", "q") == 1
+
+
+def test_moved_jobs_too_big_together_travel_in_several_yourjobs(h):
+    """A peer asks for 3 jobs of 25 MB: one YOURJOBS would not fit a bus frame, so 2 + 1."""
+    from disque_py.core.commands import MAX_JOB_BYTES
+    from disque_py.core.effects import Send
+
+    peer = "f" * 40
+    h.node.reachable = [peer]
+    h.node.cluster_size = 2
+    body = b"x" * (25 * 1024 * 1024)
+    ids = [h.add("q", body, "REPLICATE", 1) for _ in range(6)]  # NEEDJOBS takes half the queue at most
+    h.effects()
+    h.node.receive_data(peer, "NEEDJOBS", [b"q", 3], h.now)
+    sent = [e.message for e in h.effects() if isinstance(e, Send) and e.message[0] == "YOURJOBS"]
+    assert [len(m[1]) for m in sent] == [2, 1]
+    assert all(sum(len(w[1]) + len(w[2]) for w in m[1]) <= MAX_JOB_BYTES for m in sent)
+    assert [w[0] for m in sent for w in m[1]] == ids[:3]
+    assert h.cmd("QLEN", "q") == 3
+
