@@ -65,6 +65,7 @@ if TYPE_CHECKING:
 __all__ = ["ReplicationMixin", "job_to_wire", "job_from_wire", "JOB_WIRE_FIELDS", "REPL_ADD_NODE_MS"]
 
 REPL_ADD_NODE_MS = 50
+REPL_RESEND_MAX_MS = 1000
 QUEUED_INCR_NACKS = 1
 QUEUED_INCR_DELIV = 2
 
@@ -129,7 +130,8 @@ class ReplicationMixin:
         # job id -> client waiting for synchronous replication
         self._repl_clients: dict[bytes, int] = {}
         self._repl_client_jobs: dict[int, bytes] = {}
-        # (time, seq, kind, job id): kind 0 = add a node, 1 = ADDJOB timeout
+        # (time, seq, kind, job id): kind 1 = ADDJOB timeout, otherwise add a node (kind = the
+        # period waited for this timer: 0 the first time)
         self._repl_timers: list[tuple[int, int, int, bytes]] = []
         self._repl_seq = 0
 
@@ -172,9 +174,16 @@ class ReplicationMixin:
             client = self._repl_clients.get(job_id)
             if job is None or job.state != WAIT_REPL or client is None:
                 continue
-            if kind == 0:
-                self.replicate_job(job, 1, False)
-                self._repl_timer(now + REPL_ADD_NODE_MS, 0, job_id)
+            if kind != 1:  # add a node (kind: the period just waited, 0 at first)
+                added = self.replicate_job(job, 1, False)
+                # Each call also re-sends REPLJOB to the holders that have not confirmed. With
+                # a node added that tells them of it; with none left to add it is only a resend,
+                # which backs off (doubling, up to REPL_RESEND_MAX_MS) so that copies of a big
+                # job do not pile up on a link faster than the peer can take them.
+                period = REPL_ADD_NODE_MS
+                if not added:
+                    period = min(2 * max(kind, REPL_ADD_NODE_MS), REPL_RESEND_MAX_MS)
+                self._repl_timer(now + period, period, job_id)
             else:
                 self._repl_failed(job, Error("NOREPL Timeout reached before replicating to the requested number of nodes"))
 

@@ -425,3 +425,22 @@ def test_moved_jobs_too_big_together_travel_in_several_yourjobs(h):
     assert [w[0] for m in sent for w in m[1]] == ids[:3]
     assert h.cmd("QLEN", "q") == 3
 
+
+def test_replication_resends_back_off_when_no_node_is_left_to_add(h):
+    """REPLJOB goes again to a holder that has not confirmed: every 50 ms while nodes are added
+    (Disque), then, with none left to add, at 100, 200, 400, 800 and 1000 ms intervals, so that
+    copies of a big job do not pile up on a link faster than the peer can read them."""
+    from disque_py.core.effects import Send
+
+    peer = "f" * 40
+    h.node.reachable = [peer]
+    h.node.cluster_size = 2
+    t0 = h.now
+    assert h.cmd("ADDJOB", "q", "body", 5000, "REPLICATE", 2) is BLOCKED
+    assert [e.to for e in h.effects() if isinstance(e, Send)] == [peer]  # the first copy
+    sends = []
+    for _ in range(4000):
+        for e in h.advance(1):
+            if isinstance(e, Send) and e.message[0] == "REPLJOB":
+                sends.append(h.now - t0)
+    assert sends == [50, 150, 350, 750, 1550, 2550, 3550]
