@@ -121,14 +121,19 @@ async def start_bus(nursery, secret: bytes | None = None) -> tuple[Bus, Handler,
     return bus, handler, reactor
 
 
+async def connected_pair(nursery, secret: bytes | None = None):
+    """Buses A and B, A's outbound link to B up: (a, ha, ra, b, hb, rb, link)."""
+    a, ha, ra = await start_bus(nursery, secret)
+    b, hb, rb = await start_bus(nursery, secret)
+    a.connect(B_ID, "127.0.0.1", b.port)
+    await until(ha, lambda: ha.up)
+    return a, ha, ra, b, hb, rb, ha.up[0][1]
+
+
 @pytest.mark.parametrize("secret", [None, b"s3cret"])
 async def test_a_reader_that_stops_gets_everything_in_order_later(secret):
     async with trio.open_nursery() as nursery:
-        a, ha, ra = await start_bus(nursery, secret)
-        b, hb, rb = await start_bus(nursery, secret)
-        a.connect(B_ID, "127.0.0.1", b.port)
-        await until(ha, lambda: ha.up)
-        link = ha.up[0][1]
+        a, ha, ra, b, hb, rb, link = await connected_pair(nursery, secret)
         rb.running = trio.Event()  # B stops reading: A's socket fills up
         chunk = b"x" * 60000
         a.hold()
@@ -174,11 +179,7 @@ async def test_garbage_drops_only_that_link():
 
 async def test_close_from_either_side_unregisters_and_reports():
     async with trio.open_nursery() as nursery:
-        a, ha, ra = await start_bus(nursery)
-        b, hb, rb = await start_bus(nursery)
-        a.connect(B_ID, "127.0.0.1", b.port)
-        await until(ha, lambda: ha.up)
-        link = ha.up[0][1]
+        a, ha, ra, b, hb, rb, link = await connected_pair(nursery)
         a.send_data(link, A_ID, "TEST", [1])
         a.flush()
         await until(hb, lambda: hb.items)
@@ -196,11 +197,7 @@ async def test_a_message_too_big_for_any_frame_is_refused_and_the_link_carries_o
     from cluster_bus.codec import MAX_BODY
 
     async with trio.open_nursery() as nursery:
-        a, ha, ra = await start_bus(nursery)
-        b, hb, rb = await start_bus(nursery)
-        a.connect(B_ID, "127.0.0.1", b.port)
-        await until(ha, lambda: ha.up)
-        link = ha.up[0][1]
+        a, ha, ra, b, hb, rb, link = await connected_pair(nursery)
         assert a.send_data(link, A_ID, "TEST", ["before"])
         assert not a.send_data(link, A_ID, "TEST", [b"x" * MAX_BODY])  # would not frame: refused
         assert a.stats["oversized"] == 1
