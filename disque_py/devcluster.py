@@ -133,6 +133,11 @@ def start(count: int, base_port: int) -> None:
     """Start COUNT nodes on consecutive ports, join them, and wait until they all answer."""
     ports = [base_port + i for i in range(count)]
     started = start_nodes(ports)
+    for port in started:
+        # A restarted node remembers the cluster of the last run (nodes.conf under ./run/),
+        # maybe bigger than this one and with its other nodes down: then ADDJOB's default
+        # REPLICATE would wait for them. Keep its ID, forget its peers, join this set below.
+        _command("127.0.0.1", port, "CLUSTER", "RESET", "SOFT")
     if count > 1:
         seconds = join_nodes([("127.0.0.1", p) for p in ports])
         click.echo("cluster of %d nodes joined in %.1f s" % (count, seconds))

@@ -136,3 +136,14 @@ def test_scripts_cluster_start_status_stop(tmp_path):
 
     wait_for(down, what="nodes stopped")
     assert (tmp_path / "run" / ("node-%d" % base) / "node.log").exists()
+    # one node now, in the same directory: it keeps its ID but not the last run's cluster,
+    # so ADDJOB (default REPLICATE: the cluster size) answers at once
+    out = subprocess.run(cmd + ["start", "1", "--base-port", str(base)], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=60)  # fmt: skip
+    try:
+        assert out.returncode == 0, out.stderr
+        r = redis.Redis(port=base, socket_timeout=5)
+        assert r.execute_command("CLUSTER", "INFO").decode().count("cluster_known_nodes:1") == 1
+        assert r.execute_command("ADDJOB", "q", "b", 0).startswith(b"D-")
+    finally:
+        subprocess.run(cmd + ["stop"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
