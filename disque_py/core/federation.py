@@ -87,6 +87,20 @@ CLIENTS_WAITING = 0
 REACHED_ZERO = 1
 
 
+def _by_size(jobs: list) -> list[list]:
+    """Wire jobs in order, grouped so that each group's bodies and queue names fit MAX_JOB_BYTES."""
+    parts: list[list] = [[]]
+    size = 0
+    for w in jobs:
+        n = len(w[1]) + len(w[2])
+        if parts[-1] and size + n > MAX_JOB_BYTES:
+            parts.append([])
+            size = 0
+        parts[-1].append(w)
+        size += n
+    return parts
+
+
 class FederationMixin:
     def _federation_init(self: "Node") -> None:
         # queue name -> {peer id: [lease end (ms), credit]}
@@ -265,22 +279,10 @@ class FederationMixin:
         for peer, jobs in outgoing.items():
             # one message for all, unless their bodies would not fit one bus message together
             # (one job always does: it came in one, or through ADDJOB's MAX_JOB_BYTES)
-            if len(jobs) == 1 or sum(len(w[1]) + len(w[2]) for w in jobs) <= MAX_JOB_BYTES:
-                self._send((peer,), ("YOURJOBS", jobs))
+            parts = _by_size(jobs) if len(jobs) > 1 else (jobs,)
+            for part in parts:
+                self._send((peer,), ("YOURJOBS", part))
                 self.stats["yourjobs_sent"] += 1
-                continue
-            part: list = []
-            size = 0
-            for w in jobs:
-                n = len(w[1]) + len(w[2])
-                if part and size + n > MAX_JOB_BYTES:
-                    self._send((peer,), ("YOURJOBS", part))
-                    self.stats["yourjobs_sent"] += 1
-                    part, size = [], 0
-                part.append(w)
-                size += n
-            self._send((peer,), ("YOURJOBS", part))
-            self.stats["yourjobs_sent"] += 1
 
     def on_yourjobs(self: "Node", sender: str, body: list) -> None:
         jobs = body[0]
