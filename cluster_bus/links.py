@@ -386,6 +386,13 @@ class Bus:
         link.out += link.session.seal(body) if link.session is not None else frame(body)
         self.stats["frames_sent"] += 1
 
+    def pending_out(self, link_id: int) -> int:
+        """Bytes queued on an open link that its socket has not taken yet (0: none, or no such link)."""
+        link = self.links.get(link_id)
+        if link is None or link.closed:
+            return 0
+        return len(link.out) + link.batch_size
+
     def close(self, link_id: int) -> None:
         link = self.links.get(link_id)
         if link is not None and link.scope is not None:

@@ -116,6 +116,9 @@ class Node(ReplicationMixin, FederationMixin):
         # Cluster view; the membership layer keeps these current.
         self.cluster_size = 1
         self.reachable: list[str] = []  # other nodes we can talk to now
+        # Nodes whose link holds output its socket has not taken yet (set by the shell before
+        # each tick): REPLJOB resends skip them (see replication.py).
+        self.backlogged: frozenset[str] | set[str] = frozenset()
         self.known_nodes: list[str] = [node_id]
         # (id, ip, port, priority) for HELLO; None = just myself.
         self.hello_nodes: list[tuple[str, str, int, int]] | None = None

@@ -13,7 +13,12 @@ Replication (ADDJOB with REPLICATE > 1, or any ADDJOB on a leaving node):
   REPLICATE, the client gets the ID and the job is queued here; an external
   job is instead handed to one confirmed holder with ENQUEUE and forgotten.
 * While confirmations are missing, one more node is added every 50 ms and
-  REPLJOB is re-sent to all holders so each learns the full list. If the
+  REPLJOB is re-sent to all holders so each learns the full list. With no
+  node left to add, the resends back off (100 ms doubling to 1 s), and none
+  goes to a node whose link still holds output the socket has not taken
+  (``Node.backlogged``, kept by the shell): the copy sent before has not
+  even left, so another would only pile up behind it (a 59 MB job was once
+  sent 36 times over before its two GOTJOBs came back). If the
   ADDJOB timeout expires (or the client goes away) the job is deleted here
   and DELJOB goes, best effort, to every node that may have a copy.
 * ASYNC: the client gets the ID at once, REPLJOB asks for no GOTJOB.
@@ -142,6 +147,7 @@ class ReplicationMixin:
     def replicate_job(self: "Node", job: Job, count: int, noreply: bool) -> int:
         """Add up to ``count`` new holders, then (re)send REPLJOB to every holder."""
         added = 0
+        new: list[str] = []
         if count > 0:
             candidates = [n for n in self.reachable if n not in job.delivered]
             if count < len(candidates):  # a random choice; taking them all needs no shuffle
@@ -156,12 +162,15 @@ class ReplicationMixin:
         # One message object per variant: the shell encodes a message sent to several nodes once.
         ask = ("REPLJOB", wire, bool(noreply))
         tell = ("REPLJOB", wire, True)
+        backlogged = self.backlogged
         for node in job.delivered:
             if node == me:
                 continue
             acked = node in confirmed
             if acked and added == 0:
                 continue
+            if backlogged and node in backlogged and node not in new:
+                continue  # what we sent it before has not left yet: another copy only piles up
             self._effects.append(Send(node, tell if acked else ask))
         return added
 

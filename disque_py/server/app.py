@@ -341,6 +341,7 @@ class Server:
             if bus is not None:
                 bus.hold()  # what the tick sends to peers leaves in one write per peer
             try:
+                node.backlogged = self.cluster.backlogged()
                 node.tick(now_ms())
                 self.apply_effects()
             finally:

@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 
 CRON_PERIOD = 0.1
 _LEVELS = {"warning": 30, "notice": 20, "verbose": 15, "debug": 10}
+_NONE: frozenset[str] = frozenset()
 
 
 def now_ms() -> int:
@@ -225,6 +226,15 @@ class ClusterService:
         if node.id != m.my_id:
             node.set_id(m.my_id)
 
+    def backlogged(self) -> frozenset[str]:
+        """Reachable nodes whose link still holds output its socket has not taken (``Node.backlogged``)."""
+        bus = self.bus
+        if bus is None:
+            return _NONE
+        link_of = self.membership.link_of
+        busy = [nid for nid in self.server.node.reachable if (link := link_of(nid)) is not None and bus.pending_out(link)]
+        return frozenset(busy) if busy else _NONE
+
     def send_data(self, node_id: str, kind: str, body: Any) -> bool:
         """Send an application message to a node over its outbound link (a bad body raises)."""
         return self.send_item(node_id, encode_data_item(kind, body))
@@ -264,6 +274,7 @@ class ClusterService:
                 if self.bus is not None:
                     for key, value in self.bus.stats.items():
                         fields["cluster_stats_bus_" + key] = value
+                    fields["cluster_bus_pending_out_bytes"] = sum(map(self.bus.pending_out, list(self.bus.links)))
                 return "".join("%s:%s\r\n" % kv for kv in fields.items()).encode()
             if sub == b"saveconfig" and n == 2:
                 try:

@@ -444,3 +444,34 @@ def test_replication_resends_back_off_when_no_node_is_left_to_add(h):
             if isinstance(e, Send) and e.message[0] == "REPLJOB":
                 sends.append(h.now - t0)
     assert sends == [50, 150, 350, 750, 1550, 2550, 3550]
+
+
+def test_replication_resends_skip_a_backlogged_link_but_new_holders_get_their_copy(h):
+    """A holder whose link still holds unsent output (``Node.backlogged``, kept by the shell) gets
+    no resend: the copy before has not left yet. A node added meanwhile still gets its first copy,
+    and the resends to the first holder resume once its link has drained."""
+    from disque_py.core.effects import Send
+
+    slow, late = "e" * 40, "f" * 40
+    h.node.reachable = [slow]
+    h.node.cluster_size = 3
+    t0 = h.now
+    assert h.cmd("ADDJOB", "q", "body", 5000, "REPLICATE", 2) is BLOCKED
+    assert [e.to for e in h.effects() if isinstance(e, Send)] == [slow]
+    h.node.backlogged = frozenset([slow])
+    sends = []
+
+    def run(ms):
+        for _ in range(ms):
+            for e in h.advance(1):
+                if isinstance(e, Send) and e.message[0] == "REPLJOB":
+                    sends.append((h.now - t0, e.to))
+
+    run(400)
+    assert sends == []  # 50, 150 and 350 ms: no resend while the first copy waits on the link
+    h.node.reachable = [slow, late]
+    run(360)
+    assert sends == [(750, late)]  # the node added gets its copy; the backlogged one does not
+    h.node.backlogged = frozenset()
+    run(50)
+    assert sorted(sends[1:]) == [(800, slow), (800, late)]  # the link drained: both resent

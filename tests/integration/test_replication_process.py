@@ -73,3 +73,45 @@ def test_seven_nodes_kill_two_holders_then_ack_everywhere(created, tmp_path):  #
     finally:
         for node in restarted:
             node.stop()
+
+
+def test_a_stopped_holder_gets_one_copy_of_a_big_job_not_one_per_resend(created, tmp_path):  # noqa: F811
+    """A holder that reads nothing (SIGSTOP) leaves the first copy of a 16 MB job queued on the
+    origin's link; the origin's resends skip that link instead of queueing another copy each
+    time. On timeout the job is deleted everywhere, the stopped node included once it runs again."""
+    import threading
+
+    ports = created(3, "--node-timeout", "30000")
+    origin = redis.Redis(port=ports[0], socket_timeout=20)
+    pid = int((tmp_path / "run" / ("node-%d" % ports[2]) / "disque.pid").read_text())
+    body = b"x" * 16_000_000
+    result: list = []
+
+    def add() -> None:
+        try:
+            result.append(origin.execute_command("ADDJOB", "big", body, 3000, "REPLICATE", 3))
+        except redis.ResponseError as exc:
+            result.append(exc)
+
+    def pending() -> int:
+        info = redis.Redis(port=ports[0], socket_timeout=5).execute_command("CLUSTER", "INFO").decode()
+        return int(dict(line.split(":", 1) for line in info.split("\r\n") if ":" in line)["cluster_bus_pending_out_bytes"])
+
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        t = threading.Thread(target=add)
+        t.start()
+        highest = 0
+        while t.is_alive():  # the 3 s ADDJOB timeout: resends at 50, 150, 350, 750, 1550, 2550 ms
+            highest = max(highest, pending())
+            t.join(0.05)
+        assert len(result) == 1 and isinstance(result[0], redis.ResponseError)
+        assert str(result[0]).startswith("NOREPL")
+        assert 0 < highest < 2 * len(body), highest  # the first copy queued, never a second
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    wait_for(lambda: pending() == 0, timeout=20, what="the origin's link drained")
+    ids = [redis.Redis(port=p).execute_command("QPEEK", "big", 1) for p in ports]
+    assert ids == [[], [], []]
+    wait_for(lambda: all(int(dict(redis.Redis(port=p).info())["registered_jobs"]) == 0 for p in ports),
+             timeout=20, what="no copy left on any node")  # fmt: skip

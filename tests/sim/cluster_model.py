@@ -20,7 +20,9 @@ description of a run and replays bit for bit (see ``trace_digest``).
   reorder messages unless ``reorder=False`` (then each link is FIFO). A
   message is dropped when its link is cut: a partition between the two
   nodes, or either end crashed, at send time or at any moment while in
-  flight (as a TCP link torn down with its buffers).
+  flight (as a TCP link torn down with its buffers). Before each tick a
+  node's ``backlogged`` set names the peers it has messages in flight to,
+  as the real shell names links with output not yet taken by the socket.
 * Membership. Each node's ``cluster_size``/``known_nodes``/``reachable``/
   ``leaving`` are set by the model: reachable = alive, not partitioned away,
   not leaving. Changes reach the nodes' views after ``detect_delay_ms``
@@ -337,6 +339,9 @@ class SimCluster:
         self.group_of = [0] * n_nodes
         self._cut = [[0] * n_nodes for _ in range(n_nodes)]  # link epochs: bumped when a link is torn down
         self._link_last = [[0] * n_nodes for _ in range(n_nodes)]  # FIFO mode: last delivery time per link
+        # messages sent and not yet delivered (or dropped in flight), per link: what a node's
+        # ``backlogged`` set is made of before each tick, as the shell's unsent link output
+        self._inflight = [[0] * n_nodes for _ in range(n_nodes)]
         self.nodes: list[Node | None] = [None] * n_nodes
         self._next_tick: list[float] = [_INF] * n_nodes
         self._last_tick = [T0] * n_nodes
@@ -492,6 +497,10 @@ class SimCluster:
             self._same_ms_ticks[i] = 0
         self._last_tick[i] = self.now
         self.stats["ticks"] += 1
+        node = self.nodes[i]
+        if node is not None:
+            ids = self.ids
+            node.backlogged = frozenset(ids[j] for j, n in enumerate(self._inflight[i]) if n)
         self._call_node(i, "tick", self.node_now(i))
 
     # -------------------------------------------------------------- effects
@@ -555,6 +564,7 @@ class SimCluster:
                 self._link_last[src][dst] = at
             payload = (src, dst, frame, what, self._cut[src][dst], self.incarnation[src], self.incarnation[dst], self.now)
             self._push(at, _EV_DELIVER, payload)
+            self._inflight[src][dst] += 1
         self._note("S %d->%d %s x%d" % (src, dst, what, copies))
 
     def _move_dropped(self) -> None:
@@ -563,6 +573,7 @@ class SimCluster:
 
     def _deliver(self, payload: tuple) -> None:
         src, dst, frame, kind, epoch, src_inc, dst_inc, sent_at = payload
+        self._inflight[src][dst] -= 1
         if (
             not self.alive[dst]
             or self.incarnation[dst] != dst_inc
