@@ -512,7 +512,7 @@ class Node(ReplicationMixin, FederationMixin):
             if q is not None:
                 q.blocked -= 1
                 if q.blocked == 0:
-                    q.waiters.clear()
+                    q.clear_waiters()
 
     def _serve_ready(self) -> None:
         """Hand queued jobs to blocked clients, first come first served."""

@@ -13,7 +13,14 @@ A waiter record may sit in several queues at once; when it is served or
 times out it is marked inactive and every queue skips it lazily, so
 unblocking costs O(number of its queues) and never a list scan. ``blocked``
 counts the active waiters exactly, for QSTAT and for deciding whether a
-queue can be evicted.
+queue can be evicted. ``waiters`` is a plain list read from ``whead`` on
+(compacted once half of it is behind the head), not a deque: a deque
+costs 760 bytes even with one entry, and one GETJOB may block on many
+queues.
+
+An empty queue costs little: its sorted list is made with its first job
+and ``waiters`` is an empty tuple while nobody waits (a queue with neither
+took 1.5 KB; a GETJOB naming 300,000 queues made that many).
 
 A queue is created on demand and evicted when it has been empty, without
 waiters, unpaused and idle for a while (see ``Node``'s queue GC), exactly
@@ -25,7 +32,6 @@ that NEEDJOBS/YOURJOBS can be added without changing the layout.
 
 from __future__ import annotations
 
-from collections import deque
 from operator import attrgetter
 
 from sortedcontainers import SortedKeyList
@@ -70,6 +76,7 @@ class Queue:
         "atime",
         "flags",
         "waiters",
+        "whead",
         "blocked",
         "jobs_in",
         "jobs_out",
@@ -89,11 +96,12 @@ class Queue:
 
     def __init__(self, name: bytes, now: int, seq: int) -> None:
         self.name = name
-        self.jobs: SortedKeyList = SortedKeyList(key=_ctime_key)
+        self.jobs: SortedKeyList | tuple = ()  # the sorted list once a job was added
         self.ctime = now
         self.atime = now
         self.flags = 0
-        self.waiters: deque[Waiter] = deque()
+        self.waiters: list[Waiter] | tuple = ()  # FIFO from index whead on
+        self.whead = 0
         self.blocked = 0
         self.jobs_in = 0
         self.jobs_out = 0
@@ -116,7 +124,10 @@ class Queue:
 
     # -- jobs ---------------------------------------------------------------
     def add(self, job: Job) -> None:
-        self.jobs.add(job)
+        jobs = self.jobs
+        if type(jobs) is tuple:
+            jobs = self.jobs = SortedKeyList(key=_ctime_key)
+        jobs.add(job)
         self.jobs_in += 1
 
     def remove(self, job: Job) -> None:
@@ -131,21 +142,42 @@ class Queue:
 
     # -- waiters ------------------------------------------------------------
     def add_waiter(self, waiter: Waiter) -> None:
-        self.waiters.append(waiter)
+        waiters = self.waiters
+        if waiters:
+            waiters.append(waiter)  # type: ignore[union-attr]
+        else:
+            self.waiters = [waiter]
+            self.whead = 0
         self.blocked += 1
-        # Drop stale records now and then so the deque stays proportional
+        # Drop stale records now and then so the list stays proportional
         # to the number of clients really blocked here.
-        if len(self.waiters) > 2 * self.blocked + 32:
-            self.waiters = deque(w for w in self.waiters if w.active)
+        if len(self.waiters) - self.whead > 2 * self.blocked + 32:
+            self.waiters = [w for w in self.waiters[self.whead :] if w.active]
+            self.whead = 0
 
     def first_waiter(self) -> Waiter | None:
+        """The longest-waiting active waiter (it stays in the list until it is inactive)."""
         waiters = self.waiters
-        while waiters:
-            w = waiters[0]
+        head = i = self.whead
+        n = len(waiters)
+        found = None
+        while i < n:
+            w = waiters[i]
             if w.active:
-                return w
-            waiters.popleft()
-        return None
+                found = w
+                break
+            i += 1
+        if i != head:
+            if i >= 32 and 2 * i >= n:
+                del waiters[:i]  # type: ignore[union-attr]
+                i = 0
+            self.whead = i
+        return found
+
+    def clear_waiters(self) -> None:
+        """Nobody waits here any more (``blocked`` is 0): forget the stale records."""
+        self.waiters = ()
+        self.whead = 0
 
     # -- federation stats -----------------------------------------------------
     def note_import(self, now: int) -> None:

@@ -252,3 +252,31 @@ def test_timers_fire_in_order_with_many_jobs(h, n):
         h.cmd("GETJOB", "FROM", "q")
     h.advance(8_000)
     assert h.cmd("QLEN", "q") == len(ids)
+
+
+def test_blocked_clients_are_served_first_come_first_served_past_timeouts(h):
+    """Waiters are served in arrival order, skipping the ones that timed out, also when the list
+    is compacted and new clients block meanwhile; an empty queue keeps no job list."""
+    quitters = [c for c in range(1, 101) if c % 3 == 0]  # give up after 1 s; the others wait for good
+    stayers = [c for c in range(1, 101) if c % 3]
+    for c in range(1, 101):
+        timeout = 1000 if c in quitters else 0
+        assert h.cmd("GETJOB", "TIMEOUT", timeout, "FROM", "q", "other", client=c) is BLOCKED
+    q = h.node.queues[b"q"]
+    assert q.jobs == () and len(q.waiters) == 100
+    assert h.replies() == {}
+    timed_out = {e.client: e.value for e in h.advance(1500) if isinstance(e, Reply)}
+    assert sorted(timed_out) == quitters and all(v is NULL_ARRAY for v in timed_out.values())
+    assert qstat(h, "q")["blocked"] == len(stayers)
+    served = []
+    for i in range(len(stayers) + 1):
+        h.add("q", str(i))
+        ((client, reply),) = h.replies().items()
+        assert reply[0][2] == str(i).encode()
+        served.append(client)
+        if i == 10:  # a late client joins the end of the line
+            assert h.cmd("GETJOB", "FROM", "q", client=500) is BLOCKED
+    assert served == stayers + [500]
+    assert qstat(h, "q")["blocked"] == 0 and q.waiters == () and len(q) == 0
+    h.add("q", "kept")
+    assert h.cmd("GETJOB", "NOHANG", "FROM", "q", client=600)[0][2] == b"kept"
