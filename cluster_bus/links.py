@@ -9,7 +9,12 @@ means is decided by its ``handler`` (the membership driver in the server).
   connection becomes an *inbound* link, which must deliver its first
   message within ``HANDSHAKE_TIMEOUT`` (after the handshake, with a secret)
   or is closed and counted (``silent_links``): a silent connection would
-  only hold a descriptor. Out of descriptors, accept() is retried quietly
+  only hold a descriptor. At most ``MAX_UNHEARD_LINKS`` inbound links may
+  be waiting for their first message: one more closes the oldest of them
+  (``evicted_links``), so a flood of connections to the bus port cycles
+  through that many descriptors instead of taking every descriptor the
+  process has for 5 s (a real peer speaks within a millisecond or so of
+  connecting). Out of descriptors, accept() is retried quietly
   (``accept_errors``, one log line per 10 s: :func:`accept_forever`).
 * ``connect(node_id, ip, bus_port)`` opens an *outbound* link in the
   background and reports ``handler.link_up(node_id, link)`` or
@@ -82,12 +87,13 @@ from .codec import (
 
 from .messages import MAX_BATCH, AuthChallenge, AuthHello, AuthProof, Data, DataBatch
 
-__all__ = ["Bus", "BusHandler", "Reactor", "TcpTransport", "HANDSHAKE_TIMEOUT", "accept_forever"]
+__all__ = ["Bus", "BusHandler", "Reactor", "TcpTransport", "HANDSHAKE_TIMEOUT", "MAX_UNHEARD_LINKS", "accept_forever"]
 
 _AUTH_TYPES = (AuthHello, AuthChallenge, AuthProof)
 _GONE = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
 
 HANDSHAKE_TIMEOUT = 5.0  # also: an inbound link's first message must come within this (s)
+MAX_UNHEARD_LINKS = 64  # inbound links still waiting for their first message; one more evicts the oldest
 CONNECT_TIMEOUT = 3.0
 READ_SIZE = 65536
 #: accept() failures meaning "no descriptor or memory left for now": wait and try again
@@ -237,6 +243,7 @@ class Bus:
         self._flusher_lot = trio.lowlevel.ParkingLot()
         self._flusher_woken = False
         self.links: dict[int, _Link] = {}
+        self._unheard: dict[int, _Link] = {}  # inbound links without a first message yet, oldest first
         self._next_link = 0
         self._nursery: trio.Nursery | None = None
         self._reported: set[tuple[str, str]] = set()
@@ -250,6 +257,7 @@ class Bus:
             "data_received": 0,
             "accept_errors": 0,  # accept() out of descriptors: retried
             "silent_links": 0,  # inbound links closed for sending nothing within HANDSHAKE_TIMEOUT
+            "evicted_links": 0,  # silent inbound links closed early: MAX_UNHEARD_LINKS newer ones came
             "oversized": 0,  # application messages too big for any frame: not sent
         }
 
@@ -427,6 +435,14 @@ class Bus:
 
     async def _accepted(self, stream: trio.abc.Stream) -> None:
         link = self._new_link(stream, False, None)
+        unheard = self._unheard
+        unheard[link.id] = link
+        if len(unheard) > MAX_UNHEARD_LINKS:
+            oldest = unheard.pop(next(iter(unheard)))
+            self.stats["evicted_links"] += 1
+            self._report("frame", oldest, "closed unheard: %d newer links had not spoken either" % MAX_UNHEARD_LINKS)
+            if oldest.scope is not None:
+                oldest.scope.cancel()
         await self._run_link(link)
 
     async def _run_link(self, link: _Link) -> None:
@@ -460,6 +476,7 @@ class Bus:
                     self._report("frame", link, "no message within %g s of connecting" % HANDSHAKE_TIMEOUT)
             link.closed = True
             self.links.pop(link.id, None)
+            self._unheard.pop(link.id, None)
             self._unregister(link)  # before the socket is closed
             with trio.CancelScope(shield=True):
                 await trio.aclose_forcefully(link.stream)
@@ -599,6 +616,7 @@ class Bus:
             raise AuthError("authentication message outside the handshake")
         if not link.heard:
             link.heard = True
+            self._unheard.pop(link.id, None)
             if link.scope is not None:
                 link.scope.deadline = math.inf
         self.stats["frames_received"] += 1

@@ -239,6 +239,33 @@ async def test_a_silent_inbound_link_is_closed_and_counted(nursery, tmp_path, au
     assert len(nodes[1].node.reachable) == 1 and bus.stats["silent_links"] == 1
 
 
+async def test_a_flood_of_silent_links_cycles_through_a_bounded_number(nursery, tmp_path, autojump_clock):
+    """Beyond MAX_UNHEARD_LINKS inbound links waiting for a first message, each new one closes the
+    oldest at once instead of holding a descriptor for 5 s; the peers' links are untouched."""
+    from cluster_bus.links import HANDSHAKE_TIMEOUT, MAX_UNHEARD_LINKS
+
+    net, nodes = await start_cluster(nursery, tmp_path, 2)
+    nodes[0].cmd("CLUSTER", "MEET", "127.0.0.1", nodes[1].port)
+    await wait_until(lambda: all(len(s.node.reachable) == 1 for s in nodes), timeout=20, what="meet")
+    bus = nodes[1].cluster.bus
+    links_before = len(bus.links)
+    t0 = trio.current_time()
+    silent = [await net.transport(9999).open_connection("127.0.0.1", nodes[1].port + 10000)
+              for _ in range(MAX_UNHEARD_LINKS + 10)]  # fmt: skip
+    await wait_until(lambda: bus.stats["evicted_links"] == 10, timeout=1, what="the oldest ten evicted")
+    for s in silent[:10]:
+        with trio.fail_after(1):
+            assert await s.receive_some(10) == b""  # closed on us, long before the 5 s deadline
+    assert trio.current_time() - t0 < 1
+    assert len(bus.links) == links_before + MAX_UNHEARD_LINKS
+    with trio.fail_after(HANDSHAKE_TIMEOUT * 3):  # the rest go at their deadline, as before
+        for s in silent[10:]:
+            assert await s.receive_some(10) == b""
+    assert bus.stats["silent_links"] == MAX_UNHEARD_LINKS and bus.stats["evicted_links"] == 10
+    await trio.sleep(NODE_TIMEOUT * 2 / 1000)
+    assert len(nodes[1].node.reachable) == 1 and len(bus.links) == links_before
+
+
 @pytest.mark.parametrize("secret", [None, "s3cret"])
 async def test_data_sent_in_one_turn_travels_as_one_batch_in_order(nursery, tmp_path, autojump_clock, secret):
     extra = {"cluster_secret": secret} if secret else {}
