@@ -301,6 +301,8 @@ class Server:
                         pending = list(conn.pending)
                         conn.pending.clear()
                         self.run_commands(conn, pending)
+                    if conn.read_paused and not (conn.blocked and conn.pending):
+                        self.loop.resume_reading(conn)
                     self.loop.send_soon(conn)
                 elif kind is Send:
                     message = effect.message

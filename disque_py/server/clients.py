@@ -31,9 +31,13 @@ loop then waits for that client to become writable and stops reading from
 it until everything is sent, so a client that does not read its replies
 cannot make the node buffer without bound.
 
-A client blocked in GETJOB keeps being read: further pipelined commands
-are queued in ``pending`` and run, in order, as soon as it is unblocked,
-which is what Redis clients expect.
+A client blocked (GETJOB, or ADDJOB waiting for its copies) with pipelined
+commands after the blocking one keeps them in ``pending`` and runs them, in
+order, as soon as it is unblocked, which is what Redis clients expect. The
+loop stops reading from it meanwhile (``read_paused``: epoll then reports
+only the peer's hang-up), so a blocked client that keeps sending holds at
+most one read's worth of commands, not everything it sends: 75 MB of
+pipelined PINGs behind a GETJOB once grew a node by 2.5 GB.
 """
 
 from __future__ import annotations
@@ -57,6 +61,7 @@ READ_SIZE = 65536
 _IN = select.EPOLLIN
 _OUT = select.EPOLLOUT
 _ERR = select.EPOLLERR | select.EPOLLHUP
+_RDHUP = select.EPOLLRDHUP  # the only event asked for while reading is paused: the client hung up
 
 
 class Connection:
@@ -78,6 +83,7 @@ class Connection:
         "closing",
         "closed",
         "waiting_write",
+        "read_paused",
         "last_cmd",
         "parser",
         "encode",
@@ -101,6 +107,7 @@ class Connection:
         self.closing = False  # close once ``out`` is sent
         self.closed = False
         self.waiting_write = False  # registered for EPOLLOUT, not reading
+        self.read_paused = False  # blocked with commands pending: not read until they have run
         self.last_cmd = b"NULL"
         self.parser = parser
         self.encode = encode_reply  # encode_reply3 after HELLO 3
@@ -148,6 +155,21 @@ class ClientLoop:
             return  # the loop closes it after this batch of its commands
         if not conn.out:
             self.close(conn)
+
+    def pause_reading(self, conn: Connection) -> None:
+        """Read nothing more from ``conn`` (blocked, with commands pending) until :meth:`resume_reading`."""
+        if conn.read_paused or conn.closed:
+            return
+        conn.read_paused = True
+        if not conn.waiting_write:
+            self.ep.modify(conn.fd, _RDHUP)
+
+    def resume_reading(self, conn: Connection) -> None:
+        if not conn.read_paused or conn.closed:
+            return
+        conn.read_paused = False
+        if not conn.waiting_write:
+            self.ep.modify(conn.fd, _IN)
 
     # ------------------------------------------------- other sockets (Reactor)
     def add_fd(self, fd: int, on_readable, on_writable) -> None:
@@ -213,7 +235,7 @@ class ClientLoop:
             self.close(conn)
             return
         conn.waiting_write = False
-        self.ep.modify(conn.fd, _IN)  # read again: what arrived meanwhile waits in the socket
+        self.ep.modify(conn.fd, _RDHUP if conn.read_paused else _IN)  # what arrived meanwhile waits in the socket
 
     # ---------------------------------------------------------------- input
     def _readable(self, conn: Connection) -> None:
@@ -248,6 +270,8 @@ class ClientLoop:
                 else:
                     server.run_commands(conn, commands)
                     server.apply_effects()
+                if conn.blocked and conn.pending:
+                    self.pause_reading(conn)
             error = parser.error
             if error is not None:
                 server.protocol_error(conn, error)
@@ -294,6 +318,9 @@ class ClientLoop:
                             continue
                         if events & _OUT:
                             self._writable(conn)
+                        elif conn.read_paused:
+                            if events & (_RDHUP | _ERR):
+                                self.close(conn)  # as a read of EOF would: pending commands dropped
                         elif events & (_IN | _ERR):
                             self._readable(conn)
                 finally:

@@ -479,3 +479,56 @@ def test_random_commands_never_hurt_the_node(start_node):
     assert bystander.execute_command("GETJOB", "NOHANG", "FROM", "kept")[0][1] == kept
     log = node.log()
     assert "Traceback" not in log, "%s:\n%s" % (replay, log[max(0, log.find("Traceback") - 500) :][:3000])
+
+
+def test_a_blocked_client_that_keeps_sending_is_not_read_until_it_is_served(node):
+    """Commands pipelined behind a blocking GETJOB wait in the socket, not in the node's memory:
+    the sender is held back by TCP. Once served, every one of them runs, in order; a paused
+    client that hangs up is noticed and unblocked."""
+    import hiredis
+
+    r = node.client()
+    s = socket.create_connection(("127.0.0.1", node.port), timeout=2)
+    s.sendall(b"GETJOB TIMEOUT 0 FROM q\r\n")
+    wait_for(lambda: r.info()["blocked_clients"] == 1, what="the GETJOB blocked")
+    chunk = b"PING\r\n" * 50_000
+    sent = 0
+    try:
+        while sent < 40_000_000:  # without back-pressure the node takes it all (and ~1 GB of memory)
+            sent += s.send(chunk[sent % len(chunk) :])
+    except socket.timeout:
+        pass
+    assert sent < 40_000_000, "the node kept reading from a blocked client"
+    assert r.ping() and r.info()["blocked_clients"] == 1  # everyone else is served meanwhile
+    pings = -(-sent // 6)  # the last one may be incomplete: finish it below
+    replies: list = []
+
+    def read() -> None:
+        reader = hiredis.Reader()
+        deadline = time.monotonic() + 30
+        while len(replies) < 1 + pings and time.monotonic() < deadline:
+            try:
+                data = s.recv(1 << 20)
+            except socket.timeout:
+                continue
+            if not data:
+                break
+            reader.feed(data)
+            while (reply := reader.gets()) is not False:
+                replies.append(reply)
+
+    t = threading.Thread(target=read)
+    t.start()
+    job_id = r.execute_command("ADDJOB", "q", "served", 0)
+    s.sendall(b"PING\r\n"[sent % 6 :] if sent % 6 else b"")
+    t.join(40)
+    assert replies[0] == [[b"q", job_id, b"served"]]
+    assert len(replies) == 1 + pings and all(x == b"PONG" for x in replies[1:])
+    s.close()
+    # a paused client (blocked, commands pending) that hangs up is unblocked like any other
+    s2 = socket.create_connection(("127.0.0.1", node.port), timeout=2)
+    s2.sendall(b"GETJOB TIMEOUT 0 FROM q2\r\nPING\r\n")
+    wait_for(lambda: r.info()["blocked_clients"] == 1, what="the second GETJOB blocked")
+    s2.close()
+    wait_for(lambda: r.info()["blocked_clients"] == 0, what="the hang-up noticed")
+    assert r.execute_command("QLEN", "q2") == 0 and r.info()["connected_clients"] == 1
