@@ -36,7 +36,7 @@ from ..core.node import Node
 from ..core.replies import Error
 from ..protocol.resp import ProtocolError, RequestParser, encode_reply
 from . import admin
-from .clients import ClientLoop, Connection
+from .clients import OUT_HOLD, ClientLoop, Connection
 from .cluster import ClusterService
 from .fdlimit import fit_maxclients
 from .logs import log, set_level
@@ -242,13 +242,14 @@ class Server:
         conn.closing = True
 
     def run_commands(self, conn: Connection, commands) -> None:
-        """Run commands in order until the client blocks; the rest wait in ``pending``."""
+        """Run commands in order until the client blocks or its output reaches ``OUT_HOLD``;
+        the rest wait in ``pending`` (see ``clients.py``)."""
         out = conn.out
         now = now_ms()
         dispatch = self.dispatch
         for i, argv in enumerate(commands):
-            if conn.blocked or conn.closing:
-                if conn.blocked:
+            if conn.blocked or conn.closing or len(out) >= OUT_HOLD:
+                if not conn.closing or conn.blocked:
                     conn.pending.extend(commands[i:])
                 return
             reply = dispatch(conn, argv, now)
@@ -301,7 +302,7 @@ class Server:
                         pending = list(conn.pending)
                         conn.pending.clear()
                         self.run_commands(conn, pending)
-                    if conn.read_paused and not (conn.blocked and conn.pending):
+                    if conn.read_paused and not conn.pending:
                         self.loop.resume_reading(conn)
                     self.loop.send_soon(conn)
                 elif kind is Send:

@@ -29,7 +29,10 @@ once with :meth:`ClientLoop.send_soon`.
 Back-pressure: what a client's socket does not take stays in ``out``; the
 loop then waits for that client to become writable and stops reading from
 it until everything is sent, so a client that does not read its replies
-cannot make the node buffer without bound.
+cannot make the node buffer without bound. Within one read, commands stop
+running once ``out`` holds ``OUT_HOLD`` bytes: the rest wait in ``pending``
+and run as the socket takes the output (a 64 KB read can hold thousands of
+small commands with big replies, such as ``QPEEK q 1000``).
 
 A client blocked (GETJOB, or ADDJOB waiting for its copies) with pipelined
 commands after the blocking one keeps them in ``pending`` and runs them, in
@@ -50,6 +53,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from ..protocol.resp import ProtocolError, encode_reply
+from .logs import log
 from .waiting import DirectWait
 
 if TYPE_CHECKING:
@@ -58,6 +62,7 @@ if TYPE_CHECKING:
 __all__ = ["Connection", "ClientLoop"]
 
 READ_SIZE = 65536
+OUT_HOLD = 1 << 20  # a client's commands wait while this much of its output is unsent
 _IN = select.EPOLLIN
 _OUT = select.EPOLLOUT
 _ERR = select.EPOLLERR | select.EPOLLHUP
@@ -213,6 +218,8 @@ class ClientLoop:
             out.clear()
             if conn.closing and conn is not self.current:
                 self.close(conn)
+            elif conn.pending and not conn.blocked:
+                self._want_write(conn)  # commands held back by the output: the next pass runs them
         else:
             del out[:sent]
             conn.waiting_write = True
@@ -234,8 +241,64 @@ class ClientLoop:
         if conn.closing:
             self.close(conn)
             return
+        if conn.pending and not conn.blocked:
+            self._run_pending(conn)
+            return
         conn.waiting_write = False
         self.ep.modify(conn.fd, _RDHUP if conn.read_paused else _IN)  # what arrived meanwhile waits in the socket
+
+    def _failed(self, conn: Connection) -> None:
+        self.current = None
+        self.server.stats["internal_errors"] += 1
+        log.exception("Internal error serving client id=%d addr=%s; connection closed", conn.id, conn.addr)
+        try:
+            self.close(conn)
+        except Exception:  # noqa: BLE001 - already failing: forget it whatever happens
+            self.by_fd.pop(conn.fd, None)
+            self.server.clients.pop(conn.id, None)
+
+    def _want_write(self, conn: Connection) -> None:
+        """Be called back (``_writable``) when the socket takes output: at once if it can now."""
+        if not conn.waiting_write:
+            conn.waiting_write = True
+            self.ep.modify(conn.fd, _OUT)
+
+    def _run_pending(self, conn: Connection) -> None:
+        """Run the commands held back while ``conn``'s output was over ``OUT_HOLD`` (its output is sent,
+        it waits for writability and reads nothing); carry on from there as :meth:`_process` does."""
+        server = self.server
+        commands = list(conn.pending)
+        conn.pending.clear()
+        self.current = conn
+        try:
+            server.run_commands(conn, commands)
+            server.apply_effects()
+        finally:
+            self.current = None
+        if conn.closed:
+            return
+        out = conn.out
+        if out:
+            server.stats["total_net_output_bytes"] += len(out)
+            try:
+                sent = conn.sock.send(out)
+            except BlockingIOError:
+                sent = 0
+            except OSError:
+                self.close(conn)
+                return
+            del out[:sent]
+            if out:
+                return  # still waiting for writability
+        if conn.closing:
+            self.close(conn)
+        elif conn.pending and not conn.blocked:
+            return  # held back again: the next pass goes on (the socket is writable)
+        else:
+            conn.waiting_write = False
+            if not conn.pending:
+                conn.read_paused = False
+            self.ep.modify(conn.fd, _RDHUP if conn.read_paused else _IN)
 
     # ---------------------------------------------------------------- input
     def _readable(self, conn: Connection) -> None:
@@ -265,12 +328,12 @@ class ClientLoop:
             except ProtocolError:
                 commands = None  # nothing complete before the bad bytes; the error follows
             if commands:
-                if conn.blocked:
+                if conn.blocked or conn.pending:
                     conn.pending.extend(commands)
                 else:
                     server.run_commands(conn, commands)
                     server.apply_effects()
-                if conn.blocked and conn.pending:
+                if conn.pending:  # blocked, or held back by its output: read no more for now
                     self.pause_reading(conn)
             error = parser.error
             if error is not None:
@@ -316,13 +379,16 @@ class ClientLoop:
                                 if events & (_IN | _ERR) and fd in others:
                                     handlers[0]()
                             continue
-                        if events & _OUT:
-                            self._writable(conn)
-                        elif conn.read_paused:
-                            if events & (_RDHUP | _ERR):
-                                self.close(conn)  # as a read of EOF would: pending commands dropped
-                        elif events & (_IN | _ERR):
-                            self._readable(conn)
+                        try:
+                            if events & _OUT:
+                                self._writable(conn)
+                            elif conn.read_paused:
+                                if events & (_RDHUP | _ERR):
+                                    self.close(conn)  # as a read of EOF would: pending commands dropped
+                            elif events & (_IN | _ERR):
+                                self._readable(conn)
+                        except Exception:  # a bug costs this client its connection, not the node
+                            self._failed(conn)
                 finally:
                     if bus is not None:
                         bus.release()

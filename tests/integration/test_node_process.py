@@ -532,3 +532,36 @@ def test_a_blocked_client_that_keeps_sending_is_not_read_until_it_is_served(node
     s2.close()
     wait_for(lambda: r.info()["blocked_clients"] == 0, what="the hang-up noticed")
     assert r.execute_command("QLEN", "q2") == 0 and r.info()["connected_clients"] == 1
+
+
+def test_pipelined_commands_with_big_replies_wait_for_the_client_to_read(node):
+    """400 QPEEKs of ~1 MB each in one pipeline from a client that does not read yet: the node
+    runs them only as fast as the client takes the replies (about 1 MB of output held, not
+    400 MB), then every reply arrives, in order."""
+    import hiredis
+
+    r = node.client()
+    body = "b" * 2000
+    pipe = r.pipeline(transaction=False)
+    for i in range(500):
+        pipe.execute_command("ADDJOB", "q", body, 0)
+    ids = pipe.execute()
+    s = socket.create_connection(("127.0.0.1", node.port), timeout=2)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+    s.sendall(b"QPEEK q 500\r\n" * 400)
+    wait_for(lambda: r.info()["client_longest_output_list"] > 0, what="the first replies waiting")
+    assert r.info()["client_longest_output_list"] < 8_000_000  # ~1 MB held, not 400 MB
+    reader = hiredis.Reader()
+    replies = []
+    deadline = time.monotonic() + 60
+    while len(replies) < 400 and time.monotonic() < deadline:
+        data = s.recv(1 << 20)
+        if not data:
+            break
+        reader.feed(data)
+        while (reply := reader.gets()) is not False:
+            replies.append(reply)
+    s.close()
+    assert len(replies) == 400
+    assert all([j[1] for j in reply] == ids for reply in replies)
+    assert r.info()["client_longest_output_list"] == 0
