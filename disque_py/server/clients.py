@@ -245,6 +245,8 @@ class ClientLoop:
             self._run_pending(conn)
             return
         conn.waiting_write = False
+        if not conn.pending:
+            conn.read_paused = False
         self.ep.modify(conn.fd, _RDHUP if conn.read_paused else _IN)  # what arrived meanwhile waits in the socket
 
     def _failed(self, conn: Connection) -> None:
@@ -264,8 +266,9 @@ class ClientLoop:
             self.ep.modify(conn.fd, _OUT)
 
     def _run_pending(self, conn: Connection) -> None:
-        """Run the commands held back while ``conn``'s output was over ``OUT_HOLD`` (its output is sent,
-        it waits for writability and reads nothing); carry on from there as :meth:`_process` does."""
+        """Run the commands held back while ``conn``'s output was over ``OUT_HOLD``. Its output is
+        sent and it stays registered for writability: the next pass sends what these produce
+        (the socket is writable, so at once) and, from ``_writable``, goes on or reads again."""
         server = self.server
         commands = list(conn.pending)
         conn.pending.clear()
@@ -275,30 +278,8 @@ class ClientLoop:
             server.apply_effects()
         finally:
             self.current = None
-        if conn.closed:
-            return
-        out = conn.out
-        if out:
-            server.stats["total_net_output_bytes"] += len(out)
-            try:
-                sent = conn.sock.send(out)
-            except BlockingIOError:
-                sent = 0
-            except OSError:
-                self.close(conn)
-                return
-            del out[:sent]
-            if out:
-                return  # still waiting for writability
-        if conn.closing:
-            self.close(conn)
-        elif conn.pending and not conn.blocked:
-            return  # held back again: the next pass goes on (the socket is writable)
-        else:
-            conn.waiting_write = False
-            if not conn.pending:
-                conn.read_paused = False
-            self.ep.modify(conn.fd, _RDHUP if conn.read_paused else _IN)
+        if not conn.closed:
+            server.stats["total_net_output_bytes"] += len(conn.out)
 
     # ---------------------------------------------------------------- input
     def _readable(self, conn: Connection) -> None:
