@@ -9,6 +9,7 @@ be passed through ``start_node(**directives)``.
 from __future__ import annotations
 
 import os
+import random
 import resource
 import shutil
 import signal
@@ -24,20 +25,41 @@ import redis
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def _ephemeral_low() -> int:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
 def free_port() -> int:
-    """A port whose port+10000 (the cluster bus) is free as well."""
+    """A port whose port+10000 (the cluster bus) is free as well.
+
+    Both are taken below the kernel's ephemeral range when it leaves room: a node restarted on
+    its port must not find it taken by some outgoing connection's local port (a test that
+    kill -9s a node and starts it again on the same port once failed with EADDRINUSE so).
+    """
+    top = _ephemeral_low() - 10000
+    rng = random.Random()
     for _ in range(200):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port + 10000 > 65535:
-            continue
-        with socket.socket() as s2:
-            try:
-                s2.bind(("127.0.0.1", port + 10000))
-            except OSError:
-                continue
-        return port
+        if top > 12000:
+            port = rng.randrange(10000, top)
+        else:  # no room below the ephemeral range: let the kernel pick
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                port = s.getsockname()[1]
+        if port + 10000 <= 65535 and _bindable(port) and _bindable(port + 10000):
+            return port
     raise RuntimeError("no free port pair")
 
 
@@ -47,15 +69,7 @@ def consecutive_free_ports(n: int) -> int:
         base = free_port()
         if base + n - 1 + 10000 > 65535:
             continue
-        ok = True
-        for p in range(base, base + n):
-            for q in (p, p + 10000):
-                with socket.socket() as s:
-                    try:
-                        s.bind(("127.0.0.1", q))
-                    except OSError:
-                        ok = False
-        if ok:
+        if all(_bindable(p) and _bindable(p + 10000) for p in range(base, base + n)):
             return base
     raise RuntimeError("no free port range")
 
