@@ -116,8 +116,8 @@ class Node(ReplicationMixin, FederationMixin):
         # Cluster view; the membership layer keeps these current.
         self.cluster_size = 1
         self.reachable: list[str] = []  # other nodes we can talk to now
-        # Nodes whose link holds output its socket has not taken yet (set by the shell before
-        # each tick): REPLJOB resends skip them (see replication.py).
+        # Nodes whose link holds output its socket has not taken yet, as of the last tick (the
+        # shell sets it before each): REPLJOB resends skip them, new copies go elsewhere first.
         self.backlogged: frozenset[str] | set[str] = frozenset()
         self.known_nodes: list[str] = [node_id]
         # (id, ip, port, priority) for HELLO; None = just myself.

@@ -18,7 +18,8 @@ Replication (ADDJOB with REPLICATE > 1, or any ADDJOB on a leaving node):
   goes to a node whose link still holds output the socket has not taken
   (``Node.backlogged``, kept by the shell): the copy sent before has not
   even left, so another would only pile up behind it (a 59 MB job was once
-  sent 36 times over before its two GOTJOBs came back). If the
+  sent 36 times over before its two GOTJOBs came back). For the same reason
+  the nodes picked for a new job are taken among the others first. If the
   ADDJOB timeout expires (or the client goes away) the job is deleted here
   and DELJOB goes, best effort, to every node that may have a copy.
 * ASYNC: the client gets the ID at once, REPLJOB asks for no GOTJOB.
@@ -152,6 +153,8 @@ class ReplicationMixin:
             candidates = [n for n in self.reachable if n not in job.delivered]
             if count < len(candidates):  # a random choice; taking them all needs no shuffle
                 self.rng.shuffle(candidates)
+                if self.backlogged:  # nodes whose link has output waiting last (a stable sort)
+                    candidates.sort(key=self.backlogged.__contains__)
             new = candidates[:count]
             if new:
                 job.delivered = tuple(job.delivered) + tuple(new)

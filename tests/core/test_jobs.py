@@ -475,3 +475,24 @@ def test_replication_resends_skip_a_backlogged_link_but_new_holders_get_their_co
     h.node.backlogged = frozenset()
     run(50)
     assert sorted(sends[1:]) == [(800, slow), (800, late)]  # the link drained: both resent
+
+
+def test_new_copies_go_to_nodes_without_a_backlog_first(h):
+    """Among reachable nodes, those whose link still holds unsent output are picked last for a new
+    job's copies (still picked when there are not enough others), and the pick stays random."""
+    from disque_py.core.effects import Send
+
+    peers = [c * 40 for c in "bcdef"]
+    h.node.reachable = list(peers)
+    h.node.cluster_size = 6
+    h.node.backlogged = frozenset(peers[:3])
+    chosen = set()
+    for i in range(40):
+        assert h.cmd("ADDJOB", "q%d" % i, "body", 0, "REPLICATE", 2, "ASYNC") is not BLOCKED
+        sent = {e.to for e in h.effects() if isinstance(e, Send) and e.message[0] == "REPLJOB"}
+        assert len(sent) == 1 and sent <= set(peers[3:])
+        chosen |= sent
+    assert chosen == set(peers[3:])  # both free nodes get picked: still a random choice
+    assert h.cmd("ADDJOB", "big", "body", 0, "REPLICATE", 4, "ASYNC") is not BLOCKED
+    sent = {e.to for e in h.effects() if isinstance(e, Send) and e.message[0] == "REPLJOB"}
+    assert len(sent) == 3 and set(peers[3:]) <= sent  # the two free ones, then a backlogged one
