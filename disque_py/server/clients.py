@@ -112,7 +112,7 @@ class Connection:
         self.closing = False  # close once ``out`` is sent
         self.closed = False
         self.waiting_write = False  # registered for EPOLLOUT, not reading
-        self.read_paused = False  # blocked with commands pending: not read until they have run
+        self.read_paused = False  # commands pending (blocked, or held back by output): not read until they run
         self.last_cmd = b"NULL"
         self.parser = parser
         self.encode = encode_reply  # encode_reply3 after HELLO 3
@@ -161,20 +161,25 @@ class ClientLoop:
         if not conn.out:
             self.close(conn)
 
+    def _arm(self, conn: Connection) -> None:
+        """Ask epoll for what ``conn`` waits for now: writability, else only its hang-up while
+        reading is paused, else input."""
+        self.ep.modify(conn.fd, _OUT if conn.waiting_write else _RDHUP if conn.read_paused else _IN)
+
     def pause_reading(self, conn: Connection) -> None:
-        """Read nothing more from ``conn`` (blocked, with commands pending) until :meth:`resume_reading`."""
+        """Read nothing more from ``conn`` (commands pending) until :meth:`resume_reading`."""
         if conn.read_paused or conn.closed:
             return
         conn.read_paused = True
         if not conn.waiting_write:
-            self.ep.modify(conn.fd, _RDHUP)
+            self._arm(conn)
 
     def resume_reading(self, conn: Connection) -> None:
         if not conn.read_paused or conn.closed:
             return
         conn.read_paused = False
         if not conn.waiting_write:
-            self.ep.modify(conn.fd, _IN)
+            self._arm(conn)
 
     # ------------------------------------------------- other sockets (Reactor)
     def add_fd(self, fd: int, on_readable, on_writable) -> None:
@@ -222,8 +227,7 @@ class ClientLoop:
                 self._want_write(conn)  # commands held back by the output: the next pass runs them
         else:
             del out[:sent]
-            conn.waiting_write = True
-            self.ep.modify(conn.fd, _OUT)
+            self._want_write(conn)
 
     def _writable(self, conn: Connection) -> None:
         out = conn.out
@@ -245,9 +249,8 @@ class ClientLoop:
             self._run_pending(conn)
             return
         conn.waiting_write = False
-        if not conn.pending:
-            conn.read_paused = False
-        self.ep.modify(conn.fd, _RDHUP if conn.read_paused else _IN)  # what arrived meanwhile waits in the socket
+        conn.read_paused = bool(conn.pending)  # blocked with commands pending: still not read
+        self._arm(conn)  # what arrived meanwhile waits in the socket
 
     def _failed(self, conn: Connection) -> None:
         self.current = None
@@ -263,7 +266,7 @@ class ClientLoop:
         """Be called back (``_writable``) when the socket takes output: at once if it can now."""
         if not conn.waiting_write:
             conn.waiting_write = True
-            self.ep.modify(conn.fd, _OUT)
+            self._arm(conn)
 
     def _run_pending(self, conn: Connection) -> None:
         """Run the commands held back while ``conn``'s output was over ``OUT_HOLD``. Its output is
