@@ -264,7 +264,7 @@ _TABLE: tuple[Directive, ...] = (
     _d("maxmemory-samples", Kind.INT, 5, runtime=True, minimum=1,
        error="maxmemory-samples must be 1 or greater", help="eviction sample size"),
     _d("client-output-buffer-limit", Kind.SPECIAL,
-       {"normal": ClientBufferLimit(0, 0, 0)}, runtime=True, min_args=4, max_args=4,
+       {"normal": ClientBufferLimit(0, 0, 0)}, runtime=True, implemented=True, min_args=4, max_args=4,
        help="<class> <hard> <soft> <soft-seconds> output buffer limits"),
     # --- append only file --------------------------------------------------
     _d("appendonly", Kind.BOOL, False, runtime=True, help="enable the append only file"),

@@ -444,6 +444,7 @@ def info_text(server: "Server", section: str, peak: list[int]) -> str:
                 "accept_errors": stats["accept_errors"],
                 "protocol_errors": stats["protocol_errors"],
                 "internal_errors": stats["internal_errors"],
+                "client_output_buffer_limit_disconnections": stats["client_output_buffer_limit_disconnections"],
                 "jobs_added": node.stats["jobs_added"],
                 "jobs_delivered": node.stats["jobs_delivered"],
                 "jobs_acked": node.stats["jobs_acked"],

@@ -88,12 +88,14 @@ class Server:
             "accept_errors": 0,
             "protocol_errors": 0,
             "internal_errors": 0,
+            "client_output_buffer_limit_disconnections": 0,
         }
         self._ops_samples: list[int] = [0] * 16
         self._ops_idx = 0
         self._last_ops = 0
         self.admin_commands = admin.build_table(self)
         config.on_change.append(self._config_changed)
+        self.loop.set_output_limit(*config.client_output_buffer_limit["normal"])
 
     def _config_changed(self, name: str, old: Any, new: Any) -> None:
         if name == "maxclients" and new > old:
@@ -107,6 +109,8 @@ class Server:
         log.info("CONFIG SET %s: %s -> %s", name, "(hidden)" if name == "requirepass" else old, "(hidden)" if name == "requirepass" else new)
         if name == "loglevel":
             set_level(new)
+        elif name == "client-output-buffer-limit":
+            self.loop.set_output_limit(*new["normal"])
 
     def _fit_maxclients(self) -> None:
         """At start: make room for maxclients clients in the open files limit, or lower maxclients."""
@@ -359,6 +363,10 @@ class Server:
             self._ops_samples[self._ops_idx % len(self._ops_samples)] = (total - self._last_ops) * 10
             self._ops_idx += 1
             self._last_ops = total
+            if self.loop.limit_soft and self._ops_idx % 10 == 0:
+                # a client that stopped reading altogether is not checked by the loop: check here
+                for conn in [c for c in self.clients.values() if c.waiting_write]:
+                    self.loop.over_output_limit(conn)
             if cfg.timeout and self._ops_idx % 10 == 0:
                 limit = trio.current_time() - cfg.timeout
                 for conn in list(self.clients.values()):

@@ -32,7 +32,10 @@ it until everything is sent, so a client that does not read its replies
 cannot make the node buffer without bound. Within one read, commands stop
 running once ``out`` holds ``OUT_HOLD`` bytes: the rest wait in ``pending``
 and run as the socket takes the output (a 64 KB read can hold thousands of
-small commands with big replies, such as ``QPEEK q 1000``).
+small commands with big replies, such as ``QPEEK q 1000``). One big reply
+is still built whole; ``client-output-buffer-limit`` (off by default, as in
+Disque) closes a client whose unsent output stays over it
+(:meth:`ClientLoop.over_output_limit`).
 
 A client blocked (GETJOB, or ADDJOB waiting for its copies) with pipelined
 commands after the blocking one keeps them in ``pending`` and runs them, in
@@ -92,6 +95,7 @@ class Connection:
         "last_cmd",
         "parser",
         "encode",
+        "soft_since",
     )
 
     def __init__(self, cid: int, sock: socket.socket, addr: str, laddr: str, now: float, parser) -> None:
@@ -116,6 +120,7 @@ class Connection:
         self.last_cmd = b"NULL"
         self.parser = parser
         self.encode = encode_reply  # encode_reply3 after HELLO 3
+        self.soft_since = 0.0  # when its unsent output first reached the soft limit (0: below it)
 
 
 class ClientLoop:
@@ -128,6 +133,7 @@ class ClientLoop:
         self.others: dict[int, tuple] = {}  # fd -> (on_readable, on_writable): cluster bus links
         self.current: Connection | None = None  # the client whose commands are running
         self.direct = DirectWait(self.ep)  # waits without a trio round when trio is idle (waiting.py)
+        self.limit_hard = self.limit_soft = self.limit_soft_seconds = 0  # client-output-buffer-limit
 
     # ----------------------------------------------------------- membership
     def add(self, conn: Connection) -> None:
@@ -207,9 +213,50 @@ class ClientLoop:
         self.ep.close()
 
     # --------------------------------------------------------------- output
+    def set_output_limit(self, hard: int, soft: int, soft_seconds: int) -> None:
+        """``client-output-buffer-limit normal <hard> <soft> <soft-seconds>`` (0: no limit)."""
+        self.limit_hard, self.limit_soft, self.limit_soft_seconds = hard, soft, soft_seconds
+
+    def over_output_limit(self, conn: Connection) -> bool:
+        """Close ``conn`` if the output its socket has not taken is over a limit; True if closed.
+
+        As Disque: at or above the hard limit at once; at or above the soft limit once it has
+        stayed there for more than the soft seconds. Only output left unsent counts, so a
+        client that reads what it asked for is never closed for the size of one reply. Checked
+        whenever output stays behind (here and from the cron for clients that stopped reading);
+        the client whose commands are running is checked when they are done.
+        """
+        held = len(conn.out)
+        hard = self.limit_hard
+        soft = self.limit_soft
+        if hard and held >= hard:
+            which = "hard"
+        elif soft and held >= soft:
+            now = trio.current_time()
+            if not conn.soft_since:
+                conn.soft_since = now
+                return False
+            if now - conn.soft_since <= self.limit_soft_seconds:
+                return False
+            which = "soft"
+        else:
+            conn.soft_since = 0.0
+            return False
+        if conn is self.current or conn.closed:
+            return False
+        self.server.stats["client_output_buffer_limit_disconnections"] += 1
+        log.warning("Closing client id=%d addr=%s: %d bytes of replies not read, over its %s output "
+                    "buffer limit (client-output-buffer-limit)", conn.id, conn.addr, held, which)  # fmt: skip
+        self.close(conn)
+        return True
+
     def send_soon(self, conn: Connection) -> None:
         """Send ``conn.out`` now as far as the socket takes it; wait for writable for the rest."""
-        if conn.closed or conn.waiting_write or not conn.out:
+        if conn.closed or not conn.out:
+            return
+        if conn.waiting_write:  # the socket takes nothing now: what was just added waits
+            if self.limit_hard or self.limit_soft:
+                self.over_output_limit(conn)
             return
         out = conn.out
         try:
@@ -221,12 +268,15 @@ class ClientLoop:
             return
         if sent == len(out):
             out.clear()
+            conn.soft_since = 0.0
             if conn.closing and conn is not self.current:
                 self.close(conn)
             elif conn.pending and not conn.blocked:
                 self._want_write(conn)  # commands held back by the output: the next pass runs them
         else:
             del out[:sent]
+            if (self.limit_hard or self.limit_soft) and self.over_output_limit(conn):
+                return
             self._want_write(conn)
 
     def _writable(self, conn: Connection) -> None:
@@ -240,8 +290,11 @@ class ClientLoop:
             return
         if sent < len(out):
             del out[:sent]
+            if self.limit_hard or self.limit_soft:
+                self.over_output_limit(conn)
             return
         out.clear()
+        conn.soft_since = 0.0
         if conn.closing:
             self.close(conn)
             return

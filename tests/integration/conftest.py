@@ -108,7 +108,8 @@ class NodeProcess:
         for key, value in self.directives.items():
             if key == "config_file":
                 continue
-            argv += ["--" + key.replace("_", "-"), str(value)]
+            values = value if isinstance(value, (list, tuple)) else (value,)  # a tuple: several arguments
+            argv += ["--" + key.replace("_", "-"), *map(str, values)]
         return argv
 
     def start(self) -> "NodeProcess":

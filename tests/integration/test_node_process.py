@@ -565,3 +565,91 @@ def test_pipelined_commands_with_big_replies_wait_for_the_client_to_read(node):
     assert len(replies) == 400
     assert all([j[1] for j in reply] == ids for reply in replies)
     assert r.info()["client_longest_output_list"] == 0
+
+
+def _fill_for_qpeek(r: redis.Redis, queue: str = "q", jobs: int = 500, size: int = 2000) -> None:
+    """``QPEEK <queue> 500`` then replies ~1 MB."""
+    pipe = r.pipeline(transaction=False)
+    for _ in range(jobs):
+        pipe.execute_command("ADDJOB", queue, "b" * size, 0)
+    pipe.execute()
+
+
+def _non_reader(port: int, payload: bytes) -> socket.socket:
+    s = socket.create_connection(("127.0.0.1", port), timeout=5)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+    s.sendall(payload)
+    return s
+
+
+def _closed_by_peer(s: socket.socket, timeout: float = 20.0) -> bool:
+    """Read (and drop) what the node had sent until it closes the link; False if it never does."""
+    deadline = time.monotonic() + timeout
+    s.settimeout(0.5)
+    while time.monotonic() < deadline:
+        try:
+            if not s.recv(1 << 20):
+                return True
+        except socket.timeout:
+            continue
+        except ConnectionResetError:
+            return True
+    return False
+
+
+def test_output_buffer_hard_limit_closes_a_client_that_does_not_read(start_node):
+    """client-output-buffer-limit as Disque: over the hard limit of unsent replies, the client is
+    closed (logged and counted); a client under it and every other client are served on."""
+    import hiredis
+
+    node = start_node(**{"client-output-buffer-limit": ("normal", "4mb", 0, 0)})
+    r = node.client()
+    _fill_for_qpeek(r)
+    # under the limit: the held-back commands hold ~1-2 MB (OUT_HOLD) and the client reads them all
+    s = _non_reader(node.port, b"QPEEK q 500\r\n" * 3)
+    wait_for(lambda: r.info()["client_longest_output_list"] > 0, what="replies waiting")
+    assert r.info()["connected_clients"] == 2
+    reader = hiredis.Reader()
+    replies: list = []
+    s.settimeout(10)
+    while len(replies) < 3:
+        data = s.recv(1 << 20)
+        assert data, "closed although under the limit"
+        reader.feed(data)
+        while (reply := reader.gets()) is not False:
+            replies.append(reply)
+    assert all(len(x) == 500 for x in replies)
+    s.close()
+    assert r.info()["client_output_buffer_limit_disconnections"] == 0
+    # over it: one 16 MB reply the client does not read
+    _fill_for_qpeek(r, "big", jobs=16, size=1_000_000)
+    s = _non_reader(node.port, b"QPEEK big 16\r\n")
+    wait_for(lambda: r.info()["client_output_buffer_limit_disconnections"] == 1, what="the client closed")
+    assert _closed_by_peer(s)
+    s.close()
+    assert r.info()["client_output_buffer_limit_disconnections"] == 1
+    assert "over its hard output buffer limit" in node.log()
+    assert r.ping() and r.info()["connected_clients"] == 1
+
+
+def test_output_buffer_soft_limit_after_its_seconds_and_set_at_runtime(node):
+    """The soft limit closes a client only once it has stayed over it for the soft seconds, even if
+    nothing more is written to it; CONFIG SET changes the limits of a running node."""
+    r = node.client()
+    assert r.config_set("client-output-buffer-limit", "normal 0 512kb 2")
+    assert r.config_get("client-output-buffer-limit") == {"client-output-buffer-limit": "normal 0 524288 2"}
+    _fill_for_qpeek(r)
+    s = _non_reader(node.port, b"QPEEK q 500\r\n" * 4)
+    wait_for(lambda: r.info()["client_longest_output_list"] > 512 * 1024, what="replies over the soft limit")
+    over = time.monotonic()
+    assert r.info()["client_output_buffer_limit_disconnections"] == 0  # over it, not yet for 2 s
+    wait_for(lambda: r.info()["client_output_buffer_limit_disconnections"] == 1, timeout=15, what="the client closed")
+    assert time.monotonic() - over > 1.0
+    assert _closed_by_peer(s)
+    s.close()
+    assert r.config_set("client-output-buffer-limit", "normal 0 0 0")
+    s = _non_reader(node.port, b"QPEEK q 500\r\n" * 4)
+    wait_for(lambda: r.info()["client_longest_output_list"] > 512 * 1024, what="replies waiting again")
+    time.sleep(3.5)  # longer than the soft seconds were: nothing may happen with the limits off
+    assert r.info()["client_output_buffer_limit_disconnections"] == 1 and r.info()["connected_clients"] == 2
+    s.close()
