@@ -1,0 +1,61 @@
+"""The client loop, in process: a real ``Server`` on a real port, driven by trio sockets.
+
+Only what a node process cannot show from outside is tested here: a failure
+injected into one client's handling (nothing in the product raises there
+today) must cost that client its connection, not the node.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import trio
+
+from disque_py.config import load_config
+from disque_py.server.app import Server
+
+from ..integration.conftest import free_port
+
+DEADLINE = 10  # seconds: liveness bound, far above what any step needs
+
+
+async def _request(stream: trio.SocketStream, payload: bytes) -> bytes:
+    """Send ``payload`` and read until a full line arrives (or the node closes the link: b"")."""
+    await stream.send_all(payload)
+    data = b""
+    while not data.endswith(b"\r\n"):
+        chunk = await stream.receive_some(65536)
+        if not chunk:
+            return data
+        data += chunk
+    return data
+
+
+async def test_an_exception_in_one_clients_handling_closes_only_that_client(tmp_path, caplog):
+    port = free_port()
+    config = load_config(None, ["--port", str(port), "--dir", str(tmp_path), "--bind", "127.0.0.1"])
+    server = Server(config)
+    run_commands = server.run_commands
+
+    def failing(conn, commands):  # the injected bug: raises outside command dispatch
+        if any(argv[0] == b"BOOM" for argv in commands):
+            raise RuntimeError("injected failure")
+        return run_commands(conn, commands)
+
+    server.run_commands = failing
+    with trio.fail_after(DEADLINE):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(server.run)
+            good = await trio.open_tcp_stream("127.0.0.1", port)
+            bad = await trio.open_tcp_stream("127.0.0.1", port)
+            assert await _request(good, b"PING\r\n") == b"+PONG\r\n"
+            with caplog.at_level(logging.ERROR):
+                assert await _request(bad, b"PING\r\nBOOM\r\n") == b""  # closed, nothing answered
+            assert server.stats["internal_errors"] == 1
+            assert "Internal error serving client" in caplog.text and "injected failure" in caplog.text
+            assert (await _request(good, b"ADDJOB q body 0\r\n")).startswith(b"+D-")
+            assert await _request(good, b"PING\r\n") == b"+PONG\r\n"
+            assert len(server.clients) == 1 and len(server.loop.by_fd) == 1
+            await good.aclose()
+            await bad.aclose()
+            server.request_shutdown()
