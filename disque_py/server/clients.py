@@ -255,8 +255,7 @@ class ClientLoop:
         if conn.closed or not conn.out:
             return
         if conn.waiting_write:  # the socket takes nothing now: what was just added waits
-            if self.limit_hard or self.limit_soft:
-                self.over_output_limit(conn)
+            self.over_output_limit(conn)
             return
         out = conn.out
         try:
@@ -275,7 +274,7 @@ class ClientLoop:
                 self._want_write(conn)  # commands held back by the output: the next pass runs them
         else:
             del out[:sent]
-            if (self.limit_hard or self.limit_soft) and self.over_output_limit(conn):
+            if self.over_output_limit(conn):
                 return
             self._want_write(conn)
 
@@ -290,8 +289,7 @@ class ClientLoop:
             return
         if sent < len(out):
             del out[:sent]
-            if self.limit_hard or self.limit_soft:
-                self.over_output_limit(conn)
+            self.over_output_limit(conn)
             return
         out.clear()
         conn.soft_since = 0.0
