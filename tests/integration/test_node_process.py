@@ -286,10 +286,15 @@ def test_out_of_descriptors_the_node_says_so_briefly_and_recovers(start_node):
         t0 = time.monotonic()
         r = node.client(socket_timeout=2, socket_connect_timeout=2)
         wait_for(r.ping, timeout=30, what="the node serving clients again")
-        info = r.execute_command("CLUSTER", "INFO").decode()
-        stats = dict(line.split(":", 1) for line in info.split() if ":" in line)
-        assert int(stats["cluster_stats_bus_accept_errors"]) >= 1, info
-        assert int(stats["cluster_stats_bus_silent_links"]) >= 1, info
+
+        def bus_stats() -> dict[str, int]:
+            info = r.execute_command("CLUSTER", "INFO").decode()
+            return {k: int(v) for k, v in (line.split(":", 1) for line in info.split() if ":" in line) if v.isdigit()}
+
+        assert bus_stats()["cluster_stats_bus_accept_errors"] >= 1
+        # A descriptor the node frees for a moment (a file it writes) may let the client in before the
+        # silent links time out: wait for those to be closed rather than expect it by the first PING.
+        wait_for(lambda: bus_stats()["cluster_stats_bus_silent_links"] >= 1, timeout=30, what="silent links closed")
     finally:
         for s in silent:
             s.close()
