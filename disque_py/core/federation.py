@@ -46,10 +46,12 @@ Push (what makes it fast, our addition, still only NEEDJOBS/YOURJOBS):
   whichever is more.
 * Bounds: a consumer node that vanishes can receive at most its credit
   (<= ``NEEDJOBS_MAX_REQUEST``) jobs after its last request, and only while
-  it still looks reachable; the lease ends after ``LEASE_MS`` anyway. A
-  pushed at-least-once job keeps its copies on the other holders, which
-  requeue it after RETRY if it is never acknowledged, so nothing is stranded
-  beyond RETRY.
+  it still looks reachable; the lease ends after ``LEASE_MS`` anyway, and
+  the queue GC forgets expired leases (``LEASE_GC_BATCH`` queue names a
+  second), so NEEDJOBS for queues that never get a job here leave nothing
+  behind. A pushed at-least-once job keeps its copies on the other
+  holders, which requeue it after RETRY if it is never acknowledged, so
+  nothing is stranded beyond RETRY.
 
 Moves never duplicate an at-most-once (RETRY 0) job: the sender deletes its
 own copy as it sends (a RETRY 0 job has a single copy by contract), and a
@@ -60,6 +62,7 @@ in one YOURJOBS.
 
 from __future__ import annotations
 
+from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 from .commands import MAX_JOB_BYTES
@@ -81,6 +84,7 @@ ADHOC_MIN_DELAY_MS = 25
 ADHOC_MAX_DELAY_MS = 2000
 SOURCE_VALIDITY_MS = 5000
 LEASE_MS = 3000
+LEASE_GC_BATCH = 10_000  # queue names whose leases are checked per queue-GC pass (every second)
 NEED_PERIOD_MS = 100  # how often queues with waiters are reconsidered
 
 CLIENTS_WAITING = 0
@@ -238,6 +242,24 @@ class FederationMixin:
             lease[1] -= 1
         if lease[1] <= 0:
             del leases[sender]
+
+    def _gc_leases(self: "Node") -> None:
+        """Forget expired leases: the oldest ``LEASE_GC_BATCH`` queue names per call.
+
+        A lease is otherwise dropped only when a job is queued under it, so
+        NEEDJOBS for queues that never get a job here (consumers waiting on a
+        queue that lives elsewhere, or on many short-lived names) would pile
+        up for ever. Names with a lease left move to the back, so the next
+        call goes on where this one stopped.
+        """
+        leases = self._leases
+        now = self.now
+        for name, peers in list(islice(leases.items(), LEASE_GC_BATCH)):
+            for peer in [p for p, lease in peers.items() if lease[0] < now]:
+                del peers[peer]
+            del leases[name]
+            if peers:
+                leases[name] = peers
 
     def _push_if_wanted(self: "Node", q: Queue, job: "Job") -> bool:
         """A job is being queued: push it to a node with a valid lease instead. True if pushed

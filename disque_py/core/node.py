@@ -215,6 +215,8 @@ class Node(ReplicationMixin, FederationMixin):
                 self._effects.append(Reply(waiter.client, NULL_ARRAY))
         if now >= self._next_queue_gc:
             self._gc_queues()
+            if self._leases:
+                self._gc_leases()
             self._next_queue_gc = now + QUEUE_GC_PERIOD_MS
         if self._blocked and self.cluster_size > 1:
             self._federation_tick()
@@ -246,7 +248,7 @@ class Node(ReplicationMixin, FederationMixin):
             heapq.heappop(deadlines)
         if deadlines and (best is None or deadlines[0][0] < best):
             best = deadlines[0][0]
-        if self.queues and (best is None or self._next_queue_gc < best):
+        if (self.queues or self._leases) and (best is None or self._next_queue_gc < best):
             best = self._next_queue_gc
         if self._lazy_at and (best is None or self._lazy_at < best):
             best = self._lazy_at
@@ -992,5 +994,9 @@ class Node(ReplicationMixin, FederationMixin):
     def info_fields(self) -> dict[str, dict[str, Any]]:
         return {
             "jobs": {"registered_jobs": len(self.store)},
-            "queues": {"registered_queues": len(self.queues)},
+            "queues": {
+                "registered_queues": len(self.queues),
+                # (queue, peer) pairs this node may push jobs to (federation leases)
+                "push_leases": sum(map(len, self._leases.values())),
+            },
         }

@@ -496,3 +496,28 @@ def test_new_copies_go_to_nodes_without_a_backlog_first(h):
     assert h.cmd("ADDJOB", "big", "body", 0, "REPLICATE", 4, "ASYNC") is not BLOCKED
     sent = {e.to for e in h.effects() if isinstance(e, Send) and e.message[0] == "REPLJOB"}
     assert len(sent) == 3 and set(peers[3:]) <= sent  # the two free ones, then a backlogged one
+
+
+def test_push_leases_on_queues_that_get_no_job_are_forgotten(h):
+    """NEEDJOBS for queues that never get a job here (consumers on short-lived names) leave no
+    lease behind once it expires (10,000 names checked per second), while a lease that is
+    renewed stays and keeps pushing."""
+    from disque_py.core.effects import Send
+    from disque_py.core.federation import LEASE_GC_BATCH, LEASE_MS
+
+    peer = "f" * 40
+    h.node.reachable = [peer]
+    h.node.cluster_size = 2
+    names = int(2.5 * LEASE_GC_BATCH)
+    for i in range(names):
+        h.node.receive_data(peer, "NEEDJOBS", [b"reply-%d" % i, 10], h.now)
+    assert h.node.info_fields()["queues"]["push_leases"] == names
+    for _ in range(LEASE_MS // 1000 + 3):  # the leases expire, then three passes of the sweep
+        h.advance(1000)
+        h.node.receive_data(peer, "NEEDJOBS", [b"live", 10], h.now)
+    assert h.node.info_fields()["queues"]["push_leases"] == 1
+    jid = h.add("live", "body", "REPLICATE", 1)
+    sent = [e.message for e in h.effects() if isinstance(e, Send) and e.message[0] == "YOURJOBS"]
+    assert [w[0] for m in sent for w in m[1]] == [jid]
+    h.advance(LEASE_MS + 1000)
+    assert h.node.info_fields()["queues"]["push_leases"] == 0

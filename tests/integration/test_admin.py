@@ -25,7 +25,7 @@ def test_info_sections_and_fields(node):
         "clients": ["connected_clients", "blocked_clients"],
         "memory": ["used_memory", "used_memory_human", "maxmemory", "maxmemory_policy"],
         "jobs": ["registered_jobs"],
-        "queues": ["registered_queues"],
+        "queues": ["registered_queues", "push_leases"],
         "persistence": ["aof_enabled", "aof_state", "loading"],
         "stats": ["total_connections_received", "total_commands_processed", "instantaneous_ops_per_sec",
                   "rejected_connections", "protocol_errors"],
