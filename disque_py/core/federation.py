@@ -205,8 +205,8 @@ class FederationMixin:
         self._next_need = self.now + NEED_PERIOD_MS
         if self.cluster_size <= 1:
             return
-        for q in list(self.queues.values()):
-            if q.blocked and not q.jobs:
+        for q in list(self._waited.values()):
+            if not q.jobs:
                 self.need_jobs(q, CLIENTS_WAITING)
 
     # -- answering ---------------------------------------------------------------

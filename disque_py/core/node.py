@@ -40,6 +40,7 @@ from __future__ import annotations
 import heapq
 import random
 from collections.abc import Callable
+from itertools import islice
 from typing import Any
 
 from . import ids as ids_mod
@@ -131,6 +132,7 @@ class Node(ReplicationMixin, FederationMixin):
         self._lazy_at = 0
         self._ready: dict[bytes, Queue] = {}
         self._blocked: dict[int, Waiter] = {}
+        self._waited: dict[bytes, Queue] = {}  # queues with blocked clients (q.blocked > 0)
         self._deadlines: list[tuple[int, int, Waiter]] = []
         self._deadline_seq = 0
         self._next_queue_gc = now + QUEUE_GC_PERIOD_MS
@@ -283,6 +285,7 @@ class Node(ReplicationMixin, FederationMixin):
         self._repl_timers.clear()
         self.store.clear()
         self.queues.clear()
+        self._waited.clear()
         self._ready.clear()
         self._deadlines.clear()
 
@@ -490,10 +493,12 @@ class Node(ReplicationMixin, FederationMixin):
         names = list(dict.fromkeys(queues))
         deadline = self.now + timeout if timeout else 0
         waiter = Waiter(client, names, deadline, count, withcounters)
+        waited = self._waited
         for name in names:
             q = self._get_queue(name)
             q.add_waiter(waiter)
             q.atime = self.now
+            waited[name] = q
         previous = self._blocked.get(client)
         if previous is not None:  # cannot happen through the shell; be safe
             self._unblock(previous)
@@ -515,6 +520,7 @@ class Node(ReplicationMixin, FederationMixin):
                 q.blocked -= 1
                 if q.blocked == 0:
                     q.clear_waiters()
+                    self._waited.pop(name, None)
 
     def _serve_ready(self) -> None:
         """Hand queued jobs to blocked clients, first come first served."""
@@ -977,9 +983,10 @@ class Node(ReplicationMixin, FederationMixin):
         queues = self.queues
         if not queues:
             return
-        names = list(queues)
-        start = self._queue_gc_pos % len(names)
-        batch = names[start : start + QUEUE_GC_BATCH]
+        start = self._queue_gc_pos
+        if start >= len(queues):
+            start = 0
+        batch = list(islice(queues, start, start + QUEUE_GC_BATCH))  # not a copy of every name
         self._queue_gc_pos = start + len(batch)
         now = self.now
         for name in batch:

@@ -521,3 +521,30 @@ def test_push_leases_on_queues_that_get_no_job_are_forgotten(h):
     assert [w[0] for m in sent for w in m[1]] == [jid]
     h.advance(LEASE_MS + 1000)
     assert h.node.info_fields()["queues"]["push_leases"] == 0
+
+
+def test_queues_are_asked_for_only_while_clients_wait_on_them(h):
+    """NEEDJOBS goes out for a queue while a client is blocked on it (again and again, with
+    backoff), and stops once the client timed out or went away."""
+    from disque_py.core.effects import Send
+
+    peer = "f" * 40
+    h.node.reachable = [peer]
+    h.node.known_nodes = [h.node.id, peer]
+    h.node.cluster_size = 2
+    t0 = h.now
+    assert h.cmd("GETJOB", "TIMEOUT", 5000, "FROM", "w", client=7) is BLOCKED
+    assert h.cmd("GETJOB", "FROM", "v", client=8) is BLOCKED
+    assert h.cmd("GETJOB", "FROM", "u", client=9) is BLOCKED  # blocked throughout
+    h.cmd("QSTAT", "idle")
+    asked: dict[bytes, list[int]] = {}
+    for step in range(200):
+        if step == 50:
+            h.node.client_closed(8)
+        for e in h.advance(100):
+            if isinstance(e, Send) and e.message[0] == "NEEDJOBS":
+                asked.setdefault(e.message[1], []).append(h.now - t0)
+    # asked at once, then after the broadcast backoff (more than 4 s, then 8 s): w and v no longer
+    assert asked[b"u"] == [100, 4100, 12200]
+    assert asked[b"w"] == asked[b"v"] == [100, 4100]
+    assert set(asked) == {b"u", b"w", b"v"}
