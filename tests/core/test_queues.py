@@ -280,3 +280,17 @@ def test_blocked_clients_are_served_first_come_first_served_past_timeouts(h):
     assert qstat(h, "q")["blocked"] == 0 and q.waiters == () and len(q) == 0
     h.add("q", "kept")
     assert h.cmd("GETJOB", "NOHANG", "FROM", "q", client=600)[0][2] == b"kept"
+
+
+def test_an_idle_empty_queue_gives_back_its_job_list_and_works_on(h):
+    jid = h.add("q")
+    h.cmd("ACKJOB", jid)
+    h.advance(5_000)
+    assert type(h.node.queues[b"q"].jobs) is not tuple  # still the sorted list: not idle for long yet
+    h.advance(7_000)
+    assert h.node.queues[b"q"].jobs == ()  # the ~370 bytes of an empty sorted list given back
+    assert h.cmd("QPEEK", "q", 1) == [] and h.cmd("QLEN", "q") == 0
+    ids = [h.add("q", "b%d" % i) for i in range(3)]
+    assert [row[1] for row in h.cmd("QPEEK", "q", -2)] == ids[:0:-1]
+    assert h.cmd("GETJOB", "NOHANG", "FROM", "q")[0][1] == ids[0]
+    assert qstat(h, "q")["len"] == 2
