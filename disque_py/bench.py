@@ -2,10 +2,12 @@
 
     scripts/bench                         everything (about three minutes, two of them the bus)
     scripts/bench --quick                 smoke run with small n (< 1 minute)
-    scripts/bench --only addjob,memory    a subset: addjob, getjob, cycles, memory, redis, bus, federation
+    scripts/bench --only addjob,memory    a subset: addjob, getjob, cycles, memory, redis, bus, replication,
+                                          federation, queues
     scripts/bench --only bus              only the cluster bus tests (about two minutes)
     scripts/bench --only federation       consumer on node A, producer on node B (about five minutes)
     scripts/bench --only replication      ADDJOB REPLICATE 3 and add->get->ack on three nodes (about a minute)
+    scripts/bench --only queues           what 200,000 idle queues cost a node (under a minute)
     python -m disque_py.bench client --port 7711 --duration 5
                                           only the add->get->ack client, against any node
 
@@ -103,6 +105,13 @@ connections of the one before.
   see the same machine conditions. Then both searches again where a step
   also needs p99 < 10 ms (the latency target): the highest rate that keeps
   it, cross-node and same node. Every run starts a fresh cluster.
+* **Idle queues** (``queues``): the federation suite's three nodes; node A
+  gets 200,000 queues (one job each, added with ``REPLICATE 1`` and
+  deleted with ``FASTACK``, so the queues stay, empty, until the queue GC
+  evicts them after 5 minutes). ``used_memory`` before and after gives the
+  bytes per idle queue; A's CPU from /proc over 10 s with no client, then
+  over 10 s with one client blocked in ``GETJOB`` on another queue (which
+  runs the federation tick every 100 ms), shows what idle queues cost.
 The Markdown table goes to stdout; the raw results, the machine (nproc, CPU
 model, Python, redis-benchmark version, git commit) and the exact commands go
 to a JSON file (``bench-results/`` by default, or ``--write FILE``). Every
@@ -138,7 +147,7 @@ SERVER_CPU = "0"
 CLIENT_CPU = "1"
 #: Load generator CPU use (% of its one core) from which a result is flagged as client-bound.
 CLIENT_BOUND_PCT = 90
-SUITES = ("addjob", "getjob", "cycles", "memory", "redis", "bus", "replication", "federation")
+SUITES = ("addjob", "getjob", "cycles", "memory", "redis", "bus", "replication", "federation", "queues")
 #: The bus suite's node i listens on --base-port + BUS_PORT_SHIFT + i (cluster bus: that + 10000).
 BUS_PORT_SHIFT = 100
 #: Disque's cluster-node-timeout default (ms), used when --cluster-node-timeout is not given.
@@ -211,12 +220,16 @@ class Sizes:
     fed_ramp_start: float = 1000
     fed_ramp_duration: float = 5.0
     fed_bisect: int = 2
+    #: queues: idle queues left on one node of a 3-node cluster, and the CPU measurement window (s).
+    idle_queues: int = 200_000
+    idle_window: float = 10.0
 
     @classmethod
     def quick(cls) -> "Sizes":
         return cls(n_p1=20_000, n_p32=100_000, memory_jobs=(50_000,), duration=2.0,
                    bus_nodes=(3, 10), bus_settle=2.0, bus_window=5.0, chain_runs=1,
-                   fed_rates=(50, 500), fed_duration=2.0, fed_ramp_duration=2.0, fed_bisect=0)  # fmt: skip
+                   fed_rates=(50, 500), fed_duration=2.0, fed_ramp_duration=2.0, fed_bisect=0,
+                   idle_queues=20_000, idle_window=3.0)  # fmt: skip
 
 
 # --------------------------------------------------------------------------- RESP helpers
@@ -1784,6 +1797,64 @@ class Bench:
             self.results["fed_fast_cross"] = fast[False]
             self.results["fed_fast_same"] = fast[True]
 
+    # ---- the queues suite: what many idle queues cost a node
+
+    def _cpu_pct(self, node: Server, window: float) -> float | None:
+        pid = node.proc.pid if node.proc is not None else None
+        c0 = proc_cpu_seconds(pid) if pid else None
+        t0 = time.monotonic()
+        time.sleep(window)
+        c1 = proc_cpu_seconds(pid) if pid else None
+        if c0 is None or c1 is None:
+            return None
+        return round(100.0 * (c1 - c0) / (time.monotonic() - t0), 1)
+
+    def bench_queues(self) -> None:
+        """Idle queues on node A of a 3-node cluster: memory per queue, and node CPU with nothing
+        to do, then with one client blocked on another queue (the federation tick runs)."""
+        n, window = self.sizes.idle_queues, self.sizes.idle_window
+        log("queues: %s idle queues on one node of 3, CPU over %g s idle and with a blocked client"
+            % ("{:,}".format(n), window))  # fmt: skip
+        nodes = self.start_fed_cluster("queues")
+        a = nodes[0]
+        try:
+            with SyncClient(a.port, timeout=60.0) as c:
+                before = int(c.info("memory")["used_memory"])
+                t0 = time.monotonic()
+                for start in range(0, n, 10_000):  # each queue gets a job, which is then deleted
+                    names = ["idle-%d" % i for i in range(start, min(n, start + 10_000))]
+                    ids = c.pipeline([("ADDJOB", q, "x", 0, "REPLICATE", 1) for q in names])
+                    bad = [r for r in ids if not isinstance(r, bytes)]
+                    if bad:
+                        raise BenchError("queues: ADDJOB failed: %s" % bad[0])
+                    c.call("FASTACK", *ids)
+                fill_s = time.monotonic() - t0
+                registered = int(c.info("queues")["registered_queues"])
+                after = int(c.info("memory")["used_memory"])
+                idle_cpu = self._cpu_pct(a, window)
+                with SyncClient(a.port, timeout=window + 30.0) as blocked:
+                    blocked.sock.sendall(encode("GETJOB", "TIMEOUT", int((window + 5) * 1000), "FROM", "waiting"))
+                    deadline = time.monotonic() + 10.0
+                    while int(c.info("clients")["blocked_clients"]) < 1:
+                        if time.monotonic() > deadline:
+                            raise BenchError("queues: the GETJOB did not block")
+                        time.sleep(0.05)
+                    blocked_cpu = self._cpu_pct(a, window)
+            if registered < n:
+                self.notes.append("queues: only %d of %d queues registered" % (registered, n))
+            self.results["queues_idle"] = {
+                "queues": registered,
+                "used_memory_before": before,
+                "used_memory_after": after,
+                "bytes_per_queue": round((after - before) / registered, 1) if registered else None,
+                "fill_s": round(fill_s, 2),
+                "window_s": window,
+                "node_cpu_idle_pct": idle_cpu,
+                "node_cpu_blocked_pct": blocked_cpu,
+            }
+        finally:
+            self.shutdown_nodes(nodes, label="queues")
+
 
 # --------------------------------------------------------------------------- machine, report
 
@@ -1822,6 +1893,10 @@ def machine_info(python: str) -> dict[str, Any]:
 
 def _rate(v: float | None, unit: str = "/s") -> str:
     return "—" if v is None else "{:,.0f}{}".format(v, unit)
+
+
+def _pct(v: float | None) -> str:
+    return "—" if v is None else "%.1f %%" % v
 
 
 def _ms(v: float | None) -> str:
@@ -2139,9 +2214,16 @@ def markdown_report(bench: Bench, machine: dict[str, Any]) -> str:
             "{:,}".format(m["jobs"]), m["body_size"], _rate(m["bytes_per_job"], ""), ref, target_text,
             _meets(m["bytes_per_job"], target, higher_is_better=False)))  # fmt: skip
 
+    q = res.get("queues_idle")
+    if q:
+        rows.append("| %s idle queues on one node of 3 | %s bytes/queue; node CPU %s idle, %s with a client "
+                    "blocked elsewhere | — | — | — | — | — |" % (
+                        "{:,}".format(q["queues"]), _rate(q["bytes_per_queue"], ""),
+                        _pct(q["node_cpu_idle_pct"]), _pct(q["node_cpu_blocked_pct"])))  # fmt: skip
+
     diag = ["| Run | server CPU | client CPU | check |", "|---|---|---|---|"]
     for key, r in res.items():
-        if key.startswith(("bus_", "fed_", "repl_")):
+        if key.startswith(("bus_", "fed_", "repl_", "queues_")):
             continue
         if key.startswith("memory_"):
             diag.append("| %s | — | — | used_memory %s → %s bytes, %s jobs |" % (
@@ -2344,6 +2426,7 @@ def main(argv: list[str] | None = None) -> int:
                 "addjob": bench.bench_addjob, "getjob": bench.bench_getjob, "cycles": bench.bench_cycles,
                 "memory": bench.bench_memory, "redis": bench.bench_redis, "bus": bench.bench_bus,
                 "replication": bench.bench_replication, "federation": bench.bench_federation,
+                "queues": bench.bench_queues,
             }  # fmt: skip
             for name in SUITES:
                 if name in suites:
