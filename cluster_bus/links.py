@@ -94,6 +94,7 @@ _GONE = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
 
 HANDSHAKE_TIMEOUT = 5.0  # also: an inbound link's first message must come within this (s)
 MAX_UNHEARD_LINKS = 64  # inbound links still waiting for their first message; one more evicts the oldest
+MAX_REPORTED = 1024  # (kind, peer address) pairs whose link errors were logged in full; then all forgotten
 CONNECT_TIMEOUT = 3.0
 READ_SIZE = 65536
 #: accept() failures meaning "no descriptor or memory left for now": wait and try again
@@ -420,7 +421,10 @@ class Bus:
     def _report(self, kind: str, link: _Link, reason: str) -> None:
         key = (kind, link.peer)
         first = key not in self._reported
-        self._reported.add(key)
+        if first:
+            if len(self._reported) >= MAX_REPORTED:  # links from many addresses: forget, log in full again
+                self._reported.clear()
+            self._reported.add(key)
         self.handler.link_error(kind, link.peer, reason if first else "")
 
     async def _connect(self, node_id: str, ip: str, bus_port: int) -> None:

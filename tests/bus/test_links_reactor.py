@@ -206,3 +206,30 @@ async def test_a_message_too_big_for_any_frame_is_refused_and_the_link_carries_o
         await until(hb, lambda: len(hb.items) == 2)
         assert hb.items == [("TEST", ["before"]), ("TEST", ["after"])]
         nursery.cancel_scope.cancel()
+
+
+def test_link_errors_are_logged_in_full_once_per_peer_and_the_memory_of_it_stays_bounded():
+    """The first error of a kind from an address carries its reason, later ones none (the log
+    says it once); links from more addresses than MAX_REPORTED make the bus forget them all."""
+    from types import SimpleNamespace
+
+    from cluster_bus.links import MAX_REPORTED
+
+    handler = Handler()
+    bus = Bus(handler, host="127.0.0.1", port=0)
+
+    def report(peer: str) -> str:
+        bus._report("frame", SimpleNamespace(peer=peer), "bad frame")
+        return handler.errors[-1][1]
+
+    assert report("10.0.0.1") == "bad frame"
+    assert report("10.0.0.1") == ""
+    for i in range(1, MAX_REPORTED):
+        assert report("10.1.%d.%d" % divmod(i, 256)) == "bad frame"
+    assert report("10.0.0.1") == ""  # MAX_REPORTED addresses remembered: still known
+    assert report("10.9.9.9") == "bad frame"  # one more: everything forgotten, this one remembered
+    assert report("10.0.0.1") == "bad frame"
+    assert report("10.9.9.9") == ""
+    for i in range(5 * MAX_REPORTED):
+        report("10.2.%d.%d" % divmod(i, 256))
+    assert len(bus._reported) <= MAX_REPORTED
