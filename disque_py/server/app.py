@@ -166,6 +166,8 @@ class Server:
                 log.warning("User requested shutdown...")
                 nursery.cancel_scope.cancel()
         finally:
+            # Only now: bus link tasks end after the client loop's task and use its epoll until then.
+            self.loop.close_all()
             for listener in self.listeners:
                 with trio.CancelScope(shield=True):
                     await listener.aclose()

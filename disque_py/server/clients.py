@@ -429,6 +429,5 @@ class ClientLoop:
                         bus.release()
                 server._poke_timer()
         finally:
-            direct.close()
-            self.close_all()
+            direct.close()  # the epoll stays open: bus links may still register or leave (Server.run closes it)
 

@@ -8,6 +8,7 @@ today) must cost that client its connection, not the node.
 from __future__ import annotations
 
 import logging
+import socket
 
 import trio
 
@@ -59,3 +60,44 @@ async def test_an_exception_in_one_clients_handling_closes_only_that_client(tmp_
             await good.aclose()
             await bad.aclose()
             server.request_shutdown()
+
+
+async def test_a_bus_link_that_registers_after_the_client_loop_ended_does_not_fail_shutdown(tmp_path):
+    """At shutdown the client loop's task may end before a bus link accepted at that moment has
+    registered its socket with the loop (seen: a traceback and exit code 1). Here the cluster
+    task does exactly that, after the loop's task is over; the node must still stop cleanly."""
+    port = free_port()
+    config = load_config(None, ["--port", str(port), "--dir", str(tmp_path), "--bind", "127.0.0.1"])
+    server = Server(config)
+    loop_over = trio.Event()
+    loop_run, cluster_run = server.loop.run, server.cluster.run
+    late = socket.socketpair()
+
+    async def loop_then_signal():
+        try:
+            await loop_run()
+        finally:
+            loop_over.set()
+
+    async def cluster_then_late_link(*, task_status=trio.TASK_STATUS_IGNORED):
+        try:
+            await cluster_run(task_status=task_status)
+        finally:
+            with trio.CancelScope(shield=True):
+                await loop_over.wait()
+                server.loop.add_fd(late[0].fileno(), lambda: None, lambda: None)  # as Bus._run_in_reactor
+                server.loop.want_writable(late[0].fileno(), True)
+                server.loop.remove_fd(late[0].fileno())
+
+    server.loop.run = loop_then_signal
+    server.cluster.run = cluster_then_late_link
+    try:
+        with trio.fail_after(DEADLINE):
+            async with trio.open_nursery() as nursery:
+                await nursery.start(server.run)
+                assert await _request(await trio.open_tcp_stream("127.0.0.1", port), b"PING\r\n") == b"+PONG\r\n"
+                server.request_shutdown()
+        assert loop_over.is_set()
+    finally:
+        for s in late:
+            s.close()
