@@ -1799,12 +1799,13 @@ class Bench:
 
     # ---- the queues suite: what many idle queues cost a node
 
-    def _cpu_pct(self, node: Server, window: float) -> float | None:
-        pid = node.proc.pid if node.proc is not None else None
-        c0 = proc_cpu_seconds(pid) if pid else None
+    @staticmethod
+    def _cpu_pct(node: Server, window: float) -> float | None:
+        """``node``'s CPU use over the next ``window`` seconds, in % of one core."""
+        c0 = node.cpu_seconds()
         t0 = time.monotonic()
         time.sleep(window)
-        c1 = proc_cpu_seconds(pid) if pid else None
+        c1 = node.cpu_seconds()
         if c0 is None or c1 is None:
             return None
         return round(100.0 * (c1 - c0) / (time.monotonic() - t0), 1)

@@ -984,9 +984,8 @@ class Node(ReplicationMixin, FederationMixin):
         """Evict queues that are empty, unwatched, unpaused and idle for long.
 
         An empty queue kept for now gives back its sorted job list once idle
-        for ``QUEUE_SHRINK_IDLE_MS``: an empty ``SortedKeyList`` still takes
-        about 370 bytes, 45 % of an idle queue (``scripts/bench --only
-        queues``); the next job makes a new one.
+        for ``QUEUE_SHRINK_IDLE_MS`` (:meth:`Queue.release`): 45 % of an idle
+        queue's memory.
         """
         queues = self.queues
         if not queues:
@@ -1005,8 +1004,8 @@ class Node(ReplicationMixin, FederationMixin):
             if not q.blocked and not q.flags & PAUSED_ALL and now - q.atime >= QUEUE_MAX_IDLE_MS:
                 del queues[name]
                 self._ready.pop(name, None)
-            elif type(q.jobs) is not tuple and now - q.atime >= QUEUE_SHRINK_IDLE_MS:
-                q.jobs = ()
+            elif now - q.atime >= QUEUE_SHRINK_IDLE_MS:
+                q.release()
 
     # =====================================================================
     # Stats for INFO

@@ -130,6 +130,12 @@ class Queue:
         jobs.add(job)
         self.jobs_in += 1
 
+    def release(self) -> None:
+        """An empty queue gives back its sorted list (an empty one still takes about 370 bytes);
+        :meth:`add` makes a new one."""
+        if not self.jobs:
+            self.jobs = ()
+
     def remove(self, job: Job) -> None:
         self.jobs.remove(job)
 
