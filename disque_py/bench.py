@@ -44,6 +44,11 @@ connections of the one before.
   well below it means the client is not the bottleneck. With ``redis`` the
   same client also runs LPUSH -> RPOP -> DEL cycles against redis-server,
   which shows the ceiling of the client itself.
+* **Reference** (``--disque-server PATH``): the addjob, getjob, cycles and
+  replication suites also start Disque 1.0-rc1 itself (a ``disque-server``
+  built from its source, in memory: ``--appendonly no``), pinned and loaded
+  exactly like our nodes, right after each disque-py run. The report shows
+  what it did here beside the figure the issue gives for it.
 * **Memory** (``memory``): on a fresh node, ``used_memory`` from INFO memory
   (the process RSS in disque-py), then 200,000 (and 1,000,000) jobs with a
   100-byte body added by ``redis-benchmark -P 32``, then ``used_memory``
@@ -995,6 +1000,9 @@ class Bench:
     fed_producers: int | None = None
     fed_drain: float = 60.0  # federation: max seconds to wait for the last jobs after the producer stops
     python: str = sys.executable
+    #: a disque-server binary (Disque 1.0-rc1 built from its source): when set, the addjob, getjob, cycles and
+    #: replication suites run on it too, under the same load, and the report puts both side by side
+    disque_server: str | None = None
     servers: list[Server] = field(default_factory=list)
     commands: list[str] = field(default_factory=list)
     results: dict[str, Any] = field(default_factory=dict)
@@ -1016,15 +1024,36 @@ class Bench:
         return ["taskset", "-c", SERVER_CPU, *cmd, "server", "--port", str(port), "--dir", str(workdir),
                 "--bind", HOST, "--logfile", str(workdir / "log")]  # fmt: skip
 
+    def reference_argv(self, port: int, workdir: Path) -> list[str]:
+        """Disque 1.0-rc1 itself, pinned like our node; in memory, in the foreground."""
+        assert self.disque_server
+        return ["taskset", "-c", SERVER_CPU, self.disque_server, "--port", str(port), "--bind", HOST,
+                "--dir", str(workdir), "--logfile", str(workdir / "log"), "--daemonize", "no",
+                "--appendonly", "no"]  # fmt: skip
+
+    def kinds(self) -> list[str]:
+        """The job servers to measure: ours, then the reference when ``--disque-server`` is given."""
+        return ["disque-py", "disque"] if self.disque_server else ["disque-py"]
+
+    @staticmethod
+    def key(kind: str, name: str) -> str:
+        """Results key: ``name`` for disque-py, ``ref_<name>`` for Disque 1.0-rc1."""
+        return name if kind == "disque-py" else "ref_" + name
+
     def redis_argv(self, port: int, workdir: Path) -> list[str]:
         return ["taskset", "-c", SERVER_CPU, "redis-server", "--port", str(port), "--save", "", "--appendonly", "no",
                 "--bind", HOST, "--dir", str(workdir), "--logfile", str(workdir / "log")]  # fmt: skip
 
     def start(self, kind: str) -> Server:
-        """A fresh server: new process, new empty directory."""
-        port = self.base_port if kind == "disque-py" else self.base_port + 1
+        """A fresh server (disque-py, disque or redis-server): new process, new empty directory."""
+        port = self.base_port + 1 if kind == "redis-server" else self.base_port
         workdir = Path(tempfile.mkdtemp(prefix="%s-" % kind, dir=self.tmp))
-        argv = self.disque_argv(port, workdir) if kind == "disque-py" else self.redis_argv(port, workdir)
+        if kind == "disque-py":
+            argv = self.disque_argv(port, workdir)
+        elif kind == "disque":
+            argv = self.reference_argv(port, workdir)
+        else:
+            argv = self.redis_argv(port, workdir)
         self.record(argv)
         server = Server(kind, argv, port, workdir)
         self.servers.append(server)
@@ -1103,18 +1132,20 @@ class Bench:
     # ---- the suites
 
     def bench_addjob(self) -> None:
-        for key, n, pipeline in (("addjob_p1", self.sizes.n_p1, 1), ("addjob_p32", self.sizes.n_p32, 32)):
-            log("ADDJOB -P %d, n=%d" % (pipeline, n))
-            node = self.start("disque-py")
-            try:
-                r = self.redis_benchmark(node, n, pipeline, "ADDJOB", "q", self.body, "0")
-                with SyncClient(node.port) as c:
-                    r["registered_jobs"] = int(c.info("jobs")["registered_jobs"])
-                if r["registered_jobs"] < n:
-                    self.notes.append("%s: only %d of %d jobs registered" % (key, r["registered_jobs"], n))
-                self.results[key] = r
-            finally:
-                self.stop(node)
+        for name, n, pipeline in (("addjob_p1", self.sizes.n_p1, 1), ("addjob_p32", self.sizes.n_p32, 32)):
+            for kind in self.kinds():
+                key = self.key(kind, name)
+                log("ADDJOB -P %d, n=%d (%s)" % (pipeline, n, kind))
+                node = self.start(kind)
+                try:
+                    r = self.redis_benchmark(node, n, pipeline, "ADDJOB", "q", self.body, "0")
+                    with SyncClient(node.port) as c:
+                        r["registered_jobs"] = int(c.info("jobs")["registered_jobs"])
+                    if r["registered_jobs"] < n:
+                        self.notes.append("%s: only %d of %d jobs registered" % (key, r["registered_jobs"], n))
+                    self.results[key] = r
+                finally:
+                    self.stop(node)
 
     def fill_then(
         self, server: Server, n: int, fill: tuple[str, ...], measure: tuple[str, ...], length: tuple[str, ...]
@@ -1132,28 +1163,31 @@ class Bench:
 
     def bench_getjob(self) -> None:
         n = self.sizes.n_p32
-        log("GETJOB NOHANG -P 32, n=%d (queue filled first with ADDJOB -P 32)" % n)
-        node = self.start("disque-py")
-        try:
-            r = self.fill_then(
-                node, n, ("ADDJOB", "q", self.body, "0"), ("GETJOB", "NOHANG", "FROM", "q"), ("QLEN", "q")
-            )
-            if r["left"] <= 0:
-                self.notes.append("getjob_p32: the queue ran dry, some GETJOBs may have returned nothing")
-            self.results["getjob_p32"] = r
-        finally:
-            self.stop(node)
+        for kind in self.kinds():
+            key = self.key(kind, "getjob_p32")
+            log("GETJOB NOHANG -P 32, n=%d (queue filled first with ADDJOB -P 32; %s)" % (n, kind))
+            node = self.start(kind)
+            try:
+                r = self.fill_then(
+                    node, n, ("ADDJOB", "q", self.body, "0"), ("GETJOB", "NOHANG", "FROM", "q"), ("QLEN", "q")
+                )
+                if r["left"] <= 0:
+                    self.notes.append("%s: the queue ran dry, some GETJOBs may have returned nothing" % key)
+                self.results[key] = r
+            finally:
+                self.stop(node)
 
     def bench_cycles(self) -> None:
-        log("ADDJOB -> GETJOB NOHANG -> ACKJOB cycles, %d connections" % self.conns)
-        node = self.start("disque-py")
-        try:
-            r = self.run_client(node, "disque")
-            with SyncClient(node.port) as c:
-                r["registered_jobs_after"] = int(c.info("jobs")["registered_jobs"])
-            self.results["cycles"] = r
-        finally:
-            self.stop(node)
+        for kind in self.kinds():
+            log("ADDJOB -> GETJOB NOHANG -> ACKJOB cycles, %d connections (%s)" % (self.conns, kind))
+            node = self.start(kind)
+            try:
+                r = self.run_client(node, "disque")
+                with SyncClient(node.port) as c:
+                    r["registered_jobs_after"] = int(c.info("jobs")["registered_jobs"])
+                self.results[self.key(kind, "cycles")] = r
+            finally:
+                self.stop(node)
 
     def bench_memory(self) -> None:
         for jobs in self.sizes.memory_jobs:
@@ -1478,21 +1512,27 @@ class Bench:
         }
 
     def bench_replication(self) -> None:
+        for kind in self.kinds():
+            self._replication(kind)
+
+    def _replication(self, kind: str) -> None:
         n = self.sizes.n_p1
-        log("replication: ADDJOB REPLICATE 3, %d clients, n=%d, three nodes on CPU %s" % (self.clients, n, SERVER_CPU))
-        nodes = self.start_fed_cluster("repl")
+        log("replication: ADDJOB REPLICATE 3, %d clients, n=%d, three nodes on CPU %s (%s)"
+            % (self.clients, n, SERVER_CPU, kind))  # fmt: skip
+        nodes = self.start_fed_cluster("repl", kind)
         try:
             r = self.redis_benchmark_latency(nodes, n, "ADDJOB", "q", self.body, "0", "REPLICATE", "3")
             with SyncClient(nodes[0].port) as c:
                 info = c.info("jobs")
                 r["registered_jobs"] = int(info["registered_jobs"])
-            self.results["repl_addjob"] = r
+            self.results[self.key(kind, "repl_addjob")] = r
             log("replication: %s ADDJOB/s, p50 %s, p99 %s" % (
                 _rate(r["requests_per_s"]), _ms(r["p50_ms"]), _ms(r["p99_ms"])))  # fmt: skip
         finally:
             self.shutdown_nodes(nodes, label="repl")
-        log("replication: ADDJOB -> GETJOB -> ACKJOB cycles (REPLICATE 3, the default), %d connections" % self.conns)
-        nodes = self.start_fed_cluster("repl")
+        log("replication: ADDJOB -> GETJOB -> ACKJOB cycles (REPLICATE 3, the default), %d connections (%s)"
+            % (self.conns, kind))  # fmt: skip
+        nodes = self.start_fed_cluster("repl", kind)
         try:
             cpu0 = [node.cpu_seconds() for node in nodes]
             r = self.run_client(nodes[0], "disque")
@@ -1501,7 +1541,7 @@ class Bench:
                 round(100.0 * (b - a) / r["elapsed_s"], 1) if a is not None and b is not None else None
                 for a, b in zip(cpu0, cpu1)
             ]
-            self.results["repl_cycles"] = r
+            self.results[self.key(kind, "repl_cycles")] = r
             log("replication: %s cycles/s, p50 %s, p99 %s" % (
                 _rate(r["cycles_per_s"], ""), _ms(r["p50_ms"]), _ms(r["p99_ms"])))  # fmt: skip
         finally:
@@ -1512,15 +1552,16 @@ class Bench:
     def fed_port(self, i: int) -> int:
         return self.base_port + FED_PORT_SHIFT + i
 
-    def start_fed_cluster(self, label: str) -> list[Server]:
-        """Three fresh nodes A, B, C, all pinned to the server CPU, joined (MEET B and C sent to A)."""
+    def start_fed_cluster(self, label: str, kind: str = "disque-py") -> list[Server]:
+        """Three fresh nodes A, B, C, all pinned to the server CPU, joined (MEET B and C sent to A);
+        ``kind="disque"``: Disque 1.0-rc1 nodes (``--disque-server``)."""
         nodes: list[Server] = []
         for i in range(3):
             port = self.fed_port(i)
             workdir = Path(tempfile.mkdtemp(prefix="%s-%s-" % (label, "ABC"[i]), dir=self.tmp))
-            argv = self.disque_argv(port, workdir)
+            argv = self.disque_argv(port, workdir) if kind == "disque-py" else self.reference_argv(port, workdir)
             self.record(argv)
-            node = Server("disque-py", argv, port, workdir)
+            node = Server(kind, argv, port, workdir)
             self.servers.append(node)
             node.spawn()
             nodes.append(node)
@@ -2000,6 +2041,22 @@ def _fed_why(r: dict[str, Any]) -> str:
     return ", ".join(why) or "—"
 
 
+def _reference_cell(measured: dict[str, Any] | None, issue_figure: str) -> str:
+    """The Disque 1.0-rc1 column: what it did here under the same load (``--disque-server``), and the
+    figure the issue gives for it."""
+    if not measured:
+        return issue_figure
+    if "cycles_per_s" in measured:
+        value = "%s cycles/s" % _rate(measured["cycles_per_s"], "")
+    else:
+        value = _rate(measured["requests_per_s"])
+    lat = _ms(measured.get("p50_ms"))
+    if measured.get("p99_ms") is not None:
+        lat += " / " + _ms(measured["p99_ms"])
+    return "here: %s, p50%s %s (issue: %s)" % (
+        value, " / p99" if measured.get("p99_ms") is not None else "", lat, issue_figure)
+
+
 def replication_report(bench: Bench) -> list[str]:
     """The replication suite's table, or nothing."""
     res = bench.results
@@ -2024,12 +2081,17 @@ def replication_report(bench: Bench) -> list[str]:
             met = "**NO** (p99)"
         out.append("| ADDJOB REPLICATE 3, %d clients, n=%s | %s | %s / %s | %s | %s | %s | %s |" % (
             a["clients"], "{:,}".format(a["n"]), _rate(a["requests_per_s"]), _ms(a["p50_ms"]), _ms(a["p99_ms"]),
-            cpus(a), ref, text, met))  # fmt: skip
+            cpus(a), _reference_cell(res.get("ref_repl_addjob"), ref), text, met))  # fmt: skip
     if c:
         ref, target, text = REFERENCE["repl_cycles"]
         out.append("| ADDJOB→GETJOB→ACKJOB cycles, %d conns | %s cycles/s | %s / %s | %s | %s | %s | %s |" % (
-            c["conns"], _rate(c["cycles_per_s"], ""), _ms(c["p50_ms"]), _ms(c["p99_ms"]), cpus(c), ref, text,
-            _meets(c["cycles_per_s"], target)))  # fmt: skip
+            c["conns"], _rate(c["cycles_per_s"], ""), _ms(c["p50_ms"]), _ms(c["p99_ms"]), cpus(c),
+            _reference_cell(res.get("ref_repl_cycles"), ref), text, _meets(c["cycles_per_s"], target)))  # fmt: skip
+    refs = [(name, res[key]) for name, key in (("ADDJOB REPLICATE 3", "ref_repl_addjob"),
+                                                ("cycles", "ref_repl_cycles")) if key in res]  # fmt: skip
+    if refs:
+        out += ["", "Disque 1.0-rc1 node CPU (origin / others), same runs: " + "; ".join(
+            "%s %s" % (name, cpus(r)) for name, r in refs) + "."]  # fmt: skip
     return out
 
 
@@ -2198,15 +2260,17 @@ def markdown_report(bench: Bench, machine: dict[str, Any]) -> str:
         value = r["requests_per_s"] if r else None
         rows.append("| %s | %s | %s | %s | %s | %s | %s |" % (
             label, _rate(value), _ms(r.get("p50_ms")) if r else "—", redis_cell(rkey, rlabel),
-            ref, target_text, _meets(value, target)))  # fmt: skip
-    c, rc = res.get("cycles"), res.get("redis_cycles")
-    if c or rc:
-        rows.append("| ADDJOB→GETJOB→ACKJOB cycles, %d conns | %s | %s | %s | — | — | — |" % (
-            (c or rc)["conns"],
+            _reference_cell(res.get("ref_" + key), ref), target_text, _meets(value, target)))  # fmt: skip
+    c, rc, dc = res.get("cycles"), res.get("redis_cycles"), res.get("ref_cycles")
+    if c or rc or dc:
+        rows.append("| ADDJOB→GETJOB→ACKJOB cycles, %d conns | %s | %s | %s | %s | — | — |" % (
+            (c or rc or dc)["conns"],
             "%s cycles/s (%s req/s)" % (_rate(c["cycles_per_s"], ""), _rate(c["requests_per_s"], "")) if c else "—",
             "%s (%s)" % (_ms(c["p50_ms"]), _ms(c["p99_ms"])) if c else "—",
             ("LPUSH→RPOP→DEL %s cycles/s, p50 %s" % (_rate(rc["cycles_per_s"], ""), _ms(rc["p50_ms"]))
              if rc else "—"),
+            ("here: %s cycles/s, p50 %s (p99 %s)" % (_rate(dc["cycles_per_s"], ""), _ms(dc["p50_ms"]),
+                                                     _ms(dc["p99_ms"])) if dc else "—"),
         ))  # fmt: skip
     ref, target, target_text = REFERENCE["memory"]
     for key in sorted((k for k in res if k.startswith("memory_")), key=lambda k: int(k.split("_")[1])):
@@ -2224,7 +2288,7 @@ def markdown_report(bench: Bench, machine: dict[str, Any]) -> str:
 
     diag = ["| Run | server CPU | client CPU | check |", "|---|---|---|---|"]
     for key, r in res.items():
-        if key.startswith(("bus_", "fed_", "repl_", "queues_")):
+        if key.startswith(("bus_", "fed_", "repl_", "queues_", "ref_repl_")):
             continue
         if key.startswith("memory_"):
             diag.append("| %s | — | — | used_memory %s → %s bytes, %s jobs |" % (
@@ -2256,6 +2320,8 @@ def markdown_report(bench: Bench, machine: dict[str, Any]) -> str:
             machine["nproc"], machine["cpu_model"], machine["python"], machine.get("interpreter", "?"),
             machine["redis_benchmark"], machine["git_commit"]),
     ]  # fmt: skip
+    if machine.get("disque_server"):
+        out.append("Reference measured here: %s." % machine["disque_server"])
     if len(rows) > 2 or diag:
         out += [
             "Server pinned to CPU %s, load to CPU %s; redis-benchmark with %d clients, %d-byte body." % (
@@ -2353,6 +2419,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="federation: first rate of the ramp (default 1000)")
     p.add_argument("--fed-no-ramp", action="store_true", help="federation: skip the max-rate ramps")
     p.add_argument("--fed-consumers", type=int, default=10, help="federation: consumer connections on A (default 10)")
+    p.add_argument("--disque-server", metavar="PATH", default=None,
+                   help="a disque-server binary (Disque 1.0-rc1, built from github.com/antirez/disque at tag "
+                        "1.0-rc1): the addjob, getjob, cycles and replication suites also run on it, under the "
+                        "same load and pinning, and the report shows both")
     p.add_argument("--fed-producers", type=int, default=None,
                    help="federation: producer connections (default 4 for REPLICATE 1, 32 for REPLICATE 2-3)")
     a = p.parse_args(argv)
@@ -2392,6 +2462,11 @@ def main(argv: list[str] | None = None) -> int:
         sizes.fed_ramp = False
     if a.fed_consumers < 1 or (a.fed_producers is not None and a.fed_producers < 1):
         p.error("--fed-consumers and --fed-producers must be >= 1")
+    if a.disque_server:
+        found = shutil.which(a.disque_server)
+        if not found:
+            p.error("--disque-server %s: no such executable" % a.disque_server)
+        a.disque_server = os.path.abspath(found)
     bus_max = max((*sizes.bus_nodes, sizes.chain_nodes)) if "bus" in suites else 0
     top = a.base_port + (BUS_PORT_SHIFT + bus_max - 1 if bus_max else 1)
     if "federation" in suites:
@@ -2418,9 +2493,11 @@ def main(argv: list[str] | None = None) -> int:
                    FED_PORT_SHIFT, FED_PORT_SHIFT + 2)
             )  # fmt: skip
         machine = machine_info(sys.executable)
+        if a.disque_server:
+            machine["disque_server"] = "%s (%s)" % (a.disque_server, _run([a.disque_server, "--version"]))
         bench = Bench(sizes, a.base_port, conns=a.conns, cycles_count=a.cycles_count, shared_queue=a.shared_queue,
                       node_timeout=a.cluster_node_timeout, fed_consumers=a.fed_consumers,
-                      fed_producers=a.fed_producers)  # fmt: skip
+                      fed_producers=a.fed_producers, disque_server=a.disque_server)  # fmt: skip
         t0 = time.monotonic()
         try:
             steps: dict[str, Callable[[], None]] = {

@@ -88,3 +88,30 @@ def test_missing_job_states_are_looked_up_on_every_node(tmp_path):
         assert states == {"queued": 3, "active": 2, "absent": 1}
     finally:
         node.stop()
+
+def test_the_reference_measured_here_is_shown_beside_the_issue_figure():
+    from disque_py.bench import replication_report
+
+    def latency_run(rps: float, p50: float, p99: float) -> dict:
+        return {"requests_per_s": rps, "p50_ms": p50, "p99_ms": p99, "clients": 50, "n": 100000,
+                "node_cpu_pct": [60.0, 20.0, 20.0]}  # fmt: skip
+
+    bench = Bench(Sizes(), 17711)
+    bench.results["repl_addjob"] = latency_run(15000, 2.5, 6.0)
+    table = "\n".join(replication_report(bench))
+    assert "| ~52k/s, p50 0.86 ms |" in table and "here:" not in table  # no --disque-server: the issue's figure
+    bench.results["ref_repl_addjob"] = latency_run(29806, 1.48, 3.58)
+    table = "\n".join(replication_report(bench))
+    assert "here: 29,806/s, p50 / p99 1.48 ms / 3.58 ms (issue: ~52k/s, p50 0.86 ms)" in table
+    assert "Disque 1.0-rc1 node CPU (origin / others), same runs: ADDJOB REPLICATE 3 60% / 20% / 20%." in table
+
+
+def test_a_missing_reference_binary_is_refused_before_anything_starts(capsys):
+    import pytest
+
+    from disque_py.bench import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["--only", "addjob", "--disque-server", "/nonexistent/disque-server"])
+    assert exc.value.code == 2
+    assert "--disque-server /nonexistent/disque-server: no such executable" in capsys.readouterr().err
