@@ -55,7 +55,10 @@ Push (what makes it fast, our addition, still only NEEDJOBS/YOURJOBS):
 
 Moves never duplicate an at-most-once (RETRY 0) job: the sender deletes its
 own copy as it sends (a RETRY 0 job has a single copy by contract), and a
-receiver queues a RETRY 0 job it never delivered exactly once. Pushed and
+receiver queues a RETRY 0 job it never delivered exactly once. The sender
+of an at-least-once job keeps its copy and, unlike Disque, adds the
+receiver to the job's holders, so that its acks and requeue messages reach
+the moved copy (see the ack notes in ``replication.py``). Pushed and
 pulled jobs are batched: all jobs for one peer produced by one input leave
 in one YOURJOBS.
 """
@@ -294,6 +297,11 @@ class FederationMixin:
         self.stats["jobs_exported"] += 1
         if job.retry == 0:
             self.store.unregister(job)  # the only copy moves: never two of it
+        elif peer not in job.delivered:
+            # The peer holds a copy now: acks and requeues here must reach it. (Disque's sender
+            # does not note it: an ACKJOB on the sender, or on a holder that only the sender
+            # told, never reached the peer, which queued the job again after RETRY.)
+            job.delivered = tuple(job.delivered) + (peer,)
 
     def _flush_outgoing(self: "Node") -> None:
         outgoing = self._outgoing

@@ -645,6 +645,11 @@ class Node(ReplicationMixin, FederationMixin):
             self._reschedule(job)
             reply = BLOCKED
         else:
+            if additional > 0:
+                # ASYNC: pick the other holders before queueing, as a job queued here may be
+                # pushed at once to a waiting consumer node, which must learn all of them.
+                self.replicate_job(job, additional, True)
+                additional = 0
             if req.delay == 0:
                 if not extrepl:
                     self.enqueue_job(job)
@@ -654,7 +659,7 @@ class Node(ReplicationMixin, FederationMixin):
                     self._reschedule(job)
             reply = Status(job.id)
         if additional > 0:
-            self.replicate_job(job, additional, req.async_)
+            self.replicate_job(job, additional, False)
         if discard_local:
             holders = list(job.delivered)
             if holders:
@@ -734,7 +739,7 @@ class Node(ReplicationMixin, FederationMixin):
             if job is None:
                 self._send_lazy(self.known_nodes, ("DELJOB", bytes(job_id)))
             else:
-                self._send_lazy(job.delivered, ("DELJOB", bytes(job_id)))
+                self._send_lazy(job.delivered, ("DELJOB", bytes(job_id), list(job.delivered)))
                 if job.state != ACKED:
                     self.stats["jobs_acked"] += 1
                 self.delete_job(job)

@@ -42,9 +42,18 @@ Acks (ACKJOB anywhere):
   holders not yet confirmed (to every node for a dummy ack).
 * A SETACK receiver acks its copy and answers GOTACK(known) when it knows no
   more holders than the sender; otherwise it runs the GC itself.
-* When every holder confirmed, DELJOB goes to all of them and the job is
-  deleted. Attempts repeat with exponential backoff (1 s .. 3 min) while
-  some holder is unreachable.
+* When every holder confirmed, DELJOB(holders) goes to all of them and the
+  job is deleted. A DELJOB receiver that knows holders missing from the
+  list passes it on to them (FASTACK's DELJOB alike). Attempts repeat
+  with exponential backoff (1 s .. 3 min) while some holder is unreachable.
+* Why DELJOB lists the holders (Disque's carries only the ID): holders
+  learn of each other unevenly once jobs move between nodes (a YOURJOBS
+  sender records the receiver, the receiver learns the sender's list), so
+  the collector may not know every copy, and the count in SETACK cannot
+  tell "as many" from "the same". The copy only another holder knew was
+  never deleted, and was queued and delivered again after RETRY: in a
+  healthy cluster, on every random-traffic run before
+  (``tests/sim/test_random_faults.py::test_random_traffic_healthy``).
 
 Wire format: every message is ``(kind, *args)`` with msgpack-able args; a job
 travels as a fixed array (``job_to_wire``: id, queue, body, repl, ttl,
@@ -413,7 +422,7 @@ class ReplicationMixin:
                 self.delete_job(job)  # nobody knows this ID: drop the dummy ack
             return
         if not dummy and job.confirmed is not None and len(job.confirmed) >= len(job.delivered):
-            self._send_lazy(job.delivered, ("DELJOB", bytes(job.id)))
+            self._send_lazy(job.delivered, ("DELJOB", bytes(job.id), list(job.delivered)))
             self.delete_job(job)
 
     def on_pause(self: "Node", sender: str, body: list) -> None:
@@ -435,4 +444,12 @@ class ReplicationMixin:
                     job, Error("NOREPL job removed (expired?) before the requested replication level was achieved")
                 )
                 return
+            # The sender lists the holders it told: pass the DELJOB on to those we know and it did
+            # not (a copy moved on from here, say), or that copy would come back after RETRY.
+            told = body[1] if len(body) > 1 else None
+            if type(told) is list:
+                me = self.id
+                others = [n for n in job.delivered if n not in told and n != sender and n != me]
+                if others:
+                    self._send_lazy(others, ("DELJOB", bytes(job.id), told + others))
             self.delete_job(job)

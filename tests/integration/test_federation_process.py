@@ -61,3 +61,29 @@ def test_consumers_on_a_get_jobs_produced_on_b_exactly_once(created):  # noqa: F
         timeout=20,
         what="acks collected on every node",
     )
+
+
+@pytest.mark.parametrize("ack_on", ["consumer node", "producer node"])
+def test_a_pushed_job_acked_on_either_node_is_collected_on_every_holder(created, ack_on):  # noqa: F811
+    """ASYNC REPLICATE 2 jobs added on A while a consumer waits on B: each is pushed to B at once.
+    Acknowledged on B, or on A, every copy is collected (before, the copy on the replica the ack
+    never reached stayed and was queued again after RETRY)."""
+    a, b, c = created(3)
+    ra, rb = redis.Redis(port=a, socket_timeout=10), redis.Redis(port=b, socket_timeout=10)
+    ids = []
+    for k in range(12):  # the replica is B or C at random: both cases come up
+        got: dict[str, object] = {}
+        asked = ra.info("stats")["needjobs_received"]
+        consumer = threading.Thread(
+            target=lambda: got.update(reply=rb.execute_command("GETJOB", "TIMEOUT", 5000, "FROM", "push%d" % k))
+        )
+        consumer.start()
+        # B asks everyone for jobs of the queue it waits on: from then on A pushes them at once
+        wait_for(lambda: ra.info("stats")["needjobs_received"] > asked, what="B's NEEDJOBS on A")
+        job = ra.execute_command("ADDJOB", "push%d" % k, "body", 0, "REPLICATE", 2, "RETRY", 1, "ASYNC")
+        consumer.join(10)
+        assert got["reply"] == [[b"push%d" % k, job, b"body"]]
+        assert (rb if ack_on == "consumer node" else ra).execute_command("ACKJOB", job) == 1
+        ids.append(job)
+    shows = lambda: [redis.Redis(port=p).execute_command("SHOW", j) for p in (a, b, c) for j in ids]  # noqa: E731
+    wait_for(lambda: not any(shows()), timeout=15, what="every acknowledged job collected on every node")

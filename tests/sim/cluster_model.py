@@ -884,6 +884,10 @@ QUEUES = (b"q0", b"q1", b"q2")
 _histories_left = 20  # failing runs per process whose job history is replayed into the message
 
 
+#: Healthy runs: how long after an ack another delivery still counts as a race with the SETACKs.
+ACK_SETTLE_MS = 1000
+
+
 class RandomRun:
     """Random traffic + random faults on a 5-node cluster, then heal and drain.
 
@@ -1133,6 +1137,19 @@ class RandomRun:
             for job_id, state in jobs.items():
                 if state == ACKED and job_id not in ledger.acked:
                     problems.append("(c) node %d still holds %s in acked state" % (i, job_id.decode()))
+        # (f) healthy runs only: a job acknowledged with ACKJOB is never handed out again, beyond
+        # the few milliseconds its SETACKs take to reach the other holders (FASTACK is best effort:
+        # one on a node that never saw the job leaves nothing there to stop a copy moving in)
+        if not self.faults:
+            ackjob_at: dict[bytes, int] = {}
+            for t, _i, job_id, kind in ledger.acks:
+                if kind == "ACKJOB":
+                    ackjob_at.setdefault(job_id, t)
+            for t, i, job_id in ledger.deliveries:
+                acked_at = ackjob_at.get(job_id)
+                if acked_at is not None and t > acked_at + ACK_SETTLE_MS:
+                    problems.append("(f) job %s delivered on node %d %d ms after its first ACKJOB, with no fault"
+                                    % (job_id.decode(), i, t - acked_at))  # fmt: skip
         # (e) liveness: the drain emptied the cluster (only delivered RETRY 0 jobs may stay)
         for i, node in enumerate(c.nodes):
             if node is None:

@@ -10,8 +10,8 @@ from disque_py.core.effects import BLOCKED
 from disque_py.core.federation import LEASE_MS, NEEDJOBS_MAX_REQUEST
 from disque_py.core.replies import NULL_ARRAY
 
-from .cluster_model import SimCluster
-from .test_replication_sim import addjob, getjob
+from .cluster_model import ACKED, SimCluster
+from .test_replication_sim import addjob, getjob, gone_everywhere
 
 
 def blocked_consumer(c: SimCluster, i: int, queue: str = "q", timeout: int = 0):
@@ -223,3 +223,51 @@ def test_a_consumer_node_that_stops_consuming_takes_at_most_twice_its_credit():
     imported = c.nodes[0].stats["jobs_imported"]
     assert imported <= 2 * NEEDJOBS_MAX_REQUEST + len(clients), imported
     assert c.cmd(1, "QLEN", "q") == 1000 - imported
+
+
+@pytest.mark.parametrize("ack_at", [1, 0, 2], ids=["ack-on-consumer-node", "ack-on-producer-node", "ack-on-third"])
+@pytest.mark.parametrize("mode", [["ASYNC"], []], ids=["async", "sync"])
+def test_a_pushed_replicated_job_acked_anywhere_never_comes_back(mode, ack_at):
+    """A job with two copies (A and B, or A and C), pushed to a consumer waiting on B and
+    acknowledged on B, A or C: every copy is collected and none is queued again, however many
+    RETRY periods pass. Before, A did not note that B had a copy (as in Disque), so an ack on A
+    or C never reached B, and with ASYNC the push left before C was picked, so an ack on B never
+    reached C."""
+    for seed in range(5):
+        c = SimCluster(3, 100 + seed, delay=(0, 2))
+        consumer = blocked_consumer(c, 1)
+        c.run_for(100)  # A holds a push lease from B
+        job = addjob(c, 0, "REPLICATE", 2, "RETRY", 2, *mode)
+        reply = consumer.wait_reply(1000)
+        assert [bytes(item[1]) for item in reply] == [job]
+        assert c.nodes[0].stats["jobs_pushed"] == 1
+        c.client(ack_at).cmd("ACKJOB", job)  # 0 on C when B holds the second copy (a dummy ack)
+        c.run_until(gone_everywhere(c, job), 20_000, "the acknowledged job collected on every node")
+        c.run_for(3 * 2000)  # three RETRY periods: nothing left to requeue it
+        for i in range(3):
+            assert getjob(c, i) == []
+        assert c.ledger.delivered[job] == 1, c.states(job)
+
+
+def test_an_async_job_pushed_at_once_tells_the_consumer_node_every_holder():
+    """ADDJOB ... ASYNC may push the job in the same command that picks its other holder: the
+    YOURJOBS must name that holder too (and the consumer node needs no REPLJOB on top), so that
+    an ack on the consumer node reaches it at once, even while the producer node is cut off."""
+    tried = 0
+    for seed in range(12):
+        c = SimCluster(3, 200 + seed, delay=(0, 2))
+        consumer = blocked_consumer(c, 1)
+        c.run_for(100)
+        job = addjob(c, 0, "REPLICATE", 2, "RETRY", 5, "ASYNC")
+        assert [bytes(item[1]) for item in consumer.wait_reply(1000)] == [job]
+        c.run_for(20)
+        if 2 not in c.holders(job):
+            continue  # the second copy went to the consumer node itself
+        tried += 1
+        assert sorted(c.show(1, job)["nodes-delivered"]) == sorted(n.id for n in c.nodes)
+        assert c.stats["sent:REPLJOB"] == 1  # to the other holder only: the consumer node got it in YOURJOBS
+        c.partition([0], [1, 2])
+        assert c.client(1).cmd("ACKJOB", job) == 1
+        c.run_for(200)
+        assert c.state_of(2, job) == ACKED
+    assert tried >= 3

@@ -13,7 +13,9 @@ Checks (see ``RandomRun.check``):
   (b) no RETRY 0 job was delivered twice;
   (c) after the drain, every acked job is gone from every node and no node
       holds any job in acked state (dummy acks included);
-  (d) no node raised, not even inside a message handler.
+  (d) no node raised, not even inside a message handler;
+  (f) with no fault at all (``test_random_traffic_healthy``), no job is
+      delivered again more than ``ACK_SETTLE_MS`` after its first ack.
 
 Seeds: ``SIM_SEEDS=N`` runs seeds 0..N-1 (``SIM_SEED_START`` shifts them);
 ``SIM_SEED=x`` runs only x. A failure prints the command replaying it, e.g.
@@ -36,6 +38,7 @@ from .cluster_model import RandomRun
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_SEEDS = 2000  # ~0.03 s per passing seed: about a minute on the 2-core CI machine
 DEFAULT_SEEDS_R1 = 60
+DEFAULT_SEEDS_HEALTHY = 200
 
 
 def _seeds(default: int) -> list[int]:
@@ -74,12 +77,22 @@ def test_random_faults_r1(seed):
     run_r1(seed).check()
 
 
+def run_healthy(seed: int, **kw) -> RandomRun:
+    """The same traffic with no fault at all: check (f) holds too (no job comes back after its ack)."""
+    return RandomRun(seed, faults=False, replay=_replay("healthy", seed), **kw).run()
+
+
+@pytest.mark.parametrize("seed", _seeds(DEFAULT_SEEDS_HEALTHY))
+def test_random_traffic_healthy(seed):
+    run_healthy(seed).check()
+
+
 def _replay_seed(variant: str) -> None:
     if not os.environ.get("SIM_SEED"):
         pytest.skip("set SIM_SEED=<seed> to replay one seed")
     seed = int(os.environ["SIM_SEED"])
     trace = bool(os.environ.get("SIM_TRACE"))
-    run = (run_faults if variant == "faults" else run_r1)(seed, record_trace=trace)
+    run = {"faults": run_faults, "r1": run_r1, "healthy": run_healthy}[variant](seed, record_trace=trace)
     print("seed %d (%s): %s" % (seed, variant, run.summary()))
     print("trace digest %s" % run.cluster.trace_digest())
     if trace:
@@ -94,6 +107,10 @@ def test_replay_faults():
 
 def test_replay_r1():
     _replay_seed("r1")
+
+
+def test_replay_healthy():
+    _replay_seed("healthy")
 
 
 # ---------------------------------------------------------------------------
