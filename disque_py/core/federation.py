@@ -58,7 +58,10 @@ own copy as it sends (a RETRY 0 job has a single copy by contract), and a
 receiver queues a RETRY 0 job it never delivered exactly once. The sender
 of an at-least-once job keeps its copy and, unlike Disque, adds the
 receiver to the job's holders, so that its acks and requeue messages reach
-the moved copy (see the ack notes in ``replication.py``). Pushed and
+the moved copy (see the ack notes in ``replication.py``). A copy that
+arrives just after this node deleted the job (its ack was collected while
+the copy was on its way) is dropped and its sender sent a DELJOB: the
+node remembers deleted IDs for ``TOMBSTONE_MS`` (``Node.delete_job``). Pushed and
 pulled jobs are batched: all jobs for one peer produced by one input leave
 in one YOURJOBS.
 """
@@ -334,6 +337,11 @@ class FederationMixin:
                 continue
             job = self.store.get(incoming.id)
             if job is None:
+                if incoming.id in self._tombstones:
+                    # deleted here a moment ago (acked and collected, say) while this copy was on
+                    # its way: drop it, and tell the sender, which may not have heard yet
+                    self._send_lazy((sender,), ("DELJOB", bytes(incoming.id), [self.id]))
+                    continue
                 job = incoming
                 if self.id not in job.delivered:
                     job.delivered = tuple(job.delivered) + (self.id,)

@@ -92,6 +92,10 @@ QUEUE_GC_ROUND_S = 60  # every queue is checked at least this often
 QUEUE_SHRINK_IDLE_MS = 10_000  # an empty queue idle this long gives back its sorted list
 DEFAULT_REPLICATE_MAX = 3
 SCHEDULE_BATCH = 10_000
+# A deleted job's ID is remembered this long (at most TOMBSTONES_MAX of them), so that a copy
+# still on its way here in a YOURJOBS when the DELJOB arrived is not queued again as new.
+TOMBSTONE_MS = 2000
+TOMBSTONES_MAX = 100_000
 
 Handler = Callable[[int, list], Any]
 
@@ -135,6 +139,7 @@ class Node(ReplicationMixin, FederationMixin):
         self._ready: dict[bytes, Queue] = {}
         self._blocked: dict[int, Waiter] = {}
         self._waited: dict[bytes, Queue] = {}  # queues with blocked clients (q.blocked > 0)
+        self._tombstones: dict[bytes, int] = {}  # recently deleted job id -> forget at (ms), oldest first
         self._deadlines: list[tuple[int, int, Waiter]] = []
         self._deadline_seq = 0
         self._next_queue_gc = now + QUEUE_GC_PERIOD_MS
@@ -217,6 +222,12 @@ class Node(ReplicationMixin, FederationMixin):
             if waiter.active:
                 self._unblock(waiter)
                 self._effects.append(Reply(waiter.client, NULL_ARRAY))
+        tombstones = self._tombstones
+        while tombstones:
+            oldest = next(iter(tombstones))
+            if tombstones[oldest] > now:
+                break
+            del tombstones[oldest]
         if now >= self._next_queue_gc:
             self._gc_queues()
             if self._leases:
@@ -288,6 +299,7 @@ class Node(ReplicationMixin, FederationMixin):
         self.store.clear()
         self.queues.clear()
         self._waited.clear()
+        self._tombstones.clear()
         self._ready.clear()
         self._deadlines.clear()
 
@@ -407,6 +419,10 @@ class Node(ReplicationMixin, FederationMixin):
         """Forget a job entirely on this node (expiry, DELJOB, FASTACK, GC)."""
         if not self.store.unregister(job):
             return
+        tombstones = self._tombstones
+        tombstones[job.id] = self.now + TOMBSTONE_MS
+        if len(tombstones) > TOMBSTONES_MAX:
+            del tombstones[next(iter(tombstones))]
         if job.state == QUEUED:
             q = self.queues.get(job.queue)
             if q is not None:

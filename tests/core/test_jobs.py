@@ -548,3 +548,42 @@ def test_queues_are_asked_for_only_while_clients_wait_on_them(h):
     assert asked[b"u"] == [100, 4100, 12200]
     assert asked[b"w"] == asked[b"v"] == [100, 4100]
     assert set(asked) == {b"u", b"w", b"v"}
+
+
+def test_a_copy_arriving_just_after_its_deljob_is_not_queued_again(h):
+    """A holder moved its copy here in YOURJOBS while the DELJOB of the collected ack was on its
+    way: the copy arrives after the job was deleted here. It is dropped (and its sender told to
+    delete it), not queued as a new job; once TOMBSTONE_MS has passed the ID is forgotten."""
+    from disque_py.core.effects import Send
+    from disque_py.core.node import TOMBSTONE_MS
+    from disque_py.core.replication import job_to_wire
+
+    peer, other = "f" * 40, "e" * 40
+    h.node.reachable = [peer, other]
+    h.node.known_nodes = [h.node.id, peer, other]
+    h.node.cluster_size = 3
+    jid = h.add("q", "body", "REPLICATE", 1)
+    job = h.node.store.get(jid)
+    wire = job_to_wire(job, h.now)
+    h.node.receive_data(other, "DELJOB", [jid, [other, h.node.id]], h.now)
+    assert h.cmd("SHOW", jid) is None
+    h.advance(10)
+    h.effects()
+    h.node.receive_data(peer, "YOURJOBS", [[wire]], h.now)
+    assert h.cmd("SHOW", jid) is None and h.cmd("QLEN", "q") == 0
+    told = [e.message for e in h.advance(10) if isinstance(e, Send) and e.to == peer]
+    assert told == [("DELJOB", jid, [h.node.id])]
+    h.advance(TOMBSTONE_MS)
+    h.node.receive_data(peer, "YOURJOBS", [[job_to_wire(job, h.now)]], h.now)
+    assert h.cmd("QLEN", "q") == 1  # a move of that ID is a move again
+
+
+def test_deleted_ids_remembered_are_bounded(h, monkeypatch):
+    import disque_py.core.node as node_mod
+
+    monkeypatch.setattr(node_mod, "TOMBSTONES_MAX", 5)
+    ids = [h.add("q", "b%d" % i) for i in range(8)]
+    assert h.cmd("FASTACK", *ids) == 8
+    assert list(h.node._tombstones) == ids[3:]  # the newest five, oldest first
+    h.advance(node_mod.TOMBSTONE_MS)
+    assert not h.node._tombstones
