@@ -60,8 +60,9 @@ of an at-least-once job keeps its copy and, unlike Disque, adds the
 receiver to the job's holders, so that its acks and requeue messages reach
 the moved copy (see the ack notes in ``replication.py``). A copy that
 arrives just after this node deleted the job (its ack was collected while
-the copy was on its way) is dropped and its sender sent a DELJOB: the
-node remembers deleted IDs for ``TOMBSTONE_MS`` (``Node.delete_job``). Pushed and
+the copy was on its way, or it got a DELJOB or FASTACK for an ID it did
+not hold yet) is dropped and its sender sent a DELJOB: the node remembers
+such IDs for ``TOMBSTONE_MS`` (``Node._bury``). Pushed and
 pulled jobs are batched: all jobs for one peer produced by one input leave
 in one YOURJOBS.
 """

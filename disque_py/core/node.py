@@ -419,10 +419,7 @@ class Node(ReplicationMixin, FederationMixin):
         """Forget a job entirely on this node (expiry, DELJOB, FASTACK, GC)."""
         if not self.store.unregister(job):
             return
-        tombstones = self._tombstones
-        tombstones[job.id] = self.now + TOMBSTONE_MS
-        if len(tombstones) > TOMBSTONES_MAX:
-            del tombstones[next(iter(tombstones))]
+        self._bury(job.id)
         if job.state == QUEUED:
             q = self.queues.get(job.queue)
             if q is not None:
@@ -434,6 +431,13 @@ class Node(ReplicationMixin, FederationMixin):
                 self._effects.append(Reply(client, Error(
                     "NOREPL job removed (expired?) before the requested replication level was achieved")))
                 self._send(job.delivered, ("DELJOB", bytes(job.id)))
+
+    def _bury(self, job_id: bytes) -> None:
+        """Remember a deleted job's ID for TOMBSTONE_MS: a copy of it moving in meanwhile is dropped."""
+        tombstones = self._tombstones
+        tombstones[job_id] = self.now + TOMBSTONE_MS
+        if len(tombstones) > TOMBSTONES_MAX:
+            del tombstones[next(iter(tombstones))]
 
     def acknowledge(self, job: Job, schedule_gc: bool = True) -> None:
         """ACK_ONCE: move a job to acked (dequeuing it) and schedule its GC.
@@ -754,6 +758,7 @@ class Node(ReplicationMixin, FederationMixin):
             job = self.store.get(job_id)
             if job is None:
                 self._send_lazy(self.known_nodes, ("DELJOB", bytes(job_id)))
+                self._bury(bytes(job_id))  # a copy on its way here is dropped too
             else:
                 self._send_lazy(job.delivered, ("DELJOB", bytes(job_id), list(job.delivered)))
                 if job.state != ACKED:

@@ -453,3 +453,5 @@ class ReplicationMixin:
                 if others:
                     self._send_lazy(others, ("DELJOB", bytes(job.id), told + others))
             self.delete_job(job)
+        elif type(body[0]) is bytes and valid_job_id(body[0]):
+            self._bury(body[0])  # not here (yet): a copy moving in right after is dead already

@@ -587,3 +587,27 @@ def test_deleted_ids_remembered_are_bounded(h, monkeypatch):
     assert list(h.node._tombstones) == ids[3:]  # the newest five, oldest first
     h.advance(node_mod.TOMBSTONE_MS)
     assert not h.node._tombstones
+
+
+@pytest.mark.parametrize("how", ["FASTACK here", "DELJOB from a peer"])
+def test_a_job_deleted_before_it_got_here_is_not_taken_when_it_arrives(h, how):
+    """FASTACK of an ID this node never saw (it broadcasts DELJOB), or a DELJOB for one, while a
+    copy is moving here: the copy arrives after, and is dropped, not queued as a new job."""
+    from disque_py.core.replication import job_to_wire
+
+    peer = "f" * 40
+    h.node.reachable = [peer]
+    h.node.known_nodes = [h.node.id, peer]
+    h.node.cluster_size = 2
+    jid = h.add("q", "body", "REPLICATE", 1)
+    wire = job_to_wire(h.node.store.get(jid), h.now)
+    assert h.cmd("FASTACK", jid) == 1  # gone from here; the wire stands for a copy on the peer
+    h.node._tombstones.clear()
+    if how == "FASTACK here":
+        assert h.cmd("FASTACK", jid) == 0
+    else:
+        h.node.receive_data(peer, "DELJOB", [jid, [peer]], h.now)
+    h.node.receive_data(peer, "DELJOB", [b"D-not-a-job-id", [peer]], h.now)
+    assert list(h.node._tombstones) == [jid]  # a malformed ID is not remembered
+    h.node.receive_data(peer, "YOURJOBS", [[wire]], h.now)
+    assert h.cmd("SHOW", jid) is None and h.cmd("QLEN", "q") == 0
