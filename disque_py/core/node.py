@@ -92,8 +92,9 @@ QUEUE_GC_ROUND_S = 60  # every queue is checked at least this often
 QUEUE_SHRINK_IDLE_MS = 10_000  # an empty queue idle this long gives back its sorted list
 DEFAULT_REPLICATE_MAX = 3
 SCHEDULE_BATCH = 10_000
-# A deleted job's ID is remembered this long (at most TOMBSTONES_MAX of them), so that a copy
-# still on its way here in a YOURJOBS when the DELJOB arrived is not queued again as new.
+# The ID of a job deleted here (or FASTACKed, or named by a DELJOB, while not held here) is
+# remembered this long, at most TOMBSTONES_MAX of them, so that a copy still on its way here in a
+# YOURJOBS is dropped instead of being queued as new (see Node._bury).
 TOMBSTONE_MS = 2000
 TOMBSTONES_MAX = 100_000
 
@@ -139,7 +140,7 @@ class Node(ReplicationMixin, FederationMixin):
         self._ready: dict[bytes, Queue] = {}
         self._blocked: dict[int, Waiter] = {}
         self._waited: dict[bytes, Queue] = {}  # queues with blocked clients (q.blocked > 0)
-        self._tombstones: dict[bytes, int] = {}  # recently deleted job id -> forget at (ms), oldest first
+        self._tombstones: dict[bytes, int] = {}  # recently dead job id -> forget at (ms), oldest first
         self._deadlines: list[tuple[int, int, Waiter]] = []
         self._deadline_seq = 0
         self._next_queue_gc = now + QUEUE_GC_PERIOD_MS
@@ -433,7 +434,7 @@ class Node(ReplicationMixin, FederationMixin):
                 self._send(job.delivered, ("DELJOB", bytes(job.id)))
 
     def _bury(self, job_id: bytes) -> None:
-        """Remember a deleted job's ID for TOMBSTONE_MS: a copy of it moving in meanwhile is dropped."""
+        """Remember a dead job's ID for TOMBSTONE_MS: a copy of it moving in meanwhile is dropped."""
         tombstones = self._tombstones
         tombstones[job_id] = self.now + TOMBSTONE_MS
         if len(tombstones) > TOMBSTONES_MAX:
