@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import heapq
 import random
+from collections import deque
 from collections.abc import Callable
 from itertools import islice
 from typing import Any
@@ -140,7 +141,10 @@ class Node(ReplicationMixin, FederationMixin):
         self._ready: dict[bytes, Queue] = {}
         self._blocked: dict[int, Waiter] = {}
         self._waited: dict[bytes, Queue] = {}  # queues with blocked clients (q.blocked > 0)
-        self._tombstones: dict[bytes, int] = {}  # recently dead job id -> forget at (ms), oldest first
+        self._tombstones: dict[bytes, int] = {}  # recently dead job id -> forget at (ms)
+        # (forget at, id) oldest first: a dict emptied from the front makes each next(iter()) walk
+        # the holes left there (it showed up at 3 % of a node's time)
+        self._tomb_order: deque[tuple[int, bytes]] = deque()
         self._deadlines: list[tuple[int, int, Waiter]] = []
         self._deadline_seq = 0
         self._next_queue_gc = now + QUEUE_GC_PERIOD_MS
@@ -223,12 +227,13 @@ class Node(ReplicationMixin, FederationMixin):
             if waiter.active:
                 self._unblock(waiter)
                 self._effects.append(Reply(waiter.client, NULL_ARRAY))
-        tombstones = self._tombstones
-        while tombstones:
-            oldest = next(iter(tombstones))
-            if tombstones[oldest] > now:
-                break
-            del tombstones[oldest]
+        order = self._tomb_order
+        if order and order[0][0] <= now:
+            tombstones = self._tombstones
+            while order and order[0][0] <= now:
+                at, job_id = order.popleft()
+                if tombstones.get(job_id) == at:  # not buried again since
+                    del tombstones[job_id]
         if now >= self._next_queue_gc:
             self._gc_queues()
             if self._leases:
@@ -301,6 +306,7 @@ class Node(ReplicationMixin, FederationMixin):
         self.queues.clear()
         self._waited.clear()
         self._tombstones.clear()
+        self._tomb_order.clear()
         self._ready.clear()
         self._deadlines.clear()
 
@@ -435,10 +441,14 @@ class Node(ReplicationMixin, FederationMixin):
 
     def _bury(self, job_id: bytes) -> None:
         """Remember a dead job's ID for TOMBSTONE_MS: a copy of it moving in meanwhile is dropped."""
-        tombstones = self._tombstones
-        tombstones[job_id] = self.now + TOMBSTONE_MS
-        if len(tombstones) > TOMBSTONES_MAX:
-            del tombstones[next(iter(tombstones))]
+        at = self.now + TOMBSTONE_MS
+        self._tombstones[job_id] = at
+        order = self._tomb_order
+        order.append((at, job_id))
+        if len(order) > TOMBSTONES_MAX:
+            at, job_id = order.popleft()
+            if self._tombstones.get(job_id) == at:
+                del self._tombstones[job_id]
 
     def acknowledge(self, job: Job, schedule_gc: bool = True) -> None:
         """ACK_ONCE: move a job to acked (dequeuing it) and schedule its GC.
