@@ -1040,6 +1040,14 @@ class Bench:
         """Results key: ``name`` for disque-py, ``ref_<name>`` for Disque 1.0-rc1."""
         return name if kind == "disque-py" else "ref_" + name
 
+    def server_argv(self, kind: str, port: int, workdir: Path) -> list[str]:
+        """The command line of a ``kind`` server: disque-py, disque (the reference) or redis-server."""
+        if kind == "disque-py":
+            return self.disque_argv(port, workdir)
+        if kind == "disque":
+            return self.reference_argv(port, workdir)
+        return self.redis_argv(port, workdir)
+
     def redis_argv(self, port: int, workdir: Path) -> list[str]:
         return ["taskset", "-c", SERVER_CPU, "redis-server", "--port", str(port), "--save", "", "--appendonly", "no",
                 "--bind", HOST, "--dir", str(workdir), "--logfile", str(workdir / "log")]  # fmt: skip
@@ -1048,12 +1056,7 @@ class Bench:
         """A fresh server (disque-py, disque or redis-server): new process, new empty directory."""
         port = self.base_port + 1 if kind == "redis-server" else self.base_port
         workdir = Path(tempfile.mkdtemp(prefix="%s-" % kind, dir=self.tmp))
-        if kind == "disque-py":
-            argv = self.disque_argv(port, workdir)
-        elif kind == "disque":
-            argv = self.reference_argv(port, workdir)
-        else:
-            argv = self.redis_argv(port, workdir)
+        argv = self.server_argv(kind, port, workdir)
         self.record(argv)
         server = Server(kind, argv, port, workdir)
         self.servers.append(server)
@@ -1559,7 +1562,7 @@ class Bench:
         for i in range(3):
             port = self.fed_port(i)
             workdir = Path(tempfile.mkdtemp(prefix="%s-%s-" % (label, "ABC"[i]), dir=self.tmp))
-            argv = self.disque_argv(port, workdir) if kind == "disque-py" else self.reference_argv(port, workdir)
+            argv = self.server_argv(kind, port, workdir)
             self.record(argv)
             node = Server(kind, argv, port, workdir)
             self.servers.append(node)
