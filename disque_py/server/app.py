@@ -77,6 +77,7 @@ class Server:
         self._next_client_id = 0
         self.timer_lot = trio.lowlevel.ParkingLot()
         self.timer_deadline: int | None = None
+        self.loop_runs_timers = False  # see hand_timers
         self.shutdown_event = trio.Event()
         self.listeners: list[trio.SocketListener] = []
         self.stats: dict[str, int] = {
@@ -333,29 +334,58 @@ class Server:
         self.loop.close_when_sent(conn)
 
     # --------------------------------------------------------------- timers
+    # The core's timers (requeues, ack GC, replication, NEEDJOBS, held-back bus messages)
+    # run from the client loop while it waits in its own epoll (``timers_due`` each pass,
+    # the time left as its wait's limit): no trio task switch, cancel scope or deadline per
+    # timer. When the loop waits through trio instead (another I/O backend, a virtual clock
+    # in tests), ``_timer_loop`` runs them as a trio task.
+    def hand_timers(self, to_loop: bool) -> None:
+        """The client loop takes the core's timers over (True) or gives them back (False)."""
+        self.loop_runs_timers = to_loop
+        self.timer_lot.unpark_all()
+
     def _poke_timer(self) -> None:
+        if self.loop_runs_timers:
+            return  # the loop looks at the next timer after every pass
         nxt = self.node.next_wakeup()
         if nxt is not None and (self.timer_deadline is None or nxt < self.timer_deadline):
             self.timer_lot.unpark_all()
 
+    def timers_due(self) -> float:
+        """Run the core's timers if one is due; the seconds left until the next one."""
+        node = self.node
+        nxt = node.next_wakeup()
+        if nxt is not None and nxt <= now_ms():
+            self._tick()
+            nxt = node.next_wakeup()
+        return math.inf if nxt is None else nxt / 1000.0 - trio.current_time()
+
+    def _tick(self) -> None:
+        bus = self.cluster.bus
+        if bus is not None:
+            bus.hold()  # what the tick sends to peers leaves in one write per peer
+        try:
+            self.node.backlogged = self.cluster.backlogged()
+            self.node.tick(now_ms())
+            self.apply_effects()
+        finally:
+            if bus is not None:
+                bus.release()
+
     async def _timer_loop(self) -> None:
         node = self.node
         while True:
+            if self.loop_runs_timers:
+                self.timer_deadline = None
+                await self.timer_lot.park()
+                continue
             nxt = node.next_wakeup()
             self.timer_deadline = nxt
             deadline = math.inf if nxt is None else nxt / 1000.0
             with trio.move_on_at(deadline):
                 await self.timer_lot.park()
-            bus = self.cluster.bus
-            if bus is not None:
-                bus.hold()  # what the tick sends to peers leaves in one write per peer
-            try:
-                node.backlogged = self.cluster.backlogged()
-                node.tick(now_ms())
-                self.apply_effects()
-            finally:
-                if bus is not None:
-                    bus.release()
+            if not self.loop_runs_timers:
+                self._tick()
 
     async def _cron_loop(self) -> None:
         cfg = self.config

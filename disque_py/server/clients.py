@@ -11,10 +11,11 @@ once costs a ``recv`` and a ``send``, not a trio task switch, a checkpoint
 and an epoll registration change as a task per connection did (measured:
 ~30k unpipelined ADDJOB/s with a task per client against ~50k with one
 loop, same core, see BENCHMARKS.md). Other trio tasks (the cluster bus's
-handshakes, the timers, the cron) run between two batches of clients. When
-none of them has anything to do, the loop waits in its epoll directly
-instead of through trio, which saves a scheduler round per wake-up
-(:mod:`.waiting`).
+handshakes, the cron) run between two batches of clients. When none of
+them has anything to do, the loop waits in its epoll directly instead of
+through trio, which saves a scheduler round per wake-up (:mod:`.waiting`);
+it then also runs the core's timers itself after each pass, and waits no
+longer than until the next one (``Server.timers_due``).
 
 The same epoll serves the cluster bus's TCP links once they are through
 their handshake (the bus's ``Reactor``: ``add_fd``/``want_writable``/
@@ -48,6 +49,7 @@ pipelined PINGs behind a GETJOB once grew a node by 2.5 GB.
 
 from __future__ import annotations
 
+import math
 import select
 import socket
 from collections import deque
@@ -392,10 +394,16 @@ class ClientLoop:
         server = self.server
         cluster = server.cluster
         direct = self.direct
+        owns_timers = False  # the core's timers run here while waiting directly (Server.hand_timers)
+        limit = math.inf
         try:
             await direct.start()
             while True:
-                ready = await direct.wait()
+                if direct.active != owns_timers:
+                    owns_timers = direct.active
+                    server.hand_timers(owns_timers)
+                    limit = server.timers_due() if owns_timers else math.inf
+                ready = await direct.wait(limit)
                 trio_fd = direct.trio_fd
                 bus = cluster.bus
                 if bus is not None:
@@ -424,10 +432,15 @@ class ClientLoop:
                                 self._readable(conn)
                         except Exception:  # a bug costs this client its connection, not the node
                             self._failed(conn)
+                    if owns_timers:
+                        limit = server.timers_due()  # its bus messages leave with the pass's
                 finally:
                     if bus is not None:
                         bus.release()
-                server._poke_timer()
+                if not owns_timers:
+                    server._poke_timer()
         finally:
+            if owns_timers:
+                server.hand_timers(False)
             direct.close()  # the epoll stays open: bus links may still register or leave (Server.run closes it)
 

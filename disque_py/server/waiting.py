@@ -166,12 +166,15 @@ class DirectWait:
         if self._loops is not None and self in self._loops:
             self._loops.remove(self)
 
-    async def wait(self) -> list[tuple[int, int]]:
+    async def wait(self, limit: float = math.inf) -> list[tuple[int, int]]:
         """The ready ``(fd, events)`` of ``ep``, after waiting as cheaply as it is safe to.
 
-        May return an empty list (a trio deadline passed: call again). When
-        the list holds :attr:`trio_fd`, set :attr:`trio_ready` so that the
-        next call lets trio handle its I/O first.
+        ``limit``: seconds until the caller's own next timer, when it keeps
+        its timers outside trio (only a direct wait honours it: the caller
+        must not rely on it unless :attr:`active`). May return an empty list
+        (a deadline or the limit passed: call again). When the list holds
+        :attr:`trio_fd`, set :attr:`trio_ready` so that the next call lets
+        trio handle its I/O first.
         """
         scheduled = self._scheduled
         if scheduled is None:
@@ -183,6 +186,8 @@ class DirectWait:
             return self.ep.poll(0)
         await trio.lowlevel.checkpoint_if_cancelled()
         timeout = self._time_left()
+        if limit < timeout:
+            timeout = limit
         if timeout <= 0:
             await trio.lowlevel.checkpoint()  # trio runs what is due
             return []

@@ -101,3 +101,53 @@ async def test_a_bus_link_that_registers_after_the_client_loop_ended_does_not_fa
     finally:
         for s in late:
             s.close()
+
+
+def _record_ticks(server: Server) -> list[str]:
+    """Wrap the server's core tick to record which trio task ran each one."""
+    tick = server._tick
+    tasks: list[str] = []
+
+    def recording() -> None:
+        tasks.append(trio.lowlevel.current_task().name)
+        tick()
+
+    server._tick = recording
+    return tasks
+
+
+async def test_the_core_timers_run_in_the_client_loop_and_go_back_to_their_task_when_it_falls_back(tmp_path):
+    """While the loop waits in its own epoll it runs the core's timers itself (no trio task
+    switch per timer); once it must wait through trio (here: a second server in the same trio
+    run), the timer task runs them again. Either way a GETJOB TIMEOUT ends on time."""
+    servers, ticks, ports = [], [], []
+    for name in ("one", "two"):
+        port = free_port()
+        (tmp_path / name).mkdir()
+        config = load_config(None, ["--port", str(port), "--dir", str(tmp_path / name), "--bind", "127.0.0.1"])
+        server = Server(config)
+        servers.append(server)
+        ticks.append(_record_ticks(server))
+        ports.append(port)
+    timeout_reply = b"*-1\r\n"
+    with trio.fail_after(DEADLINE):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(servers[0].run)
+            one = await trio.open_tcp_stream("127.0.0.1", ports[0])
+            assert await _request(one, b"GETJOB TIMEOUT 50 FROM q\r\n") == timeout_reply
+            assert servers[0].loop.direct.active and servers[0].loop_runs_timers
+            assert ticks[0] and all("ClientLoop.run" in t for t in ticks[0])
+
+            await nursery.start(servers[1].run)  # two loops in one run: both wait through trio
+            two = await trio.open_tcp_stream("127.0.0.1", ports[1])
+            assert await _request(two, b"PING\r\n") == b"+PONG\r\n"
+            assert not servers[0].loop.direct.active and not servers[0].loop_runs_timers
+            del ticks[0][:]
+            for stream in (one, two):
+                assert await _request(stream, b"GETJOB TIMEOUT 50 FROM q\r\n") == timeout_reply
+            for recorded in ticks:
+                assert recorded and all("_timer_loop" in t for t in recorded)
+            for stream in (one, two):
+                await stream.aclose()
+            for server in servers:
+                server.request_shutdown()
