@@ -81,6 +81,7 @@ TIME_ERROR_MS = 500  # requeue times are desynchronised by +-250 ms
 GC_RETRY_MIN_MS = 1000
 GC_RETRY_MAX_MS = 180_000
 GC_RETRY_COUNT_MAX = 10
+FORGOTTEN_MAX = 10_000  # node IDs remembered as forgotten by CLUSTER FORGET (oldest dropped)
 # Ack garbage-collection messages (SETACK, GOTACK, DELJOB) wait up to this
 # long so that those of many jobs share one bus frame and one wake-up of the
 # peer; nothing waits on them but memory (see docs/ARCHITECTURE.md).
@@ -129,6 +130,8 @@ class Node(ReplicationMixin, FederationMixin):
         # shell sets it before each): REPLJOB resends skip them, new copies go elsewhere first.
         self.backlogged: frozenset[str] | set[str] = frozenset()
         self.known_nodes: list[str] = [node_id]
+        # Nodes an operator dropped with CLUSTER FORGET, oldest first (see forget_node).
+        self._forgotten: dict[str, None] = {}
         # (id, ip, port, priority) for HELLO; None = just myself.
         self.hello_nodes: list[tuple[str, str, int, int]] | None = None
         self._myself_only = (node_id,)
@@ -479,6 +482,8 @@ class Node(ReplicationMixin, FederationMixin):
             job.gc_retry += 1
         if job.confirmed is None:
             job.confirmed = {self.id}
+        if self._forgotten and not dummy:
+            self._confirm_forgotten(job)
         all_reached = not dummy and len(job.confirmed) >= len(job.delivered)
         if all_reached or (dummy and self.cluster_size == 1):
             self.delete_job(job)
@@ -489,6 +494,30 @@ class Node(ReplicationMixin, FederationMixin):
         period = min(GC_RETRY_MIN_MS << job.gc_retry, GC_RETRY_MAX_MS)
         job.qtime = self.now + period + self._time_error()
         self._reschedule(job)
+
+    def forget_node(self, node_id: str) -> None:
+        """CLUSTER FORGET ``node_id``: the operator says it is gone, and its copies with it.
+
+        A node that lost its memory comes back under a new ID, so its old ID
+        never confirms an ack again: the acked jobs it held would wait for it
+        until their TTL (Disque keeps them so). From now on, an ack's garbage
+        collection counts a forgotten holder as confirmed, at the job's next
+        attempt, unless the node is known again (it was only away, with its
+        memory). Remembered for the last ``FORGOTTEN_MAX`` IDs.
+        """
+        if node_id == self.id:
+            return
+        forgotten = self._forgotten
+        forgotten.pop(node_id, None)
+        forgotten[node_id] = None
+        while len(forgotten) > FORGOTTEN_MAX:
+            del forgotten[next(iter(forgotten))]
+
+    def _confirm_forgotten(self, job: Job) -> None:
+        forgotten = self._forgotten
+        for n in job.delivered:
+            if n in forgotten and n not in self.known_nodes:
+                job.confirmed.add(n)
 
     def _process_job(self, job: Job) -> None:
         """A job's wake-up time came (its heap entry was consumed)."""

@@ -75,6 +75,25 @@ def test_seven_nodes_kill_two_holders_then_ack_everywhere(created, tmp_path):  #
             node.stop()
 
 
+def test_cluster_forget_of_a_dead_holder_lets_the_ack_be_collected(created, tmp_path):  # noqa: F811
+    """A holder killed for good never confirms the ack, which then waits on every other holder
+    (until TTL, as in Disque). Once the operator runs CLUSTER FORGET on the dead node's ID,
+    the next GC attempt counts it as confirmed and the job disappears."""
+    ports = created(3, "--node-timeout", "1000")
+    origin = redis.Redis(port=ports[0], socket_timeout=10)
+    job_id = origin.execute_command("ADDJOB", "q", "body", 5000, "REPLICATE", 3, "RETRY", 60)
+    dead = ports[2]
+    dead_id = redis.Redis(port=dead).execute_command("CLUSTER", "MYID")
+    os.kill(int((tmp_path / "run" / ("node-%d" % dead) / "disque.pid").read_text()), signal.SIGKILL)
+    assert origin.execute_command("ACKJOB", job_id) == 1
+    survivors = ports[:2]
+    wait_for(lambda: all((show(p, job_id) or {}).get("state") == b"acked" for p in survivors), timeout=10,
+             what="acked on both survivors")  # fmt: skip
+    for p in survivors:
+        assert redis.Redis(port=p).execute_command("CLUSTER", "FORGET", dead_id) == b"OK"
+    wait_for(lambda: all(show(p, job_id) is None for p in survivors), timeout=30, what="ack collected")
+
+
 def test_a_stopped_holder_gets_one_copy_of_a_big_job_not_one_per_resend(created, tmp_path):  # noqa: F811
     """A holder that reads nothing (SIGSTOP) leaves the first copy of a 16 MB job queued on the
     origin's link; the origin's resends skip that link instead of queueing another copy each

@@ -336,6 +336,7 @@ class SimCluster:
         self.alive = [True] * n_nodes
         self.incarnation = [0] * n_nodes
         self.leaving_flag = [False] * n_nodes
+        self.forgotten: set[int] = set()  # given up on by CLUSTER FORGET on every other node
         self.group_of = [0] * n_nodes
         self._cut = [[0] * n_nodes for _ in range(n_nodes)]  # link epochs: bumped when a link is torn down
         self._link_last = [[0] * n_nodes for _ in range(n_nodes)]  # FIFO mode: last delivery time per link
@@ -773,6 +774,21 @@ class SimCluster:
         self._note("F leaving %d %s" % (i, flag))
         self._topology_changed()
 
+    def forget(self, i: int) -> None:
+        """CLUSTER FORGET node i on every other node: the operator gave it up."""
+        self.forgotten.add(i)
+        for j, node in enumerate(self.nodes):
+            if node is not None and j != i:
+                node.forget_node(self.ids[i])
+        self._note("F forget %d" % i)
+        self._topology_changed()
+
+    def meet(self, i: int) -> None:
+        """A forgotten node i joins again under the same ID (CLUSTER MEET): known everywhere."""
+        self.forgotten.discard(i)
+        self._note("F meet %d" % i)
+        self._topology_changed()
+
     def _topology_changed(self) -> None:
         if self.detect_delay_ms <= 0:
             self._apply_views()
@@ -783,11 +799,12 @@ class SimCluster:
         node = self.nodes[i]
         if node is None:
             return
-        node.cluster_size = self.n
-        node.known_nodes = list(self.ids)
+        known = [j for j in range(self.n) if j == i or j not in self.forgotten]
+        node.cluster_size = len(known)
+        node.known_nodes = [self.ids[j] for j in known]
         node.reachable = [
             self.ids[j]
-            for j in range(self.n)
+            for j in known
             if j != i and self.connected(i, j) and not self.leaving_flag[j]
         ]  # fmt: skip
         node.leaving = self.leaving_flag[i]

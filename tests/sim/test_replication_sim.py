@@ -477,6 +477,47 @@ def test_dummy_ack_is_collected_after_the_holders_come_back():
 
 
 # ---------------------------------------------------------------------------
+# 7b. Holders given up with CLUSTER FORGET
+# ---------------------------------------------------------------------------
+@replication
+def test_an_ack_stops_waiting_for_a_holder_the_operator_forgot():
+    """A holder that died for good (a restarted node comes back under a new ID) never confirms
+    an ack: the job would stay acked until its TTL. CLUSTER FORGET of that node lets the GC
+    count it as confirmed."""
+    c = SimCluster(5, 711)
+    job = addjob(c, 0, "REPLICATE", 3, "RETRY", 60)
+    assert getjob(c, 0) == [job]
+    lost = next(i for i in c.holders(job) if i != 0)
+    c.crash(lost)  # never comes back
+    assert c.client(0).cmd("ACKJOB", job) == 1
+    c.run_for(30_000)
+    assert c.holders(job) and all(c.state_of(i, job) == ACKED for i in c.holders(job)), c.states(job)
+    c.forget(lost)
+    c.run_until(gone_everywhere(c, job), 200_000, "ack GC once the dead holder is forgotten")
+    assert no_acked_anywhere(c)
+
+
+@replication
+def test_a_forgotten_holder_known_again_must_confirm_the_ack_itself():
+    """Forgotten by mistake while only partitioned away, the holder joins again with its copy:
+    the ack waits for it, so that its copy is deleted and not requeued after RETRY."""
+    c = SimCluster(5, 712)
+    job = addjob(c, 0, "REPLICATE", 3, "RETRY", 20)
+    assert getjob(c, 0) == [job]
+    away = next(i for i in c.holders(job) if i != 0)
+    c.partition([i for i in range(5) if i != away], [away])
+    assert c.client(0).cmd("ACKJOB", job) == 1
+    c.forget(away)
+    c.meet(away)  # known again, still unreachable
+    c.run_for(15_000)  # several GC attempts meanwhile
+    assert c.state_of(0, job) == ACKED, "the ack was collected without the holder's confirmation"
+    c.heal()
+    c.run_until(gone_everywhere(c, job), 200_000, "ack GC after the holder is back")
+    c.run_for(60_000)
+    assert c.ledger.delivered[job] == 1  # the holder's copy never came back
+
+
+# ---------------------------------------------------------------------------
 # 8. At-most-once
 # ---------------------------------------------------------------------------
 @replication
