@@ -224,6 +224,45 @@ def cluster_meet(addresses: tuple[str, ...], password: str | None, timeout: floa
     click.echo("%d node(s) joined, full mesh after %.1f s" % (len(parsed), seconds))
 
 
+@cluster.command("forget", context_settings=CONTEXT)
+@click.argument("node_id")
+@click.argument("address")
+@click.option("-a", "--password", default=None, help="requirepass of the nodes.")
+def cluster_forget(node_id: str, address: str, password: str | None) -> None:
+    """Remove NODE_ID from the cluster: CLUSTER FORGET on every node ADDRESS knows.
+
+    Use it for a node that is gone for good: a dead machine, or a node that
+    lost its data (restarted empty, it comes back under a new ID, and the
+    old one stays in every node table as failed). Every node must forget it
+    within a minute, or gossip brings it back; this command asks them all,
+    ADDRESS (a HOST:PORT client address of any live node) first.
+
+    Acknowledged jobs that the forgotten node held stop waiting for its
+    confirmation and are collected at their next GC attempt, instead of
+    staying until their TTL.
+
+    \b
+    Example:
+      disque-py cluster forget 8499a2a6a7676039d0c963a877371a33cd6aeda4 127.0.0.1:7711
+    """
+    from .devcluster import ALREADY, FORGOT, forget_everywhere
+
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise click.BadParameter("expected HOST:PORT, got %r" % address)
+    if len(node_id) != 40:
+        raise click.BadParameter("a node ID has 40 characters (CLUSTER NODES shows them)")
+    results = forget_everywhere(node_id, (host, int(port)), password=password)
+    failed = 0
+    for nid, addr, outcome in results:
+        ok = outcome in (FORGOT, ALREADY)
+        click.echo("%s %s: %s" % (nid, addr, outcome if ok else "FAILED: %s" % outcome))
+        failed += not ok
+    if failed:
+        raise click.ClickException("%d node(s) could not forget %s: run this again while they are up" % (failed, node_id))
+    click.echo("%d node(s) forgot %s" % (len(results), node_id))
+
+
 def _format_raw(value) -> str:
     if value is None:
         return ""

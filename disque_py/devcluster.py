@@ -126,6 +126,43 @@ def join_nodes(addresses: list[tuple[str, int]], *, password: str | None = None,
             time.sleep(0.1)
 
 
+FORGOT, ALREADY = "forgot it", "had forgotten it already"
+
+
+def forget_everywhere(node_id: str, address: tuple[str, int], *, password: str | None = None) -> list[tuple[str, str, str]]:
+    """CLUSTER FORGET ``node_id`` on every node that ``address`` knows, itself first.
+
+    Returns ``(node id, HOST:PORT, outcome)`` per node asked: :data:`FORGOT`,
+    :data:`ALREADY`, or what went wrong.
+    """
+    host, port = address
+    table = _command(host, port, "CLUSTER", "NODES", password=password)
+    if isinstance(table, bytes):
+        table = table.decode()
+    nodes = []
+    for line in table.splitlines():
+        fields = line.split()
+        if len(fields) >= 3:
+            nodes.append((fields[0], fields[1], "myself" in fields[2].split(",")))
+    if any(nid == node_id and me for nid, _, me in nodes):
+        raise click.ClickException("%s:%d is node %s itself: ask another node" % (host, port, node_id))
+    results = []
+    for nid, addr, me in sorted(nodes, key=lambda n: not n[2]):
+        if nid == node_id:
+            continue
+        h, _, p = addr.rpartition(":")
+        if me:
+            h, p = host, str(port)  # as reached: a node may list itself under an address we cannot use
+        try:
+            _command(h, int(p), "CLUSTER", "FORGET", node_id, password=password)
+            outcome = FORGOT
+        except Exception as exc:  # noqa: BLE001 - reported per node: one failure must not stop the others
+            text = str(exc)
+            outcome = ALREADY if text.startswith("Unknown node") else text or repr(exc)
+        results.append((nid, "%s:%s" % (h, p), outcome))
+    return results
+
+
 @main.command()
 @click.argument("count", default=1, type=click.IntRange(1, 64))
 @click.option("--base-port", default=7711, show_default=True, help="Port of the first node; the next ones follow.")

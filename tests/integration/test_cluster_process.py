@@ -74,6 +74,46 @@ def test_create_three_and_hello(created):
         assert r.execute_command("ADDJOB", "q", "x", 0, "REPLICATE", 1)
 
 
+def _forget(node_id, address: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "disque_py.cli", "cluster", "forget", node_id, address],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+
+
+def test_cluster_forget_command_removes_a_dead_node_from_every_table(created, tmp_path):
+    ports = created(4)
+
+    def kill(port: int) -> None:
+        os.kill(int((tmp_path / "run" / ("node-%d" % port) / "disque.pid").read_text()), signal.SIGKILL)
+
+    dead = ports[2]
+    dead_id = redis.Redis(port=dead).execute_command("CLUSTER", "MYID").decode()
+    kill(dead)
+    kill(ports[3])  # down too: it cannot be asked
+    out = _forget(dead_id, "127.0.0.1:%d" % ports[0])
+    assert out.returncode == 1, out.stdout + out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0].endswith("127.0.0.1:%d: forgot it" % ports[0])  # the node asked goes first
+    assert any(line.endswith("127.0.0.1:%d: forgot it" % ports[1]) for line in lines)
+    assert any("127.0.0.1:%d: FAILED" % ports[3] in line for line in lines)
+    assert "1 node(s) could not forget" in out.stderr
+    for p in ports[:2]:
+        assert dead_id.encode() not in redis.Redis(port=p).execute_command("CLUSTER", "NODES")
+    # forgetting the other dead node too; then the first one again: nothing left to do
+    other_id = [line.split()[0] for line in out.stdout.splitlines() if "FAILED" in line][0]
+    done = _forget(other_id, "127.0.0.1:%d" % ports[1])
+    assert done.returncode == 0 and done.stdout.splitlines()[-1] == "2 node(s) forgot %s" % other_id, done.stdout
+    again = _forget(dead_id, "127.0.0.1:%d" % ports[1])
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert again.stdout.count("had forgotten it already") == 2
+    me = redis.Redis(port=ports[0]).execute_command("CLUSTER", "MYID").decode()
+    itself = _forget(me, "127.0.0.1:%d" % ports[0])
+    assert itself.returncode == 1 and "ask another node" in itself.stderr
+    bad = _forget("abc", "127.0.0.1:%d" % ports[0])
+    assert bad.returncode == 2 and "40 characters" in bad.stderr
+
+
 def test_kill9_fail_then_restart_with_same_identity(created, tmp_path):
     ports = created(3, "--node-timeout", "1500")
     victim_port = ports[2]
