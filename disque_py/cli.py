@@ -245,7 +245,7 @@ def cluster_forget(node_id: str, address: str, password: str | None) -> None:
     Example:
       disque-py cluster forget 8499a2a6a7676039d0c963a877371a33cd6aeda4 127.0.0.1:7711
     """
-    from .devcluster import ALREADY, FORGOT, forget_everywhere
+    from .devcluster import FORGOT, UNKNOWN, forget_everywhere
 
     host, _, port = address.rpartition(":")
     if not host or not port.isdigit():
@@ -253,14 +253,17 @@ def cluster_forget(node_id: str, address: str, password: str | None) -> None:
     if len(node_id) != 40:
         raise click.BadParameter("a node ID has 40 characters (CLUSTER NODES shows them)")
     results = forget_everywhere(node_id, (host, int(port)), password=password)
-    failed = 0
+    failed = forgot = 0
     for nid, addr, outcome in results:
-        ok = outcome in (FORGOT, ALREADY)
+        ok = outcome in (FORGOT, UNKNOWN)
         click.echo("%s %s: %s" % (nid, addr, outcome if ok else "FAILED: %s" % outcome))
         failed += not ok
+        forgot += outcome == FORGOT
     if failed:
         raise click.ClickException("%d node(s) could not forget %s: run this again while they are up" % (failed, node_id))
-    click.echo("%d node(s) forgot %s" % (len(results), node_id))
+    if not forgot:
+        raise click.ClickException("no node knew %s: check the ID (CLUSTER NODES lists them)" % node_id)
+    click.echo("%d of %d node(s) forgot %s" % (forgot, len(results), node_id))
 
 
 def _format_raw(value) -> str:

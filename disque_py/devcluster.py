@@ -126,14 +126,14 @@ def join_nodes(addresses: list[tuple[str, int]], *, password: str | None = None,
             time.sleep(0.1)
 
 
-FORGOT, ALREADY = "forgot it", "had forgotten it already"
+FORGOT, UNKNOWN = "forgot it", "did not know it"
 
 
 def forget_everywhere(node_id: str, address: tuple[str, int], *, password: str | None = None) -> list[tuple[str, str, str]]:
     """CLUSTER FORGET ``node_id`` on every node that ``address`` knows, itself first.
 
     Returns ``(node id, HOST:PORT, outcome)`` per node asked: :data:`FORGOT`,
-    :data:`ALREADY`, or what went wrong.
+    :data:`UNKNOWN` (forgotten before, or never known), or what went wrong.
     """
     host, port = address
     table = _command(host, port, "CLUSTER", "NODES", password=password)
@@ -158,7 +158,7 @@ def forget_everywhere(node_id: str, address: tuple[str, int], *, password: str |
             outcome = FORGOT
         except Exception as exc:  # noqa: BLE001 - reported per node: one failure must not stop the others
             text = str(exc)
-            outcome = ALREADY if text.startswith("Unknown node") else text or repr(exc)
+            outcome = UNKNOWN if text.startswith("Unknown node") else text or repr(exc)
         results.append((nid, "%s:%s" % (h, p), outcome))
     return results
 
