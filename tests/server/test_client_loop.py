@@ -103,6 +103,21 @@ async def test_a_bus_link_that_registers_after_the_client_loop_ended_does_not_fa
             s.close()
 
 
+class _RecordingEpoll:
+    """An epoll that records the timeout of every ``poll``."""
+
+    def __init__(self, ep) -> None:
+        self._ep = ep
+        self.timeouts: list[float] = []
+
+    def poll(self, timeout=-1, *args):
+        self.timeouts.append(timeout)
+        return self._ep.poll(timeout, *args)
+
+    def __getattr__(self, name):
+        return getattr(self._ep, name)
+
+
 def _record_ticks(server: Server) -> list[str]:
     """Wrap the server's core tick to record which trio task ran each one."""
     tick = server._tick
@@ -130,6 +145,8 @@ async def test_the_core_timers_run_in_the_client_loop_and_go_back_to_their_task_
         ticks.append(_record_ticks(server))
         ports.append(port)
     timeout_reply = b"*-1\r\n"
+    direct = servers[0].loop.direct
+    direct.ep = _RecordingEpoll(direct.ep)  # what the loop's direct waits block for
     with trio.fail_after(DEADLINE):
         async with trio.open_nursery() as nursery:
             await nursery.start(servers[0].run)
@@ -137,6 +154,8 @@ async def test_the_core_timers_run_in_the_client_loop_and_go_back_to_their_task_
             assert await _request(one, b"GETJOB TIMEOUT 50 FROM q\r\n") == timeout_reply
             assert servers[0].loop.direct.active and servers[0].loop_runs_timers
             assert ticks[0] and all("ClientLoop.run" in t for t in ticks[0])
+            # a direct wait was bounded by the GETJOB's 50 ms, not only by trio's deadlines
+            assert any(0 < timeout <= 0.05 for timeout in direct.ep.timeouts), direct.ep.timeouts
 
             await nursery.start(servers[1].run)  # two loops in one run: both wait through trio
             two = await trio.open_tcp_stream("127.0.0.1", ports[1])
