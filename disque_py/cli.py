@@ -238,8 +238,8 @@ def cluster_forget(node_id: str, address: str, password: str | None) -> None:
     ADDRESS (a HOST:PORT client address of any live node) first.
 
     Acknowledged jobs that the forgotten node held stop waiting for its
-    confirmation and are collected at their next GC attempt, instead of
-    staying until their TTL.
+    confirmation and are collected at their next GC attempt (from the
+    third, about 6 s after the ACK), instead of staying until their TTL.
 
     \b
     Example:

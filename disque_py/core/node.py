@@ -81,7 +81,9 @@ TIME_ERROR_MS = 500  # requeue times are desynchronised by +-250 ms
 GC_RETRY_MIN_MS = 1000
 GC_RETRY_MAX_MS = 180_000
 GC_RETRY_COUNT_MAX = 10
-FORGOTTEN_MAX = 10_000  # node IDs remembered as forgotten by CLUSTER FORGET (oldest dropped)
+# From this GC attempt of an ack on (about 6 s after it), a holder that is not in this node's
+# table at all (forgotten with CLUSTER FORGET) counts as confirmed; see try_gc.
+GC_UNKNOWN_HOLDER_ATTEMPT = 3
 # Ack garbage-collection messages (SETACK, GOTACK, DELJOB) wait up to this
 # long so that those of many jobs share one bus frame and one wake-up of the
 # peer; nothing waits on them but memory (see docs/ARCHITECTURE.md).
@@ -130,8 +132,6 @@ class Node(ReplicationMixin, FederationMixin):
         # shell sets it before each): REPLJOB resends skip them, new copies go elsewhere first.
         self.backlogged: frozenset[str] | set[str] = frozenset()
         self.known_nodes: list[str] = [node_id]
-        # Nodes an operator dropped with CLUSTER FORGET, oldest first (see forget_node).
-        self._forgotten: dict[str, None] = {}
         # (id, ip, port, priority) for HELLO; None = just myself.
         self.hello_nodes: list[tuple[str, str, int, int]] | None = None
         self._myself_only = (node_id,)
@@ -482,10 +482,24 @@ class Node(ReplicationMixin, FederationMixin):
             job.gc_retry += 1
         if job.confirmed is None:
             job.confirmed = {self.id}
-        if self._forgotten and not dummy:
-            self._confirm_forgotten(job)
-        all_reached = not dummy and len(job.confirmed) >= len(job.delivered)
-        if all_reached or (dummy and self.cluster_size == 1):
+        if job.gc_retry >= GC_UNKNOWN_HOLDER_ATTEMPT and not dummy:
+            # A holder that lost its memory comes back under a new ID, so its old ID never
+            # confirms: once the operator forgets it (CLUSTER FORGET, on every node as in
+            # Disque), it is in no node table, and waiting for it would keep the ack until its
+            # TTL. Not at the first attempts: a node that joined a moment ago may be unknown here
+            # for the time gossip takes. A node known again (forgotten by mistake) counts again.
+            known = self.known_nodes
+            for n in job.delivered:
+                if n not in known:
+                    job.confirmed.add(n)
+        if dummy:
+            # Nobody knew the ID: every node said so (a node forgotten meanwhile, CLUSTER FORGET,
+            # is no longer asked and will not answer), or we are alone.
+            confirmed = job.confirmed
+            all_reached = self.cluster_size == 1 or all(n in confirmed for n in self.known_nodes)
+        else:
+            all_reached = len(job.confirmed) >= len(job.delivered)
+        if all_reached:
             self.delete_job(job)
             return
         targets = job.delivered or self.known_nodes
@@ -494,30 +508,6 @@ class Node(ReplicationMixin, FederationMixin):
         period = min(GC_RETRY_MIN_MS << job.gc_retry, GC_RETRY_MAX_MS)
         job.qtime = self.now + period + self._time_error()
         self._reschedule(job)
-
-    def forget_node(self, node_id: str) -> None:
-        """CLUSTER FORGET ``node_id``: the operator says it is gone, and its copies with it.
-
-        A node that lost its memory comes back under a new ID, so its old ID
-        never confirms an ack again: the acked jobs it held would wait for it
-        until their TTL (Disque keeps them so). From now on, an ack's garbage
-        collection counts a forgotten holder as confirmed, at the job's next
-        attempt, unless the node is known again (it was only away, with its
-        memory). Remembered for the last ``FORGOTTEN_MAX`` IDs.
-        """
-        if node_id == self.id:
-            return
-        forgotten = self._forgotten
-        forgotten.pop(node_id, None)
-        forgotten[node_id] = None
-        while len(forgotten) > FORGOTTEN_MAX:
-            del forgotten[next(iter(forgotten))]
-
-    def _confirm_forgotten(self, job: Job) -> None:
-        forgotten = self._forgotten
-        for n in job.delivered:
-            if n in forgotten and n not in self.known_nodes:
-                job.confirmed.add(n)
 
     def _process_job(self, job: Job) -> None:
         """A job's wake-up time came (its heap entry was consumed)."""

@@ -283,9 +283,7 @@ class ClusterService:
                     return err("error saving the cluster node config: %s" % exc.strerror)
                 return OK
             if sub == b"forget" and n == 3:
-                node_id = argv[2].decode("utf-8", "replace")
-                m.forget(node_id, now)
-                self.server.node.forget_node(node_id)  # its acks need no confirmation any more
+                m.forget(argv[2].decode("utf-8", "replace"), now)
                 self.apply()
                 return OK
             if sub == b"reset" and n in (2, 3):

@@ -611,15 +611,3 @@ def test_a_job_deleted_before_it_got_here_is_not_taken_when_it_arrives(h, how):
     assert list(h.node._tombstones) == [jid]  # a malformed ID is not remembered
     h.node.receive_data(peer, "YOURJOBS", [[wire]], h.now)
     assert h.cmd("SHOW", jid) is None and h.cmd("QLEN", "q") == 0
-
-
-def test_forgotten_node_ids_are_bounded_and_never_our_own(h, monkeypatch):
-    import disque_py.core.node as node_mod
-
-    monkeypatch.setattr(node_mod, "FORGOTTEN_MAX", 3)
-    others = ["%040d" % i for i in range(5)]
-    h.node.forget_node(NODE_ID)
-    for nid in others:
-        h.node.forget_node(nid)
-    h.node.forget_node(others[2])  # forgotten again: the newest
-    assert list(h.node._forgotten) == [others[3], others[4], others[2]]

@@ -775,11 +775,9 @@ class SimCluster:
         self._topology_changed()
 
     def forget(self, i: int) -> None:
-        """CLUSTER FORGET node i on every other node: the operator gave it up."""
+        """CLUSTER FORGET node i on every other node: the operator gave it up (out of every
+        node table, including those of nodes that restart later: nodes.conf keeps it out)."""
         self.forgotten.add(i)
-        for j, node in enumerate(self.nodes):
-            if node is not None and j != i:
-                node.forget_node(self.ids[i])
         self._note("F forget %d" % i)
         self._topology_changed()
 
@@ -910,8 +908,10 @@ class RandomRun:
 
     ``replicate`` bounds REPLICATE; ``dummy_acks`` lets ACKJOB/FASTACK/NACK/
     WORKING go to any node (not only the one that delivered the job);
-    ``faults`` switches loss/dup/partitions/crashes on. Everything derives
-    from ``seed``.
+    ``faults`` switches loss/dup/partitions/crashes on; ``replace``: one node
+    crashes for good during the run and, a moment later, every other node
+    forgets it (CLUSTER FORGET), as an operator replacing a lost machine
+    would. Everything derives from ``seed``.
     """
 
     def __init__(
@@ -922,6 +922,7 @@ class RandomRun:
         replicate: tuple[int, int] = (1, 3),
         dummy_acks: bool = True,
         faults: bool = True,
+        replace: bool = False,
         fault_ms: int = 15_000,
         drain_max_ms: int = 400_000,
         replay: str | None = None,
@@ -929,7 +930,7 @@ class RandomRun:
     ) -> None:
         self.seed = seed
         self._args = dict(n_nodes=n_nodes, replicate=replicate, dummy_acks=dummy_acks, faults=faults,
-                          fault_ms=fault_ms, drain_max_ms=drain_max_ms, replay=replay)  # fmt: skip
+                          replace=replace, fault_ms=fault_ms, drain_max_ms=drain_max_ms, replay=replay)  # fmt: skip
         self.wrng = random.Random(seed * 7919 + 1)  # workload decisions, separate from the network's RNG
         w = self.wrng
         self.replicate = replicate
@@ -952,6 +953,13 @@ class RandomRun:
         self.partition_until = 0
         self.down: int | None = None
         self.restart_at = 0
+        # replace: which node crashes for good, when, and how long before the others forget it
+        self.replace = replace
+        self.replaced: int | None = None  # set once it crashed
+        if replace:
+            self.replace_node = w.randrange(n_nodes)
+            self.replace_at = self.cluster.now + w.randint(0, fault_ms // 2)
+            self.forget_after = w.randint(100, 3000)
         self.counter = 0
         self.drain_ms = 0
 
@@ -996,6 +1004,8 @@ class RandomRun:
         w = self.wrng
         while c.now < end:
             c.run_for(w.randint(10, 200))
+            if self.replace:
+                self._replace_step()
             if self.faults:
                 self._faults_step()
             for _ in range(w.randint(1, 2)):
@@ -1003,6 +1013,19 @@ class RandomRun:
         self._heal_all()
         self._drain()
         return self
+
+    def _replace_step(self) -> None:
+        c, i = self.cluster, self.replace_node
+        if self.replaced is None:
+            if c.now >= self.replace_at:
+                if self.down == i:  # down for a restart already: it will not come back
+                    self.down = None
+                else:
+                    c.crash(i)
+                self.replaced = i
+                self.forget_at = c.now + self.forget_after
+        elif i not in c.forgotten and c.now >= self.forget_at:
+            c.forget(i)
 
     def _faults_step(self) -> None:
         c, w = self.cluster, self.wrng
@@ -1020,8 +1043,11 @@ class RandomRun:
             self.down = None
         elif self.down is None and w.random() < 0.006:
             self.down = w.randrange(c.n)
-            c.crash(self.down)
             self.restart_at = c.now + w.randint(300, 5000)
+            if self.down == self.replaced:
+                self.down = None  # gone for good already
+            else:
+                c.crash(self.down)
 
     def _traffic_step(self) -> None:
         c, w = self.cluster, self.wrng
@@ -1097,9 +1123,11 @@ class RandomRun:
         c = self.cluster
         start = c.now
         deadline = c.now + self.drain_max_ms
-        consumers = {i: c.client(i) for i in range(c.n)}
+        consumers = {i: c.client(i) for i in range(c.n) if c.alive[i]}
         while c.now < deadline:
             for i in range(c.n):
+                if not c.alive[i]:
+                    continue  # replaced: gone for good
                 reply = consumers[i].cmd(b"GETJOB", b"NOHANG", b"COUNT", 100, b"FROM", *QUEUES)
                 if isinstance(reply, list):
                     ids = [bytes(item[1]) for item in reply]

@@ -39,6 +39,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_SEEDS = 2000  # ~0.03 s per passing seed: about a minute on the 2-core CI machine
 DEFAULT_SEEDS_R1 = 60
 DEFAULT_SEEDS_HEALTHY = 200
+DEFAULT_SEEDS_REPLACE = 200
 
 
 def _seeds(default: int) -> list[int]:
@@ -77,6 +78,18 @@ def test_random_faults_r1(seed):
     run_r1(seed).check()
 
 
+def run_replace(seed: int, **kw) -> RandomRun:
+    """The full run, with one node lost for good and forgotten by the others (CLUSTER FORGET):
+    check (c) then needs the acks it held to be collected without it."""
+    return RandomRun(seed, replace=True, replay=_replay("replace", seed), **kw).run()
+
+
+@pytest.mark.replication
+@pytest.mark.parametrize("seed", _seeds(DEFAULT_SEEDS_REPLACE))
+def test_random_faults_with_a_node_replaced(seed):
+    run_replace(seed).check()
+
+
 def run_healthy(seed: int, **kw) -> RandomRun:
     """The same traffic with no fault at all: check (f) holds too (no job comes back after its ack)."""
     return RandomRun(seed, faults=False, replay=_replay("healthy", seed), **kw).run()
@@ -92,7 +105,9 @@ def _replay_seed(variant: str) -> None:
         pytest.skip("set SIM_SEED=<seed> to replay one seed")
     seed = int(os.environ["SIM_SEED"])
     trace = bool(os.environ.get("SIM_TRACE"))
-    run = {"faults": run_faults, "r1": run_r1, "healthy": run_healthy}[variant](seed, record_trace=trace)
+    run = {"faults": run_faults, "r1": run_r1, "healthy": run_healthy, "replace": run_replace}[variant](
+        seed, record_trace=trace
+    )
     print("seed %d (%s): %s" % (seed, variant, run.summary()))
     print("trace digest %s" % run.cluster.trace_digest())
     if trace:
@@ -111,6 +126,11 @@ def test_replay_r1():
 
 def test_replay_healthy():
     _replay_seed("healthy")
+
+
+@pytest.mark.replication
+def test_replay_replace():
+    _replay_seed("replace")
 
 
 # ---------------------------------------------------------------------------

@@ -517,6 +517,44 @@ def test_a_forgotten_holder_known_again_must_confirm_the_ack_itself():
     assert c.ledger.delivered[job] == 1  # the holder's copy never came back
 
 
+@replication
+def test_a_holder_unknown_for_a_moment_is_still_waited_for():
+    """A node this one does not know yet (joined a moment ago, gossip still on its way) is not
+    taken for a forgotten one: the first GC attempts wait for it."""
+    c = SimCluster(5, 713)
+    job = addjob(c, 0, "REPLICATE", 3, "RETRY", 20)
+    assert getjob(c, 0) == [job]
+    newcomer = next(i for i in c.holders(job) if i != 0)
+    c.partition([i for i in range(5) if i != newcomer], [newcomer])
+    c.forget(newcomer)  # unknown everywhere for now...
+    assert c.client(0).cmd("ACKJOB", job) == 1
+    c.run_for(1500)
+    c.meet(newcomer)  # ...and known again a moment later, still unreachable
+    c.run_for(15_000)
+    assert c.state_of(0, job) == ACKED, "the ack was collected while a holder was unknown for 1.5 s"
+    c.heal()
+    c.run_until(gone_everywhere(c, job), 200_000, "ack GC after the holder is back")
+    c.run_for(60_000)
+    assert c.ledger.delivered[job] == 1
+
+
+@replication
+def test_a_dummy_ack_for_a_job_whose_holder_was_forgotten_is_dropped():
+    """Every node but the dead holder answered that it does not know the job; once the holder is
+    forgotten nobody is left to answer, and the dummy ack goes at its next GC attempt."""
+    c = SimCluster(5, 714)
+    job = addjob(c, 0, "REPLICATE", 1, "RETRY", 60)
+    assert getjob(c, 0) == [job]
+    c.crash(0)  # the only holder, gone for good
+    x = 3
+    assert c.client(x).cmd("ACKJOB", job) == 0  # a dummy ack
+    c.run_for(3000)
+    dummy = c.nodes[x].store.get(job)
+    assert dummy is not None and dummy.state == ACKED, "no dummy ack kept on node %d" % x
+    c.forget(0)
+    c.run_until(gone_everywhere(c, job), 200_000, "the dummy ack dropped")
+
+
 # ---------------------------------------------------------------------------
 # 8. At-most-once
 # ---------------------------------------------------------------------------
