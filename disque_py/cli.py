@@ -198,6 +198,13 @@ def cluster_create(count: int, base_port: int, secret: str | None, node_timeout:
     click.echo("%d node(s) on 127.0.0.1:%d-%d, full mesh after %.1f s" % (count, ports[0], ports[-1], seconds))
 
 
+def _host_port(address: str) -> tuple[str, int]:
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise click.BadParameter("expected HOST:PORT, got %r" % address)
+    return host, int(port)
+
+
 @cluster.command("meet", context_settings=CONTEXT)
 @click.argument("addresses", nargs=-1, required=True)
 @click.option("-a", "--password", default=None, help="requirepass of the nodes.")
@@ -214,12 +221,7 @@ def cluster_meet(addresses: tuple[str, ...], password: str | None, timeout: floa
     """
     from .devcluster import join_nodes
 
-    parsed = []
-    for address in addresses:
-        host, _, port = address.rpartition(":")
-        if not host or not port.isdigit():
-            raise click.BadParameter("expected HOST:PORT, got %r" % address)
-        parsed.append((host, int(port)))
+    parsed = [_host_port(address) for address in addresses]
     seconds = join_nodes(parsed, password=password, timeout=timeout)
     click.echo("%d node(s) joined, full mesh after %.1f s" % (len(parsed), seconds))
 
@@ -247,12 +249,10 @@ def cluster_forget(node_id: str, address: str, password: str | None) -> None:
     """
     from .devcluster import FORGOT, UNKNOWN, forget_everywhere
 
-    host, _, port = address.rpartition(":")
-    if not host or not port.isdigit():
-        raise click.BadParameter("expected HOST:PORT, got %r" % address)
+    where = _host_port(address)
     if len(node_id) != 40:
         raise click.BadParameter("a node ID has 40 characters (CLUSTER NODES shows them)")
-    results = forget_everywhere(node_id, (host, int(port)), password=password)
+    results = forget_everywhere(node_id, where, password=password)
     failed = forgot = 0
     for nid, addr, outcome in results:
         ok = outcome in (FORGOT, UNKNOWN)

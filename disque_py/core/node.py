@@ -231,12 +231,8 @@ class Node(ReplicationMixin, FederationMixin):
                 self._unblock(waiter)
                 self._effects.append(Reply(waiter.client, NULL_ARRAY))
         order = self._tomb_order
-        if order and order[0][0] <= now:
-            tombstones = self._tombstones
-            while order and order[0][0] <= now:
-                at, job_id = order.popleft()
-                if tombstones.get(job_id) == at:  # not buried again since
-                    del tombstones[job_id]
+        while order and order[0][0] <= now:
+            self._unbury_oldest()
         if now >= self._next_queue_gc:
             self._gc_queues()
             if self._leases:
@@ -442,6 +438,12 @@ class Node(ReplicationMixin, FederationMixin):
                     "NOREPL job removed (expired?) before the requested replication level was achieved")))
                 self._send(job.delivered, ("DELJOB", bytes(job.id)))
 
+    def _dummy_unknown_everywhere(self, job: Job) -> bool:
+        """A dummy ack's end: every node still known said it does not know the ID (one forgotten
+        meanwhile, CLUSTER FORGET, is no longer asked and will not answer), or we are alone."""
+        confirmed = job.confirmed
+        return self.cluster_size == 1 or all(n in confirmed for n in self.known_nodes)
+
     def _bury(self, job_id: bytes) -> None:
         """Remember a dead job's ID for TOMBSTONE_MS: a copy of it moving in meanwhile is dropped."""
         at = self.now + TOMBSTONE_MS
@@ -449,9 +451,12 @@ class Node(ReplicationMixin, FederationMixin):
         order = self._tomb_order
         order.append((at, job_id))
         if len(order) > TOMBSTONES_MAX:
-            at, job_id = order.popleft()
-            if self._tombstones.get(job_id) == at:
-                del self._tombstones[job_id]
+            self._unbury_oldest()
+
+    def _unbury_oldest(self) -> None:
+        at, job_id = self._tomb_order.popleft()
+        if self._tombstones.get(job_id) == at:  # not buried again since
+            del self._tombstones[job_id]
 
     def acknowledge(self, job: Job, schedule_gc: bool = True) -> None:
         """ACK_ONCE: move a job to acked (dequeuing it) and schedule its GC.
@@ -492,14 +497,8 @@ class Node(ReplicationMixin, FederationMixin):
             for n in job.delivered:
                 if n not in known:
                     job.confirmed.add(n)
-        if dummy:
-            # Nobody knew the ID: every node said so (a node forgotten meanwhile, CLUSTER FORGET,
-            # is no longer asked and will not answer), or we are alone.
-            confirmed = job.confirmed
-            all_reached = self.cluster_size == 1 or all(n in confirmed for n in self.known_nodes)
-        else:
-            all_reached = len(job.confirmed) >= len(job.delivered)
-        if all_reached:
+        done = self._dummy_unknown_everywhere(job) if dummy else len(job.confirmed) >= len(job.delivered)
+        if done:
             self.delete_job(job)
             return
         targets = job.delivered or self.known_nodes

@@ -418,7 +418,7 @@ class ReplicationMixin:
             if job.confirmed is None:
                 job.confirmed = {self.id}
             job.confirmed.add(sender)
-            if len(job.confirmed) >= len(self.known_nodes):
+            if self._dummy_unknown_everywhere(job):
                 self.delete_job(job)  # nobody knows this ID: drop the dummy ack
             return
         if not dummy and job.confirmed is not None and len(job.confirmed) >= len(job.delivered):
