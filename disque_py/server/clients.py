@@ -362,8 +362,12 @@ class ClientLoop:
         try:
             try:
                 commands = parser.commands()
-            except ProtocolError:
-                commands = None  # nothing complete before the bad bytes; the error follows
+            except ProtocolError as exc:
+                # nothing complete before the bad bytes; the error follows. The parser keeps
+                # the exception: without this, its traceback (this frame, the connection, the
+                # parser) would make a reference cycle that only a full collection frees
+                exc.__traceback__ = None
+                commands = None
             if commands:
                 if conn.blocked or conn.pending:
                     conn.pending.extend(commands)
