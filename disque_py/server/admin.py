@@ -19,6 +19,7 @@ import trio
 from .. import DISQUE_COMPAT_VERSION, __version__
 from ..config import ConfigError, config_get, config_set, rewrite_config
 from ..core.replies import OK, Error, Status, err
+from . import gcpolicy
 from .logs import log
 
 if TYPE_CHECKING:
@@ -209,7 +210,10 @@ def build_table(server: "Server") -> dict[bytes, tuple[Callable[["Connection", l
                 return err("value is not a valid float")
             time.sleep(max(0.0, min(seconds, 60.0)))  # blocks the node on purpose, as Disque
             return OK
-        return err("DEBUG subcommand must be one of FLUSHALL, ERROR <text>, SLEEP <seconds>")
+        if sub == b"gc" and len(argv) == 2:
+            # a full collection now (blocks the node while it runs): the number of objects freed
+            return gcpolicy.policy.full_collect("DEBUG GC by client id=%d" % conn.id)
+        return err("DEBUG subcommand must be one of FLUSHALL, ERROR <text>, SLEEP <seconds>, GC")
 
     def cluster(conn: "Connection", argv: list[bytes]) -> Any:
         return server.cluster.command(argv)
@@ -415,6 +419,7 @@ def info_text(server: "Server", section: str, peak: list[int]) -> str:
                 "maxmemory_human": _human(cfg.maxmemory),
                 "maxmemory_policy": cfg.maxmemory_policy,
                 "used_memory_percentage": "%.2f" % (100.0 * rss / cfg.maxmemory if cfg.maxmemory else 0.0),
+                **gcpolicy.policy.info(),
             })  # fmt: skip
         elif name == "jobs":
             emit("Jobs", node.info_fields()["jobs"])

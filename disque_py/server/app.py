@@ -6,7 +6,8 @@
   task for every client connection (see :mod:`.clients`),
 * the timer task, which sleeps until the core's next wake-up (or until a
   command makes an earlier one) and then calls ``Node.tick``,
-* the cron task (every 100 ms): ops/s sampling, idle-client timeouts,
+* the cron task (every 100 ms): ops/s sampling, idle-client timeouts, the
+  periodic full garbage collection (see :mod:`.gcpolicy`),
 * a signal watcher: SIGTERM/SIGINT stop the node cleanly.
 
 Every input to the core is stamped with ``now_ms()`` (trio's clock);
@@ -16,7 +17,6 @@ that routes replies to other clients.
 
 from __future__ import annotations
 
-import gc
 import math
 import os
 import signal
@@ -35,7 +35,7 @@ from ..core.effects import BLOCKED, Reply, Send
 from ..core.node import Node
 from ..core.replies import Error
 from ..protocol.resp import ProtocolError, RequestParser, encode_reply
-from . import admin
+from . import admin, gcpolicy
 from .clients import OUT_HOLD, ClientLoop, Connection
 from .cluster import ClusterService
 from .fdlimit import fit_maxclients
@@ -43,7 +43,6 @@ from .logs import log, set_level
 
 __all__ = ["Server", "run_node"]
 
-GC_THRESHOLDS = (50_000, 20, 100)
 NOAUTH = Error("NOAUTH Authentication required.")
 
 
@@ -399,6 +398,8 @@ class Server:
                 # a client that stopped reading altogether is not checked by the loop: check here
                 for conn in [c for c in self.clients.values() if c.waiting_write]:
                     self.loop.over_output_limit(conn)
+            if self._ops_idx % 10 == 0:
+                gcpolicy.policy.maybe_full()
             if cfg.timeout and self._ops_idx % 10 == 0:
                 limit = trio.current_time() - cfg.timeout
                 for conn in list(self.clients.values()):
@@ -411,28 +412,8 @@ class Server:
         return sum(self._ops_samples[:n]) // n if n else 0
 
 
-def tune_gc() -> None:
-    """Make the cyclic GC affordable with millions of long-lived jobs.
-
-    Jobs, queues and replies form no reference cycles, but every Job is a
-    container the collector must track; with CPython's default threshold
-    (700) young collections run every few hundred ADDJOBs and older
-    generations keep rescanning the whole job table. Profiles showed 14 %
-    of pipelined ADDJOB time in the collector. Freezing what exists at start
-    and collecting the young generation far less often removes that cost;
-    cycles (trio internals, tracebacks) are still collected.
-    """
-    gc.collect()
-    gc.freeze()
-    spec = os.environ.get("DISQUE_PY_GC_THRESHOLDS")
-    if spec:
-        gc.set_threshold(*(int(x) for x in spec.split(",")))
-    else:
-        gc.set_threshold(GC_THRESHOLDS[0], GC_THRESHOLDS[1], GC_THRESHOLDS[2])
-
-
 async def run_node(config: Config, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
     """Run one node until SHUTDOWN or SIGTERM."""
-    tune_gc()
+    gcpolicy.install_from_env()
     server = Server(config)
     await server.run(task_status=task_status)

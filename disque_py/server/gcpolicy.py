@@ -1,0 +1,140 @@
+"""How a node process uses CPython's cyclic garbage collector.
+
+Why a policy at all
+-------------------
+Every stored job is a container the collector tracks (the ``Job`` and its
+timer heap entries). CPython's generational collector examines what survives
+again and again: a young collection looks at the objects allocated since the
+last one; their survivors move to generation 1, which is examined whole every
+20 young collections (with our old thresholds, up to a million objects in one
+pause); from there to generation 2, examined whole each time it has grown by
+a quarter. A node that holds a million jobs stopped for about 200 ms at each
+generation-1 collection and for about a second at each full one, and spent
+5-6 % of its CPU examining jobs that could never be garbage.
+
+The node's own objects form no reference cycles: jobs, queues, waiters and
+connections are freed by their reference counts. The collector is needed only
+for the short-lived cycles of trio's machinery and of exceptions.
+
+The policy
+----------
+* Young collections run every ``YOUNG_THRESHOLD`` allocations, as usual, so a
+  short-lived cycle is freed within moments.
+* After every collection, whatever survived is frozen (``gc.freeze``): moved
+  to the permanent generation, which no automatic collection examines. Each
+  long-lived object is examined once, young. A frozen object is still freed
+  the moment its reference count drops to zero, so deleted jobs give their
+  memory back exactly as before.
+* What freezing cannot free is a cycle whose objects were alive at a young
+  collection and became garbage later. A full collection (thaw, collect all,
+  freeze again) runs every ``FULL_PERIOD_S`` and on ``DEBUG GC``; it logs how
+  many objects it freed and how long it took, and INFO's Memory section shows
+  the counters (``gc_*``), so a leak of that kind would show.
+
+The longest pause is now a young collection: about 2 ms with the threshold
+below, however many jobs the node holds (BENCHMARKS.md, "Garbage collector").
+``DISQUE_PY_GC_THRESHOLDS=a,b,c`` restores CPython's plain generational
+collector with those thresholds and no freezing (to compare).
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import time
+from typing import Any
+
+from .logs import log
+
+__all__ = ["GcPolicy", "policy"]
+
+YOUNG_THRESHOLD = 10_000
+FULL_PERIOD_S = 3600.0
+
+
+class GcPolicy:
+    """The process's collector policy and its counters (one per process: ``policy``)."""
+
+    def __init__(self) -> None:
+        self.installed = False
+        self.freezing = False
+        self.young_collections = 0
+        self.pause_total = 0.0
+        self.pause_longest = 0.0
+        self.full_collections = 0
+        self.last_full_freed = 0
+        self.last_full_seconds = 0.0
+        self.last_full_at = 0.0
+        self._started = 0.0
+
+    def install(self, thresholds: str | None = None) -> None:
+        """Start the policy: collect and freeze what exists at start, then freeze the
+        survivors of every collection. ``thresholds`` ("a,b,c"): plain CPython instead."""
+        gc.collect()
+        gc.freeze()
+        self.last_full_at = time.monotonic()
+        if not self.installed:
+            gc.callbacks.append(self._callback)
+            self.installed = True
+        if thresholds:
+            self.freezing = False
+            gc.set_threshold(*(int(x) for x in thresholds.split(",")))
+        else:
+            self.freezing = True
+            gc.set_threshold(YOUNG_THRESHOLD, 10, 10)
+
+    def _callback(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+            return
+        pause = time.perf_counter() - self._started
+        self.pause_total += pause
+        if pause > self.pause_longest:
+            self.pause_longest = pause
+        if info["generation"] == 0:
+            self.young_collections += 1
+        if self.freezing:
+            gc.freeze()
+
+    def full_collect(self, why: str) -> int:
+        """Examine every object once (frozen ones too) and freeze the survivors again.
+        Returns how many objects were freed; logs it."""
+        started = time.perf_counter()
+        gc.unfreeze()
+        freed = gc.collect()
+        gc.freeze()
+        seconds = time.perf_counter() - started
+        self.full_collections += 1
+        self.last_full_freed = freed
+        self.last_full_seconds = seconds
+        self.last_full_at = time.monotonic()
+        log.log(
+            20 if freed or seconds >= 0.1 else 15,
+            "GC: full collection (%s) freed %d objects in %.1f ms; %d objects frozen",
+            why, freed, seconds * 1000, gc.get_freeze_count(),
+        )  # fmt: skip
+        return freed
+
+    def maybe_full(self) -> None:
+        """From the node's cron: the periodic full collection, when it is due."""
+        if self.freezing and time.monotonic() - self.last_full_at >= FULL_PERIOD_S:
+            self.full_collect("hourly")
+
+    def info(self) -> dict[str, Any]:
+        return {
+            "gc_policy": "freeze-survivors" if self.freezing else "generational",
+            "gc_frozen_objects": gc.get_freeze_count(),
+            "gc_young_collections": self.young_collections,
+            "gc_pause_total_ms": round(self.pause_total * 1000),
+            "gc_pause_longest_ms": "%.2f" % (self.pause_longest * 1000),
+            "gc_full_collections": self.full_collections,
+            "gc_last_full_freed": self.last_full_freed,
+            "gc_last_full_ms": "%.2f" % (self.last_full_seconds * 1000),
+        }
+
+
+policy = GcPolicy()
+
+
+def install_from_env() -> None:
+    policy.install(os.environ.get("DISQUE_PY_GC_THRESHOLDS") or None)

@@ -1,0 +1,110 @@
+"""The node process's garbage collector policy (``server/gcpolicy.py``).
+
+The collector's state is global to a process, so each case runs in a fresh
+interpreter: it installs the policy, makes long-lived and cyclic objects, and
+prints what it observed as JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+PRELUDE = """
+import gc, json, weakref
+from disque_py.server.gcpolicy import policy, YOUNG_THRESHOLD
+
+class Item:  # a long-lived tracked container, as a stored Job is
+    __slots__ = ("n", "peer", "__weakref__")
+    def __init__(self, n):
+        self.n = n
+        self.peer = None
+
+def cycle():
+    a, b = Item(1), Item(2)
+    a.peer, b.peer = b, a
+    return weakref.ref(a)
+
+def churn(n):  # n objects alive for a moment: enough to trigger young collections
+    batch = [Item(0) for _ in range(n)]
+    del batch
+"""
+
+
+def run(body: str) -> dict:
+    script = PRELUDE + textwrap.dedent(body)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_survivors_are_frozen_and_never_examined_again():
+    seen = run("""
+        policy.install()
+        before = gc.get_freeze_count()
+        kept = [Item(i) for i in range(50_000)]  # five young collections' worth
+        churn(YOUNG_THRESHOLD)
+        print(json.dumps({
+            "young": policy.young_collections,
+            "frozen_growth": gc.get_freeze_count() - before,
+            "unfrozen": sum(gc.get_count()),
+            "policy": policy.info()["gc_policy"],
+        }))
+    """)
+    assert seen["policy"] == "freeze-survivors"
+    assert seen["young"] >= 5
+    assert seen["frozen_growth"] >= 50_000  # every kept item now sits in the permanent generation
+    assert seen["unfrozen"] < 2 * 10_000  # what the collector still looks at: the last moments' objects
+
+
+def test_short_lived_cycles_are_still_collected_young():
+    seen = run("""
+        policy.install()
+        ref = cycle()  # garbage at once: the next young collection frees it
+        churn(3 * YOUNG_THRESHOLD)
+        print(json.dumps({"alive": ref() is not None, "full": policy.full_collections}))
+    """)
+    assert seen == {"alive": False, "full": 0}
+
+
+def test_a_cycle_that_dies_after_being_frozen_waits_for_the_full_collection():
+    seen = run("""
+        policy.install()
+        holder = [Item(0)]
+        holder[0].peer = Item(0)
+        holder[0].peer.peer = holder[0]  # a cycle, alive through the next young collections
+        ref = weakref.ref(holder[0])
+        churn(3 * YOUNG_THRESHOLD)
+        holder.clear()  # now garbage, but frozen
+        churn(3 * YOUNG_THRESHOLD)
+        alive_before = ref() is not None
+        freed = policy.full_collect("test")
+        info = policy.info()
+        print(json.dumps({
+            "alive_before": alive_before, "alive_after": ref() is not None, "freed": freed,
+            "full": info["gc_full_collections"], "last_freed": info["gc_last_full_freed"],
+            "frozen_again": gc.get_freeze_count() > 0,
+        }))
+    """)
+    assert seen["alive_before"] is True
+    assert seen["alive_after"] is False
+    assert seen["freed"] >= 2 and seen["last_freed"] == seen["freed"]
+    assert seen["full"] == 1
+    assert seen["frozen_again"] is True
+
+
+def test_explicit_thresholds_mean_the_plain_generational_collector():
+    seen = run("""
+        policy.install("700,10,10")
+        before = gc.get_freeze_count()
+        kept = [Item(i) for i in range(20_000)]
+        churn(5_000)
+        print(json.dumps({
+            "policy": policy.info()["gc_policy"],
+            "frozen_growth": gc.get_freeze_count() - before,
+            "threshold": list(gc.get_threshold()),
+        }))
+    """)
+    assert seen == {"policy": "generational", "frozen_growth": 0, "threshold": [700, 10, 10]}
