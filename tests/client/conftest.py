@@ -123,9 +123,11 @@ async def run_until(worker, condition, timeout: float = 10.0, poll: float = 0.00
 
 async def sample_in_flight(monitor, queue: str, worker, server: list[int], local: list[int], every: float) -> None:
     """Forever: the node's count of the queue's active jobs (JSCAN through the trio client
-    ``monitor``) into ``server``, the worker's own in-flight count into ``local``."""
+    ``monitor``) into ``server``, the worker's own in-flight count into ``local``. BUSYLOOP:
+    one call, so one instant; a scan in several calls may see a job acked before and the
+    next one fetched after, and count both."""
     while True:
-        active = [i async for i in monitor.jscan(queue=queue, states="active", count=1000)]
+        active = [i async for i in monitor.jscan(queue=queue, states="active", busyloop=True)]
         server.append(len(active))
         local.append(worker.stats().in_flight)
         await trio.sleep(every)
