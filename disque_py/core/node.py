@@ -40,7 +40,8 @@ from __future__ import annotations
 import heapq
 import random
 from collections import deque
-from collections.abc import Callable
+from bisect import bisect_left
+from collections.abc import Callable, Iterable
 from itertools import islice
 from typing import Any
 
@@ -103,6 +104,10 @@ TOMBSTONE_MS = 2000
 TOMBSTONES_MAX = 100_000
 
 Handler = Callable[[int, list], Any]
+
+
+def _seq_of(item: Any) -> int:
+    return item.seq
 
 
 class Node(ReplicationMixin, FederationMixin):
@@ -755,7 +760,7 @@ class Node(ReplicationMixin, FederationMixin):
 
     def cmd_ackjob(self, client: int, argv: list[bytes]) -> Any:
         ids = argv[1:]
-        bad = check_job_ids(ids, self.store.jobs)
+        bad = check_job_ids(ids, self.store)
         if bad:
             return bad
         known = 0
@@ -779,7 +784,7 @@ class Node(ReplicationMixin, FederationMixin):
 
     def cmd_fastack(self, client: int, argv: list[bytes]) -> Any:
         ids = argv[1:]
-        bad = check_job_ids(ids, self.store.jobs)
+        bad = check_job_ids(ids, self.store)
         if bad:
             return bad
         known = 0
@@ -909,29 +914,22 @@ class Node(ReplicationMixin, FederationMixin):
         ]  # fmt: skip
 
     @staticmethod
-    def _scan(values: list, cursor: int, count: int, busyloop: bool, match: Callable[[Any], bool]):
-        """Generic cursor scan over items ordered by ``seq`` (see JobStore.scan_from)."""
-        lo, hi = 0, len(values)
-        while lo < hi:  # first item with seq >= cursor
-            mid = (lo + hi) // 2
-            if values[mid].seq < cursor:
-                lo = mid + 1
-            else:
-                hi = mid
-        found = []
+    def _scan(
+        items: Iterable[Any], cursor_of: Callable[[Any], int], count: int, busyloop: bool, match: Callable[[Any], bool]
+    ) -> tuple[int, list]:
+        """Generic cursor scan: ``items`` in scan order from the cursor on (JobStore.scan_from
+        for jobs). Returns the next cursor (``cursor_of`` the first item not looked at; 0:
+        done) and the matches; it looks at no more than ten times ``count`` items, unless
+        BUSYLOOP."""
+        found: list = []
         budget = count * 10
-        i = lo
-        n = len(values)
-        while i < n:
+        for item in items:
             if not busyloop and (len(found) >= count or budget <= 0):
-                break
-            item = values[i]
-            i += 1
+                return cursor_of(item), found
             budget -= 1
             if match(item):
                 found.append(item)
-        next_cursor = values[i].seq if i < n else 0
-        return next_cursor, found
+        return 0, found
 
     def cmd_qscan(self, client: int, argv: list[bytes]) -> Any:
         args = parse_qscan(argv)
@@ -949,7 +947,9 @@ class Node(ReplicationMixin, FederationMixin):
                 return False
             return True
 
-        cursor, found = self._scan(list(self.queues.values()), args.cursor, args.count, args.busyloop, match)
+        queues = list(self.queues.values())  # in seq order (dict order)
+        start = bisect_left(queues, args.cursor, key=_seq_of)
+        cursor, found = self._scan(islice(queues, start, None), _seq_of, args.count, args.busyloop, match)
         return [str(cursor).encode(), [q.name for q in found]]
 
     def cmd_jscan(self, client: int, argv: list[bytes]) -> Any:
@@ -965,7 +965,8 @@ class Node(ReplicationMixin, FederationMixin):
                 return False
             return not states or job.state in states
 
-        cursor, found = self._scan(list(self.store.jobs.values()), args.cursor, args.count, args.busyloop, match)
+        store = self.store
+        cursor, found = self._scan(store.scan_from(args.cursor), store.cursor_of, args.count, args.busyloop, match)
         if args.reply_all:
             items = [self._job_info(j) for j in found]
         else:

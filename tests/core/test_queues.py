@@ -233,7 +233,7 @@ def test_random_traffic_keeps_invariants(ops):
                         delivered_at_most_once.add(jid)
         # ONE_TIMER and queue consistency, after every step
         queued = 0
-        for job in node.store.jobs.values():
+        for job in node.store.values():
             assert job.awake > 0, job
             if job.state == QUEUED:
                 queued += 1

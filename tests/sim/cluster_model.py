@@ -685,7 +685,7 @@ class SimCluster:
     def jobs_everywhere(self) -> dict[int, dict[bytes, int]]:
         """{node: {job id: state}} for every live node."""
         return {
-            i: {jid: j.state for jid, j in node.store.jobs.items()}
+            i: {jid: j.state for jid, j in node.store.items()}
             for i, node in enumerate(self.nodes)
             if node is not None
         }
@@ -742,7 +742,7 @@ class SimCluster:
     def crash(self, i: int) -> None:
         """Stop node i: memory, links and blocked clients are gone."""
         node = self.node(i)
-        jobs = {jid: j.state for jid, j in node.store.jobs.items() if j.delivered or j.queue is not None}
+        jobs = {jid: j.state for jid, j in node.store.items() if j.delivered or j.queue is not None}
         self.ledger.on_crash(self.now, i, jobs)
         self.nodes[i] = None
         self.alive[i] = False
@@ -1114,7 +1114,7 @@ class RandomRun:
         for node in c.nodes:
             if node is None:
                 continue
-            for job in node.store.jobs.values():
+            for job in node.store.values():
                 if job.retry != 0 or job.state != ACTIVE:
                     return False
         return True
@@ -1194,7 +1194,7 @@ class RandomRun:
         for i, node in enumerate(c.nodes):
             if node is None:
                 continue
-            for job_id, job in node.store.jobs.items():
+            for job_id, job in node.store.items():
                 if job.state != ACKED and (job.retry != 0 or job.state != ACTIVE):
                     problems.append("(e) node %d still holds %s in state %s (RETRY %d) after the drain"
                                     % (i, job_id.decode(), STATE_NAMES[job.state], job.retry))  # fmt: skip

@@ -345,7 +345,7 @@ def test_replication_timeout_is_noreply_and_copies_are_deleted():
     start = c.now
     assert cl.cmd("ADDJOB", "q", "body", 1000, "REPLICATE", 4) is BLOCKED
     c.run_for(500)
-    waiting = [jid for jid, j in c.nodes[0].store.jobs.items() if j.state == WAIT_REPL]
+    waiting = [jid for jid, j in c.nodes[0].store.items() if j.state == WAIT_REPL]
     assert len(waiting) == 1
     job = waiting[0]
     assert sorted(c.holders(job)) == [0, 1, 2]  # 3 copies, one short
