@@ -20,6 +20,16 @@ def job(i: int) -> Job:
     return Job(b"D-%038d" % i, 0)
 
 
+def scheduled(n: int, at: int) -> tuple[JobStore, list[Job]]:
+    """A store of n jobs, all due at ``at``."""
+    store = JobStore()
+    jobs = [job(i) for i in range(n)]
+    for j in jobs:
+        store.register(j)
+        store.schedule(j, at)
+    return store, jobs
+
+
 def test_table_lookups_count_and_duplicates():
     store = JobStore()
     jobs = [job(i) for i in range(1000)]
@@ -83,11 +93,7 @@ def test_schedule_matches_a_model_through_rebuilds(seed):
 
 
 def test_a_rebuild_moves_a_slice_per_call_and_frees_the_old_heap_gradually():
-    store = JobStore()
-    jobs = [job(i) for i in range(20_000)]
-    for j in jobs:
-        store.register(j)
-        store.schedule(j, 5000)
+    store, jobs = scheduled(20_000, 5000)
     n = 0
     while not store.rebuilding:  # reschedules leave stale entries behind
         store.schedule(jobs[n % len(jobs)], 6000 + n)
@@ -141,11 +147,7 @@ def test_scan_cursors_return_every_job_present_for_the_whole_scan_once():
 
 
 def test_clear_forgets_jobs_and_any_rebuild():
-    store = JobStore()
-    jobs = [job(i) for i in range(3000)]
-    for j in jobs:
-        store.register(j)
-        store.schedule(j, 10)
+    store, jobs = scheduled(3000, 10)
     for k in range(4000):
         store.schedule(jobs[k % 3000], 20 + k)
     store.clear()
