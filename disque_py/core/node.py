@@ -73,7 +73,7 @@ from .queues import PAUSED_ALL, PAUSED_IN, PAUSED_OUT, Queue, Waiter, pause_name
 from .federation import CLIENTS_WAITING, REACHED_ZERO, FederationMixin
 from .replication import QUEUED_INCR_DELIV, QUEUED_INCR_NACKS, REPL_ADD_NODE_MS, ReplicationMixin
 from .replies import NULL_ARRAY, Error, Status, err
-from .store import JobStore
+from .store import JobStore, seq_of
 
 __all__ = ["Node", "BLOCKED"]
 
@@ -104,10 +104,6 @@ TOMBSTONE_MS = 2000
 TOMBSTONES_MAX = 100_000
 
 Handler = Callable[[int, list], Any]
-
-
-def _seq_of(item: Any) -> int:
-    return item.seq
 
 
 class Node(ReplicationMixin, FederationMixin):
@@ -948,8 +944,8 @@ class Node(ReplicationMixin, FederationMixin):
             return True
 
         queues = list(self.queues.values())  # in seq order (dict order)
-        start = bisect_left(queues, args.cursor, key=_seq_of)
-        cursor, found = self._scan(islice(queues, start, None), _seq_of, args.count, args.busyloop, match)
+        start = bisect_left(queues, args.cursor, key=seq_of)
+        cursor, found = self._scan(islice(queues, start, None), seq_of, args.count, args.busyloop, match)
         return [str(cursor).encode(), [q.name for q in found]]
 
     def cmd_jscan(self, client: int, argv: list[bytes]) -> Any:

@@ -34,18 +34,22 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_left
 from itertools import chain, islice
-from typing import Callable, Iterator
+from typing import Iterator
 
 from .job import Job
 
-__all__ = ["JobStore", "SHARDS", "REBUILD_SLICE"]
+__all__ = ["JobStore", "SHARDS", "REBUILD_SLICE", "seq_of"]
 
 SHARDS = 64  # a power of two
 _MASK = SHARDS - 1
 REBUILD_SLICE = 4  # jobs carried into the new heap per schedule() while rebuilding
 DROP_SLICE = 256  # old heap entries let go per schedule() after a rebuild
 
-_seq_key: Callable[[Job], int] = lambda j: j.seq  # noqa: E731
+
+
+def seq_of(item: Job) -> int:
+    """Registration order of a job (or of a queue: anything with ``seq``), the scan key."""
+    return item.seq
 
 
 class JobStore:
@@ -193,5 +197,5 @@ class JobStore:
         first, seq = cursor & _MASK, cursor // SHARDS
         for i in range(first, SHARDS):
             values = list(self._shards[i].values())
-            start = bisect_left(values, seq, key=_seq_key) if i == first and seq else 0
+            start = bisect_left(values, seq, key=seq_of) if i == first and seq else 0
             yield from islice(values, start, None)
