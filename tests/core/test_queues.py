@@ -138,6 +138,24 @@ def test_jscan_filters_and_reply_types(h):
     assert h.cmd("JSCAN", "REPLY", "some") == "ERR Invalid REPLY type, try ID or ALL"
 
 
+def test_jscan_in_pieces_and_hostile_cursors(h):
+    ids = {h.add("q%d" % (i % 3)) for i in range(300)}
+    seen, cursor, calls = [], b"0", 0
+    while True:  # COUNT 7 per call: the cursor walks shard after shard, nothing twice
+        cursor, piece = h.cmd("JSCAN", cursor, "COUNT", "7")
+        seen += piece
+        calls += 1
+        if cursor == b"0":
+            break
+    assert calls > 10 and len(seen) == len(set(seen)) and set(seen) == ids
+    for bad in ("-1", "abc", "1.5", "99999999999999999999999999", "18446744073709551616"):
+        assert h.cmd("JSCAN", bad) == "ERR invalid cursor"
+    # a made-up cursor in range is the client's business: a valid, shorter scan, not an error
+    cursor, piece = h.cmd("JSCAN", "63", "COUNT", "1000")
+    assert cursor == b"0" and set(piece) <= ids
+    assert h.cmd("JSCAN", str(2**62 + 63), "COUNT", "5") == [b"0", []]  # past the last shard's end
+
+
 def test_jscan_paginates(h):
     ids = {h.add("q") for _ in range(120)}
     seen = set()

@@ -31,8 +31,9 @@ def test_stored_jobs_are_frozen_and_debug_gc_reports_what_it_freed(node):
     assert info["gc_full_collections"] == 1
     assert info["gc_frozen_objects"] >= 30_000
     assert "GC: full collection (DEBUG GC by client" in node.log()
-    with pytest.raises(redis.ResponseError, match="GC"):
-        r.execute_command("DEBUG", "NOPE")
+    for bad in (("DEBUG", "NOPE"), ("DEBUG", "GC", "now")):
+        with pytest.raises(redis.ResponseError, match="GC"):
+            r.execute_command(*bad)
 
 
 def test_client_paths_leave_no_reference_cycles(node):
