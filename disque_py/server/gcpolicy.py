@@ -27,9 +27,16 @@ The policy
   memory back exactly as before.
 * What freezing cannot free is a cycle whose objects were alive at a young
   collection and became garbage later. A full collection (thaw, collect all,
-  freeze again) runs every ``FULL_PERIOD_S`` and on ``DEBUG GC``; it logs how
-  many objects it freed and how long it took, and INFO's Memory section shows
-  the counters (``gc_*``), so a leak of that kind would show.
+  freeze again) frees them; it runs on ``DEBUG GC`` and periodically, and it
+  logs how many objects it freed and how long it took. INFO's Memory section
+  shows the counters (``gc_*``), so a leak of that kind would show.
+* A full collection examines every object: about a second for a node with a
+  million jobs. The period adapts to what the collections find: it starts at
+  ``FULL_PERIOD_MIN_S`` (an hour), doubles after a periodic collection that
+  freed fewer than ``FULL_FREED_LOW`` objects (nothing worth a stop: well
+  under a megabyte), up to ``FULL_PERIOD_MAX_S`` (a day), and goes back to
+  an hour as soon as one frees more. A node whose code makes no such cycles
+  stops once a day; one that leaks is swept hourly, as before.
 
 The longest pause is now a young collection: about 2 ms with the threshold
 below, however many jobs the node holds (BENCHMARKS.md, "Garbage collector").
@@ -49,7 +56,9 @@ from .logs import log
 __all__ = ["GcPolicy", "policy"]
 
 YOUNG_THRESHOLD = 10_000
-FULL_PERIOD_S = 3600.0
+FULL_PERIOD_MIN_S = 3600.0
+FULL_PERIOD_MAX_S = 86400.0
+FULL_FREED_LOW = 10_000
 
 
 class GcPolicy:
@@ -65,6 +74,7 @@ class GcPolicy:
         self.last_full_freed = 0
         self.last_full_seconds = 0.0
         self.last_full_at = 0.0
+        self.full_period = FULL_PERIOD_MIN_S
         self._started = 0.0
 
     def install(self, thresholds: str | None = None) -> None:
@@ -115,10 +125,20 @@ class GcPolicy:
         )  # fmt: skip
         return freed
 
-    def maybe_full(self) -> None:
-        """From the node's cron: the periodic full collection, when it is due."""
-        if self.freezing and time.monotonic() - self.last_full_at >= FULL_PERIOD_S:
-            self.full_collect("hourly")
+    def maybe_full(self, now: float | None = None) -> None:
+        """From the node's cron: the periodic full collection, when it is due (``now``: a
+        ``time.monotonic()`` reading). Its result sets the next period (module docstring)."""
+        if not self.freezing:
+            return
+        if now is None:
+            now = time.monotonic()
+        if now - self.last_full_at < self.full_period:
+            return
+        freed = self.full_collect("periodic, every %d s" % self.full_period)
+        if freed < FULL_FREED_LOW:
+            self.full_period = min(self.full_period * 2, FULL_PERIOD_MAX_S)
+        else:
+            self.full_period = FULL_PERIOD_MIN_S
 
     def info(self) -> dict[str, Any]:
         return {
@@ -130,6 +150,7 @@ class GcPolicy:
             "gc_full_collections": self.full_collections,
             "gc_last_full_freed": self.last_full_freed,
             "gc_last_full_ms": "%.2f" % (self.last_full_seconds * 1000),
+            "gc_full_period_s": int(self.full_period),
         }
 
 

@@ -108,3 +108,38 @@ def test_explicit_thresholds_mean_the_plain_generational_collector():
         }))
     """)
     assert seen == {"policy": "generational", "frozen_growth": 0, "threshold": [700, 10, 10]}
+
+
+def test_the_periodic_full_collection_backs_off_while_it_finds_nothing():
+    seen = run("""
+        from disque_py.server.gcpolicy import FULL_PERIOD_MIN_S, FULL_PERIOD_MAX_S, FULL_FREED_LOW
+        policy.install()
+        periods, fulls = [], []
+        def due(late=1.0):  # the cron's call, `late` seconds after the period has passed
+            policy.maybe_full(policy.last_full_at + policy.full_period + late)
+            periods.append(policy.info()["gc_full_period_s"])
+            fulls.append(policy.full_collections)
+        due(late=-1.0)
+        for _ in range(6):
+            due()
+        holders = []  # cycles that survive young collections, then die: what a full one is for
+        for _ in range(FULL_FREED_LOW):
+            a, b = Item(0), Item(0)
+            a.peer, b.peer = b, a
+            holders.append(a)
+        churn(3 * YOUNG_THRESHOLD)
+        holders.clear()
+        due(late=-1.0)
+        due()
+        print(json.dumps({"periods": periods, "fulls": fulls, "freed": policy.last_full_freed,
+                          "min": FULL_PERIOD_MIN_S, "max": FULL_PERIOD_MAX_S}))
+    """)
+    hour, day = seen["min"], seen["max"]
+    assert (hour, day) == (3600, 86400)
+    # not due yet; then each collection that frees (almost) nothing doubles the period, up to a day
+    assert seen["periods"][:7] == [hour, 2 * hour, 4 * hour, 8 * hour, 16 * hour, day, day]
+    assert seen["fulls"][:7] == [0, 1, 2, 3, 4, 5, 6]
+    # a collection that finds a leak brings it back to an hour (and not one before it is due)
+    assert seen["fulls"][7:] == [6, 7]
+    assert seen["freed"] >= 10_000  # FULL_FREED_LOW: the leak is worth sweeping hourly again
+    assert seen["periods"][7:] == [day, hour]
