@@ -75,7 +75,7 @@ from typing import TYPE_CHECKING, Any
 from .commands import MAX_JOB_BYTES
 from .job import ACKED, F_BCAST_QUEUED, F_DELIVERED, QUEUED
 from .queues import PAUSED_OUT, Queue
-from .replication import job_from_wire, job_to_wire
+from .replication import JOB_WIRE_FIELDS, job_from_wire, job_to_wire
 
 if TYPE_CHECKING:
     from .job import Job
@@ -332,12 +332,19 @@ class FederationMixin:
 
     def _import_jobs(self: "Node", sender: str, jobs: list, now: int) -> None:
         touched: dict[bytes, Queue] = {}
+        store = self.store
         for wire in jobs:
-            incoming = job_from_wire(wire, now)
-            if incoming is None:
-                continue
-            job = self.store.get(incoming.id)
+            # A copy held here already (replicated to this node, say) is the one queued: the
+            # wire form only has to name it, so it is not decoded into a second Job.
+            job = None
+            if type(wire) is list and len(wire) >= JOB_WIRE_FIELDS and type(wire[0]) is bytes:
+                job = store.get(wire[0])
+                if job is not None and wire[1] != job.queue:
+                    continue
             if job is None:
+                incoming = job_from_wire(wire, now)
+                if incoming is None:
+                    continue
                 if incoming.id in self._tombstones:
                     # deleted here a moment ago (acked and collected, say) while this copy was on
                     # its way: drop it, and tell the sender, which may not have heard yet
@@ -346,7 +353,7 @@ class FederationMixin:
                 job = incoming
                 if self.id not in job.delivered:
                     job.delivered = tuple(job.delivered) + (self.id,)
-                self.store.register(job)
+                store.register(job)
             elif job.state == ACKED or job.state == QUEUED:
                 continue
             job.flags &= ~F_BCAST_QUEUED  # a move, not a requeue: no QUEUED broadcast

@@ -611,3 +611,27 @@ def test_a_job_deleted_before_it_got_here_is_not_taken_when_it_arrives(h, how):
     assert list(h.node._tombstones) == [jid]  # a malformed ID is not remembered
     h.node.receive_data(peer, "YOURJOBS", [[wire]], h.now)
     assert h.cmd("SHOW", jid) is None and h.cmd("QLEN", "q") == 0
+
+
+def test_a_moved_job_held_here_already_is_queued_from_the_held_copy(h):
+    """REPLICATE 3 with the consumers on a replica: the copy this node holds is the one queued
+    when its holder moves the job here. A wire naming it under another queue is dropped, and
+    malformed entries around it do not keep the rest of the message from being taken."""
+    from disque_py.core.replication import job_to_wire
+
+    peer = "f" * 40
+    h.node.reachable = [peer]
+    h.node.known_nodes = [h.node.id, peer]
+    h.node.cluster_size = 2
+    jid = h.add("q", "body", "REPLICATE", 1)
+    held = h.node.store.get(jid)
+    wire = job_to_wire(held, h.now)
+    assert h.cmd("GETJOB", "NOHANG", "FROM", "q")[0][1] == jid  # now active here, not queued
+    other_queue = list(wire)
+    other_queue[1] = b"elsewhere"
+    garbage = [[jid], [[jid]] + wire[1:], "junk", 7, None]
+    h.node.receive_data(peer, "YOURJOBS", [garbage + [other_queue, wire, list(wire)]], h.now)
+    assert h.cmd("QLEN", "elsewhere") == 0
+    assert h.cmd("QLEN", "q") == 1  # once, though named twice
+    assert h.node.store.get(jid) is held and held.body == b"body"
+    assert h.cmd("GETJOB", "NOHANG", "FROM", "q")[0][1] == jid
