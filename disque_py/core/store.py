@@ -53,7 +53,7 @@ def seq_of(item: Job) -> int:
 
 
 class JobStore:
-    __slots__ = ("_shards", "_count", "_heap", "_seq", "_next", "_todo", "_shard_at", "_old")
+    __slots__ = ("_shards", "_count", "_heap", "_seq", "_next", "_todo", "_shard_at", "_old", "rebuilds")
 
     def __init__(self) -> None:
         self._shards: list[dict[bytes, Job]] = [{} for _ in range(SHARDS)]
@@ -64,6 +64,7 @@ class JobStore:
         self._todo: list[Job] = []  # jobs of the current shard still to carry into it
         self._shard_at = 0  # next shard to walk
         self._old: list[tuple[int, int, Job]] = []  # a replaced heap, let go a slice at a time
+        self.rebuilds = 0  # heap rebuilds completed (INFO memory: timer_heap_rebuilds)
 
     def __len__(self) -> int:
         return self._count
@@ -130,6 +131,11 @@ class JobStore:
             del self._old[-DROP_SLICE:]
 
     @property
+    def timer_entries(self) -> int:
+        """Heap entries held, stale ones included (a rebuild's two heaps and the old one's rest)."""
+        return len(self._heap) + len(self._next or ()) + len(self._old)
+
+    @property
     def rebuilding(self) -> bool:
         return self._next is not None
 
@@ -142,6 +148,7 @@ class JobStore:
             while not todo:
                 if self._shard_at == SHARDS:
                     self._old, self._heap, self._next = self._heap, new, None
+                    self.rebuilds += 1
                     return
                 todo = self._todo = list(self._shards[self._shard_at].values())
                 self._shard_at += 1

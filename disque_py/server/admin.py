@@ -420,6 +420,8 @@ def info_text(server: "Server", section: str, peak: list[int]) -> str:
                 "maxmemory_policy": cfg.maxmemory_policy,
                 "used_memory_percentage": "%.2f" % (100.0 * rss / cfg.maxmemory if cfg.maxmemory else 0.0),
                 **gcpolicy.policy.info(),
+                "timer_heap_entries": node.store.timer_entries,
+                "timer_heap_rebuilds": node.store.rebuilds,
             })  # fmt: skip
         elif name == "jobs":
             emit("Jobs", node.info_fields()["jobs"])

@@ -94,10 +94,12 @@ def test_schedule_matches_a_model_through_rebuilds(seed):
 
 def test_a_rebuild_moves_a_slice_per_call_and_frees_the_old_heap_gradually():
     store, jobs = scheduled(20_000, 5000)
+    assert (store.timer_entries, store.rebuilds) == (len(jobs), 0)
     n = 0
     while not store.rebuilding:  # reschedules leave stale entries behind
         store.schedule(jobs[n % len(jobs)], 6000 + n)
         n += 1
+    assert store.timer_entries > 2 * len(jobs)
     sizes = []
     calls = 0
     while store.rebuilding:
@@ -111,9 +113,11 @@ def test_a_rebuild_moves_a_slice_per_call_and_frees_the_old_heap_gradually():
     assert calls >= len(jobs) // (REBUILD_SLICE + 1)
     assert len(store._heap) < 2 * len(jobs)  # the new heap: live entries, not the stale pile
     assert store._old  # the replaced heap is let go over the next calls
+    assert store.rebuilds == 1
     while store._old:
         store.schedule(jobs[calls % 100], 200_000 + calls)
         calls += 1
+    assert store.timer_entries < 2 * len(jobs)  # what INFO memory shows as timer_heap_entries
     due = store.pop_due(10**9, limit=10**6)
     assert sorted(j.seq for j in due) == sorted(j.seq for j in jobs)  # each job once, none lost
     assert [j.awake for j in due] == [0] * len(jobs)

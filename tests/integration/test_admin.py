@@ -23,7 +23,8 @@ def test_info_sections_and_fields(node):
     for section, fields in {
         "server": ["disque_version", "process_id", "run_id", "tcp_port", "uptime_in_seconds", "config_file"],
         "clients": ["connected_clients", "blocked_clients"],
-        "memory": ["used_memory", "used_memory_human", "maxmemory", "maxmemory_policy"],
+        "memory": ["used_memory", "used_memory_human", "maxmemory", "maxmemory_policy", "timer_heap_entries",
+                   "timer_heap_rebuilds"],
         "jobs": ["registered_jobs"],
         "queues": ["registered_queues", "push_leases"],
         "persistence": ["aof_enabled", "aof_state", "loading"],
@@ -33,6 +34,7 @@ def test_info_sections_and_fields(node):
         info = r.info(section)
         for field in fields:
             assert field in info, (section, field)
+    assert r.info("memory")["timer_heap_entries"] >= 1  # the job's wake-up
     reply = raw(node.port, b"INFO jobs\r\n", expect=40)
     assert reply == b"$27\r\n# Jobs\r\nregistered_jobs:1\r\n\r\n"
     assert r.info("server")["run_id"] == r.execute_command("HELLO")[1].decode()
