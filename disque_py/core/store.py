@@ -46,7 +46,6 @@ REBUILD_SLICE = 4  # jobs carried into the new heap per schedule() while rebuild
 DROP_SLICE = 256  # old heap entries let go per schedule() after a rebuild
 
 
-
 def seq_of(item: Job) -> int:
     """Registration order of a job (or of a queue: anything with ``seq``), the scan key."""
     return item.seq
