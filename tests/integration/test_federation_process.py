@@ -87,3 +87,41 @@ def test_a_pushed_job_acked_on_either_node_is_collected_on_every_holder(created,
         ids.append(job)
     shows = lambda: [redis.Redis(port=p).execute_command("SHOW", j) for p in (a, b, c) for j in ids]  # noqa: E731
     wait_for(lambda: not any(shows()), timeout=15, what="every acknowledged job collected on every node")
+
+
+def test_an_at_most_once_job_is_not_pushed_to_a_node_whose_link_is_down(created, tmp_path):  # noqa: F811
+    """A consumer waits on A, so B holds a push lease for A. A is killed with -9: B's link to it
+    closes at once, while the failure detector needs the node timeout (30 s here) to flag it.
+    A RETRY 0 job added on B in between stays queued on B. Pushed, it was lost: its only copy
+    left with a message that had no link to go out on."""
+    import os
+    import signal
+
+    a, b, c = created(3, "--node-timeout", "30000")
+    rb = redis.Redis(port=b, socket_timeout=10)
+    a_id = redis.Redis(port=a).execute_command("CLUSTER", "MYID").decode()
+    asked = rb.info("stats")["needjobs_received"]
+
+    def consume() -> None:
+        try:
+            redis.Redis(port=a, socket_timeout=30).execute_command("GETJOB", "TIMEOUT", 20000, "FROM", "amo")
+        except redis.RedisError:
+            pass  # A is killed under it
+
+    consumer = threading.Thread(target=consume, daemon=True)
+    consumer.start()
+    wait_for(lambda: rb.info("stats")["needjobs_received"] > asked, timeout=10, what="A's NEEDJOBS on B")
+    os.kill(int((tmp_path / "run" / ("node-%d" % a) / "disque.pid").read_text()), signal.SIGKILL)
+
+    def a_line() -> list[str]:
+        lines = rb.execute_command("CLUSTER", "NODES").decode().splitlines()
+        return next(line.split() for line in lines if line.startswith(a_id))
+
+    wait_for(lambda: a_line()[-1] == "disconnected", timeout=10, what="B's link to A down")
+    assert "fail" not in a_line()[2]  # not flagged yet: only the link says A is gone
+    pushed = rb.info("stats")["jobs_pushed"]
+    job_id = rb.execute_command("ADDJOB", "amo", "only-copy", 5000, "REPLICATE", 1, "RETRY", 0)
+    assert rb.execute_command("QLEN", "amo") == 1
+    assert rb.info("stats")["jobs_pushed"] == pushed
+    assert rb.execute_command("GETJOB", "NOHANG", "FROM", "amo")[0][1] == job_id
+    consumer.join(30)
