@@ -60,6 +60,7 @@ from __future__ import annotations
 
 import errno
 import functools
+import ipaddress
 import logging
 import math
 import os
@@ -178,9 +179,35 @@ def _drop_tracebacks(exc: BaseException) -> None:
         todo.append(e.__context__)
 
 
+def _ip_version(address: str) -> int | None:
+    """4 or 6 for an IP address (scope ids allowed), None for anything else (a name)."""
+    try:
+        return ipaddress.ip_address(address).version
+    except ValueError:
+        return None
+
+
 class TcpTransport:
+    """Bus links over TCP. ``local_address``: the address outbound links connect from.
+
+    A node bound to one address must also connect from it, as Disque does (its first bind
+    address): peers learn a node's address from where its MEET and PINGs come from, and the
+    kernel would otherwise pick the source, e.g. 127.0.0.1 for a node bound to 127.0.0.2,
+    or the outgoing interface's address on a host with several. Not used for a peer of the
+    other IP version, which it cannot reach from there.
+    """
+
+    def __init__(self, local_address: str | None = None) -> None:
+        self.local_address = self._version = None
+        version = _ip_version(local_address) if local_address else None
+        if version is not None and not ipaddress.ip_address(local_address).is_unspecified:  # not 0.0.0.0, ::
+            self.local_address, self._version = local_address, version
+
     async def open_connection(self, ip: str, port: int) -> trio.abc.Stream:
-        stream = await trio.open_tcp_stream(ip, port)
+        local = self.local_address
+        if local is not None and _ip_version(ip) != self._version:
+            local = None
+        stream = await trio.open_tcp_stream(ip, port, local_address=local)
         try:
             stream.setsockopt(trio.socket.IPPROTO_TCP, trio.socket.TCP_NODELAY, True)
         except OSError:
@@ -252,7 +279,7 @@ class Bus:
         self.port = port
         self.secret = secret or None
         self.max_frame = max_frame
-        self.transport = transport or TcpTransport()
+        self.transport = transport or TcpTransport(local_address=host)
         self.reactor = reactor
         self._dirty: list[_Link] = []  # reactor links with output not written yet
         self._holds = 0  # > 0: inside a reactor pass (or a timer tick), which flushes at its end

@@ -233,3 +233,28 @@ def test_link_errors_are_logged_in_full_once_per_peer_and_the_memory_of_it_stays
     for i in range(5 * MAX_REPORTED):
         report("10.2.%d.%d" % divmod(i, 256))
     assert len(bus._reported) <= MAX_REPORTED
+
+
+@pytest.mark.parametrize(
+    "bind, source",
+    [
+        ("127.0.0.2", "127.0.0.2"),  # a node bound to one address connects from it
+        ("0.0.0.0", "127.0.0.1"),  # bound to every address: the kernel picks
+        ("::1", "127.0.0.1"),  # an IPv6 bind address cannot reach an IPv4 peer: not used for it
+    ],
+)
+async def test_outbound_links_connect_from_the_bind_address(bind, source):
+    from cluster_bus.links import TcpTransport
+
+    listener = trio.socket.socket()
+    await listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    port = listener.getsockname()[1]
+    stream = await TcpTransport(local_address=bind).open_connection("127.0.0.1", port)
+    try:
+        conn, peer = await listener.accept()
+        conn.close()
+        assert peer[0] == source
+    finally:
+        await stream.aclose()
+        listener.close()

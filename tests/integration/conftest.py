@@ -95,6 +95,8 @@ class NodeProcess:
         self.dir = tmp / ("node-%d" % self.port)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.directives = {"bind": "127.0.0.1", "dir": str(self.dir), "loglevel": "verbose", **directives}
+        bind = self.directives["bind"]
+        self.host = str(bind[0] if isinstance(bind, (list, tuple)) else bind).split()[0]  # where it answers
         self.log_path = self.dir / "node.log"
         self.proc: subprocess.Popen | None = None
         self.password = directives.get("requirepass")
@@ -132,7 +134,7 @@ class NodeProcess:
     def _pingable(self) -> bool:
         if self.proc is not None and self.proc.poll() is not None:
             raise AssertionError("node exited early with %s:\n%s" % (self.proc.returncode, self.log()))
-        with socket.create_connection(("127.0.0.1", self.port), timeout=1) as s:
+        with socket.create_connection((self.host, self.port), timeout=1) as s:
             s.sendall(b"PING\r\n")
             data = s.recv(100)
             return data.startswith((b"+PONG", b"-NOAUTH"))
@@ -140,7 +142,7 @@ class NodeProcess:
     def client(self, **kw) -> redis.Redis:
         kw.setdefault("password", self.password)
         kw.setdefault("socket_timeout", 10)
-        return redis.Redis(host="127.0.0.1", port=self.port, **kw)
+        return redis.Redis(host=self.host, port=self.port, **kw)
 
     def log(self) -> str:
         try:

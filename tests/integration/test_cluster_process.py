@@ -193,3 +193,27 @@ def test_cli_meet_and_forget(start_node):
         assert n.client().execute_command("CLUSTER", "FORGET", c_id) in (b"OK", True)
     assert cluster_info(a.client())["cluster_known_nodes"] == "2"
     assert redis.Redis(port=a.port).execute_command("CLUSTER", "LEAVING") == b"no"
+
+
+def test_nodes_bound_to_other_loopback_addresses_connect_from_them(start_node):
+    """Each node listens on its own address (``bind``) and connects to its peers from it, as
+    Disque does: a peer learns where to reach a node from where its MEET and PINGs come from.
+    Before, the kernel picked 127.0.0.1 as the source, where nothing listens, and B's handshake
+    back to A never completed."""
+    a = start_node(bind="127.0.0.2")
+    b = start_node(bind="127.0.0.3")
+    ra, rb = a.client(), b.client()
+    ids = {ra.execute_command("CLUSTER", "MYID").decode(): "127.0.0.2:%d" % a.port,
+           rb.execute_command("CLUSTER", "MYID").decode(): "127.0.0.3:%d" % b.port}  # fmt: skip
+    assert ra.execute_command("CLUSTER", "MEET", "127.0.0.3", b.port) == b"OK"
+
+    def views_agree() -> bool:
+        for r in (ra, rb):
+            rows = [line.split() for line in r.execute_command("CLUSTER", "NODES").decode().splitlines()]
+            if {row[0]: row[1] for row in rows} != ids or any(row[-1] != "connected" for row in rows):
+                return False
+        return True
+
+    wait_for(views_agree, timeout=15, what="both nodes knowing each other at their bind addresses")
+    job_id = rb.execute_command("ADDJOB", "q", "body", 5000, "REPLICATE", 2)
+    assert ra.execute_command("SHOW", job_id) is not None
