@@ -16,6 +16,10 @@ Pull (Disque's protocol, unchanged on the wire):
   out, and not importing that queue itself) dequeues up to ``count`` of them
   (at most half its queue unless it has twice as many) and sends them in one
   YOURJOBS. The receiver queues them and remembers the sender as a source.
+  No jobs go to a node we have no link to (Disque dequeued them, then found
+  no link to send them on), and no RETRY 0 job to one whose link still holds
+  output its socket has not taken (``Node.backlogged``): a link torn down
+  drops what it had not sent, and a RETRY 0 job's only copy with it.
 
 Push (what makes it fast, our addition, still only NEEDJOBS/YOURJOBS):
 
@@ -24,7 +28,9 @@ Push (what makes it fast, our addition, still only NEEDJOBS/YOURJOBS):
   ``count`` jobs of that queue (its *credit*). While the lease is valid, a
   job newly queued here is sent to it at once in YOURJOBS, provided no local
   client is waiting on that queue (local consumers always come first), the
-  peer is reachable, and credit remains; each pushed job uses one credit.
+  peer is reachable, and credit remains; each pushed job uses one credit. A
+  RETRY 0 job is not pushed into a link that does not drain (as above); an
+  at-least-once one is, as its copy here is requeued if that one is lost.
   Every new NEEDJOBS renews the lease and resets the credit; NEEDJOBS(q, 0)
   cancels it. A node does not cancel when its waiters are momentarily all
   served: under load that happens on every YOURJOBS, and cancelling then
@@ -233,6 +239,8 @@ class FederationMixin:
         if leases is None:
             leases = self._leases[name] = {}
         leases[sender] = [self.now + LEASE_MS, count]
+        if sender not in self.reachable:
+            return  # no link to send them on (Disque dequeued them first, and lost RETRY 0 ones)
         q = self.queues.get(name)
         if q is None or not q.jobs or q.flags & PAUSED_OUT or q.import_rate(self.now) > 0:
             return
@@ -241,7 +249,11 @@ class FederationMixin:
         qlen = len(q.jobs)
         n = count if qlen >= 2 * count else max(1, qlen // 2)
         lease = leases[sender]
+        hold_amo = sender in self.backlogged  # RETRY 0 jobs wait for a link that drains
+        jobs = q.jobs
         for _ in range(n):
+            if hold_amo and jobs and jobs[0].retry == 0:
+                break
             job = self._fetch(q)
             if job is None:
                 break
@@ -276,12 +288,13 @@ class FederationMixin:
             return False
         now = self.now
         reachable = self.reachable
+        backlogged = self.backlogged
         for peer, lease in list(leases.items()):
             if lease[0] < now or lease[1] <= 0:
                 del leases[peer]
                 continue
-            if peer not in reachable:
-                continue
+            if peer not in reachable or (job.retry == 0 and peer in backlogged):
+                continue  # an at-least-once job keeps its copy here: lost on the way, it is requeued
             q.jobs_in += 1
             q.jobs_out += 1
             job.state = 1  # ACTIVE: it is now the peer's to queue

@@ -635,3 +635,42 @@ def test_a_moved_job_held_here_already_is_queued_from_the_held_copy(h):
     assert h.cmd("QLEN", "q") == 1  # once, though named twice
     assert h.node.store.get(jid) is held and held.body == b"body"
     assert h.cmd("GETJOB", "NOHANG", "FROM", "q")[0][1] == jid
+
+
+def test_no_jobs_move_to_a_peer_without_a_link_or_with_a_link_that_does_not_drain(h):
+    """A link torn down drops what it had not sent: a RETRY 0 job's only copy with it (seen with
+    real nodes: a partitioned peer's link filled up, was closed after the PING timeout, and took
+    two pushed jobs with it). So a peer whose link holds unsent output (``backlogged``) gets no
+    RETRY 0 job, pushed or asked for, and one without a link (not ``reachable``) no job at all;
+    the jobs stay queued here, and move once its link drains. At-least-once jobs still move
+    into a backlog: their copy here is requeued if the one sent is lost."""
+    from disque_py.core.effects import Send
+
+    peer = "f" * 40
+
+    def yourjobs() -> list:
+        return [w[0] for e in h.effects() if isinstance(e, Send) and e.message[0] == "YOURJOBS" for w in e.message[1]]
+
+    h.node.reachable = [peer]
+    h.node.cluster_size = 2
+    h.node.receive_data(peer, "NEEDJOBS", [b"q", 10], h.now)  # a lease: new jobs are pushed
+    h.effects()
+    pushed = h.add("q", "body", "REPLICATE", 1, "RETRY", 0)
+    assert yourjobs() == [pushed] and h.cmd("QLEN", "q") == 0
+    h.node.backlogged = frozenset([peer])
+    kept = [h.add("q", "body", "REPLICATE", 1, "RETRY", 0) for _ in range(4)]
+    assert yourjobs() == [] and h.cmd("QLEN", "q") == 4
+    h.node.receive_data(peer, "NEEDJOBS", [b"q", 10], h.now)  # asked again while backlogged
+    assert yourjobs() == [] and h.cmd("QLEN", "q") == 4
+    h.node.backlogged = frozenset()
+    h.node.reachable = []  # its link went down (a kill -9, before the failure detector sees it)
+    h.node.receive_data(peer, "NEEDJOBS", [b"q", 10], h.now)
+    assert yourjobs() == [] and h.cmd("QLEN", "q") == 4
+    h.node.reachable = [peer]  # linked and draining again: it asks, and gets half the queue
+    h.node.receive_data(peer, "NEEDJOBS", [b"q", 10], h.now)
+    assert yourjobs() == kept[:2] and h.cmd("QLEN", "q") == 2
+    h.node.backlogged = frozenset([peer])  # an at-least-once job still moves into a backlog
+    alo = h.add("q", "body", "REPLICATE", 1, "RETRY", 30)
+    assert yourjobs() == [alo] and h.cmd("QLEN", "q") == 2
+    h.node.receive_data(peer, "NEEDJOBS", [b"q", 10], h.now)  # the queue's head is RETRY 0: held
+    assert yourjobs() == [] and h.cmd("QLEN", "q") == 2
