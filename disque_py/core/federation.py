@@ -294,7 +294,7 @@ class FederationMixin:
                 del leases[peer]
                 continue
             if peer not in reachable or (job.retry == 0 and peer in backlogged):
-                continue  # an at-least-once job keeps its copy here: lost on the way, it is requeued
+                continue  # RETRY 0: its only copy must not wait in a link that may be torn down
             q.jobs_in += 1
             q.jobs_out += 1
             job.state = 1  # ACTIVE: it is now the peer's to queue

@@ -218,8 +218,8 @@ class ClusterService:
         m = self.membership
         node = self.server.node
         node.cluster_size = m.size()
-        # Only nodes with a connected outbound link, as Disque picks replicas ("no link, no
-        # party"): a message for a node whose link is down is dropped, and a RETRY 0 job pushed
+        # Only nodes with a connected outbound link (Disque skips link-less nodes when it picks
+        # replicas): a message for a node whose link is down is dropped, and a RETRY 0 job pushed
         # or moved to it would be lost (its only copy leaves with the message). From a peer's
         # kill -9 to its PFAIL there are node-timeout ms in which only its link says it is gone.
         link_of = m.link_of
