@@ -199,9 +199,12 @@ class TcpTransport:
 
     def __init__(self, local_address: str | None = None) -> None:
         self.local_address = self._version = None
-        version = _ip_version(local_address) if local_address else None
-        if version is not None and not ipaddress.ip_address(local_address).is_unspecified:  # not 0.0.0.0, ::
-            self.local_address, self._version = local_address, version
+        try:
+            address = ipaddress.ip_address(local_address) if local_address else None
+        except ValueError:  # a name, or "*": the kernel picks
+            address = None
+        if address is not None and not address.is_unspecified:  # not 0.0.0.0, ::
+            self.local_address, self._version = local_address, address.version
 
     async def open_connection(self, ip: str, port: int) -> trio.abc.Stream:
         local = self.local_address
