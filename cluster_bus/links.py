@@ -38,6 +38,12 @@ means is decided by its ``handler`` (the membership driver in the server).
   one message for several peers is checked and encoded once. A
   ``send`` of a membership message first closes the batch, so messages
   leave in call order.
+* A message sent with a ``watch`` token comes back (``handler.unsent``,
+  after ``link_down``) if its link ends before the socket took the whole
+  frame it is in: such a message certainly never arrived, as a peer acts
+  only on whole frames. Bytes the socket took may or may not arrive, so
+  their tokens are simply forgotten. The job layer uses this to keep the
+  only copy of an at-most-once job that was moving on a link torn down.
 * Garbage (a frame over ``max_frame``, undecodable msgpack, a bad MAC, a
   replayed frame) closes that link and is reported; the node carries on.
 * With a ``reactor`` (the node's client loop: one epoll for every socket,
@@ -58,6 +64,7 @@ with memory streams (see ``MemoryNetwork`` in the tests).
 
 from __future__ import annotations
 
+import collections
 import errno
 import functools
 import ipaddress
@@ -149,6 +156,7 @@ class BusHandler(Protocol):
     def link_down(self, link: int) -> None: ...
     def message(self, link: int, msg: Any) -> None: ...
     def link_error(self, kind: str, peer: str, reason: str) -> None: ...
+    def unsent(self, node_id: str, tokens: list) -> None: ...
 
 
 class Reactor(Protocol):
@@ -241,6 +249,7 @@ class _Link:
     __slots__ = (
         "id", "stream", "peer", "out", "lot", "session", "closed", "scope", "outbound", "node_id", "early",
         "batch", "batch_sender", "batch_size", "fd", "decoder", "dirty", "want_out", "heard",
+        "queued", "written", "watches", "batch_watches",
     )
 
     def __init__(self, link_id: int, stream: trio.abc.Stream, peer: str, outbound: bool, node_id: str | None):
@@ -263,6 +272,13 @@ class _Link:
         self.dirty = False  # in Bus._dirty
         self.want_out = False  # the socket was full: the reactor reports when it is writable
         self.heard = outbound  # an inbound link has delivered a message (outbound: we spoke first)
+        # Watched messages (``Bus.send_item(watch=...)``): bytes ever put in ``out`` and ever
+        # handed to the socket, and (end offset of its frame, token) for each watched message
+        # framed and not yet wholly handed over; tokens of the batch not framed yet.
+        self.queued = 0
+        self.written = 0
+        self.watches: collections.deque[tuple[int, Any]] = collections.deque()
+        self.batch_watches: list[Any] = []
 
 
 class Bus:
@@ -373,6 +389,9 @@ class Bus:
         stats = self.stats
         stats["bytes_sent"] += sent
         stats["writes"] += 1
+        link.written += sent
+        if link.watches:
+            self._settle(link)
         if sent == len(out):
             out.clear()
             if link.want_out:
@@ -398,6 +417,7 @@ class Bus:
             self._close_batch(link)
         data = link.session.seal(body) if link.session is not None else frame(body)
         link.out += data
+        link.queued += len(data)
         self.stats["frames_sent"] += 1
         self._mark(link)
         return True
@@ -410,11 +430,17 @@ class Bus:
         """
         return self.send_item(link_id, sender, encode_data_item(kind, body))
 
-    def send_item(self, link_id: int, sender: str, item: bytes) -> bool:
+    def send_item(self, link_id: int, sender: str, item: bytes, watch: Any = None) -> bool:
         """Like :meth:`send_data` with a message already made by ``encode_data_item``:
-        one message for several peers is checked and encoded once."""
+        one message for several peers is checked and encoded once.
+
+        ``watch``: if the link ends before the frame holding this message was wholly handed to
+        the socket, ``handler.unsent(node_id, [watch, ...])`` gets it back after ``link_down``
+        (the message certainly never arrived; once the socket took any of it, it may have)."""
         link = self.links.get(link_id)
         if link is None or link.closed:
+            if watch is not None and link is not None:
+                link.batch_watches.append(watch)  # never sent: handed back as the link ends
             return False
         if len(item) > MAX_BODY - DATA_BATCH_OVERHEAD:  # can never be framed: refuse, never raise
             self.stats["oversized"] += 1
@@ -431,6 +457,8 @@ class Bus:
             self._mark(link)
         batch.append(item)
         link.batch_size += len(item)
+        if watch is not None:
+            link.batch_watches.append(watch)
         self.stats["data_sent"] += 1
         return True
 
@@ -438,8 +466,21 @@ class Bus:
         body = data_batch_body(link.batch_sender, link.batch)
         link.batch.clear()
         link.batch_size = 0
-        link.out += link.session.seal(body) if link.session is not None else frame(body)
+        data = link.session.seal(body) if link.session is not None else frame(body)
+        link.out += data
+        link.queued += len(data)
+        if link.batch_watches:
+            end = link.queued
+            link.watches.extend((end, w) for w in link.batch_watches)
+            link.batch_watches.clear()
         self.stats["frames_sent"] += 1
+
+    @staticmethod
+    def _settle(link: _Link) -> None:
+        """Forget the watched messages whose frame the socket has wholly taken."""
+        watches, written = link.watches, link.written
+        while watches and watches[0][0] <= written:
+            watches.popleft()
 
     def pending_out(self, link_id: int) -> int:
         """Bytes queued on an open link that its socket has not taken yet (0: none, or no such link)."""
@@ -530,15 +571,20 @@ class Bus:
                     self.stats["silent_links"] += 1
                     self._report("frame", link, "no message within %g s of connecting" % HANDSHAKE_TIMEOUT)
             link.closed = True
-            self.links.pop(link.id, None)
             self._unheard.pop(link.id, None)
             self._unregister(link)  # before the socket is closed
             with trio.CancelScope(shield=True):
                 await trio.aclose_forcefully(link.stream)
+            self.links.pop(link.id, None)  # until now, watched messages sent to it come back below
             if link.outbound and not announced:
                 self.handler.link_failed(link.node_id)
             else:
                 self.handler.link_down(link.id)
+            unsent = [w for _, w in link.watches] + link.batch_watches
+            if unsent and link.node_id is not None:
+                link.watches.clear()
+                link.batch_watches.clear()
+                self.handler.unsent(link.node_id, unsent)
 
     # ------------------------------------------------------- reactor links
     async def _run_in_reactor(self, link: _Link) -> None:
@@ -696,6 +742,10 @@ class Bus:
                 out.clear()
                 self.stats["bytes_sent"] += len(data)
                 self.stats["writes"] += 1
+                # counted as taken before the send: cancelled midway, part of it may arrive
+                link.written += len(data)
+                if link.watches:
+                    self._settle(link)
                 await link.stream.send_all(data)
         except _GONE:
             link.closed = True

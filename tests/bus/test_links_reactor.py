@@ -71,6 +71,7 @@ class Handler:
         self.errors: list[tuple[str, str]] = []
         self.items: list[tuple[str, object]] = []
         self.links: set[int] = set()
+        self.unsent_tokens: list[tuple[str, object]] = []
         self.changed = trio.Event()
 
     def _poke(self) -> None:
@@ -97,6 +98,10 @@ class Handler:
 
     def link_error(self, kind, peer, reason) -> None:
         self.errors.append((kind, reason))
+        self._poke()
+
+    def unsent(self, node_id, tokens) -> None:
+        self.unsent_tokens.extend((node_id, t) for t in tokens)
         self._poke()
 
 
@@ -190,6 +195,44 @@ async def test_close_from_either_side_unregisters_and_reports():
         await until(hb, lambda: hb.down == [b_link])
         assert not ra.handlers and not rb.handlers
         assert a.send_data(link, A_ID, "TEST", [2]) is False
+        nursery.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize("secret", [None, b"s3cret"])
+async def test_watched_messages_that_never_reached_the_socket_come_back_when_the_link_ends(secret):
+    """A link closed with output still queued hands back the tokens of the watched messages whose
+    frame the socket had not wholly taken, and only those: none of them reaches the peer, and
+    the messages it did get are the ones before them. Watched messages written out are forgotten."""
+    from cluster_bus.codec import encode_data_item
+
+    async with trio.open_nursery() as nursery:
+        a, ha, ra, b, hb, rb, link = await connected_pair(nursery, secret)
+        assert a.send_item(link, A_ID, encode_data_item("TEST", [-1]), watch="early")
+        a.flush()
+        await until(hb, lambda: hb.items)  # written and received: forgotten
+        rb.running = trio.Event()  # B stops reading: A's socket fills up
+        chunk = b"x" * 60000
+        a.hold()
+        for i in range(400):  # ~24 MB; every 8th message unwatched
+            item = encode_data_item("TEST", [i, chunk])
+            assert a.send_item(link, A_ID, item, watch=None if i % 8 == 7 else i)
+        a.release()
+        with trio.fail_after(10):
+            while True not in ra.writable_requests:
+                await trio.sleep(0.01)
+        a.close(link)
+        await until(ha, lambda: ha.down == [link] and ha.unsent_tokens)
+        rb.running.set()  # B reads what reached it, then sees the link end
+        await until(hb, lambda: hb.down)
+        unsent = [t for n, t in ha.unsent_tokens]
+        assert {n for n, t in ha.unsent_tokens} == {B_ID}
+        received = [body[0] for _, body in hb.items[1:]]
+        assert received == list(range(len(received)))  # in order, nothing skipped
+        assert unsent and "early" not in unsent and not set(unsent) & set(received)
+        first = unsent[0]
+        assert unsent == [i for i in range(first, 400) if i % 8 != 7]  # everything from there on
+        assert first >= len(received)  # taken by the socket and lost in the close: not handed back
+        assert not a.send_item(link, A_ID, encode_data_item("TEST", [0]), watch="late")
         nursery.cancel_scope.cancel()
 
 
