@@ -20,6 +20,11 @@ Pull (Disque's protocol, unchanged on the wire):
   no link to send them on), and no RETRY 0 job to one whose link still holds
   output its socket has not taken (``Node.backlogged``): a link torn down
   drops what it had not sent, and a RETRY 0 job's only copy with it.
+  That rule reads the backlog as of the last tick; for what a link took in
+  between, the shell hands back every YOURJOBS that never reached the
+  socket when its link closes (``moves_to_watch``, ``on_moves_unsent``),
+  and the RETRY 0 jobs in it are queued here again. A message the socket
+  took, even in part, may have arrived: at most once means it is not.
 
 Push (what makes it fast, our addition, still only NEEDJOBS/YOURJOBS):
 
@@ -87,7 +92,7 @@ if TYPE_CHECKING:
     from .job import Job
     from .node import Node
 
-__all__ = ["FederationMixin", "LEASE_MS"]
+__all__ = ["FederationMixin", "LEASE_MS", "moves_to_watch"]
 
 NEEDJOBS_MIN_REQUEST = 5
 NEEDJOBS_MAX_REQUEST = 100
@@ -102,6 +107,17 @@ NEED_PERIOD_MS = 100  # how often queues with waiters are reconsidered
 
 CLIENTS_WAITING = 0
 REACHED_ZERO = 1
+
+
+def moves_to_watch(message: tuple) -> bool:
+    """Whether the shell must tell ``Node.on_moves_unsent`` if this message never reaches the
+    socket: a YOURJOBS that carries the only copy of a job (RETRY 0)."""
+    if message[0] != "YOURJOBS":
+        return False
+    for wire in message[1]:
+        if wire[7] == 0:  # the RETRY field of job_to_wire
+            return True
+    return False
 
 
 def _by_size(jobs: list) -> list[list]:
@@ -127,7 +143,7 @@ class FederationMixin:
         self._next_need = 0
         self._importing = False  # jobs being imported are never pushed on at once
         for key in ("needjobs_sent", "needjobs_received", "yourjobs_sent", "yourjobs_received",
-                    "jobs_imported", "jobs_exported", "jobs_pushed"):  # fmt: skip
+                    "jobs_imported", "jobs_exported", "jobs_pushed", "jobs_returned"):  # fmt: skip
             self.stats[key] = 0
 
     # -- asking ------------------------------------------------------------------
@@ -391,6 +407,28 @@ class FederationMixin:
             q.needjobs_adhoc_attempt = 0
         for q in touched.values():
             self._renew_credit(q, sender, now)
+
+    def on_moves_unsent(self: "Node", peer: str, message: tuple) -> None:
+        """A YOURJOBS to ``peer`` (``moves_to_watch``) never reached the socket: its link closed
+        first. Its RETRY 0 jobs left their only copy in it, so they are queued here again, as
+        never delivered; at-least-once ones still have their copy here, which requeues. Called
+        once the link is down, so they are not pushed to ``peer`` again."""
+        if type(message) is not tuple or len(message) < 2 or message[0] != "YOURJOBS":
+            return
+        now = self.now
+        store = self.store
+        for wire in message[1]:
+            if wire[7] != 0 or store.get(wire[0]) is not None:
+                continue  # at least once, or a copy of it came back meanwhile
+            job = job_from_wire(wire, now)
+            if job is None or job.id in self._tombstones:
+                continue
+            store.register(job)
+            job.qtime = now  # lets enqueue_job queue it this one time
+            if self.enqueue_job(job):
+                self.stats["jobs_returned"] += 1
+            else:
+                store.unregister(job)
 
     def _renew_credit(self: "Node", q: Queue, sender: str, now: int) -> None:
         """Jobs came from ``sender``: ask again before its credit runs out, while they are

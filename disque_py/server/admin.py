@@ -464,6 +464,7 @@ def info_text(server: "Server", section: str, peak: list[int]) -> str:
                 "jobs_imported": node.stats["jobs_imported"],
                 "jobs_exported": node.stats["jobs_exported"],
                 "jobs_pushed": node.stats["jobs_pushed"],
+                "jobs_returned": node.stats["jobs_returned"],
             })  # fmt: skip
         elif name == "cpu":
             ru = resource.getrusage(resource.RUSAGE_SELF)

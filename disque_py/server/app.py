@@ -32,6 +32,7 @@ from cluster_bus.links import accept_forever
 from .. import __version__
 from ..config import Config, ConfigError
 from ..core.effects import BLOCKED, Reply, Send
+from ..core.federation import moves_to_watch
 from ..core.node import Node
 from ..core.replies import Error
 from ..protocol.resp import ProtocolError, RequestParser, encode_reply
@@ -294,7 +295,7 @@ class Server:
         """Carry out the core's effects: replies to blocked clients, bus messages."""
         node = self.node
         effects = node.take_effects()
-        last_message = item = None
+        last_message = item = watch = None
         while effects:
             for effect in effects:
                 kind = type(effect)
@@ -317,7 +318,9 @@ class Server:
                         # Fixed shapes, each checked by the cluster simulation (tests/sim), which encodes with checks.
                         item = encode_data_item(message[0], list(message[1:]), check_body=False)
                         last_message = message
-                    self.cluster.send_item(effect.to, item)
+                        # the only copy of a RETRY 0 job comes back if it never leaves
+                        watch = message if message[0] == "YOURJOBS" and moves_to_watch(message) else None
+                    self.cluster.send_item(effect.to, item, watch)
             effects = node.take_effects()
 
     def cluster_data(self, sender: str, items: Any) -> None:

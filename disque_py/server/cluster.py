@@ -179,6 +179,16 @@ class ClusterService:
         self.membership.receive(link, msg, now_ms())
         self.apply()
 
+    def unsent(self, node_id: str, tokens: list) -> None:
+        """The link to ``node_id`` ended with these watched YOURJOBS unsent (after ``link_down``)."""
+        node = self.server.node
+        for message in tokens:
+            node.on_moves_unsent(node_id, message)
+        returned = node.stats["jobs_returned"]
+        self.server.apply_effects()
+        log.warning("Cluster bus: link to %s closed with %d job move(s) unsent; at-most-once jobs "
+                    "in them queued here again (%d so far)", node_id[:8], len(tokens), returned)
+
     def link_error(self, kind: str, peer: str, reason: str) -> None:
         self.stats["auth_failures" if kind == "auth" else "bad_frames"] += 1
         if reason:  # the bus reports the first one per peer with a reason
@@ -244,14 +254,19 @@ class ClusterService:
         """Send an application message to a node over its outbound link (a bad body raises)."""
         return self.send_item(node_id, encode_data_item(kind, body))
 
-    def send_item(self, node_id: str, item: bytes) -> bool:
-        """Send an application message made by ``encode_data_item`` (see ``Bus.send_item``)."""
+    def send_item(self, node_id: str, item: bytes, watch: Any = None) -> bool:
+        """Send an application message made by ``encode_data_item`` (see ``Bus.send_item``).
+
+        ``watch``: a YOURJOBS message (``moves_to_watch``) handed back to the core
+        (``Node.on_moves_unsent``) if it never reaches the socket."""
         m = self.membership  # once per job-layer message: no property or helper calls
         link = m.link_of(node_id)
         if link is None or self.bus is None:
+            if watch is not None:
+                self.server.node.on_moves_unsent(node_id, watch)  # its effects: the caller's loop
             return False
         self.stats["messages_sent"] += 1
-        return self.bus.send_item(link, m.myself.id, item)
+        return self.bus.send_item(link, m.myself.id, item, watch)
 
     # ------------------------------------------------------------ CLUSTER
     def command(self, argv: list[bytes]) -> Any:

@@ -498,6 +498,46 @@ def test_new_copies_go_to_nodes_without_a_backlog_first(h):
     assert len(sent) == 3 and set(peers[3:]) <= sent  # the two free ones, then a backlogged one
 
 
+def test_moves_that_never_left_bring_their_at_most_once_jobs_back(h):
+    """The shell hands back a YOURJOBS whose link closed before the socket took it
+    (``on_moves_unsent``, after the peer stopped being reachable): its RETRY 0 jobs, whose only
+    copy it carried, are queued here again and delivered once; its at-least-once jobs are not
+    duplicated (their copy here stayed), nor is a RETRY 0 job deleted here meanwhile."""
+    from disque_py.core.effects import Send
+    from disque_py.core.federation import moves_to_watch
+
+    peer = "f" * 40
+    h.node.reachable = [peer]
+    h.node.cluster_size = 2
+    h.node.receive_data(peer, "NEEDJOBS", [b"q", 10], h.now)  # a lease: new jobs are pushed
+    h.effects()
+    amo = [h.add("q", "body%d" % i, "REPLICATE", 1, "RETRY", 0) for i in range(2)]
+    alo = h.add("q", "kept", "REPLICATE", 1, "RETRY", 30)
+    messages = [e.message for e in h.effects() if isinstance(e, Send) and e.message[0] == "YOURJOBS"]
+    assert [w[0] for m in messages for w in m[1]] == amo + [alo] and h.cmd("QLEN", "q") == 0
+    assert [moves_to_watch(m) for m in messages] == [True, True, False]
+    assert moves_to_watch(("YOURJOBS", messages[2][1] + messages[0][1]))
+    assert h.node.store.get(amo[0]) is None  # its only copy left with the message
+
+    def hand_back() -> None:
+        for m in messages:
+            h.node.on_moves_unsent(peer, m)
+
+    h.node.reachable = []  # the link went down first
+    hand_back()
+    assert h.cmd("QLEN", "q") == 2 and h.node.stats["jobs_returned"] == 2
+    assert not [e for e in h.effects() if isinstance(e, Send)]  # nowhere to go now: stays here
+    got = [h.cmd("GETJOB", "NOHANG", "FROM", "q")[0] for _ in range(2)]
+    assert [(g[1], g[2]) for g in got] == [(amo[0], b"body0"), (amo[1], b"body1")]
+    assert h.cmd("GETJOB", "NOHANG", "FROM", "q") is NULL_ARRAY
+    assert show(h, alo)["state"] == "active"  # still here, requeued after RETRY
+    hand_back()  # again (a copy already here): nothing twice
+    assert h.cmd("QLEN", "q") == 0 and h.node.stats["jobs_returned"] == 2
+    assert h.cmd("ACKJOB", amo[0]) == 1 and h.cmd("FASTACK", amo[1]) == 1
+    hand_back()  # deleted here: stays deleted
+    assert h.cmd("QLEN", "q") == 0 and h.node.stats["jobs_returned"] == 2
+
+
 def test_push_leases_on_queues_that_get_no_job_are_forgotten(h):
     """NEEDJOBS for queues that never get a job here (consumers on short-lived names) leave no
     lease behind once it expires (10,000 names checked per second), while a lease that is

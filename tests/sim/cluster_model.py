@@ -20,7 +20,10 @@ description of a run and replays bit for bit (see ``trace_digest``).
   reorder messages unless ``reorder=False`` (then each link is FIFO). A
   message is dropped when its link is cut: a partition between the two
   nodes, or either end crashed, at send time or at any moment while in
-  flight (as a TCP link torn down with its buffers). Before each tick a
+  flight (as a TCP link torn down with its buffers). A YOURJOBS carrying a
+  RETRY 0 job cut at send time comes back to its sender
+  (``Node.on_moves_unsent``), as the shell hands back moves that never
+  left; one lost or cut in flight does not. Before each tick a
   node's ``backlogged`` set names the peers it has messages in flight to,
   as the real shell names links with output not yet taken by the socket.
 * Membership. Each node's ``cluster_size``/``known_nodes``/``reachable``/
@@ -59,6 +62,7 @@ from typing import Any, Callable, Iterable
 from cluster_bus.codec import decode_message, encode_message
 from cluster_bus.messages import Data
 from disque_py.core.effects import BLOCKED, Reply, Send
+from disque_py.core.federation import moves_to_watch
 from disque_py.core.job import ACKED, ACTIVE, QUEUED, STATE_NAMES, WAIT_REPL
 from disque_py.core.node import Node
 from disque_py.core.replies import NULL_ARRAY, Error, Status
@@ -537,12 +541,12 @@ class SimCluster:
         else:
             self._moving = None
         if dst is None or dst == src:
-            self._move_dropped()
+            self._never_left(src, effect)
             self.stats["dropped_unknown"] += 1
             self._note("S %d->? %s unknown destination %s" % (src, what, effect.to[:8]))
             return
         if not self.connected(src, dst):
-            self._move_dropped()
+            self._never_left(src, effect)
             self.stats["dropped_cut"] += 1
             self._note("S %d->%d %s cut" % (src, dst, what))
             return
@@ -567,6 +571,27 @@ class SimCluster:
             self._push(at, _EV_DELIVER, payload)
             self._inflight[src][dst] += 1
         self._note("S %d->%d %s x%d" % (src, dst, what, copies))
+
+    def _never_left(self, src: int, effect: Send) -> None:
+        """A message with no link to leave on. A move that carries the only copy of a job comes
+        back to its sender as the shell hands it back (``Bus.send_item(watch=...)``, then
+        ``Node.on_moves_unsent``), in a later event: the link's end is noticed after the send.
+        Anything else is dropped; moves lost in flight are not handed back (they may arrive)."""
+        message = effect.message
+        if message[0] != "YOURJOBS" or not moves_to_watch(message):
+            self._move_dropped()
+            return
+        incarnation = self.incarnation[src]
+
+        def back() -> None:
+            if self.nodes[src] is None or self.incarnation[src] != incarnation:
+                self.ledger.on_move_dropped(src, message[1])  # gone with the node's memory
+                return
+            self.stats["moves_returned"] += 1
+            self._note("B %d moves back %s" % (src, _job_tag(message)))
+            self._call_node(src, "on_moves_unsent", effect.to, message)
+
+        self.at(0, back)
 
     def _move_dropped(self) -> None:
         if self._moving is not None:
