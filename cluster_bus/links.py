@@ -292,9 +292,11 @@ class Bus:
         max_frame: int = MAX_FRAME_DEFAULT,
         transport: Any = None,
         reactor: Reactor | None = None,
+        listen: tuple[str, ...] | list[str] = (),
     ) -> None:
         self.handler = handler
-        self.host = host
+        self.host = host  # outbound links connect from it (see TcpTransport)
+        self.listen = tuple(listen) or (host,)  # every address accepted on, as Disque's bind
         self.port = port
         self.secret = secret or None
         self.max_frame = max_frame
@@ -332,7 +334,12 @@ class Bus:
             if self.reactor is not None:
                 nursery.start_soon(self._flusher)
             serve = functools.partial(self.transport.serve, on_accept_error=self._accept_failed)
-            await nursery.start(serve, self.host, self.port, self._accepted)
+            for host in self.listen:
+                try:
+                    await nursery.start(serve, host, self.port, self._accepted)
+                except OSError as exc:
+                    exc.bus_host = host  # type: ignore[attr-defined]  # which one, for the message
+                    raise
             task_status.started()
 
     def _accept_failed(self) -> None:

@@ -129,10 +129,11 @@ class ClusterService:
                 "this cluster. Set the same cluster-secret on every node to authenticate the bus.",
                 cfg.port + BUS_PORT_OFFSET,
             )
-        host = cfg.bind[0] if cfg.bind else "0.0.0.0"
+        hosts = list(cfg.bind) or ["0.0.0.0"]
         self.bus = Bus(
-            self, host=host, port=cfg.port + BUS_PORT_OFFSET, secret=self.secret, transport=self.transport,
+            self, host=hosts[0], port=cfg.port + BUS_PORT_OFFSET, secret=self.secret, transport=self.transport,
             reactor=getattr(self.server, "loop", None),  # the node's client loop polls the links' sockets
+            listen=hosts,  # every bind address, as the client port (and Disque)
         )  # fmt: skip
         async with trio.open_nursery() as nursery:
             try:
@@ -141,9 +142,9 @@ class ClusterService:
                 raise OSError(
                     exc.errno,
                     "Creating cluster bus listening socket %s:%d: %s"
-                    % (host, cfg.port + BUS_PORT_OFFSET, exc.strerror or exc),
+                    % (getattr(exc, "bus_host", hosts[0]), cfg.port + BUS_PORT_OFFSET, exc.strerror or exc),
                 ) from exc
-            log.info("Cluster bus listening on %s port %d", host, cfg.port + BUS_PORT_OFFSET)
+            log.info("Cluster bus listening on %s port %d", ", ".join(hosts), cfg.port + BUS_PORT_OFFSET)
             self.sync()
             task_status.started()
             while True:

@@ -217,3 +217,27 @@ def test_nodes_bound_to_other_loopback_addresses_connect_from_them(start_node):
     wait_for(views_agree, timeout=15, what="both nodes knowing each other at their bind addresses")
     job_id = rb.execute_command("ADDJOB", "q", "body", 5000, "REPLICATE", 2)
     assert ra.execute_command("SHOW", job_id) is not None
+
+
+def test_the_bus_listens_on_every_bind_address(start_node):
+    """A node bound to two addresses accepts bus links on both, as its client port does (and as
+    Disque does): a peer that can only reach the second one still meets it. Its own links leave
+    from the first address, which is where the peer then reaches it."""
+    a = start_node(bind=("127.0.0.2", "127.0.0.4"))
+    b = start_node(bind="127.0.0.3")
+    ra, rb = a.client(), b.client()
+    assert redis.Redis(host="127.0.0.4", port=a.port).ping()  # the client port answers on both
+    assert rb.execute_command("CLUSTER", "MEET", "127.0.0.4", a.port) == b"OK"
+
+    def connected() -> bool:
+        for r in (ra, rb):
+            rows = [line.split() for line in r.execute_command("CLUSTER", "NODES").decode().splitlines()]
+            if len(rows) != 2 or any(row[-1] != "connected" for row in rows):
+                return False
+        return True
+
+    wait_for(connected, timeout=15, what="A and B linked, B having met A at A's second bind address")
+    job_id = ra.execute_command("ADDJOB", "q", "body", 5000, "REPLICATE", 2)
+    assert rb.execute_command("SHOW", job_id) is not None
+    assert "Cluster bus listening on 127.0.0.2, 127.0.0.4 port %d" % (a.port + 10000) in a.log()
+
