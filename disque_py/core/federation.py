@@ -408,14 +408,14 @@ class FederationMixin:
         for q in touched.values():
             self._renew_credit(q, sender, now)
 
-    def on_moves_unsent(self: "Node", peer: str, message: tuple) -> None:
+    def on_moves_unsent(self: "Node", peer: str, message: tuple, now: int) -> None:
         """A YOURJOBS to ``peer`` (``moves_to_watch``) never reached the socket: its link closed
         first. Its RETRY 0 jobs left their only copy in it, so they are queued here again, as
         never delivered; at-least-once ones still have their copy here, which requeues. Called
         once the link is down, so they are not pushed to ``peer`` again."""
         if type(message) is not tuple or len(message) < 2 or message[0] != "YOURJOBS":
             return
-        now = self.now
+        self.now = now
         store = self.store
         for wire in message[1]:
             if wire[7] != 0 or store.get(wire[0]) is not None:
@@ -429,6 +429,8 @@ class FederationMixin:
                 self.stats["jobs_returned"] += 1
             else:
                 store.unregister(job)
+        if self._outgoing:
+            self._flush_outgoing()  # pushed on to another node at once, as after any input
 
     def _renew_credit(self: "Node", q: Queue, sender: str, now: int) -> None:
         """Jobs came from ``sender``: ask again before its credit runs out, while they are

@@ -183,8 +183,9 @@ class ClusterService:
     def unsent(self, node_id: str, tokens: list) -> None:
         """The link to ``node_id`` ended with these watched YOURJOBS unsent (after ``link_down``)."""
         node = self.server.node
+        now = now_ms()
         for message in tokens:
-            node.on_moves_unsent(node_id, message)
+            node.on_moves_unsent(node_id, message, now)
         returned = node.stats["jobs_returned"]
         self.server.apply_effects()
         log.warning("Cluster bus: link to %s closed with %d job move(s) unsent; at-most-once jobs "
@@ -264,7 +265,7 @@ class ClusterService:
         link = m.link_of(node_id)
         if link is None or self.bus is None:
             if watch is not None:
-                self.server.node.on_moves_unsent(node_id, watch)  # its effects: the caller's loop
+                self.server.node.on_moves_unsent(node_id, watch, now_ms())  # effects: the caller's loop
             return False
         self.stats["messages_sent"] += 1
         return self.bus.send_item(link, m.myself.id, item, watch)

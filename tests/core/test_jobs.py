@@ -521,7 +521,7 @@ def test_moves_that_never_left_bring_their_at_most_once_jobs_back(h):
 
     def hand_back() -> None:
         for m in messages:
-            h.node.on_moves_unsent(peer, m)
+            h.node.on_moves_unsent(peer, m, h.now)
 
     h.node.reachable = []  # the link went down first
     hand_back()
@@ -536,6 +536,26 @@ def test_moves_that_never_left_bring_their_at_most_once_jobs_back(h):
     assert h.cmd("ACKJOB", amo[0]) == 1 and h.cmd("FASTACK", amo[1]) == 1
     hand_back()  # deleted here: stays deleted
     assert h.cmd("QLEN", "q") == 0 and h.node.stats["jobs_returned"] == 2
+
+
+def test_a_move_handed_back_goes_on_at_once_to_another_node_that_waits(h):
+    """A RETRY 0 job handed back (``on_moves_unsent``) while another peer holds a lease is pushed
+    to that peer in the same call, not left for the next input."""
+    from disque_py.core.effects import Send
+
+    gone, other = "e" * 40, "f" * 40
+    h.node.reachable = [gone]
+    h.node.cluster_size = 3
+    h.node.receive_data(gone, "NEEDJOBS", [b"q", 10], h.now)
+    jid = h.add("q", "body", "REPLICATE", 1, "RETRY", 0)
+    (message,) = [e.message for e in h.effects() if isinstance(e, Send) and e.message[0] == "YOURJOBS"]
+    h.node.reachable = [other]
+    h.node.receive_data(other, "NEEDJOBS", [b"q", 10], h.now)
+    h.effects()
+    h.node.on_moves_unsent(gone, message, h.now)
+    sent = [(e.to, e.message) for e in h.node.take_effects() if isinstance(e, Send)]
+    assert [(to, [w[0] for w in m[1]]) for to, m in sent] == [(other, [jid])]
+    assert h.cmd("QLEN", "q") == 0 and h.node.stats["jobs_returned"] == 1
 
 
 def test_push_leases_on_queues_that_get_no_job_are_forgotten(h):

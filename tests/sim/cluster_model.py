@@ -589,7 +589,7 @@ class SimCluster:
                 return
             self.stats["moves_returned"] += 1
             self._note("B %d moves back %s" % (src, _job_tag(message)))
-            self._call_node(src, "on_moves_unsent", effect.to, message)
+            self._call_node(src, "on_moves_unsent", effect.to, message, self.node_now(src))
 
         self.at(0, back)
 
