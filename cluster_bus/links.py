@@ -249,7 +249,7 @@ class _Link:
     __slots__ = (
         "id", "stream", "peer", "out", "lot", "session", "closed", "scope", "outbound", "node_id", "early",
         "batch", "batch_sender", "batch_size", "fd", "decoder", "dirty", "want_out", "heard",
-        "queued", "written", "watches", "batch_watches",
+        "written", "watches", "batch_watches",
     )
 
     def __init__(self, link_id: int, stream: trio.abc.Stream, peer: str, outbound: bool, node_id: str | None):
@@ -272,10 +272,9 @@ class _Link:
         self.dirty = False  # in Bus._dirty
         self.want_out = False  # the socket was full: the reactor reports when it is writable
         self.heard = outbound  # an inbound link has delivered a message (outbound: we spoke first)
-        # Watched messages (``Bus.send_item(watch=...)``): bytes ever put in ``out`` and ever
-        # handed to the socket, and (end offset of its frame, token) for each watched message
-        # framed and not yet wholly handed over; tokens of the batch not framed yet.
-        self.queued = 0
+        # Watched messages (``Bus.send_item(watch=...)``): bytes ever taken out of ``out`` (so
+        # ``written + len(out)`` is every byte ever queued), and (end offset of its frame, token)
+        # for each watched message framed and not yet wholly taken; tokens of the open batch.
         self.written = 0
         self.watches: collections.deque[tuple[int, Any]] = collections.deque()
         self.batch_watches: list[Any] = []
@@ -424,7 +423,6 @@ class Bus:
             self._close_batch(link)
         data = link.session.seal(body) if link.session is not None else frame(body)
         link.out += data
-        link.queued += len(data)
         self.stats["frames_sent"] += 1
         self._mark(link)
         return True
@@ -475,9 +473,8 @@ class Bus:
         link.batch_size = 0
         data = link.session.seal(body) if link.session is not None else frame(body)
         link.out += data
-        link.queued += len(data)
         if link.batch_watches:
-            end = link.queued
+            end = link.written + len(link.out)
             link.watches.extend((end, w) for w in link.batch_watches)
             link.batch_watches.clear()
         self.stats["frames_sent"] += 1
