@@ -72,14 +72,6 @@ class Server:
         self.cluster = ClusterService(self, config, bind_ip, mono, wall_offset)
         self.node.set_id(self.cluster.my_id)
         self.cluster.sync()
-        self.clients: dict[int, Connection] = {}
-        self.loop = ClientLoop(self)
-        self._next_client_id = 0
-        self.timer_lot = trio.lowlevel.ParkingLot()
-        self.timer_deadline: int | None = None
-        self.loop_runs_timers = False  # see hand_timers
-        self.shutdown_event = trio.Event()
-        self.listeners: list[trio.SocketListener] = []
         self.stats: dict[str, int] = {
             "total_connections_received": 0,
             "total_commands_processed": 0,
@@ -91,6 +83,14 @@ class Server:
             "internal_errors": 0,
             "client_output_buffer_limit_disconnections": 0,
         }
+        self.clients: dict[int, Connection] = {}
+        self.loop = ClientLoop(self)
+        self._next_client_id = 0
+        self.timer_lot = trio.lowlevel.ParkingLot()
+        self.timer_deadline: int | None = None
+        self.loop_runs_timers = False  # see hand_timers
+        self.shutdown_event = trio.Event()
+        self.listeners: list[trio.SocketListener] = []
         self._ops_samples: list[int] = [0] * 16
         self._ops_idx = 0
         self._last_ops = 0

@@ -130,6 +130,7 @@ class ClientLoop:
 
     def __init__(self, server: "Server") -> None:
         self.server = server
+        self.stats = server.stats
         self.ep = select.epoll()
         self.by_fd: dict[int, Connection] = {}
         self.others: dict[int, tuple] = {}  # fd -> (on_readable, on_writable): cluster bus links
@@ -267,6 +268,7 @@ class ClientLoop:
         except OSError:
             self.close(conn)
             return
+        self.stats["total_net_output_bytes"] += sent  # what the socket took: replies of every path
         if sent == len(out):
             out.clear()
             conn.soft_since = 0.0
@@ -289,6 +291,7 @@ class ClientLoop:
         except OSError:
             self.close(conn)
             return
+        self.stats["total_net_output_bytes"] += sent
         if sent < len(out):
             del out[:sent]
             self.over_output_limit(conn)
@@ -334,8 +337,6 @@ class ClientLoop:
             server.apply_effects()
         finally:
             self.current = None
-        if not conn.closed:
-            server.stats["total_net_output_bytes"] += len(conn.out)
 
     # ---------------------------------------------------------------- input
     def _readable(self, conn: Connection) -> None:
@@ -384,7 +385,6 @@ class ClientLoop:
         if conn.closed:
             return
         if conn.out:
-            stats["total_net_output_bytes"] += len(conn.out)
             self.send_soon(conn)
             if conn.closed or conn.waiting_write:
                 return
