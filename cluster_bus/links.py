@@ -23,8 +23,9 @@ means is decided by its ``handler`` (the membership driver in the server).
 * With a cluster secret, a link is usable only after the mutual
   challenge-response of :mod:`cluster_bus.codec` (initiator = connecting
   side); every later frame carries a sequence number and a MAC. A peer that
-  fails is disconnected, reported once per address to the handler
-  (``link_error``), and counted.
+  fails is disconnected, counted, and reported to the handler
+  (``link_error``) with its reason at most once per address and kind every
+  ``REPORT_EVERY`` seconds; the next full report says how many came between.
 * ``send(link, msg)`` encodes (and seals) at once, in call order, into the
   link's output buffer, which is written in one go later (by the reactor
   pass's end or the flusher, see below; or by the link's writer task): all
@@ -71,6 +72,7 @@ import ipaddress
 import logging
 import math
 import os
+import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -103,6 +105,7 @@ _GONE = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
 HANDSHAKE_TIMEOUT = 5.0  # also: an inbound link's first message must come within this (s)
 MAX_UNHEARD_LINKS = 64  # inbound links still waiting for their first message; one more evicts the oldest
 MAX_REPORTED = 1024  # (kind, peer address) pairs whose link errors were logged in full; then all forgotten
+REPORT_EVERY = 60.0  # s: a link error's reason is reported at most this often per address and kind
 CONNECT_TIMEOUT = 3.0
 READ_SIZE = 65536
 #: accept() failures meaning "no descriptor or memory left for now": wait and try again
@@ -309,7 +312,8 @@ class Bus:
         self._unheard: dict[int, _Link] = {}  # inbound links without a first message yet, oldest first
         self._next_link = 0
         self._nursery: trio.Nursery | None = None
-        self._reported: set[tuple[str, str]] = set()
+        self._reported: dict[tuple[str, str], list] = {}  # (kind, peer) -> [next full report at, held back since]
+        self._now = time.monotonic  # the reports' clock (tests move it)
         self.stats = {
             "bytes_sent": 0,
             "bytes_received": 0,
@@ -510,13 +514,21 @@ class Bus:
         return link
 
     def _report(self, kind: str, link: _Link, reason: str) -> None:
+        """Tell the handler; with the reason (to log) only if this address and kind had none
+        reported for REPORT_EVERY seconds, else with an empty one (to count)."""
         key = (kind, link.peer)
-        first = key not in self._reported
-        if first:
-            if len(self._reported) >= MAX_REPORTED:  # links from many addresses: forget, log in full again
-                self._reported.clear()
-            self._reported.add(key)
-        self.handler.link_error(kind, link.peer, reason if first else "")
+        now = self._now()
+        entry = self._reported.get(key)
+        if entry is not None and now < entry[0]:
+            entry[1] += 1
+            self.handler.link_error(kind, link.peer, "")
+            return
+        if entry is None and len(self._reported) >= MAX_REPORTED:  # many addresses: forget, report in full again
+            self._reported.clear()
+        if entry is not None and entry[1]:
+            reason = "%s; %d more from this address in the %.0f s after the last report" % (reason, entry[1], REPORT_EVERY)
+        self._reported[key] = [now + REPORT_EVERY, 0]
+        self.handler.link_error(kind, link.peer, reason)
 
     async def _connect(self, node_id: str, ip: str, bus_port: int) -> None:
         try:

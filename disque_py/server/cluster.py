@@ -193,7 +193,7 @@ class ClusterService:
 
     def link_error(self, kind: str, peer: str, reason: str) -> None:
         self.stats["auth_failures" if kind == "auth" else "bad_frames"] += 1
-        if reason:  # the bus reports the first one per peer with a reason
+        if reason:  # the bus gives a reason at most once a minute per address and kind (links.REPORT_EVERY)
             if kind == "auth":
                 log.warning("Cluster bus: %s failed authentication (%s); link closed", peer, reason)
             else:

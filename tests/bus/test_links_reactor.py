@@ -251,25 +251,41 @@ async def test_a_message_too_big_for_any_frame_is_refused_and_the_link_carries_o
         nursery.cancel_scope.cancel()
 
 
-def test_link_errors_are_logged_in_full_once_per_peer_and_the_memory_of_it_stays_bounded():
-    """The first error of a kind from an address carries its reason, later ones none (the log
-    says it once); links from more addresses than MAX_REPORTED make the bus forget them all."""
+def test_link_errors_are_reported_in_full_once_a_minute_per_peer_and_the_memory_of_it_stays_bounded():
+    """An error's reason reaches the handler (which logs it) at most once per REPORT_EVERY per
+    address and kind, the next one saying how many came between; the others come without a
+    reason (counted only). Links from more addresses than MAX_REPORTED make the bus forget them."""
     from types import SimpleNamespace
 
-    from cluster_bus.links import MAX_REPORTED
+    from cluster_bus.links import MAX_REPORTED, REPORT_EVERY
 
     handler = Handler()
     bus = Bus(handler, host="127.0.0.1", port=0)
+    clock = [1000.0]
+    bus._now = lambda: clock[0]
 
-    def report(peer: str) -> str:
-        bus._report("frame", SimpleNamespace(peer=peer), "bad frame")
+    def report(peer: str, kind: str = "frame") -> str:
+        bus._report(kind, SimpleNamespace(peer=peer), "bad frame")
         return handler.errors[-1][1]
 
     assert report("10.0.0.1") == "bad frame"
     assert report("10.0.0.1") == ""
-    for i in range(1, MAX_REPORTED):
-        assert report("10.1.%d.%d" % divmod(i, 256)) == "bad frame"
-    assert report("10.0.0.1") == ""  # MAX_REPORTED addresses remembered: still known
+    assert report("10.0.0.1", "auth") == "bad frame"  # another kind: its own report
+    assert report("10.0.0.2") == "bad frame"  # another address on the same host's link: its own
+    clock[0] += REPORT_EVERY - 1
+    assert report("10.0.0.1") == ""
+    clock[0] += 1
+    assert report("10.0.0.1") == "bad frame; 2 more from this address in the 60 s after the last report"
+    assert report("10.0.0.1") == ""
+    clock[0] += REPORT_EVERY
+    assert report("10.0.0.1") == "bad frame; 1 more from this address in the 60 s after the last report"
+    clock[0] += REPORT_EVERY
+    assert report("10.0.0.1") == "bad frame"  # none held back since
+    assert len(handler.errors) == 9  # every error reaches the handler, to be counted
+
+    for i in range(MAX_REPORTED - len(bus._reported)):
+        report("10.1.%d.%d" % divmod(i, 256))
+    assert report("10.0.0.1") == ""  # MAX_REPORTED pairs remembered: still known
     assert report("10.9.9.9") == "bad frame"  # one more: everything forgotten, this one remembered
     assert report("10.0.0.1") == "bad frame"
     assert report("10.9.9.9") == ""
