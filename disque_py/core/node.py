@@ -502,9 +502,15 @@ class Node(ReplicationMixin, FederationMixin):
         if done:
             self.delete_job(job)
             return
-        targets = job.delivered or self.known_nodes
+        delivered = job.delivered
+        targets = delivered or self.known_nodes
         confirmed = job.confirmed
-        self._send_lazy([n for n in targets if n not in confirmed], ("SETACK", bytes(job.id), len(job.delivered)))
+        if len(delivered) == 2 and self.id in delivered:
+            # one other holder: it may delete its copy at once (ReplicationMixin.on_setack)
+            message: tuple = ("SETACK", bytes(job.id), 2, True)
+        else:
+            message = ("SETACK", bytes(job.id), len(delivered))
+        self._send_lazy([n for n in targets if n not in confirmed], message)
         period = min(GC_RETRY_MIN_MS << job.gc_retry, GC_RETRY_MAX_MS)
         job.qtime = self.now + period + self._time_error()
         self._reschedule(job)

@@ -43,7 +43,12 @@ Acks (ACKJOB anywhere):
 * A SETACK receiver acks its copy and answers GOTACK(known) when it knows no
   more holders than the sender; otherwise it runs the GC itself.
 * When every holder confirmed, DELJOB(holders) goes to all of them and the
-  job is deleted. A DELJOB receiver that knows holders missing from the
+  job is deleted. Two copies (REPLICATE 2, or a moved REPLICATE 1 job): a
+  SETACK to the only other holder says so, and that holder, if it knows no
+  third one, deletes its copy at once and answers GOTACK(known, deleted),
+  so no DELJOB follows (one message less per job; keeping the acked state
+  there would protect no third copy). A holder that knows a third runs the
+  GC itself, as above. A DELJOB receiver that knows holders missing from the
   list passes it on to them (FASTACK's DELJOB alike). Attempts repeat
   with exponential backoff (1 s .. 3 min) while some holder is unreachable.
 * Why DELJOB lists the holders (Disque's carries only the ID): holders
@@ -392,6 +397,15 @@ class ReplicationMixin:
             if job.state == WAIT_REPL:
                 if not self._replication_achieved(job):
                     return
+            if len(body) > 2 and body[2] is True and all(n == sender or n == self.id for n in job.delivered):
+                # The sender's only other holder is this node, and this node knows no other
+                # holder either: once acked here nobody needs this copy, so it goes now, and
+                # the GOTACK says so; the sender then sends no DELJOB (one message less for
+                # every job with two copies: REPLICATE 2, or a moved REPLICATE 1 job).
+                self.acknowledge(job, schedule_gc=False)
+                self.delete_job(job)
+                self._send_lazy((sender,), ("GOTACK", job_id, True, True))
+                return
             self.acknowledge(job)
         if job is None or len(job.delivered) <= may_have:
             self._send_lazy((sender,), ("GOTACK", job_id, job is not None))
@@ -422,7 +436,13 @@ class ReplicationMixin:
                 self.delete_job(job)  # nobody knows this ID: drop the dummy ack
             return
         if not dummy and job.confirmed is not None and len(job.confirmed) >= len(job.delivered):
-            self._send_lazy(job.delivered, ("DELJOB", bytes(job.id), list(job.delivered)))
+            if len(body) > 2 and body[2] is True:
+                # the sender deleted its copy already (it was our only other holder, on_setack)
+                others = [n for n in job.delivered if n != sender and n != self.id]
+            else:
+                others = job.delivered
+            if others:
+                self._send_lazy(others, ("DELJOB", bytes(job.id), list(job.delivered)))
             self.delete_job(job)
 
     def on_pause(self: "Node", sender: str, body: list) -> None:

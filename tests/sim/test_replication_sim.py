@@ -451,6 +451,76 @@ def test_ackjob_anywhere_removes_the_job_everywhere(ack_on):
     assert c.holders(job, include_dummy=True) == [] and c.ledger.delivered[job] == 1
 
 
+@replication
+@pytest.mark.parametrize("ack_on", ["creator", "other_holder"])
+def test_a_job_with_two_copies_is_collected_without_deljob(ack_on):
+    # The acking node's only other holder deletes its copy on SETACK and says so in its
+    # GOTACK, so no DELJOB follows: SETACK + GOTACK, two messages instead of three.
+    c = SimCluster(3, 611)
+    job = addjob(c, 0, "REPLICATE", 2, "RETRY", 60)
+    assert getjob(c, 0) == [job]
+    holders = c.holders(job)
+    where = 0 if ack_on == "creator" else next(i for i in holders if i != 0)
+    before = {k: c.stats["sent:" + k] for k in ("SETACK", "GOTACK", "DELJOB")}
+    assert c.client(where).cmd("ACKJOB", job) == 1
+    c.run_until(gone_everywhere(c, job), 5000, "ack GC of a two-copy job")
+    sent = {k: c.stats["sent:" + k] - v for k, v in before.items()}
+    assert sent == {"SETACK": 1, "GOTACK": 1, "DELJOB": 0}
+    c.run_for(70_000)  # RETRY 60: a copy left anywhere would be queued and delivered again
+    assert c.holders(job, include_dummy=True) == [] and c.ledger.delivered[job] == 1
+
+
+@replication
+def test_a_two_copy_ack_whose_gotack_is_lost_is_still_collected():
+    c = SimCluster(3, 612)
+    job = addjob(c, 0, "REPLICATE", 2, "RETRY", 60)
+    assert getjob(c, 0) == [job]
+    other = next(i for i in c.holders(job) if i != 0)
+    handlers = c.node(0)._handlers
+    real = handlers["GOTACK"]
+    lost = []
+
+    def lose_the_first(sender, body):
+        if not lost:
+            lost.append(body)  # the other holder deleted its copy, and this never arrives
+            return None
+        return real(sender, body)
+
+    handlers["GOTACK"] = lose_the_first
+    assert c.client(0).cmd("ACKJOB", job) == 1
+    c.run_until(lambda: bool(lost), 5000, "the GOTACK")
+    assert c.state_of(other, job) is None  # deleted on SETACK
+    assert lost[0][1:] == [True, True]  # GOTACK(id, known, deleted)
+    assert c.state_of(0, job) == ACKED
+    # the next GC attempt asks again; the answer "unknown" from a holder confirms it
+    c.run_until(gone_everywhere(c, job), 30_000, "the ack collected after the GOTACK was lost")
+    c.run_for(70_000)
+    assert c.holders(job, include_dummy=True) == [] and c.ledger.delivered[job] == 1
+
+
+@replication
+def test_a_holder_that_knows_a_third_copy_does_not_take_the_two_copy_shortcut():
+    # REPLICATE 2 on nodes 0 and x; the job then moves from 0 to a consumer on node y, so 0
+    # and y know three holders and x still knows two. An ACKJOB on x offers 0 the shortcut;
+    # 0 must not delete its copy at once but collect y's copy too.
+    c = SimCluster(3, 613)
+    job = addjob(c, 0, "REPLICATE", 2, "RETRY", 60)
+    x = next(i for i in c.holders(job) if i != 0)
+    y = next(i for i in range(3) if i not in (0, x))
+    consumer = c.client(y)
+    assert consumer.cmd("GETJOB", "TIMEOUT", 10_000, "FROM", "q") is BLOCKED
+    reply = consumer.wait_reply(10_000)
+    assert isinstance(reply, list) and bytes(reply[0][1]) == job, reply
+    assert sorted(c.holders(job)) == sorted([0, x, y])
+    assert len(c.node(x).store.get(job).delivered) == 2
+    before = c.stats["sent:DELJOB"]
+    assert c.client(x).cmd("ACKJOB", job) == 1
+    c.run_until(gone_everywhere(c, job), 10_000, "every copy collected, the moved one included")
+    assert c.stats["sent:DELJOB"] > before  # the long way, through node 0's own GC
+    c.run_for(70_000)  # y's copy would come back after RETRY had it been left behind
+    assert c.holders(job, include_dummy=True) == [] and c.ledger.delivered[job] == 1
+
+
 # ---------------------------------------------------------------------------
 # 7. Dummy ack while every holder is away
 # ---------------------------------------------------------------------------
