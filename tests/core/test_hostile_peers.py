@@ -105,3 +105,43 @@ def test_setack_for_an_unknown_id_is_answered_only_when_the_id_is_well_formed():
     node.receive_data(PEER, "SETACK", [good, 1], h.now)
     sent = [e.message for e in h.advance(1000) if type(e) is Send]  # ack GC messages leave within ms
     assert sent == [("GOTACK", good, False)]  # a malformed ID is never echoed to the peer
+
+
+def test_the_two_copy_flags_count_only_when_they_are_true():
+    # SETACK(id, 2, True) lets the only other holder delete its copy at once, and
+    # GOTACK(id, True, True) spares the DELJOB; any other value there is the plain message.
+    from disque_py.core.effects import Send
+    from disque_py.core.job import ACKED
+
+    def holder_of_a_two_copy_job() -> tuple[Harness, bytes]:
+        h = Harness()
+        node = h.node
+        node.cluster_size = 2
+        node.known_nodes = [node.id, PEER]
+        node.reachable = [PEER]
+        wire = list(VALID_JOB)
+        wire[10] = [PEER, node.id]
+        node.receive_data(PEER, "REPLJOB", [wire, True], h.now)
+        h.advance(1000)
+        assert node.store.get(wire[0]) is not None
+        return h, wire[0]
+
+    for flag in (1, b"yes", "True", None, [True]):
+        h, job_id = holder_of_a_two_copy_job()
+        h.node.receive_data(PEER, "SETACK", [job_id, 2, flag], h.now)
+        assert h.node.store.get(job_id).state == ACKED  # acked, kept until the DELJOB
+    h, job_id = holder_of_a_two_copy_job()
+    h.node.receive_data(PEER, "SETACK", [job_id, 2, True], h.now)
+    assert h.node.store.get(job_id) is None
+    sent = [e.message for e in h.advance(1000) if type(e) is Send]
+    assert sent == [("GOTACK", job_id, True, True)]
+
+    for flag, deljob in ((True, False), (1, True), (b"yes", True)):
+        h, job_id = holder_of_a_two_copy_job()
+        assert h.cmd("ACKJOB", job_id) == 1
+        sent = [e.message for e in h.advance(1000) if type(e) is Send]
+        assert sent == [("SETACK", job_id, 2, True)]
+        h.node.receive_data(PEER, "GOTACK", [job_id, True, flag], h.now)
+        assert h.node.store.get(job_id) is None
+        sent = [e.message for e in h.advance(1000) if type(e) is Send]
+        assert [m[0] for m in sent] == (["DELJOB"] if deljob else []), (flag, sent)
