@@ -10,8 +10,8 @@ Pull (Disque's protocol, unchanged on the wire):
   arrives) and, to discover new sources, to every reachable node (every 2 s
   doubling up to 30 s). When a consumer takes the last job of a queue that
   has a recent import rate, the sources are asked at once, except those
-  whose push lease (below) is young and has used less than half of its
-  credit: they push on without being asked.
+  whose push lease (below) is young (``RENEW_AFTER_MS``) and has used less
+  than half of its credit: they push on without being asked.
 * A node receiving NEEDJOBS(queue, count) with jobs queued (and not paused
   out, and not importing that queue itself) dequeues up to ``count`` of them
   (at most half its queue unless it has twice as many) and sends them in one
@@ -37,7 +37,14 @@ Push (what makes it fast, our addition, still only NEEDJOBS/YOURJOBS):
   RETRY 0 job is not pushed into a link that does not drain (as above); an
   at-least-once one is, as its copy here is requeued if that one is lost.
   Every new NEEDJOBS renews the lease and resets the credit; NEEDJOBS(q, 0)
-  cancels it. A node does not cancel when its waiters are momentarily all
+  cancels it. ``LEASE_MS`` outlasts the longest gap between two NEEDJOBS of
+  a node whose consumers wait (the discovery broadcast's 30 s backoff, plus
+  slack): with a shorter lease (3 s, before) a producer that started on
+  another node after the consumers had waited a while saw no lease and kept
+  its jobs until the next broadcast, up to 30 s later, as in Disque
+  (measured: p50 18 s after an idle minute). What a lease may cost is
+  bounded by its credit, not its length: the credit of a discovery request
+  is one job per blocked client. A node does not cancel when its waiters are momentarily all
   served: under load that happens on every YOURJOBS, and cancelling then
   turned push back into a pull ping-pong (measured: 20 % of the same-node
   rate). Leases simply expire.
@@ -101,7 +108,8 @@ BCAST_MAX_DELAY_MS = 30000
 ADHOC_MIN_DELAY_MS = 25
 ADHOC_MAX_DELAY_MS = 2000
 SOURCE_VALIDITY_MS = 5000
-LEASE_MS = 3000
+LEASE_MS = BCAST_MAX_DELAY_MS + 2000  # outlasts the asker's slowest re-ask (see the docstring)
+RENEW_AFTER_MS = 1500  # a consumer node re-asks a pushing source whose lease is older than this
 LEASE_GC_BATCH = 10_000  # queue names whose leases are checked per queue-GC pass (every second)
 NEED_PERIOD_MS = 100  # how often queues with waiters are reconsidered
 
@@ -164,12 +172,12 @@ class FederationMixin:
             # (REACHED_ZERO), or no ad hoc request due yet (CLIENTS_WAITING).
             if kind == REACHED_ZERO:
                 asked = q.asked
-                half_lease = LEASE_MS // 2
+                renew_after = RENEW_AFTER_MS
                 for n, t in q.sources.items():
                     if now - t > SOURCE_VALIDITY_MS:
                         continue
                     view = asked.get(n)  # _lease_healthy, inline: this loop runs for most jobs
-                    if view is None or now - view[0] >= half_lease or view[2] >= view[1] // 2:
+                    if view is None or now - view[0] >= renew_after or view[2] >= view[1] // 2:
                         break
                 else:
                     return
@@ -207,7 +215,7 @@ class FederationMixin:
     @staticmethod
     def _lease_healthy(q: Queue, peer: str, now: int) -> bool:
         view = q.asked.get(peer)
-        return view is not None and now - view[0] < LEASE_MS // 2 and view[2] < view[1] // 2
+        return view is not None and now - view[0] < RENEW_AFTER_MS and view[2] < view[1] // 2
 
     def _send_needjobs(self: "Node", nodes: list[str], name: bytes, count: int) -> None:
         if nodes:

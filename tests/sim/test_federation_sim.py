@@ -63,6 +63,25 @@ def test_delivery_latency_is_one_hop_with_a_waiting_consumer():
     assert c.nodes[1].stats["jobs_pushed"] == 1
 
 
+@pytest.mark.parametrize("idle_ms", [3_500, 10_000, 65_000, 300_000])
+def test_a_producer_appearing_after_a_long_wait_is_one_hop_away(idle_ms):
+    """The consumer node's NEEDJOBS broadcast backs off to one every 30 s while nothing comes;
+    the leases it opens must last until its next one, or a producer that starts in between
+    waits for that broadcast (up to 30 s, as in Disque) instead of pushing at once."""
+    c = SimCluster(3, 8, delay=(1, 1))
+    cl = blocked_consumer(c, 0)
+    c.run_for(idle_ms)
+    for k in range(3):  # each job a second after the other: every one goes out on its own
+        t0 = c.now
+        job = addjob(c, 1, "REPLICATE", 1, body="late-%d" % k)
+        reply = cl.wait_reply(60_000)
+        assert reply[0][1] == job
+        assert c.now - t0 <= 5, "took %d virtual ms after %d idle ms" % (c.now - t0, idle_ms)
+        c.client(0).cmd("ACKJOB", job)
+        cl = blocked_consumer(c, 0)
+        c.run_for(1000)
+
+
 def test_hundred_jobs_at_random_nodes_all_fetched_from_node_0():
     c = SimCluster(5, 11, delay=(0, 5))
     rng = random.Random(11)
@@ -103,7 +122,9 @@ def test_consumer_node_dying_with_credit_strands_nothing_beyond_retry():
         return seen >= set(ids)
 
     took = c.run_until(drain, 30_000, "every job delivered by the survivors")
-    assert took <= 5000 + 1500 + LEASE_MS, took  # within RETRY (plus jitter and detection)
+    # within RETRY, plus its jitter and the time to see node 0 down (the lease itself lasts
+    # LEASE_MS, far longer: what bounds the loss is the credit and reachability, not its length)
+    assert took <= 5000 + 1500 + 3000, took
 
 
 def test_paused_out_queue_serves_no_needjobs_and_leaving_node_asks_none():
