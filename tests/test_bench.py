@@ -14,10 +14,13 @@ class _Searcher:
         # p99 is 1 ms up to this rate and 50 ms above it (default: always 1 ms)
         self.fast = fast or {False: float("inf"), True: float("inf")}
         self.calls: list[tuple[str, float]] = []
+        self.replicates: set[int] = set()
+        self.fed_ramp_replicate = 1
         self._ramp_plan = Bench._ramp_plan.__get__(self)
 
     def fed_run(self, rate: float, replicate: int, duration: float, *, same_node: bool = False) -> dict:
         self.calls.append(("A->A" if same_node else "B->A", rate))
+        self.replicates.add(replicate)
         p99 = 1.0 if rate <= self.fast[same_node] else 50.0
         return {"rate": rate, "ok": rate <= self.limits[same_node], "p99_ms": p99}
 
@@ -34,6 +37,38 @@ def test_ramps_alternate_and_find_each_maximum():
     assert set(where[2 * n_cross:]) == {"A->A"}
     assert out[False]["best"] == {"rate": 5750, "ok": True, "p99_ms": 1.0}
     assert [st["rate"] for st in out[True]["steps"]] == [r for w, r in s.calls if w == "A->A"]
+
+
+def test_ramps_search_with_the_replicate_asked_for():
+    s = _Searcher(cross_limit=6000, same_limit=20000)
+    s.fed_ramp_replicate = 3
+    out = Bench.fed_ramps(s)
+    assert s.replicates == {3}
+    assert out[False]["replicate"] == out[True]["replicate"] == 3
+
+
+def test_node_per_core_layout_pins_b_and_c_beside_the_load_generator():
+    """Real nodes: with the one-core layout all three run on the server CPU; with node-per-core, A stays
+    there and B and C move to the client CPU. The report says which layout it measured."""
+    import os
+
+    from disque_py.bench import CLIENT_CPU, SERVER_CPU, federation_report
+
+    for layout, expected in (("one-core", [SERVER_CPU] * 3), ("node-per-core", [SERVER_CPU, CLIENT_CPU, CLIENT_CPU])):
+        bench = Bench(Sizes(), 23711, fed_layout=layout)
+        try:
+            nodes = bench.start_fed_cluster("layout")
+            assert [sorted(os.sched_getaffinity(n.proc.pid)) for n in nodes] == [[int(c)] for c in expected]
+        finally:
+            bench.stop_all()
+        bench.results["fed_max_cross"] = {"where": "B->A", "replicate": 3, "max_rate": 900, "first_failed_rate": 1000,
+                                          "best": None, "steps": [], "p99_limit_ms": None}  # fmt: skip
+        bench.results["fed_max_same"] = {**bench.results["fed_max_cross"], "where": "A->A", "max_rate": 1000}
+        bench.fed_ramp_replicate = 3
+        report = "\n".join(federation_report(bench))
+        assert "Federation (layout %s)" % layout in report
+        assert "Maximum sustained rate, REPLICATE 3" in report
+        assert "| Max sustained B → A vs A → A, REPLICATE 3 | 900 vs 1,000 jobs/s = 90% | — | >= 80% | yes |" in report
 
 
 def test_a_failing_start_goes_down():
