@@ -1024,16 +1024,16 @@ class Bench:
 
     # ---- servers
 
-    def disque_argv(self, port: int, workdir: Path) -> list[str]:
+    def disque_argv(self, port: int, workdir: Path, cpu: str = SERVER_CPU) -> list[str]:
         exe = Path(self.python).with_name("disque-py")
         cmd = [str(exe)] if exe.exists() else [self.python, "-m", "disque_py.cli"]
-        return ["taskset", "-c", SERVER_CPU, *cmd, "server", "--port", str(port), "--dir", str(workdir),
+        return ["taskset", "-c", cpu, *cmd, "server", "--port", str(port), "--dir", str(workdir),
                 "--bind", HOST, "--logfile", str(workdir / "log")]  # fmt: skip
 
-    def reference_argv(self, port: int, workdir: Path) -> list[str]:
+    def reference_argv(self, port: int, workdir: Path, cpu: str = SERVER_CPU) -> list[str]:
         """Disque 1.0-rc1 itself, pinned like our node; in memory, in the foreground."""
         assert self.disque_server
-        return ["taskset", "-c", SERVER_CPU, self.disque_server, "--port", str(port), "--bind", HOST,
+        return ["taskset", "-c", cpu, self.disque_server, "--port", str(port), "--bind", HOST,
                 "--dir", str(workdir), "--logfile", str(workdir / "log"), "--daemonize", "no",
                 "--appendonly", "no"]  # fmt: skip
 
@@ -1046,16 +1046,17 @@ class Bench:
         """Results key: ``name`` for disque-py, ``ref_<name>`` for Disque 1.0-rc1."""
         return name if kind == "disque-py" else "ref_" + name
 
-    def server_argv(self, kind: str, port: int, workdir: Path) -> list[str]:
-        """The command line of a ``kind`` server: disque-py, disque (the reference) or redis-server."""
+    def server_argv(self, kind: str, port: int, workdir: Path, cpu: str = SERVER_CPU) -> list[str]:
+        """The command line of a ``kind`` server pinned to ``cpu``: disque-py, disque (the reference) or
+        redis-server."""
         if kind == "disque-py":
-            return self.disque_argv(port, workdir)
+            return self.disque_argv(port, workdir, cpu)
         if kind == "disque":
-            return self.reference_argv(port, workdir)
-        return self.redis_argv(port, workdir)
+            return self.reference_argv(port, workdir, cpu)
+        return self.redis_argv(port, workdir, cpu)
 
-    def redis_argv(self, port: int, workdir: Path) -> list[str]:
-        return ["taskset", "-c", SERVER_CPU, "redis-server", "--port", str(port), "--save", "", "--appendonly", "no",
+    def redis_argv(self, port: int, workdir: Path, cpu: str = SERVER_CPU) -> list[str]:
+        return ["taskset", "-c", cpu, "redis-server", "--port", str(port), "--save", "", "--appendonly", "no",
                 "--bind", HOST, "--dir", str(workdir), "--logfile", str(workdir / "log")]  # fmt: skip
 
     def start(self, kind: str) -> Server:
@@ -1568,9 +1569,8 @@ class Bench:
         for i in range(3):
             port = self.fed_port(i)
             workdir = Path(tempfile.mkdtemp(prefix="%s-%s-" % (label, "ABC"[i]), dir=self.tmp))
-            argv = self.server_argv(kind, port, workdir)
-            if i and self.fed_layout == "node-per-core":
-                argv = fed_repin(argv, CLIENT_CPU)
+            cpu = CLIENT_CPU if i and self.fed_layout == "node-per-core" else SERVER_CPU
+            argv = self.server_argv(kind, port, workdir, cpu)
             self.record(argv)
             node = Server(kind, argv, port, workdir)
             self.servers.append(node)
@@ -2134,13 +2134,6 @@ def _ramp_table(ramps: list[dict[str, Any]], what: str) -> list[str]:
     return out
 
 
-def fed_repin(argv: list[str], cpu: str) -> list[str]:
-    """``argv`` (``taskset -c CPU command ...``) pinned to ``cpu`` instead."""
-    if argv[:2] != ["taskset", "-c"]:
-        raise BenchError("not a pinned command line: %s" % " ".join(argv[:3]))
-    return ["taskset", "-c", cpu, *argv[3:]]
-
-
 def fed_layout_text(layout: str) -> str:
     if layout == "node-per-core":
         return ("node A pinned to CPU %s, nodes B and C to CPU %s together with the load generator (one process)"
@@ -2227,8 +2220,9 @@ def federation_report(bench: Bench) -> list[str]:
     if cross and same and same["max_rate"]:
         share = (max_cross or 0) / same["max_rate"]
         rows.append("| Max sustained B → A vs A → A, REPLICATE %d | %s vs %s jobs/s = %.0f%% | — | >= %.0f%% "
-                    "| %s |" % (cross["replicate"], "{:,.0f}".format(max_cross or 0), "{:,.0f}".format(same["max_rate"]), 100 * share,
-            100 * FED_TARGET_SHARE, "yes" if share >= FED_TARGET_SHARE else "**NO**"))  # fmt: skip
+                    "| %s |" % (cross["replicate"], "{:,.0f}".format(max_cross or 0),
+                                "{:,.0f}".format(same["max_rate"]), 100 * share, 100 * FED_TARGET_SHARE,
+                                "yes" if share >= FED_TARGET_SHARE else "**NO**"))  # fmt: skip
     fast_cross, fast_same = res.get("fed_fast_cross"), res.get("fed_fast_same")
     if fast_cross and fast_same and fast_same["max_rate"]:
         rows.append("| Highest rate with p99 < %.0f ms, B → A vs A → A (for reading the row above) "

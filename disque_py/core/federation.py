@@ -42,12 +42,12 @@ Push (what makes it fast, our addition, still only NEEDJOBS/YOURJOBS):
   slack): with a shorter lease (3 s, before) a producer that started on
   another node after the consumers had waited a while saw no lease and kept
   its jobs until the next broadcast, up to 30 s later, as in Disque
-  (measured: p50 18 s after an idle minute). What a lease may cost is
+  (measured: p50 18 s after ~20 s of waiting). What a lease may cost is
   bounded by its credit, not its length: the credit of a discovery request
-  is one job per blocked client. A node does not cancel when its waiters are momentarily all
-  served: under load that happens on every YOURJOBS, and cancelling then
-  turned push back into a pull ping-pong (measured: 20 % of the same-node
-  rate). Leases simply expire.
+  is one job per blocked client. A node does not cancel when its waiters
+  are momentarily all served: under load that happens on every YOURJOBS,
+  and cancelling then turned push back into a pull ping-pong (measured:
+  20 % of the same-node rate). Leases simply expire.
 * Top-up: a node importing pushed jobs asks their source again (a new
   NEEDJOBS, so a fresh lease and credit) as soon as half of the credit is
   used, provided its own queue holds less than a credit's worth of jobs,
@@ -172,12 +172,11 @@ class FederationMixin:
             # (REACHED_ZERO), or no ad hoc request due yet (CLIENTS_WAITING).
             if kind == REACHED_ZERO:
                 asked = q.asked
-                renew_after = RENEW_AFTER_MS
                 for n, t in q.sources.items():
                     if now - t > SOURCE_VALIDITY_MS:
                         continue
                     view = asked.get(n)  # _lease_healthy, inline: this loop runs for most jobs
-                    if view is None or now - view[0] >= renew_after or view[2] >= view[1] // 2:
+                    if view is None or now - view[0] >= RENEW_AFTER_MS or view[2] >= view[1] // 2:
                         break
                 else:
                     return
