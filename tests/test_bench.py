@@ -15,7 +15,6 @@ class _Searcher:
         self.fast = fast or {False: float("inf"), True: float("inf")}
         self.calls: list[tuple[str, float]] = []
         self.replicates: set[int] = set()
-        self.fed_ramp_replicate = 1
         self._ramp_plan = Bench._ramp_plan.__get__(self)
 
     def fed_run(self, rate: float, replicate: int, duration: float, *, same_node: bool = False) -> dict:
@@ -41,34 +40,80 @@ def test_ramps_alternate_and_find_each_maximum():
 
 def test_ramps_search_with_the_replicate_asked_for():
     s = _Searcher(cross_limit=6000, same_limit=20000)
-    s.fed_ramp_replicate = 3
-    out = Bench.fed_ramps(s)
+    out = Bench.fed_ramps(s, replicate=3)
     assert s.replicates == {3}
     assert out[False]["replicate"] == out[True]["replicate"] == 3
 
 
 def test_node_per_core_layout_pins_b_and_c_beside_the_load_generator():
-    """Real nodes: with the one-core layout all three run on the server CPU; with node-per-core, A stays
-    there and B and C move to the client CPU. The report says which layout it measured."""
+    """Real nodes: the federation suite's default layout keeps A on the server CPU and moves B and C to the
+    client CPU; one-core (and the replication and queues suites, whatever --fed-layout says) keeps all three
+    on the server CPU."""
     import os
 
-    from disque_py.bench import CLIENT_CPU, SERVER_CPU, federation_report
+    from disque_py.bench import CLIENT_CPU, SERVER_CPU
 
-    for layout, expected in (("one-core", [SERVER_CPU] * 3), ("node-per-core", [SERVER_CPU, CLIENT_CPU, CLIENT_CPU])):
-        bench = Bench(Sizes(), 23711, fed_layout=layout)
+    assert Bench(Sizes(), 23711).fed_layout == "node-per-core"
+    for layout, expected in (("one-core", [SERVER_CPU] * 3), ("node-per-core", [SERVER_CPU, CLIENT_CPU, CLIENT_CPU]),
+                             (None, [SERVER_CPU] * 3)):  # fmt: skip
+        bench = Bench(Sizes(), 23711)
         try:
-            nodes = bench.start_fed_cluster("layout")
+            nodes = bench.start_fed_cluster("layout", **({"layout": layout} if layout else {}))
             assert [sorted(os.sched_getaffinity(n.proc.pid)) for n in nodes] == [[int(c)] for c in expected]
         finally:
             bench.stop_all()
-        bench.results["fed_max_cross"] = {"where": "B->A", "replicate": 3, "max_rate": 900, "first_failed_rate": 1000,
-                                          "best": None, "steps": [], "p99_limit_ms": None}  # fmt: skip
-        bench.results["fed_max_same"] = {**bench.results["fed_max_cross"], "where": "A->A", "max_rate": 1000}
-        bench.fed_ramp_replicate = 3
+
+
+def _search(where: str, replicate: int, top: int, steps: list[tuple[int, float]], limit: float | None) -> dict:
+    return {"where": where, "replicate": replicate, "max_rate": top, "first_failed_rate": None, "best": None,
+            "p99_limit_ms": limit, "steps": [{"rate": r, "ok": True, "p99_ms": p99, "achieved_per_s": r,
+                                              "missing": 0, "duplicates": 0, "unexpected": 0, "addjob_errors": 0,
+                                              "jobs_produced": 10, "client_cpu_pct": 1.0}
+                                             for r, p99 in steps]}  # fmt: skip
+
+
+def test_report_judges_each_replicate_by_the_latency_bounded_maximum():
+    """The target's maximum is the latency-bounded search's; every B -> A run at a rate up to it counts
+    for "p99 under 10 ms", the ceiling search's steps included; the ceiling's ratio is only shown."""
+    from disque_py.bench import federation_report
+
+    for layout in ("one-core", "node-per-core"):
+        bench = Bench(Sizes(), 23711, fed_layout=layout)
+        res = bench.results
+        # REPLICATE 1: cross 900 vs same 1000 within the target; the ceiling search had 20 ms at 800/s
+        res["fed_fast_cross_r1"] = _search("B->A", 1, 900, [(600, 1.0), (900, 2.0)], 10.0)
+        res["fed_fast_same_r1"] = _search("A->A", 1, 1000, [(600, 1.0), (1000, 2.0)], 10.0)
+        res["fed_max_cross_r1"] = _search("B->A", 1, 1500, [(800, 20.0), (1500, 300.0)], None)
+        res["fed_max_same_r1"] = _search("A->A", 1, 1600, [(800, 1.0), (1600, 300.0)], None)
+        # REPLICATE 3: cross 500 vs same 1000 (50 %), every run under 10 ms
+        res["fed_fast_cross_r3"] = _search("B->A", 3, 500, [(500, 3.0)], 10.0)
+        res["fed_fast_same_r3"] = _search("A->A", 3, 1000, [(1000, 3.0)], 10.0)
         report = "\n".join(federation_report(bench))
         assert "Federation (layout %s)" % layout in report
-        assert "Maximum sustained rate, REPLICATE 3" in report
-        assert "| Max sustained B → A vs A → A, REPLICATE 3 | 900 vs 1,000 jobs/s = 90% | — | >= 80% | yes |" in report
+        assert "the target's maximum), REPLICATE 1" in report and "Throughput ceiling, REPLICATE 1" in report
+        assert "Throughput ceiling, REPLICATE 3" not in report
+        assert "| Max within p99 < 10 ms, B → A vs A → A, REPLICATE 1 | 900 vs 1,000 jobs/s = 90% | — | >= 80% | yes |" in report
+        assert "| Max within p99 < 10 ms, B → A vs A → A, REPLICATE 3 | 500 vs 1,000 jobs/s = 50% | — | >= 80% | **NO** |" in report
+        rows = {line.split(" | ")[0]: line for line in report.splitlines() if line.startswith("| p99 < 10 ms at every")}
+        r1 = next(v for k, v in rows.items() if "REPLICATE 1" in k)
+        r3 = next(v for k, v in rows.items() if "REPLICATE 3" in k)
+        assert "ceiling 800/s: 20.00 ms" in r1 and "1,500" not in r1 and r1.endswith("| **NO** |")
+        assert r3.endswith("| yes |")
+        assert ("| Throughput ceiling (p99 <= 1000 ms), B → A vs A → A, REPLICATE 1 (for reading the rows above) "
+                "| 1,500 vs 1,600 jobs/s = 94% | — | — | — |") in report
+
+
+def test_ramp_replicates_option():
+    import argparse
+
+    import pytest
+
+    from disque_py.bench import _replicates
+
+    assert _replicates("1,3") == (1, 3) and _replicates("2") == (2,)
+    for bad in ("", "0", "4", "1,x"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            _replicates(bad)
 
 
 def test_a_failing_start_goes_down():
