@@ -5,7 +5,7 @@
     scripts/bench --only addjob,memory    a subset: addjob, getjob, cycles, memory, redis, bus, replication,
                                           federation, queues
     scripts/bench --only bus              only the cluster bus tests (about two minutes)
-    scripts/bench --only federation       consumer on node A, producer on node B (about 25 minutes)
+    scripts/bench --only federation       consumer on node A, producer on node B (about 18 minutes)
     scripts/bench --only replication      ADDJOB REPLICATE 3 and add->get->ack on three nodes (about a minute)
     scripts/bench --only queues           what 200,000 idle queues cost a node (under a minute)
     python -m disque_py.bench client --port 7711 --duration 5
