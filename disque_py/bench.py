@@ -87,8 +87,8 @@ connections of the one before.
   (``--fed-layout one-core``: what a move costs in total CPU), joined with
   ``CLUSTER MEET`` of B and C sent to A; the load generator
   (:func:`run_federation`, one process, epoll + ``hiredis.Reader``, like the
-  cycle client) pinned to CPU 1. 10 consumer connections on A each keep one ``GETJOB TIMEOUT 1000
-  FROM q`` pending; every job received is acknowledged with ``ACKJOB id`` and
+  cycle client) pinned to CPU 1. 10 consumer connections on A each keep one
+  ``GETJOB TIMEOUT 1000 FROM q`` pending; every job received is acknowledged with ``ACKJOB id`` and
   the connection blocks again in the same write. The producer sends ``ADDJOB
   q <body> 0 REPLICATE r`` to B on an open-loop schedule (job k due at t0 +
   k/R, written as soon as it is due, pipelined round-robin over 4
@@ -2143,7 +2143,8 @@ def _ramp_table(ramps: list[dict[str, Any]], what: str) -> list[str]:
 
 
 def _replicates(text: str) -> tuple[int, ...]:
-    """``--fed-ramp-replicates``: "1,3" -> (1, 3); each 1-3."""
+    """``--fed-replicates`` and ``--fed-ramp-replicates``: "1,3" -> (1, 3); each 1-3 (the cluster has 3
+    nodes)."""
     try:
         out = tuple(int(x) for x in text.split(",") if x.strip())
     except ValueError:
@@ -2474,7 +2475,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="bus: cluster-node-timeout of every node (default: the server's, %d)" % DEFAULT_NODE_TIMEOUT)
     p.add_argument("--fed-rates", default=None,
                    help="federation: offered jobs/s of the fixed runs (default 50,500,5000; quick 50,500)")
-    p.add_argument("--fed-replicates", default=None,
+    p.add_argument("--fed-replicates", type=_replicates, default=None,
                    help="federation: REPLICATE factors of the fixed runs (default 1,3)")
     p.add_argument("--fed-duration", type=float, default=None, help="federation: s per fixed run (default 10, quick 2)")
     p.add_argument("--fed-ramp-duration", type=float, default=None, help="federation: s per ramp step (default 5)")
@@ -2518,12 +2519,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if a.fed_rates:
             sizes.fed_rates = tuple(float(x) for x in a.fed_rates.split(",") if x.strip())
-        if a.fed_replicates:
-            sizes.fed_replicates = tuple(int(x) for x in a.fed_replicates.split(",") if x.strip())
     except ValueError:
-        p.error("--fed-rates / --fed-replicates: comma-separated numbers, e.g. 50,500,5000 and 1,3")
-    if any(r <= 0 for r in sizes.fed_rates) or any(not 1 <= r <= 3 for r in sizes.fed_replicates):
-        p.error("federation: rates must be > 0 and REPLICATE 1..3 (the cluster has 3 nodes)")
+        p.error("--fed-rates: comma-separated numbers, e.g. 50,500,5000")
+    if a.fed_replicates:
+        sizes.fed_replicates = a.fed_replicates
+    if any(r <= 0 for r in sizes.fed_rates):
+        p.error("federation: rates must be > 0")
     for name in ("fed_duration", "fed_ramp_duration", "fed_ramp_start"):
         if getattr(a, name) is not None:
             if getattr(a, name) <= 0:
