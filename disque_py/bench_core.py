@@ -12,8 +12,8 @@ one that stays, and where. With ``--backlog`` the producer adds every job
 first and the consumers come after: the jobs then move by pull (NEEDJOBS
 answered by YOURJOBS batches, on timer ticks 5 ms apart), the path a
 cluster takes once a producing node holds a backlog, instead of the push
-of a job to a node whose consumers wait. What the shell adds (sockets, RESP, the bus codec)
-is measured by ``scripts/bench`` itself.
+of a job to a node whose consumers wait. What the shell adds (sockets,
+RESP, the bus codec) is measured by ``scripts/bench`` itself.
 """
 
 from __future__ import annotations
