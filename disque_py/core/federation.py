@@ -56,8 +56,14 @@ Push (what makes it fast, our addition, still only NEEDJOBS/YOURJOBS):
   let the credit run dry: the source queued the jobs and the consumer node
   pulled them a batch per round trip (measured, three nodes on one core:
   6,500 jobs/s offered reached p99 340-580 ms that way, 14-39 ms with the
-  top-up). A node whose consumers stop stops renewing, so it holds at most
-  about twice its credit.
+  top-up). The same check runs when a consumer takes a job and some are
+  left: a batch pulled from a source's backlog arrives whole, so at import
+  the queue holds a credit's worth and the node did not ask; its consumers
+  then emptied the queue and waited a round trip for the next batch, once
+  per batch, while the source still held thousands (simulated, 10 ms round
+  trip, four busy consumers: 48 such waits in 1,500 jobs, none with this).
+  A node whose consumers stop stops renewing, so it holds at most about
+  twice its credit.
 * Request size: the import rate divided among the sources (Disque's rule),
   between ``NEEDJOBS_MIN_REQUEST`` and ``NEEDJOBS_MAX_REQUEST``, and at most
   ten per blocked client or a tenth of a second of the import rate,
@@ -438,6 +444,15 @@ class FederationMixin:
                 store.unregister(job)
         if self._outgoing:
             self._flush_outgoing()  # pushed on to another node at once, as after any input
+
+    def _renew_on_take(self: "Node", q: Queue) -> None:
+        """A consumer took a job and some are left: the top-up rule of an import, checked
+        again, so that a source whose last batch arrived whole is asked for the next one
+        while this one is consumed, not once it is gone (see "Top-up")."""
+        n = len(q.jobs)
+        for sender, view in q.asked.items():
+            if view[2] * 2 >= view[1] and n < view[1]:
+                self._renew_credit(q, sender, self.now)  # replaces this key's value only
 
     def _renew_credit(self: "Node", q: Queue, sender: str, now: int) -> None:
         """Jobs came from ``sender``: ask again before its credit runs out, while they are

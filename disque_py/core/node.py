@@ -740,8 +740,11 @@ class Node(ReplicationMixin, FederationMixin):
                     continue
                 job = self._fetch(q)
                 items.append(self._job_item(job, withcounters))
-                if federated and not q.jobs:
-                    self.need_jobs(q, REACHED_ZERO)
+                if federated:
+                    if not q.jobs:
+                        self.need_jobs(q, REACHED_ZERO)
+                    elif q.asked:
+                        self._renew_on_take(q)
                 count -= 1
                 if count == 0:
                     break

@@ -292,3 +292,40 @@ def test_an_async_job_pushed_at_once_tells_the_consumer_node_every_holder():
         c.run_for(200)
         assert c.state_of(2, job) == ACKED
     assert tried >= 3
+
+
+@pytest.mark.parametrize("seed", [31, 32, 33])
+def test_a_backlog_is_pulled_in_batches_that_overlap_its_consumption(seed):
+    """Node 1 holds a backlog when consumers start on node 0; they are busy most of the time,
+    so node 0's queue holds the last batch while they work. Node 0 asks for the next batch as
+    soon as its queue holds less than a batch, not when it is empty: the batches overlap, and
+    once the import rate is known (the first 100 jobs) the consumers never wait a round trip
+    for one while node 1 still has plenty (at its end, node 1 gives half of what is left per
+    request, as Disque does). Asked only when node 0's queue was empty, they waited 48 times."""
+    c = SimCluster(3, seed, delay=(5, 5))  # a 10 ms round trip
+    for k in range(1500):
+        addjob(c, 1, "REPLICATE", 1, body="job-%d" % k)
+    clients = [blocked_consumer(c, 0) for _ in range(4)]
+    busy: dict[int, tuple[int, list[bytes]]] = {}  # client index -> (done at, ids)
+    got = starved = 0
+    deadline = c.now + 60_000
+    while got < 1500:
+        assert c.now < deadline, "%d of 1500 jobs received" % got
+        c.run_for(1)
+        for k, cl in enumerate(clients):
+            reply = None
+            if k in busy and c.now >= busy[k][0]:
+                c.client(0).cmd("ACKJOB", *busy.pop(k)[1])
+                reply = cl.cmd("GETJOB", "TIMEOUT", 0, "FROM", "q")
+                if reply is BLOCKED:
+                    reply = None
+                    if got >= 100 and c.cmd(1, "QLEN", "q") >= 2 * NEEDJOBS_MAX_REQUEST:
+                        starved += 1  # a consumer waits while the source still has jobs
+            elif k not in busy and cl.pending is None and cl.replies:
+                reply = cl.replies.pop()
+            if reply is not None:
+                got += len(reply)
+                busy[k] = (c.now + 1, [bytes(item[1]) for item in reply])  # 1 ms of work per job
+    assert starved == 0, "%d waits for a batch while node 1 still had jobs" % starved
+    assert c.nodes[0].stats["jobs_imported"] == 1500
+    assert c.nodes[1].stats["jobs_pushed"] == 0  # all of it pulled
