@@ -449,10 +449,9 @@ class FederationMixin:
         """A consumer took a job and some are left: the top-up rule of an import, checked
         again, so that a source whose last batch arrived whole is asked for the next one
         while this one is consumed, not once it is gone (see "Top-up")."""
-        n = len(q.jobs)
-        for sender, view in q.asked.items():
-            if view[2] * 2 >= view[1] and n < view[1]:
-                self._renew_credit(q, sender, self.now)  # replaces this key's value only
+        now = self.now
+        for sender in q.asked:
+            self._renew_credit(q, sender, now)  # an ask replaces this key's value only
 
     def _renew_credit(self: "Node", q: Queue, sender: str, now: int) -> None:
         """Jobs came from ``sender``: ask again before its credit runs out, while they are
