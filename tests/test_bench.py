@@ -195,3 +195,13 @@ def test_a_missing_reference_binary_is_refused_before_anything_starts(capsys):
         main(["--only", "addjob", "--disque-server", "/nonexistent/disque-server"])
     assert exc.value.code == 2
     assert "--disque-server /nonexistent/disque-server: no such executable" in capsys.readouterr().err
+
+
+def test_the_federation_load_generator_runs_with_the_scheduling_policy_asked_for():
+    """Real nodes and a real load generator: a short run of the federation suite reads back the policy it
+    ran with; SCHED_BATCH by default, the normal policy when asked."""
+    for sched, expected in ((None, "batch"), ("normal", "normal")):
+        bench = Bench(Sizes(fed_warmup=0.2), 23711, **({"fed_client_sched": sched} if sched else {}))
+        r = bench.fed_run(50, 1, 0.5)
+        assert r["client_sched"] == expected
+        assert r["missing"] == 0 and r["duplicates"] == 0 and r["jobs_produced"] == 35
