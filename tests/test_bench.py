@@ -202,6 +202,9 @@ def test_the_federation_load_generator_runs_with_the_scheduling_policy_asked_for
     ran with; SCHED_BATCH by default, the normal policy when asked."""
     for sched, expected in ((None, "batch"), ("normal", "normal")):
         bench = Bench(Sizes(fed_warmup=0.2), 23711, **({"fed_client_sched": sched} if sched else {}))
-        r = bench.fed_run(50, 1, 0.5)
+        try:
+            r = bench.fed_run(50, 1, 0.5)
+        finally:
+            bench.stop_all()  # and its scratch directory
         assert r["client_sched"] == expected
         assert r["missing"] == 0 and r["duplicates"] == 0 and r["jobs_produced"] == 35
