@@ -2175,7 +2175,7 @@ def _replicates(text: str) -> tuple[int, ...]:
     return out
 
 
-def fed_layout_text(layout: str, sched: str = "normal") -> str:
+def fed_layout_text(layout: str, sched: str) -> str:
     policy = "SCHED_BATCH" if sched == "batch" else "SCHED_OTHER"
     if layout == "node-per-core":
         return ("node A pinned to CPU %s, nodes B and C to CPU %s together with the load generator (one process, %s)"
