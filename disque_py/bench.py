@@ -80,10 +80,14 @@ connections of the one before.
   3 there). Reported with the CPU of each node; the Disque reference is
   ~52k ADDJOB/s and ~24k cycles/s with three nodes on one core.
 * **Federation** (``federation``): three fresh nodes A, B, C on ports
-  ``--base-port + 200`` ... ``+ 202`` (bus +10000), A pinned to CPU 0 and B
-  and C to CPU 1 (``--fed-layout node-per-core``, the default: a node per
-  machine, as deployed, so the pair's rate is what is measured; B shares
-  its core with the load generator), or all three on CPU 0
+  ``--base-port + 200`` ... ``+ 202`` (bus +10000), A pinned to CPU 0, B
+  to CPU 1 and C free to run on either (``--fed-layout pair-per-core``, the
+  default: the pair a core each, as deployed, so the pair's rate is what is
+  measured; B shares its core with the load generator, and the kernel puts
+  C where there is room, in the cross-node and same-node runs alike), or
+  with C pinned to CPU 1 too (``--fed-layout node-per-core``: with
+  REPLICATE 3 the producer's node B then shares its core with a replica and
+  the clients in the cross-node runs), or all three on CPU 0
   (``--fed-layout one-core``: what a move costs in total CPU), joined with
   ``CLUSTER MEET`` of B and C sent to A; the load generator
   (:func:`run_federation`, one process, epoll + ``hiredis.Reader``, like the
@@ -1021,14 +1025,17 @@ class Bench:
     #: 32 above (a replicated ADDJOB holds its connection until the replicas confirm, so pipelining alone stalls)
     fed_producers: int | None = None
     fed_drain: float = 60.0  # federation: max seconds to wait for the last jobs after the producer stops
-    #: federation: where the nodes run. "node-per-core": A on the server CPU, B and C on the client CPU
-    #: with the load generator (a node per machine, as deployed; the load generator shares B's core): what
-    #: the federation target is about, the pair's own rate. "one-core": A, B and C on the server CPU (the
-    #: replication reference's setup): what a move costs in total CPU.
-    fed_layout: str = "node-per-core"
+    #: federation: where the nodes run (``fed_node_cpu``). "pair-per-core": A on the server CPU, B on the
+    #: client CPU with the load generator, C on either (the kernel's choice): the pair a core each, as
+    #: deployed, which is what the federation target is about, the pair's own rate; the third node goes
+    #: where there is room, in the cross-node and the same-node runs alike. "node-per-core": C pinned to
+    #: the client CPU too (with REPLICATE 3 that puts a replica beside the producer's node in the
+    #: cross-node runs and beside two replicas in the same-node runs). "one-core": A, B and C on the
+    #: server CPU (the replication reference's setup): what a move costs in total CPU.
+    fed_layout: str = "pair-per-core"
     #: federation: the load generator's scheduling policy. "batch" (SCHED_BATCH): its wakeups do not preempt
-    #: the node it shares a core with (B in "node-per-core"), which then finishes its pass; "normal": every
-    #: reply that wakes the load generator takes the core from B at once (see the Method notes)
+    #: the node it shares a core with (B, except in "one-core"), which then finishes its pass; "normal":
+    #: every reply that wakes the load generator takes the core from B at once (see the Method notes)
     fed_client_sched: str = "batch"
     fed_ramp_replicates: tuple[int, ...] = (1, 3)  # federation: REPLICATE of the max-rate searches, one pair each
     python: str = sys.executable
@@ -1596,7 +1603,7 @@ class Bench:
         for i in range(3):
             port = self.fed_port(i)
             workdir = Path(tempfile.mkdtemp(prefix="%s-%s-" % (label, "ABC"[i]), dir=self.tmp))
-            cpu = CLIENT_CPU if i and layout == "node-per-core" else SERVER_CPU
+            cpu = fed_node_cpu(layout, i)
             argv = self.server_argv(kind, port, workdir, cpu)
             self.record(argv)
             node = Server(kind, argv, port, workdir)
@@ -2175,8 +2182,20 @@ def _replicates(text: str) -> tuple[int, ...]:
     return out
 
 
+def fed_node_cpu(layout: str, i: int) -> str:
+    """The ``taskset -c`` CPU list of federation node ``i`` (0 = A, 1 = B, 2 = C) in ``layout``."""
+    if layout == "pair-per-core":
+        return (SERVER_CPU, CLIENT_CPU, "%s,%s" % (SERVER_CPU, CLIENT_CPU))[i]
+    if layout == "node-per-core" and i:
+        return CLIENT_CPU
+    return SERVER_CPU
+
+
 def fed_layout_text(layout: str, sched: str) -> str:
     policy = "SCHED_BATCH" if sched == "batch" else "SCHED_OTHER"
+    if layout == "pair-per-core":
+        return ("node A pinned to CPU %s, node B to CPU %s together with the load generator (one process, %s), "
+                "node C on either CPU (the kernel's choice)" % (SERVER_CPU, CLIENT_CPU, policy))
     if layout == "node-per-core":
         return ("node A pinned to CPU %s, nodes B and C to CPU %s together with the load generator (one process, %s)"
                 % (SERVER_CPU, CLIENT_CPU, policy))
@@ -2510,11 +2529,14 @@ def main(argv: list[str] | None = None) -> int:
                    help="a disque-server binary (Disque 1.0-rc1, built from github.com/antirez/disque at tag "
                         "1.0-rc1): the addjob, getjob, cycles and replication suites also run on it, under the "
                         "same load and pinning, and the report shows both")
-    p.add_argument("--fed-layout", choices=("one-core", "node-per-core"), default="node-per-core",
-                   help="federation: node-per-core (default) pins A to CPU %s and B and C to CPU %s with the "
-                        "load generator (a node per machine, as deployed: the pair's own rate); one-core pins "
-                        "A, B and C to CPU %s, as the replication reference (what moving a job costs in total)"
-                        % (SERVER_CPU, CLIENT_CPU, SERVER_CPU))
+    p.add_argument("--fed-layout", choices=("pair-per-core", "node-per-core", "one-core"), default="pair-per-core",
+                   help="federation: pair-per-core (default) pins A to CPU %s and B to CPU %s with the load "
+                        "generator, and lets the kernel run C on either CPU (the pair A, B a core each, as "
+                        "deployed: the pair's own rate); node-per-core pins C to CPU %s beside B and the load "
+                        "generator (with REPLICATE 3 the producer's node then shares its core with a replica "
+                        "and the clients, the consumer's node with nothing); one-core pins A, B and C to CPU "
+                        "%s, as the replication reference (what moving a job costs in total)"
+                        % (SERVER_CPU, CLIENT_CPU, CLIENT_CPU, SERVER_CPU))
     p.add_argument("--fed-client-sched", choices=("batch", "normal"), default="batch",
                    help="federation: the load generator's scheduling policy. batch (default, SCHED_BATCH): a "
                         "reply that wakes it does not take the core from the node it shares it with, as a "

@@ -45,21 +45,23 @@ def test_ramps_search_with_the_replicate_asked_for():
     assert out[False]["replicate"] == out[True]["replicate"] == 3
 
 
-def test_node_per_core_layout_pins_b_and_c_beside_the_load_generator():
-    """Real nodes: the federation suite's default layout keeps A on the server CPU and moves B and C to the
-    client CPU; one-core (and the replication and queues suites, whatever --fed-layout says) keeps all three
-    on the server CPU."""
+def test_federation_layouts_pin_the_nodes_where_they_say():
+    """Real nodes: the federation suite's default layout keeps A on the server CPU, B on the client CPU and
+    lets C run on either; node-per-core pins C to the client CPU too; one-core (and the replication and
+    queues suites, whatever --fed-layout says) keeps all three on the server CPU."""
     import os
 
     from disque_py.bench import CLIENT_CPU, SERVER_CPU
 
-    assert Bench(Sizes(), 23711).fed_layout == "node-per-core"
-    for layout, expected in (("one-core", [SERVER_CPU] * 3), ("node-per-core", [SERVER_CPU, CLIENT_CPU, CLIENT_CPU]),
-                             (None, [SERVER_CPU] * 3)):  # fmt: skip
+    server, client = int(SERVER_CPU), int(CLIENT_CPU)
+    assert Bench(Sizes(), 23711).fed_layout == "pair-per-core"
+    for layout, expected in (("pair-per-core", [[server], [client], sorted({server, client})]),
+                             ("node-per-core", [[server], [client], [client]]),
+                             ("one-core", [[server]] * 3), (None, [[server]] * 3)):  # fmt: skip
         bench = Bench(Sizes(), 23711)
         try:
             nodes = bench.start_fed_cluster("layout", **({"layout": layout} if layout else {}))
-            assert [sorted(os.sched_getaffinity(n.proc.pid)) for n in nodes] == [[int(c)] for c in expected]
+            assert [sorted(os.sched_getaffinity(n.proc.pid)) for n in nodes] == expected
         finally:
             bench.stop_all()
 
@@ -77,7 +79,7 @@ def test_report_judges_each_replicate_by_the_latency_bounded_maximum():
     for "p99 under 10 ms", the ceiling search's steps included; the ceiling's ratio is only shown."""
     from disque_py.bench import federation_report
 
-    for layout in ("one-core", "node-per-core"):
+    for layout in ("one-core", "node-per-core", "pair-per-core"):
         bench = Bench(Sizes(), 23711, fed_layout=layout)
         res = bench.results
         # REPLICATE 1: cross 900 vs same 1000 within the target; the ceiling search had 20 ms at 800/s
