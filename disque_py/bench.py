@@ -2203,6 +2203,27 @@ def fed_layout_text(layout: str, sched: str) -> str:
         SERVER_CPU, policy, CLIENT_CPU)
 
 
+def _fed_kept(r: dict[str, Any]) -> bool:
+    """One federation run kept the latency target: p99 under it, the rate sustained, no job missing."""
+    return (r["p99_ms"] is not None and r["p99_ms"] < FED_TARGET_P99_MS and r["missing"] == 0
+            and r["achieved_per_s"] >= FED_SUSTAINED * r["rate"])  # fmt: skip
+
+
+def fed_kept_max(runs: list[dict[str, Any]]) -> float:
+    """The highest rate at which every one of ``runs`` (one placement's: both searches' steps and its
+    fixed runs) kept the latency target, at that rate and at every lower one; 0 when none did.
+
+    The target asks for p99 under 10 ms "at every rate up to" the maximum: near the edge two runs at the
+    same rate can give 6 and 16 ms, so a rate counts only if every run at it passed. The same rule for
+    the cross-node and the same-node side, so the ratio compares like with like."""
+    best = 0.0
+    for rate in sorted({r["rate"] for r in runs}):
+        if not all(_fed_kept(r) for r in runs if r["rate"] == rate):
+            break
+        best = rate
+    return best
+
+
 def federation_report(bench: Bench) -> list[str]:
     """The federation suite's tables (fixed rates, maximum sustained rates, against the targets), or nothing."""
     res, sizes = bench.results, bench.sizes
@@ -2274,8 +2295,17 @@ def federation_report(bench: Bench) -> list[str]:
             ]  # fmt: skip
     # Against the reference and the targets.
     rows = ["| Test | disque-py p50 / p99 | Disque 1.0-rc1 p50 / p99 | Target | Met |", "|---|---|---|---|---|"]
-    target_max = {r: by["fast"]["cross"]["max_rate"] for r, by in searches.items()
-                  if "cross" in by.get("fast", {})}  # fmt: skip
+
+    def placement_runs(replicate: int, placement: str) -> list[dict[str, Any]]:
+        """Every run of one placement at one REPLICATE: both searches' steps and the fixed runs."""
+        by = searches.get(replicate, {})
+        out = [st for kind in ("fast", "max") if placement in by.get(kind, {}) for st in by[kind][placement]["steps"]]
+        where = "B->A" if placement == "cross" else "A->A"
+        return out + [r for r in runs if r["where"] == where and r["replicate"] == replicate]
+
+    kept = {r: {pl: fed_kept_max(placement_runs(r, pl)) for pl in ("cross", "same")}
+            for r, by in searches.items() if "cross" in by.get("fast", {})}  # fmt: skip
+    target_max = {r: k["cross"] for r, k in kept.items()}
     for r in runs:
         if r["where"] != "B->A":
             continue
@@ -2291,14 +2321,15 @@ def federation_report(bench: Bench) -> list[str]:
             "" if within else " (above the max: n/a)", ("yes" if met else "**NO**") if within else "n/a"))  # fmt: skip
     for replicate, by in sorted(searches.items()):
         fast, ceiling = by.get("fast", {}), by.get("max", {})
-        if "cross" in fast and "same" in fast and fast["same"]["max_rate"]:
-            top = fast["cross"]["max_rate"] or 0
-            share = top / fast["same"]["max_rate"]
-            rows.append("| Max within p99 < %.0f ms, B → A vs A → A, REPLICATE %d | %s vs %s jobs/s = %.0f%% | — "
-                        "| >= %.0f%% | %s |" % (FED_TARGET_P99_MS, replicate, "{:,.0f}".format(top),
-                                                "{:,.0f}".format(fast["same"]["max_rate"]), 100 * share,
-                                                100 * FED_TARGET_SHARE,
-                                                "yes" if share >= FED_TARGET_SHARE else "**NO**"))  # fmt: skip
+        if "cross" in fast and "same" in fast and kept[replicate]["same"]:
+            top, same_top = kept[replicate]["cross"], kept[replicate]["same"]
+            share = top / same_top
+            rows.append("| Max with p99 < %.0f ms in every run at it and below, B → A vs A → A, REPLICATE %d "
+                        "(the latency-bounded search alone: %s vs %s) | %s vs %s jobs/s = %.0f%% | — | >= %.0f%% "
+                        "| %s |" % (FED_TARGET_P99_MS, replicate, "{:,.0f}".format(fast["cross"]["max_rate"] or 0),
+                                    "{:,.0f}".format(fast["same"]["max_rate"] or 0), "{:,.0f}".format(top),
+                                    "{:,.0f}".format(same_top), 100 * share, 100 * FED_TARGET_SHARE,
+                                    "yes" if share >= FED_TARGET_SHARE else "**NO**"))  # fmt: skip
             # Every B -> A measurement at a rate up to that maximum: the search's own steps, the fixed
             # runs and the ceiling search's steps (independent runs at the same rates).
             seen = [("", st) for st in fast["cross"]["steps"] if st["rate"] <= top]
