@@ -1032,8 +1032,8 @@ class Bench:
     #: client CPU with the load generator, C on either (the kernel's choice): the pair a core each, as
     #: deployed, which is what the federation target is about, the pair's own rate; the third node goes
     #: where there is room, in the cross-node and the same-node runs alike. "node-per-core": C pinned to
-    #: the client CPU too (with REPLICATE 3 that puts a replica beside the producer's node in the
-    #: cross-node runs and beside two replicas in the same-node runs). "one-core": A, B and C on the
+    #: the client CPU too (with REPLICATE 3 that puts a replica beside the coordinating node B in the
+    #: cross-node runs, beside the other replica in the same-node runs). "one-core": A, B and C on the
     #: server CPU (the replication reference's setup): what a move costs in total CPU.
     fed_layout: str = "pair-per-core"
     #: federation: the load generator's scheduling policy. "batch" (SCHED_BATCH): its wakeups do not preempt
@@ -2302,9 +2302,9 @@ def federation_report(bench: Bench) -> list[str]:
     def placement_runs(replicate: int, placement: str) -> list[dict[str, Any]]:
         """Every run of one placement at one REPLICATE: both searches' steps and the fixed runs."""
         by = searches.get(replicate, {})
-        out = [st for kind in ("fast", "max") if placement in by.get(kind, {}) for st in by[kind][placement]["steps"]]
+        steps = [st for kind in ("fast", "max") if placement in by.get(kind, {}) for st in by[kind][placement]["steps"]]
         where = "B->A" if placement == "cross" else "A->A"
-        return out + [r for r in runs if r["where"] == where and r["replicate"] == replicate]
+        return steps + [r for r in runs if r["where"] == where and r["replicate"] == replicate]
 
     kept = {r: {pl: fed_kept_max(placement_runs(r, pl)) for pl in ("cross", "same")}
             for r, by in searches.items() if "cross" in by.get("fast", {})}  # fmt: skip
