@@ -2316,8 +2316,7 @@ def federation_report(bench: Bench) -> list[str]:
         # the maximum applies to the runs of the REPLICATE it was searched with
         top = target_max.get(r["replicate"])
         within = top is None or r["rate"] <= top
-        met = (r["p99_ms"] is not None and r["p99_ms"] < FED_TARGET_P99_MS and r["missing"] == 0
-               and r["achieved_per_s"] >= FED_SUSTAINED * r["rate"])  # fmt: skip
+        met = _fed_kept(r)
         rows.append("| B → A, REPLICATE %d, %s jobs/s | %s / %s | %s | p99 < %.0f ms%s | %s |" % (
             r["replicate"], "{:,.0f}".format(r["rate"]), _ms(r["p50_ms"]), _ms(r["p99_ms"]),
             "%s / %s" % ref if ref else "—", FED_TARGET_P99_MS,
