@@ -215,7 +215,7 @@ _TABLE: tuple[Directive, ...] = (
        error="Invalid port", help="TCP port for clients (0: no TCP listener)"),
     _d("bind", Kind.SPECIAL, [], implemented=True, max_args=None, nullable=True,
        help="addresses to listen on (none: all interfaces)"),
-    _d("tcp-backlog", Kind.INT, 511, minimum=0, error="Invalid backlog value",
+    _d("tcp-backlog", Kind.INT, 511, implemented=True, minimum=0, error="Invalid backlog value",
        help="listen() backlog"),
     _d("unixsocket", Kind.STRING, "", nullable=True,
        help="path of a unix socket to listen on"),
@@ -241,7 +241,7 @@ _TABLE: tuple[Directive, ...] = (
        rewrite=False, help="vestigial Redis setting, unused by Disque"),
     _d("dir", Kind.SPECIAL, "./", runtime=True, implemented=True,
        help="working directory for the AOF, nodes.conf, log and pid files"),
-    _d("include", Kind.SPECIAL, None, stored=False, in_get=False, rewrite=False,
+    _d("include", Kind.SPECIAL, None, implemented=True, stored=False, in_get=False, rewrite=False,
        help="read another config file at this point"),
     _d("rename-command", Kind.SPECIAL, None, in_get=False, rewrite=False,
        min_args=2, max_args=2, help="rename or disable a command"),
@@ -256,9 +256,9 @@ _TABLE: tuple[Directive, ...] = (
     # --- limits ------------------------------------------------------------
     _d("maxclients", Kind.INT, 10000, runtime=True, implemented=True, minimum=1,
        error="Invalid max clients limit", help="maximum number of connected clients"),
-    _d("maxmemory", Kind.MEMORY, 1024**3, runtime=True, implemented=True, minimum=1,
+    _d("maxmemory", Kind.MEMORY, 1024**3, runtime=True, minimum=1,
        error="You need to specify a memory limit greater than zero",
-       help="memory limit in bytes"),
+       help="memory limit in bytes (reported by INFO memory, not enforced yet)"),
     _d("maxmemory-policy", Kind.ENUM, "acks", runtime=True, choices=("acks", "noeviction"),
        error="Invalid maxmemory policy", help="what to do when maxmemory is reached"),
     _d("maxmemory-samples", Kind.INT, 5, runtime=True, minimum=1,
@@ -289,7 +289,7 @@ _TABLE: tuple[Directive, ...] = (
     _d("cluster-node-timeout", Kind.INT, 15000, runtime=True, implemented=True, minimum=1,
        error="cluster node timeout must be 1 or greater",
        help="milliseconds before a node is considered failing"),
-    _d("cluster-secret", Kind.STRING, "", nullable=True,
+    _d("cluster-secret", Kind.STRING, "", implemented=True, nullable=True,
        help="shared secret protecting the cluster bus ('': none)"),
     # --- slow log / latency ------------------------------------------------
     _d("slowlog-log-slower-than", Kind.INT, 10000, runtime=True,
@@ -316,6 +316,24 @@ _BY_ATTR: dict[str, Directive] = {d.attr: d for d in _TABLE if d.stored}
 def runtime_directives() -> list[str]:
     """Names CONFIG SET accepts."""
     return [d.name for d in _TABLE if d.runtime]
+
+
+def inactive_settings(cfg: "Config") -> list[str]:
+    """Directives configured away from their default that the node does not act on yet.
+
+    The shell logs one warning for each at start, so that an operator who sets,
+    say, ``maxmemory`` or ``appendonly yes`` learns at once that it has no effect.
+    """
+    names = []
+    for d in _TABLE:
+        if d.implemented or not d.stored:
+            continue
+        if d.name == "rename-command":
+            if cfg.rename_commands:
+                names.append(d.name)
+        elif d.name in cfg.explicit and not cfg.is_default(d.name):
+            names.append(d.name)
+    return names
 
 
 def _lookup(name: str) -> Directive:

@@ -1074,3 +1074,41 @@ def test_example_rewrite_is_noop(tmp_path):
     assert len(new) == len(old)
     diff = [(a, b) for a, b in zip(old, new) if a != b]
     assert diff == [("dir ./", f'dir "{tmp_path}"')]
+
+
+def _example_markers() -> dict[str, tuple[bool, bool]]:
+    """For each directive, whether the comment block above its first line in
+    disque.conf.example says [NOT YET ACTIVE] and [RUNTIME]."""
+    block: list[str] = []
+    seen: dict[str, tuple[bool, bool]] = {}
+    for line in EXAMPLE.read_text().splitlines():
+        if not line.strip():
+            block = []
+            continue
+        m = re.match(r"^(?:# )?([a-z-]+)(?: |$)", line)
+        if m and m.group(1) in DIRECTIVES:
+            text = " ".join(block)
+            seen.setdefault(m.group(1), ("[NOT YET ACTIVE]" in text, "[RUNTIME]" in text))
+            continue
+        block.append(line)
+    return seen
+
+
+def test_example_says_honestly_which_directives_act():
+    # The table's `implemented` flag is the truth the example, the README and the
+    # start-up warning (inactive_settings) are built on: they must not drift apart.
+    markers = _example_markers()
+    for name, d in DIRECTIVES.items():
+        not_active, runtime = markers[name]
+        assert not_active == (not d.implemented), name
+        assert runtime == d.runtime, name
+    assert not DIRECTIVES["maxmemory"].implemented  # reported by INFO, not enforced yet
+    assert DIRECTIVES["tcp-backlog"].implemented and DIRECTIVES["cluster-secret"].implemented
+
+
+def test_inactive_settings_names_only_changed_directives_without_effect():
+    cfg = load_config(None, ["--maxmemory", "100mb", "--appendonly", "yes", "--port", "7800",
+                             "--hz", "10", "--rename-command", "DEBUG", ""])
+    # hz 10 is its default: set, but nothing differs from an unset node
+    assert C.inactive_settings(cfg) == ["rename-command", "maxmemory", "appendonly"]
+    assert C.inactive_settings(load_config(None, [])) == []
