@@ -2,7 +2,8 @@
 
 Used by ``scripts/cluster``. Each node gets ``run/node-<port>/`` with its
 log, pid file and cluster config file, and runs detached from the terminal
-so the command returns once every node answers PING.
+so the command returns once every node answers PING. Processes are started,
+awaited and stopped by :mod:`disque_py.launcher`.
 
     python -m disque_py.devcluster start [N] [--base-port 7711]
     python -m disque_py.devcluster status
@@ -13,13 +14,12 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import click
+
+from . import launcher
 
 RUN_DIR = Path("run")
 
@@ -43,12 +43,7 @@ def _pid(node_dir: Path) -> int | None:
 
 
 def _ping(port: int, timeout: float = 0.5) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
-            s.sendall(b"PING\r\n")
-            return s.recv(64).startswith((b"+PONG", b"-NOAUTH"))
-    except OSError:
-        return False
+    return launcher.ping(port, timeout=timeout)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -67,20 +62,15 @@ def start_nodes(ports: list[int], *, extra: list[str] = (), run_dir: Path = RUN_
                 continue
             if _ping(port):
                 raise click.ClickException("port %d is already in use by another process" % port)
-            log = open(node_dir / "node.log", "ab")
-            subprocess.Popen(
-                [sys.executable, "-m", "disque_py.cli", "server",
-                 "--port", str(port), "--bind", "127.0.0.1", "--dir", str(node_dir),
-                 "--pidfile", str(node_dir / "disque.pid"), "--logfile", str(node_dir / "node.log"), *extra],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
-            )  # fmt: skip
-            log.close()
+            log = node_dir / "node.log"
+            argv = launcher.node_argv(port, None, "--bind", "127.0.0.1", "--dir", str(node_dir),
+                                      "--pidfile", str(node_dir / "disque.pid"), "--logfile", str(log), *extra)  # fmt: skip
+            proc = launcher.spawn(argv, output=log, detach=True)
             started.append(port)
-            deadline = time.monotonic() + 20
-            while not _ping(port):
-                if time.monotonic() > deadline:
-                    raise click.ClickException("node on port %d did not start; see %s" % (port, node_dir / "node.log"))
-                time.sleep(0.05)
+            try:
+                launcher.wait_ready(proc, port, timeout=20, logs=[log])
+            except launcher.LaunchError as exc:
+                raise click.ClickException("node on port %d did not start; see %s\n%s" % (port, log, exc)) from None
     return started
 
 
@@ -99,31 +89,20 @@ def join_nodes(addresses: list[tuple[str, int]], *, password: str | None = None,
 
     Returns the seconds it took to become a full mesh.
     """
-    started = time.monotonic()
     if len(addresses) < 2:
         return 0.0
-    first_host, first_port = addresses[0]
-    for host, port in addresses[1:]:
-        _command(first_host, first_port, "CLUSTER", "MEET", host, str(port), password=password)
     want = len(addresses)
-    deadline = started + timeout
     with click.progressbar(length=want, label="Joining %d nodes" % want, file=sys.stderr) as bar:
-        done = 0
-        while True:
-            counts = []
-            for host, port in addresses:
-                info = _command(host, port, "CLUSTER", "INFO", password=password)
-                fields = dict(line.split(":", 1) for line in info.decode().split("\r\n") if ":" in line)
-                # known_nodes counts nodes still in handshake: reachable is the real test
-                counts.append(int(fields.get("cluster_reachable_nodes", 0)) + 1)
-            complete = sum(1 for c in counts if c >= want)
-            bar.update(complete - done)
-            done = complete
-            if complete == want:
-                return time.monotonic() - started
-            if time.monotonic() > deadline:
-                raise click.ClickException("nodes did not all meet within %.0f s (known: %s)" % (timeout, counts))
-            time.sleep(0.1)
+        done = [0]
+
+        def progress(complete: int) -> None:
+            bar.update(complete - done[0])
+            done[0] = complete
+
+        try:
+            return launcher.join(addresses, password=password, timeout=timeout, progress=progress)
+        except launcher.LaunchError as exc:
+            raise click.ClickException(str(exc)) from None
 
 
 FORGOT, UNKNOWN = "forgot it", "did not know it"
@@ -199,18 +178,14 @@ def status() -> None:
 
 @main.command()
 def stop() -> None:
-    """Stop every local node (SIGTERM, waiting for a clean exit)."""
+    """Stop every local node (SHUTDOWN, then SIGTERM, waiting for a clean exit)."""
     stopped = 0
     for node_dir in _node_dirs():
         pid = _pid(node_dir)
         if not pid:
             continue
-        os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + 10
-        while _pid(node_dir) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        if _pid(node_dir):
-            os.kill(pid, signal.SIGKILL)
+        port = int(node_dir.name.split("-", 1)[1])
+        launcher.stop(pid, port=port, sig=signal.SIGTERM, timeout=10)
         stopped += 1
         click.echo("stopped %s (pid %d)" % (node_dir.name, pid))
     if not stopped:

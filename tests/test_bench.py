@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from disque_py.bench import Bench, Sizes
+from benchmarks.bench import Bench, Sizes
 
 
 class _Searcher:
@@ -51,7 +51,7 @@ def test_federation_layouts_pin_the_nodes_where_they_say():
     queues suites, whatever --fed-layout says) keeps all three on the server CPU."""
     import os
 
-    from disque_py.bench import CLIENT_CPU, SERVER_CPU
+    from benchmarks.bench import CLIENT_CPU, SERVER_CPU
 
     server, client = int(SERVER_CPU), int(CLIENT_CPU)
     assert Bench(Sizes(), 23711).fed_layout == "pair-per-core"
@@ -78,7 +78,7 @@ def test_report_judges_each_replicate_by_the_maximum_every_run_kept():
     """The target's maximum is, for each placement alike, the highest rate at which every run (both searches'
     steps, and the fixed runs) kept p99 under 10 ms, at that rate and below: a ceiling-search step over 10 ms
     at a rate under a search's maximum cuts it, on the cross-node side and on the same-node side."""
-    from disque_py.bench import fed_kept_max, federation_report
+    from benchmarks.bench import fed_kept_max, federation_report
 
     for layout in ("one-core", "node-per-core", "pair-per-core"):
         bench = Bench(Sizes(), 23711, fed_layout=layout)
@@ -124,7 +124,7 @@ def test_ramp_replicates_option():
 
     import pytest
 
-    from disque_py.bench import _replicates
+    from benchmarks.bench import _replicates
 
     assert _replicates("1,3") == (1, 3) and _replicates("2") == (2,)
     for bad in ("", "0", "4", "1,x"):
@@ -152,7 +152,7 @@ def test_a_p99_limit_makes_steps_over_it_fail():
 
 
 def test_missing_jobs_still_held_by_a_node_are_told_apart():
-    from disque_py.bench import _fed_tally
+    from benchmarks.bench import _fed_tally
 
     base = {"duplicates": 0, "unexpected": 0, "addjob_errors": 0}
     told = _fed_tally({**base, "missing": 12, "missing_states": {"queued": 9, "active": 2, "absent": 1}})
@@ -168,7 +168,7 @@ def test_missing_jobs_still_held_by_a_node_are_told_apart():
 
 def test_missing_job_states_are_looked_up_on_every_node(tmp_path):
     """A real node: one job queued, one delivered and not acknowledged, one ID that no node has."""
-    from disque_py.bench import Bench
+    from benchmarks.bench import Bench
 
     from .integration.conftest import NodeProcess
 
@@ -186,7 +186,7 @@ def test_missing_job_states_are_looked_up_on_every_node(tmp_path):
         node.stop()
 
 def test_the_reference_measured_here_is_shown_beside_the_issue_figure():
-    from disque_py.bench import replication_report
+    from benchmarks.bench import replication_report
 
     def latency_run(rps: float, p50: float, p99: float) -> dict:
         return {"requests_per_s": rps, "p50_ms": p50, "p99_ms": p99, "clients": 50, "n": 100000,
@@ -205,7 +205,7 @@ def test_the_reference_measured_here_is_shown_beside_the_issue_figure():
 def test_a_missing_reference_binary_is_refused_before_anything_starts(capsys):
     import pytest
 
-    from disque_py.bench import main
+    from benchmarks.bench import main
 
     with pytest.raises(SystemExit) as exc:
         main(["--only", "addjob", "--disque-server", "/nonexistent/disque-server"])
@@ -224,3 +224,33 @@ def test_the_federation_load_generator_runs_with_the_scheduling_policy_asked_for
             bench.stop_all()  # and its scratch directory
         assert r["client_sched"] == expected
         assert r["missing"] == 0 and r["duplicates"] == 0 and r["jobs_produced"] == 35
+
+
+def test_the_benchmarks_are_not_in_the_installed_package(tmp_path):
+    """A plain (non-editable) install holds the launcher but no benchmark module; the benchmarks'
+    results go to bench-results/ of this checkout."""
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import pytest
+
+    from benchmarks import bench
+
+    root = Path(__file__).resolve().parents[1]
+    assert bench.ROOT == root and bench.SCRIPTS == root / "scripts"
+    assert bench.default_results_path("0123456789abcdef").parent == root / "bench-results"
+    # from a copy: a build/ left in the checkout by an older build could hold modules that moved since
+    source = tmp_path / "source"
+    shutil.copytree(root, source, ignore=shutil.ignore_patterns(".*", "build", "*.egg-info", "run", "bench-results",
+                                                                "__pycache__"))  # fmt: skip
+    target = tmp_path / "site"
+    out = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+                          "--no-deps", "--target", str(target), str(source)],
+                         capture_output=True, text=True, timeout=240)  # fmt: skip
+    if out.returncode != 0:
+        pytest.skip("pip could not build the package here: %s" % out.stderr.strip()[-500:])
+    installed = sorted(str(p.relative_to(target)) for p in target.rglob("*.py"))
+    assert "disque_py/launcher.py" in installed and "disque_py/devcluster.py" in installed
+    assert not [p for p in installed if "bench" in p or p.startswith("benchmarks")], installed

@@ -1,4 +1,5 @@
-"""``scripts/bench core``: the workload it times is the one it describes (times are not tested)."""
+"""``scripts/bench core`` (scripts/benchmarks/bench_core.py): the workload it times is the one it describes
+(times are not tested)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import json
 
 import pytest
 
-from disque_py.bench_core import core_main, run_core
+from benchmarks.bench_core import core_main, run_core
 
 
 def test_cross_node_jobs_move_once_and_their_acks_are_collected_on_both_holders():

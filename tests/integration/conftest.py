@@ -3,7 +3,8 @@
 ``node`` starts ``disque-py server`` in a subprocess with its own ``dir``,
 waits (with a deadline) until it answers PING, and stops it with SIGTERM at
 the end, failing the test if it did not exit cleanly. Extra directives can
-be passed through ``start_node(**directives)``.
+be passed through ``start_node(**directives)``. The processes are started,
+awaited and stopped by :mod:`disque_py.launcher`.
 """
 
 from __future__ import annotations
@@ -15,12 +16,13 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import redis
+
+from disque_py import launcher
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -102,20 +104,15 @@ class NodeProcess:
         self.password = directives.get("requirepass")
 
     def args(self) -> list[str]:
-        argv = [sys.executable, "-m", "disque_py.cli", "server"]
-        conf = self.directives.get("config_file")
-        if conf:
-            argv.append(str(conf))
-        argv += ["--port", str(self.port)]
+        extra = []
         for key, value in self.directives.items():
             if key == "config_file":
                 continue
             values = value if isinstance(value, (list, tuple)) else (value,)  # a tuple: several arguments
-            argv += ["--" + key.replace("_", "-"), *map(str, values)]
-        return argv
+            extra += ["--" + key.replace("_", "-"), *map(str, values)]
+        return launcher.node_argv(self.port, None, *extra, config_file=self.directives.get("config_file") or None)
 
     def start(self) -> "NodeProcess":
-        log = open(self.log_path, "ab")
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         limit = None
         if self.nofile is not None:
@@ -124,20 +121,12 @@ class NodeProcess:
             def limit() -> None:
                 resource.setrlimit(resource.RLIMIT_NOFILE, (n, n))
 
-        self.proc = subprocess.Popen(
-            self.args(), stdout=log, stderr=subprocess.STDOUT, cwd=str(ROOT), env=env, preexec_fn=limit
-        )
-        log.close()
-        wait_for(self._pingable, timeout=20, what="node on port %d to answer PING" % self.port)
+        self.proc = launcher.spawn(self.args(), output=self.log_path, cwd=ROOT, env=env, preexec_fn=limit)
+        try:
+            launcher.wait_ready(self.proc, self.port, host=self.host, timeout=20, logs=[self.log_path])
+        except launcher.LaunchError as exc:
+            raise AssertionError(str(exc)) from None
         return self
-
-    def _pingable(self) -> bool:
-        if self.proc is not None and self.proc.poll() is not None:
-            raise AssertionError("node exited early with %s:\n%s" % (self.proc.returncode, self.log()))
-        with socket.create_connection((self.host, self.port), timeout=1) as s:
-            s.sendall(b"PING\r\n")
-            data = s.recv(100)
-            return data.startswith((b"+PONG", b"-NOAUTH"))
 
     def client(self, **kw) -> redis.Redis:
         kw.setdefault("password", self.password)
@@ -151,15 +140,12 @@ class NodeProcess:
             return ""
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 10) -> int | None:
-        if self.proc is None or self.proc.poll() is not None:
-            return self.proc.returncode if self.proc else None
-        self.proc.send_signal(sig)
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(5)
+        if self.proc is None:
+            return None
+        stopped = launcher.stop(self.proc, sig=sig, timeout=timeout)
+        if stopped.forced:
             raise AssertionError("node did not stop within %ss after %s" % (timeout, sig))
+        return stopped.returncode
 
 
 @pytest.fixture

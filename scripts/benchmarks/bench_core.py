@@ -25,9 +25,9 @@ import time
 from collections import Counter
 from typing import Any
 
-from .core.effects import Reply, Send
-from .core.node import Node
-from .core.replies import Error
+from disque_py.core.effects import Reply, Send
+from disque_py.core.node import Node
+from disque_py.core.replies import Error
 
 __all__ = ["run_core", "core_main"]
 

@@ -1,8 +1,8 @@
 """Client-side throughput: the client library and the worker against raw pipelined redis-py.
 
-    python -m disque_py.client.bench_client                 # starts its own node on a free port
-    python -m disque_py.client.bench_client --port 7711     # or uses a running one
-    python -m disque_py.client.bench_client --jobs 50000 --repeat 5
+    scripts/bench client-lib                   # starts its own node on a free port
+    scripts/bench client-lib --port 7711       # or uses a running one
+    scripts/bench client-lib --jobs 50000 --repeat 5
 
 Every figure is jobs per second, the best of ``--repeat`` runs, against one
 node (the node is a separate process; on a small machine it is usually the
@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import functools
 import os
+import signal
 import socket
 import statistics
 import subprocess
@@ -42,9 +43,10 @@ from typing import Any
 import redis
 import trio
 
-from .aio import Client as AioClient
-from .sync import Client
-from .worker import Worker
+from disque_py import launcher
+from disque_py.client.aio import Client as AioClient
+from disque_py.client.sync import Client
+from disque_py.client.worker import Worker
 
 BODY = b"x" * 32
 
@@ -56,22 +58,14 @@ def _free_port() -> int:
 
 
 def start_node(port: int, directory: str) -> subprocess.Popen:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "disque_py.cli", "server", "--port", str(port), "--bind", "127.0.0.1",
-         "--dir", directory, "--loglevel", "warning"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5) as s:
-                s.sendall(b"PING\r\n")
-                if s.recv(16).startswith(b"+PONG"):
-                    return proc
-        except OSError:
-            time.sleep(0.05)
-    proc.kill()
-    raise SystemExit("the node did not start")
+    proc = launcher.spawn(launcher.node_argv(port, None, "--bind", "127.0.0.1", "--dir", directory,
+                                             "--loglevel", "warning"))  # fmt: skip
+    try:
+        launcher.wait_ready(proc, port, timeout=20)
+    except launcher.LaunchError as exc:
+        launcher.stop(proc, sig=signal.SIGKILL, timeout=5)
+        raise SystemExit("the node did not start: %s" % exc) from None
+    return proc
 
 
 def share(raw_rate: float, client_rate: float) -> float:
@@ -197,7 +191,7 @@ def worker_consume(port: int, r: redis.Redis, jobs: int, batch: int, concurrency
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="scripts/bench client-lib", description=__doc__.split("\n\n")[0])
     parser.add_argument("--port", type=int, default=None, help="use a running node (default: start one)")
     parser.add_argument("--jobs", type=int, default=20000)
     parser.add_argument("--batch", type=int, default=100)
@@ -238,8 +232,7 @@ def main(argv: list[str] | None = None) -> None:
             print("%-46s %12.0f %12.0f %13.0f%% %13.0f%%" % (label, raw_rate, rate, share(raw_rate, rate), median))
     finally:
         if proc is not None:
-            proc.terminate()
-            proc.wait(10)
+            launcher.stop(proc, sig=signal.SIGTERM, timeout=10)
         if tmp is not None:
             tmp.cleanup()
 

@@ -8,7 +8,7 @@
     scripts/bench --only federation       consumer on node A, producer on node B (about 18 minutes)
     scripts/bench --only replication      ADDJOB REPLICATE 3 and add->get->ack on three nodes (about a minute)
     scripts/bench --only queues           what 200,000 idle queues cost a node (under a minute)
-    python -m disque_py.bench client --port 7711 --duration 5
+    scripts/bench client --port 7711 --duration 5
                                           only the add->get->ack client, against any node
 
 Method
@@ -140,8 +140,16 @@ connections of the one before.
   runs the federation tick every 100 ms), shows what idle queues cost.
 The Markdown table goes to stdout; the raw results, the machine (nproc, CPU
 model, Python, redis-benchmark version, git commit) and the exact commands go
-to a JSON file (``bench-results/`` by default, or ``--write FILE``). Every
-process started is stopped on exit, even on Ctrl-C or SIGTERM.
+to a JSON file (``bench-results/`` of the checkout this file is in by default,
+or ``--write FILE``). Every process started is stopped on exit, even on Ctrl-C
+or SIGTERM. Node processes are started, awaited and stopped by
+:mod:`disque_py.launcher`, like the test suite's and ``scripts/cluster``'s.
+
+This module and its helpers (``bench_core``, ``bench_client``) live in
+``scripts/benchmarks/``, outside the installed package: ``scripts/bench`` runs
+them as the ``benchmarks`` package with ``scripts/`` on ``PYTHONPATH``, and so
+do the helper processes it starts (``python -m benchmarks.bench client`` and
+``fedclient``; see :func:`helper_env`).
 """
 
 from __future__ import annotations
@@ -167,7 +175,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Generator
 
-ROOT = Path(__file__).resolve().parents[1]
+from disque_py import launcher
+
+#: The checkout this file is in (scripts/benchmarks/bench.py): results go to ROOT/bench-results.
+ROOT = Path(__file__).resolve().parents[2]
+#: The directory holding the ``benchmarks`` package: on PYTHONPATH for the helper processes.
+SCRIPTS = Path(__file__).resolve().parents[1]
+#: How the bench runs its own helpers (``client``, ``fedclient``) in a process of their own.
+MODULE = "benchmarks.bench"
 HOST = "127.0.0.1"
 SERVER_CPU = "0"
 CLIENT_CPU = "1"
@@ -212,6 +227,13 @@ REFERENCE = {
 
 class BenchError(Exception):
     """A clear, user-facing failure (missing tool, busy port, node died)."""
+
+
+def helper_env() -> dict[str, str]:
+    """The environment of a helper process (``python -m benchmarks.bench ...``): ours, with the directory of
+    the ``benchmarks`` package first on PYTHONPATH."""
+    path = os.environ.get("PYTHONPATH")
+    return dict(os.environ, PYTHONPATH=str(SCRIPTS) + (os.pathsep + path if path else ""))
 
 
 def log(msg: str) -> None:
@@ -485,8 +507,8 @@ def run_cycles(
 
 
 def client_main(argv: list[str]) -> int:
-    """``python -m disque_py.bench client ...``: run :func:`run_cycles`, print JSON."""
-    p = argparse.ArgumentParser(prog="python -m disque_py.bench client", description=run_cycles.__doc__)
+    """``python -m benchmarks.bench client ...``: run :func:`run_cycles`, print JSON."""
+    p = argparse.ArgumentParser(prog="scripts/bench client", description=run_cycles.__doc__)
     p.add_argument("--port", type=int, default=7711)
     p.add_argument("--conns", type=int, default=50)
     p.add_argument("--duration", type=float, default=10.0, help="seconds (default 10)")
@@ -822,8 +844,8 @@ def run_federation(
 
 
 def fedclient_main(argv: list[str]) -> int:
-    """``python -m disque_py.bench fedclient ...``: run :func:`run_federation`, print JSON."""
-    p = argparse.ArgumentParser(prog="python -m disque_py.bench fedclient", description=run_federation.__doc__)
+    """``python -m benchmarks.bench fedclient ...``: run :func:`run_federation`, print JSON."""
+    p = argparse.ArgumentParser(prog="scripts/bench fedclient", description=run_federation.__doc__)
     p.add_argument("--consumer-port", type=int, required=True)
     p.add_argument("--producer-port", type=int, required=True)
     p.add_argument("--rate", type=float, required=True, help="jobs/s offered")
@@ -866,9 +888,7 @@ def fedclient_main(argv: list[str]) -> int:
 
 
 def port_in_use(port: int) -> bool:
-    with socket.socket() as s:
-        s.settimeout(0.5)
-        return s.connect_ex((HOST, port)) == 0
+    return launcher.port_in_use(port, HOST)
 
 
 def proc_cpu_seconds(pid: int) -> float | None:
@@ -934,46 +954,19 @@ class Server:
         """Start the process without waiting for it to answer (see :meth:`wait_ready`)."""
         if port_in_use(self.port):
             raise BenchError("port %d is already in use: pick another with --base-port" % self.port)
-        stderr = open(self.workdir / "stderr", "ab")
-        try:
-            self.proc = subprocess.Popen(
-                self.argv, cwd=str(self.workdir), stdin=subprocess.DEVNULL, stdout=stderr,
-                stderr=subprocess.STDOUT, start_new_session=True,
-            )  # fmt: skip
-        finally:
-            stderr.close()
+        self.proc = launcher.spawn(self.argv, output=self.workdir / "stderr", cwd=self.workdir, detach=True)
         return self
 
     def wait_ready(self, timeout: float) -> None:
         """Poll PING until it answers, the process dies, or the deadline passes."""
-        deadline = time.monotonic() + timeout
-        last: Exception | None = None
-        while time.monotonic() < deadline:
-            assert self.proc is not None
-            if self.proc.poll() is not None:
-                raise BenchError(
-                    "%s on port %d exited with %s:\n%s" % (self.kind, self.port, self.proc.returncode, self.tail())
-                )
-            try:
-                with SyncClient(self.port, timeout=1.0) as c:
-                    if c.call("PING") in (b"PONG", "PONG"):
-                        return
-            except (OSError, BenchError) as exc:
-                last = exc
-            time.sleep(0.01)
-        raise BenchError(
-            "%s on port %d did not answer PING within %.0f s (%r)\n%s"
-            % (self.kind, self.port, timeout, last, self.tail())
-        )
+        try:
+            launcher.wait_ready(self.proc, self.port, host=HOST, timeout=timeout, what=self.kind,
+                                logs=[self.workdir / "stderr", self.workdir / "log"])  # fmt: skip
+        except launcher.LaunchError as exc:
+            raise BenchError(str(exc)) from None
 
     def tail(self, lines: int = 20) -> str:
-        text = ""
-        for name in ("stderr", "log"):
-            try:
-                text += (self.workdir / name).read_text(errors="replace")
-            except OSError:
-                pass
-        return "\n".join(text.splitlines()[-lines:])
+        return launcher.tail([self.workdir / "stderr", self.workdir / "log"], lines)
 
     def cpu_seconds(self) -> float | None:
         return proc_cpu_seconds(self.proc.pid) if self.proc else None
@@ -982,18 +975,8 @@ class Server:
         """SIGTERM, then SIGKILL to the whole process group if it lingers."""
         if self.proc is None or self.proc.poll() is not None:
             return
-        try:
-            self.proc.terminate()
-            self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
+        if launcher.stop(self.proc, sig=signal.SIGTERM, timeout=timeout, group=True).forced:
             log("%s on port %d ignored SIGTERM for %.0f s: killing it" % (self.kind, self.port, timeout))
-        finally:
-            if self.proc.poll() is None:
-                try:
-                    os.killpg(self.proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                self.proc.wait(5)
 
 
 # --------------------------------------------------------------------------- the runner
@@ -1061,17 +1044,14 @@ class Bench:
     # ---- servers
 
     def disque_argv(self, port: int, workdir: Path, cpu: str = SERVER_CPU) -> list[str]:
-        exe = Path(self.python).with_name("disque-py")
-        cmd = [str(exe)] if exe.exists() else [self.python, "-m", "disque_py.cli"]
-        return ["taskset", "-c", cpu, *cmd, "server", "--port", str(port), "--dir", str(workdir),
-                "--bind", HOST, "--logfile", str(workdir / "log")]  # fmt: skip
+        return launcher.node_argv(port, workdir, "--bind", HOST, "--logfile", str(workdir / "log"),
+                                  python=self.python, script=True, cpu=cpu)  # fmt: skip
 
     def reference_argv(self, port: int, workdir: Path, cpu: str = SERVER_CPU) -> list[str]:
         """Disque 1.0-rc1 itself, pinned like our node; in memory, in the foreground."""
         assert self.disque_server
-        return ["taskset", "-c", cpu, self.disque_server, "--port", str(port), "--bind", HOST,
-                "--dir", str(workdir), "--logfile", str(workdir / "log"), "--daemonize", "no",
-                "--appendonly", "no"]  # fmt: skip
+        return launcher.pinned([self.disque_server, "--port", str(port), "--bind", HOST, "--dir", str(workdir),
+                                "--logfile", str(workdir / "log"), "--daemonize", "no", "--appendonly", "no"], cpu)  # fmt: skip
 
     def kinds(self) -> list[str]:
         """The job servers to measure: ours, then the reference when ``--disque-server`` is given."""
@@ -1092,8 +1072,8 @@ class Bench:
         return self.redis_argv(port, workdir, cpu)
 
     def redis_argv(self, port: int, workdir: Path, cpu: str = SERVER_CPU) -> list[str]:
-        return ["taskset", "-c", cpu, "redis-server", "--port", str(port), "--save", "", "--appendonly", "no",
-                "--bind", HOST, "--dir", str(workdir), "--logfile", str(workdir / "log")]  # fmt: skip
+        return launcher.pinned(["redis-server", "--port", str(port), "--save", "", "--appendonly", "no",
+                                "--bind", HOST, "--dir", str(workdir), "--logfile", str(workdir / "log")], cpu)  # fmt: skip
 
     def start(self, kind: str) -> Server:
         """A fresh server (disque-py, disque or redis-server): new process, new empty directory."""
@@ -1156,7 +1136,7 @@ class Bench:
 
     def run_client(self, server: Server, kind: str) -> dict[str, Any]:
         """The cycle client in its own process pinned to the client CPU."""
-        argv = ["taskset", "-c", CLIENT_CPU, self.python, "-m", "disque_py.bench", "client", "--port", str(server.port),
+        argv = ["taskset", "-c", CLIENT_CPU, self.python, "-m", MODULE, "client", "--port", str(server.port),
                 "--conns", str(self.conns), "--body-size", str(self.body_size), "--kind", kind]  # fmt: skip
         if self.cycles_count:
             argv += ["--count", str(self.cycles_count)]
@@ -1166,7 +1146,7 @@ class Bench:
             argv.append("--shared-queue")
         self.record(argv)
         cpu0 = server.cpu_seconds()
-        proc = subprocess.run(argv, capture_output=True, text=True, cwd=str(ROOT))
+        proc = subprocess.run(argv, capture_output=True, text=True, cwd=str(ROOT), env=helper_env())
         cpu1 = server.cpu_seconds()
         if proc.returncode != 0:
             raise BenchError("cycle client failed (%d): %s" % (proc.returncode, proc.stderr.strip()[-2000:]))
@@ -1301,10 +1281,8 @@ class Bench:
 
     def cluster_node_argv(self, port: int, workdir: Path) -> list[str]:
         """A cluster node: not pinned, so the kernel spreads the nodes over both CPUs."""
-        exe = Path(self.python).with_name("disque-py")
-        cmd = [str(exe)] if exe.exists() else [self.python, "-m", "disque_py.cli"]
-        argv = [*cmd, "server", "--port", str(port), "--dir", str(workdir), "--bind", HOST,
-                "--logfile", str(workdir / "log")]  # fmt: skip
+        argv = launcher.node_argv(port, workdir, "--bind", HOST, "--logfile", str(workdir / "log"),
+                                  python=self.python, script=True)  # fmt: skip
         if self.node_timeout:
             argv += ["--cluster-node-timeout", str(self.node_timeout)]
         return argv
@@ -1331,19 +1309,13 @@ class Bench:
         """SHUTDOWN to every node, wait for them to exit, SIGTERM/SIGKILL leftovers; returns the leftovers."""
         for node in nodes:
             if node.proc is not None and node.proc.poll() is None:
-                try:
-                    with SyncClient(node.port, timeout=2.0) as c:
-                        c.call("SHUTDOWN")  # no reply: the node closes the connection
-                except (OSError, BenchError):
-                    pass
+                launcher.shutdown(node.port, HOST)  # no reply: the node closes the connection
         deadline = time.monotonic() + timeout
         leftovers = 0
         for node in nodes:
             if node.proc is None:
                 continue
-            try:
-                node.proc.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
+            if not launcher.wait_exit(node.proc, max(0.1, deadline - time.monotonic())):
                 leftovers += 1
                 log("node on port %d still running %.0f s after SHUTDOWN: stopping it" % (node.port, timeout))
             self.stop(node)  # SIGTERM, then SIGKILL to the group; no-op if it already exited
@@ -1616,15 +1588,13 @@ class Bench:
         deadline = time.monotonic() + 30.0
         for node in nodes:
             node.wait_ready(max(1.0, deadline - time.monotonic()))
-        conns = [SyncClient(node.port, timeout=10.0) for node in nodes]
         try:
-            t0 = time.monotonic()
-            for node in nodes[1:]:
-                conns[0].call("CLUSTER", "MEET", HOST, str(node.port))
-            self.wait_joined(nodes, conns, t0, timeout=30.0, interval=CHAIN_POLL)
-        finally:
-            for c in conns:
-                c.close()
+            launcher.join([(HOST, node.port) for node in nodes], timeout=30.0, interval=CHAIN_POLL)
+        except (launcher.LaunchError, OSError) as exc:
+            for node in nodes:
+                if node.proc is not None and node.proc.poll() is not None:
+                    raise BenchError("node on port %d exited during the join:\n%s" % (node.port, node.tail())) from None
+            raise BenchError("%s: %s" % (label, exc)) from None
         return nodes
 
     @staticmethod
@@ -1712,7 +1682,7 @@ class Bench:
         producer = a if same_node else b
         try:
             before = [self._fed_stats(n) for n in nodes]
-            argv = ["taskset", "-c", CLIENT_CPU, self.python, "-m", "disque_py.bench", "fedclient",
+            argv = ["taskset", "-c", CLIENT_CPU, self.python, "-m", MODULE, "fedclient",
                     "--sched", self.fed_client_sched, "--consumer-port", str(a.port),
                     "--producer-port", str(producer.port), "--rate", "%g" % rate,
                     "--replicate", str(replicate), "--duration", "%g" % duration,
@@ -1725,7 +1695,8 @@ class Bench:
             limit = self.sizes.fed_warmup + duration + self.fed_drain + 60.0
             snap0 = all_process_cpu()
             t0 = time.monotonic()
-            client = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(ROOT))
+            client = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(ROOT),
+                                      env=helper_env())  # fmt: skip
             try:
                 stdout, stderr = client.communicate(timeout=limit)
             except subprocess.TimeoutExpired:
@@ -2496,6 +2467,11 @@ def markdown_report(bench: Bench, machine: dict[str, Any]) -> str:
 # --------------------------------------------------------------------------- main
 
 
+def default_results_path(commit: str) -> Path:
+    """Where a run's raw results go without ``--write``: ``bench-results/`` of this checkout."""
+    return ROOT / "bench-results" / ("%s-%s.json" % (time.strftime("%Y%m%d-%H%M%S"), commit[:12] or "nogit"))
+
+
 def check_tools(suites: list[str]) -> None:
     """Fail early and clearly on a missing tool; redis-server only skips the yardstick."""
     missing = []
@@ -2524,6 +2500,11 @@ def main(argv: list[str] | None = None) -> int:
         from .bench_core import core_main
 
         return core_main(argv[1:])
+    if argv[:1] == ["client-lib"]:
+        from .bench_client import main as client_lib_main
+
+        client_lib_main(argv[1:])
+        return 0
     p = argparse.ArgumentParser(
         prog="scripts/bench",
         description="Benchmark one disque-py node (CPU %s) with redis-benchmark and our own client (CPU %s); "
@@ -2676,8 +2657,7 @@ def main(argv: list[str] | None = None) -> int:
 
     report = markdown_report(bench, machine)
     sys.stdout.write(report)
-    out = Path(a.write) if a.write else ROOT / "bench-results" / (
-        "%s-%s.json" % (time.strftime("%Y%m%d-%H%M%S"), machine["git_commit"][:12] or "nogit"))  # fmt: skip
+    out = Path(a.write) if a.write else default_results_path(machine["git_commit"])
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({
         "machine": machine,
