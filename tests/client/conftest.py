@@ -19,6 +19,7 @@ import pytest
 import redis
 import trio
 
+from disque_py import launcher
 from tests.integration.conftest import ROOT, NodeProcess, free_port, start_node, wait_for  # noqa: F401
 
 PASSWORD = "s3cret-pw"
@@ -31,16 +32,7 @@ def cluster_info(node: NodeProcess) -> dict[str, str]:
 
 def join(nodes: list[NodeProcess], timeout: float = 20.0) -> None:
     """CLUSTER MEET from the first node, then wait until every node reaches every other."""
-    first = nodes[0].client(protocol=2)
-    for other in nodes[1:]:
-        first.execute_command("CLUSTER", "MEET", "127.0.0.1", other.port)
-    want = len(nodes) - 1
-    wait_for(
-        lambda: all(int(cluster_info(n).get("cluster_reachable_nodes", 0)) == want for n in nodes),
-        timeout=timeout,
-        interval=0.05,
-        what="%d nodes to reach each other" % len(nodes),
-    )
+    launcher.join([("127.0.0.1", n.port) for n in nodes], timeout=timeout, interval=0.05)
 
 
 def start_cluster(base, n: int, **directives) -> list[NodeProcess]:

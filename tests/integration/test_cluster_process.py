@@ -12,6 +12,8 @@ import sys
 import pytest
 import redis
 
+from disque_py import launcher
+
 from .conftest import NodeProcess, consecutive_free_ports, wait_for
 
 pytestmark = pytest.mark.integration
@@ -51,9 +53,9 @@ def created(tmp_path):
     for port, d in procs_dirs:
         try:
             pid = int(open(os.path.join(d, "disque.pid")).read())
-            os.kill(pid, signal.SIGTERM)
         except (OSError, ValueError):
-            pass
+            continue  # never started, or gone and its pid file with it
+        launcher.stop(pid, port=port)
 
 
 def test_create_three_and_hello(created):
