@@ -10,8 +10,12 @@ refreshed, so the core never asks. It also answers CLUSTER commands and
 queues the core's messages on peers' links (:meth:`ClusterService.send_item`).
 
 :class:`CoreFeed` is the host a node gives it: it feeds job-layer messages
-to ``Node.receive_data`` and carries out what they produced. The bus
-simulation (tests/sim/netsim.py) hosts the same service with its own host.
+to ``Node.receive_data`` one by one, and a message whose handler raises
+(a bug of ours, or a peer's message the core did not expect) is logged with
+its traceback and counted (CLUSTER INFO ``cluster_stats_handler_errors``);
+the node serves on and what the messages produced, before and after the
+failing one, is carried out. The bus simulation (tests/sim/netsim.py)
+hosts the same service with its own host.
 
 Created by the node (:mod:`.app`), which passes the client loop as the
 bus's reactor (links' sockets are polled in the client loop's epoll); the
@@ -62,25 +66,32 @@ _NONE: frozenset[str] = frozenset()
 
 
 class CoreFeed:
-    """A node's :class:`.contracts.CoreHost`: job-layer messages into the core.
+    """A node's :class:`.contracts.CoreHost`: job-layer messages into the core, each on its own.
 
     ``apply_effects`` carries out what they produced; ``after_input`` is called
     next (the core's timers look again: a message may have set an earlier one).
     """
 
-    __slots__ = ("node", "apply_effects", "after_input")
+    __slots__ = ("node", "apply_effects", "after_input", "handler_errors")
 
     def __init__(self, node: "Node", apply_effects: Callable[[], None], after_input: Callable[[], None]) -> None:
         self.node = node
         self.apply_effects = apply_effects
         self.after_input = after_input
+        self.handler_errors = 0
 
     def cluster_data(self, sender: str, items: Iterable[tuple[str, Any]]) -> None:
-        """Messages from ``sender``, in order; then their effects are carried out."""
+        """Messages from ``sender``, in order. One whose handler raises is logged and counted;
+        the others are still handled, and every effect produced is carried out."""
         node = self.node
         now = now_ms()
         for kind, body in items:
-            node.receive_data(sender, kind, body, now)
+            try:
+                node.receive_data(sender, kind, body, now)
+            except Exception:  # our handler failed: the node serves on
+                self.handler_errors += 1
+                log.error("Error handling a %s message from node %s (handler errors so far: %d)",
+                          kind, sender[:8], self.handler_errors, exc_info=True)  # fmt: skip
         self.apply_effects()
         self.after_input()
 
@@ -336,6 +347,8 @@ class ClusterService:
                 fields = dict(m.info_fields())
                 fields.setdefault("cluster_stats_auth_failures", self.stats.get("auth_failures", 0))
                 fields.setdefault("cluster_stats_bad_frames", self.stats.get("bad_frames", 0))
+                # a host that feeds the core another way (the bus simulation's) counts none
+                fields["cluster_stats_handler_errors"] = getattr(self.host, "handler_errors", 0)
                 if self.bus is not None:
                     for key, value in self.bus.stats.items():
                         fields["cluster_stats_bus_" + key] = value
