@@ -2,7 +2,16 @@
 
 These need what only the shell has (the connection, the process, the config
 file): AUTH, PING, ECHO, QUIT, INFO, TIME, COMMAND, CLIENT, CONFIG,
-SHUTDOWN, DEBUG. Everything about jobs and queues goes to the core.
+SHUTDOWN, DEBUG, CLUSTER (handed to the cluster service), and the
+``HELLO <protover>`` handshake. Everything about jobs and queues goes to
+the core.
+
+:func:`build_table` makes the name -> (handler, arity) table and
+:func:`hello_handshake` the handshake, both bound to an
+:class:`AdminContext`: the few things of the node they read or call
+(config, core, stats, the open clients, shutdown, CLIENT KILL, CLUSTER,
+ops/s), given by the node (:mod:`.app`). The dispatcher
+(:mod:`.dispatch`) calls the handlers; nothing here calls back into it.
 """
 
 from __future__ import annotations
@@ -12,6 +21,7 @@ import platform
 import resource
 import sys
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
 import trio
@@ -20,13 +30,13 @@ from .. import DISQUE_COMPAT_VERSION, __version__
 from ..config import ConfigError, config_get, config_set, rewrite_config
 from ..core.replies import OK, Error, Status, err
 from . import gcpolicy
+from .contracts import NO_REPLY
 from .logs import log
 
 if TYPE_CHECKING:
-    from .app import Server
-    from .clients import Connection
-
-NO_REPLY = object()  # the handler answers nothing (SHUTDOWN closes the link)
+    from ..config import Config
+    from ..core.node import Node
+    from .connection import Connection
 
 # name -> (arity, flags) for COMMAND; the flags are informational, as Disque's.
 CORE_COMMANDS: dict[bytes, tuple[int, list[bytes]]] = {
@@ -81,12 +91,27 @@ def _rss_bytes() -> int:
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
-def build_table(server: "Server") -> dict[bytes, tuple[Callable[["Connection", list[bytes]], Any], int]]:
-    """Admin command table bound to ``server``: name -> (handler, arity)."""
+@dataclass
+class AdminContext:
+    """What the shell's commands read and call of their node."""
+
+    config: "Config"
+    node: "Node"
+    stats: dict[str, int]  # INFO stats, CONFIG RESETSTAT
+    clients: dict[int, "Connection"]  # every open client, by id (CLIENT LIST/KILL, INFO)
+    start_time: float  # wall clock at start (uptime)
+    request_shutdown: Callable[[], None]
+    close_client: Callable[["Connection"], None]  # after what is buffered for it has gone out
+    cluster_command: Callable[[list[bytes]], Any]  # CLUSTER <sub> ...
+    ops_per_sec: Callable[[], int]
+
+
+def build_table(ctx: AdminContext) -> dict[bytes, tuple[Callable[["Connection", list[bytes]], Any], int]]:
+    """Admin command table bound to ``ctx``: name -> (handler, arity)."""
     peak = [0]
 
     def auth(conn: "Connection", argv: list[bytes]) -> Any:
-        password = server.config.requirepass
+        password = ctx.config.requirepass
         if not password:
             return err("Client sent AUTH, but no password is set")
         if argv[1] == password.encode():
@@ -115,10 +140,10 @@ def build_table(server: "Server") -> dict[bytes, tuple[Callable[["Connection", l
         if len(argv) > 2:
             return err("syntax error")
         section = argv[1].decode("utf-8", "replace").lower() if len(argv) == 2 else "default"
-        return info_text(server, section, peak).encode()
+        return info_text(ctx, section, peak).encode()
 
     def command(conn: "Connection", argv: list[bytes]) -> Any:
-        table = _command_table(server.admin_commands)
+        table = _command_table(handlers)
         if len(argv) == 1:
             return list(table.values())
         sub = argv[1].lower()
@@ -154,16 +179,16 @@ def build_table(server: "Server") -> dict[bytes, tuple[Callable[["Connection", l
                 return err("Unrecognized option '%s'" % argv[2].decode("utf-8", "replace"))
             return OK
         if sub == b"list" and n == 2:
-            return "".join(_client_line(server, c) + "\n" for c in list(server.clients.values())).encode()
+            return "".join(_client_line(ctx, c) + "\n" for c in list(ctx.clients.values())).encode()
         if sub == b"info" and n == 2:
-            return (_client_line(server, conn) + "\n").encode()
+            return (_client_line(ctx, conn) + "\n").encode()
         if sub == b"kill":
-            return _client_kill(server, conn, argv)
+            return _client_kill(ctx, conn, argv)
         return err("Syntax error, try CLIENT (LIST | KILL ip:port | ID | GETNAME | SETNAME connection-name | SETINFO)")
 
     def config(conn: "Connection", argv: list[bytes]) -> Any:
         sub = argv[1].lower()
-        cfg = server.config
+        cfg = ctx.config
         try:
             if sub == b"get" and len(argv) == 3:
                 # a dict: a map in RESP3 (as Redis 7 answers, and redis-py 8 expects), a flat array in RESP2
@@ -177,8 +202,8 @@ def build_table(server: "Server") -> dict[bytes, tuple[Callable[["Connection", l
                 log.info("CONFIG REWRITE executed with success.")
                 return OK
             if sub == b"resetstat" and len(argv) == 2:
-                for key in server.stats:
-                    server.stats[key] = 0
+                for key in ctx.stats:
+                    ctx.stats[key] = 0
                 return OK
         except ConfigError as exc:
             return err(str(exc))
@@ -191,14 +216,14 @@ def build_table(server: "Server") -> dict[bytes, tuple[Callable[["Connection", l
         if len(argv) > 2 or (len(argv) == 2 and argv[1].lower() not in (b"save", b"nosave")):
             return err("syntax error")
         log.warning("SHUTDOWN requested by client id=%d addr=%s", conn.id, conn.addr)
-        server.request_shutdown()
+        ctx.request_shutdown()
         conn.closing = True
         return NO_REPLY
 
     def debug(conn: "Connection", argv: list[bytes]) -> Any:
         sub = argv[1].lower()
         if sub == b"flushall" and len(argv) == 2:
-            server.node.flushall()
+            ctx.node.flushall()
             log.warning("DEBUG FLUSHALL: all jobs and queues removed")
             return OK
         if sub == b"error" and len(argv) == 3:
@@ -216,9 +241,9 @@ def build_table(server: "Server") -> dict[bytes, tuple[Callable[["Connection", l
         return err("DEBUG subcommand must be one of FLUSHALL, ERROR <text>, SLEEP <seconds>, GC")
 
     def cluster(conn: "Connection", argv: list[bytes]) -> Any:
-        return server.cluster.command(argv)
+        return ctx.cluster_command(argv)
 
-    return {
+    handlers = {
         b"cluster": (cluster, -2),
         b"auth": (auth, 2),
         b"ping": (ping, -1),
@@ -232,9 +257,10 @@ def build_table(server: "Server") -> dict[bytes, tuple[Callable[["Connection", l
         b"shutdown": (shutdown, -1),
         b"debug": (debug, -2),
     }
+    return handlers
 
 
-def hello_handshake(server: "Server", conn: "Connection", argv: list[bytes]) -> Any:
+def hello_handshake(ctx: AdminContext, conn: "Connection", argv: list[bytes]) -> Any:
     """Redis 6 ``HELLO protover [AUTH user pass] [SETNAME name]``.
 
     Disque's ``HELLO`` takes no argument and lists the cluster; with
@@ -256,7 +282,7 @@ def hello_handshake(server: "Server", conn: "Connection", argv: list[bytes]) -> 
         opt = argv[i].lower()
         if opt == b"auth" and i + 2 < len(argv):
             user, password = argv[i + 1], argv[i + 2]
-            required = server.config.requirepass
+            required = ctx.config.requirepass
             if not required:
                 return err("AUTH <password> called without any password configured for the default user.")
             if user != b"default" or password != required.encode():
@@ -269,7 +295,7 @@ def hello_handshake(server: "Server", conn: "Connection", argv: list[bytes]) -> 
         else:
             return err("Syntax error in HELLO option '%s'" % argv[i].decode("utf-8", "replace"))
     if not conn.authenticated:
-        if server.config.requirepass:
+        if ctx.config.requirepass:
             return Error("NOAUTH HELLO must be called with the client already authenticated, "
                          "otherwise the HELLO <proto> AUTH <user> <pass> option can be used to "
                          "authenticate the client and select the RESP protocol version at the same time")
@@ -285,7 +311,7 @@ def hello_handshake(server: "Server", conn: "Connection", argv: list[bytes]) -> 
         b"mode": b"cluster",
         b"role": b"master",
         b"modules": [],
-        b"node": server.node.id.encode(),
+        b"node": ctx.node.id.encode(),
     }
 
 
@@ -299,7 +325,7 @@ def _command_table(admin: dict[bytes, tuple[Any, int]]) -> dict[bytes, list]:
     return table
 
 
-def _client_line(server: "Server", c: "Connection") -> str:
+def _client_line(ctx: AdminContext, c: "Connection") -> str:
     now = trio.current_time()
     flags = "b" if c.blocked else "N"
     return (
@@ -322,12 +348,12 @@ def _client_line(server: "Server", c: "Connection") -> str:
     )
 
 
-def _client_kill(server: "Server", me: "Connection", argv: list[bytes]) -> Any:
+def _client_kill(ctx: AdminContext, me: "Connection", argv: list[bytes]) -> Any:
     if len(argv) == 3:  # old form: CLIENT KILL ip:port
         addr = argv[2].decode("utf-8", "replace")
-        for c in list(server.clients.values()):
+        for c in list(ctx.clients.values()):
             if c.addr == addr:
-                server.close_client(c)
+                ctx.close_client(c)
                 return OK
         return err("No such client")
     if len(argv) < 4 or len(argv) % 2 != 0:
@@ -352,7 +378,7 @@ def _client_kill(server: "Server", me: "Connection", argv: list[bytes]) -> Any:
         else:
             return err("syntax error")
     killed = 0
-    for c in list(server.clients.values()):
+    for c in list(ctx.clients.values()):
         if want_id is not None and c.id != want_id:
             continue
         if want_addr is not None and c.addr != want_addr:
@@ -361,22 +387,22 @@ def _client_kill(server: "Server", me: "Connection", argv: list[bytes]) -> Any:
             continue
         if c is me and skipme:
             continue
-        server.close_client(c)
+        ctx.close_client(c)
         killed += 1
     return killed
 
 
-def info_text(server: "Server", section: str, peak: list[int]) -> str:
+def info_text(ctx: AdminContext, section: str, peak: list[int]) -> str:
     everything = section in ("all", "everything")
     wanted = INFO_SECTIONS if (everything or section == "default") else (section,)
-    node = server.node
-    cfg = server.config
+    node = ctx.node
+    cfg = ctx.config
     parts: list[str] = []
 
     def emit(title: str, fields: dict[str, Any]) -> None:
         parts.append("# %s\r\n" % title + "".join("%s:%s\r\n" % kv for kv in fields.items()))
 
-    uptime = int(time.time() - server.start_time)
+    uptime = int(time.time() - ctx.start_time)
     for name in wanted:
         if name == "server":
             emit("Server", {
@@ -389,7 +415,7 @@ def info_text(server: "Server", section: str, peak: list[int]) -> str:
                 "multiplexing_api": "trio",
                 "python_version": platform.python_version(),
                 "process_id": os.getpid(),
-                "run_id": server.node.id,
+                "run_id": ctx.node.id,
                 "tcp_port": cfg.port,
                 "uptime_in_seconds": uptime,
                 "uptime_in_days": uptime // 86400,
@@ -399,8 +425,8 @@ def info_text(server: "Server", section: str, peak: list[int]) -> str:
             })  # fmt: skip
         elif name == "clients":
             emit("Clients", {
-                "connected_clients": len(server.clients),
-                "client_longest_output_list": max((len(c.out) for c in server.clients.values()), default=0),
+                "connected_clients": len(ctx.clients),
+                "client_longest_output_list": max((len(c.out) for c in ctx.clients.values()), default=0),
                 "client_biggest_input_buf": 0,
                 "blocked_clients": node.blocked_clients,
             })  # fmt: skip
@@ -440,11 +466,11 @@ def info_text(server: "Server", section: str, peak: list[int]) -> str:
                 "aof_last_write_status": "ok",
             })  # fmt: skip
         elif name == "stats":
-            stats = dict(server.stats)
+            stats = dict(ctx.stats)
             emit("Stats", {
                 "total_connections_received": stats["total_connections_received"],
                 "total_commands_processed": stats["total_commands_processed"],
-                "instantaneous_ops_per_sec": server.instantaneous_ops(),
+                "instantaneous_ops_per_sec": ctx.ops_per_sec(),
                 "total_net_input_bytes": stats["total_net_input_bytes"],
                 "total_net_output_bytes": stats["total_net_output_bytes"],
                 "rejected_connections": stats["rejected_connections"],
@@ -475,4 +501,4 @@ def info_text(server: "Server", section: str, peak: list[int]) -> str:
     return "\r\n".join(parts)
 
 
-__all__ = ["build_table", "hello_handshake", "info_text", "NO_REPLY", "CORE_COMMANDS"]
+__all__ = ["AdminContext", "build_table", "hello_handshake", "info_text", "NO_REPLY", "CORE_COMMANDS"]

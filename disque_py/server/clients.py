@@ -1,5 +1,16 @@
 """Client connections: bytes in -> commands -> replies out, for all clients in one task.
 
+Owns the client sockets: :class:`Acceptor` takes what trio's listeners
+accept (``maxclients``, keepalive, the request parser's limits) and hands it
+to :class:`ClientLoop`, which reads, parses, hands the commands to its
+runner (:class:`.contracts.CommandRunner`: the node's dispatcher, or a
+test's) and sends what they produced. The loop also answers malformed
+requests (an error, then the link is closed) and enforces the output
+limits; the cron asks it to check idle clients (``check_clients``). It
+knows nothing of the core: the runner, the core's timers
+(:class:`.contracts.TimerControl`) and the bus owner
+(:class:`.contracts.BusHolder`) are handed to it by the node (:mod:`.app`).
+
 Every client socket is a plain non-blocking stdlib socket registered in one
 ``select.epoll`` of our own (:class:`ClientLoop`). A single trio task waits
 for that epoll's descriptor to become readable (trio's ``wait_readable``
@@ -15,7 +26,7 @@ handshakes, the cron) run between two batches of clients. When none of
 them has anything to do, the loop waits in its epoll directly instead of
 through trio, which saves a scheduler round per wake-up (:mod:`.waiting`);
 it then also runs the core's timers itself after each pass, and waits no
-longer than until the next one (``Server.timers_due``).
+longer than until the next one (``TimerControl.due``).
 
 The same epoll serves the cluster bus's TCP links once they are through
 their handshake (the bus's ``Reactor``: ``add_fd``/``want_writable``/
@@ -24,8 +35,8 @@ sent, and every bus message the pass produced leaves at its end, one write
 per peer (``Bus.hold``/``release`` around the pass).
 
 Replies produced for a client by somebody else (a blocked GETJOB served by
-an ADDJOB elsewhere, a replicated ADDJOB confirmed by GOTJOBs) are sent at
-once with :meth:`ClientLoop.send_soon`.
+an ADDJOB elsewhere, a replicated ADDJOB confirmed by GOTJOBs) are put in
+its output by the dispatcher and sent at once with :meth:`ClientLoop.send_soon`.
 
 Back-pressure: what a client's socket does not take stays in ``out``; the
 loop then waits for that client to become writable and stops reading from
@@ -52,86 +63,89 @@ from __future__ import annotations
 import math
 import select
 import socket
-from collections import deque
 from typing import TYPE_CHECKING
 
 import trio
 
-from ..protocol.resp import ProtocolError, encode_reply
+from cluster_bus.links import accept_forever
+
+from ..protocol.resp import ProtocolError, RequestParser, encode_reply
+from .connection import Connection
 from .logs import log
 from .waiting import DirectWait
 
 if TYPE_CHECKING:
-    from .app import Server
+    from ..config import Config
+    from .contracts import BusHolder, CommandRunner, TimerControl
 
-__all__ = ["Connection", "ClientLoop"]
+__all__ = ["Acceptor", "ClientLoop", "LOOP_STATS"]
 
 READ_SIZE = 65536
-OUT_HOLD = 1 << 20  # a client's commands wait while this much of its output is unsent
 _IN = select.EPOLLIN
 _OUT = select.EPOLLOUT
 _ERR = select.EPOLLERR | select.EPOLLHUP
 _RDHUP = select.EPOLLRDHUP  # the only event asked for while reading is paused: the client hung up
 
+#: The counters the loop and the acceptor keep in the stats dict they are given (INFO stats).
+LOOP_STATS = (
+    "total_connections_received",
+    "total_net_input_bytes",
+    "total_net_output_bytes",
+    "rejected_connections",
+    "accept_errors",
+    "protocol_errors",
+    "internal_errors",
+    "client_output_buffer_limit_disconnections",
+)
 
-class Connection:
-    __slots__ = (
-        "id",
-        "sock",
-        "fd",
-        "addr",
-        "laddr",
-        "name",
-        "lib_name",
-        "lib_ver",
-        "created",
-        "last_active",
-        "authenticated",
-        "out",
-        "blocked",
-        "pending",
-        "closing",
-        "closed",
-        "waiting_write",
-        "read_paused",
-        "last_cmd",
-        "parser",
-        "encode",
-        "soft_since",
-    )
 
-    def __init__(self, cid: int, sock: socket.socket, addr: str, laddr: str, now: float, parser) -> None:
-        self.id = cid
-        self.sock = sock
-        self.fd = sock.fileno()
-        self.addr = addr
-        self.laddr = laddr
-        self.name = b""
-        self.lib_name = b""
-        self.lib_ver = b""
-        self.created = now
-        self.last_active = now
-        self.authenticated = False
-        self.out = bytearray()
-        self.blocked = False
-        self.pending: deque[list[bytes]] = deque()
-        self.closing = False  # close once ``out`` is sent
-        self.closed = False
-        self.waiting_write = False  # registered for EPOLLOUT, not reading
-        self.read_paused = False  # commands pending (blocked, or held back by output): not read until they run
-        self.last_cmd = b"NULL"
-        self.parser = parser
-        self.encode = encode_reply  # encode_reply3 after HELLO 3
-        self.soft_since = 0.0  # when its unsent output first reached the soft limit (0: below it)
+class _NoTimers:
+    """The timers of a loop given none (tests): nothing is ever due."""
+
+    def hand_over(self, to_loop: bool) -> None:
+        pass
+
+    def due(self) -> float:
+        return math.inf
+
+    def poke(self) -> None:
+        pass
+
+
+class _NoBus:
+    bus = None
 
 
 class ClientLoop:
-    """Every client connection of a server, driven from one trio task."""
+    """Every client connection of a node, driven from one trio task.
 
-    def __init__(self, server: "Server") -> None:
-        self.server = server
-        self.stats = server.stats
+    ``runner`` runs the commands read and carries out their effects (the
+    node's :class:`.dispatch.Dispatcher`; a test passes its own); its three
+    methods are bound here once. ``stats``: the dict the loop counts in
+    (:data:`LOOP_STATS`). ``timers``: the core's timers, run by the loop while
+    it waits directly (none: nothing to run). ``links``: whoever owns the
+    cluster bus (its output is held during a pass and leaves at the end; may
+    be set after construction, before :meth:`run`).
+    """
+
+    def __init__(
+        self,
+        runner: "CommandRunner",
+        stats: dict[str, int],
+        *,
+        timers: "TimerControl | None" = None,
+        links: "BusHolder | None" = None,
+    ) -> None:
+        for key in LOOP_STATS:
+            stats.setdefault(key, 0)
+        self.stats = stats
+        self._run_commands = runner.run_commands
+        self._apply_effects = runner.apply_effects
+        self._client_closed = runner.client_closed
+        self.timers: "TimerControl" = timers if timers is not None else _NoTimers()
+        self.links: "BusHolder" = links if links is not None else _NoBus()
         self.ep = select.epoll()
+        self.clients: dict[int, Connection] = {}  # by client id: every open connection
         self.by_fd: dict[int, Connection] = {}
         self.others: dict[int, tuple] = {}  # fd -> (on_readable, on_writable): cluster bus links
         self.current: Connection | None = None  # the client whose commands are running
@@ -140,6 +154,8 @@ class ClientLoop:
 
     # ----------------------------------------------------------- membership
     def add(self, conn: Connection) -> None:
+        """Serve ``conn`` (a non-blocking socket) from now on."""
+        self.clients[conn.id] = conn
         self.by_fd[conn.fd] = conn
         self.ep.register(conn.fd, _IN)
 
@@ -153,10 +169,8 @@ class ClientLoop:
             self.ep.unregister(conn.fd)
         except (OSError, ValueError):
             pass
-        server = self.server
-        server.clients.pop(conn.id, None)
-        server.node.client_closed(conn.id)
-        server.apply_effects()
+        self.clients.pop(conn.id, None)
+        self._client_closed(conn.id)
         try:
             conn.sock.close()
         except OSError:
@@ -247,7 +261,7 @@ class ClientLoop:
             return False
         if conn is self.current or conn.closed:
             return False
-        self.server.stats["client_output_buffer_limit_disconnections"] += 1
+        self.stats["client_output_buffer_limit_disconnections"] += 1
         log.warning("Closing client id=%d addr=%s: %d bytes of replies not read, over its %s output "
                     "buffer limit (client-output-buffer-limit)", conn.id, conn.addr, held, which)  # fmt: skip
         self.close(conn)
@@ -310,13 +324,13 @@ class ClientLoop:
 
     def _failed(self, conn: Connection) -> None:
         self.current = None
-        self.server.stats["internal_errors"] += 1
+        self.stats["internal_errors"] += 1
         log.exception("Internal error serving client id=%d addr=%s; connection closed", conn.id, conn.addr)
         try:
             self.close(conn)
         except Exception:  # noqa: BLE001 - already failing: forget it whatever happens
             self.by_fd.pop(conn.fd, None)
-            self.server.clients.pop(conn.id, None)
+            self.clients.pop(conn.id, None)
 
     def _want_write(self, conn: Connection) -> None:
         """Be called back (``_writable``) when the socket takes output: at once if it can now."""
@@ -328,15 +342,34 @@ class ClientLoop:
         """Run the commands held back while ``conn``'s output was over ``OUT_HOLD``. Its output is
         sent and it stays registered for writability: the next pass sends what these produce
         (the socket is writable, so at once) and, from ``_writable``, goes on or reads again."""
-        server = self.server
         commands = list(conn.pending)
         conn.pending.clear()
         self.current = conn
         try:
-            server.run_commands(conn, commands)
-            server.apply_effects()
+            self._run_commands(conn, commands)
+            self._apply_effects()
         finally:
             self.current = None
+
+    def _protocol_error(self, conn: Connection, error: ProtocolError) -> None:
+        """Commands before the bad bytes were answered; now the error, then the link is closed (as Redis does)."""
+        self.stats["protocol_errors"] += 1
+        log.log(15, "Protocol error from client id=%d addr=%s: %s", conn.id, conn.addr, error.reply_text)
+        encode_reply(error.reply, conn.out)
+        conn.closing = True
+
+    def check_clients(self, idle_timeout: float) -> None:
+        """From the cron, once a second: output limits of clients that stopped reading (the loop
+        does not see them), and clients idle for over ``idle_timeout`` seconds (0: never)."""
+        if self.limit_soft:
+            for conn in [c for c in self.clients.values() if c.waiting_write]:
+                self.over_output_limit(conn)
+        if idle_timeout:
+            limit = trio.current_time() - idle_timeout
+            for conn in list(self.clients.values()):
+                if not conn.blocked and conn.last_active < limit:
+                    log.log(15, "Closing idle client id=%d addr=%s", conn.id, conn.addr)
+                    self.close_when_sent(conn)
 
     # ---------------------------------------------------------------- input
     def _readable(self, conn: Connection) -> None:
@@ -353,10 +386,8 @@ class ClientLoop:
         self._process(conn, data)
 
     def _process(self, conn: Connection, data: bytes) -> None:
-        server = self.server
-        stats = server.stats
         parser = conn.parser
-        stats["total_net_input_bytes"] += len(data)
+        self.stats["total_net_input_bytes"] += len(data)
         conn.last_active = trio.current_time()
         parser.feed(data)
         self.current = conn
@@ -373,13 +404,13 @@ class ClientLoop:
                 if conn.blocked or conn.pending:
                     conn.pending.extend(commands)
                 else:
-                    server.run_commands(conn, commands)
-                    server.apply_effects()
+                    self._run_commands(conn, commands)
+                    self._apply_effects()
                 if conn.pending:  # blocked, or held back by its output: read no more for now
                     self.pause_reading(conn)
             error = parser.error
             if error is not None:
-                server.protocol_error(conn, error)
+                self._protocol_error(conn, error)
         finally:
             self.current = None
         if conn.closed:
@@ -395,21 +426,22 @@ class ClientLoop:
     async def run(self) -> None:
         by_fd = self.by_fd
         others = self.others
-        server = self.server
-        cluster = server.cluster
         direct = self.direct
-        owns_timers = False  # the core's timers run here while waiting directly (Server.hand_timers)
+        links = self.links
+        timers = self.timers
+        hand_over, timers_due, poke = timers.hand_over, timers.due, timers.poke
+        owns_timers = False  # the core's timers run here while waiting directly (TimerControl.hand_over)
         limit = math.inf
         try:
             await direct.start()
             while True:
                 if direct.active != owns_timers:
                     owns_timers = direct.active
-                    server.hand_timers(owns_timers)
-                    limit = server.timers_due() if owns_timers else math.inf
+                    hand_over(owns_timers)
+                    limit = timers_due() if owns_timers else math.inf
                 ready = await direct.wait(limit)
                 trio_fd = direct.trio_fd
-                bus = cluster.bus
+                bus = links.bus
                 if bus is not None:
                     bus.hold()
                 try:
@@ -437,14 +469,79 @@ class ClientLoop:
                         except Exception:  # a bug costs this client its connection, not the node
                             self._failed(conn)
                     if owns_timers:
-                        limit = server.timers_due()  # its bus messages leave with the pass's
+                        limit = timers_due()  # its bus messages leave with the pass's
                 finally:
                     if bus is not None:
                         bus.release()
                 if not owns_timers:
-                    server._poke_timer()
+                    poke()
         finally:
             if owns_timers:
-                server.hand_timers(False)
-            direct.close()  # the epoll stays open: bus links may still register or leave (Server.run closes it)
+                hand_over(False)
+            direct.close()  # the epoll stays open: bus links may still register or leave (close_all, by the owner)
 
+
+
+class Acceptor:
+    """Takes the connections trio's listeners accept and hands them to ``loop``.
+
+    Applies ``config`` as it is at each accept (``maxclients``, ``requirepass``,
+    ``tcp-keepalive``, the request parser's limits), so CONFIG SET takes effect
+    for the next client. Started by the node (:mod:`.app`), one task per listener.
+    """
+
+    def __init__(self, loop: ClientLoop, config: "Config", stats: dict[str, int]) -> None:
+        self.loop = loop
+        self.config = config
+        self.stats = stats
+        self._next_client_id = 0
+
+    async def serve(self, listener: trio.SocketListener) -> None:
+        def failed() -> None:
+            self.stats["accept_errors"] += 1
+
+        await accept_forever(listener, self.accepted, what="client", log=log, on_error=failed)
+
+    def accepted(self, stream: trio.SocketStream) -> None:
+        # Take the OS socket out of trio's wrapper: the client loop drives it.
+        sock = socket.socket(fileno=stream.socket.detach())
+        sock.setblocking(False)
+        self.stats["total_connections_received"] += 1
+        cfg = self.config
+        if len(self.loop.clients) >= cfg.maxclients:
+            self.stats["rejected_connections"] += 1
+            try:
+                sock.send(b"-ERR max number of clients reached\r\n")
+            except OSError:
+                pass
+            sock.close()
+            return
+        conn = self._new_connection(sock)
+        conn.authenticated = not cfg.requirepass
+        self.loop.add(conn)
+
+    def _new_connection(self, sock: socket.socket) -> Connection:
+        try:
+            peer = sock.getpeername()
+            local = sock.getsockname()
+            addr = "%s:%d" % (peer[0], peer[1])
+            laddr = "%s:%d" % (local[0], local[1])
+        except OSError:
+            addr = laddr = "?:0"
+        cfg = self.config
+        if cfg.tcp_keepalive:
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+                if hasattr(socket, "TCP_KEEPIDLE"):
+                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, cfg.tcp_keepalive)
+                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, max(1, cfg.tcp_keepalive // 3))
+                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, 3)
+            except OSError:
+                pass
+        parser = RequestParser(
+            max_bulk_len=cfg.proto_max_bulk_len,
+            max_args=cfg.proto_max_multibulk_len,
+            max_query_buffer=cfg.client_query_buffer_limit,
+        )
+        self._next_client_id += 1
+        return Connection(self._next_client_id, sock, addr, laddr, trio.current_time(), parser)

@@ -1,10 +1,26 @@
 """The cluster service: membership (sans-I/O) + the bus (trio) + nodes.conf.
 
-It is the bus handler: link events and messages go into ``Membership``,
-whose effects (connect, send, close, save the config, log) are carried out
-here. Application messages (``Data``) go to the job core instead. After
-every input the job core's view of the cluster (size, reachable nodes,
-HELLO entries, leaving flag) is refreshed, so the core never asks.
+:class:`ClusterService` is the bus handler: link events and messages go
+into ``Membership``, whose effects (connect, send, close, save the config,
+log) are carried out here. Application messages (``Data``, ``DataBatch``)
+go to the job core instead, through its host's ``cluster_data``
+(:class:`.contracts.CoreHost`). After every input the job core's view of
+the cluster (size, reachable nodes, HELLO entries, leaving flag) is
+refreshed, so the core never asks. It also answers CLUSTER commands and
+queues the core's messages on peers' links (:meth:`ClusterService.send_item`).
+
+:class:`CoreFeed` is the host a node gives it: it feeds job-layer messages
+to ``Node.receive_data`` one by one, and a message whose handler raises
+(a bug of ours, or a peer's message the core did not expect) is logged with
+its traceback and counted (CLUSTER INFO ``cluster_stats_handler_errors``);
+the node serves on and what the messages produced, before and after the
+failing one, is carried out. The bus simulation (tests/sim/netsim.py)
+hosts the same service with its own host.
+
+Created by the node (:mod:`.app`), which passes the client loop as the
+bus's reactor (links' sockets are polled in the client loop's epoll); the
+dispatcher queues the core's messages through ``send_item``; the core's
+timers ask ``backlogged`` before each tick.
 
 ``nodes.conf`` (``cluster-config-file`` under ``dir``) is rewritten
 atomically (temp file, fsync, rename) whenever membership says the table
@@ -16,7 +32,7 @@ from __future__ import annotations
 import os
 import random
 import secrets
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 import trio
 
@@ -34,33 +50,71 @@ from cluster_bus.membership import Send as BusSend
 from cluster_bus.messages import BUS_PORT_OFFSET, NODE_LEAVING, Data, DataBatch
 
 from ..core.replies import OK, Error, Status, err
+from .contracts import now_ms
 from .logs import log
 
 if TYPE_CHECKING:
+    from cluster_bus.links import Reactor
+
     from ..config import Config
-    from .app import Server
+    from ..core.node import Node
+    from .contracts import CoreHost
 
 CRON_PERIOD = 0.1
 _LEVELS = {"warning": 30, "notice": 20, "verbose": 15, "debug": 10}
 _NONE: frozenset[str] = frozenset()
 
 
-def now_ms() -> int:
-    return int(trio.current_time() * 1000)
+class CoreFeed:
+    """A node's :class:`.contracts.CoreHost`: job-layer messages into the core, each on its own.
+
+    ``apply_effects`` carries out what they produced; ``after_input`` is called
+    next (the core's timers look again: a message may have set an earlier one).
+    """
+
+    __slots__ = ("node", "apply_effects", "after_input", "handler_errors")
+
+    def __init__(self, node: "Node", apply_effects: Callable[[], None], after_input: Callable[[], None]) -> None:
+        self.node = node
+        self.apply_effects = apply_effects
+        self.after_input = after_input
+        self.handler_errors = 0
+
+    def cluster_data(self, sender: str, items: Iterable[tuple[str, Any]]) -> None:
+        """Messages from ``sender``, in order. One whose handler raises is logged and counted;
+        the others are still handled, and every effect produced is carried out."""
+        node = self.node
+        now = now_ms()
+        for kind, body in items:
+            try:
+                node.receive_data(sender, kind, body, now)
+            except Exception:  # our handler failed: the node serves on
+                self.handler_errors += 1
+                log.error("Error handling a %s message from node %s (handler errors so far: %d)",
+                          kind, sender[:8], self.handler_errors, exc_info=True)  # fmt: skip
+        self.apply_effects()
+        self.after_input()
 
 
 class ClusterService:
+    """The bus glue of one node. ``host``: the core it serves (:class:`.contracts.CoreHost`);
+    ``reactor``: polls the links' sockets (the client loop; None: the bus's own tasks);
+    ``transport``: None for TCP, the tests' memory streams otherwise."""
+
     def __init__(
         self,
-        server: "Server",
+        host: "CoreHost",
         config: "Config",
         advertised_ip: str,
         now: int,
         wall_offset: int,
         *,
         transport: Any = None,
+        reactor: "Reactor | None" = None,
     ) -> None:
-        self.server = server
+        self.host = host
+        self.node = host.node
+        self.reactor = reactor
         self.transport = transport  # None = TCP; tests wire memory streams
         self.config = config
         self.path = config.resolve_path(config.cluster_config_file)
@@ -132,7 +186,7 @@ class ClusterService:
         hosts = list(cfg.bind) or ["0.0.0.0"]
         self.bus = Bus(
             self, host=hosts[0], port=cfg.port + BUS_PORT_OFFSET, secret=self.secret, transport=self.transport,
-            reactor=getattr(self.server, "loop", None),  # the node's client loop polls the links' sockets
+            reactor=self.reactor,  # the node's client loop polls the links' sockets
             listen=hosts,  # every bind address, as the client port (and Disque)
         )  # fmt: skip
         async with trio.open_nursery() as nursery:
@@ -169,11 +223,11 @@ class ClusterService:
         kind = type(msg)
         if kind is DataBatch:
             self.stats["messages_received"] += len(msg.items)
-            self.server.cluster_data(msg.sender, msg.items)
+            self.host.cluster_data(msg.sender, msg.items)
             return
         if kind is Data:
             self.stats["messages_received"] += 1
-            self.server.cluster_data(msg.sender, ((msg.kind, msg.body),))
+            self.host.cluster_data(msg.sender, ((msg.kind, msg.body),))
             return
         if self.bus is not None:
             self.membership.link_peer(link, self.bus.peer_ip(link) or "")
@@ -182,12 +236,12 @@ class ClusterService:
 
     def unsent(self, node_id: str, tokens: list) -> None:
         """The link to ``node_id`` ended with these watched YOURJOBS unsent (after ``link_down``)."""
-        node = self.server.node
+        node = self.node
         now = now_ms()
         for message in tokens:
             node.on_moves_unsent(node_id, message, now)
         returned = node.stats["jobs_returned"]
-        self.server.apply_effects()
+        self.host.apply_effects()
         log.warning("Cluster bus: link to %s closed with %d job move(s) unsent; at-most-once jobs "
                     "in them queued here again (%d so far)", node_id[:8], len(tokens), returned)
 
@@ -228,7 +282,7 @@ class ClusterService:
     def sync(self) -> None:
         """Refresh the job core's view of the cluster."""
         m = self.membership
-        node = self.server.node
+        node = self.node
         node.cluster_size = m.size()
         # Only nodes with a connected outbound link (Disque skips link-less nodes when it picks
         # replicas): a message for a node whose link is down is dropped, and a RETRY 0 job pushed
@@ -249,7 +303,7 @@ class ClusterService:
         if bus is None:
             return _NONE
         link_of = self.membership.link_of
-        busy = [nid for nid in self.server.node.reachable if (link := link_of(nid)) is not None and bus.pending_out(link)]
+        busy = [nid for nid in self.node.reachable if (link := link_of(nid)) is not None and bus.pending_out(link)]
         return frozenset(busy) if busy else _NONE
 
     def send_data(self, node_id: str, kind: str, body: Any) -> bool:
@@ -265,7 +319,7 @@ class ClusterService:
         link = m.link_of(node_id)
         if link is None or self.bus is None:
             if watch is not None:
-                self.server.node.on_moves_unsent(node_id, watch, now_ms())  # effects: the caller's loop
+                self.node.on_moves_unsent(node_id, watch, now_ms())  # effects: the caller's loop
             return False
         self.stats["messages_sent"] += 1
         return self.bus.send_item(link, m.myself.id, item, watch)
@@ -293,6 +347,8 @@ class ClusterService:
                 fields = dict(m.info_fields())
                 fields.setdefault("cluster_stats_auth_failures", self.stats.get("auth_failures", 0))
                 fields.setdefault("cluster_stats_bad_frames", self.stats.get("bad_frames", 0))
+                # a host that feeds the core another way (the bus simulation's) counts none
+                fields["cluster_stats_handler_errors"] = getattr(self.host, "handler_errors", 0)
                 if self.bus is not None:
                     for key, value in self.bus.stats.items():
                         fields["cluster_stats_bus_" + key] = value
@@ -314,15 +370,15 @@ class ClusterService:
                     return err("syntax error")
                 hard = mode == b"hard"
                 m.reset(hard, now, secrets.token_hex(20) if hard else None)
-                self.server.node.flushall()
+                self.node.flushall()
                 self.save_now()
                 self.apply()
-                self.server.apply_effects()
+                self.host.apply_effects()
                 log.warning("CLUSTER RESET %s: I'm %s", mode.decode(), m.my_id)
                 return OK
             if sub == b"leaving" and n in (2, 3):
                 if n == 2:
-                    return Status(b"yes" if self.server.node.leaving else b"no")
+                    return Status(b"yes" if self.node.leaving else b"no")
                 value = argv[2].lower()
                 if value not in (b"yes", b"no"):
                     return err("Wrong argument for CLUSTER LEAVING. Use 'yes' or 'no'")

@@ -8,6 +8,9 @@ enough, ``maxclients`` is lowered to what fits, with a warning, so that a
 client over the limit gets Disque's ``-ERR max number of clients reached``
 instead of waiting unaccepted in the listen backlog while the node cannot
 ``accept`` (EMFILE).
+
+Called by the node (:mod:`.app`) at start and on CONFIG SET maxclients
+(which it vetoes when the limit cannot be raised far enough).
 """
 
 from __future__ import annotations

@@ -42,6 +42,11 @@ The longest pause is now a young collection: about 2 ms with the threshold
 below, however many jobs the node holds (BENCHMARKS.md, "Garbage collector").
 ``DISQUE_PY_GC_THRESHOLDS=a,b,c`` restores CPython's plain generational
 collector with those thresholds and no freezing (to compare).
+
+Who calls it: ``run_node`` installs the policy (:mod:`.app`), the cron runs
+the periodic full collection (:mod:`.timers`), INFO shows its counters and
+DEBUG GC runs one (:mod:`.admin`). It depends on nothing of the shell but
+the log.
 """
 
 from __future__ import annotations

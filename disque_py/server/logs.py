@@ -4,6 +4,10 @@
 
 The level character follows Redis: ``.`` debug, ``-`` verbose, ``*`` notice,
 ``#`` warning. ``loglevel`` names map onto Python logging levels.
+
+Every shell module logs to ``log`` (the ``disque`` logger); a traceback
+(``exc_info``) follows its line. The CLI calls :func:`setup_logging` before
+the node starts; CONFIG SET loglevel calls :func:`set_level` (:mod:`.app`).
 """
 
 from __future__ import annotations

@@ -25,6 +25,10 @@ when trio's epoll cannot be reached (another I/O backend, or a trio whose
 internals moved), under a virtual clock (``MockClock``: a test's autojump
 must see the run idle), or when two client loops share one trio run (one
 blocking directly would leave the other's clients unwatched).
+
+Used only by the client loop (:mod:`.clients`), one :class:`DirectWait` per
+loop; whether it is active decides who runs the core's timers
+(:mod:`.timers`). It imports nothing of the shell.
 """
 
 from __future__ import annotations

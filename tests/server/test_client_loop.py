@@ -36,14 +36,14 @@ async def test_an_exception_in_one_clients_handling_closes_only_that_client(tmp_
     port = free_port()
     config = load_config(None, ["--port", str(port), "--dir", str(tmp_path), "--bind", "127.0.0.1"])
     server = Server(config)
-    run_commands = server.run_commands
+    run_commands = server.dispatcher.run_commands
 
     def failing(conn, commands):  # the injected bug: raises outside command dispatch
         if any(argv[0] == b"BOOM" for argv in commands):
             raise RuntimeError("injected failure")
         return run_commands(conn, commands)
 
-    server.run_commands = failing
+    server.loop._run_commands = failing  # what the loop bound at construction
     with trio.fail_after(DEADLINE):
         async with trio.open_nursery() as nursery:
             await nursery.start(server.run)
@@ -120,14 +120,14 @@ class _RecordingEpoll:
 
 def _record_ticks(server: Server) -> list[str]:
     """Wrap the server's core tick to record which trio task ran each one."""
-    tick = server._tick
+    tick = server.timers._tick
     tasks: list[str] = []
 
     def recording() -> None:
         tasks.append(trio.lowlevel.current_task().name)
         tick()
 
-    server._tick = recording
+    server.timers._tick = recording
     return tasks
 
 
@@ -152,7 +152,7 @@ async def test_the_core_timers_run_in_the_client_loop_and_go_back_to_their_task_
             await nursery.start(servers[0].run)
             one = await trio.open_tcp_stream("127.0.0.1", ports[0])
             assert await _request(one, b"GETJOB TIMEOUT 50 FROM q\r\n") == timeout_reply
-            assert servers[0].loop.direct.active and servers[0].loop_runs_timers
+            assert servers[0].loop.direct.active and servers[0].timers.loop_runs_timers
             assert ticks[0] and all("ClientLoop.run" in t for t in ticks[0])
             # a direct wait was bounded by the GETJOB's 50 ms, not only by trio's deadlines
             assert any(0 < timeout <= 0.05 for timeout in direct.ep.timeouts), direct.ep.timeouts
@@ -160,12 +160,12 @@ async def test_the_core_timers_run_in_the_client_loop_and_go_back_to_their_task_
             await nursery.start(servers[1].run)  # two loops in one run: both wait through trio
             two = await trio.open_tcp_stream("127.0.0.1", ports[1])
             assert await _request(two, b"PING\r\n") == b"+PONG\r\n"
-            assert not servers[0].loop.direct.active and not servers[0].loop_runs_timers
+            assert not servers[0].loop.direct.active and not servers[0].timers.loop_runs_timers
             del ticks[0][:]
             for stream in (one, two):
                 assert await _request(stream, b"GETJOB TIMEOUT 50 FROM q\r\n") == timeout_reply
             for recorded in ticks:
-                assert recorded and all("_timer_loop" in t for t in recorded)
+                assert recorded and all("CoreTimers.run" in t for t in recorded)
             for stream in (one, two):
                 await stream.aclose()
             for server in servers:

@@ -1,0 +1,70 @@
+"""One client connection's state: plain data shared by the shell's parts.
+
+:class:`Connection` is made by the acceptor (:mod:`.clients`), read and
+written by the client loop (socket, buffers, flags), the dispatcher
+(:mod:`.dispatch`: replies, blocking, pending commands) and the
+connection commands (:mod:`.admin`: AUTH, CLIENT, HELLO). It has no
+behaviour of its own, so it sits at the bottom of the import graph.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections import deque
+
+from ..protocol.resp import encode_reply
+
+__all__ = ["Connection", "OUT_HOLD"]
+
+OUT_HOLD = 1 << 20  # a client's commands wait while this much of its output is unsent
+
+
+class Connection:
+    __slots__ = (
+        "id",
+        "sock",
+        "fd",
+        "addr",
+        "laddr",
+        "name",
+        "lib_name",
+        "lib_ver",
+        "created",
+        "last_active",
+        "authenticated",
+        "out",
+        "blocked",
+        "pending",
+        "closing",
+        "closed",
+        "waiting_write",
+        "read_paused",
+        "last_cmd",
+        "parser",
+        "encode",
+        "soft_since",
+    )
+
+    def __init__(self, cid: int, sock: socket.socket, addr: str, laddr: str, now: float, parser) -> None:
+        self.id = cid
+        self.sock = sock
+        self.fd = sock.fileno()
+        self.addr = addr
+        self.laddr = laddr
+        self.name = b""
+        self.lib_name = b""
+        self.lib_ver = b""
+        self.created = now
+        self.last_active = now
+        self.authenticated = False
+        self.out = bytearray()
+        self.blocked = False
+        self.pending: deque[list[bytes]] = deque()
+        self.closing = False  # close once ``out`` is sent
+        self.closed = False
+        self.waiting_write = False  # registered for EPOLLOUT, not reading
+        self.read_paused = False  # commands pending (blocked, or held back by output): not read until they run
+        self.last_cmd = b"NULL"
+        self.parser = parser
+        self.encode = encode_reply  # encode_reply3 after HELLO 3
+        self.soft_since = 0.0  # when its unsent output first reached the soft limit (0: below it)

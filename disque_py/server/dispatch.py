@@ -1,0 +1,178 @@
+"""Commands in, replies and effects out: the one place the core's effects are carried out.
+
+:class:`Dispatcher` is handed commands by the client loop
+(:meth:`~Dispatcher.run_commands`, per read of a client), runs each one
+(authentication, the shell's own commands from the :mod:`.admin` table,
+everything else with ``Node.execute``) and encodes the reply into the
+client's output. :meth:`~Dispatcher.apply_effects` then carries out what the
+core produced for others: a reply to another (blocked) client goes into its
+output and is sent at once through the client loop; a bus message is turned
+into bytes (:func:`send_item_of`, the only place that does) and queued on
+the peer's link through the cluster service.
+
+Called by: the client loop (``run_commands``, ``apply_effects``,
+``client_closed``), the core's timers and the cluster service
+(``apply_effects`` after a tick or a bus input). It calls nothing of theirs
+but the callables it is wired to (:meth:`Dispatcher.wire`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable
+
+from cluster_bus.codec import encode_data_item
+
+from ..core.effects import BLOCKED, Reply, Send
+from ..core.federation import moves_to_watch
+from ..core.replies import Error
+from .connection import OUT_HOLD
+from .contracts import NO_REPLY, now_ms
+from .logs import log
+
+if TYPE_CHECKING:
+    from ..config import Config
+    from ..core.node import Node
+    from .connection import Connection
+    from .contracts import ClientOutput
+
+__all__ = ["Dispatcher", "send_item_of", "DISPATCH_STATS"]
+
+NOAUTH = Error("NOAUTH Authentication required.")
+
+#: The counters the dispatcher keeps in the stats dict it is given (INFO stats).
+DISPATCH_STATS = ("total_commands_processed", "internal_errors")
+
+AdminTable = dict[bytes, tuple[Callable[["Connection", list[bytes]], Any], int]]
+
+
+def send_item_of(message: tuple) -> tuple[bytes, Any]:
+    """A ``Send`` effect's message as the bus item to queue, and its watch token (or None).
+
+    ``message[0]`` is the kind, ``message[1:]`` the body. The core's messages
+    have fixed shapes, each checked by the cluster simulation (tests/sim), which
+    encodes with checks; here the map-key walk is skipped. A YOURJOBS carrying
+    the only copy of a RETRY 0 job is watched: it comes back
+    (``Node.on_moves_unsent``) if it never leaves.
+    """
+    item = encode_data_item(message[0], list(message[1:]), check_body=False)
+    watch = message if message[0] == "YOURJOBS" and moves_to_watch(message) else None
+    return item, watch
+
+
+def _no_send(node_id: str, item: bytes, watch: Any = None) -> bool:
+    return False
+
+
+class Dispatcher:
+    """Runs a node's commands and carries out the core's effects.
+
+    ``admin``: the shell's commands, name -> (handler, arity) (:func:`.admin.build_table`);
+    ``hello``: the ``HELLO <protover> ...`` handshake (:func:`.admin.hello_handshake`).
+    Until :meth:`wire` is called, replies for other clients and bus messages go nowhere.
+    """
+
+    def __init__(
+        self,
+        node: "Node",
+        config: "Config",
+        stats: dict[str, int],
+        *,
+        admin: AdminTable | None = None,
+        hello: Callable[["Connection", list[bytes]], Any] | None = None,
+    ) -> None:
+        for key in DISPATCH_STATS:
+            stats.setdefault(key, 0)
+        self.node = node
+        self.config = config
+        self.stats = stats
+        self.admin: AdminTable = admin if admin is not None else {}
+        self.hello = hello
+        self.clients: dict[int, "Connection"] = {}
+        self._send_soon: Callable[["Connection"], None] = lambda conn: None
+        self._resume_reading: Callable[["Connection"], None] = lambda conn: None
+        self._send_item: Callable[..., bool] = _no_send
+
+    def wire(self, output: "ClientOutput", send_item: Callable[..., bool]) -> None:
+        """Where effects go: the client loop (its clients, ``send_soon``, ``resume_reading``)
+        and the cluster service's ``send_item`` (node ID, bus item, watch token)."""
+        self.clients = output.clients
+        self._send_soon = output.send_soon
+        self._resume_reading = output.resume_reading
+        self._send_item = send_item
+
+    def run_commands(self, conn: "Connection", commands) -> None:
+        """Run commands in order until the client blocks or its output reaches ``OUT_HOLD``;
+        the rest wait in ``pending`` (see ``clients.py``)."""
+        out = conn.out
+        now = now_ms()
+        dispatch = self.dispatch
+        for i, argv in enumerate(commands):
+            if conn.blocked or conn.closing or len(out) >= OUT_HOLD:
+                if not conn.closing or conn.blocked:
+                    conn.pending.extend(commands[i:])
+                return
+            reply = dispatch(conn, argv, now)
+            if reply is BLOCKED:
+                conn.blocked = True
+            elif reply is not NO_REPLY:
+                conn.encode(reply, out)  # HELLO 3 may just have switched it
+
+    def dispatch(self, conn: "Connection", argv: list[bytes], now: int) -> Any:
+        self.stats["total_commands_processed"] += 1
+        try:
+            name = argv[0].lower()
+            conn.last_cmd = name
+            if not conn.authenticated and name != b"auth" and name != b"hello":
+                if self.config.requirepass:
+                    return NOAUTH
+                conn.authenticated = True
+            if name == b"hello" and len(argv) > 1 and self.hello is not None:
+                return self.hello(conn, argv)
+            if not conn.authenticated and name == b"hello":
+                return NOAUTH
+            entry = self.admin.get(name)
+            if entry is not None:
+                handler, arity = entry
+                n = len(argv)
+                if (arity > 0 and n != arity) or n < -arity:
+                    return Error("ERR wrong number of arguments for '%s' command" % name.decode())
+                return handler(conn, argv)
+            return self.node.execute(conn.id, argv, now)
+        except Exception:  # a bug must never take the node down
+            self.stats["internal_errors"] += 1
+            log.exception("Internal error running %r", argv[:1])
+            return Error("ERR internal error, check the server logs")
+
+    def client_closed(self, client_id: int) -> None:
+        """A client's connection is gone: the core forgets it (a blocked command is dropped)."""
+        self.node.client_closed(client_id)
+        self.apply_effects()
+
+    def apply_effects(self) -> None:
+        """Carry out the core's effects: replies to blocked clients, bus messages."""
+        node = self.node
+        effects = node.take_effects()
+        last_message = item = watch = None
+        while effects:
+            for effect in effects:
+                kind = type(effect)
+                if kind is Reply:
+                    conn = self.clients.get(effect.client)
+                    if conn is None:
+                        continue
+                    conn.blocked = False
+                    conn.encode(effect.value, conn.out)
+                    if conn.pending:
+                        pending = list(conn.pending)
+                        conn.pending.clear()
+                        self.run_commands(conn, pending)
+                    if conn.read_paused and not conn.pending:
+                        self._resume_reading(conn)
+                    self._send_soon(conn)
+                elif kind is Send:
+                    message = effect.message
+                    if message is not last_message:  # the core fans one message out to several peers
+                        item, watch = send_item_of(message)
+                        last_message = message
+                    self._send_item(effect.to, item, watch)
+            effects = node.take_effects()
