@@ -30,7 +30,7 @@ from typing import Any
 import trio
 
 from .. import __version__
-from ..config import Config, ConfigError
+from ..config import DIRECTIVES, Config, ConfigError, inactive_settings
 from ..core.node import Node
 from . import admin, gcpolicy
 from .clients import Acceptor, ClientLoop
@@ -106,6 +106,8 @@ class Server:
             for level, text in notes:
                 log.log(level, "%s", text)
         log.info("CONFIG SET %s: %s -> %s", name, "(hidden)" if name == "requirepass" else old, "(hidden)" if name == "requirepass" else new)
+        if not DIRECTIVES[name].implemented:
+            log.warning("%s is set, but disque-py does not act on it yet (see disque.conf.example)", name)
         if name == "loglevel":
             set_level(new)
         elif name == "client-output-buffer-limit":
@@ -146,6 +148,8 @@ class Server:
             log.info("Configuration loaded from %s", cfg.config_file)
         else:
             log.warning("No config file specified, using the default config. Pass a disque.conf path to use one.")
+        for name in inactive_settings(cfg):
+            log.warning("%s is set, but disque-py does not act on it yet (see disque.conf.example)", name)
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self.loop.run)

@@ -196,3 +196,20 @@ def test_net_output_bytes_counts_every_reply_the_socket_took(node):
         seen += len(got)
         info.sendall(b"INFO stats\r\n")
         assert stat(_read_reply(info)) - stat(first) == seen
+
+
+def test_a_directive_without_effect_is_named_in_the_log(start_node):
+    # maxmemory is accepted and reported, but not enforced yet: the operator is told so,
+    # at start and again when CONFIG SET changes such a directive.
+    node = start_node(maxmemory="100mb", appendonly="yes")
+    log_text = node.log()
+    assert "maxmemory is set, but disque-py does not act on it yet" in log_text
+    assert "appendonly is set, but disque-py does not act on it yet" in log_text
+    assert "timeout is set" not in log_text
+    c = node.client()
+    assert c.config_set("maxmemory-policy", "noeviction")
+    wait_for(lambda: "maxmemory-policy is set, but disque-py does not act on it yet" in node.log(),
+             what="the CONFIG SET warning")
+    assert c.config_set("timeout", "30")
+    assert "timeout is set" not in node.log()
+    assert c.ping()
