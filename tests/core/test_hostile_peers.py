@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from disque_py.core.replication import job_from_wire, job_to_wire
+from disque_py.core.wire import job_from_wire, job_to_wire
 
 from .conftest import Harness
 

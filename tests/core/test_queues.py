@@ -258,9 +258,9 @@ def test_random_traffic_keeps_invariants(ops):
                 assert job in node.queues[job.queue].jobs
             assert job.state != ACKED  # single node: acked jobs are collected at once
         assert queued == sum(len(q.jobs) for q in node.queues.values())
-        assert node.blocked_clients == len(node._blocked)
+        assert node.blocked_clients == len(node.blocking.blocked)
         for q in node.queues.values():
-            assert q.blocked == sum(1 for w in node._blocked.values() if q.name in w.queues)
+            assert q.blocked == sum(1 for w in node.blocking.blocked.values() if q.name in w.queues)
 
 
 @pytest.mark.parametrize("n", [1, 3])
