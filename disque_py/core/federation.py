@@ -107,7 +107,7 @@ from typing import Any
 from .blocking import CLIENTS_WAITING, REACHED_ZERO
 from .commands import MAX_JOB_BYTES
 from .context import Context
-from .job import ACKED, F_BCAST_QUEUED, F_DELIVERED, QUEUED, Job
+from .job import ACTIVE, F_BCAST_QUEUED, F_DELIVERED, Job
 from .messages import NeedJobs, YourJobs, del_job_holders, moves_to_watch, need_jobs, your_jobs
 from .queues import PAUSED_OUT, Queue
 from .wire import job_from_checked_wire, job_from_wire, job_to_wire
@@ -389,7 +389,10 @@ class Federation:
             # wire form only has to name it, so it is not built into a second Job.
             job = store.get(wire[0])
             if job is not None:
-                if wire[1] != job.queue or job.state == ACKED or job.state == QUEUED:
+                if wire[1] != job.queue or job.state != ACTIVE:
+                    # queued or acked here already; or still waiting for its copies here (this
+                    # node created it, and another holder's RETRY ran out first): queueing it
+                    # now would leave its ADDJOB client waiting for ever (REPL_CLIENTS)
                     continue
             else:
                 if ctx.is_buried(wire[0]):
