@@ -82,7 +82,6 @@ def _shared(name: str, doc: str) -> property:
 
 
 class Node:
-    id = _shared("id", "This node's ID (``set_id`` changes it).")
     now = _shared("now", "Monotonic ms of the current input.")
     wall_offset = _shared("wall_offset", "Wall-clock ms minus monotonic ms.")
     address = _shared("address", "(ip, port) for HELLO.")
@@ -105,6 +104,7 @@ class Node:
         address: tuple[str, int] = ("127.0.0.1", 7711),
     ) -> None:
         ctx = self.ctx = Context(node_id, seed, now, wall_offset, address)
+        self.id = node_id  # read-only outside: set_id changes it (here and in the context)
         # (id, ip, port, priority) for HELLO; None = just myself.
         self.hello_nodes: list[tuple[str, str, int, int]] | None = None
         self.bus_stats = {"messages_malformed": 0}
@@ -254,19 +254,20 @@ class Node:
         return effects
 
     def next_wakeup(self) -> int | None:
-        """Monotonic ms of the next due timer, or None if nothing is pending."""
+        """Monotonic ms of the next due timer (the earliest of every machine's), or None."""
         ctx = self.ctx
-        times = [ctx.store.next_awake(), self.blocking.next_wakeup()]
-        if ctx.queues or self.federation.leases:
-            times.append(self._next_gc)
-        if ctx.lazy_at:
-            times.append(ctx.lazy_at)
-        if self.replication.timers:
-            times.append(self.replication.next_wakeup())
-        if self.blocking.blocked and ctx.cluster_size > 1:
-            times.append(self.federation.next_need())
-        due = [t for t in times if t is not None]
-        return min(due) if due else None
+        best = ctx.store.next_awake()
+        blocking = self.blocking
+        for at in (
+            blocking.next_wakeup(),
+            self._next_gc if ctx.queues or self.federation.leases else None,
+            ctx.lazy_at or None,
+            self.replication.next_wakeup() if self.replication.timers else None,
+            self.federation.next_need() if blocking.blocked and ctx.cluster_size > 1 else None,
+        ):
+            if at is not None and (best is None or at < best):
+                best = at
+        return best
 
     # =====================================================================
     # Introspection used by the shell (INFO, CLIENT LIST ...)
@@ -308,6 +309,7 @@ class Node:
     # =====================================================================
     def set_id(self, node_id: str) -> None:
         """A new identity (CLUSTER RESET HARD): new job ID prefix from now on."""
+        self.id = node_id
         self.ctx.set_id(node_id)
 
     def cmd_hello(self, client: int, argv: list[bytes]) -> Any:
