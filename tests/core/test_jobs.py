@@ -6,6 +6,7 @@ import re
 
 import pytest
 
+from disque_py.core import invariants
 from disque_py.core.effects import BLOCKED
 from disque_py.core.ids import is_at_most_once_id, ttl_minutes_from_id, valid_job_id
 from disque_py.core.replies import NULL_ARRAY, Error, Status
@@ -558,6 +559,7 @@ def test_a_move_handed_back_goes_on_at_once_to_another_node_that_waits(h):
     assert h.cmd("QLEN", "q") == 0 and h.node.stats["jobs_returned"] == 1
 
 
+@pytest.mark.invariants_by_hand  # 25,000 NEEDJOBS, each checked against every lease: quadratic
 def test_push_leases_on_queues_that_get_no_job_are_forgotten(h):
     """NEEDJOBS for queues that never get a job here (consumers on short-lived names) leave no
     lease behind once it expires (10,000 names checked per second), while a lease that is
@@ -572,6 +574,7 @@ def test_push_leases_on_queues_that_get_no_job_are_forgotten(h):
     for i in range(names):
         h.node.receive_data(peer, "NEEDJOBS", [b"reply-%d" % i, 10], h.now)
     assert h.node.info_fields()["queues"]["push_leases"] == names
+    invariants.check(h.node)
     for _ in range(LEASE_MS // 1000 + 3):  # the leases expire, then three passes of the sweep
         h.advance(1000)
         h.node.receive_data(peer, "NEEDJOBS", [b"live", 10], h.now)
@@ -579,8 +582,10 @@ def test_push_leases_on_queues_that_get_no_job_are_forgotten(h):
     jid = h.add("live", "body", "REPLICATE", 1)
     sent = [e.message for e in h.effects() if isinstance(e, Send) and e.message[0] == "YOURJOBS"]
     assert [w[0] for m in sent for w in m[1]] == [jid]
+    invariants.check(h.node)
     h.advance(LEASE_MS + 1000)
     assert h.node.info_fields()["queues"]["push_leases"] == 0
+    invariants.check(h.node)
 
 
 def test_queues_are_asked_for_only_while_clients_wait_on_them(h):

@@ -105,6 +105,7 @@ def test_qscan_iterates_everything_with_filters(h):
     assert h.cmd("QSCAN", "COUNT", "x") == "ERR value is not an integer or out of range"
 
 
+@pytest.mark.invariants_by_hand  # queues holding jobs are deleted under the node's feet
 def test_qscan_cursor_survives_deletions(h):
     for i in range(100):
         h.add("q%03d" % i)

@@ -41,7 +41,9 @@ description of a run and replays bit for bit (see ``trace_digest``).
   returned by ADDJOB with the holders at that moment, deliveries, acks,
   crashes with the jobs each one wiped) for the end-of-run checks.
 * Failures. Any exception raised by a node (its message handlers' included:
-  ``receive_data`` lets them through) becomes a :class:`SimFailure` naming the seed, the virtual time and a one-line
+  ``receive_data`` lets them through), any invariant it breaks after an
+  input (``disque_py/core/invariants.py``, checked after every one) and any
+  message of a node dropped as malformed becomes a :class:`SimFailure` naming the seed, the virtual time and a one-line
   replay command; so does ``SimCluster.fail``. ``tests/sim/conftest.py``
   adds the seeds of every cluster a failing test built to its report.
 """
@@ -60,6 +62,7 @@ from typing import Any, Callable, Iterable
 
 from cluster_bus.codec import decode_message, encode_message
 from cluster_bus.messages import Data
+from disque_py.core import invariants
 from disque_py.core.effects import BLOCKED, Reply, Send
 from disque_py.core.federation import moves_to_watch
 from disque_py.core.job import ACKED, ACTIVE, QUEUED, STATE_NAMES, WAIT_REPL
@@ -434,6 +437,9 @@ class SimCluster:
         assert node is not None
         try:
             result = getattr(node, method)(*args)
+            invariants.check(node)  # core/invariants.py, after every input
+            if node.bus_stats["messages_malformed"]:  # every message here comes from a real node
+                raise AssertionError("a message from a node was dropped as malformed")
         except SimFailure:
             raise
         except Exception as e:  # noqa: BLE001 - any exception in a node fails the run
