@@ -11,7 +11,8 @@ of that.
 
 Each job has at most one pending wake-up, ``Job.awake``: the earliest of its
 requeue time (minus the WILLQUEUE advance when one must be announced), its
-expiry, and for acked jobs its next GC attempt. All wake-ups live in one
+expiry, and for acked jobs its next GC attempt (``Lifecycle.reschedule`` in
+``lifecycle.py`` computes it; this module only keeps it). All wake-ups live in one
 binary heap of ``(awake, seq, job)`` entries. Changing a job's wake-up pushes
 a new entry and leaves the old one behind; an entry is live only while its
 time still equals ``job.awake`` and the job is still registered, so stale
