@@ -48,6 +48,7 @@ from collections import deque
 from typing import Any
 
 from . import ids as ids_mod
+from .ids import valid_job_id
 from .commands import check_job_ids
 from .context import Context
 from .job import ACKED, QUEUED, WAIT_REPL, Job
@@ -190,6 +191,9 @@ class Acks:
         may_have = m.may_have
         ctx = self.ctx
         job = self._store.get(job_id)
+        if job is None and not valid_job_id(job_id):
+            ctx.bus_stats["messages_malformed"] += 1  # never echo a malformed ID back (see messages)
+            return
         if job is not None:
             if job.state == WAIT_REPL:
                 if not ctx.replication_achieved(job):
@@ -260,8 +264,10 @@ class Acks:
                 if others:
                     self._send_lazy(others, del_job_holders(bytes(job.id), told + others))
             ctx.delete_job(job)
-        else:
+        elif valid_job_id(m.job_id):
             self.bury(m.job_id)  # not here (yet): a copy moving in right after is dead already
+        else:
+            ctx.bus_stats["messages_malformed"] += 1  # never remember a malformed ID (see messages)
 
     # -- commands -----------------------------------------------------------------------
     def cmd_ackjob(self, client: int, argv: list[bytes]) -> Any:

@@ -98,6 +98,7 @@ class Context:
             "jobs_expired": 0,
             "jobs_requeued": 0,
         }
+        self.bus_stats = {"messages_malformed": 0}  # peers' messages dropped (Node.bus_stats)
         # Cluster view; the membership layer keeps these current (through Node).
         self.cluster_size = 1
         self.reachable: list[str] = []  # other nodes we can talk to now

@@ -110,7 +110,7 @@ from .context import Context
 from .job import ACTIVE, F_BCAST_QUEUED, F_DELIVERED, Job
 from .messages import NeedJobs, YourJobs, del_job_holders, moves_to_watch, need_jobs, your_jobs
 from .queues import PAUSED_OUT, Queue
-from .wire import job_from_checked_wire, job_from_wire, job_to_wire
+from .wire import JOB_WIRE_FIELDS, job_from_wire, job_to_wire
 
 __all__ = ["Federation", "LEASE_MS", "moves_to_watch", "CLIENTS_WAITING", "REACHED_ZERO"]
 
@@ -384,10 +384,13 @@ class Federation:
         touched: dict[bytes, Queue] = {}
         store = self._store
         me = ctx.id
-        for wire in jobs:  # each one checked by messages.decode
+        malformed = False
+        for wire in jobs:  # checked one by one here (see messages.py)
             # A copy held here already (replicated to this node, say) is the one queued: the
             # wire form only has to name it, so it is not built into a second Job.
-            job = store.get(wire[0])
+            job = None
+            if type(wire) is list and len(wire) >= JOB_WIRE_FIELDS and type(wire[0]) is bytes:
+                job = store.get(wire[0])
             if job is not None:
                 if wire[1] != job.queue or job.state != ACTIVE:
                     # queued or acked here already; or still waiting for its copies here (this
@@ -395,12 +398,15 @@ class Federation:
                     # now would leave its ADDJOB client waiting for ever (REPL_CLIENTS)
                     continue
             else:
-                if ctx.is_buried(wire[0]):
+                job = job_from_wire(wire, now)
+                if job is None:
+                    malformed = True
+                    continue
+                if ctx.is_buried(job.id):
                     # deleted here a moment ago (acked and collected, say) while this copy was on
                     # its way: drop it, and tell the sender, which may not have heard yet
-                    ctx.send_lazy((sender,), del_job_holders(bytes(wire[0]), [me]))
+                    ctx.send_lazy((sender,), del_job_holders(bytes(job.id), [me]))
                     continue
-                job = job_from_checked_wire(wire, now)
                 if me not in job.delivered:
                     job.delivered = tuple(job.delivered) + (me,)
                 store.register(job)
@@ -426,6 +432,8 @@ class Federation:
             q.needjobs_adhoc_attempt = 0
         for q in touched.values():
             self._renew_credit(q, sender, now)
+        if malformed:
+            ctx.bus_stats["messages_malformed"] += 1  # once per message, whatever it took
 
     def on_moves_unsent(self, peer: str, message: tuple, now: int) -> None:
         """A YOURJOBS to ``peer`` (``moves_to_watch``) never reached the socket: its link closed

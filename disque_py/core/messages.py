@@ -18,18 +18,24 @@ only other holder's only other holder"), ``GotAck`` / ``GotAckDeleted``
 ``DelJobHolders`` (DELJOB id holders: the holders told). A trailing field
 with another value than these is ignored, as before.
 
-``decode(kind, body)`` is the one place a peer's message is checked: types,
-arity (trailing extra fields are ignored, for a later version), job ID shape,
-and every job array carried (``wire.check_wire_job``). It returns the typed
-message, or ``None`` for anything malformed, which ``Node.receive_data``
-drops and counts (``Node.bus_stats["messages_malformed"]``). YOURJOBS alone
-is taken in part: its malformed job arrays are left out, the rest imported
-(``decode_yourjobs``; the message still counts as malformed once). Handlers then
-trust their message. An ID that a handler only looks up needs no more than
-its shape checked (a stored job always has a well-formed ID, so a
-malformed one is simply not found); SETACK and DELJOB have effects for an ID
-that is not stored (an answer naming it, a tombstone), so theirs are checked
-in full.
+``decode(kind, body)`` is where a peer's message is checked: types, arity
+(trailing extra fields are ignored, for a later version), the shape of job
+IDs (bytes of ``JOB_ID_LEN``), holder lists, and the job array a REPLJOB
+carries (``wire.check_wire_job``). It returns the typed message, or ``None``
+for anything malformed, which ``Node.receive_data`` drops and counts
+(``Node.bus_stats["messages_malformed"]``). Handlers then trust their message.
+Two checks are left, on purpose, to the one place that needs them, because
+they cost as much as the rest of a message's handling on the hot path:
+
+* an ID's full format (``ids.valid_job_id``, a regular expression): an ID
+  that is only looked up needs none (a stored job always has a well-formed
+  ID, so a malformed one is not found); the handlers that act on an ID they
+  do not hold (SETACK answers it, DELJOB tombstones it) check it then, and
+  count a malformed one (``Acks.on_setack``, ``Acks.on_deljob``);
+* the jobs of a YOURJOBS, checked one by one as they are imported
+  (``Federation.on_yourjobs``): a job held here already needs only its ID
+  and queue, and a malformed job leaves out that job, not the others (the
+  message counts once).
 
 Imports only ``ids`` and ``wire``; used by every machine that sends, and by
 ``node`` (decode).
@@ -39,7 +45,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, NamedTuple
 
-from .ids import JOB_ID_LEN, valid_job_id
+from .ids import JOB_ID_LEN
 from .wire import RETRY_FIELD, check_wire_job
 
 __all__ = [
@@ -47,7 +53,7 @@ __all__ = [
     "GotAck", "GotAckDeleted", "DelJob", "DelJobHolders", "Pause", "NeedJobs", "YourJobs",
     "repl_job", "got_job", "enqueue", "queued", "working", "will_queue", "set_ack", "set_ack_two_copies",
     "got_ack", "got_ack_deleted", "del_job", "del_job_holders", "pause", "need_jobs", "your_jobs",
-    "decode", "decode_yourjobs", "DECODERS", "KINDS", "moves_to_watch",
+    "decode", "DECODERS", "KINDS", "moves_to_watch",
 ]  # fmt: skip
 
 _new = tuple.__new__
@@ -265,7 +271,7 @@ def _dec_queued(b: list) -> Queued | None:
 
 
 def _dec_setack(b: list) -> SetAck | SetAckTwoCopies | None:
-    if len(b) < 2 or type(b[1]) is not int or type(b[0]) is not bytes or not valid_job_id(b[0]):
+    if len(b) < 2 or type(b[1]) is not int or not _id(b[0]):
         return None
     if len(b) > 2 and b[2] is True:
         return _new(SetAckTwoCopies, ("SETACK", b[0], b[1], True))
@@ -281,7 +287,7 @@ def _dec_gotack(b: list) -> GotAck | GotAckDeleted | None:
 
 
 def _dec_deljob(b: list) -> DelJob | DelJobHolders | None:
-    if not b or type(b[0]) is not bytes or not valid_job_id(b[0]):
+    if not b or not _id(b[0]):
         return None
     if len(b) > 1 and type(b[1]) is list:
         holders = b[1]
@@ -304,20 +310,10 @@ def _dec_needjobs(b: list) -> NeedJobs | None:
     return None
 
 
-def decode_yourjobs(b: list, stats: dict[str, int] | None = None) -> YourJobs | None:
-    """YOURJOBS: each job array is checked on its own; malformed ones are left out and the
-    others taken (the message then counts once in ``stats["messages_malformed"]``)."""
+def _dec_yourjobs(b: list) -> YourJobs | None:
     if not b or type(b[0]) is not list:
         return None
-    jobs = b[0]
-    for w in jobs:
-        if not check_wire_job(w):
-            break
-    else:
-        return _new(YourJobs, ("YOURJOBS", jobs))
-    if stats is not None:
-        stats["messages_malformed"] += 1
-    return _new(YourJobs, ("YOURJOBS", [w for w in jobs if check_wire_job(w)]))
+    return _new(YourJobs, ("YOURJOBS", b[0]))
 
 
 DECODERS: dict[str, Callable[[list], Any]] = {
@@ -332,7 +328,7 @@ DECODERS: dict[str, Callable[[list], Any]] = {
     "DELJOB": _dec_deljob,
     "PAUSE": _dec_pause,
     "NEEDJOBS": _dec_needjobs,
-    "YOURJOBS": decode_yourjobs,
+    "YOURJOBS": _dec_yourjobs,
 }
 KINDS = tuple(DECODERS)
 

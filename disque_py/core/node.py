@@ -48,7 +48,6 @@ ack is collected at once.
 
 from __future__ import annotations
 
-from functools import partial
 from typing import Any, Callable
 
 from .acks import Acks
@@ -57,7 +56,7 @@ from .context import Context
 from .effects import BLOCKED
 from .federation import Federation
 from .lifecycle import Lifecycle
-from .messages import DECODERS, decode_yourjobs
+from .messages import DECODERS
 from .replication import Replication
 from .replies import err
 from .requeue import Requeue
@@ -107,7 +106,7 @@ class Node:
         self.id = node_id  # read-only outside: set_id changes it (here and in the context)
         # (id, ip, port, priority) for HELLO; None = just myself.
         self.hello_nodes: list[tuple[str, str, int, int]] | None = None
-        self.bus_stats = {"messages_malformed": 0}
+        self.bus_stats = ctx.bus_stats  # {"messages_malformed": n}
         self.lifecycle = lifecycle = Lifecycle(ctx)
         self.requeue = requeue = Requeue(ctx)
         self.acks = acks = Acks(ctx)
@@ -152,8 +151,7 @@ class Node:
             "NEEDJOBS": federation.on_needjobs,
             "YOURJOBS": federation.on_yourjobs,
         }
-        decoders = dict(DECODERS, YOURJOBS=partial(decode_yourjobs, stats=self.bus_stats))
-        self._handlers = {kind: (decoders[kind], handler) for kind, handler in handlers.items()}
+        self._handlers = {kind: (DECODERS[kind], handler) for kind, handler in handlers.items()}
         self.commands: dict[bytes, tuple[Handler, int]] = {
             b"addjob": (replication.cmd_addjob, -4),
             b"getjob": (blocking.cmd_getjob, -2),
@@ -199,12 +197,16 @@ class Node:
         """A job-layer message from another node. Malformed ones are dropped and counted; a
         handler's own exception propagates (it is a bug here, not the peer's)."""
         self.ctx.now = now
-        entry = self._handlers.get(kind) if type(kind) is str else None
-        message = entry[0](body) if entry is not None and type(body) is list and type(sender) is str else None
+        try:
+            decode, handle = self._handlers[kind]
+        except (KeyError, TypeError):  # an unknown kind, or one that is not even hashable
+            self.bus_stats["messages_malformed"] += 1
+            return
+        message = decode(body) if type(body) is list and type(sender) is str else None
         if message is None:
             self.bus_stats["messages_malformed"] += 1
             return
-        entry[1](sender, message)  # type: ignore[index]
+        handle(sender, message)
         if self._ready:
             self._serve_ready()
         if self._outgoing:

@@ -7,11 +7,9 @@ quarter of its time there). Extra trailing fields are ignored, so a later
 version may append some.
 
 Checking and building are two steps: ``check_wire_job`` runs where a
-message arrives (``core/messages.py``, once per job carried), and
-``job_from_checked_wire`` builds the ``Job`` later, only when the
-receiver has no copy already (a YOURJOBS naming a job held here is not
-built into a second one). ``job_from_wire`` does both, for a caller that
-holds an unchecked array. Imports nothing of the node: callers are
+REPLJOB arrives (``core/messages.py``) and ``job_from_checked_wire`` builds
+the ``Job`` in its handler. ``job_from_wire`` does both, for a YOURJOBS job
+that is not held here already (a held one is not built into a second Job). Imports nothing of the node: callers are
 ``messages`` (check), ``replication`` and ``federation`` (encode, build).
 """
 
@@ -43,7 +41,9 @@ def check_wire_job(d: Any) -> bool:
     """Whether ``d`` is a well-formed job array (extra trailing fields allowed)."""
     if type(d) is not list or len(d) < JOB_WIRE_FIELDS:
         return False
-    job_id, queue, body, repl, ttl, ctime, delay, retry, nacks, deliv, nodes = d[:JOB_WIRE_FIELDS]
+    if len(d) > JOB_WIRE_FIELDS:
+        d = d[:JOB_WIRE_FIELDS]
+    job_id, queue, body, repl, ttl, ctime, delay, retry, nacks, deliv, nodes = d
     # Plain inline checks (no helper calls): this runs for every replicated or moved job.
     if not (type(job_id) is bytes and valid_job_id(job_id) and type(queue) is bytes and type(body) is bytes):
         return False
