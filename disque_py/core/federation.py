@@ -82,30 +82,37 @@ own copy as it sends (a RETRY 0 job has a single copy by contract), and a
 receiver queues a RETRY 0 job it never delivered exactly once. The sender
 of an at-least-once job keeps its copy and, unlike Disque, adds the
 receiver to the job's holders, so that its acks and requeue messages reach
-the moved copy (see the ack notes in ``replication.py``). A copy that
+the moved copy (see the notes in ``acks.py``). A copy that
 arrives just after this node deleted the job (its ack was collected while
 the copy was on its way, or it got a DELJOB or FASTACK for an ID it did
 not hold yet) is dropped and its sender sent a DELJOB: the node remembers
-such IDs for ``TOMBSTONE_MS`` (``Node._bury``). Pushed and
+such IDs for ``TOMBSTONE_MS`` (``acks.py``, asked through ``ctx.is_buried``). Pushed and
 pulled jobs are batched: all jobs for one peer produced by one input leave
 in one YOURJOBS.
+
+Owns the leases (``ctx.push_leases``), the jobs to send at the end of the
+input (``outgoing``, flushed by ``Node`` after every input with ``flush``),
+and the NEEDJOBS timer of queues with waiters (``tick``, from ``Node.tick``).
+A NEEDJOBS reply (which jobs, how many, to whom) is decided in
+``on_needjobs``; a push in ``push_if_wanted`` (called through the context by
+``Requeue.enqueue_job``); an import in ``on_yourjobs``. Called by ``Node``
+and through the context (``need_jobs``, ``renew_on_take``, ``push_if_wanted``).
 """
 
 from __future__ import annotations
 
 from itertools import islice
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from .blocking import CLIENTS_WAITING, REACHED_ZERO
 from .commands import MAX_JOB_BYTES
-from .job import ACKED, F_BCAST_QUEUED, F_DELIVERED, QUEUED
+from .context import Context
+from .job import ACTIVE, F_BCAST_QUEUED, F_DELIVERED, Job
+from .messages import NeedJobs, YourJobs, del_job_holders, moves_to_watch, need_jobs, your_jobs
 from .queues import PAUSED_OUT, Queue
-from .replication import JOB_WIRE_FIELDS, job_from_wire, job_to_wire
+from .wire import JOB_WIRE_FIELDS, job_from_wire, job_to_wire
 
-if TYPE_CHECKING:
-    from .job import Job
-    from .node import Node
-
-__all__ = ["FederationMixin", "LEASE_MS", "moves_to_watch"]
+__all__ = ["Federation", "LEASE_MS", "moves_to_watch", "CLIENTS_WAITING", "REACHED_ZERO"]
 
 NEEDJOBS_MIN_REQUEST = 5
 NEEDJOBS_MAX_REQUEST = 100
@@ -118,20 +125,6 @@ LEASE_MS = BCAST_MAX_DELAY_MS + 2000  # outlasts the asker's slowest re-ask (see
 RENEW_AFTER_MS = 1500  # a consumer node re-asks a pushing source whose lease is older than this
 LEASE_GC_BATCH = 10_000  # queue names whose leases are checked per queue-GC pass (every second)
 NEED_PERIOD_MS = 100  # how often queues with waiters are reconsidered
-
-CLIENTS_WAITING = 0
-REACHED_ZERO = 1
-
-
-def moves_to_watch(message: tuple) -> bool:
-    """Whether the shell must tell ``Node.on_moves_unsent`` if this message never reaches the
-    socket: a YOURJOBS that carries the only copy of a job (RETRY 0)."""
-    if message[0] != "YOURJOBS":
-        return False
-    for wire in message[1]:
-        if wire[7] == 0:  # the RETRY field of job_to_wire
-            return True
-    return False
 
 
 def _by_size(jobs: list) -> list[list]:
@@ -148,24 +141,39 @@ def _by_size(jobs: list) -> list[list]:
     return parts
 
 
-class FederationMixin:
-    def _federation_init(self: "Node") -> None:
-        # queue name -> {peer id: [lease end (ms), credit]}
-        self._leases: dict[bytes, dict[str, list[int]]] = {}
-        # peer id -> list of jobs to send in one YOURJOBS at the end of this input
-        self._outgoing: dict[str, list[Any]] = {}
+def _lease_healthy(q: Queue, peer: str, now: int) -> bool:
+    view = q.asked.get(peer)
+    return view is not None and now - view[0] < RENEW_AFTER_MS and view[2] < view[1] // 2
+
+
+def _request_size(q: Queue, rate: int, sources: int) -> int:
+    count = rate // sources if sources else NEEDJOBS_MIN_REQUEST
+    cap = max(max(q.blocked, 1) * 10, rate // 10)
+    return max(NEEDJOBS_MIN_REQUEST, min(NEEDJOBS_MAX_REQUEST, count, cap))
+
+
+class Federation:
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self._store = ctx.store
+        self._stats = ctx.stats
+        # queue name -> {peer id: [lease end (ms), credit]} (shared: ctx.push_leases)
+        self.leases = ctx.push_leases
+        # peer id -> list of jobs to send in one YOURJOBS at the end of this input (never rebound)
+        self.outgoing: dict[str, list[Any]] = {}
         self._next_need = 0
         self._importing = False  # jobs being imported are never pushed on at once
         for key in ("needjobs_sent", "needjobs_received", "yourjobs_sent", "yourjobs_received",
                     "jobs_imported", "jobs_exported", "jobs_pushed", "jobs_returned"):  # fmt: skip
-            self.stats[key] = 0
+            ctx.stats[key] = 0
 
     # -- asking ------------------------------------------------------------------
-    def need_jobs(self: "Node", q: Queue, kind: int) -> None:
+    def need_jobs(self, q: Queue, kind: int) -> None:
         """Ask other nodes for jobs of ``q`` (see the module docstring)."""
-        if self.leaving or not self.reachable:
+        ctx = self.ctx
+        if ctx.leaving or not ctx.reachable:
             return
-        now = self.now
+        now = ctx.now
         if kind == REACHED_ZERO and q.import_rate(now) == 0:
             return
         bcast_delay = min(BCAST_MIN_DELAY_MS << min(q.needjobs_bcast_attempt, 8), BCAST_MAX_DELAY_MS)
@@ -190,18 +198,18 @@ class FederationMixin:
                 return
         rate = q.import_rate(now)
         sources = self._valid_sources(q)
-        count = self._request_size(q, rate, len(sources))
+        count = _request_size(q, rate, len(sources))
         if bcast_due:
             q.needjobs_bcast_time = now
             q.needjobs_bcast_attempt += 1
-            targets = [n for n in self.reachable if n not in sources]
+            targets = [n for n in ctx.reachable if n not in sources]
             # Discovery asks for few jobs, but enough to open a push lease.
             self._send_needjobs(targets, q.name, max(1, min(count, q.blocked or 1)))
         if sources and kind == REACHED_ZERO:
             # Only the sources whose push lease may be running out: a lease we
             # opened recently that has used less than half its credit keeps
             # pushing without being asked again (one NEEDJOBS per job, before).
-            sources = [n for n in sources if not self._lease_healthy(q, n, now)]
+            sources = [n for n in sources if not _lease_healthy(q, n, now)]
             if sources:
                 q.needjobs_adhoc_time = now
                 q.needjobs_adhoc_attempt += 1
@@ -211,79 +219,76 @@ class FederationMixin:
             q.needjobs_adhoc_attempt += 1
             self._send_needjobs(sources, q.name, count)
 
-    @staticmethod
-    def _request_size(q: Queue, rate: int, sources: int) -> int:
-        count = rate // sources if sources else NEEDJOBS_MIN_REQUEST
-        cap = max(max(q.blocked, 1) * 10, rate // 10)
-        return max(NEEDJOBS_MIN_REQUEST, min(NEEDJOBS_MAX_REQUEST, count, cap))
-
-    @staticmethod
-    def _lease_healthy(q: Queue, peer: str, now: int) -> bool:
-        view = q.asked.get(peer)
-        return view is not None and now - view[0] < RENEW_AFTER_MS and view[2] < view[1] // 2
-
-    def _send_needjobs(self: "Node", nodes: list[str], name: bytes, count: int) -> None:
+    def _send_needjobs(self, nodes: list[str], name: bytes, count: int) -> None:
         if nodes:
-            self._send(nodes, ("NEEDJOBS", bytes(name), count))
-            self.stats["needjobs_sent"] += len(nodes)
-            q = self.queues.get(name)
+            ctx = self.ctx
+            ctx.send(nodes, need_jobs(bytes(name), count))
+            self._stats["needjobs_sent"] += len(nodes)
+            q = ctx.queues.get(name)
             if q is not None:
-                now = self.now
+                now = ctx.now
                 for n in nodes:
                     q.asked[n] = [now, count, 0]
 
-    def _valid_sources(self: "Node", q: Queue) -> list[str]:
-        now = self.now
-        reachable = set(self.reachable)
+    def _valid_sources(self, q: Queue) -> list[str]:
+        ctx = self.ctx
+        now = ctx.now
+        reachable = set(ctx.reachable)
         stale = [n for n, t in q.sources.items() if now - t > SOURCE_VALIDITY_MS]
         for n in stale:
             del q.sources[n]
         return [n for n in q.sources if n in reachable]
 
-    def _federation_tick(self: "Node") -> None:
-        """Keep asking for queues with blocked clients (Disque's clientsCron)."""
-        if self.now < self._next_need:
+    def tick(self, waited: dict[bytes, Queue]) -> None:
+        """Keep asking for the queues with blocked clients (Disque's clientsCron); ``waited``
+        is ``Blocking.waited``."""
+        ctx = self.ctx
+        if ctx.now < self._next_need:
             return
-        self._next_need = self.now + NEED_PERIOD_MS
-        if self.cluster_size <= 1:
+        self._next_need = ctx.now + NEED_PERIOD_MS
+        if ctx.cluster_size <= 1:
             return
-        for q in list(self._waited.values()):
+        for q in list(waited.values()):
             if not q.jobs:
                 self.need_jobs(q, CLIENTS_WAITING)
 
+    def next_need(self) -> int:
+        """When ``tick`` asks again for queues with waiters (only matters while some wait)."""
+        return max(self._next_need, self.ctx.now + 1)
+
     # -- answering ---------------------------------------------------------------
-    def on_needjobs(self: "Node", sender: str, body: list) -> None:
-        name, count = body[0], body[1]
-        if type(name) is not bytes or type(count) is not int or count < 0:
-            return
-        self.stats["needjobs_received"] += 1
-        count = min(count, NEEDJOBS_MAX_REQUEST)
-        leases = self._leases.get(name)
+    def on_needjobs(self, sender: str, m: NeedJobs) -> None:
+        ctx = self.ctx
+        name = m.name
+        self._stats["needjobs_received"] += 1
+        count = min(m.count, NEEDJOBS_MAX_REQUEST)
+        leases = self.leases.get(name)
         if count == 0:
             if leases is not None:
                 leases.pop(sender, None)
                 if not leases:
-                    del self._leases[name]
+                    del self.leases[name]
             return
         if leases is None:
-            leases = self._leases[name] = {}
-        leases[sender] = [self.now + LEASE_MS, count]
-        if sender not in self.reachable:
+            leases = self.leases[name] = {}
+        leases[sender] = [ctx.now + LEASE_MS, count]
+        if sender not in ctx.reachable:
             return  # no link to send them on (Disque dequeued them first, and lost RETRY 0 ones)
-        q = self.queues.get(name)
-        if q is None or not q.jobs or q.flags & PAUSED_OUT or q.import_rate(self.now) > 0:
+        q = ctx.queues.get(name)
+        if q is None or not q.jobs or q.flags & PAUSED_OUT or q.import_rate(ctx.now) > 0:
             return
         if q.blocked:
             return  # local consumers come first
         qlen = len(q.jobs)
         n = count if qlen >= 2 * count else max(1, qlen // 2)
         lease = leases[sender]
-        hold_amo = sender in self.backlogged  # RETRY 0 jobs wait for a link that drains
+        hold_amo = sender in ctx.backlogged  # RETRY 0 jobs wait for a link that drains
         jobs = q.jobs
+        fetch = ctx.fetch
         for _ in range(n):
             if hold_amo and jobs and jobs[0].retry == 0:
                 break
-            job = self._fetch(q)
+            job = fetch(q)
             if job is None:
                 break
             self._export(sender, job)
@@ -291,7 +296,7 @@ class FederationMixin:
         if lease[1] <= 0:
             del leases[sender]
 
-    def _gc_leases(self: "Node") -> None:
+    def gc_leases(self) -> None:
         """Forget expired leases: the oldest ``LEASE_GC_BATCH`` queue names per call.
 
         A lease is otherwise dropped only when a job is queued under it, so
@@ -300,8 +305,8 @@ class FederationMixin:
         up for ever. Names with a lease left move to the back, so the next
         call goes on where this one stopped.
         """
-        leases = self._leases
-        now = self.now
+        leases = self.leases
+        now = self.ctx.now
         for name, peers in list(islice(leases.items(), LEASE_GC_BATCH)):
             for peer in [p for p, lease in peers.items() if lease[0] < now]:
                 del peers[peer]
@@ -309,15 +314,16 @@ class FederationMixin:
             if peers:
                 leases[name] = peers
 
-    def _push_if_wanted(self: "Node", q: Queue, job: "Job") -> bool:
+    def push_if_wanted(self, q: Queue, job: Job) -> bool:
         """A job is being queued: push it to a node with a valid lease instead. True if pushed
         (counted in and out of ``q``, which it never entered); False: the caller queues it."""
-        leases = self._leases.get(q.name)
+        leases = self.leases.get(q.name)
         if not leases or q.blocked or q.flags & PAUSED_OUT or self._importing:
             return False
-        now = self.now
-        reachable = self.reachable
-        backlogged = self.backlogged
+        ctx = self.ctx
+        now = ctx.now
+        reachable = ctx.reachable
+        backlogged = ctx.backlogged
         for peer, lease in list(leases.items()):
             if lease[0] < now or lease[1] <= 0:
                 del leases[peer]
@@ -331,84 +337,90 @@ class FederationMixin:
             lease[1] -= 1
             if lease[1] <= 0:
                 del leases[peer]
-            self.stats["jobs_pushed"] += 1
+            self._stats["jobs_pushed"] += 1
             self._export(peer, job)
             return True
         if not leases:
-            del self._leases[q.name]
+            del self.leases[q.name]
         return False
 
-    def _export(self: "Node", peer: str, job: "Job") -> None:
-        self._outgoing.setdefault(peer, []).append(job_to_wire(job, self.now))
-        self.stats["jobs_exported"] += 1
+    def _export(self, peer: str, job: Job) -> None:
+        self.outgoing.setdefault(peer, []).append(job_to_wire(job, self.ctx.now))
+        self._stats["jobs_exported"] += 1
         if job.retry == 0:
-            self.store.unregister(job)  # the only copy moves: never two of it
+            self._store.unregister(job)  # the only copy moves: never two of it
         elif peer not in job.delivered:
             # The peer holds a copy now: acks and requeues here must reach it. (Disque's sender
             # does not note it: an ACKJOB on the sender, or on a holder that only the sender
             # told, never reached the peer, which queued the job again after RETRY.)
             job.delivered = tuple(job.delivered) + (peer,)
 
-    def _flush_outgoing(self: "Node") -> None:
-        outgoing = self._outgoing
-        self._outgoing = {}
-        for peer, jobs in outgoing.items():
+    def flush(self) -> None:
+        """Send the jobs exported during this input: one YOURJOBS per peer (``Node``, after
+        every input)."""
+        outgoing = self.outgoing
+        items = list(outgoing.items())
+        outgoing.clear()
+        ctx = self.ctx
+        for peer, jobs in items:
             # one message for all, unless their bodies would not fit one bus message together
             # (one job always does: it came in one, or through ADDJOB's MAX_JOB_BYTES)
             parts = _by_size(jobs) if len(jobs) > 1 else (jobs,)
             for part in parts:
-                self._send((peer,), ("YOURJOBS", part))
-                self.stats["yourjobs_sent"] += 1
+                ctx.send((peer,), your_jobs(part))
+                self._stats["yourjobs_sent"] += 1
 
-    def on_yourjobs(self: "Node", sender: str, body: list) -> None:
-        jobs = body[0]
-        if type(jobs) is not list:
-            return
-        self.stats["yourjobs_received"] += 1
-        now = self.now
+    # -- importing ---------------------------------------------------------------
+    def on_yourjobs(self, sender: str, m: YourJobs) -> None:
+        self._stats["yourjobs_received"] += 1
         self._importing = True
         try:
-            self._import_jobs(sender, jobs, now)
+            self._import_jobs(sender, m.jobs, self.ctx.now)
         finally:
             self._importing = False
 
-    def _import_jobs(self: "Node", sender: str, jobs: list, now: int) -> None:
+    def _import_jobs(self, sender: str, jobs: list, now: int) -> None:
+        ctx = self.ctx
         touched: dict[bytes, Queue] = {}
-        store = self.store
-        for wire in jobs:
+        store = self._store
+        me = ctx.id
+        malformed = False
+        for wire in jobs:  # checked one by one here (see messages.py)
             # A copy held here already (replicated to this node, say) is the one queued: the
-            # wire form only has to name it, so it is not decoded into a second Job.
+            # wire form only has to name it, so it is not built into a second Job.
             job = None
             if type(wire) is list and len(wire) >= JOB_WIRE_FIELDS and type(wire[0]) is bytes:
                 job = store.get(wire[0])
-                if job is not None and wire[1] != job.queue:
+            if job is not None:
+                if wire[1] != job.queue or job.state != ACTIVE:
+                    # queued or acked here already; or still waiting for its copies here (this
+                    # node created it, and another holder's RETRY ran out first): queueing it
+                    # now would leave its ADDJOB client waiting for ever (REPL_CLIENTS)
                     continue
-            if job is None:
-                incoming = job_from_wire(wire, now)
-                if incoming is None:
+            else:
+                job = job_from_wire(wire, now)
+                if job is None:
+                    malformed = True
                     continue
-                if incoming.id in self._tombstones:
+                if ctx.is_buried(job.id):
                     # deleted here a moment ago (acked and collected, say) while this copy was on
                     # its way: drop it, and tell the sender, which may not have heard yet
-                    self._send_lazy((sender,), ("DELJOB", bytes(incoming.id), [self.id]))
+                    ctx.send_lazy((sender,), del_job_holders(bytes(job.id), [me]))
                     continue
-                job = incoming
-                if self.id not in job.delivered:
-                    job.delivered = tuple(job.delivered) + (self.id,)
+                if me not in job.delivered:
+                    job.delivered = tuple(job.delivered) + (me,)
                 store.register(job)
-            elif job.state == ACKED or job.state == QUEUED:
-                continue
             job.flags &= ~F_BCAST_QUEUED  # a move, not a requeue: no QUEUED broadcast
             if job.retry == 0:
                 if job.flags & F_DELIVERED:
                     continue  # delivered here once already: at most once
-                job.qtime = now  # lets enqueue_job queue it this one time
-            elif not job.qtime:
-                job.qtime = now
-            q = self._get_queue(job.queue)
-            if not self.enqueue_job(job):
+                job.requeue_at = now  # lets enqueue_job queue it this one time
+            elif not job.requeue_at:
+                job.requeue_at = now
+            q = ctx.get_queue(job.queue)
+            if not ctx.enqueue_job(job):
                 continue
-            self.stats["jobs_imported"] += 1
+            self._stats["jobs_imported"] += 1
             touched[q.name] = q
             view = q.asked.get(sender)
             if view is not None:
@@ -420,44 +432,45 @@ class FederationMixin:
             q.needjobs_adhoc_attempt = 0
         for q in touched.values():
             self._renew_credit(q, sender, now)
+        if malformed:
+            ctx.bus_stats["messages_malformed"] += 1  # once per message, whatever it took
 
-    def on_moves_unsent(self: "Node", peer: str, message: tuple, now: int) -> None:
+    def on_moves_unsent(self, peer: str, message: tuple, now: int) -> None:
         """A YOURJOBS to ``peer`` (``moves_to_watch``) never reached the socket: its link closed
         first. Its RETRY 0 jobs left their only copy in it, so they are queued here again, as
         never delivered; at-least-once ones still have their copy here, which requeues. Called
-        once the link is down, so they are not pushed to ``peer`` again."""
-        if type(message) is not tuple or len(message) < 2 or message[0] != "YOURJOBS":
+        once the link is down, so they are not pushed to ``peer`` again. (``Node`` sets the
+        time and flushes ``outgoing`` after.)"""
+        if not isinstance(message, tuple) or len(message) < 2 or message[0] != "YOURJOBS":
             return
-        self.now = now
-        store = self.store
+        ctx = self.ctx
+        store = self._store
         for wire in message[1]:
             if wire[7] != 0 or store.get(wire[0]) is not None:
                 continue  # at least once, or a copy of it came back meanwhile
             job = job_from_wire(wire, now)
-            if job is None or job.id in self._tombstones:
+            if job is None or ctx.is_buried(job.id):
                 continue
             store.register(job)
-            job.qtime = now  # lets enqueue_job queue it this one time
-            if self.enqueue_job(job):
-                self.stats["jobs_returned"] += 1
+            job.requeue_at = now  # lets enqueue_job queue it this one time
+            if ctx.enqueue_job(job):
+                self._stats["jobs_returned"] += 1
             else:
                 store.unregister(job)
-        if self._outgoing:
-            self._flush_outgoing()  # pushed on to another node at once, as after any input
 
-    def _renew_on_take(self: "Node", q: Queue) -> None:
+    def renew_on_take(self, q: Queue) -> None:
         """A consumer took a job and some are left: the top-up rule of an import, checked
         again, so that a source whose last batch arrived whole is asked for the next one
         while this one is consumed, not once it is gone (see "Top-up")."""
-        now = self.now
+        now = self.ctx.now
         for sender in q.asked:
             self._renew_credit(q, sender, now)  # an ask replaces this key's value only
 
-    def _renew_credit(self: "Node", q: Queue, sender: str, now: int) -> None:
+    def _renew_credit(self, q: Queue, sender: str, now: int) -> None:
         """Jobs came from ``sender``: ask again before its credit runs out, while they are
         consumed here as fast as they come (the local queue holds less than the credit)."""
         view = q.asked.get(sender)
-        if view is None or view[2] * 2 < view[1] or len(q.jobs) >= view[1] or self.leaving:
+        if view is None or view[2] * 2 < view[1] or len(q.jobs) >= view[1] or self.ctx.leaving:
             return
         sources = len(self._valid_sources(q))
-        self._send_needjobs([sender], q.name, self._request_size(q, q.import_rate(now), sources))
+        self._send_needjobs([sender], q.name, _request_size(q, q.import_rate(now), sources))

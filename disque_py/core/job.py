@@ -18,6 +18,8 @@ used to order queues and to report creation time.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 __all__ = [
     "Job",
     "WAIT_REPL",
@@ -66,7 +68,9 @@ class Job:
         "body",  # bytes, or None for a dummy ack
         "delivered",  # tuple/set of node IDs that may have a copy
         "confirmed",  # set of node IDs, or None (replication / GC tracking)
-        "qtime",  # next (re)queue time, monotonic ms; 0 = never again
+        # next (re)queue time, monotonic ms, of a job not acked; 0 = never queued again
+        # (AT_MOST_ONCE). Shares its slot with ``gc_at`` (see below).
+        "requeue_at",
         "awake",  # when the scheduler must look at the job; 0 = not scheduled
         "gc_retry",  # GC attempts, drives exponential backoff
         "seq",  # registration order, used by JSCAN cursors
@@ -83,7 +87,7 @@ class Job:
         etime: int = 0,
         delay: int = 0,
         retry: int = 0,
-        qtime: int = 0,
+        requeue_at: int = 0,
         delivered: tuple = (),
     ) -> None:
         # One constructor call sets everything ADDJOB knows (hot path).
@@ -96,7 +100,7 @@ class Job:
         self.etime = etime
         self.delay = delay
         self.retry = retry
-        self.qtime = qtime
+        self.requeue_at = requeue_at
         self.delivered = delivered
         self.flags = 0
         self.nacks = 0
@@ -117,3 +121,14 @@ class Job:
 
     def __repr__(self) -> str:
         return f"<Job {self.id.decode()} {self.state_name} q={self.queue!r}>"
+
+    if TYPE_CHECKING:
+        gc_at: int
+
+
+# ``gc_at``: the next garbage-collection attempt (monotonic ms) of an *acked* job. An acked job
+# is never requeued (ACK_ONCE: it never leaves ``acked``), so the two times never coexist and
+# share one slot: ``gc_at`` is a second name for the ``requeue_at`` slot (the same descriptor,
+# as fast as any slot), read and written only once the job is acked (``Acks.acknowledge`` sets
+# it first). A job costs no more memory than with one attribute.
+Job.gc_at = Job.__dict__["requeue_at"]  # type: ignore[misc]

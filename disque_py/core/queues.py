@@ -23,7 +23,7 @@ and ``waiters`` is an empty tuple while nobody waits (a queue with neither
 took 1.5 KB; a GETJOB naming 300,000 queues made that many).
 
 A queue is created on demand and evicted when it has been empty, without
-waiters, unpaused and idle for a while (see ``Node``'s queue GC), exactly
+waiters, unpaused and idle for a while (``Blocking.gc_queues``), exactly
 because its only durable state besides jobs is the pause flag.
 
 The federation fields (import rate, known sources) are kept here too so

@@ -11,7 +11,8 @@ of that.
 
 Each job has at most one pending wake-up, ``Job.awake``: the earliest of its
 requeue time (minus the WILLQUEUE advance when one must be announced), its
-expiry, and for acked jobs its next GC attempt. All wake-ups live in one
+expiry, and for acked jobs its next GC attempt (``Lifecycle.reschedule`` in
+``lifecycle.py`` computes it; this module only keeps it). All wake-ups live in one
 binary heap of ``(awake, seq, job)`` entries. Changing a job's wake-up pushes
 a new entry and leaves the old one behind; an entry is live only while its
 time still equals ``job.awake`` and the job is still registered, so stale
@@ -34,11 +35,11 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_left
 from itertools import chain, islice
-from typing import Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from .job import Job
 
-__all__ = ["JobStore", "SHARDS", "REBUILD_SLICE", "seq_of"]
+__all__ = ["JobStore", "SHARDS", "REBUILD_SLICE", "seq_of", "scan"]
 
 SHARDS = 64  # a power of two
 _MASK = SHARDS - 1
@@ -205,3 +206,21 @@ class JobStore:
             values = list(self._shards[i].values())
             start = bisect_left(values, seq, key=seq_of) if i == first and seq else 0
             yield from islice(values, start, None)
+
+
+def scan(
+    items: Iterable[Any], cursor_of: Callable[[Any], int], count: int, busyloop: bool, match: Callable[[Any], bool]
+) -> tuple[int, list]:
+    """Generic cursor scan (JSCAN, QSCAN): ``items`` in scan order from the cursor on
+    (``JobStore.scan_from`` for jobs). Returns the next cursor (``cursor_of`` the first item
+    not looked at; 0: done) and the matches; it looks at no more than ten times ``count``
+    items, unless BUSYLOOP."""
+    found: list = []
+    budget = count * 10
+    for item in items:
+        if not busyloop and (len(found) >= count or budget <= 0):
+            return cursor_of(item), found
+        budget -= 1
+        if match(item):
+            found.append(item)
+    return 0, found

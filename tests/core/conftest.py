@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import pytest
 
+from disque_py.core import invariants
 from disque_py.core.effects import Reply
 from disque_py.core.node import Node
 
@@ -48,3 +49,30 @@ class Harness:
 @pytest.fixture
 def h() -> Harness:
     return Harness()
+
+
+def _checked(method):
+    def run(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            invariants.check(self)
+
+    run.__name__ = method.__name__
+    return run
+
+
+@pytest.fixture(autouse=True)
+def _invariants_after_every_input(request, monkeypatch):
+    """Every node a core test drives is checked (``core/invariants.py``) after each input it
+    takes, however the test feeds it. A test that corrupts a node on purpose, or feeds it
+    so many inputs that a check after each would be quadratic, says so with
+    ``@pytest.mark.invariants_by_hand`` (and calls ``invariants.check`` itself)."""
+    if request.node.get_closest_marker("invariants_by_hand"):
+        return
+    for name in ("execute", "receive_data", "tick", "client_closed", "on_moves_unsent", "flushall"):
+        monkeypatch.setattr(Node, name, _checked(getattr(Node, name)))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "invariants_by_hand: no check after every input; the test checks by hand")

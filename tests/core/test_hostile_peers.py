@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from disque_py.core.replication import job_from_wire, job_to_wire
+from disque_py.core.wire import job_from_wire, job_to_wire
 
 from .conftest import Harness
 
@@ -145,3 +146,103 @@ def test_the_two_copy_flags_count_only_when_they_are_true():
         assert h.node.store.get(job_id) is None
         sent = [e.message for e in h.advance(1000) if type(e) is Send]
         assert [m[0] for m in sent] == (["DELJOB"] if deljob else []), (flag, sent)
+
+
+# -- malformed messages are dropped and counted (Node.bus_stats) ---------------------------
+GOOD_ID = b"D-01234567-AAAAAAAAAAAAAAAAAAAAAAAA-05a1"
+BAD_ID = b"X" * 40  # the length of an ID, not its format
+MALFORMED = {
+    "REPLJOB": [[], [VALID_JOB], [VALID_JOB, 1], [VALID_JOB[:5], True], [dict(enumerate(VALID_JOB)), False],
+                [[BAD_ID] + VALID_JOB[1:], False]],
+    "GOTJOB": [[], [5], [b"short"], [GOOD_ID.decode()]],
+    "ENQUEUE": [[GOOD_ID], [GOOD_ID, "1"], [GOOD_ID, 1.5], [GOOD_ID, True], [b"x", 0]],
+    "QUEUED": [[GOOD_ID], [GOOD_ID, None], [b"bad", 1]],
+    "WORKING": [[], [None], [b"bad"]],
+    "WILLQUEUE": [[], [7], [b"bad"]],
+    "SETACK": [[GOOD_ID], [GOOD_ID, "2"], [BAD_ID, 1], [b"x", 1], [GOOD_ID, True]],
+    "GOTACK": [[GOOD_ID], [GOOD_ID, 1], [b"x", True], [BAD_ID[:39], False]],
+    "DELJOB": [[], [BAD_ID], [b"D-not-a-job-id"], [GOOD_ID, [5]], [GOOD_ID, ["short"]]],
+    "PAUSE": [[b"q"], [b"q", "x"], ["q", 1]],
+    "NEEDJOBS": [[b"q"], [b"q", -1], [b"q", "5"], ["q", 5]],
+    "YOURJOBS": [[], ["x"], [5], [{"jobs": []}]],
+}  # fmt: skip
+
+
+def clustered() -> Harness:
+    h = Harness()
+    node = h.node
+    node.cluster_size = 2
+    node.known_nodes = [node.id, PEER]
+    node.reachable = [PEER]
+    return h
+
+
+def test_every_kind_has_malformed_cases():
+    from disque_py.core.messages import KINDS
+
+    assert set(MALFORMED) == set(KINDS)
+
+
+@pytest.mark.parametrize("kind,body", [(k, b) for k, bodies in MALFORMED.items() for b in bodies])
+def test_a_malformed_message_is_dropped_and_counted(kind, body):
+    """Wrong arity, wrong types, bad job IDs: nothing happens but the count (the node's own job
+    untouched, no answer to the peer)."""
+    h = clustered()
+    node = h.node
+    job_id = h.add("q", "keep", "REPLICATE", 1)
+    node.take_effects()
+    before = node.store.get(job_id)
+    node.receive_data(PEER, kind, body, h.now)
+    assert node.bus_stats["messages_malformed"] == 1
+    assert node.take_effects() == []
+    assert node.store.get(job_id) is before and before.state == 2 and h.cmd("QLEN", "q") == 1
+    assert node.queues.keys() == {b"q"}  # no queue made (PAUSE, NEEDJOBS) for a malformed message
+
+
+def test_wrong_kinds_senders_and_bodies_are_counted():
+    h = clustered()
+    node = h.node
+    cases = [(PEER, "NOSUCHKIND", [GOOD_ID]), (PEER, b"DELJOB", [GOOD_ID]), (PEER, ["DELJOB"], [GOOD_ID]),
+             (None, "DELJOB", [GOOD_ID]), (b"x" * 40, "DELJOB", [GOOD_ID]), (PEER, "DELJOB", (GOOD_ID,)),
+             (PEER, "DELJOB", "not a list")]  # fmt: skip
+    for n, (sender, kind, body) in enumerate(cases, 1):
+        node.receive_data(sender, kind, body, h.now)
+        assert node.bus_stats["messages_malformed"] == n, (sender, kind, body)
+    assert node.take_effects() == [] and not node.acks.tombstones
+
+
+def test_well_formed_messages_are_not_counted():
+    h = clustered()
+    node = h.node
+    node.receive_data(PEER, "DELJOB", [GOOD_ID], h.now)  # unknown here: a tombstone, no answer
+    node.receive_data(PEER, "DELJOB", [GOOD_ID, [PEER]], h.now)
+    node.receive_data(PEER, "SETACK", [GOOD_ID, 1, "ignored"], h.now)  # a trailing field ignored
+    node.receive_data(PEER, "NEEDJOBS", [b"q", 0], h.now)
+    node.receive_data(PEER, "REPLJOB", [list(VALID_JOB), True, "later field"], h.now)
+    node.receive_data(PEER, "YOURJOBS", [[]], h.now)
+    assert node.bus_stats["messages_malformed"] == 0
+    assert node.store.get(GOOD_ID) is not None  # the REPLJOB copy
+
+
+def test_a_yourjobs_with_some_malformed_jobs_takes_the_others_and_counts_once():
+    h = clustered()
+    node = h.node
+    good = list(VALID_JOB)
+    node.receive_data(PEER, "YOURJOBS", [[[BAD_ID] + VALID_JOB[1:], good, "junk", VALID_JOB[:3]]], h.now)
+    assert node.bus_stats["messages_malformed"] == 1
+    assert h.cmd("QLEN", "q") == 1 and node.store.get(GOOD_ID) is not None and node.store.get(BAD_ID) is None
+
+
+def test_a_handler_bug_is_not_swallowed(monkeypatch):
+    """An exception inside a handler is this node's bug, not the peer's: it propagates (the shell
+    logs it and serves on) and is not counted as a malformed message."""
+    from disque_py.core.requeue import Requeue
+
+    def broken(self, sender, message):
+        raise KeyError("bug")
+
+    monkeypatch.setattr(Requeue, "on_working", broken)
+    h = clustered()
+    with pytest.raises(KeyError):
+        h.node.receive_data(PEER, "WORKING", [GOOD_ID], h.now)
+    assert h.node.bus_stats["messages_malformed"] == 0

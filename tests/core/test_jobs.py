@@ -6,6 +6,7 @@ import re
 
 import pytest
 
+from disque_py.core import invariants
 from disque_py.core.effects import BLOCKED
 from disque_py.core.ids import is_at_most_once_id, ttl_minutes_from_id, valid_job_id
 from disque_py.core.replies import NULL_ARRAY, Error, Status
@@ -558,6 +559,7 @@ def test_a_move_handed_back_goes_on_at_once_to_another_node_that_waits(h):
     assert h.cmd("QLEN", "q") == 0 and h.node.stats["jobs_returned"] == 1
 
 
+@pytest.mark.invariants_by_hand  # 25,000 NEEDJOBS, each checked against every lease: quadratic
 def test_push_leases_on_queues_that_get_no_job_are_forgotten(h):
     """NEEDJOBS for queues that never get a job here (consumers on short-lived names) leave no
     lease behind once it expires (10,000 names checked per second), while a lease that is
@@ -572,6 +574,7 @@ def test_push_leases_on_queues_that_get_no_job_are_forgotten(h):
     for i in range(names):
         h.node.receive_data(peer, "NEEDJOBS", [b"reply-%d" % i, 10], h.now)
     assert h.node.info_fields()["queues"]["push_leases"] == names
+    invariants.check(h.node)
     for _ in range(LEASE_MS // 1000 + 3):  # the leases expire, then three passes of the sweep
         h.advance(1000)
         h.node.receive_data(peer, "NEEDJOBS", [b"live", 10], h.now)
@@ -579,8 +582,10 @@ def test_push_leases_on_queues_that_get_no_job_are_forgotten(h):
     jid = h.add("live", "body", "REPLICATE", 1)
     sent = [e.message for e in h.effects() if isinstance(e, Send) and e.message[0] == "YOURJOBS"]
     assert [w[0] for m in sent for w in m[1]] == [jid]
+    invariants.check(h.node)
     h.advance(LEASE_MS + 1000)
     assert h.node.info_fields()["queues"]["push_leases"] == 0
+    invariants.check(h.node)
 
 
 def test_queues_are_asked_for_only_while_clients_wait_on_them(h):
@@ -615,8 +620,8 @@ def test_a_copy_arriving_just_after_its_deljob_is_not_queued_again(h):
     way: the copy arrives after the job was deleted here. It is dropped (and its sender told to
     delete it), not queued as a new job; once TOMBSTONE_MS has passed the ID is forgotten."""
     from disque_py.core.effects import Send
-    from disque_py.core.node import TOMBSTONE_MS
-    from disque_py.core.replication import job_to_wire
+    from disque_py.core.acks import TOMBSTONE_MS
+    from disque_py.core.wire import job_to_wire
 
     peer, other = "f" * 40, "e" * 40
     h.node.reachable = [peer, other]
@@ -639,21 +644,21 @@ def test_a_copy_arriving_just_after_its_deljob_is_not_queued_again(h):
 
 
 def test_deleted_ids_remembered_are_bounded(h, monkeypatch):
-    import disque_py.core.node as node_mod
+    import disque_py.core.acks as acks_mod
 
-    monkeypatch.setattr(node_mod, "TOMBSTONES_MAX", 5)
+    monkeypatch.setattr(acks_mod, "TOMBSTONES_MAX", 5)
     ids = [h.add("q", "b%d" % i) for i in range(8)]
     assert h.cmd("FASTACK", *ids) == 8
-    assert list(h.node._tombstones) == ids[3:]  # the newest five, oldest first
-    h.advance(node_mod.TOMBSTONE_MS)
-    assert not h.node._tombstones
+    assert list(h.node.acks.tombstones) == ids[3:]  # the newest five, oldest first
+    h.advance(acks_mod.TOMBSTONE_MS)
+    assert not h.node.acks.tombstones
 
 
 @pytest.mark.parametrize("how", ["FASTACK here", "DELJOB from a peer"])
 def test_a_job_deleted_before_it_got_here_is_not_taken_when_it_arrives(h, how):
     """FASTACK of an ID this node never saw (it broadcasts DELJOB), or a DELJOB for one, while a
     copy is moving here: the copy arrives after, and is dropped, not queued as a new job."""
-    from disque_py.core.replication import job_to_wire
+    from disque_py.core.wire import job_to_wire
 
     peer = "f" * 40
     h.node.reachable = [peer]
@@ -662,13 +667,13 @@ def test_a_job_deleted_before_it_got_here_is_not_taken_when_it_arrives(h, how):
     jid = h.add("q", "body", "REPLICATE", 1)
     wire = job_to_wire(h.node.store.get(jid), h.now)
     assert h.cmd("FASTACK", jid) == 1  # gone from here; the wire stands for a copy on the peer
-    h.node._tombstones.clear()
+    h.node.acks.tombstones.clear()
     if how == "FASTACK here":
         assert h.cmd("FASTACK", jid) == 0
     else:
         h.node.receive_data(peer, "DELJOB", [jid, [peer]], h.now)
     h.node.receive_data(peer, "DELJOB", [b"D-not-a-job-id", [peer]], h.now)
-    assert list(h.node._tombstones) == [jid]  # a malformed ID is not remembered
+    assert list(h.node.acks.tombstones) == [jid]  # a malformed ID is not remembered
     h.node.receive_data(peer, "YOURJOBS", [[wire]], h.now)
     assert h.cmd("SHOW", jid) is None and h.cmd("QLEN", "q") == 0
 
@@ -677,7 +682,7 @@ def test_a_moved_job_held_here_already_is_queued_from_the_held_copy(h):
     """REPLICATE 3 with the consumers on a replica: the copy this node holds is the one queued
     when its holder moves the job here. A wire naming it under another queue is dropped, and
     malformed entries around it do not keep the rest of the message from being taken."""
-    from disque_py.core.replication import job_to_wire
+    from disque_py.core.wire import job_to_wire
 
     peer = "f" * 40
     h.node.reachable = [peer]

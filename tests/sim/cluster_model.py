@@ -40,9 +40,10 @@ description of a run and replays bit for bit (see ``trace_digest``).
 * Ledger. :class:`Ledger` records what clients were told and did (job IDs
   returned by ADDJOB with the holders at that moment, deliveries, acks,
   crashes with the jobs each one wiped) for the end-of-run checks.
-* Failures. Any exception raised by a node (including one swallowed by the
-  node's own message handlers, see ``strict_handlers``) becomes a
-  :class:`SimFailure` naming the seed, the virtual time and a one-line
+* Failures. Any exception raised by a node (its message handlers' included:
+  ``receive_data`` lets them through), any invariant it breaks after an
+  input (``disque_py/core/invariants.py``, checked after every one) and any
+  message of a node dropped as malformed becomes a :class:`SimFailure` naming the seed, the virtual time and a one-line
   replay command; so does ``SimCluster.fail``. ``tests/sim/conftest.py``
   adds the seeds of every cluster a failing test built to its report.
 """
@@ -61,12 +62,13 @@ from typing import Any, Callable, Iterable
 
 from cluster_bus.codec import decode_message, encode_message
 from cluster_bus.messages import Data
+from disque_py.core import invariants
 from disque_py.core.effects import BLOCKED, Reply, Send
 from disque_py.core.federation import moves_to_watch
 from disque_py.core.job import ACKED, ACTIVE, QUEUED, STATE_NAMES, WAIT_REPL
 from disque_py.core.node import Node
 from disque_py.core.replies import NULL_ARRAY, Error, Status
-from disque_py.core.replication import job_from_wire
+from disque_py.core.wire import job_from_wire
 
 __all__ = [
     "T0",
@@ -307,7 +309,6 @@ class SimCluster:
         detect_delay_ms: int = 0,
         mono_offsets: bool = True,
         wall_skew_ms: int = 50,
-        strict_handlers: bool = True,
         record_trace: bool = False,
         trace_tail: int = 400,
         replay: str | None = None,
@@ -321,7 +322,6 @@ class SimCluster:
         self.delay = delay
         self.reorder = reorder
         self.detect_delay_ms = detect_delay_ms
-        self.strict_handlers = strict_handlers
         self.replay = replay
         self.rng = random.Random(seed)
         self.now = T0
@@ -360,7 +360,6 @@ class SimCluster:
         self.reply_hooks: list[Callable[[SimClient, list[bytes], Any], None]] = []
         self.stats: Counter = Counter()
         self.latencies: list[int] = []  # of delivered messages (first 10k)
-        self.handler_errors: list[str] = []
         self._trace_hash = hashlib.blake2b(digest_size=16)
         self.trace: list[str] | None = [] if record_trace else None
         self.trace_tail: deque[str] = deque(maxlen=trace_tail)
@@ -427,44 +426,20 @@ class SimCluster:
             address=("127.0.0.%d" % (i + 1), 7711),
         )
         node.leaving = self.leaving_flag[i]
-        if self.strict_handlers:
-            self._instrument_handlers(i, node)
         self.nodes[i] = node
         self.alive[i] = True
         self._last_tick[i] = self.now
         self._set_view(i)
         self._schedule_tick(i)
 
-    def _instrument_handlers(self, i: int, node: Node) -> None:
-        """Surface exceptions a node's message handlers would swallow.
-
-        Every message in the model comes from a real node through the real
-        codec, so a handler raising is a bug even if ``receive_data``
-        catches it to survive garbage from a peer.
-        """
-        handlers = getattr(node, "_handlers", None)
-        if not isinstance(handlers, dict):
-            return
-
-        def wrap(kind: str, fn: Callable) -> Callable:
-            def handler(sender: str, body: list) -> Any:
-                try:
-                    return fn(sender, body)
-                except Exception as e:  # noqa: BLE001 - recorded, then re-raised
-                    self.handler_errors.append("node %d %s from %s: %r" % (i, kind, sender[:8], e))
-                    raise
-
-            return handler
-
-        for kind, fn in list(handlers.items()):
-            handlers[kind] = wrap(kind, fn)
-
     def _call_node(self, i: int, method: str, *args: Any) -> Any:
         node = self.nodes[i]
         assert node is not None
-        n_errors = len(self.handler_errors)
         try:
             result = getattr(node, method)(*args)
+            invariants.check(node)  # core/invariants.py, after every input
+            if node.bus_stats["messages_malformed"]:  # every message here comes from a real node
+                raise AssertionError("a message from a node was dropped as malformed")
         except SimFailure:
             raise
         except Exception as e:  # noqa: BLE001 - any exception in a node fails the run
@@ -473,9 +448,6 @@ class SimCluster:
                 "node %d raised in %s%r: %r\n  [sim %s]\n  last events:\n%s"
                 % (i, method, _short(args), e, self.describe(), tail)
             ) from e
-        if len(self.handler_errors) > n_errors:
-            self.fail("node %d: a message handler raised (and receive_data swallowed it): %s"
-                      % (i, self.handler_errors[-1]))  # fmt: skip
         self._flush(i)
         self._schedule_tick(i)
         return result

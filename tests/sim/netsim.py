@@ -16,6 +16,7 @@ import trio.testing
 
 from cluster_bus.codec import encode_data_item
 from disque_py.config import load_config
+from disque_py.core import invariants
 from disque_py.core.node import Node
 from disque_py.server.cluster import ClusterService
 
@@ -156,6 +157,7 @@ class SimServer:
         for kind, body in items:
             self.data.append((sender, kind, body))
             self.node.receive_data(sender, kind, body, now)
+            invariants.check(self.node)  # after every event (core/invariants.py)
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         with trio.CancelScope() as scope:
@@ -169,7 +171,10 @@ class SimServer:
 
     def cmd(self, *args: Any) -> Any:
         argv = [a if isinstance(a, bytes) else str(a).encode() for a in args]
-        return self.cluster.command(argv)
+        try:
+            return self.cluster.command(argv)
+        finally:
+            invariants.check(self.node)
 
     def known(self) -> int:
         return len(self.cluster.membership.known())

@@ -1,0 +1,318 @@
+"""Acknowledgement and its garbage collection: ACKJOB/FASTACK, SETACK/GOTACK/DELJOB, tombstones.
+
+Theory of operation
+-------------------
+Acks (ACKJOB anywhere):
+
+* The job turns ``acked`` (ACK_ONCE: it never leaves that state; a "dummy
+  ack" is created for an unknown at-least-once ID when other nodes exist,
+  so the ack reaches the holders after a partition heals) and SETACK(may_have)
+  goes to the holders not yet confirmed (to every node for a dummy ack).
+* A SETACK receiver acks its copy and answers GOTACK(known) when it knows no
+  more holders than the sender; otherwise it runs the GC itself.
+* When every holder confirmed, DELJOB(holders) goes to all of them and the
+  job is deleted. Two copies (REPLICATE 2, or a moved REPLICATE 1 job): a
+  SETACK to the only other holder says so (``SetAckTwoCopies``), and that
+  holder, if it knows no third one, deletes its copy at once and answers
+  GOTACK(known, deleted) (``GotAckDeleted``), so no DELJOB follows (one
+  message less per job). A holder that knows a third runs the GC itself, as
+  above. A DELJOB receiver that knows holders missing from the list passes
+  it on to them (FASTACK's DELJOB alike).
+* ``try_gc`` is one attempt; ``gc_at`` (``job.py``) is the next one, with
+  exponential backoff (1 s .. 3 min) while some holder is unreachable; the
+  job's wake-up (``lifecycle.py``) calls ``gc_due`` then. A holder absent
+  from the node table from the third attempt on (CLUSTER FORGET) counts as
+  confirmed.
+* Why DELJOB lists the holders (Disque's carries only the ID): holders learn
+  of each other unevenly once jobs move between nodes (a YOURJOBS sender
+  records the receiver, the receiver learns the sender's list), so the
+  collector may not know every copy, and the count in SETACK cannot tell
+  "as many" from "the same". The copy only another holder knew was never
+  deleted, and was queued and delivered again after RETRY.
+
+Tombstones: the ID of a job deleted here (or FASTACKed, or named by a DELJOB,
+while not held here) is remembered ``TOMBSTONE_MS``, at most
+``TOMBSTONES_MAX`` of them (``bury``, called by ``Lifecycle.delete_job`` for
+every deletion), so that a copy still on its way here in a YOURJOBS is
+dropped instead of being queued as new (``is_buried``, read by
+``federation.py``). ``tick`` forgets the old ones.
+
+Commands: ACKJOB, FASTACK. Messages: SETACK, GOTACK, DELJOB. Called by
+``Node`` and, through the context (``acknowledge``, ``gc_due``, ``bury``,
+``is_buried``), by the other machines.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+from . import ids as ids_mod
+from .ids import valid_job_id
+from .commands import check_job_ids
+from .context import Context
+from .job import ACKED, QUEUED, WAIT_REPL, Job
+from .messages import (
+    DelJob,
+    DelJobHolders,
+    GotAck,
+    GotAckDeleted,
+    SetAck,
+    SetAckTwoCopies,
+    del_job,
+    del_job_holders,
+    got_ack,
+    got_ack_deleted,
+    set_ack,
+    set_ack_two_copies,
+)
+from .replies import Error
+
+__all__ = ["Acks", "TOMBSTONE_MS", "TOMBSTONES_MAX"]
+
+GC_RETRY_MIN_MS = 1000
+GC_RETRY_MAX_MS = 180_000
+GC_RETRY_COUNT_MAX = 10
+# From this GC attempt of an ack on (about 6 s after it), a holder that is not in this node's
+# table at all (forgotten with CLUSTER FORGET) counts as confirmed; see try_gc.
+GC_UNKNOWN_HOLDER_ATTEMPT = 3
+TOMBSTONE_MS = 2000
+TOMBSTONES_MAX = 100_000
+_REMOVED_WHILE_REPLICATING = "NOREPL job removed (expired?) before the requested replication level was achieved"
+
+
+class Acks:
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self._store = ctx.store
+        self._stats = ctx.stats
+        self._send_lazy = ctx.send_lazy
+        self._time_error = ctx.time_error
+        self.tombstones: dict[bytes, int] = {}  # recently dead job id -> forget at (ms)
+        # (forget at, id) oldest first: a dict emptied from the front makes each next(iter()) walk
+        # the holes left there (it showed up at 3 % of a node's time)
+        self._tomb_order: deque[tuple[int, bytes]] = deque()
+
+    # -- acknowledgement -------------------------------------------------------------
+    def acknowledge(self, job: Job, schedule_gc: bool = True) -> None:
+        """ACK_ONCE: move a job to acked (dequeuing it) and schedule its GC.
+
+        ``schedule_gc=False`` is for a caller that runs ``try_gc`` at once,
+        which schedules the next attempt itself (or deletes the job).
+        """
+        if job.state == ACKED:
+            return
+        ctx = self.ctx
+        if job.state == QUEUED:
+            ctx.dequeue_job(job)
+        job.state = ACKED
+        job.confirmed = None
+        self._stats["jobs_acked"] += 1
+        if schedule_gc:
+            # Always schedule a GC attempt: a node acked through SETACK may never hear the final
+            # DELJOB (lost message), and only its own GC attempts will collect the ack.
+            job.gc_at = ctx.now + min(GC_RETRY_MIN_MS << job.gc_retry, GC_RETRY_MAX_MS) + self._time_error()
+            ctx.reschedule(job)
+
+    def _dummy_unknown_everywhere(self, job: Job) -> bool:
+        """A dummy ack's end: every node still known said it does not know the ID (one forgotten
+        meanwhile, CLUSTER FORGET, is no longer asked and will not answer), or we are alone."""
+        confirmed = job.confirmed
+        ctx = self.ctx
+        return ctx.cluster_size == 1 or all(n in confirmed for n in ctx.known_nodes)
+
+    def try_gc(self, job: Job) -> None:
+        """One garbage-collection attempt for an acked job (also the job's GC timer: gc_due)."""
+        if job.state != ACKED:
+            return
+        ctx = self.ctx
+        dummy = not job.delivered
+        if job.gc_retry < GC_RETRY_COUNT_MAX:
+            job.gc_retry += 1
+        if job.confirmed is None:
+            job.confirmed = {ctx.id}
+        if job.gc_retry >= GC_UNKNOWN_HOLDER_ATTEMPT and not dummy:
+            # A holder that lost its memory comes back under a new ID, so its old ID never
+            # confirms: once the operator forgets it (CLUSTER FORGET, on every node as in
+            # Disque), it is in no node table, and waiting for it would keep the ack until its
+            # TTL. Not at the first attempts: a node that joined a moment ago may be unknown here
+            # for the time gossip takes. A node known again (forgotten by mistake) counts again.
+            known = ctx.known_nodes
+            for n in job.delivered:
+                if n not in known:
+                    job.confirmed.add(n)
+        done = self._dummy_unknown_everywhere(job) if dummy else len(job.confirmed) >= len(job.delivered)
+        if done:
+            ctx.delete_job(job)
+            return
+        delivered = job.delivered
+        targets = delivered or ctx.known_nodes
+        confirmed = job.confirmed
+        if len(delivered) == 2 and ctx.id in delivered:
+            # one other holder: it may delete its copy at once (on_setack)
+            message: tuple = set_ack_two_copies(bytes(job.id))
+        else:
+            message = set_ack(bytes(job.id), len(delivered))
+        self._send_lazy([n for n in targets if n not in confirmed], message)
+        period = min(GC_RETRY_MIN_MS << job.gc_retry, GC_RETRY_MAX_MS)
+        job.gc_at = ctx.now + period + self._time_error()
+        ctx.reschedule(job)
+
+    # -- tombstones ----------------------------------------------------------------------
+    def bury(self, job_id: bytes) -> None:
+        """Remember a dead job's ID for TOMBSTONE_MS: a copy of it moving in meanwhile is dropped."""
+        at = self.ctx.now + TOMBSTONE_MS
+        self.tombstones[job_id] = at
+        order = self._tomb_order
+        order.append((at, job_id))
+        if len(order) > TOMBSTONES_MAX:
+            self._unbury_oldest()
+
+    def is_buried(self, job_id: bytes) -> bool:
+        return job_id in self.tombstones
+
+    def _unbury_oldest(self) -> None:
+        at, job_id = self._tomb_order.popleft()
+        if self.tombstones.get(job_id) == at:  # not buried again since
+            del self.tombstones[job_id]
+
+    def tick(self, now: int) -> None:
+        order = self._tomb_order
+        while order and order[0][0] <= now:
+            self._unbury_oldest()
+
+    def clear(self) -> None:
+        self.tombstones.clear()
+        self._tomb_order.clear()
+
+    # -- messages -----------------------------------------------------------------------
+    def on_setack(self, sender: str, m: SetAck | SetAckTwoCopies) -> None:
+        job_id = m.job_id
+        may_have = m.may_have
+        ctx = self.ctx
+        job = self._store.get(job_id)
+        if job is None and not valid_job_id(job_id):
+            ctx.bus_stats["messages_malformed"] += 1  # never echo a malformed ID back (see messages)
+            return
+        if job is not None:
+            if job.state == WAIT_REPL:
+                if not ctx.replication_achieved(job):
+                    return
+            if type(m) is SetAckTwoCopies and all(n == sender or n == ctx.id for n in job.delivered):
+                # The sender's only other holder is this node, and this node knows no other
+                # holder either: once acked here nobody needs this copy, so it goes now, and
+                # the GOTACK says so; the sender then sends no DELJOB (one message less for
+                # every job with two copies: REPLICATE 2, or a moved REPLICATE 1 job).
+                self.acknowledge(job, schedule_gc=False)
+                ctx.delete_job(job)
+                self._send_lazy((sender,), got_ack_deleted(job_id))
+                return
+            self.acknowledge(job)
+        if job is None or len(job.delivered) <= may_have:
+            self._send_lazy((sender,), got_ack(job_id, job is not None))
+        else:
+            if may_have == 0:
+                self._send_lazy((sender,), got_ack(job_id, True))
+            self.try_gc(job)
+
+    def on_gotack(self, sender: str, m: GotAck | GotAckDeleted) -> None:
+        job = self._store.get(m.job_id)
+        known = m.known
+        if job is None or job.state != ACKED:
+            return
+        ctx = self.ctx
+        dummy = not job.delivered
+        if dummy and known:
+            ctx.delete_job(job)  # a node that knows the job will collect it
+            return
+        if known or sender in job.delivered:
+            if sender not in job.delivered:
+                job.delivered = tuple(job.delivered) + (sender,)
+            if job.confirmed is not None:
+                job.confirmed.add(sender)
+        if not known and dummy:
+            if job.confirmed is None:
+                job.confirmed = {ctx.id}
+            job.confirmed.add(sender)
+            if self._dummy_unknown_everywhere(job):
+                ctx.delete_job(job)  # nobody knows this ID: drop the dummy ack
+            return
+        if not dummy and job.confirmed is not None and len(job.confirmed) >= len(job.delivered):
+            if type(m) is GotAckDeleted:
+                # the sender deleted its copy already (it was our only other holder, on_setack)
+                me = ctx.id
+                others = [n for n in job.delivered if n != sender and n != me]
+            else:
+                others = job.delivered
+            if others:
+                self._send_lazy(others, del_job_holders(bytes(job.id), list(job.delivered)))
+            ctx.delete_job(job)
+
+    def on_deljob(self, sender: str, m: DelJob | DelJobHolders) -> None:
+        ctx = self.ctx
+        job = self._store.get(m.job_id)
+        if job is not None:
+            if job.state == WAIT_REPL:  # deleted elsewhere (FASTACK) while replicating
+                ctx.replication_failed(job, Error(_REMOVED_WHILE_REPLICATING))
+                return
+            # The sender lists the holders it told: pass the DELJOB on to those we know and it did
+            # not (a copy moved on from here, say), or that copy would come back after RETRY.
+            if type(m) is DelJobHolders:
+                told = m.holders
+                me = ctx.id
+                others = [n for n in job.delivered if n not in told and n != sender and n != me]
+                if others:
+                    self._send_lazy(others, del_job_holders(bytes(job.id), told + others))
+            ctx.delete_job(job)
+        elif valid_job_id(m.job_id):
+            self.bury(m.job_id)  # not here (yet): a copy moving in right after is dead already
+        else:
+            ctx.bus_stats["messages_malformed"] += 1  # never remember a malformed ID (see messages)
+
+    # -- commands -----------------------------------------------------------------------
+    def cmd_ackjob(self, client: int, argv: list[bytes]) -> Any:
+        ids = argv[1:]
+        store = self._store
+        bad = check_job_ids(ids, store)
+        if bad:
+            return bad
+        ctx = self.ctx
+        known = 0
+        for job_id in ids:
+            job = store.get(job_id)
+            if job is None:
+                # A "dummy ack" keeps an ACK for a job we never saw, so that
+                # it reaches the owners after a partition heals. Only useful
+                # with other nodes, never for at-most-once IDs, never while
+                # leaving.
+                if ctx.cluster_size > 1 and not ctx.leaving and not ids_mod.is_at_most_once_id(job_id):
+                    job = Job(job_id, ACKED)
+                    job.etime = ctx.now + ids_mod.ttl_minutes_from_id(job_id) * 60_000
+                    store.register(job)
+            elif job.state != ACKED:
+                self.acknowledge(job, schedule_gc=False)
+                known += 1
+            if job is not None:
+                self.try_gc(job)  # schedules the next attempt, or deletes the job
+        return known
+
+    def cmd_fastack(self, client: int, argv: list[bytes]) -> Any:
+        ids = argv[1:]
+        store = self._store
+        bad = check_job_ids(ids, store)
+        if bad:
+            return bad
+        ctx = self.ctx
+        known = 0
+        for job_id in ids:
+            job = store.get(job_id)
+            if job is None:
+                self._send_lazy(ctx.known_nodes, del_job(bytes(job_id)))
+                self.bury(bytes(job_id))  # a copy on its way here is dropped too
+            else:
+                self._send_lazy(job.delivered, del_job_holders(bytes(job_id), list(job.delivered)))
+                if job.state != ACKED:
+                    self._stats["jobs_acked"] += 1
+                ctx.delete_job(job)
+                known += 1
+        return known

@@ -1,0 +1,355 @@
+"""Consumers: GETJOB, the clients blocked in it, delivery, and the queue commands.
+
+Theory of operation
+-------------------
+GETJOB takes jobs from the named queues in turn (``fetch``: the job turns
+active and is marked delivered, F_DELIVERED, which is what makes a RETRY 0
+job never queued again). With nothing to take it asks other nodes for jobs
+(``ctx.need_jobs``, ``federation.py``), then either answers at once (NOHANG,
+or LEAVING) or blocks the client: one ``Waiter`` record, put in every named
+queue's waiter list (``queues.py``), in ``blocked`` by client, in ``waited``
+by queue name, and, with a TIMEOUT, in the deadline heap.
+
+A job queued on a queue with waiters marks the queue ``ready``
+(``Requeue.enqueue_job``, or PAUSE lifting an output pause); at the end of
+every input ``Node`` calls ``serve_ready``, which hands the queue's jobs to its
+waiters first come first served, each answered with a ``Reply`` effect and
+unblocked from all its queues. ``tick`` answers the waiters whose deadline
+passed with an empty reply (a blocked GETJOB timing out is decided here);
+``client_closed`` forgets a waiter without answering.
+
+Queues are created on demand (``Context.get_queue``) and evicted here
+(``gc_queues``, every second from ``Node.tick``) once empty, unwatched,
+unpaused and idle for ``QUEUE_MAX_IDLE_MS``; an empty queue idle for
+``QUEUE_SHRINK_IDLE_MS`` gives back its sorted list first.
+
+Commands: GETJOB, QLEN, QPEEK, QSTAT, QSCAN, PAUSE. Message: PAUSE. Called by
+``Node``; the other machines reach it through the context (``fetch``) and
+``ctx.ready``.
+"""
+
+from __future__ import annotations
+
+import heapq
+from bisect import bisect_left
+from itertools import islice
+from typing import Any
+
+from .commands import NOT_AN_INTEGER, SYNTAX_ERROR, parse_getjob, parse_int, parse_qscan
+from .context import Context
+from .effects import BLOCKED, Reply
+from .job import ACTIVE, F_DELIVERED, Job
+from .messages import Pause, pause
+from .queues import PAUSED_ALL, PAUSED_IN, PAUSED_OUT, Queue, Waiter, pause_name
+from .replies import NULL_ARRAY, Error, Status
+from .store import scan, seq_of
+
+__all__ = ["Blocking", "CLIENTS_WAITING", "REACHED_ZERO", "job_item"]
+
+QUEUE_MAX_IDLE_MS = 300_000
+QUEUE_GC_BATCH = 1000  # queues checked per pass at least; more when there are many (QUEUE_GC_ROUND_S)
+QUEUE_GC_ROUND_S = 60  # every queue is checked at least this often
+QUEUE_SHRINK_IDLE_MS = 10_000  # an empty queue idle this long gives back its sorted list
+
+# Why a node asks for jobs (``ctx.need_jobs``): clients wait on an empty queue, or a consumer
+# took the last job of a queue that imports.
+CLIENTS_WAITING = 0
+REACHED_ZERO = 1
+
+
+def job_item(job: Job, withcounters: bool) -> list:
+    if withcounters:
+        return [job.queue, job.id, job.body, b"nacks", job.nacks, b"additional-deliveries", job.deliveries]
+    return [job.queue, job.id, job.body]
+
+
+class Blocking:
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self._queues = ctx.queues
+        self._stats = ctx.stats
+        self.ready = ctx.ready  # queues to serve at the end of this input (shared, see context)
+        self.blocked: dict[int, Waiter] = {}  # client -> its waiter
+        self.waited: dict[bytes, Queue] = {}  # queues with blocked clients (q.blocked > 0)
+        self._deadlines: list[tuple[int, int, Waiter]] = []
+        self._deadline_seq = 0
+        self._queue_gc_pos = 0
+
+    # -- delivery ------------------------------------------------------------------------
+    def fetch(self, q: Queue) -> Job | None:
+        job = q.pop()
+        if job is not None:
+            job.state = ACTIVE
+            job.flags |= F_DELIVERED
+            q.atime = self.ctx.now
+            self._stats["jobs_delivered"] += 1
+        return job
+
+    def cmd_getjob(self, client: int, argv: list[bytes]) -> Any:
+        req = parse_getjob(argv)
+        if type(req) is Error:
+            return req
+        ctx = self.ctx
+        items: list = []
+        count = req.count
+        withcounters = req.withcounters
+        queues = self._queues
+        fetch = self.fetch
+        federated = ctx.cluster_size > 1
+        while True:
+            before = len(items)
+            for name in req.queues:
+                q = queues.get(name)
+                if q is None or q.flags & PAUSED_OUT or not q.jobs:
+                    continue
+                job = fetch(q)
+                items.append(job_item(job, withcounters))
+                if federated:
+                    if not q.jobs:
+                        ctx.need_jobs(q, REACHED_ZERO)
+                    elif q.asked:
+                        ctx.renew_on_take(q)
+                count -= 1
+                if count == 0:
+                    break
+            if count == 0 or len(items) == before:
+                break
+        if items:
+            return items
+        if federated and not ctx.leaving:
+            for name in req.queues:
+                ctx.need_jobs(ctx.get_queue(name), CLIENTS_WAITING)
+        if req.nohang:
+            return NULL_ARRAY
+        if ctx.leaving:
+            return Error("LEAVING This node is leaving the cluster, try another one")
+        return self._block(client, req.queues, req.timeout, req.count, withcounters)
+
+    # -- blocking ------------------------------------------------------------------------
+    def _block(self, client: int, queues: list[bytes], timeout: int, count: int, withcounters: bool) -> Any:
+        ctx = self.ctx
+        names = list(dict.fromkeys(queues))
+        deadline = ctx.now + timeout if timeout else 0
+        waiter = Waiter(client, names, deadline, count, withcounters)
+        waited = self.waited
+        for name in names:
+            q = ctx.get_queue(name)
+            q.add_waiter(waiter)
+            q.atime = ctx.now
+            waited[name] = q
+        previous = self.blocked.get(client)
+        if previous is not None:  # cannot happen through the shell; be safe
+            self._unblock(previous)
+        self.blocked[client] = waiter
+        if deadline:
+            self._deadline_seq += 1
+            heapq.heappush(self._deadlines, (deadline, self._deadline_seq, waiter))
+        return BLOCKED
+
+    def _unblock(self, waiter: Waiter) -> None:
+        if not waiter.active:
+            return
+        waiter.active = False
+        if self.blocked.get(waiter.client) is waiter:
+            del self.blocked[waiter.client]
+        queues = self._queues
+        for name in waiter.queues:
+            q = queues.get(name)
+            if q is not None:
+                q.blocked -= 1
+                if q.blocked == 0:
+                    q.clear_waiters()
+                    self.waited.pop(name, None)
+
+    def serve_ready(self) -> None:
+        """Hand queued jobs to blocked clients, first come first served."""
+        ready = self.ready
+        ctx = self.ctx
+        effects = ctx.effects
+        while ready:
+            _, q = ready.popitem()
+            if q.flags & PAUSED_OUT:
+                continue
+            while q.blocked and q.jobs:
+                waiter = q.first_waiter()
+                if waiter is None:
+                    break
+                items = []
+                while len(items) < waiter.count:
+                    job = self.fetch(q)
+                    if job is None:
+                        break
+                    items.append(job_item(job, waiter.withcounters))
+                self._unblock(waiter)
+                effects.append(Reply(waiter.client, items))
+            if not q.jobs and ctx.cluster_size > 1:
+                ctx.need_jobs(q, REACHED_ZERO)
+
+    def tick(self, now: int) -> None:
+        """Answer the blocked GETJOBs whose TIMEOUT passed (an empty reply)."""
+        deadlines = self._deadlines
+        effects = self.ctx.effects
+        while deadlines and deadlines[0][0] <= now:
+            _, _, waiter = heapq.heappop(deadlines)
+            if waiter.active:
+                self._unblock(waiter)
+                effects.append(Reply(waiter.client, NULL_ARRAY))
+
+    def next_wakeup(self) -> int | None:
+        deadlines = self._deadlines
+        while deadlines and not deadlines[0][2].active:
+            heapq.heappop(deadlines)
+        return deadlines[0][0] if deadlines else None
+
+    def client_closed(self, client: int) -> None:
+        waiter = self.blocked.get(client)
+        if waiter is not None:
+            self._unblock(waiter)
+
+    def flushall(self) -> None:
+        """Every waiter gets a timeout reply; nothing waits any more."""
+        effects = self.ctx.effects
+        for waiter in list(self.blocked.values()):
+            self._unblock(waiter)
+            effects.append(Reply(waiter.client, NULL_ARRAY))
+
+    def clear(self) -> None:
+        self.waited.clear()
+        self.ready.clear()
+        self._deadlines.clear()
+
+    # -- queues ----------------------------------------------------------------------------
+    def set_pause(self, q: Queue, flags: int) -> None:
+        was_out = q.flags & PAUSED_OUT
+        q.flags = (q.flags & ~PAUSED_ALL) | flags
+        if was_out and not flags & PAUSED_OUT and q.blocked and q.jobs:
+            self.ready[q.name] = q
+
+    def on_pause(self, sender: str, m: Pause) -> None:
+        q = self._queues.get(m.name)
+        if q is None:
+            if not m.flags & PAUSED_ALL:
+                return
+            q = self.ctx.get_queue(m.name)
+        self.set_pause(q, m.flags & PAUSED_ALL)
+
+    def gc_queues(self) -> None:
+        """Evict queues that are empty, unwatched, unpaused and idle for long.
+
+        An empty queue kept for now gives back its sorted job list once idle
+        for ``QUEUE_SHRINK_IDLE_MS`` (:meth:`Queue.release`): 45 % of an idle
+        queue's memory.
+        """
+        queues = self._queues
+        if not queues:
+            return
+        start = self._queue_gc_pos
+        if start >= len(queues):
+            start = 0
+        size = max(QUEUE_GC_BATCH, len(queues) // QUEUE_GC_ROUND_S)
+        batch = list(islice(queues, start, start + size))  # not a copy of every name
+        self._queue_gc_pos = start + len(batch)
+        now = self.ctx.now
+        for name in batch:
+            q = queues[name]
+            if q.jobs:
+                continue
+            if not q.blocked and not q.flags & PAUSED_ALL and now - q.atime >= QUEUE_MAX_IDLE_MS:
+                del queues[name]
+                self.ready.pop(name, None)
+            elif now - q.atime >= QUEUE_SHRINK_IDLE_MS:
+                q.release()
+
+    # -- queue commands ------------------------------------------------------------------
+    def cmd_qlen(self, client: int, argv: list[bytes]) -> Any:
+        q = self._queues.get(argv[1])
+        return len(q.jobs) if q is not None else 0
+
+    def cmd_qpeek(self, client: int, argv: list[bytes]) -> Any:
+        count = parse_int(argv[2])
+        if count is None:
+            return NOT_AN_INTEGER
+        q = self._queues.get(argv[1])
+        if q is None or count == 0 or not q.jobs:
+            return []
+        jobs = q.jobs
+        if count > 0:
+            picked = jobs.islice(0, count)
+        else:
+            picked = jobs.islice(max(0, len(jobs) + count), len(jobs), reverse=True)
+        return [[j.queue, j.id, j.body] for j in picked]
+
+    def cmd_qstat(self, client: int, argv: list[bytes]) -> Any:
+        q = self._queues.get(argv[1])
+        if q is None:
+            return NULL_ARRAY
+        now = self.ctx.now
+        return [
+            b"name", q.name,
+            b"len", len(q.jobs),
+            b"age", max(0, (now - q.ctime) // 1000),
+            b"idle", max(0, (now - q.atime) // 1000),
+            b"blocked", q.blocked,
+            b"import-from", [n.encode() for n in q.sources],
+            b"import-rate", q.import_rate(now),
+            b"jobs-in", q.jobs_in,
+            b"jobs-out", q.jobs_out,
+            b"pause", pause_name(q.flags),
+        ]  # fmt: skip
+
+    def cmd_qscan(self, client: int, argv: list[bytes]) -> Any:
+        args = parse_qscan(argv)
+        if type(args) is Error:
+            return args
+        now = self.ctx.now
+
+        def match(q: Queue) -> bool:
+            qlen = len(q.jobs)
+            if args.minlen != -1 and qlen < args.minlen:
+                return False
+            if args.maxlen != -1 and qlen > args.maxlen:
+                return False
+            if args.importrate != -1 and q.import_rate(now) < args.importrate:
+                return False
+            return True
+
+        queues = list(self._queues.values())  # in seq order (dict order)
+        start = bisect_left(queues, args.cursor, key=seq_of)
+        cursor, found = scan(islice(queues, start, None), seq_of, args.count, args.busyloop, match)
+        return [str(cursor).encode(), [q.name for q in found]]
+
+    def cmd_pause(self, client: int, argv: list[bytes]) -> Any:
+        bcast = False
+        update = False
+        new_flags = 0
+        for opt in argv[2:]:
+            opt = opt.lower()
+            if opt == b"none":
+                new_flags = 0
+                update = True
+            elif opt == b"in":
+                new_flags |= PAUSED_IN
+                update = True
+            elif opt == b"out":
+                new_flags |= PAUSED_OUT
+                update = True
+            elif opt == b"all":
+                new_flags |= PAUSED_ALL
+                update = True
+            elif opt == b"state":
+                pass
+            elif opt == b"bcast":
+                bcast = True
+            else:
+                return SYNTAX_ERROR
+        ctx = self.ctx
+        q = self._queues.get(argv[1])
+        if update:
+            if q is None and new_flags:
+                q = ctx.get_queue(argv[1])
+            if q is not None:
+                self.set_pause(q, new_flags)
+        flags = q.flags & PAUSED_ALL if q is not None else 0
+        if bcast:
+            ctx.send(ctx.known_nodes, pause(bytes(argv[1]), flags))
+        return Status(pause_name(flags).encode())

@@ -1,0 +1,169 @@
+"""What one node's machines share: its state, its outbox, and the operations they lend each other.
+
+Theory of operation
+-------------------
+A node is six machines (``lifecycle``, ``requeue``, ``acks``, ``replication``,
+``federation``, ``blocking``) composed by ``node.Node``. They share one
+``Context``, made first and handed to each machine's constructor:
+
+* plain state every machine reads: the node's ID and clock (``now``, set by
+  ``Node`` on every input), the job store and its schedule (``store``), the
+  queues by name (``queues``), the counters (``stats``), the random source,
+  and the cluster view the membership layer keeps current through ``Node``
+  (``cluster_size``, ``reachable``, ``backlogged``, ``known_nodes``,
+  ``leaving``);
+* the outbox: ``effects`` (what ``Node.take_effects`` hands the shell),
+  ``send`` and ``send_lazy`` (ack GC messages, batched for up to
+  ``GC_MESSAGE_DELAY_MS``);
+* two shared work lists, each with one consumer: ``ready`` (queues that got
+  a job while clients wait on them; anyone adds, ``Blocking`` serves them at
+  the end of each input) and ``push_leases`` (``Federation``'s leases, which
+  ``Requeue.enqueue_job`` only tests for emptiness and membership);
+* the operations one machine offers the others, by name (the list below,
+  with the machine that provides each). ``Node`` fills them in once every
+  machine exists, so no machine imports another: this module is the lowest
+  of the core's node modules, and everything reaches the others through it.
+  A machine calls ``ctx.delete_job(job)``, never ``lifecycle._something``.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import TYPE_CHECKING, Any, Callable
+
+from . import ids as ids_mod
+from .effects import Send
+from .queues import Queue
+from .store import JobStore
+
+if TYPE_CHECKING:  # only lower modules: nothing here imports this one back
+    from .job import Job
+
+__all__ = ["Context", "TIME_ERROR_MS", "GC_MESSAGE_DELAY_MS", "GC_MESSAGE_BATCH_MAX"]
+
+TIME_ERROR_MS = 500  # requeue times are desynchronised by +-250 ms
+# Ack garbage-collection messages (SETACK, GOTACK, DELJOB) wait up to this
+# long so that those of many jobs share one bus frame and one wake-up of the
+# peer; nothing waits on them but memory (see docs/ARCHITECTURE.md).
+GC_MESSAGE_DELAY_MS = 5
+GC_MESSAGE_BATCH_MAX = 1024
+
+
+def _unbound(*args: Any) -> Any:
+    raise RuntimeError("Context operation used before Node bound it")
+
+
+class Context:
+    # Operations lent between machines (filled in by Node; see the module docstring).
+    # lifecycle: the job table's schedule and a job's end
+    reschedule: Callable[["Job"], None]  # recompute the job's one wake-up (ONE_TIMER)
+    delete_job: Callable[["Job"], None]  # forget a job here (expiry, DELJOB, GC ...)
+    # requeue: putting jobs in queues and taking them out
+    enqueue_job: Callable[..., bool]  # (job, nack=False): queue it (or push it); False if not
+    dequeue_job: Callable[["Job"], bool]  # queued -> active
+    requeue_due: Callable[["Job"], None]  # the job's requeue / WILLQUEUE time may have come
+    # acks: acknowledgement, its GC, tombstones
+    acknowledge: Callable[..., None]  # (job, schedule_gc=True): ACK_ONCE
+    gc_due: Callable[["Job"], None]  # one GC attempt for an acked job
+    bury: Callable[[bytes], None]  # remember a dead job's ID for a while
+    is_buried: Callable[[bytes], bool]
+    # replication: the client of a job waiting for its copies
+    replication_achieved: Callable[["Job"], bool]  # enough copies; False if forgotten here
+    replication_failed: Callable[["Job", Any], None]  # tell the client, delete every copy
+    replication_dropped: Callable[["Job"], None]  # a wait-repl job is being deleted here
+    # blocking: delivery to consumers
+    fetch: Callable[[Queue], "Job | None"]  # take the queue's first job for delivery
+    # federation: moving jobs between nodes
+    need_jobs: Callable[[Queue, int], None]  # ask other nodes for jobs of this queue
+    renew_on_take: Callable[[Queue], None]  # a consumer took a job: top-up rule
+    push_if_wanted: Callable[[Queue, "Job"], bool]  # push to a leased peer instead of queueing
+
+    def __init__(self, node_id: str, seed: bytes, now: int, wall_offset: int, address: tuple[str, int]) -> None:
+        self.id = node_id
+        self.myself_only = (node_id,)  # shared holder tuple of a REPLICATE 1 job
+        self.seed = seed
+        self.ids = ids_mod.JobIdGenerator(node_id, seed)
+        self.now = now
+        self.wall_offset = wall_offset
+        self.address = address
+        self.rng = random.Random(seed)
+        self.random = self.rng.random
+        self.store = JobStore()
+        self.queues: dict[bytes, Queue] = {}
+        self._queue_seq = 0
+        self.stats: dict[str, int] = {
+            "jobs_added": 0,
+            "jobs_delivered": 0,
+            "jobs_acked": 0,
+            "jobs_expired": 0,
+            "jobs_requeued": 0,
+        }
+        self.bus_stats = {"messages_malformed": 0}  # peers' messages dropped (Node.bus_stats)
+        # Cluster view; the membership layer keeps these current (through Node).
+        self.cluster_size = 1
+        self.reachable: list[str] = []  # other nodes we can talk to now
+        # Nodes whose link holds output its socket has not taken yet, as of the last tick (the
+        # shell sets it before each): REPLJOB resends skip them, new copies go elsewhere first.
+        self.backlogged: frozenset[str] | set[str] = frozenset()
+        self.known_nodes: list[str] = [node_id]
+        self.leaving = False
+        # Outbox.
+        self.effects: list[Any] = []
+        self.lazy: list[Any] = []  # Sends held back until lazy_at (GC_MESSAGE_DELAY_MS)
+        self.lazy_at = 0
+        # Shared work lists (never rebound: Node and machines keep references to them).
+        self.ready: dict[bytes, Queue] = {}
+        self.push_leases: dict[bytes, dict[str, list[int]]] = {}
+        for name in Context.__annotations__:
+            if not hasattr(self, name):
+                setattr(self, name, _unbound)
+
+    def set_id(self, node_id: str) -> None:
+        self.id = node_id
+        self.myself_only = (node_id,)
+        self.ids = ids_mod.JobIdGenerator(node_id, self.seed)
+
+    # -- time ----------------------------------------------------------------------
+    def time_error(self) -> int:
+        # random() is C; randrange() is pure Python and showed up at 10 %
+        # of ADDJOB time in profiles.
+        return int(self.random() * TIME_ERROR_MS) - TIME_ERROR_MS // 2
+
+    def wall_ms(self) -> int:
+        return self.now + self.wall_offset
+
+    # -- queues --------------------------------------------------------------------
+    def get_queue(self, name: bytes) -> Queue:
+        q = self.queues.get(name)
+        if q is None:
+            self._queue_seq += 1
+            q = Queue(name, self.now, self._queue_seq)
+            self.queues[name] = q
+        return q
+
+    # -- outbox --------------------------------------------------------------------
+    def send(self, nodes: Any, message: tuple) -> None:
+        """Send ``message`` to each of ``nodes`` but this one."""
+        me = self.id
+        effects = self.effects
+        for node in nodes:
+            if node != me:
+                effects.append(Send(node, message))
+
+    def send_lazy(self, nodes: Any, message: tuple) -> None:
+        """Like ``send``, for ack GC messages: they leave within GC_MESSAGE_DELAY_MS."""
+        me = self.id
+        lazy = self.lazy
+        for node in nodes:
+            if node != me:
+                lazy.append(Send(node, message))
+        if lazy:
+            if len(lazy) >= GC_MESSAGE_BATCH_MAX:
+                self.flush_lazy()
+            elif not self.lazy_at:
+                self.lazy_at = self.now + GC_MESSAGE_DELAY_MS
+
+    def flush_lazy(self) -> None:
+        self.effects.extend(self.lazy)
+        self.lazy = []
+        self.lazy_at = 0

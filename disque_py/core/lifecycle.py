@@ -1,0 +1,171 @@
+"""Job lifecycle: the job table's one schedule, expiry, deletion, and the job commands.
+
+Theory of operation
+-------------------
+Every job this node knows sits in ``ctx.store`` with at most one pending
+wake-up (``Job.awake``, ONE_TIMER). ``reschedule(job)`` is the only place that
+wake-up is computed: the earliest of the job's expiry (``etime``), its next
+requeue (``requeue_at``, minus ``WILLQUEUE_ADVANCE_MS`` while a WILLQUEUE is
+to be announced) for a job not acked, and its next GC attempt (``gc_at``) for
+an acked one. Every machine that changes one of those times calls
+``ctx.reschedule``.
+
+``run_due(now)`` (from ``Node.tick``) takes the jobs whose time came, earliest
+first, and for each:
+
+* past its TTL: counted expired and deleted (``delete_job``);
+* acked: one GC attempt (``ctx.gc_due``, ``acks.py``), which may delete it;
+* active or queued: the requeue machine decides (``ctx.requeue_due``,
+  ``requeue.py``): WILLQUEUE, requeue, or a new RETRY period;
+* then its next wake-up is computed again.
+
+``delete_job`` is the one way a job leaves this node: it unregisters the job,
+takes it out of its queue, tombstones its ID (``ctx.bury``: a copy moving in
+right after is dropped), and tells the replication machine when a client
+still waits for its copies (``ctx.replication_dropped``).
+
+Commands: DELJOB, SHOW, JSCAN. Called by ``Node`` (commands, ``tick``) and,
+through the context, by every other machine.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .commands import check_job_ids, parse_jscan
+from .context import Context
+from .job import ACKED, ACTIVE, F_BCAST_WILLQUEUE, QUEUED, STATE_NAMES, WAIT_REPL, Job
+from .replies import Error, Status
+from .store import scan
+
+__all__ = ["Lifecycle", "WILLQUEUE_ADVANCE_MS", "SCHEDULE_BATCH"]
+
+WILLQUEUE_ADVANCE_MS = 500
+SCHEDULE_BATCH = 10_000
+
+
+class Lifecycle:
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self._store = ctx.store
+        self._schedule = ctx.store.schedule
+        self._queues = ctx.queues
+        self._stats = ctx.stats
+
+    # -- the schedule (ONE_TIMER) ------------------------------------------------------
+    def reschedule(self, job: Job) -> None:
+        """Recompute the job's single wake-up time from its state (ONE_TIMER)."""
+        at = job.etime
+        state = job.state
+        if state == ACKED:
+            gc_at = job.gc_at
+            if gc_at and gc_at < at:
+                at = gc_at
+        elif (state == ACTIVE or state == QUEUED) and job.requeue_at:
+            requeue_at = job.requeue_at
+            if job.flags & F_BCAST_WILLQUEUE:
+                requeue_at -= WILLQUEUE_ADVANCE_MS
+            if requeue_at < at:
+                at = requeue_at
+        self._schedule(job, at if at > 0 else 1)
+
+    def run_due(self, now: int) -> None:
+        """Run every job timer due at ``now`` (at most SCHEDULE_BATCH jobs per call)."""
+        ctx = self.ctx
+        store = self._store
+        for job in store.pop_due(now, SCHEDULE_BATCH):
+            if job.etime <= now:
+                self._stats["jobs_expired"] += 1
+                self.delete_job(job)
+                continue
+            state = job.state
+            if state == ACKED:
+                ctx.gc_due(job)
+                if store.get(job.id) is not job:
+                    continue  # collected
+            elif state != WAIT_REPL:
+                ctx.requeue_due(job)
+            self.reschedule(job)
+
+    # -- the end of a job ------------------------------------------------------------
+    def delete_job(self, job: Job) -> None:
+        """Forget a job entirely on this node (expiry, DELJOB, FASTACK, GC)."""
+        if not self._store.unregister(job):
+            return
+        ctx = self.ctx
+        ctx.bury(job.id)
+        if job.state == QUEUED:
+            q = self._queues.get(job.queue)
+            if q is not None:
+                q.remove(job)
+        elif job.state == WAIT_REPL:  # e.g. its TTL ended while replicating
+            ctx.replication_dropped(job)
+
+    # -- commands ---------------------------------------------------------------------
+    def cmd_deljob(self, client: int, argv: list[bytes]) -> Any:
+        ids = argv[1:]
+        bad = check_job_ids(ids)
+        if bad:
+            return bad
+        evicted = 0
+        store = self._store
+        for job_id in ids:
+            job = store.get(job_id)
+            if job is not None:
+                self.delete_job(job)
+                evicted += 1
+        return evicted
+
+    def cmd_show(self, client: int, argv: list[bytes]) -> Any:
+        bad = check_job_ids(argv[1:2])
+        if bad:
+            return bad
+        job = self._store.get(argv[1])
+        return None if job is None else self.job_info(job)
+
+    def cmd_jscan(self, client: int, argv: list[bytes]) -> Any:
+        args = parse_jscan(argv)
+        if type(args) is Error:
+            return args
+        queue, states = args.queue, args.states
+
+        def match(job: Job) -> bool:
+            if not job.delivered:  # dummy acks are not shown
+                return False
+            if queue is not None and job.queue != queue:
+                return False
+            return not states or job.state in states
+
+        store = self._store
+        cursor, found = scan(store.scan_from(args.cursor), store.cursor_of, args.count, args.busyloop, match)
+        if args.reply_all:
+            items = [self.job_info(j) for j in found]
+        else:
+            items = [Status(j.id) for j in found]
+        return [str(cursor).encode(), items]
+
+    def job_info(self, job: Job) -> list:
+        now = self.ctx.now
+        ttl = max(0, (job.etime - now) // 1000)
+        if job.state == ACKED or not job.requeue_at:
+            next_requeue = None
+        else:
+            next_requeue = max(0, job.requeue_at - now)
+        next_awake = max(0, job.awake - now) if job.awake else None
+        return [
+            b"id", job.id,
+            b"queue", job.queue,
+            b"state", STATE_NAMES[job.state],
+            b"repl", job.repl,
+            b"ttl", ttl,
+            b"ctime", job.ctime,
+            b"delay", job.delay,
+            b"retry", job.retry,
+            b"nacks", job.nacks,
+            b"additional-deliveries", job.deliveries,
+            b"nodes-delivered", list(job.delivered),
+            b"nodes-confirmed", list(job.confirmed) if job.confirmed else [],
+            b"next-requeue-within", next_requeue,
+            b"next-awake-within", next_awake,
+            b"body", job.body,
+        ]  # fmt: skip

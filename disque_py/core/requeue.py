@@ -1,0 +1,259 @@
+"""Queueing and requeue: putting jobs in queues, RETRY timers, WILLQUEUE/QUEUED/WORKING.
+
+Theory of operation
+-------------------
+``enqueue_job`` is the one way a job enters a queue (from ADDJOB, a requeue,
+ENQUEUE/NACK, a handed-over or imported job). It refuses a job queued already
+and one never to be queued again (AT_MOST_ONCE: ``requeue_at`` 0, or a RETRY 0
+job delivered once), starts the next RETRY period (``requeue_at``), announces
+the requeue with QUEUED when it is one, and either pushes the job to a node
+holding a lease on its queue (``ctx.push_if_wanted``, ``federation.py``) or adds
+it to the queue and marks the queue ``ready`` for blocked consumers.
+
+Every holder of a job runs the same timers (``requeue_due``, called by the
+job's wake-up in ``lifecycle.py``):
+
+* 500 ms before requeueing (``WILLQUEUE_ADVANCE_MS``), a holder with other
+  holders sends WILLQUEUE; a node that has the job queued answers with
+  QUEUED, one that has it acked answers SETACK.
+* At ``requeue_at`` an active job is queued again (a RETRY later if its queue
+  is paused in input); a job still queued then just starts a new period.
+* On requeue a holder broadcasts QUEUED (carrying "count a nack" / "count a
+  delivery"); receivers push their own requeue time one RETRY further, and
+  a receiver that also has it queued drops it from its queue if the sender
+  wins the per-job node-ID comparison, so two holders rarely queue the same
+  job. WORKING does the same without the comparison (always dequeue).
+* ENQUEUE (from a node that replicated a job externally, or a FASTACK-less
+  hand-over) queues the job here now, or after its delay.
+
+Commands: ENQUEUE, NACK, DEQUEUE, WORKING. Messages: QUEUED, WORKING,
+WILLQUEUE, ENQUEUE. Called by ``Node`` (commands and messages) and, through
+the context (``enqueue_job``, ``dequeue_job``, ``requeue_due``), by the other
+machines.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .commands import check_job_ids
+from .context import Context
+from .job import ACKED, ACTIVE, F_BCAST_QUEUED, F_BCAST_WILLQUEUE, F_DELIVERED, QUEUED, Job
+from .lifecycle import WILLQUEUE_ADVANCE_MS
+from .messages import Enqueue, Queued, WillQueue, Working, queued, set_ack, will_queue, working
+from .queues import PAUSED_IN, PAUSED_OUT
+from .replies import Error
+
+__all__ = ["Requeue", "QUEUED_INCR_NACKS", "QUEUED_INCR_DELIV", "compare_ids_by_job"]
+
+QUEUED_INCR_NACKS = 1
+QUEUED_INCR_DELIV = 2
+
+
+def compare_ids_by_job(a: str, b: str, job_id: bytes) -> int:
+    """Disque's tie-break between two nodes for one job: IDs mixed with the job's random part."""
+    mix = job_id[11:35]
+    xa = bytes(ord(c) ^ mix[i % 24] for i, c in enumerate(a))
+    xb = bytes(ord(c) ^ mix[i % 24] for i, c in enumerate(b))
+    return (xa > xb) - (xa < xb)
+
+
+class Requeue:
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self._store = ctx.store
+        self._queues = ctx.queues
+        self._stats = ctx.stats
+        self._ready = ctx.ready
+        self._leases = ctx.push_leases
+        self._time_error = ctx.time_error
+        self._send = ctx.send
+        self._send_lazy = ctx.send_lazy
+
+    # -- into and out of queues ---------------------------------------------------------
+    def enqueue_job(self, job: Job, nack: bool = False) -> bool:
+        """Put a job in its queue. False if already queued or never again (AT_MOST_ONCE)."""
+        if job.state == QUEUED or job.requeue_at == 0:
+            return False
+        if job.retry == 0 and job.flags & F_DELIVERED:
+            return False
+        ctx = self.ctx
+        job.state = QUEUED
+        now = ctx.now
+        if job.retry:
+            if len(job.delivered) > 1:
+                job.flags |= F_BCAST_WILLQUEUE
+            job.requeue_at = now + job.retry * 1000 + self._time_error()
+        else:
+            job.requeue_at = 0  # AT_MOST_ONCE: never again
+        if job.flags & F_BCAST_QUEUED or nack:
+            self._send(job.delivered, queued(bytes(job.id), QUEUED_INCR_NACKS if nack else QUEUED_INCR_DELIV))
+            if nack:
+                job.nacks += 1
+            else:
+                job.deliveries += 1
+                self._stats["jobs_requeued"] += 1
+        else:
+            job.flags |= F_BCAST_QUEUED
+        ctx.reschedule(job)
+        q = self._queues.get(job.queue) or ctx.get_queue(job.queue)
+        q.atime = now
+        leases = self._leases
+        if not q.blocked and leases and q.name in leases and ctx.push_if_wanted(q, job):
+            return True  # a consumer waits on another node: sent there, never in the queue here
+        q.add(job)
+        if q.blocked and not q.flags & PAUSED_OUT:
+            self._ready[q.name] = q
+        return True
+
+    def dequeue_job(self, job: Job) -> bool:
+        if job.state != QUEUED:
+            return False
+        q = self._queues.get(job.queue)
+        if q is not None:
+            q.remove(job)
+        job.state = ACTIVE
+        return True
+
+    # -- timers -----------------------------------------------------------------------
+    def requeue_due(self, job: Job) -> None:
+        """The wake-up of an active or queued job came (called by ``Lifecycle.run_due``)."""
+        now = self.ctx.now
+        state = job.state
+        if job.flags & F_BCAST_WILLQUEUE and job.requeue_at - WILLQUEUE_ADVANCE_MS <= now:
+            if state != QUEUED:
+                self._send(job.delivered, will_queue(bytes(job.id)))
+            job.flags &= ~F_BCAST_WILLQUEUE
+        if state == ACTIVE and job.requeue_at and job.requeue_at <= now:
+            q = self._queues.get(job.queue)
+            if job.retry and q is not None and q.flags & PAUSED_IN:
+                job.requeue_at = now + job.retry * 1000 + self._time_error()
+            else:
+                self.enqueue_job(job)
+        if job.state == QUEUED and job.requeue_at and job.requeue_at <= now and job.retry:
+            # Still queued at requeue time: nobody fetched it; just move on.
+            if len(job.delivered) > 1:
+                job.flags |= F_BCAST_WILLQUEUE
+            job.requeue_at = now + job.retry * 1000 + self._time_error()
+
+    def _postpone(self, job: Job) -> None:
+        if job.retry and job.requeue_at:
+            job.flags |= F_BCAST_WILLQUEUE
+            job.requeue_at = self.ctx.now + job.retry * 1000 + self._time_error()
+            self.ctx.reschedule(job)
+
+    # -- messages -----------------------------------------------------------------------
+    def on_enqueue(self, sender: str, m: Enqueue) -> None:
+        job = self._store.get(m.job_id)
+        if job is None or job.state >= QUEUED:
+            return
+        q = self._queues.get(job.queue)
+        if q is not None and q.flags & PAUSED_IN:
+            return
+        job.flags &= ~F_BCAST_QUEUED
+        delay = m.delay
+        if delay <= 0:
+            if job.requeue_at == 0 and job.retry == 0:
+                job.requeue_at = self.ctx.now  # an at-most-once job handed over: queue it once
+            self.enqueue_job(job)
+        elif job.retry and job.requeue_at:
+            job.requeue_at = self.ctx.now + delay * 1000
+            self.ctx.reschedule(job)
+
+    def on_queued(self, sender: str, m: Queued) -> None:
+        job = self._store.get(m.job_id)
+        if job is None:
+            return
+        if job.state == ACKED:
+            self._send_lazy((sender,), set_ack(bytes(job.id), len(job.delivered)))
+            return
+        if job.state == QUEUED and compare_ids_by_job(sender, self.ctx.id, job.id) > 0:
+            self.dequeue_job(job)
+        self._postpone(job)
+        flags = m.flags
+        if flags & QUEUED_INCR_NACKS:
+            job.nacks += 1
+        if flags & QUEUED_INCR_DELIV:
+            job.deliveries += 1
+
+    def on_working(self, sender: str, m: Working) -> None:
+        job = self._store.get(m.job_id)
+        if job is None:
+            return
+        if job.state == ACKED:
+            self._send_lazy((sender,), set_ack(bytes(job.id), len(job.delivered)))
+            return
+        if job.state == QUEUED:
+            self.dequeue_job(job)
+        self._postpone(job)
+
+    def on_willqueue(self, sender: str, m: WillQueue) -> None:
+        job = self._store.get(m.job_id)
+        if job is None:
+            return
+        if job.state in (ACTIVE, QUEUED) and sender not in job.delivered:
+            job.delivered = tuple(job.delivered) + (sender,)
+        if job.state == QUEUED:
+            self._send(job.delivered, queued(bytes(job.id), 0))
+        elif job.state == ACKED:
+            self._send_lazy((sender,), set_ack(bytes(job.id), len(job.delivered)))
+
+    # -- commands -----------------------------------------------------------------------
+    def _enqueue_many(self, argv: list[bytes], nack: bool) -> Any:
+        ids = argv[1:]
+        bad = check_job_ids(ids)
+        if bad:
+            return bad
+        count = 0
+        store = self._store
+        for job_id in ids:
+            job = store.get(job_id)
+            if job is not None and job.state == ACTIVE and self.enqueue_job(job, nack):
+                count += 1
+        return count
+
+    def cmd_enqueue(self, client: int, argv: list[bytes]) -> Any:
+        return self._enqueue_many(argv, False)
+
+    def cmd_nack(self, client: int, argv: list[bytes]) -> Any:
+        return self._enqueue_many(argv, True)
+
+    def cmd_dequeue(self, client: int, argv: list[bytes]) -> Any:
+        ids = argv[1:]
+        bad = check_job_ids(ids)
+        if bad:
+            return bad
+        count = 0
+        store = self._store
+        for job_id in ids:
+            job = store.get(job_id)
+            if job is not None and self.dequeue_job(job):
+                count += 1
+        return count
+
+    def cmd_working(self, client: int, argv: list[bytes]) -> Any:
+        bad = check_job_ids(argv[1:2])
+        if bad:
+            return bad
+        job = self._store.get(argv[1])
+        if job is None:
+            return Error("NOJOB Job not known in the context of this node.")
+        if job.state == ACKED:
+            return Error("ACKED Job already acknowledged.")
+        ctx = self.ctx
+        now = ctx.now
+        created = job.ctime // 1_000_000 - ctx.wall_offset
+        lifetime = job.etime - created
+        if lifetime > 0 and now - created > lifetime // 2:
+            return Error(
+                "TOOLATE Half of job TTL already elapsed, you are no longer allowed to postpone the next delivery."
+            )
+        if job.state == QUEUED:
+            self.dequeue_job(job)
+        if job.retry and job.requeue_at:
+            if len(job.delivered) > 1:
+                job.flags |= F_BCAST_WILLQUEUE
+            job.requeue_at = now + job.retry * 1000 + self._time_error()
+            ctx.reschedule(job)
+        self._send(job.delivered, working(bytes(job.id)))
+        return job.retry
