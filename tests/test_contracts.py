@@ -1,0 +1,223 @@
+"""The house's rules, read off the source: who may import whom.
+
+* No import circle among the modules of ``disque_py`` and ``cluster_bus``. An import
+  under ``if TYPE_CHECKING:`` or inside a function counts: it ties the two modules
+  as tightly (one cannot be read, changed or tested without the other).
+* The core (``disque_py.core``) is sans-I/O: it imports nothing of the rest of
+  ``disque_py`` (the shell, the protocol, the config, the client) and none of the
+  modules that do I/O or read the clock.
+* ``cluster_bus`` is a library of its own: it never imports ``disque_py``.
+* The shell's parts (``server.clients``, ``dispatch``, ``timers``, ``cluster``,
+  ``admin``) do not import each other: each is handed what it needs, and only
+  ``server.app`` composes them (nothing in the shell imports ``app``).
+
+The graph comes from the syntax tree, so a module is judged without being imported.
+The rules are first shown to catch a breach in a small tree made for the purpose,
+so that a green run on the real tree means something.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("disque_py", "cluster_bus")
+CORE = "disque_py.core"
+#: What the core may not import: I/O, the clock, threads and processes, logging.
+CORE_FORBIDDEN = frozenset({
+    "trio", "socket", "os", "time", "select", "selectors", "asyncio", "threading",
+    "subprocess", "signal", "logging", "io", "pathlib", "shutil",
+})  # fmt: skip
+SHELL = "disque_py.server"
+SHELL_PARTS = frozenset(SHELL + "." + p for p in ("clients", "dispatch", "timers", "cluster", "admin"))
+
+
+def module_files(root: Path, packages=PACKAGES) -> dict[str, Path]:
+    mods = {}
+    for package in packages:
+        for path in sorted((root / package).rglob("*.py")):
+            parts = list(path.relative_to(root).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            mods[".".join(parts)] = path
+    return mods
+
+
+def import_graph(root: Path, packages=PACKAGES) -> tuple[dict[str, set[str]], dict[str, set[str]]]:
+    """(internal edges, external top-level names imported) for every module."""
+    mods = module_files(root, packages)
+    internal: dict[str, set[str]] = {m: set() for m in mods}
+    external: dict[str, set[str]] = {m: set() for m in mods}
+
+    def owner(name: str) -> str | None:
+        while name and name not in mods:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    for mod, path in mods.items():
+        is_package = path.name == "__init__.py"
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = mod.split(".") if is_package else mod.split(".")[:-1]
+                    base = base[: len(base) - (node.level - 1)]
+                    start = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    start = node.module or ""
+                # "from . import x" names module x when there is one, else the package
+                targets = [start + "." + alias.name if start + "." + alias.name in mods else start
+                           for alias in node.names]  # fmt: skip
+            else:
+                continue
+            for target in targets:
+                inside = owner(target)
+                if inside is not None:
+                    if inside != mod:
+                        internal[mod].add(inside)
+                else:
+                    external[mod].add(target.partition(".")[0])
+    return internal, external
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan), sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(found)
+
+
+def breaches(root: Path, packages=PACKAGES) -> list[str]:
+    """Every broken rule, one line each; empty when the house is in order."""
+    internal, external = import_graph(root, packages)
+    out = ["circle: " + " <-> ".join(c) for c in circles(internal)]
+    for mod in sorted(internal):
+        if mod == CORE or mod.startswith(CORE + "."):
+            for target in sorted(internal[mod]):
+                if not (target == CORE or target.startswith(CORE + ".")):
+                    out.append(f"the core imports {target}: {mod}")
+            for name in sorted(external[mod] & CORE_FORBIDDEN):
+                out.append(f"the core imports {name}: {mod}")
+        if mod.startswith(SHELL + "."):
+            for target in sorted(internal[mod]):
+                if target == SHELL + ".app" or (mod in SHELL_PARTS and target in SHELL_PARTS):
+                    out.append(f"the shell's {mod} imports {target}")
+        if mod.partition(".")[0] == "cluster_bus":
+            for target in sorted(internal[mod]):
+                if target.partition(".")[0] == "disque_py":
+                    out.append(f"cluster_bus imports {target}: {mod}")
+    return out
+
+
+def test_the_house_has_no_circle_and_the_arrows_point_inward():
+    assert breaches(ROOT) == []
+
+
+def test_the_graph_sees_every_module_and_the_core_edges():
+    internal, external = import_graph(ROOT)
+    assert "disque_py.core.node" in internal and "cluster_bus.links" in internal
+    assert any(t.startswith(CORE + ".") for t in internal["disque_py.core.node"])
+    assert "trio" in external["cluster_bus.links"]
+    assert SHELL_PARTS <= internal[SHELL + ".app"]  # app composes every part
+
+
+# --- the rules catch what they are for, in a tree made to break them ---------
+
+
+def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
+    for name, text in files.items():
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    for package in ("disque_py", "disque_py/core", "disque_py/server", "cluster_bus"):
+        init = tmp_path / package / "__init__.py"
+        if not init.exists():
+            init.parent.mkdir(parents=True, exist_ok=True)
+            init.write_text("")
+    return tmp_path
+
+
+def test_a_circle_through_a_type_only_import_is_caught(tmp_path):
+    root = _tree(tmp_path, {
+        "disque_py/server/app.py": "from .clients import ClientLoop\n",
+        "disque_py/server/clients.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .app import Server\n",
+    })  # fmt: skip
+    assert breaches(root) == [
+        "circle: disque_py.server.app <-> disque_py.server.clients",
+        "the shell's disque_py.server.clients imports disque_py.server.app",
+    ]
+
+
+def test_a_circle_of_three_through_a_function_level_import_is_caught(tmp_path):
+    root = _tree(tmp_path, {
+        "disque_py/core/node.py": "from . import acks\n",
+        "disque_py/core/acks.py": "from .replication import x\n",
+        "disque_py/core/replication.py": "def f():\n    from .node import Node\n",
+    })  # fmt: skip
+    assert breaches(root) == [
+        "circle: disque_py.core.acks <-> disque_py.core.node <-> disque_py.core.replication"
+    ]
+
+
+def test_the_core_doing_io_or_reaching_for_the_shell_is_caught(tmp_path):
+    root = _tree(tmp_path, {
+        "disque_py/core/node.py": "import time\nimport os.path\nfrom ..server import app\n",
+        "disque_py/server/app.py": "import trio\nfrom ..core.node import Node\n",
+    })  # fmt: skip
+    assert breaches(root) == [
+        "circle: disque_py.core.node <-> disque_py.server.app",
+        "the core imports disque_py.server.app: disque_py.core.node",
+        "the core imports os: disque_py.core.node",
+        "the core imports time: disque_py.core.node",
+    ]
+
+
+def test_a_shell_part_reaching_for_another_or_for_app_is_caught(tmp_path):
+    root = _tree(tmp_path, {
+        "disque_py/server/app.py": "from . import clients, dispatch\n",
+        "disque_py/server/clients.py": "from .dispatch import Dispatcher\n",
+        "disque_py/server/dispatch.py": "",
+        "disque_py/server/timers.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .app import Server\n",
+    })  # fmt: skip
+    assert breaches(root) == [
+        "the shell's disque_py.server.clients imports disque_py.server.dispatch",
+        "the shell's disque_py.server.timers imports disque_py.server.app",
+    ]
+
+
+def test_cluster_bus_importing_disque_py_is_caught(tmp_path):
+    root = _tree(tmp_path, {
+        "cluster_bus/links.py": "from disque_py.core.effects import Send\n",
+        "disque_py/core/effects.py": "",
+    })  # fmt: skip
+    assert breaches(root) == ["cluster_bus imports disque_py.core.effects: cluster_bus.links"]
