@@ -281,11 +281,6 @@ class Node:
     def is_blocked(self, client: int) -> bool:
         return client in self.blocking.blocked or client in self.replication.client_jobs
 
-    @property
-    def _leases(self) -> dict[bytes, dict[str, list[int]]]:
-        # read by tests/server/test_moves.py; the leases are ``federation.leases``
-        return self.federation.leases
-
     def flushall(self) -> None:
         """DEBUG FLUSHALL: forget every job and queue; waiters get a timeout reply."""
         self.blocking.flushall()

@@ -349,6 +349,8 @@ class ClusterService:
                 fields.setdefault("cluster_stats_bad_frames", self.stats.get("bad_frames", 0))
                 # a host that feeds the core another way (the bus simulation's) counts none
                 fields["cluster_stats_handler_errors"] = getattr(self.host, "handler_errors", 0)
+                # job-layer messages a peer got wrong (unknown kind, bad shape): dropped by the core
+                fields["cluster_stats_messages_malformed"] = self.node.bus_stats["messages_malformed"]
                 if self.bus is not None:
                     for key, value in self.bus.stats.items():
                         fields["cluster_stats_bus_" + key] = value

@@ -108,6 +108,7 @@ async def test_a_failing_handler_is_counted_in_cluster_info_and_the_node_serves_
             await _until(lambda: a.node.id in b.node.reachable and b.node.id in a.node.reachable)
             info = await _command(to_b, buf, b"CLUSTER INFO\r\n")
             assert b"cluster_stats_handler_errors:0\r\n" in info
+            assert b"cluster_stats_messages_malformed:0\r\n" in info
 
             bus = a.cluster.bus
             bus.hold()  # the three leave in one frame: one call into b's core
@@ -121,6 +122,8 @@ async def test_a_failing_handler_is_counted_in_cluster_info_and_the_node_serves_
 
             info = await _command(to_b, buf, b"CLUSTER INFO\r\n")
             assert b"cluster_stats_handler_errors:1\r\n" in info
+            # BEFORE and AFTER are kinds no node knows: dropped and counted as the peer's fault
+            assert b"cluster_stats_messages_malformed:2\r\n" in info
             assert b.feed.handler_errors == 1 and a.feed.handler_errors == 0
             # b serves on: clients and the bus
             assert (await _command(to_b, buf, b"ADDJOB q body 0 REPLICATE 2\r\n")).startswith(b"+D-")

@@ -61,7 +61,7 @@ async def test_an_at_most_once_job_pushed_on_a_link_that_fails_before_it_leaves_
             await _until(lambda: a.node.id in b.node.reachable and b.node.id in a.node.reachable)
 
             await to_a.send_all(b"GETJOB TIMEOUT 25000 FROM q\r\n")  # the consumer waits on A
-            await _until(lambda: a.node.id in b.node._leases.get(b"q", {}))  # B is to push to A
+            await _until(lambda: a.node.id in b.node.federation.leases.get(b"q", {}))  # B is to push to A
 
             bus = b.cluster.bus
             link = bus.links[b.cluster.membership.link_of(a.node.id)]
