@@ -54,6 +54,8 @@ def _unbound(*args: Any) -> Any:
 
 
 class Context:
+    # Slots, not a dict: the machines read and set these on every input, and a dict this size
+    # (over 30 keys) is past what CPython's attribute caches handle best (see __slots__ below).
     # Operations lent between machines (filled in by Node; see the module docstring).
     # lifecycle: the job table's schedule and a job's end
     reschedule: Callable[["Job"], None]  # recompute the job's one wake-up (ONE_TIMER)
@@ -77,6 +79,13 @@ class Context:
     need_jobs: Callable[[Queue, int], None]  # ask other nodes for jobs of this queue
     renew_on_take: Callable[[Queue], None]  # a consumer took a job: top-up rule
     push_if_wanted: Callable[[Queue, "Job"], bool]  # push to a leased peer instead of queueing
+
+    __slots__ = (
+        *__annotations__,
+        "id", "myself_only", "seed", "ids", "now", "wall_offset", "address", "rng", "random", "store",
+        "queues", "_queue_seq", "stats", "bus_stats", "cluster_size", "reachable", "backlogged",
+        "known_nodes", "leaving", "effects", "lazy", "lazy_at", "ready", "push_leases",
+    )  # fmt: skip
 
     def __init__(self, node_id: str, seed: bytes, now: int, wall_offset: int, address: tuple[str, int]) -> None:
         self.id = node_id
