@@ -10,8 +10,8 @@ The shell feeds four kinds of input, each stamped with the current time
   job, ADDJOB waiting for its copies). Replies for other clients produced
   meanwhile (a blocked GETJOB served by this ADDJOB) are queued as effects.
 * ``receive_data(sender, kind, body, now)``: a job-layer message from a peer,
-  decoded and checked once (``messages.decode``); a malformed one is dropped
-  and counted in ``bus_stats["messages_malformed"]``. An exception raised by
+  checked and built once, by its kind's receiver (``messages.receivers``),
+  which calls the machine's handler; a malformed one is dropped and counted in ``bus_stats["messages_malformed"]``. An exception raised by
   a handler is this node's bug, not the peer's: it is not caught here.
 * ``tick(now)``: time passed. Runs whatever is due, machine by machine.
 * ``client_closed(client)``: a connection went away; what it waited for
@@ -56,7 +56,7 @@ from .context import Context
 from .effects import BLOCKED
 from .federation import Federation
 from .lifecycle import Lifecycle
-from .messages import DECODERS
+from .messages import receivers
 from .replication import Replication
 from .replies import err
 from .requeue import Requeue
@@ -136,8 +136,9 @@ class Node:
         self._outgoing = federation.outgoing
         self._flush_outgoing = federation.flush
         self._next_gc = now + QUEUE_GC_PERIOD_MS
-        # kind -> (decoder, handler): the machine that owns each message.
-        handlers: dict[str, Callable[[str, Any], None]] = {
+        # kind -> receiver (messages.receivers): checks a peer's message, builds it and calls the
+        # handler of the machine that owns the kind, in one call.
+        self._receivers = receivers({
             "REPLJOB": replication.on_repljob,
             "GOTJOB": replication.on_gotjob,
             "ENQUEUE": requeue.on_enqueue,
@@ -150,8 +151,7 @@ class Node:
             "PAUSE": blocking.on_pause,
             "NEEDJOBS": federation.on_needjobs,
             "YOURJOBS": federation.on_yourjobs,
-        }
-        self._handlers = {kind: (DECODERS[kind], handler) for kind, handler in handlers.items()}
+        })  # fmt: skip
         self.commands: dict[bytes, tuple[Handler, int]] = {
             b"addjob": (replication.cmd_addjob, -4),
             b"getjob": (blocking.cmd_getjob, -2),
@@ -198,15 +198,14 @@ class Node:
         handler's own exception propagates (it is a bug here, not the peer's)."""
         self.ctx.now = now
         try:
-            decode, handle = self._handlers[kind]
+            receive = self._receivers[kind]
         except (KeyError, TypeError):  # an unknown kind, or one that is not even hashable
             self.bus_stats["messages_malformed"] += 1
             return
-        message = decode(body) if type(body) is list and type(sender) is str else None
-        if message is None:
+        # The receiver returns False for a malformed body (its handler not called).
+        if type(body) is not list or type(sender) is not str or receive(sender, body) is False:
             self.bus_stats["messages_malformed"] += 1
             return
-        handle(sender, message)
         if self._ready:
             self._serve_ready()
         if self._outgoing:

@@ -47,7 +47,7 @@ from .job import ACKED, ACTIVE, F_BCAST_QUEUED, F_BCAST_WILLQUEUE, WAIT_REPL, Jo
 from .messages import GotJob, ReplJob, del_job, enqueue, got_job, repl_job
 from .queues import PAUSED_IN
 from .replies import Error, Status, err
-from .wire import job_from_checked_wire, job_to_wire
+from .wire import job_from_wire, job_to_wire
 
 __all__ = ["Replication", "REPL_ADD_NODE_MS", "DEFAULT_REPLICATE_MAX"]
 
@@ -294,9 +294,13 @@ class Replication:
     # -- messages -----------------------------------------------------------------------
     def on_repljob(self, sender: str, m: ReplJob) -> None:
         ctx = self.ctx
+        # The job array is checked here, as it is unpacked into the Job (once; see messages).
+        job = job_from_wire(m.job, ctx.now)
+        if job is None:
+            ctx.bus_stats["messages_malformed"] += 1
+            return
         if ctx.leaving:
             return
-        job = job_from_checked_wire(m.job, ctx.now)
         q = ctx.queues.get(job.queue)
         if q is not None and q.flags & PAUSED_IN:
             return

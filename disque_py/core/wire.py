@@ -6,11 +6,12 @@ half the time of a map with named fields (the receiver of a REPLJOB spent a
 quarter of its time there). Extra trailing fields are ignored, so a later
 version may append some.
 
-Checking and building are two steps: ``check_wire_job`` runs where a
-REPLJOB arrives (``core/messages.py``) and ``job_from_checked_wire`` builds
-the ``Job`` in its handler. ``job_from_wire`` does both, for a YOURJOBS job
-that is not held here already (a held one is not built into a second Job). Imports nothing of the node: callers are
-``messages`` (check), ``replication`` and ``federation`` (encode, build).
+``job_from_wire`` checks a peer's array and builds the ``Job`` in one pass
+(one unpack of the array), where the job is needed: a REPLJOB's handler
+(``Replication.on_repljob``, which counts a malformed one) and, for a YOURJOBS
+job not held here already, ``Federation`` (a held one is not built into a
+second Job). Imports nothing of the node: callers are ``replication`` and
+``federation`` (encode, build).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 from .ids import valid_job_id
 from .job import ACTIVE, Job
 
-__all__ = ["JOB_WIRE_FIELDS", "RETRY_FIELD", "check_wire_job", "job_from_checked_wire", "job_from_wire", "job_to_wire"]
+__all__ = ["JOB_WIRE_FIELDS", "RETRY_FIELD", "job_from_wire", "job_to_wire"]
 
 JOB_WIRE_FIELDS = 11
 RETRY_FIELD = 7  # index of RETRY in the array (moves_to_watch reads it)
@@ -37,45 +38,30 @@ def job_to_wire(job: Job, now: int) -> list:
     ]  # fmt: skip
 
 
-def check_wire_job(d: Any) -> bool:
-    """Whether ``d`` is a well-formed job array (extra trailing fields allowed)."""
+def job_from_wire(d: Any, now: int) -> Job | None:
+    """A Job from a peer's array, or None when anything is off (extra trailing fields are ignored)."""
     if type(d) is not list or len(d) < JOB_WIRE_FIELDS:
-        return False
+        return None
     if len(d) > JOB_WIRE_FIELDS:
         d = d[:JOB_WIRE_FIELDS]
     job_id, queue, body, repl, ttl, ctime, delay, retry, nacks, deliv, nodes = d
     # Plain inline checks (no helper calls): this runs for every replicated or moved job.
     if not (type(job_id) is bytes and valid_job_id(job_id) and type(queue) is bytes and type(body) is bytes):
-        return False
+        return None
     if not (type(repl) is _INT and type(ttl) is _INT and type(ctime) is _INT and type(delay) is _INT):
-        return False
+        return None
     if not (type(retry) is _INT and type(nacks) is _INT and type(deliv) is _INT):
-        return False
+        return None
     if not (1 <= repl <= 65535 and 0 <= delay <= _MAX_DELAY and 0 <= retry <= _MAX_DELAY):
-        return False
+        return None
     if not (0 <= ttl <= _MAX_I64 and 0 <= ctime <= _MAX_I64 and 0 <= nacks <= _MAX_I64 and 0 <= deliv <= _MAX_I64):
-        return False
+        return None
     if type(nodes) is not list or len(nodes) > 65535:
-        return False
+        return None
     for n in nodes:
         if type(n) is not str or len(n) != 40:
-            return False
-    return True
-
-
-def job_from_checked_wire(d: list, now: int) -> Job:
-    """A Job from an array that passed ``check_wire_job``."""
-    job_id, queue, body, repl, ttl, ctime, delay, retry, nacks, deliv, nodes = (
-        d if len(d) == JOB_WIRE_FIELDS else d[:JOB_WIRE_FIELDS]
-    )
+            return None
     job = Job(job_id, ACTIVE, queue, body, repl, ctime, now + ttl, delay, retry, 0, tuple(dict.fromkeys(nodes)))
     job.nacks = nacks
     job.deliveries = deliv
     return job
-
-
-def job_from_wire(d: Any, now: int) -> Job | None:
-    """A Job from a peer's array, or None when anything is off (extra trailing fields are ignored)."""
-    if not check_wire_job(d):
-        return None
-    return job_from_checked_wire(d, now)
