@@ -108,11 +108,11 @@ from .blocking import CLIENTS_WAITING, REACHED_ZERO
 from .commands import MAX_JOB_BYTES
 from .context import Context
 from .job import ACTIVE, F_BCAST_QUEUED, F_DELIVERED, Job
-from .messages import NeedJobs, YourJobs, del_job_holders, moves_to_watch, need_jobs, your_jobs
+from .messages import NeedJobs, YourJobs, del_job_holders, need_jobs, your_jobs
 from .queues import PAUSED_OUT, Queue
 from .wire import JOB_WIRE_FIELDS, job_from_wire, job_to_wire
 
-__all__ = ["Federation", "LEASE_MS", "moves_to_watch", "CLIENTS_WAITING", "REACHED_ZERO"]
+__all__ = ["Federation", "LEASE_MS", "CLIENTS_WAITING", "REACHED_ZERO"]
 
 NEEDJOBS_MIN_REQUEST = 5
 NEEDJOBS_MAX_REQUEST = 100

@@ -28,8 +28,7 @@ of ``JOB_ID_LEN``) and holder lists. A well-formed message is built and
 handed to its handler; a malformed one is not, and the receiver returns
 False, so ``Node.receive_data`` drops and counts it
 (``Node.bus_stats["messages_malformed"]``). Handlers then trust their message
-(and return None). ``decode(kind, body)`` is the same check, for one message
-on its own. Three checks are left, on purpose, to the one place that needs
+(and return None). Three checks are left, on purpose, to the one place that needs
 them, because they cost as much as the rest of a message's handling on the
 hot path:
 
@@ -72,7 +71,7 @@ __all__ = [
     "GotAck", "GotAckDeleted", "DelJob", "DelJobHolders", "Pause", "NeedJobs", "YourJobs",
     "repl_job", "got_job", "enqueue", "queued", "working", "will_queue", "set_ack", "set_ack_two_copies",
     "got_ack", "got_ack_deleted", "del_job", "del_job_holders", "pause", "need_jobs", "your_jobs",
-    "decode", "receivers", "KINDS", "moves_to_watch",
+    "receivers", "KINDS", "moves_to_watch",
 ]  # fmt: skip
 
 
@@ -430,23 +429,6 @@ def receivers(handlers: dict[str, Handler]) -> dict[str, Receiver]:
     if handlers.keys() != _RECEIVERS.keys():
         raise ValueError("handlers for %s, expected %s" % (sorted(handlers), sorted(_RECEIVERS)))
     return {kind: make(handlers[kind]) for kind, make in _RECEIVERS.items()}
-
-
-def _itself(sender: str, message: Any) -> Any:
-    return message
-
-
-_DECODERS = receivers(dict.fromkeys(_RECEIVERS, _itself))
-
-
-def decode(kind: Any, body: Any) -> Any:
-    """The typed message for a peer's ``(kind, body)``, or None if anything is off (the job array
-    of a REPLJOB is not looked into here: see the module docstring)."""
-    receive = _DECODERS.get(kind) if type(kind) is str else None
-    if receive is None or type(body) is not list:
-        return None
-    message = receive("", body)
-    return None if message is False else message
 
 
 def moves_to_watch(message: tuple) -> bool:

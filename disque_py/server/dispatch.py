@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from cluster_bus.codec import encode_data_item
 
 from ..core.effects import BLOCKED, Reply, Send
-from ..core.federation import moves_to_watch
+from ..core.messages import moves_to_watch
 from ..core.replies import Error
 from .connection import OUT_HOLD
 from .contracts import NO_REPLY, now_ms

@@ -505,7 +505,7 @@ def test_moves_that_never_left_bring_their_at_most_once_jobs_back(h):
     copy it carried, are queued here again and delivered once; its at-least-once jobs are not
     duplicated (their copy here stayed), nor is a RETRY 0 job deleted here meanwhile."""
     from disque_py.core.effects import Send
-    from disque_py.core.federation import moves_to_watch
+    from disque_py.core.messages import moves_to_watch
 
     peer = "f" * 40
     h.node.reachable = [peer]

@@ -64,7 +64,7 @@ from cluster_bus.codec import decode_message, encode_message
 from cluster_bus.messages import Data
 from disque_py.core import invariants
 from disque_py.core.effects import BLOCKED, Reply, Send
-from disque_py.core.federation import moves_to_watch
+from disque_py.core.messages import moves_to_watch
 from disque_py.core.job import ACKED, ACTIVE, QUEUED, STATE_NAMES, WAIT_REPL
 from disque_py.core.node import Node
 from disque_py.core.replies import NULL_ARRAY, Error, Status
