@@ -107,14 +107,8 @@ class Lifecycle:
         bad = check_job_ids(ids)
         if bad:
             return bad
-        evicted = 0
-        store = self._store
-        for job_id in ids:
-            job = store.get(job_id)
-            if job is not None:
-                self.delete_job(job)
-                evicted += 1
-        return evicted
+        delete_job = self.delete_job
+        return self._store.count_done(ids, lambda job: delete_job(job) or True)
 
     def cmd_show(self, client: int, argv: list[bytes]) -> Any:
         bad = check_job_ids(argv[1:2])

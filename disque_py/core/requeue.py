@@ -204,13 +204,8 @@ class Requeue:
         bad = check_job_ids(ids)
         if bad:
             return bad
-        count = 0
-        store = self._store
-        for job_id in ids:
-            job = store.get(job_id)
-            if job is not None and job.state == ACTIVE and self.enqueue_job(job, nack):
-                count += 1
-        return count
+        enqueue_job = self.enqueue_job
+        return self._store.count_done(ids, lambda job: job.state == ACTIVE and enqueue_job(job, nack))
 
     def cmd_enqueue(self, client: int, argv: list[bytes]) -> Any:
         return self._enqueue_many(argv, False)
@@ -223,13 +218,7 @@ class Requeue:
         bad = check_job_ids(ids)
         if bad:
             return bad
-        count = 0
-        store = self._store
-        for job_id in ids:
-            job = store.get(job_id)
-            if job is not None and self.dequeue_job(job):
-                count += 1
-        return count
+        return self._store.count_done(ids, self.dequeue_job)
 
     def cmd_working(self, client: int, argv: list[bytes]) -> Any:
         bad = check_job_ids(argv[1:2])

@@ -75,6 +75,17 @@ class JobStore:
     def get(self, job_id: bytes) -> Job | None:
         return self._shards[hash(job_id) & _MASK].get(job_id)
 
+    def count_done(self, ids: Iterable[bytes], act: Callable[[Job], bool]) -> int:
+        """How many of ``ids`` name a job held here for which ``act(job)`` did something: the
+        reply of the commands that take IDs and count (DELJOB, ENQUEUE, NACK, DEQUEUE)."""
+        done = 0
+        shards = self._shards
+        for job_id in ids:
+            job = shards[hash(job_id) & _MASK].get(job_id)
+            if job is not None and act(job):
+                done += 1
+        return done
+
     def values(self) -> list[Job]:
         """Every job (a list: the table may change while the caller walks it)."""
         return list(chain.from_iterable(shard.values() for shard in self._shards))
