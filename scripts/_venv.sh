@@ -14,19 +14,45 @@ find_python() {
   return 1
 }
 
+# ensure_venv EXTRAS: EXTRAS is a comma-separated list (dev, spark, bench). A venv installed
+# with more extras than asked for is kept as it is.
 ensure_venv() {
   local extras="${1:-dev}"
-  local stamp="$VENV/.installed-$(cat "$ROOT/pyproject.toml" | sha1sum | cut -c1-12)-$extras"
+  local hash; hash="$(sha1sum < "$ROOT/pyproject.toml" | cut -c1-12)"
   if [ ! -x "$VENV/bin/python" ]; then
     local py; py="$(find_python)" || exit 1
     echo ">> creating $VENV with $py" >&2
     "$py" -m venv "$VENV"
   fi
-  if [ ! -f "$stamp" ]; then
-    echo ">> installing disque-py[$extras] into .venv (first run or pyproject.toml changed)" >&2
-    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip >&2
-    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e "$ROOT[$extras]" >&2
-    rm -f "$VENV"/.installed-*
-    touch "$stamp"
+  local stamp have wanted ok
+  for stamp in "$VENV"/.installed-"$hash"-*; do
+    [ -f "$stamp" ] || continue
+    have=",${stamp##*/.installed-$hash-},"
+    ok=1
+    for wanted in ${extras//,/ }; do
+      case "$have" in *",$wanted,"*) ;; *) ok=0 ;; esac
+    done
+    [ "$ok" = 1 ] && return 0
+  done
+  # Keep the extras installed before (a venv made by scripts/test stays able to run everything).
+  for stamp in "$VENV"/.installed-*; do
+    [ -f "$stamp" ] || continue
+    have="${stamp##*/.installed-}"; have="${have#*-}"
+    for wanted in ${have//,/ }; do
+      case ",$extras," in *",$wanted,"*) ;; *) extras="$extras,$wanted" ;; esac
+    done
+  done
+  echo ">> installing disque-py[$extras] into .venv (first run or pyproject.toml changed)" >&2
+  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip >&2
+  # compat: a plain .pth to the checkout, so that Spark's discovery (pkgutil.iter_modules) sees
+  # the top-level module pyspark_disque.py of an editable install.
+  local out
+  if ! out="$("$VENV/bin/python" -m pip install --quiet --disable-pip-version-check \
+      --config-settings editable_mode=compat -e "$ROOT[$extras]" 2>&1)"; then
+    echo "$out" >&2
+    echo ">> retrying without editable_mode=compat (Spark's discovery may miss pyspark_disque)" >&2
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e "$ROOT[$extras]" >&2 || exit 1
   fi
+  rm -f "$VENV"/.installed-*
+  touch "$VENV/.installed-$hash-$extras"
 }

@@ -1,0 +1,135 @@
+"""Connections of the Spark source to named nodes: pipelined commands to one node at a time.
+
+The source must talk to a *given* node (take jobs from it, acknowledge and
+show them where they are, scan it), which the cluster-aware
+:class:`disque_py.client.Client` deliberately hides, so this is a small
+pool of raw connections (the client's own ``_Connection``: redis-py with
+hiredis, RESP2, our error types) keyed by address, plus the cluster's node
+list from HELLO. No pyspark here.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from ..client import commands as cmd
+from ..client.cluster import Address
+from ..client.config import ClientConfig
+from ..client.errors import ConnectionLost, DisqueError
+from ..client.sync import _Connection
+
+__all__ = ["Links", "address_text", "parse_address_text", "Unreachable"]
+
+
+class Unreachable(ConnectionError):
+    """No node of the list answered; the message names every node tried and why."""
+
+
+def address_text(address: Address) -> str:
+    host, port = address
+    return ("[%s]:%d" if ":" in host else "%s:%d") % (host, port)
+
+
+def parse_address_text(text: str) -> Address:
+    if text.startswith("["):
+        host, _, port = text[1:].partition("]:")
+    else:
+        host, _, port = text.rpartition(":")
+    return (host, int(port))
+
+
+class Links:
+    """Connections to the nodes of one cluster, opened on first use, dropped when they fail."""
+
+    def __init__(
+        self,
+        seeds: Sequence[Address],
+        *,
+        password: str | None = None,
+        connect_timeout: float = 2.0,
+        socket_timeout: float | None = 30.0,
+    ) -> None:
+        self.seeds = list(seeds)
+        self.config = ClientConfig(
+            list(seeds) or "127.0.0.1:7711", password=password, socket_timeout=socket_timeout,
+            connect_timeout=connect_timeout,
+        )  # fmt: skip
+        self._conns: dict[Address, _Connection] = {}
+        self._nodes: list[Address] = []
+        self._ids: dict[Address, str] = {}
+        self._nodes_at = 0.0
+
+    # ---------------------------------------------------------------- connections
+    def conn(self, address: Address) -> _Connection:
+        conn = self._conns.get(address)
+        if conn is None:
+            conn = self._conns[address] = _Connection(address, self.config)
+        return conn
+
+    def drop(self, address: Address) -> None:
+        conn = self._conns.pop(address, None)
+        if conn is not None:
+            conn.close()
+
+    def close(self) -> None:
+        for address in list(self._conns):
+            self.drop(address)
+
+    def call(self, address: Address, *argv: Any, timeout: float | None = None) -> Any:
+        """One command; errors raise (ConnectionLost drops the connection)."""
+        try:
+            return self.conn(address).request(argv, timeout if timeout is not None else self.config.socket_timeout)
+        except ConnectionLost:
+            self._conns.pop(address, None)
+            raise
+
+    def call_many(self, address: Address, argvs: Sequence[Sequence[Any]], timeout: float | None = None) -> list[Any]:
+        """Pipelined; replies in order, error replies as exception values."""
+        if not argvs:
+            return []
+        try:
+            return self.conn(address).request_many(argvs, timeout if timeout is not None else self.config.socket_timeout)
+        except ConnectionLost:
+            self._conns.pop(address, None)
+            raise
+
+    # ---------------------------------------------------------------- the cluster
+    def nodes(self, max_age: float = 30.0) -> list[Address]:
+        """Every node of the cluster (HELLO from the first seed or known node that answers).
+
+        Raises :class:`Unreachable` naming every node tried."""
+        now = time.monotonic()
+        if self._nodes and now - self._nodes_at < max_age:
+            return list(self._nodes)
+        tried: list[str] = []
+        for address in list(dict.fromkeys([*self._nodes, *self.seeds])):
+            try:
+                hello = cmd.parse_hello(self.call(address, b"HELLO", timeout=self.config.connect_timeout + 5),
+                                        via_host=address[0])  # fmt: skip
+            except DisqueError as exc:
+                tried.append("%s (%s)" % (address_text(address), exc))
+                self.drop(address)
+                continue
+            nodes = [n for n in hello.nodes if n.port > 0]
+            self._nodes = [n.address for n in sorted(nodes, key=lambda n: n.id)] or [address]
+            self._ids = {n.address: n.id for n in nodes}
+            self._nodes_at = now
+            return list(self._nodes)
+        raise Unreachable("disque: no node of the cluster answered (tried %s)" % "; ".join(tried))
+
+    def node_id(self, address: Address) -> str | None:
+        return self._ids.get(address)
+
+    def reachable(self, addresses: Iterable[Address]) -> list[Address]:
+        """The addresses that answer PING now (others are dropped)."""
+        out = []
+        for address in addresses:
+            try:
+                self.call(address, b"PING", timeout=self.config.connect_timeout + 1)
+            except DisqueError:
+                self.drop(address)
+                continue
+            out.append(address)
+        return out

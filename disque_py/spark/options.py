@@ -1,0 +1,233 @@
+"""The options of the ``disque`` Spark data source: parsed and checked once, on the driver.
+
+Spark hands a data source its options as strings (keys case-insensitive).
+:func:`parse` turns them into an :class:`Options` for one use (``write``,
+``read`` or ``stream``), and fails fast with a ``ValueError`` that names the
+option: a missing or malformed ``nodes``, a missing ``queue``, an option
+unknown to that use (a typo must not be ignored), a number out of range.
+
+Pure Python: no pyspark, no I/O, so it is tested without a Spark session.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+
+from ..client.cluster import parse_address
+
+__all__ = ["Options", "parse", "OPTIONS", "USES"]
+
+USES = ("write", "read", "stream")
+
+# option (lower case) -> (uses, help). The order is the order of the docs.
+OPTIONS: dict[str, tuple[tuple[str, ...], str]] = {
+    "nodes": (USES, "comma-separated host:port of one or more nodes (the others are found with HELLO)"),
+    "password": (USES, "the nodes' requirepass"),
+    "connecttimeout": (USES, "seconds to wait for a node to accept a connection (default 2)"),
+    "queue": (USES, "the queue to write to, or to read from"),
+    "queues": (("read", "stream"), "comma-separated queues to read from (instead of queue)"),
+    # write
+    "bodyformat": (("write",), "raw (a 'body' column, string or binary; default) or json (the whole row)"),
+    "replicate": (("write",), "ADDJOB REPLICATE: copies of each job"),
+    "retry": (("write",), "ADDJOB RETRY: seconds before an unacknowledged job is queued again"),
+    "ttl": (("write",), "ADDJOB TTL: seconds a job lives"),
+    "delay": (("write",), "ADDJOB DELAY: seconds before a job is queued"),
+    "maxlen": (("write",), "ADDJOB MAXLEN: refuse jobs when the queue is this long"),
+    "async": (("write",), "ADDJOB ASYNC: do not wait for the copies (true/false, default false)"),
+    "timeout": (("write",), "ADDJOB ms-timeout: milliseconds to wait for the copies (default 5000)"),
+    "batchsize": (("write", "read", "stream"), "jobs per pipelined round trip (ADDJOB, SHOW, GETJOB COUNT)"),
+    "connections": (("write",), "connections per write task, spread over the nodes (default 4)"),
+    # read
+    "mode": (("read",), "snapshot (default: read without taking) or consume (take and acknowledge)"),
+    "jobsperpartition": (("read",), "jobs per Spark partition of a snapshot (default 20000)"),
+    # stream
+    "maxjobspertrigger": (("stream",), "at most this many jobs per micro-batch (default: all available)"),
+    "numpartitions": (("stream",), "Spark partitions per micro-batch (default 2)"),
+    "workinginterval": (
+        ("stream",),
+        "seconds between WORKING calls for jobs of a running batch (default: half each job's RETRY)",
+    ),
+    "drainwait": (
+        ("read", "stream"),
+        "seconds an empty queue is watched for jobs still moving between nodes before a consume read "
+        "or an availableNow stream ends (default 1)",
+    ),
+}
+
+# Options Spark or common tooling may add on its own, accepted and ignored.
+_IGNORED = {"path"}
+
+_DEFAULT_BATCH = {"write": 500, "read": 500, "stream": 1000}
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    """One use's options, checked. Times in seconds unless the name says otherwise."""
+
+    use: str
+    nodes: tuple[tuple[str, int], ...]
+    password: str | None = None
+    connect_timeout: float = 2.0
+    queues: tuple[str, ...] = ()
+    body_format: str = "raw"
+    replicate: int | None = None
+    retry: int | None = None
+    ttl: int | None = None
+    delay: int | None = None
+    maxlen: int | None = None
+    async_: bool = False
+    timeout_ms: int = 5000
+    batch_size: int = 500
+    connections: int = 4
+    mode: str = "snapshot"
+    jobs_per_partition: int = 20000
+    max_jobs_per_trigger: int | None = None
+    num_partitions: int = 2
+    working_interval: float | None = None
+    drain_wait: float = 1.0
+
+    @property
+    def queue(self) -> str | None:
+        """The single queue of a write (None: a per-row ``queue`` column decides)."""
+        return self.queues[0] if self.queues else None
+
+    def addjob_options(self) -> dict:
+        """Keyword arguments for :func:`disque_py.client.commands.addjob_argv`."""
+        return {
+            "timeout_ms": self.timeout_ms, "replicate": self.replicate, "delay": self.delay,
+            "retry": self.retry, "ttl": self.ttl, "maxlen": self.maxlen, "async_": self.async_,
+        }  # fmt: skip
+
+
+def _fail(name: str, message: str) -> ValueError:
+    return ValueError("disque: option '%s' %s" % (name, message))
+
+
+def _int(raw: Mapping[str, str], name: str, low: int, high: int | None = None) -> int | None:
+    if name not in raw:
+        return None
+    text = str(raw[name]).strip()
+    try:
+        value = int(text)
+    except ValueError:
+        raise _fail(name, "must be an integer, got %r" % text) from None
+    if value < low or (high is not None and value > high):
+        bounds = ">= %d" % low if high is None else "between %d and %d" % (low, high)
+        raise _fail(name, "must be %s, got %d" % (bounds, value))
+    return value
+
+
+def _float(raw: Mapping[str, str], name: str, low: float) -> float | None:
+    if name not in raw:
+        return None
+    text = str(raw[name]).strip()
+    try:
+        value = float(text)
+    except ValueError:
+        raise _fail(name, "must be a number, got %r" % text) from None
+    if not value >= low:
+        raise _fail(name, "must be >= %g, got %s" % (low, text))
+    return value
+
+
+def _bool(raw: Mapping[str, str], name: str) -> bool | None:
+    if name not in raw:
+        return None
+    text = str(raw[name]).strip().lower()
+    if text in ("true", "yes", "1"):
+        return True
+    if text in ("false", "no", "0"):
+        return False
+    raise _fail(name, "must be true or false, got %r" % raw[name])
+
+
+def _choice(raw: Mapping[str, str], name: str, choices: tuple[str, ...]) -> str | None:
+    if name not in raw:
+        return None
+    text = str(raw[name]).strip().lower()
+    if text not in choices:
+        raise _fail(name, "must be one of %s, got %r" % (", ".join(choices), raw[name]))
+    return text
+
+
+def _names(name: str, text: str) -> tuple[str, ...]:
+    names = tuple(part.strip() for part in str(text).split(","))
+    if not names or any(not n for n in names):
+        raise _fail(name, "must name one or more queues separated by commas, got %r" % text)
+    return names
+
+
+def parse_nodes(text: str | None) -> tuple[tuple[str, int], ...]:
+    """``"h:p,h:p"`` -> addresses; a clear error for a missing or malformed list."""
+    if text is None or not str(text).strip():
+        raise ValueError(
+            "disque: option 'nodes' is required: the host:port of one or more nodes, "
+            "e.g. .option(\"nodes\", \"127.0.0.1:7711,127.0.0.1:7712\")"
+        )
+    out = []
+    for part in str(text).split(","):
+        part = part.strip()
+        try:
+            if not part:
+                raise ValueError("empty entry")
+            out.append(parse_address(part))
+        except ValueError as exc:
+            raise _fail("nodes", "must be host:port entries separated by commas; %r is not (%s)" % (part, exc)) from None
+    return tuple(dict.fromkeys(out))
+
+
+def parse(options: Mapping[str, str], use: str) -> Options:
+    """Check ``options`` (Spark's, any key case) for ``use`` (write, read, stream)."""
+    if use not in USES:
+        raise ValueError("use must be one of %s" % ", ".join(USES))
+    raw = {str(k).lower(): v for k, v in dict(options).items()}
+    for key in raw:
+        if key in _IGNORED:
+            continue
+        known = OPTIONS.get(key)
+        if known is None:
+            raise ValueError(
+                "disque: unknown option '%s' (the %s options are: %s)"
+                % (key, use, ", ".join(k for k, (uses, _) in OPTIONS.items() if use in uses))
+            )
+        if use not in known[0]:
+            raise _fail(key, "does not apply to a %s (it is for: %s)" % (use, ", ".join(known[0])))
+    if "queue" in raw and "queues" in raw:
+        raise _fail("queues", "and 'queue' are exclusive: give one of them")
+    queues: tuple[str, ...] = ()
+    if "queue" in raw:
+        queues = _names("queue", raw["queue"])
+        if len(queues) > 1:
+            raise _fail("queue", "names one queue; use 'queues' for several")
+    elif "queues" in raw:
+        queues = _names("queues", raw["queues"])
+    if use == "stream" and not queues:
+        raise ValueError("disque: option 'queue' (or 'queues') is required for a stream")
+    values: dict = {
+        "use": use,
+        "nodes": parse_nodes(raw.get("nodes")),
+        "password": raw.get("password") or None,
+        "queues": queues,
+        "batch_size": _int(raw, "batchsize", 1, 100_000) or _DEFAULT_BATCH[use],
+    }
+    optional = {
+        "connect_timeout": _float(raw, "connecttimeout", 0.01),
+        "body_format": _choice(raw, "bodyformat", ("raw", "json")),
+        "replicate": _int(raw, "replicate", 1),
+        "retry": _int(raw, "retry", 0),
+        "ttl": _int(raw, "ttl", 1),
+        "delay": _int(raw, "delay", 0),
+        "maxlen": _int(raw, "maxlen", 1),
+        "async_": _bool(raw, "async"),
+        "timeout_ms": _int(raw, "timeout", 0),
+        "connections": _int(raw, "connections", 1, 256),
+        "mode": _choice(raw, "mode", ("snapshot", "consume")),
+        "jobs_per_partition": _int(raw, "jobsperpartition", 1),
+        "max_jobs_per_trigger": _int(raw, "maxjobspertrigger", 1),
+        "num_partitions": _int(raw, "numpartitions", 1, 10_000),
+        "working_interval": _float(raw, "workinginterval", 0.01),
+        "drain_wait": _float(raw, "drainwait", 0.0),
+    }
+    values.update({k: v for k, v in optional.items() if v is not None})
+    return Options(**values)

@@ -1,0 +1,835 @@
+"""The ``disque`` data source for PySpark: batch write, batch read, at-least-once streaming read.
+
+Users reach it as ``spark.read.format("disque")`` (found through the top-level
+module ``pyspark_disque``, no registration needed) or after
+``spark.dataSource.register(DisqueDataSource)``. The user guide is
+docs/SPARK.md; what runs where:
+
+* **write** (``DisqueWriter``, one per Spark task, on executors): the rows
+  become ADDJOB commands, pipelined ``batchSize`` at a time over
+  ``connections`` client connections (threads; a synchronous ADDJOB holds
+  its connection until its copies are made, so one connection cannot go
+  faster than its round trips), each starting at another node and failing
+  over as our client does. A task's commit message carries its counts; the
+  first failed job fails the task with its error. Spark may run a task
+  again: writes are at-least-once.
+* **read** (``DisqueReader``): ``partitions()`` runs on the driver. A
+  snapshot (default) lists the IDs on every node of the cluster (JSCAN,
+  IDs only), gives each job to exactly one node (the one where it is
+  queued, else one of its holders, spread), and cuts each node's IDs into
+  partitions; ``read()`` on an executor fetches the bodies from that node
+  (pipelined SHOW). Nothing is taken. ``mode=consume`` makes one
+  partition per node that takes jobs (GETJOB NOHANG) and acknowledges
+  them after handing them to Spark: at-most-once, because a batch read has
+  no commit.
+* **stream** (``DisqueStreamReader``): ``latestOffset``, ``partitions``
+  and ``commit`` run in one long-lived driver process. ``latestOffset``
+  takes jobs (GETJOB NOHANG on every node) and returns an offset that
+  *names* them (``{"seq": n, "jobs": {"host:port": [id...]}}``), so they
+  are in Spark's offset log before the batch runs; the bodies travel to
+  the executors inside the partitions. ``commit(end)`` acknowledges the
+  jobs of every batch up to ``end`` (ACKJOB, idempotent). A batch replayed
+  after a crash has no bodies in memory: they are fetched again by ID
+  (SHOW), and a job acknowledged or expired meanwhile is skipped and
+  counted in the log. While a batch is in Spark's hands a thread sends
+  WORKING for its jobs before their RETRY runs out, so a slow batch is not
+  delivered twice. Spark commits a batch only when it plans the next one,
+  so when nothing new arrives the source ends one empty batch to get the
+  last one committed. Guarantee: at-least-once (a job is acknowledged only
+  after the sink committed its batch); a batch that was running when the
+  query died is delivered again.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import logging
+import queue as queue_mod
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceWriter,
+    InputPartition,
+    WriterCommitMessage,
+)
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
+from pyspark.sql.types import BinaryType, LongType, StringType, StructField, StructType, TimestampType
+
+from ..client import commands as cmd
+from ..client.cluster import Address
+from ..client.errors import DisqueError, ServerError
+from ..core.ids import is_at_most_once_id
+from . import options as opts
+from .links import Links, Unreachable, address_text, parse_address_text
+
+__all__ = ["DisqueDataSource", "SCHEMA", "DisqueCommitMessage"]
+
+log = logging.getLogger("disque_py.spark")
+
+SCHEMA = StructType([
+    StructField("id", StringType(), False),
+    StructField("queue", StringType(), False),
+    StructField("body", BinaryType(), False),
+    StructField("state", StringType(), True),
+    StructField("ctime", TimestampType(), True),
+    StructField("ttl", LongType(), True),
+    StructField("retry", LongType(), True),
+    StructField("nacks", LongType(), True),
+    StructField("additional_deliveries", LongType(), True),
+    StructField("node", StringType(), True),
+])  # fmt: skip
+FIELDS = [f.name for f in SCHEMA.fields]
+
+# Past this many jobs, a stream trigger with no limit (ReadAllAvailable) stops taking: a producer
+# faster than the stream must not make one micro-batch endless.
+ALL_AVAILABLE_CAP = 1_000_000
+ACK_CHUNK = 1000  # IDs per ACKJOB / ENQUEUE command
+SCAN_COUNT = 1000
+
+
+def _arrow_schema() -> Any:
+    import pyarrow as pa
+
+    return pa.schema([
+        pa.field("id", pa.string(), False), pa.field("queue", pa.string(), False),
+        pa.field("body", pa.binary(), False), pa.field("state", pa.string()),
+        pa.field("ctime", pa.timestamp("us", tz="UTC")), pa.field("ttl", pa.int64()),
+        pa.field("retry", pa.int64()), pa.field("nacks", pa.int64()),
+        pa.field("additional_deliveries", pa.int64()), pa.field("node", pa.string()),
+    ])  # fmt: skip
+
+
+def to_batch(rows: Sequence[Sequence[Any]]) -> Any:
+    """Rows in SCHEMA order -> one pyarrow RecordBatch of exactly SCHEMA's Arrow types."""
+    import pyarrow as pa
+
+    schema = _arrow_schema()
+    columns = list(zip(*rows)) if rows else [()] * len(FIELDS)
+    arrays = [pa.array(col, type=field.type) for col, field in zip(columns, schema)]
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _ctime(value: Any) -> datetime.datetime | None:
+    # SHOW's ctime is wall-clock milliseconds * 1e6 (Disque's): microseconds are ctime // 1000.
+    if not isinstance(value, int) or value <= 0:
+        return None
+    return datetime.datetime.fromtimestamp(value // 1000 / 1e6, tz=datetime.timezone.utc)
+
+
+def _show_row(reply: Any, node: str) -> tuple | None:
+    """A SHOW reply (flat list) -> a SCHEMA row, None for nil."""
+    if not isinstance(reply, list):
+        return None
+    f = {reply[i]: reply[i + 1] for i in range(0, len(reply) - 1, 2)}
+    if f.get(b"state") in (None, b"acked") or f.get(b"queue") is None or f.get(b"body") is None:
+        return None  # acknowledged (a tombstone, or a dummy ack without the job): not a job to read
+    return (
+        f[b"id"].decode("ascii"), cmd.decode_name(f[b"queue"]), f[b"body"], f[b"state"].decode("ascii"),
+        _ctime(f.get(b"ctime")), f.get(b"ttl"), f.get(b"retry"), f.get(b"nacks"),
+        f.get(b"additional-deliveries"), node,
+    )  # fmt: skip
+
+
+def _links(o: opts.Options, socket_timeout: float | None = 30.0) -> Links:
+    return Links(o.nodes, password=o.password, connect_timeout=o.connect_timeout, socket_timeout=socket_timeout)
+
+
+def _cluster(o: opts.Options) -> tuple[Links, list[Address]]:
+    """Links and every reachable node of the cluster, or a clear Unreachable."""
+    links = _links(o)
+    nodes = links.nodes()
+    live = links.reachable(nodes)
+    if not live:
+        raise Unreachable("disque: no node of the cluster answered (tried %s)" % ", ".join(map(address_text, nodes)))
+    return links, live
+
+
+# ==================================================================== the data source
+class DisqueDataSource(DataSource):
+    """``format("disque")``: jobs of a Disque cluster as rows (see the module docstring)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "disque"
+
+    def schema(self) -> StructType:
+        return SCHEMA
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        if overwrite:
+            raise ValueError("disque: a queue cannot be overwritten; use .mode(\"append\")")
+        o = opts.parse(self.options, "write")
+        columns = _check_write_schema(o, schema)
+        links, _ = _cluster(o)  # fail here, once, if no node answers (not in every task)
+        links.close()
+        return DisqueWriter(o, columns)
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        _check_read_schema(schema)
+        o = opts.parse(self.options, "read")
+        links, _ = _cluster(o)
+        links.close()
+        return DisqueReader(o)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        _check_read_schema(schema)
+        return DisqueStreamReader(opts.parse(self.options, "stream"))
+
+
+def _check_read_schema(schema: StructType) -> None:
+    if schema.fieldNames() != FIELDS:
+        raise ValueError("disque: the read schema is fixed (%s); do not pass .schema(...)" % ", ".join(FIELDS))
+
+
+# ==================================================================== write
+class DisqueCommitMessage(WriterCommitMessage):
+    """What one write task did: jobs added, and per node address."""
+
+    def __init__(self, jobs: int, nodes: dict[str, int]) -> None:
+        self.jobs = jobs
+        self.nodes = nodes
+
+
+def _check_write_schema(o: opts.Options, schema: StructType) -> tuple[int | None, int | None]:
+    """(index of the body column or None for json, index of the queue column or None)."""
+    names = schema.fieldNames()
+    queue_idx = names.index("queue") if "queue" in names else None
+    if queue_idx is not None and not isinstance(schema.fields[queue_idx].dataType, StringType):
+        raise ValueError(
+            "disque: column 'queue' must be a string (the queue of each row), got %s"
+            % schema.fields[queue_idx].dataType.simpleString()
+        )
+    if queue_idx is None and o.queue is None:
+        raise ValueError("disque: option 'queue' is required (or a string column 'queue' naming each row's queue)")
+    if o.body_format == "json":
+        return None, queue_idx
+    if "body" not in names:
+        raise ValueError(
+            "disque: no column 'body' (string or binary) to write; columns are %s. "
+            "Select one as 'body', or use .option(\"bodyFormat\", \"json\") to send each row as JSON"
+            % ", ".join(names)
+        )
+    body_idx = names.index("body")
+    if not isinstance(schema.fields[body_idx].dataType, (StringType, BinaryType)):
+        raise ValueError(
+            "disque: column 'body' must be a string or binary, got %s (cast it, or use bodyFormat json)"
+            % schema.fields[body_idx].dataType.simpleString()
+        )
+    return body_idx, queue_idx
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, (bytes, bytearray)):
+        import base64
+
+        return base64.b64encode(value).decode("ascii")
+    if isinstance(value, (datetime.date, datetime.datetime, datetime.time)):
+        return value.isoformat()
+    if hasattr(value, "asDict"):
+        return value.asDict(recursive=True)
+    return str(value)
+
+
+class DisqueWriter(DataSourceWriter):
+    def __init__(self, o: opts.Options, columns: tuple[int | None, int | None]) -> None:
+        self.o = o
+        self.body_idx, self.queue_idx = columns
+
+    def _argvs(self, rows: list, first_row: int) -> list[tuple]:
+        o, body_idx, queue_idx = self.o, self.body_idx, self.queue_idx
+        extra = cmd.addjob_argv("q", b"", **o.addjob_options())[3:]
+        out = []
+        for n, row in enumerate(rows):
+            queue = row[queue_idx] if queue_idx is not None else o.queue
+            if queue is None or queue == "":
+                raise ValueError("disque: row %d has no queue (its 'queue' column is empty)" % (first_row + n))
+            if body_idx is None:
+                body = json.dumps(row.asDict(recursive=True), default=_json_default, separators=(",", ":"))
+            else:
+                body = row[body_idx]
+                if body is None:
+                    raise ValueError("disque: row %d has a null body" % (first_row + n))
+            if type(body) is str:
+                body = body.encode("utf-8")
+            out.append((b"ADDJOB", queue.encode("utf-8"), bytes(body), *extra))
+        return out
+
+    def write(self, iterator: Iterator[Any]) -> DisqueCommitMessage:
+        from pyspark import TaskContext
+
+        from ..client.sync import Client
+
+        o = self.o
+        context = TaskContext.get()
+        part = context.partitionId() if context is not None else 0
+        seeds = list(o.nodes)
+        blocks = cmd.addjob("q", b"", **o.addjob_options()).blocks
+        work: queue_mod.Queue = queue_mod.Queue(maxsize=o.connections * 2)
+        lock = threading.Lock()
+        errors: list[tuple[int, str]] = []  # (row number, message)
+        counts: dict[str, int] = {}
+        total = [0]
+
+        def sender(k: int) -> None:
+            start = (part + k) % len(seeds)
+            client = Client(seeds[start:] + seeds[:start], password=o.password,
+                            connect_timeout=o.connect_timeout, refresh_interval=None)  # fmt: skip
+            try:
+                while True:
+                    item = work.get()
+                    if item is None:
+                        return
+                    first, argvs = item
+                    if errors:
+                        continue  # a job failed already: drain without sending
+                    try:
+                        results = client._pipeline(argvs, blocks, retry_safe=False)
+                    except DisqueError as exc:
+                        with lock:
+                            errors.append((first, "%s: %s" % (type(exc).__name__, exc)))
+                        continue
+                    node = address_text(client.current_address) if client.current_address else "?"
+                    ok = 0
+                    for n, result in enumerate(results):
+                        if isinstance(result, DisqueError):
+                            with lock:
+                                errors.append((first + n, "-%s %s" % (getattr(result, "code", "ERR"), result)))
+                            break
+                        ok += 1
+                    with lock:
+                        total[0] += ok
+                        counts[node] = counts.get(node, 0) + ok
+            finally:
+                client.close()
+
+        threads = [threading.Thread(target=sender, args=(k,), daemon=True) for k in range(o.connections)]
+        for t in threads:
+            t.start()
+        try:
+            rows: list = []
+            row_no = 0
+            for row in iterator:
+                rows.append(row)
+                if len(rows) >= o.batch_size:
+                    work.put((row_no, self._argvs(rows, row_no)))
+                    row_no += len(rows)
+                    rows = []
+                    if errors:
+                        break
+            if rows and not errors:
+                work.put((row_no, self._argvs(rows, row_no)))
+        finally:
+            for _ in threads:
+                work.put(None)
+            for t in threads:
+                t.join()
+        if errors:
+            row, message = min(errors)
+            raise RuntimeError(
+                "disque: ADDJOB failed for row %d of partition %d: %s (%d jobs of this task were added)"
+                % (row, part, message, total[0])
+            )
+        return DisqueCommitMessage(total[0], counts)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        jobs = sum(m.jobs for m in messages if isinstance(m, DisqueCommitMessage))
+        log.info("disque write: %d jobs added by %d tasks", jobs, len(messages))
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        jobs = sum(m.jobs for m in messages if isinstance(m, DisqueCommitMessage))
+        log.warning("disque write failed: %d jobs were added before the failure and stay queued", jobs)
+
+
+# ==================================================================== batch read
+class _NodeIds(InputPartition):
+    """Fetch these job IDs from this node (snapshot, or a replayed stream batch)."""
+
+    def __init__(self, node: str, ids: list[str]) -> None:
+        self.node = node
+        self.ids = ids
+
+
+class _Consume(InputPartition):
+    """Take and acknowledge jobs of these queues from this node."""
+
+    def __init__(self, node: str, queues: list[str]) -> None:
+        self.node = node
+        self.queues = queues
+
+
+def _scan_ids(links: Links, node: Address, queues: Sequence[str | None], state: str | None = None) -> list[str]:
+    out: list[str] = []
+    for q in queues:
+        cursor = 0
+        while True:
+            call = cmd.jscan(cursor, count=SCAN_COUNT, queue=q, states=(state,) if state else ())
+            cursor, ids = call.parse(links.call(node, *call.argv))
+            out += ids
+            if cursor == 0:
+                break
+    return out
+
+
+def _all_queues(links: Links, nodes: Sequence[Address]) -> list[str]:
+    names: dict[str, None] = {}
+    for node in nodes:
+        cursor = 0
+        while True:
+            call = cmd.qscan(cursor, count=SCAN_COUNT)
+            cursor, page = call.parse(links.call(node, *call.argv))
+            names.update(dict.fromkeys(page))
+            if cursor == 0:
+                break
+    return sorted(names)
+
+
+def _fetch(links: Links, node: Address, ids: Sequence[str], batch: int) -> Iterator[list[tuple]]:
+    """Rows for ``ids`` from ``node`` (pipelined SHOW), ``batch`` at a time; unknown IDs skipped."""
+    name = address_text(node)
+    for start in range(0, len(ids), batch):
+        chunk = ids[start : start + batch]
+        replies = links.call_many(node, [(b"SHOW", i.encode("ascii")) for i in chunk])
+        yield [row for row in (_show_row(r, name) for r in replies) if row is not None]
+
+
+class DisqueReader(DataSourceReader):
+    def __init__(self, o: opts.Options) -> None:
+        self.o = o
+
+    def partitions(self) -> Sequence[InputPartition]:
+        o = self.o
+        links, nodes = _cluster(o)
+        try:
+            if o.mode == "consume":
+                queues = list(o.queues) or _all_queues(links, nodes)
+                return [_Consume(address_text(n), queues) for n in nodes] if queues else []
+            queues_or_all: list[str | None] = list(o.queues) or [None]
+            holders: dict[str, list[Address]] = {}
+            queued_at: dict[str, Address] = {}
+            for node in nodes:
+                for job_id in _scan_ids(links, node, queues_or_all):
+                    holders.setdefault(job_id, []).append(node)
+                for job_id in _scan_ids(links, node, queues_or_all, "queued"):
+                    queued_at.setdefault(job_id, node)
+            assigned: dict[Address, list[str]] = {n: [] for n in nodes}
+            for job_id, where in holders.items():
+                node = queued_at.get(job_id) or where[hash(job_id) % len(where)]
+                assigned[node].append(job_id)
+        finally:
+            links.close()
+        parts: list[InputPartition] = []
+        for node, ids in assigned.items():
+            ids.sort()
+            for start in range(0, len(ids), o.jobs_per_partition):
+                parts.append(_NodeIds(address_text(node), ids[start : start + o.jobs_per_partition]))
+        log.info("disque read: %d jobs on %d nodes in %d partitions", len(holders), len(nodes), len(parts))
+        return parts
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        o = self.o
+        if isinstance(partition, _Consume):
+            yield from _consume(o, parse_address_text(partition.node), partition.queues)
+            return
+        assert isinstance(partition, _NodeIds)
+        links = _links(o)
+        try:
+            for rows in _fetch(links, parse_address_text(partition.node), partition.ids, o.batch_size):
+                if rows:
+                    yield to_batch(rows)
+        finally:
+            links.close()
+
+
+def _consume(o: opts.Options, node: Address, queues: list[str]) -> Iterator[Any]:
+    """Take jobs from ``node`` until its queues stay empty for ``drainWait``; ack each batch after
+    Spark has it (at-most-once: nothing tells a batch read that Spark finished)."""
+    links = _links(o)
+    name = address_text(node)
+    argv = (b"GETJOB", b"NOHANG", b"COUNT", o.batch_size, b"WITHCOUNTERS", b"FROM", *(q.encode() for q in queues))
+    try:
+        idle_since: float | None = None
+        while True:
+            jobs = cmd.parse_getjob(links.call(node, *argv))
+            if not jobs:
+                now = time.monotonic()
+                idle_since = idle_since or now
+                if now - idle_since >= o.drain_wait:
+                    return
+                time.sleep(0.05)
+                continue
+            idle_since = None
+            yield to_batch([
+                (j.id, j.queue, j.body, "active", None, None, None, j.nacks, j.additional_deliveries, name)
+                for j in jobs
+            ])  # fmt: skip
+            links.call(node, b"ACKJOB", *(j.id.encode() for j in jobs))
+    finally:
+        links.close()
+
+
+# ==================================================================== streaming read
+class _Rows(InputPartition):
+    """Rows taken by the driver for this batch, shipped to the executor as they are."""
+
+    def __init__(self, rows: list[tuple]) -> None:
+        self.rows = rows
+
+
+def _group(offset: dict) -> dict[str, list[str]]:
+    jobs = offset.get("jobs") or {}
+    return {node: list(ids) for node, ids in jobs.items() if ids}
+
+
+class _Heartbeat:
+    """Sends WORKING for jobs in Spark's hands before their RETRY runs out (a thread, own links).
+
+    The taker sends the first WORKING at once (its reply is the job's RETRY); from then on each
+    job is due at half its RETRY; ``workingInterval`` overrides that with a fixed period."""
+
+    def __init__(self, o: opts.Options) -> None:
+        self.o = o
+        self.links = _links(o, socket_timeout=10.0)
+        self.lock = threading.Lock()
+        self.due: dict[str, tuple[float, Address]] = {}  # job id -> (next WORKING at, node)
+        self.sent = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="disque-working", daemon=True)
+            self._thread.start()
+
+    def _half(self, retry: float) -> float:
+        return self.o.working_interval if self.o.working_interval is not None else max(0.05, retry / 2)
+
+    def add(self, jobs: list[tuple[str, str, Address]], retries: Sequence[Any] | None = None) -> None:
+        """Watch (id, queue, node); ``retries``: each job's RETRY if known (a WORKING reply)."""
+        now = time.monotonic()
+        with self.lock:
+            for n, (job_id, queue, node) in enumerate(jobs):
+                retry = retries[n] if retries is not None else None
+                if not (isinstance(retry, int) and retry > 0):
+                    retry = 1  # unknown: soon
+                self.due[job_id] = (now + self._half(float(retry)), node)
+        self._start()
+
+    def remove(self, ids: list[str]) -> None:
+        with self.lock:
+            for job_id in ids:
+                self.due.pop(job_id, None)
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.1):
+            now = time.monotonic()
+            with self.lock:
+                ready = [(job_id, node) for job_id, (at, node) in self.due.items() if at <= now]
+            by_node: dict[Address, list[str]] = {}
+            for job_id, node in ready:
+                by_node.setdefault(node, []).append(job_id)
+            for node, ids in by_node.items():
+                try:
+                    replies = self.links.call_many(node, [(b"WORKING", i.encode()) for i in ids])
+                except DisqueError as exc:
+                    log.warning("disque stream: WORKING to %s failed (%s); retrying", address_text(node), exc)
+                    replies = [None] * len(ids)
+                self.sent += len(ids)
+                later = time.monotonic()
+                with self.lock:
+                    for job_id, reply in zip(ids, replies):
+                        if job_id not in self.due:
+                            continue
+                        if isinstance(reply, int) and reply > 0:
+                            self.due[job_id] = (later + self._half(float(reply)), node)
+                        elif isinstance(reply, ServerError):
+                            del self.due[job_id]  # acked, or gone: nothing to keep
+                        else:
+                            self.due[job_id] = (later + 0.5, node)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.links.close()
+
+
+class DisqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    def __init__(self, o: opts.Options) -> None:
+        self.o = o
+        links, nodes = _cluster(o)  # fail fast: no node reachable, RETRY 0 jobs queued
+        try:
+            self._refuse_at_most_once(links, nodes)
+        finally:
+            links.close()
+        self._setup()
+
+    def _setup(self) -> None:
+        # No connection is opened here: Spark pickles a copy of this reader for read() on the
+        # executors (only ``o`` travels, see __getstate__).
+        self.links = _links(self.o)
+        self.batches: dict[int, dict[str, list[tuple]]] = {}  # seq -> node -> rows (in memory)
+        self.acked_through = -1
+        self.last_seq = 0
+        self.heartbeat = _Heartbeat(self.o)
+        self.available_now: int | None = None  # jobs left to take under Trigger.AvailableNow
+        self.stats = {"taken": 0, "acked": 0, "replayed": 0, "replay_skipped": 0, "empty_batches": 0,
+                      "redelivered_skipped": 0}
+        self._next_node = 0
+
+    def __getstate__(self) -> dict:
+        return {"o": self.o}
+
+    def __setstate__(self, state: dict) -> None:
+        self.o = state["o"]
+        self._setup()
+
+    # ---------------------------------------------------------------- helpers
+    def _nodes(self) -> list[Address]:
+        try:
+            return self.links.nodes()
+        except Unreachable:
+            return list(self.o.nodes)
+
+    def _refuse_at_most_once(self, links: Links, nodes: list[Address]) -> None:
+        for node in nodes:
+            for q in self.o.queues:
+                peek = links.call(node, b"QPEEK", q.encode(), 1)
+                for item in peek or []:
+                    if is_at_most_once_id(item[1]):
+                        raise ValueError(self._at_most_once_message(q))
+
+    @staticmethod
+    def _at_most_once_message(queue: str) -> str:
+        return (
+            "disque: queue '%s' holds RETRY 0 jobs (at-most-once), which a stream cannot deliver again "
+            "after a failure; add them with RETRY > 0, or read them with "
+            "spark.read.format(\"disque\").option(\"mode\", \"consume\")" % queue
+        )
+
+    def _ack(self, groups: dict[str, list[str]]) -> int:
+        """ACKJOB every ID, on the node that gave it (any live node if that one is gone)."""
+        acked = 0
+        for node_text, ids in groups.items():
+            node = parse_address_text(node_text)
+            argvs = [(b"ACKJOB", *(i.encode() for i in ids[k : k + ACK_CHUNK])) for k in range(0, len(ids), ACK_CHUNK)]
+            for target in [node, *(n for n in self._nodes() if n != node)]:
+                try:
+                    self.links.call_many(target, argvs)
+                except DisqueError as exc:
+                    log.warning("disque stream: ACKJOB on %s failed (%s)", address_text(target), exc)
+                    continue
+                acked += len(ids)
+                break
+            else:
+                raise Unreachable("disque: could not acknowledge %d jobs: no node answered" % len(ids))
+            self.heartbeat.remove(ids)
+        self.stats["acked"] += acked
+        return acked
+
+    def _take(self, budget: int) -> dict[str, list[tuple]]:
+        """GETJOB NOHANG round robin over the nodes until ``budget`` jobs or a round finds none."""
+        o = self.o
+        taken: dict[str, list[tuple]] = {}
+        count = 0
+        queues = [q.encode() for q in o.queues]
+        seen = {row[0] for batch in self.batches.values() for rows in batch.values() for row in rows}
+        while count < budget:
+            nodes = self._nodes()
+            got_any = False
+            for k in range(len(nodes)):
+                if count >= budget:
+                    break
+                node = nodes[(self._next_node + k) % len(nodes)]
+                want = min(o.batch_size, budget - count)
+                try:
+                    reply = self.links.call(node, b"GETJOB", b"NOHANG", b"COUNT", want, b"WITHCOUNTERS", b"FROM", *queues)
+                except DisqueError as exc:
+                    log.warning("disque stream: GETJOB on %s failed (%s)", address_text(node), exc)
+                    continue
+                jobs = cmd.parse_getjob(reply)
+                if not jobs:
+                    continue
+                got_any = True
+                # A job already in Spark's hands (this take, or a batch not yet committed) that
+                # another holder queued again before our WORKING reached it: deliver it once.
+                fresh = [j for j in jobs if j.id not in seen]
+                seen.update(j.id for j in fresh)
+                bad = next((j for j in jobs if is_at_most_once_id(j.id.encode())), None)
+                if bad is not None:
+                    # Put back what this call took, and refuse: these jobs cannot be delivered twice.
+                    self.links.call(node, b"ENQUEUE", *(j.id.encode() for j in jobs))
+                    raise ValueError(self._at_most_once_message(bad.queue))
+                if len(fresh) < len(jobs):
+                    self.stats["redelivered_skipped"] += len(jobs) - len(fresh)
+                    jobs = fresh
+                    if not jobs:
+                        continue
+                name = address_text(node)
+                rows = taken.setdefault(name, [])
+                rows += [(j.id, j.queue, j.body, "active", None, None, None, j.nacks, j.additional_deliveries, name)
+                         for j in jobs]  # fmt: skip
+                count += len(jobs)
+                # WORKING at once: another holder of a job may queue it again at any moment after
+                # it left its queue here (its own RETRY timer), long before half a RETRY.
+                try:
+                    retries = self.links.call_many(node, [(b"WORKING", j.id.encode()) for j in jobs])
+                except DisqueError:
+                    retries = None
+                self.heartbeat.add([(j.id, j.queue, node) for j in jobs], retries)
+            self._next_node += 1
+            if not got_any:
+                break
+        self.stats["taken"] += count
+        return taken
+
+    def _queued_now(self) -> int:
+        total = 0
+        for node in self._nodes():
+            try:
+                replies = self.links.call_many(node, [(b"QLEN", q.encode()) for q in self.o.queues])
+            except DisqueError:
+                continue
+            total += sum(r for r in replies if isinstance(r, int))
+        return total
+
+    # ---------------------------------------------------------------- Spark's calls
+    def initialOffset(self) -> dict:
+        return {"seq": 0, "jobs": {}}
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        n = self.o.max_jobs_per_trigger
+        return ReadMaxRows(n) if n else ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self.available_now = self._queued_now()
+        log.info("disque stream: availableNow, %d jobs queued now", self.available_now)
+
+    def reportLatestOffset(self) -> dict | None:
+        return {"seq": self.last_seq, "queued": self._queued_now()}
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        seq = int(start.get("seq", 0))
+        # Batches planned after ``start`` that Spark never ran (it asked again from an older
+        # start): give their jobs back now instead of after their RETRY.
+        for stale in [s for s in self.batches if s > seq]:
+            self._release(self.batches.pop(stale))
+        budget = limit.max_rows if isinstance(limit, ReadMaxRows) else ALL_AVAILABLE_CAP
+        if self.available_now is not None:
+            budget = min(budget, self.available_now)
+        taken = self._take(budget) if budget > 0 else {}
+        if not taken and self.available_now is not None and self.available_now > 0:
+            taken = self._drain_wait(budget)
+        if taken:
+            n = sum(len(r) for r in taken.values())
+            if self.available_now is not None:
+                self.available_now = max(0, self.available_now - n)
+            self.batches[seq + 1] = taken
+            self.last_seq = seq + 1
+            return {"seq": seq + 1, "jobs": {node: [r[0] for r in rows] for node, rows in taken.items()}}
+        if _group(start) and seq > self.acked_through:
+            # Nothing new, but the batch that ended at ``start`` is not committed: Spark commits it
+            # only when it plans another batch, so end an empty one.
+            self.stats["empty_batches"] += 1
+            self.last_seq = seq + 1
+            return {"seq": seq + 1, "jobs": {}}
+        return start
+
+    def _drain_wait(self, budget: int) -> dict[str, list[tuple]]:
+        """availableNow: jobs counted at the start may be moving between nodes; watch a while."""
+        deadline = time.monotonic() + self.o.drain_wait
+        while time.monotonic() < deadline:
+            time.sleep(0.05)
+            taken = self._take(budget)
+            if taken:
+                return taken
+            if self._queued_now() == 0:
+                break
+        self.available_now = 0
+        return {}
+
+    def _release(self, batch: dict[str, list[tuple]]) -> None:
+        for node_text, rows in batch.items():
+            ids = [r[0] for r in rows]
+            self.heartbeat.remove(ids)
+            try:
+                self.links.call(parse_address_text(node_text), b"ENQUEUE", *(i.encode() for i in ids))
+            except DisqueError:
+                pass  # they come back after their RETRY
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        start_seq, end_seq = int(start.get("seq", 0)), int(end.get("seq", 0))
+        if start_seq > self.acked_through and _group(start):
+            # The batch that ended at ``start`` was committed by the sink (Spark runs batches in
+            # order), but its acknowledgement may have been lost with a previous driver.
+            self._ack(_group(start))
+            self.acked_through = start_seq
+        groups = _group(end)
+        if not groups:
+            return []
+        batch = self.batches.get(end_seq)
+        if batch is None or {n: [r[0] for r in rows] for n, rows in batch.items()} != groups:
+            batch = self.batches[end_seq] = self._replay(end_seq, groups)
+        rows = [row for node_rows in batch.values() for row in node_rows]
+        n = max(1, min(self.o.num_partitions, len(rows)))
+        return [_Rows(rows[k::n]) for k in range(n)]
+
+    def _replay(self, seq: int, groups: dict[str, list[str]]) -> dict[str, list[tuple]]:
+        """A batch named in the offset log but not taken by this process: fetch it again by ID."""
+        out: dict[str, list[tuple]] = {}
+        wanted = sum(len(ids) for ids in groups.values())
+        for node_text, ids in groups.items():
+            missing = list(ids)
+            for node in [parse_address_text(node_text), *self._nodes()]:
+                if not missing:
+                    break
+                try:
+                    fetched = [row for rows in _fetch(self.links, node, missing, 1000) for row in rows]
+                except DisqueError:
+                    continue
+                found = {row[0] for row in fetched}
+                rows = [(r[0], r[1], r[2], "active", r[4], r[5], r[6], r[7], r[8], r[9]) for r in fetched]
+                # They may have been queued again meanwhile: WORKING takes them out of their queue
+                # (on every node) before the next batch could take them a second time.
+                try:
+                    retries = self.links.call_many(node, [(b"WORKING", r[0].encode()) for r in rows])
+                except DisqueError:
+                    retries = [None] * len(rows)
+                out.setdefault(address_text(node), []).extend(rows)
+                self.heartbeat.add([(r[0], r[1], node) for r in rows], retries)
+                missing = [i for i in missing if i not in found]
+        got = sum(len(r) for r in out.values())
+        self.stats["replayed"] += got
+        self.stats["replay_skipped"] += wanted - got
+        log.warning(
+            "disque stream: the batch ending at offset seq %d (Spark batch %d) is replayed from its IDs: "
+            "%d jobs fetched again, %d skipped (acknowledged or expired meanwhile)", seq, seq - 1, got, wanted - got,
+        )  # fmt: skip
+        return out
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        assert isinstance(partition, _Rows)
+        if partition.rows:
+            yield to_batch(partition.rows)
+
+    def commit(self, end: dict) -> None:
+        end_seq = int(end.get("seq", 0))
+        groups: dict[str, list[str]] = {}
+        for seq in sorted(s for s in self.batches if s <= end_seq):
+            for node, rows in self.batches.pop(seq).items():
+                groups.setdefault(node, []).extend(r[0] for r in rows)
+        if end_seq > self.acked_through:
+            for node, ids in _group(end).items():
+                groups.setdefault(node, []).extend(ids)
+        groups = {node: list(dict.fromkeys(ids)) for node, ids in groups.items()}
+        if groups:
+            self._ack(groups)
+        self.acked_through = max(self.acked_through, end_seq)
+
+    def stop(self) -> None:
+        self.heartbeat.stop()
+        self.links.close()
