@@ -135,10 +135,27 @@ class _Connection:
         A lost connection raises :class:`ConnectionLost` with ``partial``:
         the replies received before it broke.
         """
-        out: list[Any] = []
+        self.send_many(argvs)
+        return self.read_many(len(argvs), timeout)
+
+    def send_many(self, argvs: Sequence[Sequence[Any]]) -> None:
+        """The sending half of :meth:`request_many` (then :meth:`read_many`): several connections can
+        have their commands in flight at once."""
         try:
             self._conn.send_packed_command(self._conn.pack_commands(argvs), check_health=False)
-            for _ in argvs:
+        except (redis.RedisError, OSError) as exc:
+            lost = self._lost(exc)
+            lost.partial = []  # type: ignore[attr-defined]
+            raise lost from None
+        except BaseException:
+            self.close()
+            raise
+
+    def read_many(self, count: int, timeout: float | None) -> list[Any]:
+        """The replies to the last ``count`` commands sent (see :meth:`request_many`)."""
+        out: list[Any] = []
+        try:
+            for _ in range(count):
                 try:
                     out.append(self._conn.read_response(timeout=timeout))
                 except redis.ResponseError as exc:

@@ -95,6 +95,32 @@ class Links:
             self._conns.pop(address, None)
             raise
 
+    def call_all(self, work: dict[Address, Sequence[Sequence[Any]]], timeout: float | None = None) -> dict[Address, Any]:
+        """Pipelines to several nodes at once: every node's commands are sent before any reply is
+        read, so the nodes work in parallel. node -> its replies (errors as values), or the
+        DisqueError that broke its connection."""
+        timeout = timeout if timeout is not None else self.config.socket_timeout
+        out: dict[Address, Any] = {}
+        sent: list[Address] = []
+        for address, argvs in work.items():
+            if not argvs:
+                out[address] = []
+                continue
+            try:
+                self.conn(address).send_many(argvs)
+            except DisqueError as exc:
+                self._conns.pop(address, None)
+                out[address] = exc
+                continue
+            sent.append(address)
+        for address in sent:
+            try:
+                out[address] = self._conns[address].read_many(len(work[address]), timeout)
+            except DisqueError as exc:
+                self._conns.pop(address, None)
+                out[address] = exc
+        return out
+
     # ---------------------------------------------------------------- the cluster
     def nodes(self, max_age: float = 30.0) -> list[Address]:
         """Every node of the cluster (HELLO from the first seed or known node that answers).

@@ -558,6 +558,79 @@ class _Heartbeat:
         self.links.close()
 
 
+class _Acker:
+    """Acknowledges committed batches in a thread of its own (own links), so that Spark's planning
+    of the next batch does not wait for the nodes to collect the acks of every copy. ACKJOB goes
+    to the node that gave each job, every node at once; a node that fails is replaced by another
+    live one (an ACKJOB anywhere is collected cluster-wide). :meth:`flush` waits until all is sent."""
+
+    def __init__(self, o: opts.Options) -> None:
+        self.o = o
+        self.links = _links(o)
+        self.work: queue_mod.Queue = queue_mod.Queue()
+        self.acked = 0
+        self.failed = 0
+        self._thread: threading.Thread | None = None
+
+    def submit(self, groups: dict[str, list[str]]) -> None:
+        if not any(groups.values()):
+            return
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="disque-ack", daemon=True)
+            self._thread.start()
+        self.work.put(groups)
+
+    def flush(self) -> None:
+        if self._thread is not None:
+            self.work.join()
+
+    def stop(self) -> None:
+        if self._thread is not None:
+            self.work.put(None)
+        self.links.close()
+
+    def _run(self) -> None:
+        while True:
+            groups = self.work.get()
+            try:
+                if groups is None:
+                    return
+                self._send(groups)
+            except Exception:  # noqa: BLE001 - never let the thread die: jobs would only come back later
+                log.exception("disque stream: acknowledging a committed batch failed")
+            finally:
+                self.work.task_done()
+
+    def _send(self, groups: dict[str, list[str]]) -> None:
+        pending = {parse_address_text(node): ids for node, ids in groups.items() if ids}
+        for _attempt in range(5):
+            work = {node: [(b"ACKJOB", *(i.encode() for i in ids[k : k + ACK_CHUNK]))
+                           for k in range(0, len(ids), ACK_CHUNK)] for node, ids in pending.items()}  # fmt: skip
+            replies = self.links.call_all(work)
+            failed = {node: pending[node] for node, reply in replies.items() if isinstance(reply, DisqueError)}
+            self.acked += sum(len(ids) for node, ids in pending.items() if node not in failed)
+            if not failed:
+                return
+            try:
+                live = self.links.reachable(self.links.nodes(max_age=0))
+            except Unreachable:
+                live = []
+            spare = [n for n in live if n not in failed]
+            for node in failed:
+                log.warning("disque stream: ACKJOB on %s failed; trying %s", address_text(node),
+                            address_text(spare[0]) if spare else "again")  # fmt: skip
+            if spare:
+                pending = {}
+                for k, ids in enumerate(failed.values()):
+                    pending.setdefault(spare[k % len(spare)], []).extend(ids)
+            else:
+                pending = failed
+                time.sleep(1)
+        self.failed += sum(len(ids) for ids in pending.values())
+        log.error("disque stream: %d committed jobs could not be acknowledged; they will be delivered again",
+                  sum(len(ids) for ids in pending.values()))  # fmt: skip
+
+
 class DisqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, o: opts.Options) -> None:
         self.o = o
@@ -576,6 +649,7 @@ class DisqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.acked_through = -1
         self.last_seq = 0
         self.heartbeat = _Heartbeat(self.o)
+        self.acker = _Acker(self.o)
         self.available_now: int | None = None  # jobs left to take under Trigger.AvailableNow
         self.stats = {"taken": 0, "acked": 0, "replayed": 0, "replay_skipped": 0, "empty_batches": 0,
                       "redelivered_skipped": 0}
@@ -611,79 +685,78 @@ class DisqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             "spark.read.format(\"disque\").option(\"mode\", \"consume\")" % queue
         )
 
-    def _ack(self, groups: dict[str, list[str]]) -> int:
-        """ACKJOB every ID, on the node that gave it (any live node if that one is gone)."""
-        acked = 0
-        for node_text, ids in groups.items():
-            node = parse_address_text(node_text)
-            argvs = [(b"ACKJOB", *(i.encode() for i in ids[k : k + ACK_CHUNK])) for k in range(0, len(ids), ACK_CHUNK)]
-            for target in [node, *(n for n in self._nodes() if n != node)]:
-                try:
-                    self.links.call_many(target, argvs)
-                except DisqueError as exc:
-                    log.warning("disque stream: ACKJOB on %s failed (%s)", address_text(target), exc)
-                    continue
-                acked += len(ids)
-                break
-            else:
-                raise Unreachable("disque: could not acknowledge %d jobs: no node answered" % len(ids))
+    def _ack(self, groups: dict[str, list[str]]) -> None:
+        """Acknowledge every ID, in the background (see :class:`_Acker`)."""
+        for ids in groups.values():
             self.heartbeat.remove(ids)
-        self.stats["acked"] += acked
-        return acked
+        self.acker.submit(groups)
 
     def _take(self, budget: int) -> dict[str, list[tuple]]:
-        """GETJOB NOHANG round robin over the nodes until ``budget`` jobs or a round finds none."""
+        """Up to ``budget`` jobs: GETJOB NOHANG on every node at once, round after round, each
+        round also carrying the WORKING of the jobs the previous round took there, until the budget
+        is met or every node came back short."""
         o = self.o
         taken: dict[str, list[tuple]] = {}
         count = 0
-        queues = [q.encode() for q in o.queues]
+        get_tail = (b"WITHCOUNTERS", b"FROM", *(q.encode() for q in o.queues))
+        # A job already in Spark's hands (this take, or a batch not yet committed) that another
+        # holder queued again before our WORKING reached it is delivered once, not twice.
         seen = {row[0] for batch in self.batches.values() for rows in batch.values() for row in rows}
-        while count < budget:
-            nodes = self._nodes()
-            got_any = False
-            for k in range(len(nodes)):
-                if count >= budget:
-                    break
-                node = nodes[(self._next_node + k) % len(nodes)]
-                want = min(o.batch_size, budget - count)
-                try:
-                    reply = self.links.call(node, b"GETJOB", b"NOHANG", b"COUNT", want, b"WITHCOUNTERS", b"FROM", *queues)
-                except DisqueError as exc:
-                    log.warning("disque stream: GETJOB on %s failed (%s)", address_text(node), exc)
+        nodes = self._nodes()
+        active = list(nodes)
+        working: dict[Address, list] = {}
+        while True:
+            work: dict[Address, list[tuple]] = {}
+            asked: dict[Address, int] = {}
+            left = budget - count
+            for node in nodes:
+                argvs = [(b"WORKING", j.id.encode()) for j in working.get(node, ())]
+                if left > 0 and node in active:
+                    asked[node] = min(o.batch_size, -(-left // len(active)))
+                    argvs.append((b"GETJOB", b"NOHANG", b"COUNT", asked[node], *get_tail))
+                if argvs:
+                    work[node] = argvs
+            if not work:
+                break
+            replies = self.links.call_all(work)
+            next_working: dict[Address, list] = {}
+            for node, reply in replies.items():
+                sent = working.get(node, [])
+                if isinstance(reply, DisqueError):
+                    log.warning("disque stream: %s failed (%s)", address_text(node), reply)
+                    if node in active:
+                        active.remove(node)
+                    self.heartbeat.add([(j.id, j.queue, node) for j in sent])  # WORKING again soon
                     continue
-                jobs = cmd.parse_getjob(reply)
+                # WORKING at once: another holder may queue a job again at any moment after it
+                # left its queue here (its own RETRY timer), long before half a RETRY.
+                self.heartbeat.add([(j.id, j.queue, node) for j in sent], reply[: len(sent)])
+                if node not in asked:
+                    continue
+                got = reply[len(sent)]
+                jobs = [] if isinstance(got, DisqueError) else cmd.parse_getjob(got)
+                if len(jobs) < asked[node]:
+                    active.remove(node)  # its queues ran dry (for this take)
                 if not jobs:
                     continue
-                got_any = True
-                # A job already in Spark's hands (this take, or a batch not yet committed) that
-                # another holder queued again before our WORKING reached it: deliver it once.
-                fresh = [j for j in jobs if j.id not in seen]
-                seen.update(j.id for j in fresh)
                 bad = next((j for j in jobs if is_at_most_once_id(j.id.encode())), None)
                 if bad is not None:
                     # Put back what this call took, and refuse: these jobs cannot be delivered twice.
                     self.links.call(node, b"ENQUEUE", *(j.id.encode() for j in jobs))
                     raise ValueError(self._at_most_once_message(bad.queue))
-                if len(fresh) < len(jobs):
-                    self.stats["redelivered_skipped"] += len(jobs) - len(fresh)
-                    jobs = fresh
-                    if not jobs:
-                        continue
+                fresh = [j for j in jobs if j.id not in seen]
+                self.stats["redelivered_skipped"] += len(jobs) - len(fresh)
+                seen.update(j.id for j in fresh)
+                if not fresh:
+                    continue
                 name = address_text(node)
-                rows = taken.setdefault(name, [])
-                rows += [(j.id, j.queue, j.body, "active", None, None, None, j.nacks, j.additional_deliveries, name)
-                         for j in jobs]  # fmt: skip
-                count += len(jobs)
-                # WORKING at once: another holder of a job may queue it again at any moment after
-                # it left its queue here (its own RETRY timer), long before half a RETRY.
-                try:
-                    retries = self.links.call_many(node, [(b"WORKING", j.id.encode()) for j in jobs])
-                except DisqueError:
-                    retries = None
-                self.heartbeat.add([(j.id, j.queue, node) for j in jobs], retries)
-            self._next_node += 1
-            if not got_any:
-                break
+                taken.setdefault(name, []).extend(
+                    (j.id, j.queue, j.body, "active", None, None, None, j.nacks, j.additional_deliveries, name)
+                    for j in fresh
+                )  # fmt: skip
+                count += len(fresh)
+                next_working[node] = fresh
+            working = next_working
         self.stats["taken"] += count
         return taken
 
@@ -737,6 +810,9 @@ class DisqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self.stats["empty_batches"] += 1
             self.last_seq = seq + 1
             return {"seq": seq + 1, "jobs": {}}
+        # Nothing to run: let the acknowledgements of committed batches reach the nodes before
+        # Spark may end the query (availableNow) and kill this process.
+        self.acker.flush()
         return start
 
     def _drain_wait(self, budget: int) -> dict[str, list[tuple]]:
@@ -831,5 +907,7 @@ class DisqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.acked_through = max(self.acked_through, end_seq)
 
     def stop(self) -> None:
+        self.acker.flush()
+        self.acker.stop()
         self.heartbeat.stop()
         self.links.close()
