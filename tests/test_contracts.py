@@ -30,6 +30,7 @@ CORE_FORBIDDEN = frozenset({
     "subprocess", "signal", "logging", "io", "pathlib", "shutil",
 })  # fmt: skip
 SHELL = "disque_py.server"
+SPARK = "disque_py.spark"
 SHELL_PARTS = frozenset(SHELL + "." + p for p in ("clients", "dispatch", "timers", "cluster", "admin"))
 
 
@@ -132,6 +133,13 @@ def breaches(root: Path, packages=PACKAGES) -> list[str]:
             for target in sorted(internal[mod]):
                 if target == SHELL + ".app" or (mod in SHELL_PARTS and target in SHELL_PARTS):
                     out.append(f"the shell's {mod} imports {target}")
+        if mod.startswith(SPARK + "."):
+            # a client of the cluster: no server, no config; pyspark only where the source lives
+            for target in sorted(internal[mod]):
+                if target.startswith((SHELL, "disque_py.config", "disque_py.launcher")):
+                    out.append(f"the Spark source imports {target}: {mod}")
+            if "pyspark" in external[mod] and mod != SPARK + ".source":
+                out.append(f"pyspark imported outside {SPARK}.source: {mod}")
         if mod.partition(".")[0] == "cluster_bus":
             for target in sorted(internal[mod]):
                 if target.partition(".")[0] == "disque_py":
@@ -221,3 +229,15 @@ def test_cluster_bus_importing_disque_py_is_caught(tmp_path):
         "disque_py/core/effects.py": "",
     })  # fmt: skip
     assert breaches(root) == ["cluster_bus imports disque_py.core.effects: cluster_bus.links"]
+
+
+def test_the_spark_source_reaching_for_the_server_or_pyspark_elsewhere_is_caught(tmp_path):
+    root = _tree(tmp_path, {
+        "disque_py/spark/options.py": "import pyspark\n",
+        "disque_py/spark/source.py": "import pyspark\nfrom ..server.dispatch import Dispatcher\n",
+        "disque_py/server/dispatch.py": "",
+    })  # fmt: skip
+    assert breaches(root) == [
+        "pyspark imported outside disque_py.spark.source: disque_py.spark.options",
+        "the Spark source imports disque_py.server.dispatch: disque_py.spark.source",
+    ]
