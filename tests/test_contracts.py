@@ -10,6 +10,8 @@
 * The shell's parts (``server.clients``, ``dispatch``, ``timers``, ``cluster``,
   ``admin``) do not import each other: each is handed what it needs, and only
   ``server.app`` composes them (nothing in the shell imports ``app``).
+* The Spark source (``disque_py.spark``) is a client of the cluster: it imports no
+  part of the server, and pyspark only in ``spark.source``.
 
 The graph comes from the syntax tree, so a module is judged without being imported.
 The rules are first shown to catch a breach in a small tree made for the purpose,

@@ -2500,6 +2500,10 @@ def main(argv: list[str] | None = None) -> int:
         from .bench_core import core_main
 
         return core_main(argv[1:])
+    if argv[:1] == ["spark"]:
+        from .bench_spark import main as spark_main
+
+        return spark_main(argv[1:])
     if argv[:1] == ["client-lib"]:
         from .bench_client import main as client_lib_main
 
