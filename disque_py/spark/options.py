@@ -48,6 +48,11 @@ OPTIONS: dict[str, tuple[tuple[str, ...], str]] = {
         ("stream",),
         "seconds between WORKING calls for jobs of a running batch (default: half each job's RETRY)",
     ),
+    "workingontake": (
+        ("stream",),
+        "send WORKING for each job as it is taken (default true; false saves node CPU and risks "
+        "a duplicate with a chance of about time-in-hand / RETRY)",
+    ),
     "drainwait": (
         ("read", "stream"),
         "seconds an empty queue is watched for jobs still moving between nodes before a consume read "
@@ -85,6 +90,7 @@ class Options:
     max_jobs_per_trigger: int | None = None
     num_partitions: int = 2
     working_interval: float | None = None
+    working_on_take: bool = True
     drain_wait: float = 1.0
 
     @property
@@ -227,6 +233,7 @@ def parse(options: Mapping[str, str], use: str) -> Options:
         "max_jobs_per_trigger": _int(raw, "maxjobspertrigger", 1),
         "num_partitions": _int(raw, "numpartitions", 1, 10_000),
         "working_interval": _float(raw, "workinginterval", 0.01),
+        "working_on_take": _bool(raw, "workingontake"),
         "drain_wait": _float(raw, "drainwait", 0.0),
     }
     values.update({k: v for k, v in optional.items() if v is not None})

@@ -91,6 +91,7 @@ FIELDS = [f.name for f in SCHEMA.fields]
 # faster than the stream must not make one micro-batch endless.
 ALL_AVAILABLE_CAP = 1_000_000
 ACK_CHUNK = 1000  # IDs per ACKJOB / ENQUEUE command
+PREFETCH_ALL = 20_000  # jobs held ahead when Spark asks for all available (no maxJobsPerTrigger)
 SCAN_COUNT = 1000
 
 
@@ -558,6 +559,133 @@ class _Heartbeat:
         self.links.close()
 
 
+class _Prefetcher:
+    """Takes the next micro-batch's jobs while Spark runs the current one (a thread, own links).
+
+    ``latestOffset`` then finds them ready instead of waiting for the nodes: the take (GETJOB,
+    WORKING) overlaps Spark's work. It holds at most one batch ahead (``want``, the size Spark
+    last asked for, at most ``PREFETCH_ALL``), and under ``Trigger.AvailableNow`` never more than
+    the jobs counted at the start (``limit_total``). Jobs held here are kept from requeueing by
+    the WORKING thread like those of a running batch; if the query dies they come back after
+    their RETRY, as for any consumer that dies."""
+
+    def __init__(self, reader: "DisqueStreamReader") -> None:
+        self.reader = reader
+        self.links = _links(reader.o)
+        self.lock = threading.Condition()
+        self.buffer: dict[str, list[tuple]] = {}
+        self.count = 0
+        self.held: set[str] = set()  # IDs in the buffer or in batches not yet committed
+        self.want = 0
+        self.total: int | None = None  # availableNow: jobs left to take in all
+        self.dry = False  # the last take came back short: the queues are empty for now
+        self.error: BaseException | None = None
+        self._stop = False
+        self._thread: threading.Thread | None = None
+
+    def limit_total(self, n: int) -> None:
+        with self.lock:
+            self.total = n
+
+    def forget(self, ids: list[str]) -> None:
+        with self.lock:
+            self.held.difference_update(ids)
+
+    def grab(self, limit: int) -> dict[str, list[tuple]]:
+        """Up to ``limit`` jobs for a new batch: waits until that many are ready or the queues run
+        dry (under availableNow: until ``drainWait`` passed with nothing ready)."""
+        o = self.reader.o
+        with self.lock:
+            self.want = min(limit, PREFETCH_ALL)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="disque-take", daemon=True)
+                self._thread.start()
+            self.dry = False
+            self.lock.notify_all()
+            deadline = time.monotonic() + 30
+            idle_since: float | None = None
+            while True:
+                if self.error is not None:
+                    error, self.error = self.error, None
+                    raise error
+                if self.count >= self.want or (self.total is not None and self.count >= self.total):
+                    break
+                now = time.monotonic()
+                if self.dry:
+                    if self.count or self.total is None:
+                        break
+                    # availableNow and nothing ready: jobs may still be moving between nodes
+                    idle_since = idle_since or now
+                    if self.total <= 0 or now - idle_since >= o.drain_wait:
+                        self.total = 0
+                        break
+                if now >= deadline:
+                    break
+                self.lock.wait(0.05)
+            return self._pop(limit)
+
+    def _pop(self, limit: int) -> dict[str, list[tuple]]:
+        out: dict[str, list[tuple]] = {}
+        n = 0
+        for node in list(self.buffer):
+            if n >= limit:
+                break
+            rows = self.buffer[node]
+            part, rest = rows[: limit - n], rows[limit - n :]
+            if part:
+                out[node] = part
+                n += len(part)
+            if rest:
+                self.buffer[node] = rest
+            else:
+                del self.buffer[node]
+        self.count -= n
+        if self.total is not None:
+            self.total -= n
+        self.lock.notify_all()
+        return out
+
+    def _run(self) -> None:
+        reader = self.reader
+        while True:
+            with self.lock:
+                while not self._stop:
+                    need = self.want - self.count
+                    if self.total is not None:
+                        need = min(need, self.total - self.count)
+                    if need > 0:
+                        break
+                    self.lock.wait(0.5)
+                if self._stop:
+                    return
+                held = self.held
+            chunk = min(need, reader.o.batch_size * 4)
+            try:
+                taken = reader._take(chunk, self.links, held)
+            except BaseException as exc:  # noqa: BLE001 - handed to latestOffset, which raises it
+                with self.lock:
+                    self.error = exc
+                    self.want = 0
+                    self.lock.notify_all()
+                continue
+            n = sum(len(rows) for rows in taken.values())
+            with self.lock:
+                for node, rows in taken.items():
+                    self.buffer.setdefault(node, []).extend(rows)
+                self.count += n
+                if n < chunk:
+                    self.dry = True
+                self.lock.notify_all()
+                if n < chunk and not self._stop:
+                    self.lock.wait(0.1 if n == 0 else 0.02)  # an empty queue is polled, not hammered
+
+    def stop(self) -> None:
+        with self.lock:
+            self._stop = True
+            self.lock.notify_all()
+        self.links.close()
+
+
 class _Acker:
     """Acknowledges committed batches in a thread of its own (own links), so that Spark's planning
     of the next batch does not wait for the nodes to collect the acks of every copy. ACKJOB goes
@@ -650,6 +778,8 @@ class DisqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.last_seq = 0
         self.heartbeat = _Heartbeat(self.o)
         self.acker = _Acker(self.o)
+        self.prefetch = _Prefetcher(self)
+        self.retry_hint: dict[str, int] = {}  # queue -> the smallest RETRY seen in a WORKING reply
         self.available_now: int | None = None  # jobs left to take under Trigger.AvailableNow
         self.stats = {"taken": 0, "acked": 0, "replayed": 0, "replay_skipped": 0, "empty_batches": 0,
                       "redelivered_skipped": 0}
@@ -663,9 +793,18 @@ class DisqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._setup()
 
     # ---------------------------------------------------------------- helpers
-    def _nodes(self) -> list[Address]:
+    def _to_touch(self, jobs: list) -> list:
+        """The jobs just taken that get a WORKING now: all (``workingOnTake``, the default), else
+        the first one, only to learn its queue's RETRY (the heartbeat then sends WORKING at half of
+        it; meanwhile another holder may queue a job again: a duplicate with a chance of about
+        time-in-hand / RETRY)."""
+        if self.o.working_on_take or not jobs:
+            return jobs
+        return jobs[:1] if jobs[0].queue not in self.retry_hint else []
+
+    def _nodes(self, links: Links | None = None) -> list[Address]:
         try:
-            return self.links.nodes()
+            return (links or self.links).nodes()
         except Unreachable:
             return list(self.o.nodes)
 
@@ -689,9 +828,10 @@ class DisqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Acknowledge every ID, in the background (see :class:`_Acker`)."""
         for ids in groups.values():
             self.heartbeat.remove(ids)
+            self.prefetch.forget(ids)
         self.acker.submit(groups)
 
-    def _take(self, budget: int) -> dict[str, list[tuple]]:
+    def _take(self, budget: int, links: Links, held: set[str]) -> dict[str, list[tuple]]:
         """Up to ``budget`` jobs: GETJOB NOHANG on every node at once, round after round, each
         round also carrying the WORKING of the jobs the previous round took there, until the budget
         is met or every node came back short."""
@@ -699,18 +839,20 @@ class DisqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         taken: dict[str, list[tuple]] = {}
         count = 0
         get_tail = (b"WITHCOUNTERS", b"FROM", *(q.encode() for q in o.queues))
-        # A job already in Spark's hands (this take, or a batch not yet committed) that another
-        # holder queued again before our WORKING reached it is delivered once, not twice.
-        seen = {row[0] for batch in self.batches.values() for rows in batch.values() for row in rows}
-        nodes = self._nodes()
+        # A job already in our hands (this take, the buffer, a batch not yet committed: ``held``)
+        # that another holder queued again before our WORKING reached it is delivered once.
+        seen = held
+        nodes = self._nodes(links)
         active = list(nodes)
         working: dict[Address, list] = {}
         while True:
             work: dict[Address, list[tuple]] = {}
             asked: dict[Address, int] = {}
+            touched: dict[Address, list] = {}
             left = budget - count
             for node in nodes:
-                argvs = [(b"WORKING", j.id.encode()) for j in working.get(node, ())]
+                touched[node] = self._to_touch(working.get(node, []))
+                argvs = [(b"WORKING", j.id.encode()) for j in touched[node]]
                 if left > 0 and node in active:
                     asked[node] = min(o.batch_size, -(-left // len(active)))
                     argvs.append((b"GETJOB", b"NOHANG", b"COUNT", asked[node], *get_tail))
@@ -718,10 +860,14 @@ class DisqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     work[node] = argvs
             if not work:
                 break
-            replies = self.links.call_all(work)
+            replies = links.call_all(work)
             next_working: dict[Address, list] = {}
             for node, reply in replies.items():
-                sent = working.get(node, [])
+                took = working.get(node, [])
+                sent = touched.get(node, [])
+                if len(sent) < len(took):  # workingOnTake false: the others are due at half a RETRY
+                    rest = took[len(sent) :]
+                    self.heartbeat.add([(j.id, j.queue, node) for j in rest], [self.retry_hint.get(j.queue) for j in rest])
                 if isinstance(reply, DisqueError):
                     log.warning("disque stream: %s failed (%s)", address_text(node), reply)
                     if node in active:
@@ -731,6 +877,9 @@ class DisqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 # WORKING at once: another holder may queue a job again at any moment after it
                 # left its queue here (its own RETRY timer), long before half a RETRY.
                 self.heartbeat.add([(j.id, j.queue, node) for j in sent], reply[: len(sent)])
+                for j, retry in zip(sent, reply):
+                    if isinstance(retry, int) and retry > 0 and retry < self.retry_hint.get(j.queue, 1 << 62):
+                        self.retry_hint[j.queue] = retry
                 if node not in asked:
                     continue
                 got = reply[len(sent)]
@@ -742,11 +891,10 @@ class DisqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 bad = next((j for j in jobs if is_at_most_once_id(j.id.encode())), None)
                 if bad is not None:
                     # Put back what this call took, and refuse: these jobs cannot be delivered twice.
-                    self.links.call(node, b"ENQUEUE", *(j.id.encode() for j in jobs))
+                    links.call(node, b"ENQUEUE", *(j.id.encode() for j in jobs))
                     raise ValueError(self._at_most_once_message(bad.queue))
                 fresh = [j for j in jobs if j.id not in seen]
                 self.stats["redelivered_skipped"] += len(jobs) - len(fresh)
-                seen.update(j.id for j in fresh)
                 if not fresh:
                     continue
                 name = address_text(node)
@@ -756,6 +904,8 @@ class DisqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 )  # fmt: skip
                 count += len(fresh)
                 next_working[node] = fresh
+                with self.prefetch.lock:
+                    seen.update(j.id for j in fresh)
             working = next_working
         self.stats["taken"] += count
         return taken
@@ -780,6 +930,7 @@ class DisqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def prepareForTriggerAvailableNow(self) -> None:
         self.available_now = self._queued_now()
+        self.prefetch.limit_total(self.available_now)
         log.info("disque stream: availableNow, %d jobs queued now", self.available_now)
 
     def reportLatestOffset(self) -> dict | None:
@@ -791,12 +942,8 @@ class DisqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # start): give their jobs back now instead of after their RETRY.
         for stale in [s for s in self.batches if s > seq]:
             self._release(self.batches.pop(stale))
-        budget = limit.max_rows if isinstance(limit, ReadMaxRows) else ALL_AVAILABLE_CAP
-        if self.available_now is not None:
-            budget = min(budget, self.available_now)
-        taken = self._take(budget) if budget > 0 else {}
-        if not taken and self.available_now is not None and self.available_now > 0:
-            taken = self._drain_wait(budget)
+        wanted = limit.max_rows if isinstance(limit, ReadMaxRows) else ALL_AVAILABLE_CAP
+        taken = self.prefetch.grab(wanted)
         if taken:
             n = sum(len(r) for r in taken.values())
             if self.available_now is not None:
@@ -815,23 +962,11 @@ class DisqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.acker.flush()
         return start
 
-    def _drain_wait(self, budget: int) -> dict[str, list[tuple]]:
-        """availableNow: jobs counted at the start may be moving between nodes; watch a while."""
-        deadline = time.monotonic() + self.o.drain_wait
-        while time.monotonic() < deadline:
-            time.sleep(0.05)
-            taken = self._take(budget)
-            if taken:
-                return taken
-            if self._queued_now() == 0:
-                break
-        self.available_now = 0
-        return {}
-
     def _release(self, batch: dict[str, list[tuple]]) -> None:
         for node_text, rows in batch.items():
             ids = [r[0] for r in rows]
             self.heartbeat.remove(ids)
+            self.prefetch.forget(ids)
             try:
                 self.links.call(parse_address_text(node_text), b"ENQUEUE", *(i.encode() for i in ids))
             except DisqueError:
@@ -877,6 +1012,8 @@ class DisqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     retries = [None] * len(rows)
                 out.setdefault(address_text(node), []).extend(rows)
                 self.heartbeat.add([(r[0], r[1], node) for r in rows], retries)
+                with self.prefetch.lock:
+                    self.prefetch.held.update(r[0] for r in rows)
                 missing = [i for i in missing if i not in found]
         got = sum(len(r) for r in out.values())
         self.stats["replayed"] += got
@@ -907,6 +1044,7 @@ class DisqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.acked_through = max(self.acked_through, end_seq)
 
     def stop(self) -> None:
+        self.prefetch.stop()
         self.acker.flush()
         self.acker.stop()
         self.heartbeat.stop()

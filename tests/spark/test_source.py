@@ -201,11 +201,13 @@ def test_stream_consumes_a_queue_fed_concurrently_and_acks_everything(spark, nod
     assert {r.state for r in seen} == {"active"}
 
 
-def test_available_now_drains_and_acks_every_job(spark, nodes_option, queue, cluster, tmp_path):
+@pytest.mark.parametrize("working_on_take", ["true", "false"])
+def test_available_now_drains_and_acks_every_job(spark, nodes_option, queue, cluster, tmp_path, working_on_take):
     with client(nodes_option) as c:
         ids = c.add_jobs(queue, [b"n%d" % i for i in range(2500)])
     seen, sink = collecting_sink()
-    query = stream(spark, nodes_option, queue, tmp_path / "ck", sink, {"availableNow": True}, maxJobsPerTrigger=1000)
+    query = stream(spark, nodes_option, queue, tmp_path / "ck", sink, {"availableNow": True}, maxJobsPerTrigger=1000,
+                   workingOnTake=working_on_take)  # fmt: skip
     assert query.awaitTermination(120)
     assert sorted(r.id for r in seen) == sorted(ids)
     # The final batch is acknowledged in this run too (the source ends one empty batch after it).
