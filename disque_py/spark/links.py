@@ -23,6 +23,9 @@ from ..client.sync import _Connection
 __all__ = ["Links", "address_text", "parse_address_text", "Unreachable"]
 
 
+DOWN_FOR = 5.0
+
+
 class Unreachable(ConnectionError):
     """No node of the list answered; the message names every node tried and why."""
 
@@ -57,15 +60,28 @@ class Links:
             connect_timeout=connect_timeout,
         )  # fmt: skip
         self._conns: dict[Address, _Connection] = {}
+        self._down: dict[Address, float] = {}  # address -> monotonic time to try it again
         self._nodes: list[Address] = []
         self._ids: dict[Address, str] = {}
         self._nodes_at = 0.0
 
     # ---------------------------------------------------------------- connections
     def conn(self, address: Address) -> _Connection:
+        """The connection to ``address``, opened if needed. A node that refused a connection is
+        not tried again for ``DOWN_FOR`` seconds (ConnectionLost at once), so a dead node in the
+        HELLO list costs one connect timeout, not one per call."""
         conn = self._conns.get(address)
         if conn is None:
-            conn = self._conns[address] = _Connection(address, self.config)
+            until = self._down.get(address)
+            if until is not None and time.monotonic() < until:
+                raise ConnectionLost("%s is marked down (it refused a connection)" % address_text(address), address)
+            try:
+                conn = _Connection(address, self.config)
+            except ConnectionLost:
+                self._down[address] = time.monotonic() + DOWN_FOR
+                raise
+            self._down.pop(address, None)
+            self._conns[address] = conn
         return conn
 
     def drop(self, address: Address) -> None:
