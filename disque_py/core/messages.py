@@ -2,16 +2,22 @@
 
 Theory of operation
 -------------------
-Every message a node sends or receives on the bus's DATA channel (REPLJOB,
-GOTJOB, ENQUEUE, QUEUED, WORKING, WILLQUEUE, SETACK, GOTACK, DELJOB, PAUSE,
-NEEDJOBS, YOURJOBS) is a tuple subclass with named fields (``_Message``: a
-``typing.NamedTuple`` but for its constructor) whose first field is its kind,
-so that its tuple form *is* the wire form ``(kind, *fields)``: the shell
-encodes ``message[0]`` and ``list(message[1:])`` as before, byte for byte,
-and reads ``message[0] == "YOURJOBS"``. Builders (``set_ack(...)``, ...) fill
-the kind. A type is made from its tuple form, ``SetAck(("SETACK", id, n))``:
-that is ``tuple``'s own constructor, in C, half the cost of a NamedTuple's
-(several messages are built and received per job).
+Every message a node receives on the bus's DATA channel (REPLJOB, GOTJOB,
+ENQUEUE, QUEUED, WORKING, WILLQUEUE, SETACK, GOTACK, DELJOB, PAUSE, NEEDJOBS,
+YOURJOBS) reaches its handler as a tuple subclass with named fields
+(``_Message``: a ``typing.NamedTuple`` but for its constructor) whose first
+field is its kind, so that its tuple form *is* the wire form ``(kind,
+*fields)``. A type is made from its tuple form, ``SetAck(("SETACK", id, n))``:
+that is ``tuple``'s own constructor, in C, half the cost of a NamedTuple's.
+
+What a node sends is that wire form itself, a plain tuple: the builders
+(``set_ack(...)``, ...; one per type, named after it) fill the kind and return
+``(kind, *fields)``, which the shell encodes as ``message[0]`` and
+``list(message[1:])`` and reads as ``message[0] == "YOURJOBS"``. Only what
+arrives is typed: a sent message is never read by its fields (the shell
+encodes it, ``on_moves_unsent`` reads it by index), and building a typed one
+on both sides cost twice the ~110 ns a type's construction costs over a plain
+tuple, 11 times per job at REPLICATE 3 (BENCHMARKS.md, "The house rebuilt").
 
 Three kinds have an optional trailing field, so each has two types, one per
 wire shape: ``SetAck`` / ``SetAckTwoCopies`` (SETACK id 2 True: "I am your
@@ -229,65 +235,65 @@ class YourJobs(_Message):
     jobs: list
 
 
-# -- builders (what the machines send) -----------------------------------------------------
-def repl_job(job: list, noreply: bool) -> ReplJob:
-    return ReplJob(("REPLJOB", job, noreply))
+# -- builders (what the machines send: the plain wire tuple, see the module docstring) ---------
+def repl_job(job: list, noreply: bool) -> tuple:  # ReplJob
+    return ("REPLJOB", job, noreply)
 
 
-def got_job(job_id: bytes) -> GotJob:
-    return GotJob(("GOTJOB", job_id))
+def got_job(job_id: bytes) -> tuple:  # GotJob
+    return ("GOTJOB", job_id)
 
 
-def enqueue(job_id: bytes, delay: int) -> Enqueue:
-    return Enqueue(("ENQUEUE", job_id, delay))
+def enqueue(job_id: bytes, delay: int) -> tuple:  # Enqueue
+    return ("ENQUEUE", job_id, delay)
 
 
-def queued(job_id: bytes, flags: int) -> Queued:
-    return Queued(("QUEUED", job_id, flags))
+def queued(job_id: bytes, flags: int) -> tuple:  # Queued
+    return ("QUEUED", job_id, flags)
 
 
-def working(job_id: bytes) -> Working:
-    return Working(("WORKING", job_id))
+def working(job_id: bytes) -> tuple:  # Working
+    return ("WORKING", job_id)
 
 
-def will_queue(job_id: bytes) -> WillQueue:
-    return WillQueue(("WILLQUEUE", job_id))
+def will_queue(job_id: bytes) -> tuple:  # WillQueue
+    return ("WILLQUEUE", job_id)
 
 
-def set_ack(job_id: bytes, may_have: int) -> SetAck:
-    return SetAck(("SETACK", job_id, may_have))
+def set_ack(job_id: bytes, may_have: int) -> tuple:  # SetAck
+    return ("SETACK", job_id, may_have)
 
 
-def set_ack_two_copies(job_id: bytes) -> SetAckTwoCopies:
-    return SetAckTwoCopies(("SETACK", job_id, 2, True))
+def set_ack_two_copies(job_id: bytes) -> tuple:  # SetAckTwoCopies
+    return ("SETACK", job_id, 2, True)
 
 
-def got_ack(job_id: bytes, known: bool) -> GotAck:
-    return GotAck(("GOTACK", job_id, known))
+def got_ack(job_id: bytes, known: bool) -> tuple:  # GotAck
+    return ("GOTACK", job_id, known)
 
 
-def got_ack_deleted(job_id: bytes) -> GotAckDeleted:
-    return GotAckDeleted(("GOTACK", job_id, True, True))
+def got_ack_deleted(job_id: bytes) -> tuple:  # GotAckDeleted
+    return ("GOTACK", job_id, True, True)
 
 
-def del_job(job_id: bytes) -> DelJob:
-    return DelJob(("DELJOB", job_id))
+def del_job(job_id: bytes) -> tuple:  # DelJob
+    return ("DELJOB", job_id)
 
 
-def del_job_holders(job_id: bytes, holders: list) -> DelJobHolders:
-    return DelJobHolders(("DELJOB", job_id, holders))
+def del_job_holders(job_id: bytes, holders: list) -> tuple:  # DelJobHolders
+    return ("DELJOB", job_id, holders)
 
 
-def pause(name: bytes, flags: int) -> Pause:
-    return Pause(("PAUSE", name, flags))
+def pause(name: bytes, flags: int) -> tuple:  # Pause
+    return ("PAUSE", name, flags)
 
 
-def need_jobs(name: bytes, count: int) -> NeedJobs:
-    return NeedJobs(("NEEDJOBS", name, count))
+def need_jobs(name: bytes, count: int) -> tuple:  # NeedJobs
+    return ("NEEDJOBS", name, count)
 
 
-def your_jobs(jobs: list) -> YourJobs:
-    return YourJobs(("YOURJOBS", jobs))
+def your_jobs(jobs: list) -> tuple:  # YourJobs
+    return ("YOURJOBS", jobs)
 
 
 # -- receiving (what arrives) ------------------------------------------------------------
