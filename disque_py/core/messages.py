@@ -363,14 +363,15 @@ def _setack(handle: Handler) -> Receiver:
     def receive(sender: str, b: list) -> Any:
         if len(b) == 2:
             job_id, may_have = b
-            two = False
-        elif len(b) > 2:
-            job_id, may_have, two = b[0], b[1], b[2]
-        else:
+            if type(may_have) is int and type(job_id) is bytes and len(job_id) == _ID_LEN:
+                return handle(sender, SetAck(("SETACK", job_id, may_have)))
             return False
+        if len(b) < 2:
+            return False
+        job_id, may_have = b[0], b[1]
         if type(may_have) is not int or type(job_id) is not bytes or len(job_id) != _ID_LEN:
             return False
-        if two is True:
+        if b[2] is True:
             return handle(sender, SetAckTwoCopies(("SETACK", job_id, may_have, True)))
         return handle(sender, SetAck(("SETACK", job_id, may_have)))
 
@@ -381,14 +382,15 @@ def _gotack(handle: Handler) -> Receiver:
     def receive(sender: str, b: list) -> Any:
         if len(b) == 2:
             job_id, known = b
-            deleted = False
-        elif len(b) > 2:
-            job_id, known, deleted = b[0], b[1], b[2]
-        else:
+            if type(known) is bool and type(job_id) is bytes and len(job_id) == _ID_LEN:
+                return handle(sender, GotAck(("GOTACK", job_id, known)))
             return False
+        if len(b) < 2:
+            return False
+        job_id, known = b[0], b[1]
         if type(known) is not bool or type(job_id) is not bytes or len(job_id) != _ID_LEN:
             return False
-        if deleted is True:
+        if b[2] is True:
             return handle(sender, GotAckDeleted(("GOTACK", job_id, known, True)))
         return handle(sender, GotAck(("GOTACK", job_id, known)))
 
