@@ -69,7 +69,7 @@ except ImportError:  # not CPython: the same, a little slower
         return property(_itemgetter(index), doc=doc)
 
 
-from .ids import JOB_ID_LEN
+from .ids import JOB_ID_LEN, NODE_IDS_SEEN, valid_node_ids
 from .wire import RETRY_FIELD
 
 __all__ = [
@@ -307,6 +307,7 @@ def your_jobs(jobs: list) -> tuple:  # YourJobs
 Receiver = Callable[[str, list], Any]
 Handler = Callable[[str, Any], Any]
 _ID_LEN = JOB_ID_LEN  # job ID shape, checked inline below (a helper call per message cost ~60 ns)
+_NODE_IDS_SEEN = NODE_IDS_SEEN
 
 
 def _repljob(handle: Handler) -> Receiver:
@@ -407,9 +408,12 @@ def _deljob(handle: Handler) -> Receiver:
         if len(b) > 1:
             holders = b[1]
             if type(holders) is list:
-                for n in holders:
-                    if type(n) is not str or len(n) != 40:
-                        return False
+                try:
+                    seen = _NODE_IDS_SEEN.issuperset(holders)  # see ids.NODE_IDS_SEEN
+                except TypeError:  # an unhashable element
+                    return False
+                if not seen and not valid_node_ids(holders):
+                    return False
                 return handle(sender, DelJobHolders(("DELJOB", job_id, holders)))
         return handle(sender, DelJob(("DELJOB", job_id)))
 
