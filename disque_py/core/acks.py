@@ -86,8 +86,6 @@ class Acks:
         self.ctx = ctx
         self._store = ctx.store
         self._stats = ctx.stats
-        self._send_lazy = ctx.send_lazy
-        self._time_error = ctx.time_error
         self.tombstones: dict[bytes, int] = {}  # recently dead job id -> forget at (ms)
         # (forget at, id) oldest first: a dict emptied from the front makes each next(iter()) walk
         # the holes left there (it showed up at 3 % of a node's time)
@@ -111,7 +109,7 @@ class Acks:
         if schedule_gc:
             # Always schedule a GC attempt: a node acked through SETACK may never hear the final
             # DELJOB (lost message), and only its own GC attempts will collect the ack.
-            job.gc_at = ctx.now + min(GC_RETRY_MIN_MS << job.gc_retry, GC_RETRY_MAX_MS) + self._time_error()
+            job.gc_at = ctx.now + min(GC_RETRY_MIN_MS << job.gc_retry, GC_RETRY_MAX_MS) + ctx.time_error()
             ctx.reschedule(job)
 
     def _dummy_unknown_everywhere(self, job: Job) -> bool:
@@ -153,9 +151,9 @@ class Acks:
             message: tuple = set_ack_two_copies(bytes(job.id))
         else:
             message = set_ack(bytes(job.id), len(delivered))
-        self._send_lazy([n for n in targets if n not in confirmed], message)
+        ctx.send_lazy([n for n in targets if n not in confirmed], message)
         period = min(GC_RETRY_MIN_MS << job.gc_retry, GC_RETRY_MAX_MS)
-        job.gc_at = ctx.now + period + self._time_error()
+        job.gc_at = ctx.now + period + ctx.time_error()
         ctx.reschedule(job)
 
     # -- tombstones ----------------------------------------------------------------------
@@ -205,14 +203,14 @@ class Acks:
                 # every job with two copies: REPLICATE 2, or a moved REPLICATE 1 job).
                 self.acknowledge(job, schedule_gc=False)
                 ctx.delete_job(job)
-                self._send_lazy((sender,), got_ack_deleted(job_id))
+                ctx.send_lazy((sender,), got_ack_deleted(job_id))
                 return
             self.acknowledge(job)
         if job is None or len(job.delivered) <= may_have:
-            self._send_lazy((sender,), got_ack(job_id, job is not None))
+            ctx.send_lazy((sender,), got_ack(job_id, job is not None))
         else:
             if may_have == 0:
-                self._send_lazy((sender,), got_ack(job_id, True))
+                ctx.send_lazy((sender,), got_ack(job_id, True))
             self.try_gc(job)
 
     def on_gotack(self, sender: str, m: GotAck | GotAckDeleted) -> None:
@@ -245,7 +243,7 @@ class Acks:
             else:
                 others = job.delivered
             if others:
-                self._send_lazy(others, del_job_holders(bytes(job.id), list(job.delivered)))
+                ctx.send_lazy(others, del_job_holders(bytes(job.id), list(job.delivered)))
             ctx.delete_job(job)
 
     def on_deljob(self, sender: str, m: DelJob | DelJobHolders) -> None:
@@ -262,7 +260,7 @@ class Acks:
                 me = ctx.id
                 others = [n for n in job.delivered if n not in told and n != sender and n != me]
                 if others:
-                    self._send_lazy(others, del_job_holders(bytes(job.id), told + others))
+                    ctx.send_lazy(others, del_job_holders(bytes(job.id), told + others))
             ctx.delete_job(job)
         elif valid_job_id(m.job_id):
             self.bury(m.job_id)  # not here (yet): a copy moving in right after is dead already
@@ -307,10 +305,10 @@ class Acks:
         for job_id in ids:
             job = store.get(job_id)
             if job is None:
-                self._send_lazy(ctx.known_nodes, del_job(bytes(job_id)))
+                ctx.send_lazy(ctx.known_nodes, del_job(bytes(job_id)))
                 self.bury(bytes(job_id))  # a copy on its way here is dropped too
             else:
-                self._send_lazy(job.delivered, del_job_holders(bytes(job_id), list(job.delivered)))
+                ctx.send_lazy(job.delivered, del_job_holders(bytes(job_id), list(job.delivered)))
                 if job.state != ACKED:
                     self._stats["jobs_acked"] += 1
                 ctx.delete_job(job)

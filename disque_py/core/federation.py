@@ -359,16 +359,15 @@ class Federation:
         """Send the jobs exported during this input: one YOURJOBS per peer (``Node``, after
         every input)."""
         outgoing = self.outgoing
-        items = list(outgoing.items())
-        outgoing.clear()
         ctx = self.ctx
-        for peer, jobs in items:
+        for peer, jobs in outgoing.items():  # sending exports nothing: the dict stays as it is
             # one message for all, unless their bodies would not fit one bus message together
             # (one job always does: it came in one, or through ADDJOB's MAX_JOB_BYTES)
             parts = _by_size(jobs) if len(jobs) > 1 else (jobs,)
             for part in parts:
                 ctx.send((peer,), your_jobs(part))
                 self._stats["yourjobs_sent"] += 1
+        outgoing.clear()
 
     # -- importing ---------------------------------------------------------------
     def on_yourjobs(self, sender: str, m: YourJobs) -> None:

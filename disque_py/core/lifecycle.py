@@ -48,7 +48,6 @@ class Lifecycle:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
         self._store = ctx.store
-        self._schedule = ctx.store.schedule
         self._queues = ctx.queues
         self._stats = ctx.stats
 
@@ -67,7 +66,7 @@ class Lifecycle:
                 requeue_at -= WILLQUEUE_ADVANCE_MS
             if requeue_at < at:
                 at = requeue_at
-        self._schedule(job, at if at > 0 else 1)
+        self._store.schedule(job, at if at > 0 else 1)
 
     def run_due(self, now: int) -> None:
         """Run every job timer due at ``now`` (at most SCHEDULE_BATCH jobs per call)."""

@@ -2,16 +2,22 @@
 
 Theory of operation
 -------------------
-Every message a node sends or receives on the bus's DATA channel (REPLJOB,
-GOTJOB, ENQUEUE, QUEUED, WORKING, WILLQUEUE, SETACK, GOTACK, DELJOB, PAUSE,
-NEEDJOBS, YOURJOBS) is a tuple subclass with named fields (``_Message``: a
-``typing.NamedTuple`` but for its constructor) whose first field is its kind,
-so that its tuple form *is* the wire form ``(kind, *fields)``: the shell
-encodes ``message[0]`` and ``list(message[1:])`` as before, byte for byte,
-and reads ``message[0] == "YOURJOBS"``. Builders (``set_ack(...)``, ...) fill
-the kind. A type is made from its tuple form, ``SetAck(("SETACK", id, n))``:
-that is ``tuple``'s own constructor, in C, half the cost of a NamedTuple's
-(several messages are built and received per job).
+Every message a node receives on the bus's DATA channel (REPLJOB, GOTJOB,
+ENQUEUE, QUEUED, WORKING, WILLQUEUE, SETACK, GOTACK, DELJOB, PAUSE, NEEDJOBS,
+YOURJOBS) reaches its handler as a tuple subclass with named fields
+(``_Message``: a ``typing.NamedTuple`` but for its constructor) whose first
+field is its kind, so that its tuple form *is* the wire form ``(kind,
+*fields)``. A type is made from its tuple form, ``SetAck(("SETACK", id, n))``:
+that is ``tuple``'s own constructor, in C, half the cost of a NamedTuple's.
+
+What a node sends is that wire form itself, a plain tuple: the builders
+(``set_ack(...)``, ...; one per type, named after it) fill the kind and return
+``(kind, *fields)``, which the shell encodes as ``message[0]`` and
+``list(message[1:])`` and reads as ``message[0] == "YOURJOBS"``. Only what
+arrives is typed: a sent message is never read by its fields (the shell
+encodes it, ``on_moves_unsent`` reads it by index), and building a typed one
+on both sides cost twice the ~110 ns a type's construction costs over a plain
+tuple, 11 times per job at REPLICATE 3 (BENCHMARKS.md, "The house rebuilt").
 
 Three kinds have an optional trailing field, so each has two types, one per
 wire shape: ``SetAck`` / ``SetAckTwoCopies`` (SETACK id 2 True: "I am your
@@ -63,7 +69,7 @@ except ImportError:  # not CPython: the same, a little slower
         return property(_itemgetter(index), doc=doc)
 
 
-from .ids import JOB_ID_LEN
+from .ids import JOB_ID_LEN, NODE_IDS_SEEN, valid_node_ids
 from .wire import RETRY_FIELD
 
 __all__ = [
@@ -229,65 +235,65 @@ class YourJobs(_Message):
     jobs: list
 
 
-# -- builders (what the machines send) -----------------------------------------------------
-def repl_job(job: list, noreply: bool) -> ReplJob:
-    return ReplJob(("REPLJOB", job, noreply))
+# -- builders (what the machines send: the plain wire tuple, see the module docstring) ---------
+def repl_job(job: list, noreply: bool) -> tuple:  # ReplJob
+    return ("REPLJOB", job, noreply)
 
 
-def got_job(job_id: bytes) -> GotJob:
-    return GotJob(("GOTJOB", job_id))
+def got_job(job_id: bytes) -> tuple:  # GotJob
+    return ("GOTJOB", job_id)
 
 
-def enqueue(job_id: bytes, delay: int) -> Enqueue:
-    return Enqueue(("ENQUEUE", job_id, delay))
+def enqueue(job_id: bytes, delay: int) -> tuple:  # Enqueue
+    return ("ENQUEUE", job_id, delay)
 
 
-def queued(job_id: bytes, flags: int) -> Queued:
-    return Queued(("QUEUED", job_id, flags))
+def queued(job_id: bytes, flags: int) -> tuple:  # Queued
+    return ("QUEUED", job_id, flags)
 
 
-def working(job_id: bytes) -> Working:
-    return Working(("WORKING", job_id))
+def working(job_id: bytes) -> tuple:  # Working
+    return ("WORKING", job_id)
 
 
-def will_queue(job_id: bytes) -> WillQueue:
-    return WillQueue(("WILLQUEUE", job_id))
+def will_queue(job_id: bytes) -> tuple:  # WillQueue
+    return ("WILLQUEUE", job_id)
 
 
-def set_ack(job_id: bytes, may_have: int) -> SetAck:
-    return SetAck(("SETACK", job_id, may_have))
+def set_ack(job_id: bytes, may_have: int) -> tuple:  # SetAck
+    return ("SETACK", job_id, may_have)
 
 
-def set_ack_two_copies(job_id: bytes) -> SetAckTwoCopies:
-    return SetAckTwoCopies(("SETACK", job_id, 2, True))
+def set_ack_two_copies(job_id: bytes) -> tuple:  # SetAckTwoCopies
+    return ("SETACK", job_id, 2, True)
 
 
-def got_ack(job_id: bytes, known: bool) -> GotAck:
-    return GotAck(("GOTACK", job_id, known))
+def got_ack(job_id: bytes, known: bool) -> tuple:  # GotAck
+    return ("GOTACK", job_id, known)
 
 
-def got_ack_deleted(job_id: bytes) -> GotAckDeleted:
-    return GotAckDeleted(("GOTACK", job_id, True, True))
+def got_ack_deleted(job_id: bytes) -> tuple:  # GotAckDeleted
+    return ("GOTACK", job_id, True, True)
 
 
-def del_job(job_id: bytes) -> DelJob:
-    return DelJob(("DELJOB", job_id))
+def del_job(job_id: bytes) -> tuple:  # DelJob
+    return ("DELJOB", job_id)
 
 
-def del_job_holders(job_id: bytes, holders: list) -> DelJobHolders:
-    return DelJobHolders(("DELJOB", job_id, holders))
+def del_job_holders(job_id: bytes, holders: list) -> tuple:  # DelJobHolders
+    return ("DELJOB", job_id, holders)
 
 
-def pause(name: bytes, flags: int) -> Pause:
-    return Pause(("PAUSE", name, flags))
+def pause(name: bytes, flags: int) -> tuple:  # Pause
+    return ("PAUSE", name, flags)
 
 
-def need_jobs(name: bytes, count: int) -> NeedJobs:
-    return NeedJobs(("NEEDJOBS", name, count))
+def need_jobs(name: bytes, count: int) -> tuple:  # NeedJobs
+    return ("NEEDJOBS", name, count)
 
 
-def your_jobs(jobs: list) -> YourJobs:
-    return YourJobs(("YOURJOBS", jobs))
+def your_jobs(jobs: list) -> tuple:  # YourJobs
+    return ("YOURJOBS", jobs)
 
 
 # -- receiving (what arrives) ------------------------------------------------------------
@@ -296,19 +302,27 @@ def your_jobs(jobs: list) -> YourJobs:
 # calls the handler with it, returning what the handler returns (None); False if the body is
 # malformed, and then the handler is not called. Checking, building and dispatching are one call:
 # a separate decoder's call and the dispatch on its result cost about a tenth of a GOTACK's
-# handling.
+# handling. A body of the usual length is unpacked once into locals, which are checked and
+# built from (a subscript per field and check cost ~20 opcodes more per message).
 Receiver = Callable[[str, list], Any]
 Handler = Callable[[str, Any], Any]
 _ID_LEN = JOB_ID_LEN  # job ID shape, checked inline below (a helper call per message cost ~60 ns)
+_NODE_IDS_SEEN = NODE_IDS_SEEN
 
 
 def _repljob(handle: Handler) -> Receiver:
     # Only the shape here: the job array is checked where the handler builds the Job from it
     # (``wire.job_from_wire``, once), and a bad one counted there (see the module docstring).
     def receive(sender: str, b: list) -> Any:
-        if len(b) < 2 or type(b[0]) is not list or type(b[1]) is not bool:
+        if len(b) == 2:
+            job, noreply = b
+        elif len(b) > 2:
+            job, noreply = b[0], b[1]
+        else:
             return False
-        return handle(sender, ReplJob(("REPLJOB", b[0], b[1])))
+        if type(job) is list and type(noreply) is bool:
+            return handle(sender, ReplJob(("REPLJOB", job, noreply)))
+        return False
 
     return receive
 
@@ -316,93 +330,127 @@ def _repljob(handle: Handler) -> Receiver:
 def _id_only(kind: str, cls: type) -> Callable[[Handler], Receiver]:
     def make(handle: Handler) -> Receiver:
         def receive(sender: str, b: list) -> Any:
-            if not b or type(b[0]) is not bytes or len(b[0]) != _ID_LEN:
-                return False
-            return handle(sender, cls((kind, b[0])))
+            if b:
+                job_id = b[0]
+                if type(job_id) is bytes and len(job_id) == _ID_LEN:
+                    return handle(sender, cls((kind, job_id)))
+            return False
 
         return receive
 
     return make
 
 
-def _enqueue(handle: Handler) -> Receiver:
-    def receive(sender: str, b: list) -> Any:
-        if len(b) < 2 or type(b[0]) is not bytes or len(b[0]) != _ID_LEN or type(b[1]) is not int:
+def _id_int(kind: str, cls: type) -> Callable[[Handler], Receiver]:
+    # ENQUEUE id delay, QUEUED id flags
+    def make(handle: Handler) -> Receiver:
+        def receive(sender: str, b: list) -> Any:
+            if len(b) == 2:
+                job_id, n = b
+            elif len(b) > 2:
+                job_id, n = b[0], b[1]
+            else:
+                return False
+            if type(job_id) is bytes and len(job_id) == _ID_LEN and type(n) is int:
+                return handle(sender, cls((kind, job_id, n)))
             return False
-        return handle(sender, Enqueue(("ENQUEUE", b[0], b[1])))
 
-    return receive
+        return receive
 
-
-def _queued(handle: Handler) -> Receiver:
-    def receive(sender: str, b: list) -> Any:
-        if len(b) < 2 or type(b[0]) is not bytes or len(b[0]) != _ID_LEN or type(b[1]) is not int:
-            return False
-        return handle(sender, Queued(("QUEUED", b[0], b[1])))
-
-    return receive
+    return make
 
 
 def _setack(handle: Handler) -> Receiver:
     def receive(sender: str, b: list) -> Any:
-        if len(b) < 2 or type(b[1]) is not int or type(b[0]) is not bytes or len(b[0]) != _ID_LEN:
+        if len(b) == 2:
+            job_id, may_have = b
+            if type(may_have) is int and type(job_id) is bytes and len(job_id) == _ID_LEN:
+                return handle(sender, SetAck(("SETACK", job_id, may_have)))
             return False
-        if len(b) > 2 and b[2] is True:
-            return handle(sender, SetAckTwoCopies(("SETACK", b[0], b[1], True)))
-        return handle(sender, SetAck(("SETACK", b[0], b[1])))
+        if len(b) < 2:
+            return False
+        job_id, may_have = b[0], b[1]
+        if type(may_have) is not int or type(job_id) is not bytes or len(job_id) != _ID_LEN:
+            return False
+        if b[2] is True:
+            return handle(sender, SetAckTwoCopies(("SETACK", job_id, may_have, True)))
+        return handle(sender, SetAck(("SETACK", job_id, may_have)))
 
     return receive
 
 
 def _gotack(handle: Handler) -> Receiver:
     def receive(sender: str, b: list) -> Any:
-        if len(b) < 2 or type(b[1]) is not bool or type(b[0]) is not bytes or len(b[0]) != _ID_LEN:
+        if len(b) == 2:
+            job_id, known = b
+            if type(known) is bool and type(job_id) is bytes and len(job_id) == _ID_LEN:
+                return handle(sender, GotAck(("GOTACK", job_id, known)))
             return False
-        if len(b) > 2 and b[2] is True:
-            return handle(sender, GotAckDeleted(("GOTACK", b[0], b[1], True)))
-        return handle(sender, GotAck(("GOTACK", b[0], b[1])))
+        if len(b) < 2:
+            return False
+        job_id, known = b[0], b[1]
+        if type(known) is not bool or type(job_id) is not bytes or len(job_id) != _ID_LEN:
+            return False
+        if b[2] is True:
+            return handle(sender, GotAckDeleted(("GOTACK", job_id, known, True)))
+        return handle(sender, GotAck(("GOTACK", job_id, known)))
 
     return receive
 
 
 def _deljob(handle: Handler) -> Receiver:
     def receive(sender: str, b: list) -> Any:
-        if not b or type(b[0]) is not bytes or len(b[0]) != _ID_LEN:
+        if not b:
             return False
-        if len(b) > 1 and type(b[1]) is list:
+        job_id = b[0]
+        if type(job_id) is not bytes or len(job_id) != _ID_LEN:
+            return False
+        if len(b) > 1:
             holders = b[1]
-            for n in holders:
-                if type(n) is not str or len(n) != 40:
+            if type(holders) is list:
+                try:
+                    seen = _NODE_IDS_SEEN.issuperset(holders)  # see ids.NODE_IDS_SEEN
+                except TypeError:  # an unhashable element
                     return False
-            return handle(sender, DelJobHolders(("DELJOB", b[0], holders)))
-        return handle(sender, DelJob(("DELJOB", b[0])))
+                if not seen and not valid_node_ids(holders):
+                    return False
+                return handle(sender, DelJobHolders(("DELJOB", job_id, holders)))
+        return handle(sender, DelJob(("DELJOB", job_id)))
 
     return receive
 
 
 def _pause(handle: Handler) -> Receiver:
     def receive(sender: str, b: list) -> Any:
-        if len(b) < 2 or type(b[0]) is not bytes or type(b[1]) is not int:
+        if len(b) < 2:
             return False
-        return handle(sender, Pause(("PAUSE", b[0], b[1])))
+        name, flags = b[0], b[1]
+        if type(name) is not bytes or type(flags) is not int:
+            return False
+        return handle(sender, Pause(("PAUSE", name, flags)))
 
     return receive
 
 
 def _needjobs(handle: Handler) -> Receiver:
     def receive(sender: str, b: list) -> Any:
-        if len(b) < 2 or type(b[0]) is not bytes or type(b[1]) is not int or b[1] < 0:
+        if len(b) < 2:
             return False
-        return handle(sender, NeedJobs(("NEEDJOBS", b[0], b[1])))
+        name, count = b[0], b[1]
+        if type(name) is not bytes or type(count) is not int or count < 0:
+            return False
+        return handle(sender, NeedJobs(("NEEDJOBS", name, count)))
 
     return receive
 
 
 def _yourjobs(handle: Handler) -> Receiver:
     def receive(sender: str, b: list) -> Any:
-        if not b or type(b[0]) is not list:
-            return False
-        return handle(sender, YourJobs(("YOURJOBS", b[0])))
+        if b:
+            jobs = b[0]
+            if type(jobs) is list:
+                return handle(sender, YourJobs(("YOURJOBS", jobs)))
+        return False
 
     return receive
 
@@ -410,8 +458,8 @@ def _yourjobs(handle: Handler) -> Receiver:
 _RECEIVERS: dict[str, Callable[[Handler], Receiver]] = {
     "REPLJOB": _repljob,
     "GOTJOB": _id_only("GOTJOB", GotJob),
-    "ENQUEUE": _enqueue,
-    "QUEUED": _queued,
+    "ENQUEUE": _id_int("ENQUEUE", Enqueue),
+    "QUEUED": _id_int("QUEUED", Queued),
     "WORKING": _id_only("WORKING", Working),
     "WILLQUEUE": _id_only("WILLQUEUE", WillQueue),
     "SETACK": _setack,

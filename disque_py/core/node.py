@@ -248,10 +248,9 @@ class Node:
         self.replication.client_closed(client)
 
     def take_effects(self) -> list[Any]:
-        ctx = self.ctx
-        effects = ctx.effects
+        effects = self.ctx.effects
         if effects:
-            ctx.effects = []
+            self.ctx.effects = []
         return effects
 
     def next_wakeup(self) -> int | None:

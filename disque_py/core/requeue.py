@@ -66,9 +66,6 @@ class Requeue:
         self._stats = ctx.stats
         self._ready = ctx.ready
         self._leases = ctx.push_leases
-        self._time_error = ctx.time_error
-        self._send = ctx.send
-        self._send_lazy = ctx.send_lazy
 
     # -- into and out of queues ---------------------------------------------------------
     def enqueue_job(self, job: Job, nack: bool = False) -> bool:
@@ -83,11 +80,11 @@ class Requeue:
         if job.retry:
             if len(job.delivered) > 1:
                 job.flags |= F_BCAST_WILLQUEUE
-            job.requeue_at = now + job.retry * 1000 + self._time_error()
+            job.requeue_at = now + job.retry * 1000 + ctx.time_error()
         else:
             job.requeue_at = 0  # AT_MOST_ONCE: never again
         if job.flags & F_BCAST_QUEUED or nack:
-            self._send(job.delivered, queued(bytes(job.id), QUEUED_INCR_NACKS if nack else QUEUED_INCR_DELIV))
+            ctx.send(job.delivered, queued(bytes(job.id), QUEUED_INCR_NACKS if nack else QUEUED_INCR_DELIV))
             if nack:
                 job.nacks += 1
             else:
@@ -122,24 +119,24 @@ class Requeue:
         state = job.state
         if job.flags & F_BCAST_WILLQUEUE and job.requeue_at - WILLQUEUE_ADVANCE_MS <= now:
             if state != QUEUED:
-                self._send(job.delivered, will_queue(bytes(job.id)))
+                self.ctx.send(job.delivered, will_queue(bytes(job.id)))
             job.flags &= ~F_BCAST_WILLQUEUE
         if state == ACTIVE and job.requeue_at and job.requeue_at <= now:
             q = self._queues.get(job.queue)
             if job.retry and q is not None and q.flags & PAUSED_IN:
-                job.requeue_at = now + job.retry * 1000 + self._time_error()
+                job.requeue_at = now + job.retry * 1000 + self.ctx.time_error()
             else:
                 self.enqueue_job(job)
         if job.state == QUEUED and job.requeue_at and job.requeue_at <= now and job.retry:
             # Still queued at requeue time: nobody fetched it; just move on.
             if len(job.delivered) > 1:
                 job.flags |= F_BCAST_WILLQUEUE
-            job.requeue_at = now + job.retry * 1000 + self._time_error()
+            job.requeue_at = now + job.retry * 1000 + self.ctx.time_error()
 
     def _postpone(self, job: Job) -> None:
         if job.retry and job.requeue_at:
             job.flags |= F_BCAST_WILLQUEUE
-            job.requeue_at = self.ctx.now + job.retry * 1000 + self._time_error()
+            job.requeue_at = self.ctx.now + job.retry * 1000 + self.ctx.time_error()
             self.ctx.reschedule(job)
 
     # -- messages -----------------------------------------------------------------------
@@ -165,7 +162,7 @@ class Requeue:
         if job is None:
             return
         if job.state == ACKED:
-            self._send_lazy((sender,), set_ack(bytes(job.id), len(job.delivered)))
+            self.ctx.send_lazy((sender,), set_ack(bytes(job.id), len(job.delivered)))
             return
         if job.state == QUEUED and compare_ids_by_job(sender, self.ctx.id, job.id) > 0:
             self.dequeue_job(job)
@@ -181,7 +178,7 @@ class Requeue:
         if job is None:
             return
         if job.state == ACKED:
-            self._send_lazy((sender,), set_ack(bytes(job.id), len(job.delivered)))
+            self.ctx.send_lazy((sender,), set_ack(bytes(job.id), len(job.delivered)))
             return
         if job.state == QUEUED:
             self.dequeue_job(job)
@@ -194,9 +191,9 @@ class Requeue:
         if job.state in (ACTIVE, QUEUED) and sender not in job.delivered:
             job.delivered = tuple(job.delivered) + (sender,)
         if job.state == QUEUED:
-            self._send(job.delivered, queued(bytes(job.id), 0))
+            self.ctx.send(job.delivered, queued(bytes(job.id), 0))
         elif job.state == ACKED:
-            self._send_lazy((sender,), set_ack(bytes(job.id), len(job.delivered)))
+            self.ctx.send_lazy((sender,), set_ack(bytes(job.id), len(job.delivered)))
 
     # -- commands -----------------------------------------------------------------------
     def _enqueue_many(self, argv: list[bytes], nack: bool) -> Any:
@@ -242,7 +239,7 @@ class Requeue:
         if job.retry and job.requeue_at:
             if len(job.delivered) > 1:
                 job.flags |= F_BCAST_WILLQUEUE
-            job.requeue_at = now + job.retry * 1000 + self._time_error()
+            job.requeue_at = now + job.retry * 1000 + ctx.time_error()
             ctx.reschedule(job)
-        self._send(job.delivered, working(bytes(job.id)))
+        ctx.send(job.delivered, working(bytes(job.id)))
         return job.retry

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .ids import valid_job_id
+from .ids import NODE_IDS_SEEN, valid_job_id, valid_node_ids
 from .job import ACTIVE, Job
 
 __all__ = ["JOB_WIRE_FIELDS", "RETRY_FIELD", "job_from_wire", "job_to_wire"]
@@ -28,6 +28,7 @@ RETRY_FIELD = 7  # index of RETRY in the array (moves_to_watch reads it)
 _MAX_I64 = (1 << 63) - 1
 _MAX_DELAY = 1 << 31
 _INT = int
+_NODE_IDS_SEEN = NODE_IDS_SEEN
 
 
 def job_to_wire(job: Job, now: int) -> list:
@@ -58,9 +59,12 @@ def job_from_wire(d: Any, now: int) -> Job | None:
         return None
     if type(nodes) is not list or len(nodes) > 65535:
         return None
-    for n in nodes:
-        if type(n) is not str or len(n) != 40:
-            return None
+    try:
+        seen = _NODE_IDS_SEEN.issuperset(nodes)  # see ids.NODE_IDS_SEEN
+    except TypeError:  # an unhashable element
+        return None
+    if not seen and not valid_node_ids(nodes):
+        return None
     job = Job(job_id, ACTIVE, queue, body, repl, ctime, now + ttl, delay, retry, 0, tuple(dict.fromkeys(nodes)))
     job.nacks = nacks
     job.deliveries = deliv
