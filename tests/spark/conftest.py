@@ -37,6 +37,13 @@ def _java_problem() -> str | None:
     return None
 
 
+def pytest_collection_modifyitems(items):
+    # Under pytest-xdist (scripts/test), every Spark test runs in one worker: one SparkSession.
+    for item in items:
+        if "tests/spark/" in str(item.fspath).replace("\\", "/"):
+            item.add_marker(pytest.mark.xdist_group("spark"))
+
+
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory):
     problem = _java_problem()
