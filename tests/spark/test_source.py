@@ -210,6 +210,9 @@ def test_available_now_drains_and_acks_every_job(spark, nodes_option, queue, clu
                    workingOnTake=working_on_take)  # fmt: skip
     assert query.awaitTermination(120)
     assert sorted(r.id for r in seen) == sorted(ids)
+    # reportLatestOffset: the query's progress shows how many jobs were queued.
+    latest = [p["sources"][0].get("latestOffset") for p in query.recentProgress]
+    assert any(isinstance(x, str) and '"queued"' in x for x in latest), latest
     # The final batch is acknowledged in this run too (the source ends one empty batch after it).
     wait_for(lambda: jobs_left(cluster, queue) == 0, 30, what="every job acknowledged")
 
