@@ -98,7 +98,7 @@ def test_a_record_reads_as_a_resp_command():
     job = encode(SAMPLE[0])
     assert job.startswith(b"*8\r\n$7\r\nLOADJOB\r\n$40\r\n" + ID1 + b"\r\n$6\r\nqueued\r\n")
     assert b"\r\n3 5 %d %d 0 300 2 4 %d\r\n" % (WALL * 1_000_000 + 7, WALL + 86_400_000, WALL + 300_000) in job
-    assert b"\r\n" + " ".join(NODES).encode() + b"\r\n$12\r\nhello\r\nworld\r\n$8\r\n" in job
+    assert b"\r\n" + " ".join(NODES).encode() + b"\r\n$4\r\nq\r\n1\r\n$12\r\nhello\r\nworld\r\n$8\r\n" in job
 
 
 def test_one_id_kinds_differ_by_kind():
@@ -121,6 +121,18 @@ def test_load_job_record_takes_every_field_to_the_wall_clock():
     assert load_job_record(job, WALL).requeue == 0
     (_, back), = RecordReader().feed(encode(rec))  # fmt: skip
     assert back == rec
+
+
+def test_the_fast_path_takes_plain_records_and_agrees_with_the_full_parser():
+    odd_node = ("x" * 39 + "!",)  # outside the fast path's node alphabet
+    for rec in [*SAMPLE, loadjob(nodes=odd_node), loadjob(body=b"\x00" * 300, queue=b"")]:
+        raw = bytearray(encode(rec))
+        full = RecordReader._parse(raw, 0, len(raw))
+        assert full == (rec, len(raw))
+        fast = records._fast(raw, 0)
+        assert fast == (None if rec.__class__ is LoadJob and rec.nodes == odd_node else full)
+        for cut in range(len(raw)):  # a partial record is left to the full parser
+            assert records._fast(raw[:cut], 0) is None
 
 
 # --- any slicing ----------------------------------------------------------------------
@@ -209,16 +221,16 @@ def test_well_framed_records_with_bad_fields_are_corrupt():
         (finish([b"QUEUED", b"x" * 40]), "QUEUED: malformed job ID"),
         (finish([b"NOSUCH", ID1]), "unknown kind of record"),
         (finish([b"QUEUED", ID1, b"extra", b"x", b"y", b"z", b"w"]), "QUEUED has 3 elements, not 8"),
-        (finish([b"LOADJOB", ID1, b"queued", b"1 2 3", b"q", b"", b"b"]), "LOADJOB: expected 9 numbers"),
-        (finish([b"LOADJOB", ID1, b"queued", b"1 0 0 0 0 0 0 -1 0", b"q", b"", b"b"]), "LOADJOB: malformed number"),
-        (finish([b"LOADJOB", ID1, b"queued", b"1 0 0 0 0 0 0  0", b"q", b"", b"b"]), "LOADJOB: malformed number"),
-        (finish([b"LOADJOB", ID1, b"queued", b"0 0 0 0 0 0 0 0 0", b"q", b"", b"b"]), "LOADJOB: number out of range"),
-        (finish([b"LOADJOB", ID1, b"queued", b"1 0 0 0 0 0 0 0 " + b"9" * 19, b"q", b"", b"b"]),
+        (finish([b"LOADJOB", ID1, b"queued", b"1 2 3", b"", b"q", b"b"]), "LOADJOB: expected 9 decimal numbers"),
+        (finish([b"LOADJOB", ID1, b"queued", b"1 0 0 0 0 0 0 -1 0", b"", b"q", b"b"]), "LOADJOB: expected 9 decimal numbers"),
+        (finish([b"LOADJOB", ID1, b"queued", b"1 0 0 0 0 0 0  0", b"", b"q", b"b"]), "LOADJOB: expected 9 decimal numbers"),
+        (finish([b"LOADJOB", ID1, b"queued", b"0 0 0 0 0 0 0 0 0", b"", b"q", b"b"]), "LOADJOB: number out of range"),
+        (finish([b"LOADJOB", ID1, b"queued", b"1 0 0 0 0 0 0 0 " + b"9" * 19, b"", b"q", b"b"]),
          "LOADJOB: number out of range"),
-        (finish([b"LOADJOB", ID1, b"gone", b"1 0 0 0 0 0 0 0 0", b"q", b"", b"b"]), "LOADJOB: unknown state"),
-        (finish([b"LOADJOB", ID1, b"queued", b"1 0 0 0 0 0 0 0 0", b"q", b"short", b"b"]),
+        (finish([b"LOADJOB", ID1, b"gone", b"1 0 0 0 0 0 0 0 0", b"", b"q", b"b"]), "LOADJOB: unknown state"),
+        (finish([b"LOADJOB", ID1, b"queued", b"1 0 0 0 0 0 0 0 0", b"short", b"q", b"b"]),
          "LOADJOB: malformed node ID"),
-        (finish([b"LOADJOB", ID1, b"queued", b"1 0 0 0 0 0 0 0 0", b"q", b"\xff" * 40, b"b"]),
+        (finish([b"LOADJOB", ID1, b"queued", b"1 0 0 0 0 0 0 0 0", b"\xff" * 40, b"q", b"b"]),
          "LOADJOB: malformed node ID"),
         (encode(Queued(ID1))[:-10] + b"DEADBEEF\r\n", "checksum mismatch"),
         (b"+OK\r\n", "expected '*'"),
@@ -255,7 +267,7 @@ def test_after_an_error_the_reader_only_repeats_it():
 
 
 def test_a_huge_declared_length_is_not_allocated():
-    head = records._finish([b"LOADJOB", ID1, b"queued", b"1 0 0 0 0 0 0 0 0", b"q", b""])
+    head = records._finish([b"LOADJOB", ID1, b"queued", b"1 0 0 0 0 0 0 0 0", b"", b"q"])
     head = b"*8" + head[2 : head.rindex(b"$8\r\n")] + b"$%d\r\n" % MAX_BULK_LEN + b"x" * 100
     tracemalloc.start()
     try:
