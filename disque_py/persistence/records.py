@@ -33,14 +33,16 @@ Disque's commands where one exists:
   the node IDs that may hold a copy, separated by single spaces. These are
   ``wire.job_to_wire``'s fields with the TTL made absolute, plus what SHOW
   reports of the state (the confirmed set is replication bookkeeping that a
-  restart starts again, and the wake-up follows from the times).
+  restart starts again, and the wake-up follows from the times), and the
+  job's flag bits (``core.job.F_*``), as Disque's serialized job has them.
+  A job without a queue or body (a dummy ack) is written with empty ones.
 * ``QUEUED id``, ``ACTIVE id`` (delivered or dequeued), ``ACKED id``,
   ``DELJOB id``: the state changes that matter, and the end of a job.
 
 Why the numbers share one element: a bulk string per field would make a
 LOADJOB 16 elements long, and decoding costs a few hundred nanoseconds of
-Python per element; one ``split`` and nine ``int`` calls are cheaper, and the
-line still reads as plain text (``3 0 1732...``). msgpack would be as fast
+Python per element; one regular expression and nine ``int`` calls are
+cheaper, and the line still reads as plain text (``3 0 1732...``). msgpack would be as fast
 but not readable; the body stays its own element, binary-safe. The layout of
 a kind is fixed (its count is checked): a later version adds a kind instead
 of appending fields, so a count damaged by a bit flip is never taken for a
