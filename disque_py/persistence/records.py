@@ -331,18 +331,17 @@ _KIND_LIMIT = 16
 _INCOMPLETE = None
 
 
-# The fast path: one regular expression finds most of a well-formed record's framing in
-# C. It accepts only records that ``RecordReader._parse`` accepts as the same record; on
+# The fast path: one regular expression finds a well-formed record's framing and every
+# element but the body in C (a queue name with CR or LF in it is left to _parse). It accepts only records that ``RecordReader._parse`` accepts as the same record; on
 # anything else (a partial record, damage, an unusual node ID) it steps aside and the
 # element-by-element parser decides, with its exact reason.
 _FAST_ID = re.compile(rb"\*3\r\n\$(\d)\r\n([A-Z]{1,9})\r\n\$40\r\n(.{40})\r\n\$8\r\n([0-9a-f]{8})\r\n", re.DOTALL)
 _FAST_LOADJOB = re.compile(
     rb"\*8\r\n\$7\r\nLOADJOB\r\n\$40\r\n(.{40})\r\n\$(\d\d?)\r\n([a-z-]{1,16})\r\n\$(\d{1,3})\r\n"
     + rb" ".join([rb"(\d{1,19})"] * _NUMBERS)
-    + rb"\r\n\$(\d{1,7})\r\n([0-9A-Za-z ]*)\r\n\$(\d{1,9})\r\n",
+    + rb"\r\n\$(\d{1,7})\r\n([0-9A-Za-z ]*)\r\n\$(\d{1,9})\r\n([^\r\n]*)\r\n\$(\d{1,9})\r\n",
     re.DOTALL,
 )
-_FAST_BULK = re.compile(rb"\$(\d{1,9})\r\n")
 _FAST_CRC = re.compile(rb"\$8\r\n([0-9a-f]{8})\r\n")
 
 
@@ -354,21 +353,11 @@ def _fast(buf: bytearray, pos: int) -> tuple[Any, int] | None:
         if m is None:
             return None
         g = m.groups()
-        job_id, state_len, state, numbers_len, nodes_len, nodes, queue_len = g[:4] + g[13:]
+        job_id, state_len, state, numbers_len, nodes_len, nodes, queue_len, queue, body_len = g[:4] + g[13:]
         if int(state_len) != len(state) or int(numbers_len) != m.end(13) - m.start(5) or int(nodes_len) != len(nodes):
             return None
-        n = int(queue_len)
-        if n > MAX_BULK_LEN or len(nodes) > _NODES_LIMIT:
-            return None
-        qs = m.end()
-        qe = qs + n
-        if buf[qe : qe + 2] != b"\r\n":
-            return None
-        m = _FAST_BULK.match(buf, qe + 2)
-        if m is None:
-            return None
-        n = int(m[1])
-        if n > MAX_BULK_LEN:
+        n = int(body_len)
+        if int(queue_len) != len(queue) or n > MAX_BULK_LEN or len(nodes) > _NODES_LIMIT:
             return None
         bs = m.end()
         be = bs + n
@@ -377,7 +366,7 @@ def _fast(buf: bytearray, pos: int) -> tuple[Any, int] | None:
         m = _FAST_CRC.match(buf, be + 2)
         if m is None or m[1] != b"%08x" % zlib.crc32(buf[pos : be + 2]):
             return None
-        return _build_loadjob(job_id, state, g[4:13], nodes, bytes(buf[qs:qe]), bytes(buf[bs:be])), m.end()
+        return _build_loadjob(job_id, state, g[4:13], nodes, queue, bytes(buf[bs:be])), m.end()
     if count == b"3":
         m = _FAST_ID.match(buf, pos)
         if m is None:
