@@ -285,17 +285,31 @@ def _build_loadjob(job_id: bytes, state_name: bytes, numbers: Any, nodes_bytes: 
         raise _Bad("LOADJOB: number out of range")
     if ctime > _MAX_I64 or expire > _MAX_I64 or nacks > _MAX_I64 or deliv > _MAX_I64 or requeue > _MAX_I64:
         raise _Bad("LOADJOB: number out of range")
-    if nodes_bytes:
-        try:
-            nodes = nodes_bytes.decode("ascii").split(" ")
-        except UnicodeDecodeError:
-            raise _Bad("LOADJOB: malformed node ID") from None
-        if not NODE_IDS_SEEN.issuperset(nodes) and not valid_node_ids(nodes):
-            raise _Bad("LOADJOB: malformed node ID")
-        nodes = tuple(nodes)
-    else:
-        nodes = ()
+    nodes = _NODES_SEEN.get(nodes_bytes)
+    if nodes is None:
+        nodes = _decode_nodes(nodes_bytes)
     return LoadJob(job_id, state, repl, flags, ctime, expire, delay, retry, nacks, deliv, requeue, queue, nodes, body)
+
+
+# The holders' element of the LOADJOBs already decoded: a cluster has few nodes, so
+# the same few strings come back in most records. At most _NODES_SEEN_MAX (then emptied).
+_NODES_SEEN: dict[bytes, tuple] = {}
+_NODES_SEEN_MAX = 4096
+
+
+def _decode_nodes(nodes_bytes: bytes) -> tuple:
+    if not nodes_bytes:
+        return ()
+    try:
+        nodes = nodes_bytes.decode("ascii").split(" ")
+    except UnicodeDecodeError:
+        raise _Bad("LOADJOB: malformed node ID") from None
+    if not NODE_IDS_SEEN.issuperset(nodes) and not valid_node_ids(nodes):
+        raise _Bad("LOADJOB: malformed node ID")
+    if len(_NODES_SEEN) >= _NODES_SEEN_MAX:
+        _NODES_SEEN.clear()
+    nodes_tuple = _NODES_SEEN[nodes_bytes] = tuple(nodes)
+    return nodes_tuple
 
 
 def _id_decoder(kind: type) -> Callable[[list[bytes]], Any]:
