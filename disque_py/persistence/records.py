@@ -59,8 +59,9 @@ before its bytes arrive, and lengths beyond ``MAX_BULK_LEN`` are corrupt.
 
 Speed: the element-by-element parser (``RecordReader._parse``) costs a few
 hundred nanoseconds of Python per element. Most records are taken instead by a
-fast path (``_fast``): one regular expression matches a LOADJOB's framing and
-small fields in C, and the same field checks build the record; it steps aside
+fast path (``_fast``): one regular expression matches a record's framing and
+every element but the body in C, and the same field checks build the record
+(``_build_loadjob``, a kind's decoder); it steps aside
 for anything else, so the element-by-element parser alone decides what is
 corrupt and why. ``scripts/benchmarks/bench_aof_records.py`` measures it.
 hiredis, which parses RESP in C, does not fit: it does not say where a reply
@@ -346,9 +347,10 @@ _INCOMPLETE = None
 
 
 # The fast path: one regular expression finds a well-formed record's framing and every
-# element but the body in C (a queue name with CR or LF in it is left to _parse). It accepts only records that ``RecordReader._parse`` accepts as the same record; on
-# anything else (a partial record, damage, an unusual node ID) it steps aside and the
-# element-by-element parser decides, with its exact reason.
+# element but the body in C. It accepts only records that ``RecordReader._parse`` accepts,
+# as the same record; on anything else (a partial record, damage, a queue name with CR or
+# LF, an unusual node ID) it steps aside and the element-by-element parser decides, with
+# its exact reason.
 _FAST_ID = re.compile(rb"\*3\r\n\$(\d)\r\n([A-Z]{1,9})\r\n\$40\r\n(.{40})\r\n\$8\r\n([0-9a-f]{8})\r\n", re.DOTALL)
 _FAST_LOADJOB = re.compile(
     rb"\*8\r\n\$7\r\nLOADJOB\r\n\$40\r\n(.{40})\r\n\$(\d\d?)\r\n([a-z-]{1,16})\r\n\$(\d{1,3})\r\n"
