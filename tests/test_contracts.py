@@ -6,6 +6,8 @@
 * The core (``disque_py.core``) is sans-I/O: it imports nothing of the rest of
   ``disque_py`` (the shell, the protocol, the config, the client) and none of the
   modules that do I/O or read the clock.
+* The AOF record format (``disque_py.persistence.records``) is sans-I/O as well: it
+  may import the core, and nothing else of ``disque_py`` nor any module the core may not.
 * ``cluster_bus`` is a library of its own: it never imports ``disque_py``.
 * The shell's parts (``server.clients``, ``dispatch``, ``timers``, ``cluster``,
   ``admin``) do not import each other: each is handed what it needs, and only
@@ -32,6 +34,7 @@ CORE_FORBIDDEN = frozenset({
     "subprocess", "signal", "logging", "io", "pathlib", "shutil",
 })  # fmt: skip
 SHELL = "disque_py.server"
+RECORDS = "disque_py.persistence.records"
 SPARK = "disque_py.spark"
 SHELL_PARTS = frozenset(SHELL + "." + p for p in ("clients", "dispatch", "timers", "cluster", "admin"))
 
@@ -131,6 +134,12 @@ def breaches(root: Path, packages=PACKAGES) -> list[str]:
                     out.append(f"the core imports {target}: {mod}")
             for name in sorted(external[mod] & CORE_FORBIDDEN):
                 out.append(f"the core imports {name}: {mod}")
+        if mod == RECORDS:
+            for target in sorted(internal[mod]):
+                if not (target == CORE or target.startswith(CORE + ".") or target == "disque_py.persistence"):
+                    out.append(f"the AOF records import {target}: {mod}")
+            for name in sorted(external[mod] & CORE_FORBIDDEN):
+                out.append(f"the AOF records import {name}: {mod}")
         if mod.startswith(SHELL + "."):
             for target in sorted(internal[mod]):
                 if target == SHELL + ".app" or (mod in SHELL_PARTS and target in SHELL_PARTS):
@@ -169,7 +178,7 @@ def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
         path = tmp_path / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
-    for package in ("disque_py", "disque_py/core", "disque_py/server", "cluster_bus"):
+    for package in ("disque_py", "disque_py/core", "disque_py/server", "disque_py/persistence", "cluster_bus"):
         init = tmp_path / package / "__init__.py"
         if not init.exists():
             init.parent.mkdir(parents=True, exist_ok=True)
@@ -209,6 +218,23 @@ def test_the_core_doing_io_or_reaching_for_the_shell_is_caught(tmp_path):
         "the core imports disque_py.server.app: disque_py.core.node",
         "the core imports os: disque_py.core.node",
         "the core imports time: disque_py.core.node",
+    ]
+
+
+def test_the_aof_records_doing_io_or_reaching_for_the_shell_is_caught(tmp_path):
+    root = _tree(tmp_path, {
+        "disque_py/persistence/records.py": (
+            "import os\nimport zlib\nfrom ..core.job import Job\nfrom ..server import dispatch\n"
+            "from ..config import Config\n"
+        ),
+        "disque_py/core/job.py": "",
+        "disque_py/server/dispatch.py": "",
+        "disque_py/config.py": "",
+    })  # fmt: skip
+    assert breaches(root) == [
+        "the AOF records import disque_py.config: disque_py.persistence.records",
+        "the AOF records import disque_py.server.dispatch: disque_py.persistence.records",
+        "the AOF records import os: disque_py.persistence.records",
     ]
 
 

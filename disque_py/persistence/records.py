@@ -1,0 +1,531 @@
+"""The AOF record format: encode records, decode them incrementally (sans-I/O).
+
+Theory of operation
+-------------------
+Like Disque's AOF (aof.c), the file is a sequence of Redis-protocol commands:
+each record is one RESP array of bulk strings, so ``head -c`` or ``less`` shows
+it, and tools that read a Redis AOF can walk it. Every record is::
+
+    *N\\r\\n $len\\r\\n KIND\\r\\n  ... fields ...  $8\\r\\n <crc32>\\r\\n
+
+The last element is the CRC-32 (zlib's) of every byte of the record before
+that element, from the ``*`` on, as 8 lowercase hex digits. Disque relies on
+the protocol's framing alone; we add the checksum because a bit flip inside a
+body or a number would otherwise load as a wrong job. CRC-32 detects every
+error burst of up to 32 bits, so any one damaged byte of a record is found:
+either the framing breaks (``CorruptRecord``) or the checksum does. The one
+exception: damage that makes a record claim more bytes than the rest of the
+file holds (a longer declared length) looks to any reader like a file
+cut inside that record, and is reported as ``Truncated`` like one, at that
+record's offset and with every byte from it on counted as dropped. Never is a
+damaged record decoded.
+
+The kinds (``KINDS``: name, number of elements, decoder) are named after
+Disque's commands where one exists:
+
+* ``LOADJOB id state numbers nodes queue body``: a job's creation, or its
+  whole state again (a later LOADJOB for the same ID replaces it). ``state``
+  is the state's name (``queued`` ...); ``numbers`` is one element of nine
+  decimal integers separated by single spaces: repl, flags, ctime, expire,
+  delay, retry, nacks, deliveries, requeue. ``expire`` and ``requeue`` are
+  wall-clock milliseconds (absolute, so a restart does not stretch a TTL;
+  ``requeue`` is the requeue/GC slot of the job, 0 for none); ``nodes`` is
+  the node IDs that may hold a copy, separated by single spaces. These are
+  ``wire.job_to_wire``'s fields with the TTL made absolute, plus what SHOW
+  reports of the state (the confirmed set is replication bookkeeping that a
+  restart starts again, and the wake-up follows from the times), and the
+  job's flag bits (``core.job.F_*``), as Disque's serialized job has them.
+  A job without a queue or body (a dummy ack) is written with empty ones.
+* ``QUEUED id``, ``ACTIVE id`` (delivered or dequeued), ``ACKED id``,
+  ``DELJOB id``: the state changes that matter, and the end of a job.
+
+Why the numbers share one element: a bulk string per field would make a
+LOADJOB 16 elements long, and decoding costs a few hundred nanoseconds of
+Python per element; one regular expression and nine ``int`` calls are
+cheaper, and the line still reads as plain text (``3 0 1732...``). msgpack would be as fast
+but not readable; the body stays its own element, binary-safe. The layout of
+a kind is fixed (its count is checked): a later version adds a kind instead
+of appending fields, so a count damaged by a bit flip is never taken for a
+newer layout.
+
+Decoding (``RecordReader``) takes bytes in any slicing, down to one byte at a
+time, with the same result as all at once: ``feed`` returns each record
+completed so far with the byte offset where it starts, and ``finish`` says
+whether a partial record is left at the end (``Truncated``: its offset, the
+bytes it holds). Anything malformed raises ``CorruptRecord`` (an ``AofError``)
+with the offset of the record it is in and the reason, as soon as the bytes
+that show it are there; nothing else escapes. No declared length is allocated
+before its bytes arrive, and lengths beyond ``MAX_BULK_LEN`` are corrupt.
+
+Speed: the element-by-element parser (``RecordReader._parse``) costs a few
+hundred nanoseconds of Python per element. Most records are taken instead by a
+fast path (``_fast``): one regular expression matches a record's framing and
+every element but the body in C, and the same field checks build the record
+(``_build_loadjob``, a kind's decoder); it steps aside
+for anything else, so the element-by-element parser alone decides what is
+corrupt and why. ``scripts/benchmarks/bench_aof_records.py`` measures it.
+hiredis, which parses RESP in C, does not fit: it does not say where a reply
+ends (the offsets), preallocates a nested array's declared count, and skips the
+two bytes after a bulk string unchecked.
+
+Imports nothing of the shell and no I/O (tests/test_contracts.py).
+"""
+
+from __future__ import annotations
+
+import re
+import zlib
+from dataclasses import dataclass
+from typing import Any, Callable, NamedTuple
+
+from ..core.ids import JOB_ID_LEN, NODE_ID_LEN, NODE_IDS_SEEN, valid_job_id, valid_node_ids
+from ..core.job import STATE_NAMES, Job
+
+__all__ = [
+    "AofError",
+    "CorruptRecord",
+    "Truncated",
+    "LoadJob",
+    "Queued",
+    "Active",
+    "Acked",
+    "DelJob",
+    "Record",
+    "KINDS",
+    "MAX_BULK_LEN",
+    "RecordReader",
+    "encode",
+    "encode_many",
+    "encode_loadjob",
+    "encode_queued",
+    "encode_active",
+    "encode_acked",
+    "encode_deljob",
+    "load_job_record",
+]
+
+#: Largest bulk string a record may declare (the default of proto-max-bulk-len: a job
+#: body a client could send). Beyond it a record is corrupt.
+MAX_BULK_LEN = 512 * 1024**2
+_LEN_DIGITS = len(str(MAX_BULK_LEN))
+_MAX_I64 = (1 << 63) - 1
+_MAX_DELAY = 1 << 31
+_STATE_BY_NAME = {name.encode(): i for i, name in enumerate(STATE_NAMES)}
+_STATE_BYTES = tuple(name.encode() for name in STATE_NAMES)
+_NUMBERS = 9
+
+
+class AofError(Exception):
+    """Every error the record decoder raises."""
+
+
+class CorruptRecord(AofError):
+    """The bytes at ``offset`` (where the damaged record starts) are not a valid record."""
+
+    def __init__(self, offset: int, reason: str, records: list | None = None) -> None:
+        super().__init__(f"corrupt AOF record at byte offset {offset}: {reason}")
+        self.offset = offset
+        self.reason = reason
+        #: the records completed by the same ``feed`` call before the damaged one
+        self.records = records if records is not None else []
+
+
+class Truncated(NamedTuple):
+    """A partial record at the end: it starts at ``offset`` and holds ``dropped`` bytes."""
+
+    offset: int
+    dropped: int
+
+
+class LoadJob(NamedTuple):
+    """A job's whole state (creation, or a replacement). Times are wall-clock ms.
+
+    A NamedTuple, not a dataclass: a load builds a million of them, and a
+    tuple is built in one call; no other kind has this many fields.
+    """
+
+    id: bytes
+    state: int  # core.job.WAIT_REPL ... ACKED
+    repl: int
+    flags: int
+    ctime: int
+    expire: int  # absolute wall-clock ms
+    delay: int
+    retry: int
+    nacks: int
+    deliveries: int
+    requeue: int  # absolute wall-clock ms of the next requeue (GC attempt if acked); 0 = none
+    queue: bytes
+    nodes: tuple  # node IDs (str) that may hold a copy
+    body: bytes
+
+
+# The one-ID kinds are slotted frozen dataclasses so that Queued(x) != Active(x).
+@dataclass(frozen=True, slots=True)
+class Queued:
+    id: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Active:
+    id: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Acked:
+    id: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class DelJob:
+    id: bytes
+
+
+Record = LoadJob | Queued | Active | Acked | DelJob
+
+
+# --- encoding -------------------------------------------------------------------------
+
+
+def _finish(parts: list[bytes]) -> bytes:
+    """The record of the elements ``parts`` (kind first), its checksum appended."""
+    out = bytearray(b"*%d\r\n" % (len(parts) + 1))
+    for p in parts:
+        out += b"$%d\r\n" % len(p)
+        out += p
+        out += b"\r\n"
+    out += b"$8\r\n%08x\r\n" % zlib.crc32(out)
+    return bytes(out)
+
+
+def encode_loadjob(r: LoadJob) -> bytes:
+    numbers = b"%d %d %d %d %d %d %d %d %d" % (
+        r.repl, r.flags, r.ctime, r.expire, r.delay, r.retry, r.nacks, r.deliveries, r.requeue,
+    )  # fmt: skip
+    nodes = " ".join(r.nodes).encode("ascii")
+    return _finish([b"LOADJOB", bytes(r.id), _STATE_BYTES[r.state], numbers, nodes, bytes(r.queue), bytes(r.body)])
+
+
+def encode_queued(job_id: bytes) -> bytes:
+    return _finish([b"QUEUED", bytes(job_id)])
+
+
+def encode_active(job_id: bytes) -> bytes:
+    return _finish([b"ACTIVE", bytes(job_id)])
+
+
+def encode_acked(job_id: bytes) -> bytes:
+    return _finish([b"ACKED", bytes(job_id)])
+
+
+def encode_deljob(job_id: bytes) -> bytes:
+    return _finish([b"DELJOB", bytes(job_id)])
+
+
+_ENCODERS: dict[type, Callable[[Any], bytes]] = {
+    LoadJob: encode_loadjob,
+    Queued: lambda r: encode_queued(r.id),
+    Active: lambda r: encode_active(r.id),
+    Acked: lambda r: encode_acked(r.id),
+    DelJob: lambda r: encode_deljob(r.id),
+}
+
+
+def encode(record: Record) -> bytes:
+    """One record's bytes."""
+    return _ENCODERS[type(record)](record)
+
+
+def encode_many(records) -> bytes:
+    """Many records as one string of bytes (one write for a pass's records)."""
+    encoders = _ENCODERS
+    return b"".join([encoders[type(r)](r) for r in records])
+
+
+def load_job_record(job: Job, wall_offset: int) -> LoadJob:
+    """The LOADJOB record of ``job``.
+
+    ``wall_offset`` is wall-clock ms minus the core's clock (``Node.wall_offset``).
+    """
+    requeue = job.requeue_at  # the gc_at slot for an acked job
+    return LoadJob(
+        job.id, job.state, job.repl, job.flags, job.ctime, job.etime + wall_offset, job.delay,
+        job.retry, job.nacks, job.deliveries, requeue + wall_offset if requeue else 0,
+        job.queue if job.queue is not None else b"", tuple(job.delivered),
+        job.body if job.body is not None else b"",
+    )  # fmt: skip
+
+
+# --- decoding -------------------------------------------------------------------------
+
+
+class _Bad(Exception):
+    """A record's reason to be corrupt, before its offset is attached."""
+
+
+_NUMBERS_RE = re.compile(rb" ".join([rb"(\d{1,19})"] * _NUMBERS))
+
+
+def _decode_loadjob(e: list[bytes]) -> LoadJob:
+    m = _NUMBERS_RE.fullmatch(e[3])  # ASCII digits only: int() would take signs, "_", spaces
+    if m is None:
+        raise _Bad("LOADJOB: expected 9 decimal numbers")
+    return _build_loadjob(e[1], e[2], m.groups(), e[4], e[5], e[6])
+
+
+def _build_loadjob(job_id: bytes, state_name: bytes, numbers: Any, nodes_bytes: bytes, queue: bytes,
+                   body: bytes) -> LoadJob:  # fmt: skip
+    """The LoadJob of a LOADJOB's elements, ``numbers`` already split into 9 runs of digits."""
+    if not valid_job_id(job_id):
+        raise _Bad("LOADJOB: malformed job ID")
+    state = _STATE_BY_NAME.get(state_name)
+    if state is None:
+        raise _Bad("LOADJOB: unknown state")
+    repl, flags, ctime, expire, delay, retry, nacks, deliv, requeue = map(int, numbers)
+    if not (1 <= repl <= 65535 and flags <= 255 and delay <= _MAX_DELAY and retry <= _MAX_DELAY):
+        raise _Bad("LOADJOB: number out of range")
+    if ctime > _MAX_I64 or expire > _MAX_I64 or nacks > _MAX_I64 or deliv > _MAX_I64 or requeue > _MAX_I64:
+        raise _Bad("LOADJOB: number out of range")
+    nodes = _NODES_SEEN.get(nodes_bytes)
+    if nodes is None:
+        nodes = _decode_nodes(nodes_bytes)
+    return LoadJob(job_id, state, repl, flags, ctime, expire, delay, retry, nacks, deliv, requeue, queue, nodes, body)
+
+
+# The holders' element of the LOADJOBs already decoded: a cluster has few nodes, so
+# the same few strings come back in most records. At most _NODES_SEEN_MAX (then emptied).
+_NODES_SEEN: dict[bytes, tuple] = {}
+_NODES_SEEN_MAX = 4096
+
+
+def _decode_nodes(nodes_bytes: bytes) -> tuple:
+    if not nodes_bytes:
+        return ()
+    try:
+        nodes = nodes_bytes.decode("ascii").split(" ")
+    except UnicodeDecodeError:
+        raise _Bad("LOADJOB: malformed node ID") from None
+    if not NODE_IDS_SEEN.issuperset(nodes) and not valid_node_ids(nodes):
+        raise _Bad("LOADJOB: malformed node ID")
+    if len(_NODES_SEEN) >= _NODES_SEEN_MAX:
+        _NODES_SEEN.clear()
+    nodes_tuple = _NODES_SEEN[nodes_bytes] = tuple(nodes)
+    return nodes_tuple
+
+
+def _id_decoder(kind: type) -> Callable[[list[bytes]], Any]:
+    name = kind.__name__.upper()
+
+    def decode(e: list[bytes]) -> Any:
+        if not valid_job_id(e[1]):
+            raise _Bad(f"{name}: malformed job ID")
+        return kind(e[1])
+
+    return decode
+
+
+class Kind(NamedTuple):
+    count: int  # elements, the kind and the checksum included
+    decode: Callable[[list[bytes]], Any]  # the elements before the checksum -> record; raises _Bad
+    limits: tuple  # the largest length of each element before the checksum
+
+
+_ID_LIMITS = (16, JOB_ID_LEN)
+_NODES_LIMIT = 65535 * (NODE_ID_LEN + 1)
+#: Every kind of record by name. A new kind is one more row (and its record type, encoder).
+KINDS: dict[bytes, Kind] = {
+    b"LOADJOB": Kind(8, _decode_loadjob,
+                     (16, JOB_ID_LEN, 16, _NUMBERS * 20, _NODES_LIMIT, MAX_BULK_LEN, MAX_BULK_LEN)),
+    b"QUEUED": Kind(3, _id_decoder(Queued), _ID_LIMITS),
+    b"ACTIVE": Kind(3, _id_decoder(Active), _ID_LIMITS),
+    b"ACKED": Kind(3, _id_decoder(Acked), _ID_LIMITS),
+    b"DELJOB": Kind(3, _id_decoder(DelJob), _ID_LIMITS),
+}  # fmt: skip
+_COUNTS = frozenset(k.count for k in KINDS.values())
+_KIND_LIMIT = 16
+_INCOMPLETE = None
+
+
+# The fast path: one regular expression finds a well-formed record's framing and every
+# element but the body in C. It accepts only records that ``RecordReader._parse`` accepts,
+# as the same record; on anything else (a partial record, damage, a queue name with CR or
+# LF, an unusual node ID) it steps aside and the element-by-element parser decides, with
+# its exact reason.
+_FAST_ID = re.compile(rb"\*3\r\n\$(\d)\r\n([A-Z]{1,9})\r\n\$40\r\n(.{40})\r\n\$8\r\n([0-9a-f]{8})\r\n", re.DOTALL)
+_FAST_LOADJOB = re.compile(
+    rb"\*8\r\n\$7\r\nLOADJOB\r\n\$40\r\n(.{40})\r\n\$(\d\d?)\r\n([a-z-]{1,16})\r\n\$(\d{1,3})\r\n"
+    + rb" ".join([rb"(\d{1,19})"] * _NUMBERS)
+    + rb"\r\n\$(\d{1,7})\r\n([0-9A-Za-z ]*)\r\n\$(\d{1,9})\r\n([^\r\n]*)\r\n\$(\d{1,9})\r\n",
+    re.DOTALL,
+)
+_FAST_CRC = re.compile(rb"\$8\r\n([0-9a-f]{8})\r\n")
+
+
+def _fast(buf: bytearray, pos: int) -> tuple[Any, int] | None:
+    """The record at ``pos`` and its end, if the fast path can take it; raises _Bad as _parse would."""
+    count = buf[pos + 1 : pos + 2]
+    if count == b"8":
+        m = _FAST_LOADJOB.match(buf, pos)
+        if m is None:
+            return None
+        g = m.groups()
+        job_id, state_len, state, numbers_len, nodes_len, nodes, queue_len, queue, body_len = g[:4] + g[13:]
+        if int(state_len) != len(state) or int(numbers_len) != m.end(13) - m.start(5) or int(nodes_len) != len(nodes):
+            return None
+        n = int(body_len)
+        if int(queue_len) != len(queue) or n > MAX_BULK_LEN or len(nodes) > _NODES_LIMIT:
+            return None
+        bs = m.end()
+        be = bs + n
+        if buf[be : be + 2] != b"\r\n":
+            return None
+        m = _FAST_CRC.match(buf, be + 2)
+        if m is None or m[1] != b"%08x" % zlib.crc32(buf[pos : be + 2]):
+            return None
+        return _build_loadjob(job_id, state, g[4:13], nodes, queue, bytes(buf[bs:be])), m.end()
+    if count == b"3":
+        m = _FAST_ID.match(buf, pos)
+        if m is None:
+            return None
+        name_len, name, job_id, crc = m.groups()
+        kind = KINDS.get(name)
+        if kind is None or kind.count != 3 or int(name_len) != len(name):
+            return None
+        end = m.end()
+        if crc != b"%08x" % zlib.crc32(buf[pos : end - 14]):
+            return None
+        return kind.decode([name, job_id]), end
+    return None
+
+
+class RecordReader:
+    """Incremental decoder: ``feed`` bytes, get records with their offsets; ``finish`` at EOF.
+
+    Once a ``CorruptRecord`` is raised, every later call raises it again.
+    """
+
+    __slots__ = ("_buf", "_base", "_error", "_finished")
+
+    def __init__(self, offset: int = 0) -> None:
+        self._buf = bytearray()
+        self._base = offset  # absolute offset of _buf[0]
+        self._error: CorruptRecord | None = None
+        self._finished = False
+
+    @property
+    def offset(self) -> int:
+        """Where the next record starts (bytes fed and decoded so far)."""
+        return self._base
+
+    def feed(self, data: bytes | bytearray | memoryview) -> list[tuple[int, Record]]:
+        """Every record completed by ``data``, as (offset, record), in file order."""
+        if self._error is not None:
+            raise self._error
+        if self._finished:
+            raise AofError("feed after finish")
+        buf = self._buf
+        buf += data
+        out: list[tuple[int, Record]] = []
+        pos = 0
+        end = len(buf)
+        base = self._base
+        parse = self._parse
+        fast = _fast
+        try:
+            while pos < end:
+                got = fast(buf, pos)
+                if got is None:
+                    got = parse(buf, pos, end)
+                    if got is None:
+                        break
+                out.append((base + pos, got[0]))
+                pos = got[1]
+        except _Bad as exc:
+            self._error = CorruptRecord(base + pos, str(exc), out)
+            del buf[:pos]
+            self._base = base + pos
+            raise self._error from None
+        if pos:
+            del buf[:pos]
+            self._base = base + pos
+        return out
+
+    def finish(self) -> Truncated | None:
+        """At the end of the file: the partial record left, if any."""
+        if self._error is not None:
+            raise self._error
+        self._finished = True
+        if not self._buf:
+            return None
+        return Truncated(self._base, len(self._buf))
+
+    @staticmethod
+    def _parse(buf: bytearray, pos: int, end: int) -> tuple[Any, int] | None:
+        """One record at ``pos``: (record, its end), None if incomplete; raises _Bad.
+
+        Every check is made as soon as its bytes are in, and never depends on how many
+        bytes follow them, so any slicing of the input raises the same error.
+        """
+        start = pos
+        if buf[pos] != 42:  # "*"
+            raise _Bad("expected '*'")
+        window = pos + 5  # "*" + at most 2 digits + CRLF
+        nl = buf.find(b"\r\n", pos + 1, window)
+        if nl < 0:
+            if end >= window:
+                raise _Bad("malformed element count")
+            return _INCOMPLETE
+        digits = buf[pos + 1 : nl]
+        if not digits.isdigit():
+            raise _Bad("malformed element count")
+        count = int(digits)
+        if count not in _COUNTS:
+            raise _Bad(f"no kind of record has {count} elements")
+        pos = nl + 2
+        elements: list[bytes] = []
+        append = elements.append
+        limits: tuple = (_KIND_LIMIT,)
+        kind = None
+        for i in range(count):
+            # element header: "$" digits CRLF
+            if pos >= end:
+                return _INCOMPLETE
+            if buf[pos] != 36:  # "$"
+                raise _Bad("expected '$'")
+            window = pos + 3 + _LEN_DIGITS
+            nl = buf.find(b"\r\n", pos + 1, window)
+            if nl < 0:
+                if end >= window:
+                    raise _Bad("malformed length")
+                return _INCOMPLETE
+            digits = buf[pos + 1 : nl]
+            if not digits.isdigit():
+                raise _Bad("malformed length")
+            n = int(digits)
+            last = i == count - 1
+            if last:
+                if n != 8:
+                    raise _Bad("malformed checksum")
+            elif n > limits[i]:
+                raise _Bad("element too long")
+            s = nl + 2
+            e = s + n
+            if e + 2 > end:
+                return _INCOMPLETE
+            if buf[e] != 13 or buf[e + 1] != 10:
+                raise _Bad("expected CRLF after a bulk string")
+            if last:
+                if buf[s:e] != b"%08x" % zlib.crc32(buf[start:pos]):
+                    raise _Bad("checksum mismatch")
+                assert kind is not None
+                return kind.decode(elements), e + 2
+            append(bytes(buf[s:e]))
+            if i == 0:
+                kind = KINDS.get(elements[0])
+                if kind is None:
+                    raise _Bad("unknown kind of record")
+                if kind.count != count:
+                    raise _Bad(f"{elements[0].decode()} has {kind.count} elements, not {count}")
+                limits = kind.limits
+            pos = e + 2
+        raise AssertionError("unreachable")  # the checksum element returns
