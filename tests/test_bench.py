@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
+
 from benchmarks.bench import Bench, Sizes
+
+# Several tests start benchmark clusters on the same fixed ports (23711...): under pytest-xdist
+# they must run in one worker, one after the other.
+pytestmark = pytest.mark.xdist_group("bench-ports")
 
 
 class _Searcher:
