@@ -781,7 +781,7 @@ class DisqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.prefetch = _Prefetcher(self)
         self.retry_hint: dict[str, int] = {}  # queue -> the smallest RETRY seen in a WORKING reply
         self.available_now: int | None = None  # jobs left to take under Trigger.AvailableNow
-        self.stats = {"taken": 0, "acked": 0, "replayed": 0, "replay_skipped": 0, "empty_batches": 0,
+        self.stats = {"taken": 0, "replayed": 0, "replay_skipped": 0, "empty_batches": 0,
                       "redelivered_skipped": 0}
         self._next_node = 0
 

@@ -110,8 +110,9 @@ def wait_gone(cluster: Cluster, queue: str, timeout: float = 60) -> float:
 
 
 # ------------------------------------------------------------------------ plain client
-def client_write(cluster: Cluster, n: int, conns: int) -> float:
-    queue = "w-" + uuid.uuid4().hex[:8]
+def client_write(cluster: Cluster, n: int, conns: int, queue: str | None = None) -> float:
+    """``n`` jobs added by our plain client over ``conns`` connections (threads); jobs/s."""
+    queue = queue or "w-" + uuid.uuid4().hex[:8]
     data = bodies(n)
     seeds = cluster.nodes.split(",")
     share = [data[k::conns] for k in range(conns)]
@@ -243,22 +244,7 @@ def spark_stream(spark: Any, cluster: Cluster, queue: str, n: int, per_trigger: 
 
 
 def fill(cluster: Cluster, queue: str, n: int) -> None:
-    client_write_to(cluster, queue, n)
-
-
-def client_write_to(cluster: Cluster, queue: str, n: int) -> None:
-    seeds = cluster.nodes.split(",")
-    data = bodies(n)
-
-    def run(k: int) -> None:
-        with Client(seeds[k % 3 :] + seeds[: k % 3], refresh_interval=None) as c:
-            c.add_jobs(queue, data[k::8], batch=500)
-
-    threads = [threading.Thread(target=run, args=(k,)) for k in range(8)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
+    client_write(cluster, n, 8, queue)
 
 
 def main(argv: list[str] | None = None) -> int:
