@@ -67,6 +67,7 @@ from .messages import (
     set_ack_two_copies,
 )
 from .replies import Error
+from .store import J_ACKED
 
 __all__ = ["Acks", "TOMBSTONE_MS", "TOMBSTONES_MAX"]
 
@@ -106,6 +107,8 @@ class Acks:
         job.state = ACKED
         job.confirmed = None
         self._stats["jobs_acked"] += 1
+        if ctx.journal is not None:
+            ctx.journal.append((J_ACKED, job))
         if schedule_gc:
             # Always schedule a GC attempt: a node acked through SETACK may never hear the final
             # DELJOB (lost message), and only its own GC attempts will collect the ack.

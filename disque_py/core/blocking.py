@@ -42,7 +42,7 @@ from .job import ACTIVE, F_DELIVERED, Job
 from .messages import Pause, pause
 from .queues import PAUSED_ALL, PAUSED_IN, PAUSED_OUT, Queue, Waiter, pause_name
 from .replies import NULL_ARRAY, Error, Status
-from .store import scan, seq_of
+from .store import J_ACTIVE, scan, seq_of
 
 __all__ = ["Blocking", "CLIENTS_WAITING", "REACHED_ZERO", "job_item"]
 
@@ -81,8 +81,11 @@ class Blocking:
         if job is not None:
             job.state = ACTIVE
             job.flags |= F_DELIVERED
-            q.atime = self.ctx.now
+            ctx = self.ctx
+            q.atime = ctx.now
             self._stats["jobs_delivered"] += 1
+            if job.retry == 0 and ctx.journal is not None:  # the AOF must know: never again
+                ctx.journal.append((J_ACTIVE, job))
         return job
 
     def cmd_getjob(self, client: int, argv: list[bytes]) -> Any:

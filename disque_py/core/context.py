@@ -84,7 +84,7 @@ class Context:
         *__annotations__,
         "id", "myself_only", "seed", "ids", "now", "wall_offset", "address", "rng", "random", "store",
         "queues", "_queue_seq", "stats", "bus_stats", "cluster_size", "reachable", "backlogged",
-        "known_nodes", "leaving", "effects", "lazy", "lazy_at", "ready", "push_leases",
+        "known_nodes", "leaving", "journal", "effects", "lazy", "lazy_at", "ready", "push_leases",
     )  # fmt: skip
 
     def __init__(self, node_id: str, seed: bytes, now: int, wall_offset: int, address: tuple[str, int]) -> None:
@@ -116,6 +116,8 @@ class Context:
         self.backlogged: frozenset[str] | set[str] = frozenset()
         self.known_nodes: list[str] = [node_id]
         self.leaving = False
+        # What the AOF must learn (store.J_LOAD ...): the store's list, or None without an AOF.
+        self.journal: list | None = None
         # Outbox.
         self.effects: list[Any] = []
         self.lazy: list[Any] = []  # Sends held back until lazy_at (GC_MESSAGE_DELAY_MS)

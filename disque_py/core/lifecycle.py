@@ -34,7 +34,7 @@ from typing import Any
 
 from .commands import check_job_ids, parse_jscan
 from .context import Context
-from .job import ACKED, ACTIVE, F_BCAST_WILLQUEUE, QUEUED, STATE_NAMES, WAIT_REPL, Job
+from .job import ACKED, ACTIVE, F_BCAST_QUEUED, F_BCAST_WILLQUEUE, F_DELIVERED, QUEUED, STATE_NAMES, WAIT_REPL, Job
 from .replies import Error, Status
 from .store import scan
 
@@ -99,6 +99,94 @@ class Lifecycle:
                 q.remove(job)
         elif job.state == WAIT_REPL:  # e.g. its TTL ended while replicating
             ctx.replication_dropped(job)
+
+    # -- restoring from the AOF ----------------------------------------------------------
+    # The shell's loader (persistence/loader.py) reads the file and calls these, one per
+    # record, in file order, before the node serves anyone (the journal is off meanwhile);
+    # then ``restore_finish`` once. A record is read by attribute (a ``records.LoadJob``):
+    # the core imports nothing of persistence. Times in records are wall-clock ms.
+    def restore_job(self, r: Any) -> bool:
+        """A LOADJOB: the job's whole state (replacing any earlier one). False if it expired."""
+        ctx = self.ctx
+        store = self._store
+        old = store.get(r.id)
+        if old is not None:
+            store.unregister(old)
+        offset = ctx.wall_offset
+        etime = r.expire - offset
+        if etime <= ctx.now:
+            return False
+        state = r.state
+        if state == WAIT_REPL:  # not written by us (the AOF skips it), but harmless as active
+            state = ACTIVE
+        job = Job(r.id, state, r.queue, r.body, r.repl, r.ctime, etime, r.delay, r.retry,
+                  r.requeue - offset if r.requeue else 0, r.nodes)  # fmt: skip
+        job.flags = r.flags
+        job.nacks = r.nacks
+        job.deliveries = r.deliveries
+        store.register(job)
+        return True
+
+    def restore_active(self, job_id: bytes) -> None:
+        """A RETRY 0 job was delivered (``store.J_ACTIVE``): it is never queued again."""
+        job = self._store.get(job_id)
+        if job is not None and job.state != ACKED:
+            job.state = ACTIVE
+            if job.retry == 0:
+                job.flags |= F_DELIVERED
+                job.requeue_at = 0
+
+    def restore_queued(self, job_id: bytes) -> None:
+        job = self._store.get(job_id)
+        if job is not None and job.state != ACKED:
+            job.state = QUEUED
+
+    def restore_acked(self, job_id: bytes) -> None:
+        job = self._store.get(job_id)
+        if job is not None and job.state != ACKED:
+            job.state = ACKED
+            job.gc_at = 0  # its GC starts again (restore_finish)
+
+    def restore_deleted(self, job_id: bytes) -> None:
+        job = self._store.get(job_id)
+        if job is not None:
+            self._store.unregister(job)
+
+    def restore_finish(self, enqueue_once: bool) -> dict[str, int]:
+        """Every job restored: give each its state's wake-up. Jobs come back active and are
+        requeued by their RETRY timers (RETRY 0 ones never again); with ``enqueue_once``
+        (aof-enqueue-jobs-once, a controlled restart) the ones written as queued are queued
+        again at once, in their order, RETRY 0 ones included. Returns counts by outcome."""
+        ctx = self.ctx
+        now = ctx.now
+        counts = {"jobs": 0, "queued": 0, "acked": 0, "expired": 0}
+        to_queue: list[Job] = []
+        for job in self._store.values():
+            if job.etime <= now:
+                self.delete_job(job)
+                counts["expired"] += 1
+                continue
+            counts["jobs"] += 1
+            state = job.state
+            if state == ACKED:
+                counts["acked"] += 1
+                if job.gc_at <= now:
+                    job.gc_at = now + ctx.time_error() % 1000  # spread the GC of many
+            elif state == QUEUED:
+                job.state = ACTIVE
+                if enqueue_once:
+                    to_queue.append(job)
+            self.reschedule(job)
+        to_queue.sort(key=lambda j: j.ctime)
+        for job in to_queue:
+            job.flags &= ~F_BCAST_QUEUED  # a restore, not a requeue: nobody is told, nothing counted
+            if job.retry == 0:
+                job.requeue_at = now  # lets enqueue_job queue it this one time
+            elif not job.requeue_at:
+                job.requeue_at = now
+            if ctx.enqueue_job(job):
+                counts["queued"] += 1
+        return counts
 
     # -- commands ---------------------------------------------------------------------
     def cmd_deljob(self, client: int, argv: list[bytes]) -> Any:

@@ -172,6 +172,17 @@ class Node:
             b"hello": (self.cmd_hello, 1),
         }
 
+    # -- the AOF -------------------------------------------------------------------
+    def set_journal(self, journal: list | None) -> None:
+        """Start (a list the shell drains) or stop (None) recording what the AOF must learn
+        (``store.J_LOAD`` ...)."""
+        self.ctx.journal = journal
+        self.ctx.store.journal = journal
+
+    @property
+    def journal(self) -> list | None:
+        return self.ctx.journal
+
     # =====================================================================
     # Inputs
     # =====================================================================

@@ -47,6 +47,7 @@ from .job import ACKED, ACTIVE, F_BCAST_QUEUED, F_BCAST_WILLQUEUE, WAIT_REPL, Jo
 from .messages import GotJob, ReplJob, del_job, enqueue, got_job, repl_job
 from .queues import PAUSED_IN
 from .replies import Error, Status, err
+from .store import J_LOAD
 from .wire import job_from_wire, job_to_wire
 
 __all__ = ["Replication", "REPL_ADD_NODE_MS", "DEFAULT_REPLICATE_MAX"]
@@ -285,6 +286,8 @@ class Replication:
             self._store.unregister(job)
             return False
         job.confirmed = None
+        if ctx.journal is not None:  # registered in wait-repl, which the AOF skips: now it counts
+            ctx.journal.append((J_LOAD, job))
         if job.delay == 0:
             ctx.enqueue_job(job)
         else:

@@ -39,7 +39,16 @@ from typing import Any, Callable, Iterable, Iterator
 
 from .job import Job
 
-__all__ = ["JobStore", "SHARDS", "REBUILD_SLICE", "seq_of", "scan"]
+__all__ = ["JobStore", "SHARDS", "REBUILD_SLICE", "seq_of", "scan", "J_LOAD", "J_ACTIVE", "J_ACKED", "J_DEL"]
+
+# The journal (``JobStore.journal``, ``Context.journal``): what the AOF must learn, as
+# (kind, job) pairs appended by the machines while a node has an AOF, None otherwise. The
+# shell turns them into records (persistence/records.py) at the end of each pass, so a job
+# created and changed within one pass is written once, in its latest state.
+J_LOAD = 0  # a job's whole state: registered here, or its replication achieved
+J_ACTIVE = 1  # a RETRY 0 job was delivered: never to be queued again
+J_ACKED = 2  # acknowledged
+J_DEL = 3  # forgotten here
 
 SHARDS = 64  # a power of two
 _MASK = SHARDS - 1
@@ -53,7 +62,7 @@ def seq_of(item: Job) -> int:
 
 
 class JobStore:
-    __slots__ = ("_shards", "_count", "_heap", "_seq", "_next", "_todo", "_shard_at", "_old", "rebuilds")
+    __slots__ = ("_shards", "_count", "_heap", "_seq", "_next", "_todo", "_shard_at", "_old", "rebuilds", "journal")
 
     def __init__(self) -> None:
         self._shards: list[dict[bytes, Job]] = [{} for _ in range(SHARDS)]
@@ -65,6 +74,7 @@ class JobStore:
         self._shard_at = 0  # next shard to walk
         self._old: list[tuple[int, int, Job]] = []  # a replaced heap, let go a slice at a time
         self.rebuilds = 0  # heap rebuilds completed (INFO memory: timer_heap_rebuilds)
+        self.journal: list | None = None  # see J_LOAD; set by Node.set_journal
 
     def __len__(self) -> int:
         return self._count
@@ -101,6 +111,8 @@ class JobStore:
         job.seq = self._seq
         shard[job.id] = job
         self._count += 1
+        if self.journal is not None:
+            self.journal.append((J_LOAD, job))
         return True
 
     def unregister(self, job: Job) -> bool:
@@ -110,6 +122,8 @@ class JobStore:
         del shard[job.id]
         self._count -= 1
         job.awake = 0  # invalidates its heap entries
+        if self.journal is not None:
+            self.journal.append((J_DEL, job))
         return True
 
     def clear(self) -> None:
