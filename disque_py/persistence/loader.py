@@ -1,0 +1,78 @@
+"""Rebuild a node's jobs from AOF bytes (sans-I/O: the shell reads the file and feeds us).
+
+:class:`Loader` takes the file's bytes in any slicing, decodes them with
+``records.RecordReader`` and applies each record to the node's job table through the
+core's restore operations (``Lifecycle.restore_*``), in file order: a later LOADJOB of
+an ID replaces the earlier one, ACKED/ACTIVE change a job's state, DELJOB forgets it.
+``finish`` then reports a partial record at the end (``records.Truncated``) and hands
+the table to ``restore_finish``, which gives every job its wake-up (and, for a
+controlled restart, puts queued jobs back in their queues).
+
+A damaged record raises ``records.CorruptRecord`` (its byte offset and reason) after the
+records before it were applied; what the shell does then (stop the node) is its call.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .records import Acked, Active, DelJob, LoadJob, Queued, RecordReader, Truncated
+
+if TYPE_CHECKING:
+    from ..core.node import Node
+
+__all__ = ["Loader"]
+
+
+class Loader:
+    def __init__(self, node: "Node") -> None:
+        self.node = node
+        self.reader = RecordReader()
+        self.records = 0
+        self.expired = 0  # LOADJOBs of jobs whose TTL ended meanwhile
+        life = node.lifecycle
+        restore_job = life.restore_job
+        self._by_kind = {
+            Active: life.restore_active,
+            Acked: life.restore_acked,
+            DelJob: life.restore_deleted,
+            Queued: life.restore_queued,
+        }
+        self._restore_job = restore_job
+
+    @property
+    def offset(self) -> int:
+        """Bytes taken so far (whole records and a partial one)."""
+        return self.reader.offset
+
+    def feed(self, data: bytes) -> int:
+        """Apply every record completed by ``data``; returns how many."""
+        try:
+            got = self.reader.feed(data)
+        except Exception as exc:
+            # CorruptRecord: apply what came before the damage, then let it go up
+            self._apply(getattr(exc, "records", []))
+            raise
+        self._apply(got)
+        return len(got)
+
+    def _apply(self, got: list) -> None:
+        restore_job = self._restore_job
+        by_kind = self._by_kind
+        expired = 0
+        for _, record in got:
+            if type(record) is LoadJob:
+                if not restore_job(record):
+                    expired += 1
+            else:
+                by_kind[type(record)](record.id)
+        self.records += len(got)
+        self.expired += expired
+
+    def finish(self, enqueue_once: bool) -> tuple[Truncated | None, dict[str, int]]:
+        """The end of the file: a partial record left (or None), and the restored counts."""
+        truncated = self.reader.finish()
+        node = self.node
+        counts = node.lifecycle.restore_finish(enqueue_once)
+        node.take_effects()  # nothing to tell anyone: nobody is connected yet
+        return truncated, counts
