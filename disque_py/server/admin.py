@@ -35,6 +35,7 @@ from .logs import log
 
 if TYPE_CHECKING:
     from ..config import Config
+    from .aof import Aof
     from ..core.node import Node
     from .connection import Connection
 
@@ -69,6 +70,7 @@ ADMIN_FLAGS: dict[bytes, list[bytes]] = {
     b"client": [b"admin", b"readonly"],
     b"config": [b"admin", b"readonly"],
     b"shutdown": [b"admin", b"readonly", b"loading"],
+    b"bgrewriteaof": [b"admin", b"readonly"],
     b"debug": [b"admin"],
     b"cluster": [b"admin", b"readonly"],
 }
@@ -104,6 +106,7 @@ class AdminContext:
     close_client: Callable[["Connection"], None]  # after what is buffered for it has gone out
     cluster_command: Callable[[list[bytes]], Any]  # CLUSTER <sub> ...
     ops_per_sec: Callable[[], int]
+    aof: "Aof | None" = None  # the node's AOF (server/aof.py): INFO persistence, BGREWRITEAOF
 
 
 def build_table(ctx: AdminContext) -> dict[bytes, tuple[Callable[["Connection", list[bytes]], Any], int]]:
@@ -213,9 +216,12 @@ def build_table(ctx: AdminContext) -> dict[bytes, tuple[Callable[["Connection", 
         return err("CONFIG subcommand must be one of GET, SET, RESETSTAT, REWRITE")
 
     def shutdown(conn: "Connection", argv: list[bytes]) -> Any:
-        if len(argv) > 2 or (len(argv) == 2 and argv[1].lower() not in (b"save", b"nosave")):
+        if len(argv) > 2 or (len(argv) == 2 and argv[1].lower() not in (b"save", b"nosave", b"rewrite-aof")):
             return err("syntax error")
-        log.warning("SHUTDOWN requested by client id=%d addr=%s", conn.id, conn.addr)
+        if len(argv) == 2 and argv[1].lower() == b"rewrite-aof" and ctx.aof is not None:
+            ctx.aof.shutdown_rewrite = True  # a fresh AOF from the table, AOF on or off (Aof.close)
+        log.warning("SHUTDOWN%s requested by client id=%d addr=%s", " REWRITE-AOF" if len(argv) == 2 and
+                    argv[1].lower() == b"rewrite-aof" else "", conn.id, conn.addr)  # fmt: skip
         ctx.request_shutdown()
         conn.closing = True
         return NO_REPLY
@@ -225,6 +231,8 @@ def build_table(ctx: AdminContext) -> dict[bytes, tuple[Callable[["Connection", 
         if sub == b"flushall" and len(argv) == 2:
             ctx.node.flushall()
             log.warning("DEBUG FLUSHALL: all jobs and queues removed")
+            if ctx.aof is not None and ctx.aof.state != "off":
+                ctx.aof.start_rewrite()  # the file forgets them too (the jobs left no DELJOB)
             return OK
         if sub == b"error" and len(argv) == 3:
             return Error(argv[2].decode("utf-8", "replace"))
@@ -243,6 +251,16 @@ def build_table(ctx: AdminContext) -> dict[bytes, tuple[Callable[["Connection", 
     def cluster(conn: "Connection", argv: list[bytes]) -> Any:
         return ctx.cluster_command(argv)
 
+    def bgrewriteaof(conn: "Connection", argv: list[bytes]) -> Any:
+        aof = ctx.aof
+        if aof is None:
+            return err("no append only file in this node")
+        if aof.rewrite_pid:
+            return err("Background append only file rewriting already in progress")
+        if not aof.start_rewrite():
+            return err("Can't start the background append only file rewrite, check the logs")
+        return Status(b"Background append only file rewriting started")
+
     handlers = {
         b"cluster": (cluster, -2),
         b"auth": (auth, 2),
@@ -255,6 +273,7 @@ def build_table(ctx: AdminContext) -> dict[bytes, tuple[Callable[["Connection", 
         b"client": (client, -2),
         b"config": (config, -2),
         b"shutdown": (shutdown, -1),
+        b"bgrewriteaof": (bgrewriteaof, 1),
         b"debug": (debug, -2),
     }
     return handlers
@@ -453,6 +472,8 @@ def info_text(ctx: AdminContext, section: str, peak: list[int]) -> str:
             emit("Jobs", node.info_fields()["jobs"])
         elif name == "queues":
             emit("Queues", node.info_fields()["queues"])
+        elif name == "persistence" and ctx.aof is not None:
+            emit("Persistence", ctx.aof.info())
         elif name == "persistence":
             emit("Persistence", {
                 "loading": 0,

@@ -30,9 +30,10 @@ from typing import Any
 import trio
 
 from .. import __version__
-from ..config import DIRECTIVES, Config, ConfigError, inactive_settings
+from ..config import DIRECTIVES, Config, ConfigError, inactive_settings, rewrite_config
 from ..core.node import Node
 from . import admin, gcpolicy
+from .aof import Aof, AofLoadError
 from .clients import Acceptor, ClientLoop
 from .cluster import ClusterService, CoreFeed
 from .contracts import now_ms
@@ -76,6 +77,8 @@ class Server:
         timers.glue = cluster
         loop.links = cluster
         dispatcher.wire(loop, cluster.send_item)
+        self.aof = aof = Aof(config, node)
+        aof.wire(cluster.send_item, loop.release_held, lambda: cluster.bus)
         self.acceptor = Acceptor(loop, config, self.stats)
         self.cron = Cron(config, self.stats, loop.check_clients)
         context = admin.AdminContext(
@@ -88,6 +91,7 @@ class Server:
             close_client=loop.close_when_sent,
             cluster_command=cluster.command,
             ops_per_sec=self.cron.instantaneous_ops,
+            aof=aof,
         )
         dispatcher.admin = admin.build_table(context)
         dispatcher.hello = partial(admin.hello_handshake, context)
@@ -112,6 +116,48 @@ class Server:
             set_level(new)
         elif name == "client-output-buffer-limit":
             self.loop.set_output_limit(*new["normal"])
+        elif name == "appendonly" and new != old:
+            if new:
+                self.aof.turn_on()
+            else:
+                self.aof.turn_off()
+            self._gate_output(new)
+
+    def _gate_output(self, on: bool) -> None:
+        """With an AOF, replies and the core's bus messages wait for their records (aof.py);
+        without one they take the direct way, at no cost."""
+        self.loop.gate = self.aof if on else None
+        self.dispatcher._send_item = self.aof.send_item if on else self.cluster.send_item
+
+    def _load_aof(self) -> None:
+        """At start, before anyone is served: the jobs of the AOF, then append to it."""
+        cfg = self.config
+        if not (cfg.appendonly or cfg.aof_enqueue_jobs_once):
+            return
+        self.node.now = now_ms()
+        try:
+            self.aof.load()
+        except AofLoadError as exc:
+            log.warning("%s", exc)
+            raise SystemExit(1) from None
+        except OSError as exc:
+            log.warning("Can't read the append only file %s: %s", self.aof.path, exc.strerror or exc)
+            raise SystemExit(1) from None
+        if cfg.aof_enqueue_jobs_once:
+            # This setting turns itself off once used (a controlled restart happens once).
+            cfg.aof_enqueue_jobs_once = False
+            if cfg.config_file:
+                try:
+                    rewrite_config(cfg)
+                except OSError as exc:
+                    log.warning("CONFIG REWRITE failed (executed to turn off aof-enqueue-jobs-once): %s", exc)
+        if cfg.appendonly:
+            try:
+                self.aof.open_for_append()
+            except OSError as exc:
+                log.warning("Can't open the append only file %s: %s", self.aof.path, exc.strerror or exc)
+                raise SystemExit(1) from None
+            self._gate_output(True)
 
     def _fit_maxclients(self) -> None:
         """At start: make room for maxclients clients in the open files limit, or lower maxclients."""
@@ -143,6 +189,7 @@ class Server:
             except OSError as exc:
                 log.warning("Can't write pidfile %s: %s", pidfile, exc)
         log.info("Node ID %s", self.cluster.my_id)
+        self._load_aof()
         log.info("disque-py %s, Disque 1.0-rc1 compatible, pid %d", __version__, os.getpid())
         if cfg.config_file:
             log.info("Configuration loaded from %s", cfg.config_file)
@@ -156,6 +203,7 @@ class Server:
                 nursery.start_soon(self.timers.run)
                 nursery.start_soon(self.cron.run)
                 nursery.start_soon(self._signal_loop)
+                await nursery.start(self.aof.run)
                 await nursery.start(self.cluster.run)
                 for listener in self.listeners:
                     nursery.start_soon(self.acceptor.serve, listener)
@@ -171,6 +219,7 @@ class Server:
         finally:
             # Only now: bus link tasks end after the client loop's task and use its epoll until then.
             self.loop.close_all()
+            self.aof.close()
             for listener in self.listeners:
                 with trio.CancelScope(shield=True):
                     await listener.aclose()

@@ -76,7 +76,7 @@ from .waiting import DirectWait
 
 if TYPE_CHECKING:
     from ..config import Config
-    from .contracts import BusHolder, CommandRunner, TimerControl
+    from .contracts import BusHolder, CommandRunner, OutputGate, TimerControl
 
 __all__ = ["Acceptor", "ClientLoop", "LOOP_STATS"]
 
@@ -151,6 +151,10 @@ class ClientLoop:
         self.current: Connection | None = None  # the client whose commands are running
         self.direct = DirectWait(self.ep)  # waits without a trio round when trio is idle (waiting.py)
         self.limit_hard = self.limit_soft = self.limit_soft_seconds = 0  # client-output-buffer-limit
+        # The AOF (server/aof.py), when the node has one: output produced while its records are
+        # pending waits in ``held`` until they are written (``hold_seq``, ``release_held``).
+        self.gate: "OutputGate | None" = None
+        self.held: dict[int, Connection] = {}
 
     # ----------------------------------------------------------- membership
     def add(self, conn: Connection) -> None:
@@ -268,7 +272,38 @@ class ClientLoop:
         return True
 
     def send_soon(self, conn: Connection) -> None:
-        """Send ``conn.out`` now as far as the socket takes it; wait for writable for the rest."""
+        """Send ``conn.out`` now as far as the socket takes it; wait for writable for the rest.
+        With an AOF, output produced while records are pending waits for them (``held``)."""
+        if conn.closed or not conn.out:
+            return
+        gate = self.gate
+        if gate is not None:
+            seq = gate.hold_seq()
+            if seq:
+                if seq > conn.hold_seq:
+                    conn.hold_seq = seq
+                self.held[conn.id] = conn
+                return
+            if conn.hold_seq:  # held output still unsent (released below, or writable later)
+                conn.hold_seq = 0
+                self.held.pop(conn.id, None)
+        self._send_now(conn)
+
+    def release_held(self, seq: int) -> None:
+        """The AOF wrote batch ``seq``: send the output that waited for it (or an earlier one)."""
+        held = self.held
+        if not held:
+            return
+        for conn in [c for c in held.values() if c.hold_seq <= seq]:
+            del held[conn.id]
+            conn.hold_seq = 0
+            if conn.closed:
+                continue
+            self._send_now(conn)
+            if conn.closing and not conn.out and not conn.closed:
+                self.close(conn)
+
+    def _send_now(self, conn: Connection) -> None:
         if conn.closed or not conn.out:
             return
         if conn.waiting_write:  # the socket takes nothing now: what was just added waits
@@ -297,6 +332,11 @@ class ClientLoop:
             self._want_write(conn)
 
     def _writable(self, conn: Connection) -> None:
+        if conn.hold_seq and conn.id in self.held:  # what is left waits for the AOF: stop asking
+            conn.waiting_write = False
+            conn.read_paused = bool(conn.pending)
+            self._arm(conn)
+            return
         out = conn.out
         try:
             sent = conn.sock.send(out) if out else 0
@@ -417,8 +457,8 @@ class ClientLoop:
             return
         if conn.out:
             self.send_soon(conn)
-            if conn.closed or conn.waiting_write:
-                return
+            if conn.closed or conn.waiting_write or conn.hold_seq:
+                return  # (a held one is closed, if closing, once its output leaves)
         if conn.closing:
             self.close(conn)
 
@@ -470,6 +510,8 @@ class ClientLoop:
                             self._failed(conn)
                     if owns_timers:
                         limit = timers_due()  # its bus messages leave with the pass's
+                    if self.gate is not None:
+                        self.gate.kick()  # the pass's records go to the AOF now
                 finally:
                     if bus is not None:
                         bus.release()

@@ -33,6 +33,7 @@ __all__ = [
     "TimerControl",
     "BusHolder",
     "BusGlue",
+    "OutputGate",
     "ClientOutput",
     "CoreHost",
 ]
@@ -76,6 +77,16 @@ class BusHolder(Protocol):
     """Whoever owns the cluster bus: ``bus`` is None until it runs (:class:`.cluster.ClusterService`)."""
 
     bus: "Bus | None"
+
+
+class OutputGate(Protocol):
+    """What the client loop asks of the AOF (:class:`.aof.Aof`) before it sends output."""
+
+    def hold_seq(self) -> int:
+        """The AOF batch output made now must wait for; 0: none, send it."""
+
+    def kick(self) -> None:
+        """The end of a pass: write what it journaled."""
 
 
 class BusGlue(BusHolder, Protocol):

@@ -1,0 +1,660 @@
+"""The append-only file in a node: writing with group commit, loading, rewrites, INFO.
+
+Theory of operation
+-------------------
+The core journals what the AOF must learn (``core.store.J_LOAD`` ...) in a list this
+module owns (``Aof.journal``, handed to the node with ``Node.set_journal``). The writer
+task (:meth:`Aof.run`) takes everything journaled so far as one *batch*, encodes it
+(``persistence.journal``), and hands it to a worker thread that writes it (and, with
+``appendfsync always``, fsyncs it) with one ``write`` and one ``fdatasync``: every record
+of every client served meanwhile shares them (group commit). While the thread works the
+event loop serves on and journals the next batch.
+
+Nothing a record backs leaves the node before the record is written: a reply produced
+while records are pending (``hold_seq``) is held in its connection's output until the
+batch holding them is done (the client loop asks :meth:`hold_seq` before sending and
+is told through ``release_held``), and so is a bus message the core sends meanwhile
+(:meth:`send_item` wraps the cluster's). So an ADDJOB's ID, an ACKJOB's count and a
+GOTJOB to the replicating node leave after their record. "Done" depends on
+``appendfsync``:
+
+* ``always``: written and fsynced (``fdatasync``) before anything leaves;
+* ``everysec``: written (in the OS's cache: a crash of the process loses nothing) and
+  fsynced by a separate task once a second (a power cut loses about the last 1-2 s);
+* ``no``: written; the OS flushes when it likes (a power cut loses what it held).
+
+A write that fails (a full disk) is cut back to the last whole record
+(``ftruncate``), counted (``aof_last_write_status:err``), logged, and retried every
+second; what waits on it stays held, so nothing unwritten is acknowledged, and the node
+serves on. An fsync that fails with ``always`` ends the process: after a failed fsync
+the kernel may have dropped the pages, so no later success proves anything.
+
+Rewrites (``BGREWRITEAOF``, ``auto-aof-rewrite-*``, ``CONFIG SET appendonly yes``)
+fork: the child writes one LOADJOB per job from its copy-on-write view of the table to
+a temporary file, fsyncs it and exits; the parent keeps every batch taken since the
+fork (``rewrite_buf``), and when the child is done appends them to the new file,
+fsyncs it, and renames it over the old one (atomic: a crash at any point leaves a valid
+file, the old or the new). ``SHUTDOWN REWRITE-AOF`` writes the snapshot in the process
+itself before exiting.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from typing import TYPE_CHECKING, Any, Callable
+
+import trio
+
+from ..persistence.journal import encode_entries, snapshot
+from ..persistence.loader import Loader
+from ..persistence.records import CorruptRecord
+from .logs import log
+
+if TYPE_CHECKING:
+    from ..config import Config
+    from ..core.node import Node
+
+__all__ = ["Aof", "AofLoadError"]
+
+READ_CHUNK = 4 << 20
+RETRY_WRITE_S = 1.0
+CHILD_POLL_S = 0.02
+INCREMENTAL_FSYNC_BYTES = 32 << 20  # aof-rewrite-incremental-fsync, as Redis
+
+
+class AofLoadError(Exception):
+    """The AOF cannot be loaded (corrupt, or truncated with aof-load-truncated no)."""
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+def _fsync_dir(path: str) -> None:
+    try:
+        fd = os.open(os.path.dirname(os.path.abspath(path)) or ".", os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+class Aof:
+    """One node's AOF: its state, the writer task, rewrites and loading."""
+
+    def __init__(self, config: "Config", node: "Node") -> None:
+        self.config = config
+        self.node = node
+        self.state = "off"  # off | on | wait_rewrite (appendonly turned on: its first rewrite runs)
+        self.journal: list = []
+        self.fd = -1
+        self.size = 0
+        self.base_size = 0
+        self.synced_size = 0
+        self.batch_seq = 0  # batches taken from the journal
+        self.durable_seq = 0  # batches written (and fsynced with always)
+        self.writing = False
+        self._wake = trio.Event()
+        self._write_lock = trio.Lock()
+        self._fsync_lock = trio.Lock()
+        self._nursery: trio.Nursery | None = None
+        # Wired by the node (app.py).
+        self.release_held: Callable[[int], None] = lambda seq: None
+        self._send_item: Callable[..., bool] = lambda node_id, item, watch=None: False
+        self._bus_of: Callable[[], Any] = lambda: None
+        self._deferred: list[tuple[int, str, bytes, Any]] = []  # bus items held: (seq, node, item, watch)
+        # Status (INFO persistence).
+        self.loading = False
+        self.last_write_ok = True
+        self.last_write_error = ""
+        self.write_errors = 0
+        self.fsyncs = 0
+        self.fsync_us_total = 0
+        self.fsync_us_max = 0
+        self.fsync_us_last = 0
+        self.delayed_fsyncs = 0
+        self.batches = 0
+        self.batch_bytes = 0
+        self.rewrite_pid = 0
+        self.rewrite_tmp = ""
+        self.rewrite_buf: list[bytes] | None = None
+        self.rewrite_start = 0.0
+        self.rewrite_scheduled = False
+        self.last_rewrite_secs = -1
+        self.last_bgrewrite_ok = True
+        self.rewrites = 0
+        self.shutdown_rewrite = False
+
+    # ------------------------------------------------------------------ paths
+    @property
+    def path(self) -> str:
+        return self.config.resolve_path(self.config.appendfilename)
+
+    @property
+    def on(self) -> bool:
+        return self.state == "on"
+
+    # ------------------------------------------------------------------ wiring
+    def wire(self, send_item: Callable[..., bool], release_held: Callable[[int], None], bus_of: Callable[[], Any]) -> None:
+        """``send_item``: the cluster's (bus messages go through :meth:`send_item`);
+        ``release_held``: the client loop's (send what waited for batch ``seq``);
+        ``bus_of``: the bus, to send released messages in one flush."""
+        self._send_item = send_item
+        self.release_held = release_held
+        self._bus_of = bus_of
+
+    # ------------------------------------------------------------------ the gate
+    def hold_seq(self) -> int:
+        """The batch that output produced now must wait for, or 0 if nothing is pending."""
+        if self.state != "on":
+            return 0
+        if self.journal:
+            self._wake.set()
+            return self.batch_seq + 1
+        if self.writing:
+            return self.batch_seq
+        return 0
+
+    def send_item(self, node_id: str, item: bytes, watch: Any = None) -> bool:
+        """The dispatcher's way to the bus: held while records are pending (see the module)."""
+        seq = self.hold_seq()
+        if seq:
+            self._deferred.append((seq, node_id, item, watch))
+            return True
+        return self._send_item(node_id, item, watch)
+
+    def kick(self) -> None:
+        """The end of a client-loop pass: write what it journaled."""
+        if self.journal and self.state != "off":
+            self._wake.set()
+
+    def _released(self, seq: int) -> None:
+        self.release_held(seq)
+        deferred = self._deferred
+        if not deferred:
+            return
+        keep = []
+        ready = []
+        for entry in deferred:
+            (ready if entry[0] <= seq else keep).append(entry)
+        self._deferred = keep
+        bus = self._bus_of()
+        if bus is not None:
+            bus.hold()
+        try:
+            send = self._send_item
+            for _, node_id, item, watch in ready:
+                send(node_id, item, watch)
+        finally:
+            if bus is not None:
+                bus.release()
+
+    # ------------------------------------------------------------------ the writer
+    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            nursery.start_soon(self._fsync_loop)
+            task_status.started()
+            while True:
+                await self._wake.wait()
+                self._wake = trio.Event()
+                while self.journal and self.state != "off":
+                    await self._write_batch()
+                self._maybe_auto_rewrite()
+
+    async def _write_batch(self) -> None:
+        entries = self.journal[:]
+        self.journal.clear()
+        data = encode_entries(entries, self.node.wall_offset)
+        self.batch_seq += 1
+        seq = self.batch_seq
+        self.writing = True
+        try:
+            if self.rewrite_buf is not None:
+                self.rewrite_buf.append(data)
+            if self.state == "on" and data:
+                await self._write_durably(data)
+        finally:
+            self.writing = False
+        self.durable_seq = seq
+        self._released(seq)
+
+    async def _write_durably(self, data: bytes) -> None:
+        failing_since = 0.0
+        while True:
+            always = self.config.appendfsync == "always"
+            async with self._write_lock:
+                if self.state != "on":
+                    return  # turned off meanwhile: nothing to wait for
+                fd = self.fd
+                size = self.size
+                try:
+                    fsync_us = await trio.to_thread.run_sync(self._write_sync, fd, size, data, always)
+                except OSError as exc:
+                    fsync_us = -1
+                    error = exc
+                else:
+                    self.size = size + len(data)
+                    if always:
+                        self.synced_size = self.size
+                        self._note_fsync(fsync_us)
+            if fsync_us == -2:
+                log.critical("Can't persist the AOF: fsync failed with appendfsync always (%s). What was written "
+                             "may be lost, so the node stops here; nothing it did not persist was acknowledged.",
+                             self.last_write_error)  # fmt: skip
+                os._exit(1)
+            if fsync_us >= 0:
+                self.batches += 1
+                self.batch_bytes += len(data)
+                if not self.last_write_ok:
+                    log.warning("AOF write error solved: %d bytes written after %.1f s", len(data),
+                                time.monotonic() - failing_since if failing_since else 0.0)  # fmt: skip
+                    self.last_write_ok = True
+                return
+            self.write_errors += 1
+            if self.last_write_ok or not failing_since:
+                failing_since = time.monotonic()
+                log.warning("Error writing to the AOF file %s: %s. Replies that depend on it are held until a "
+                            "write succeeds; retrying every second.", self.path, error.strerror or error)  # fmt: skip
+            self.last_write_ok = False
+            self.last_write_error = str(error.strerror or error)
+            await trio.sleep(RETRY_WRITE_S)
+
+    def _write_sync(self, fd: int, size: int, data: bytes, fsync: bool) -> int:
+        """In a worker thread: write ``data`` at the end (cut back on error); fsync if asked.
+        Returns the fsync's microseconds (0 without), -2 if the fsync failed."""
+        try:
+            _write_all(fd, data)
+        except OSError:
+            try:
+                os.ftruncate(fd, size)  # no partial record stays behind for the retry to follow
+            except OSError:
+                pass
+            raise
+        if not fsync:
+            return 0
+        start = time.perf_counter_ns()
+        try:
+            os.fdatasync(fd)
+        except OSError as exc:
+            self.last_write_error = "fsync: %s" % (exc.strerror or exc)
+            return -2
+        return max(1, (time.perf_counter_ns() - start) // 1000)
+
+    def _note_fsync(self, us: int) -> None:
+        self.fsyncs += 1
+        self.fsync_us_total += us
+        self.fsync_us_last = us
+        if us > self.fsync_us_max:
+            self.fsync_us_max = us
+
+    async def _fsync_loop(self) -> None:
+        """appendfsync everysec: fsync what was written, once a second, off the event loop."""
+        while True:
+            await trio.sleep(1.0)
+            if self.state != "on" or self.config.appendfsync != "everysec" or self.synced_size == self.size:
+                continue
+            if self._fsync_lock.locked():
+                self.delayed_fsyncs += 1
+                continue
+            async with self._fsync_lock:
+                fd, size = self.fd, self.size
+                start = time.perf_counter_ns()
+                try:
+                    await trio.to_thread.run_sync(os.fdatasync, fd)
+                except OSError as exc:
+                    self.last_write_ok = False
+                    self.last_write_error = "fsync: %s" % (exc.strerror or exc)
+                    log.warning("AOF fsync failed: %s (everysec: retried in a second)", exc.strerror or exc)
+                    continue
+                self._note_fsync(max(1, (time.perf_counter_ns() - start) // 1000))
+                self.synced_size = max(self.synced_size, size)
+
+    # ------------------------------------------------------------------ loading
+    def load(self) -> dict[str, int] | None:
+        """At start, before anyone is served: rebuild the jobs from the file. None if there is
+        no file. Raises AofLoadError (the node must not start) on a corrupt file, or a
+        truncated one with aof-load-truncated no."""
+        path = self.path
+        cfg = self.config
+        try:
+            total = os.path.getsize(path)
+        except OSError:
+            log.info("No append only file at %s yet: starting with no jobs", path)
+            return None
+        log.info("Loading the append only file %s (%d bytes)...", path, total)
+        self.loading = True
+        start = last = time.monotonic()
+        loader = Loader(self.node)
+        try:
+            with open(path, "rb") as f:
+                while True:
+                    chunk = f.read(READ_CHUNK)
+                    if not chunk:
+                        break
+                    try:
+                        loader.feed(chunk)
+                    except CorruptRecord as exc:
+                        raise AofLoadError(
+                            "Bad file format reading the append only file %s: corrupt record at byte offset %d (%s). "
+                            "Make a backup of it, then run `disque-py check-aof --fix %s`."
+                            % (path, exc.offset, exc.reason, path)
+                        ) from None
+                    now = time.monotonic()
+                    if now - last >= 1.0:
+                        last = now
+                        done = loader.offset
+                        log.info("Loading the AOF: %d%% (%d of %d bytes, %d records, %.0f records/s)",
+                                 100 * done // max(total, 1), done, total, loader.records,
+                                 loader.records / max(now - start, 1e-9))  # fmt: skip
+            truncated, counts = loader.finish(cfg.aof_enqueue_jobs_once)
+        finally:
+            self.loading = False
+        if truncated is not None:
+            if not cfg.aof_load_truncated:
+                raise AofLoadError(
+                    "The append only file %s ends inside a record (at byte offset %d, %d bytes) and "
+                    "aof-load-truncated is no. Run `disque-py check-aof --fix %s`, or set aof-load-truncated yes "
+                    "to load it and drop the partial record." % (path, truncated.offset, truncated.dropped, path)
+                )
+            log.warning("!!! The append only file %s ends inside a record: %d bytes at byte offset %d dropped, "
+                        "and the file truncated there (aof-load-truncated yes)",
+                        path, truncated.dropped, truncated.offset)  # fmt: skip
+            os.truncate(path, truncated.offset)
+        elapsed = time.monotonic() - start
+        counts["records"] = loader.records
+        counts["expired"] += loader.expired
+        log.info("AOF loaded in %.3f s: %d records (%.0f/s), %d jobs restored (%d queued again, %d acked), "
+                 "%d expired meanwhile", elapsed, loader.records, loader.records / max(elapsed, 1e-9),
+                 counts["jobs"], counts["queued"], counts["acked"], counts["expired"])  # fmt: skip
+        return counts
+
+    def open_for_append(self) -> None:
+        """appendonly yes at start (after :meth:`load`): append to the file, creating it."""
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self.fd = fd
+        self.size = self.base_size = self.synced_size = os.fstat(fd).st_size
+        self.state = "on"
+        self.node.set_journal(self.journal)
+
+    # ------------------------------------------------------------------ on and off
+    def turn_on(self) -> None:
+        """CONFIG SET appendonly yes: journal from now on, and start with a rewrite."""
+        if self.state != "off":
+            return
+        self.journal.clear()
+        self.node.set_journal(self.journal)
+        self.state = "wait_rewrite"
+        log.info("AOF turned on: writing the jobs held now with a rewrite first")
+        if not self.start_rewrite():
+            self.rewrite_scheduled = True
+
+    def turn_off(self) -> None:
+        """CONFIG SET appendonly no: stop writing (a rewrite in progress is abandoned)."""
+        if self.state == "off":
+            return
+        self._kill_child()
+        self.state = "off"
+        self.node.set_journal(None)
+        self.journal.clear()
+        if self.fd >= 0:
+            fd, self.fd = self.fd, -1
+            if not self._fsync_lock.locked():
+                try:
+                    os.fsync(fd)
+                except OSError:
+                    pass
+                os.close(fd)
+            else:  # an everysec fsync uses it now: close it when it is done
+                self._nursery.start_soon(self._close_later, fd) if self._nursery else os.close(fd)
+        self.batch_seq += 1
+        self.durable_seq = self.batch_seq
+        self._released(self.durable_seq)
+        log.info("AOF turned off")
+
+    async def _close_later(self, fd: int) -> None:
+        async with self._fsync_lock:
+            os.close(fd)
+
+    # ------------------------------------------------------------------ rewrites
+    def start_rewrite(self) -> bool:
+        """BGREWRITEAOF: fork a child that writes the snapshot. False if one is running or the
+        fork failed (logged)."""
+        if self.rewrite_pid:
+            return False
+        if self._nursery is None:
+            self.rewrite_scheduled = True  # before the writer runs: it starts it
+            return True
+        tmp = self.config.resolve_path("temp-rewriteaof-bg-%d.aof" % os.getpid())
+        buf: list[bytes] = []
+        try:
+            pid = os.fork()
+        except OSError as exc:
+            log.warning("Can't rewrite the append only file in the background: fork: %s", exc.strerror or exc)
+            self.last_bgrewrite_ok = False
+            return False
+        if pid == 0:  # the child: write the snapshot and leave, touching nothing else
+            code = 1
+            try:
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                signal.signal(signal.SIGINT, signal.SIG_DFL)
+                import gc
+
+                gc.disable()
+                self._write_snapshot(tmp)
+                code = 0
+            except BaseException:  # noqa: BLE001 - the parent reads the exit code
+                code = 1
+            finally:
+                os._exit(code)
+        self.rewrite_pid = pid
+        self.rewrite_tmp = tmp
+        self.rewrite_buf = buf
+        self.rewrite_start = time.monotonic()
+        self.rewrite_scheduled = False
+        log.info("Background append only file rewriting started by pid %d", pid)
+        self._nursery.start_soon(self._watch_child, pid)
+        return True
+
+    def _write_snapshot(self, tmp: str) -> None:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        incremental = self.config.aof_rewrite_incremental_fsync
+        unsynced = 0
+        try:
+            for data in snapshot(self.node.store.values(), self.node.wall_offset):
+                _write_all(fd, data)
+                unsynced += len(data)
+                if incremental and unsynced >= INCREMENTAL_FSYNC_BYTES:  # no burst of dirty pages at the end
+                    os.fdatasync(fd)
+                    unsynced = 0
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    async def _watch_child(self, pid: int) -> None:
+        while True:
+            try:
+                got, status = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                got, status = pid, 1 << 8
+            if got == pid:
+                break
+            await trio.sleep(CHILD_POLL_S)
+        if self.rewrite_pid != pid:  # killed (appendonly no, shutdown): nothing to finish
+            return
+        ok = os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+        if ok:
+            try:
+                await self._finish_rewrite()
+            except OSError as exc:
+                ok = False
+                log.warning("Background AOF rewrite could not be completed: %s", exc.strerror or exc)
+        else:
+            log.warning("Background AOF rewrite child %d failed (status %d); the old file stays as it is", pid, status)
+        if not ok:
+            self.last_bgrewrite_ok = False
+            self._discard_rewrite()
+            if self.state == "wait_rewrite":
+                self.rewrite_scheduled = True  # tried again by the writer in a second
+                self._nursery.start_soon(self._retry_rewrite_later)
+        self.rewrite_pid = 0
+
+    async def _retry_rewrite_later(self) -> None:
+        await trio.sleep(1.0)
+        if self.rewrite_scheduled and not self.rewrite_pid:
+            self.start_rewrite()
+
+    def _discard_rewrite(self) -> None:
+        self.rewrite_buf = None
+        if self.rewrite_tmp:
+            try:
+                os.unlink(self.rewrite_tmp)
+            except OSError:
+                pass
+            self.rewrite_tmp = ""
+
+    async def _finish_rewrite(self) -> None:
+        """The child wrote the snapshot: add what came since, switch files atomically."""
+        async with self._write_lock:
+            async with self._fsync_lock:
+                # No batch is being written now: rewrite_buf holds every batch taken since the fork.
+                # (What is still in the journal goes to the new file with the next batch.)
+                tail = b"".join(self.rewrite_buf or ())
+                tmp, path = self.rewrite_tmp, self.path
+                keep_open = self.state != "off"
+                new_fd, size = await trio.to_thread.run_sync(self._switch_sync, tmp, path, tail, keep_open)
+                old = self.fd
+                self.fd = new_fd
+                if old >= 0:
+                    os.close(old)
+                self.rewrite_buf = None
+                self.rewrite_tmp = ""
+                self.last_rewrite_secs = int(time.monotonic() - self.rewrite_start)
+                self.last_bgrewrite_ok = True
+                self.rewrites += 1
+                if keep_open:
+                    self.size = self.base_size = self.synced_size = size
+                    if self.state == "wait_rewrite":
+                        self.state = "on"
+                        log.info("AOF is on: the rewrite that started it is done (%d bytes)", size)
+        log.info("Background AOF rewrite finished successfully: %s, %d bytes, %d bytes of new records appended",
+                 path, size, len(tail))  # fmt: skip
+
+    @staticmethod
+    def _switch_sync(tmp: str, path: str, tail: bytes, keep_open: bool) -> tuple[int, int]:
+        fd = os.open(tmp, os.O_WRONLY | os.O_APPEND)
+        try:
+            _write_all(fd, tail)
+            os.fsync(fd)
+        except BaseException:
+            os.close(fd)
+            raise
+        os.rename(tmp, path)
+        _fsync_dir(path)
+        size = os.fstat(fd).st_size
+        if not keep_open:
+            os.close(fd)
+            return -1, size
+        return fd, size
+
+    def _kill_child(self) -> None:
+        pid = self.rewrite_pid
+        if pid:
+            self.rewrite_pid = 0
+            try:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            except OSError:
+                pass
+            self._discard_rewrite()
+            log.info("Background AOF rewrite child %d killed", pid)
+
+    def _maybe_auto_rewrite(self) -> None:
+        if self.rewrite_scheduled and not self.rewrite_pid:
+            self.start_rewrite()
+            return
+        cfg = self.config
+        pct = cfg.auto_aof_rewrite_percentage
+        if not pct or self.state != "on" or self.rewrite_pid or self.size < cfg.auto_aof_rewrite_min_size:
+            return
+        base = self.base_size or 1
+        growth = (self.size - base) * 100 // base
+        if growth >= pct:
+            log.info("Starting automatic rewriting of the AOF on %d%% growth", growth)
+            self.start_rewrite()
+
+    # ------------------------------------------------------------------ shutdown
+    def close(self) -> None:
+        """The node stops (no task runs any more): write what is left; with SHUTDOWN
+        REWRITE-AOF, write a fresh file from the table, AOF on or off."""
+        self._kill_child()
+        if self.state == "on" and self.journal:
+            data = encode_entries(self.journal, self.node.wall_offset)
+            self.journal.clear()
+            try:
+                _write_all(self.fd, data)
+            except OSError as exc:
+                log.warning("Writing the AOF at shutdown: %s", exc.strerror or exc)
+        if self.fd >= 0:
+            try:
+                os.fsync(self.fd)
+            except OSError as exc:
+                log.warning("fsync of the AOF at shutdown: %s", exc.strerror or exc)
+            os.close(self.fd)
+            self.fd = -1
+        if self.shutdown_rewrite:
+            tmp = self.config.resolve_path("temp-rewriteaof-%d.aof" % os.getpid())
+            start = time.monotonic()
+            try:
+                self._write_snapshot(tmp)
+                os.rename(tmp, self.path)
+                _fsync_dir(self.path)
+            except OSError as exc:
+                log.warning("SHUTDOWN REWRITE-AOF: can't write %s: %s", self.path, exc.strerror or exc)
+                return
+            log.info("SHUTDOWN REWRITE-AOF: %d jobs written to %s in %.3f s", len(self.node.store), self.path,
+                     time.monotonic() - start)  # fmt: skip
+
+    # ------------------------------------------------------------------ INFO
+    def info(self) -> dict[str, Any]:
+        on = self.state != "off"
+        out: dict[str, Any] = {
+            "loading": int(self.loading),
+            "aof_enabled": int(on),
+            "aof_state": self.state,
+            "aof_rewrite_in_progress": int(bool(self.rewrite_pid)),
+            "aof_rewrite_scheduled": int(self.rewrite_scheduled),
+            "aof_last_rewrite_time_sec": self.last_rewrite_secs,
+            "aof_current_rewrite_time_sec": int(time.monotonic() - self.rewrite_start) if self.rewrite_pid else -1,
+            "aof_last_bgrewrite_status": "ok" if self.last_bgrewrite_ok else "err",
+            "aof_last_write_status": "ok" if self.last_write_ok else "err",
+        }
+        if on:
+            out.update({
+                "aof_current_size": self.size,
+                "aof_base_size": self.base_size,
+                "aof_pending_rewrite": int(self.rewrite_scheduled),
+                "aof_buffer_length": len(self.journal),
+                "aof_rewrite_buffer_length": sum(map(len, self.rewrite_buf)) if self.rewrite_buf else 0,
+                "aof_pending_bio_fsync": int(self._fsync_lock.locked()),
+                "aof_delayed_fsync": self.delayed_fsyncs,
+                "aof_fsync_policy": self.config.appendfsync,
+                "aof_batches": self.batches,
+                "aof_batch_bytes": self.batch_bytes,
+                "aof_write_errors": self.write_errors,
+                "aof_fsyncs": self.fsyncs,
+                "aof_fsync_last_usec": self.fsync_us_last,
+                "aof_fsync_avg_usec": self.fsync_us_total // self.fsyncs if self.fsyncs else 0,
+                "aof_fsync_max_usec": self.fsync_us_max,
+                "aof_rewrites": self.rewrites,
+            })  # fmt: skip
+        return out
