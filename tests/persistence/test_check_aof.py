@@ -233,3 +233,19 @@ def test_the_help_says_what_fix_does_and_to_stop_the_node():
     assert "truncated tail" in text and "corrupt record" in text
     assert "Stop the node using the file first" in text and "FILE.bad-OFFSET" in text
     assert "Exit status: 0" in text
+
+
+def test_the_cut_refuses_a_file_that_changed_since_it_was_checked(tmp_path):
+    """A node still appending between the check and the fix: nothing is cut, nothing copied."""
+    from disque_py.persistence.check import check, cut
+
+    recs = _records(4)
+    aof = tmp_path / "disque.aof"
+    aof.write_bytes(b"".join(recs)[:-3])
+    report = check(aof)
+    assert report.problem is not None and report.problem.kind == "truncated"
+    with open(aof, "ab") as f:
+        f.write(b"*3\r\n")  # appended after the check
+    with pytest.raises(ValueError, match="is a node still writing it"):
+        cut(aof, report.problem.offset, expected_size=report.size)
+    assert aof.read_bytes() == b"".join(recs)[:-3] + b"*3\r\n" and os.listdir(tmp_path) == ["disque.aof"]
