@@ -10,18 +10,20 @@ task (:meth:`Aof.run`) takes everything journaled so far as one *batch*, encodes
 of every client served meanwhile shares them (group commit). While the thread works the
 event loop serves on and journals the next batch.
 
-Nothing a record backs leaves the node before the record is written: a reply produced
-while records are pending (``hold_seq``) is held in its connection's output until the
-batch holding them is done (the client loop asks :meth:`hold_seq` before sending and
-is told through ``release_held``), and so is a bus message the core sends meanwhile
-(:meth:`send_item` wraps the cluster's). So an ADDJOB's ID, an ACKJOB's count and a
-GOTJOB to the replicating node leave after their record. "Done" depends on
-``appendfsync``:
+With ``appendfsync always``, nothing a record backs leaves the node before the record
+is written and fsynced: a reply produced while records are pending (``hold_seq``) is
+held in its connection's output until the batch holding them is done (the client loop
+asks :meth:`hold_seq` before sending and is told through ``release_held``), and so is
+a bus message the core sends meanwhile (:meth:`send_item` wraps the cluster's). So an
+ADDJOB's ID, an ACKJOB's count and a GOTJOB to the replicating node leave after their
+record is on disk. The other policies hold nothing (that is their point: the reply
+does not wait for the disk) and differ in what a crash may cost:
 
-* ``always``: written and fsynced (``fdatasync``) before anything leaves;
-* ``everysec``: written (in the OS's cache: a crash of the process loses nothing) and
-  fsynced by a separate task once a second (a power cut loses about the last 1-2 s);
-* ``no``: written; the OS flushes when it likes (a power cut loses what it held).
+* ``everysec``: batches are written as they come (within milliseconds, off the event
+  loop) and fsynced by a separate task once a second: a crash of the process loses at
+  most the batch being written, a power cut about the last 1-2 s;
+* ``no``: written the same way; the OS flushes when it likes (a power cut loses what
+  its cache held, typically up to 30 s on Linux).
 
 A write that fails (a full disk) is cut back to the last whole record
 (``ftruncate``), counted (``aof_last_write_status:err``), logged, and retried every
@@ -103,6 +105,7 @@ class Aof:
         self.batch_seq = 0  # batches taken from the journal
         self.durable_seq = 0  # batches written (and fsynced with always)
         self.writing = False
+        self.gating = False  # output waits for its records: AOF on, appendfsync always
         self._wake = trio.Event()
         self._write_lock = trio.Lock()
         self._fsync_lock = trio.Lock()
@@ -154,8 +157,9 @@ class Aof:
 
     # ------------------------------------------------------------------ the gate
     def hold_seq(self) -> int:
-        """The batch that output produced now must wait for, or 0 if nothing is pending."""
-        if self.state != "on":
+        """The batch that output produced now must wait for, or 0 if nothing is pending
+        (or nothing waits: only ``appendfsync always`` holds output)."""
+        if not self.gating:
             return 0
         if self.journal:
             self._wake.set()
@@ -171,6 +175,10 @@ class Aof:
             self._deferred.append((seq, node_id, item, watch))
             return True
         return self._send_item(node_id, item, watch)
+
+    def settings_changed(self) -> None:
+        """appendonly or appendfsync changed (or the state did): who waits for what."""
+        self.gating = self.state == "on" and self.config.appendfsync == "always"
 
     def kick(self) -> None:
         """The end of a client-loop pass: write what it journaled."""
@@ -385,6 +393,7 @@ class Aof:
         self.size = self.base_size = self.synced_size = os.fstat(fd).st_size
         self.state = "on"
         self.node.set_journal(self.journal)
+        self.settings_changed()
 
     # ------------------------------------------------------------------ on and off
     def turn_on(self) -> None:
@@ -404,6 +413,7 @@ class Aof:
             return
         self._kill_child()
         self.state = "off"
+        self.settings_changed()
         self.node.set_journal(None)
         self.journal.clear()
         if self.fd >= 0:
@@ -545,6 +555,7 @@ class Aof:
                     self.size = self.base_size = self.synced_size = size
                     if self.state == "wait_rewrite":
                         self.state = "on"
+                        self.settings_changed()
                         log.info("AOF is on: the rewrite that started it is done (%d bytes)", size)
         log.info("Background AOF rewrite finished successfully: %s, %d bytes, %d bytes of new records appended",
                  path, size, len(tail))  # fmt: skip
