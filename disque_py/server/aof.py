@@ -545,7 +545,9 @@ class Aof:
                 old = self.fd
                 self.fd = new_fd
                 if old >= 0:
-                    os.close(old)
+                    # The old file's last reference: closing it frees its pages (tens of ms for
+                    # a big file), so a worker thread does it, as Redis's background close.
+                    await trio.to_thread.run_sync(os.close, old)
                 self.rewrite_buf = None
                 self.rewrite_tmp = ""
                 self.last_rewrite_secs = int(time.monotonic() - self.rewrite_start)
