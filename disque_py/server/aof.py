@@ -544,10 +544,6 @@ class Aof:
                 new_fd, size = await trio.to_thread.run_sync(self._switch_sync, tmp, path, tail, keep_open)
                 old = self.fd
                 self.fd = new_fd
-                if old >= 0:
-                    # The old file's last reference: closing it frees its pages (tens of ms for
-                    # a big file), so a worker thread does it, as Redis's background close.
-                    await trio.to_thread.run_sync(os.close, old)
                 self.rewrite_buf = None
                 self.rewrite_tmp = ""
                 self.last_rewrite_secs = int(time.monotonic() - self.rewrite_start)
@@ -559,6 +555,10 @@ class Aof:
                         self.state = "on"
                         self.settings_changed()
                         log.info("AOF is on: the rewrite that started it is done (%d bytes)", size)
+        if old >= 0:
+            # The old file's last reference: closing it frees its pages (tens of ms for a big
+            # file), so a worker thread does it, after the locks, as Redis's background close.
+            await trio.to_thread.run_sync(os.close, old)
         log.info("Background AOF rewrite finished successfully: %s, %d bytes, %d bytes of new records appended",
                  path, size, len(tail))  # fmt: skip
 
