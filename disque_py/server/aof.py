@@ -418,22 +418,25 @@ class Aof:
         self.journal.clear()
         if self.fd >= 0:
             fd, self.fd = self.fd, -1
-            if not self._fsync_lock.locked():
-                try:
-                    os.fsync(fd)
-                except OSError:
-                    pass
+            if self._nursery is not None:
+                self._nursery.start_soon(self._close_later, fd)  # after any thread using it, in one
+            else:
                 os.close(fd)
-            else:  # an everysec fsync uses it now: close it when it is done
-                self._nursery.start_soon(self._close_later, fd) if self._nursery else os.close(fd)
         self.batch_seq += 1
         self.durable_seq = self.batch_seq
         self._released(self.durable_seq)
         log.info("AOF turned off")
 
     async def _close_later(self, fd: int) -> None:
-        async with self._fsync_lock:
+        def sync_and_close() -> None:
+            try:
+                os.fsync(fd)
+            except OSError:
+                pass
             os.close(fd)
+
+        async with self._write_lock, self._fsync_lock:
+            await trio.to_thread.run_sync(sync_and_close)
 
     # ------------------------------------------------------------------ rewrites
     def start_rewrite(self) -> bool:
@@ -457,6 +460,9 @@ class Aof:
             try:
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
                 signal.signal(signal.SIGINT, signal.SIG_DFL)
+                # Let go of every inherited socket and file: a client or peer the parent closes
+                # meanwhile must see it closed, and the ports must not stay bound through us.
+                os.closerange(3, 1 << 20)
                 import gc
 
                 gc.disable()
