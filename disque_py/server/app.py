@@ -78,6 +78,7 @@ class Server:
         dispatcher.wire(loop, cluster.send_item)
         self.acceptor = Acceptor(loop, config, self.stats)
         self.cron = Cron(config, self.stats, loop.check_clients)
+        self.cron.every_step.append(dispatcher.measure_memory)
         context = admin.AdminContext(
             config=config,
             node=node,
