@@ -169,19 +169,23 @@ class Dispatcher:
         node = self.node
         memory = node.memory
         node.now = now
-        change = memory.update(now, rss)
-        if change is not None:
-            old, new = change
-            crossed = new if new > old else new + 1  # the threshold reached, or gone back under
-            (log.warning if new > old else log.info)(
-                "Memory level %d -> %d: %d bytes used of maxmemory %d (%d%%), %s %d%% (%d bytes): %s",
-                old, new, memory.used, memory.limit, 100 * memory.used // memory.limit,
-                "reached" if new > old else "back under", THRESHOLDS[crossed - 1],
-                memory.threshold_bytes(crossed), _LEVEL_DOING[new])  # fmt: skip
+        self._log_level(memory.update(now, rss))
         if memory.level >= 2 and memory.frees:
             if memory.free(now):
-                memory.update(now)
+                self._log_level(memory.update(now))
             self.apply_effects()
+
+    def _log_level(self, change: tuple[int, int] | None) -> None:
+        if change is None:
+            return
+        memory = self.node.memory
+        old, new = change
+        crossed = new if new > old else new + 1  # the threshold reached, or gone back under
+        (log.warning if new > old else log.info)(
+            "Memory level %d -> %d: %d bytes used of maxmemory %d (%d%%), %s %d%% (%d bytes): %s",
+            old, new, memory.used, memory.limit, 100 * memory.used // memory.limit,
+            "reached" if new > old else "back under", THRESHOLDS[crossed - 1],
+            memory.threshold_bytes(crossed), _LEVEL_DOING[new])  # fmt: skip
 
     def run_commands(self, conn: "Connection", commands) -> None:
         """Run commands in order until the client blocks or its output reaches ``OUT_HOLD``;

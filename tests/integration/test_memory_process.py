@@ -166,3 +166,20 @@ def test_a_node_at_75_percent_replicates_new_jobs_externally(start_node):
     job_id = a.execute_command("ADDJOB", "ext", "body", 0, "REPLICATE", 1)
     assert show(a, job_id) is not None
     assert "Memory level 0 -> 1" in nodes[0].log()
+
+
+def test_at_95_percent_what_breaks_no_guarantee_is_let_go(start_node):
+    node = start_node()
+    r = node.client()
+    kept = [r.execute_command("ADDJOB", "work", "x" * 200, 0, "REPLICATE", 1) for _ in range(100)]
+    once = [r.execute_command("ADDJOB", "once", "x" * 200, 0, "REPLICATE", 1, "RETRY", 0) for _ in range(50)]
+    assert len(r.execute_command("GETJOB", "COUNT", 50, "FROM", "once")) == 50  # delivered at most once
+    used = int(memory(r)["used_memory"])
+    r.execute_command("CONFIG", "SET", "maxmemory", str(used * 100 // 97))  # 97 %: level 2
+    wait_for(lambda: int(memory(r)["memory_freed_jobs"]) == 50, timeout=10, what="the delivered RETRY 0 jobs freed")
+    assert all(show(r, job_id) is None for job_id in once)
+    assert all(show(r, job_id)["state"] == b"queued" for job_id in kept)  # queued jobs are never let go
+    assert "Memory level 0 -> 2: " in node.log()
+    # With a third of its jobs gone it is back under 75 %.
+    wait_for(lambda: level(r) == 0, timeout=10, what="the level back to 0")
+    assert "Memory level 2 -> 0: " in node.log()
