@@ -56,11 +56,13 @@ is 3, so a command pays nothing for the check) and by the shell
 
 from __future__ import annotations
 
+import random
 from itertools import islice
 from typing import TYPE_CHECKING, Callable
 
 from .job import ACKED, F_DELIVERED
 from .replies import Error
+from .store import SHARDS
 
 if TYPE_CHECKING:
     from .context import Context
@@ -132,6 +134,9 @@ class Memory:
         self._sampled_at: int | None = None
         self._have_mean = False
         self._sample_hi = 0  # highest registration number seen (where a sample may start)
+        # Its own random source: sampling (when the shell measures) leaves ctx.rng's sequence,
+        # which replays of the simulations rely on, untouched.
+        self._random = random.Random(ctx.seed).random
         self._free_cursor = 0
         self.freed_jobs = 0
         self.gc_attempts = 0
@@ -146,7 +151,7 @@ class Memory:
             self._have_mean = False
             return
         hi = max(self._sample_hi, n)
-        cursor = int(self.ctx.random() * hi) * 64 + int(self.ctx.random() * 64)
+        cursor = int(self._random() * hi) * SHARDS + int(self._random() * SHARDS)
         total = count = 0
         for job in islice(store.scan_from(cursor), SAMPLE_SIZE):
             total += len(job.body or b"") + len(job.queue or b"")
