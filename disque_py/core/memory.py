@@ -133,6 +133,7 @@ class Memory:
         self._mean_item = 0  # mean body + queue name bytes of a job, from the last sample
         self._sampled_at: int | None = None
         self._have_mean = False
+        self._sampled_n = 0  # jobs held at the last sample
         self._sample_hi = 0  # highest registration number seen (where a sample may start)
         # Its own random source: sampling (when the shell measures) leaves ctx.rng's sequence,
         # which replays of the simulations rely on, untouched.
@@ -180,9 +181,18 @@ class Memory:
         """Measure again; returns ``(old, new)`` when the level changed, else None."""
         if rss is not None:
             self.rss = rss
-        if self._sampled_at is None or now - self._sampled_at >= SAMPLE_MS:
+        n = len(self._store)
+        # Sampled again every SAMPLE_MS, and at once while no sample describes the jobs held (none
+        # taken since the table was empty) or their number changed twofold since the last one.
+        if (
+            self._sampled_at is None
+            or now - self._sampled_at >= SAMPLE_MS
+            or (n and not self._have_mean)
+            or not (self._sampled_n // 2 <= n <= 2 * self._sampled_n + 16)
+        ):
             self._sample()
             self._sampled_at = now
+            self._sampled_n = n
         self.used = self.estimate()
         return self._relevel()
 
