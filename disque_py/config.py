@@ -256,10 +256,11 @@ _TABLE: tuple[Directive, ...] = (
     # --- limits ------------------------------------------------------------
     _d("maxclients", Kind.INT, 10000, runtime=True, implemented=True, minimum=1,
        error="Invalid max clients limit", help="maximum number of connected clients"),
-    _d("maxmemory", Kind.MEMORY, 1024**3, runtime=True, minimum=1,
+    _d("maxmemory", Kind.MEMORY, 1024**3, runtime=True, implemented=True, minimum=1,
        error="You need to specify a memory limit greater than zero",
-       help="memory limit in bytes (reported by INFO memory, not enforced yet)"),
-    _d("maxmemory-policy", Kind.ENUM, "acks", runtime=True, choices=("acks", "noeviction"),
+       help="memory limit in bytes: at 75 % new jobs are replicated to other nodes only, at 95 % "
+            "acked and delivered at-most-once jobs are let go, at 100 % ADDJOB, ENQUEUE and NACK get -OOM"),
+    _d("maxmemory-policy", Kind.ENUM, "acks", runtime=True, implemented=True, choices=("acks", "noeviction"),
        error="Invalid maxmemory policy", help="what to do when maxmemory is reached"),
     _d("maxmemory-samples", Kind.INT, 5, runtime=True, minimum=1,
        error="maxmemory-samples must be 1 or greater", help="eviction sample size"),

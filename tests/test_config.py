@@ -1102,13 +1102,14 @@ def test_example_says_honestly_which_directives_act():
         not_active, runtime = markers[name]
         assert not_active == (not d.implemented), name
         assert runtime == d.runtime, name
-    assert not DIRECTIVES["maxmemory"].implemented  # reported by INFO, not enforced yet
+    assert DIRECTIVES["maxmemory"].implemented  # acted on (core/memory.py)
+    assert not DIRECTIVES["maxmemory-samples"].implemented  # accepted, not used
     assert DIRECTIVES["tcp-backlog"].implemented and DIRECTIVES["cluster-secret"].implemented
 
 
 def test_inactive_settings_names_only_changed_directives_without_effect():
-    cfg = load_config(None, ["--maxmemory", "100mb", "--no-appendfsync-on-rewrite", "yes", "--appendonly", "yes",
-                             "--port", "7800", "--hz", "10", "--rename-command", "DEBUG", ""])
-    # hz 10 is its default: set, but nothing differs from an unset node; appendonly acts
-    assert C.inactive_settings(cfg) == ["rename-command", "maxmemory", "no-appendfsync-on-rewrite"]
+    cfg = load_config(None, ["--maxmemory-samples", "10", "--no-appendfsync-on-rewrite", "yes", "--appendonly", "yes",
+                             "--port", "7800", "--hz", "10", "--rename-command", "DEBUG", "", "--maxmemory", "100mb"])
+    # hz 10 is its default: set, but nothing differs from an unset node; appendonly and maxmemory act
+    assert C.inactive_settings(cfg) == ["rename-command", "maxmemory-samples", "no-appendfsync-on-rewrite"]
     assert C.inactive_settings(load_config(None, [])) == []

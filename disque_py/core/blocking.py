@@ -20,7 +20,8 @@ passed with an empty reply (a blocked GETJOB timing out is decided here);
 
 Queues are created on demand (``Context.get_queue``) and evicted here
 (``gc_queues``, every second from ``Node.tick``) once empty, unwatched,
-unpaused and idle for ``QUEUE_MAX_IDLE_MS``; an empty queue idle for
+unpaused and idle for ``QUEUE_MAX_IDLE_MS`` (a 30th of it at memory level 1,
+``QUEUE_OOM_IDLE_MS`` from level 2, ``ctx.memory_level``); an empty queue idle for
 ``QUEUE_SHRINK_IDLE_MS`` gives back its sorted list first.
 
 Commands: GETJOB, QLEN, QPEEK, QSTAT, QSCAN, PAUSE. Message: PAUSE. Called by
@@ -50,6 +51,8 @@ QUEUE_MAX_IDLE_MS = 300_000
 QUEUE_GC_BATCH = 1000  # queues checked per pass at least; more when there are many (QUEUE_GC_ROUND_S)
 QUEUE_GC_ROUND_S = 60  # every queue is checked at least this often
 QUEUE_SHRINK_IDLE_MS = 10_000  # an empty queue idle this long gives back its sorted list
+# At memory level 1 the idle time is divided by 30 (10 s); from level 2 on it is this (as Disque).
+QUEUE_OOM_IDLE_MS = 2000
 
 # Why a node asks for jobs (``ctx.need_jobs``): clients wait on an empty queue, or a consumer
 # took the last job of a queue that imports.
@@ -253,11 +256,15 @@ class Blocking:
         batch = list(islice(queues, start, start + size))  # not a copy of every name
         self._queue_gc_pos = start + len(batch)
         now = self.ctx.now
+        max_idle = QUEUE_MAX_IDLE_MS
+        level = self.ctx.memory_level  # memory.py: short of memory, idle queues go sooner
+        if level:
+            max_idle = QUEUE_MAX_IDLE_MS // 30 if level == 1 else QUEUE_OOM_IDLE_MS
         for name in batch:
             q = queues[name]
             if q.jobs:
                 continue
-            if not q.blocked and not q.flags & PAUSED_ALL and now - q.atime >= QUEUE_MAX_IDLE_MS:
+            if not q.blocked and not q.flags & PAUSED_ALL and now - q.atime >= max_idle:
                 del queues[name]
                 self.ready.pop(name, None)
             elif now - q.atime >= QUEUE_SHRINK_IDLE_MS:

@@ -84,7 +84,7 @@ class Context:
         *__annotations__,
         "id", "myself_only", "seed", "ids", "now", "wall_offset", "address", "rng", "random", "store",
         "queues", "_queue_seq", "stats", "bus_stats", "cluster_size", "reachable", "backlogged",
-        "known_nodes", "leaving", "journal", "effects", "lazy", "lazy_at", "ready", "push_leases",
+        "known_nodes", "leaving", "journal", "memory_level", "effects", "lazy", "lazy_at", "ready", "push_leases",
     )  # fmt: skip
 
     def __init__(self, node_id: str, seed: bytes, now: int, wall_offset: int, address: tuple[str, int]) -> None:
@@ -118,6 +118,9 @@ class Context:
         self.leaving = False
         # What the AOF must learn (store.J_LOAD ...): the store's list, or None without an AOF.
         self.journal: list | None = None
+        # 0-3, set by memory.Memory: >= 1 replicate new jobs externally, >= 2 evict idle queues
+        # after 2 s (see memory.py).
+        self.memory_level = 0
         # Outbox.
         self.effects: list[Any] = []
         self.lazy: list[Any] = []  # Sends held back until lazy_at (GC_MESSAGE_DELAY_MS)

@@ -39,6 +39,8 @@ and runs each one's timers. Which file decides what:
 ``blocking.py``    GETJOB, blocked clients and their timeouts, delivery,
                    queue eviction; QLEN, QPEEK, QSTAT, QSCAN, PAUSE
 ``messages.py``    the bus messages' types and their checks
+``memory.py``      the maxmemory level: external replication, what is let
+                   go, the commands refused at 100 %
 ``invariants.py``  the named invariants, as one check (tests, simulations)
 =================  ============================================================
 
@@ -56,6 +58,7 @@ from .context import Context
 from .effects import BLOCKED
 from .federation import Federation
 from .lifecycle import Lifecycle
+from .memory import OOM_COMMANDS, OOM_ERROR, Memory
 from .messages import receivers
 from .replication import Replication
 from .replies import err
@@ -152,6 +155,10 @@ class Node:
             "NEEDJOBS": federation.on_needjobs,
             "YOURJOBS": federation.on_yourjobs,
         })  # fmt: skip
+        # The memory level (memory.py); while it is 3 ``commands`` is a copy that refuses
+        # OOM_COMMANDS, so no command pays for the check.
+        self.memory = memory = Memory(ctx, lambda: len(acks.tombstones))
+        memory.on_level = self._memory_level_changed
         self.commands: dict[bytes, tuple[Handler, int]] = {
             b"addjob": (replication.cmd_addjob, -4),
             b"getjob": (blocking.cmd_getjob, -2),
@@ -171,6 +178,22 @@ class Node:
             b"pause": (blocking.cmd_pause, -3),
             b"hello": (self.cmd_hello, 1),
         }
+        self._commands_ok = self.commands
+
+    def _memory_level_changed(self, level: int) -> None:
+        if level < 3:
+            self.commands = self._commands_ok
+            return
+        memory = self.memory
+
+        def refuse(client: int, argv: list[bytes]) -> Any:
+            memory.refused += 1
+            return OOM_ERROR
+
+        table = dict(self._commands_ok)
+        for name in OOM_COMMANDS:
+            table[name] = (refuse, table[name][1])
+        self.commands = table
 
     # -- the AOF -------------------------------------------------------------------
     def set_journal(self, journal: list | None) -> None:

@@ -3,7 +3,9 @@
 Theory of operation
 -------------------
 ADDJOB (``cmd_addjob``) creates the job. With REPLICATE > 1, or on a leaving
-node (which replicates *externally*: REPLICATE copies, none local):
+node or one at memory level 1 or more (``ctx.memory_level``, ``memory.py``),
+which replicate *externally* (REPLICATE copies, none local) and ignore
+REPLJOB:
 
 * The job is created in ``wait-repl`` (synchronous) and REPLJOB goes to
   REPLICATE-1 reachable nodes picked at random (REPLICATE of them, none
@@ -84,14 +86,15 @@ class Replication:
         replicate = req.replicate or min(DEFAULT_REPLICATE_MAX, ctx.cluster_size)
         if req.retry == 0 and replicate > 1:  # the default factor counts too, as in Disque
             return RETRY0_NEEDS_REPLICATE1
-        extrepl = ctx.leaving
+        # A leaving node, or one at memory level 1 or more (memory.py), keeps no copy.
+        extrepl = ctx.leaving or ctx.memory_level
         additional = replicate if extrepl else replicate - 1
         if additional > len(ctx.reachable):
             if extrepl and additional - 1 == len(ctx.reachable):
                 return Error(
                     "NOREPL Not enough reachable nodes for the requested replication level, "
                     "since I'm unable to hold a copy of the message for the following reason: "
-                    "I'm leaving the cluster"
+                    + ("I'm leaving the cluster" if ctx.leaving else "I'm out of memory")
                 )
             return Error("NOREPL Not enough reachable nodes for the requested replication level")
         q = ctx.queues.get(req.queue)
@@ -302,7 +305,7 @@ class Replication:
         if job is None:
             ctx.bus_stats["messages_malformed"] += 1
             return
-        if ctx.leaving:
+        if ctx.leaving or ctx.memory_level:  # no new copies here (memory.py), as in Disque
             return
         q = ctx.queues.get(job.queue)
         if q is not None and q.flags & PAUSED_IN:

@@ -450,20 +450,28 @@ def info_text(ctx: AdminContext, section: str, peak: list[int]) -> str:
                 "blocked_clients": node.blocked_clients,
             })  # fmt: skip
         elif name == "memory":
+            # used_memory is what the maxmemory policy reads: the estimate of the node's data
+            # (core/memory.py says why not the RSS, which is shown beside it).
             rss = _rss_bytes()
-            peak[0] = max(peak[0], rss)
+            memory = node.memory
+            used = memory.estimate()
+            peak[0] = max(peak[0], used)
             emit("Memory", {
-                "used_memory": rss,
-                "used_memory_human": _human(rss),
+                "used_memory": used,
+                "used_memory_human": _human(used),
+                "used_memory_estimate": used,
                 "used_memory_rss": rss,
+                "used_memory_rss_human": _human(rss),
                 "used_memory_peak": peak[0],
                 "used_memory_peak_human": _human(peak[0]),
-                "mem_fragmentation_ratio": "1.00",
+                "mem_fragmentation_ratio": "%.2f" % (rss / used if used else 0.0),
                 "mem_allocator": "pymalloc",
                 "maxmemory": cfg.maxmemory,
                 "maxmemory_human": _human(cfg.maxmemory),
                 "maxmemory_policy": cfg.maxmemory_policy,
-                "used_memory_percentage": "%.2f" % (100.0 * rss / cfg.maxmemory if cfg.maxmemory else 0.0),
+                "maxmemory_measure": "estimate",
+                "used_memory_percentage": "%.2f" % (100.0 * used / cfg.maxmemory if cfg.maxmemory else 0.0),
+                **memory.info(),
                 **gcpolicy.policy.info(),
                 "timer_heap_entries": node.store.timer_entries,
                 "timer_heap_rebuilds": node.store.rebuilds,

@@ -81,6 +81,7 @@ class Server:
         aof.wire(cluster.send_item, loop.release_held, lambda: cluster.bus)
         self.acceptor = Acceptor(loop, config, self.stats)
         self.cron = Cron(config, self.stats, loop.check_clients)
+        self.cron.every_step.append(dispatcher.measure_memory)
         context = admin.AdminContext(
             config=config,
             node=node,

@@ -10,19 +10,34 @@ output and is sent at once through the client loop; a bus message is turned
 into bytes (:func:`send_item_of`, the only place that does) and queued on
 the peer's link through the cluster service.
 
+It also keeps the core's memory level (``core/memory.py``) current:
+:meth:`~Dispatcher.measure_memory` runs before a batch of commands at most
+every ``MEMORY_MEASURE_MS`` (the commands are what make memory grow, so the
+level an ADDJOB reads is at most that old), from the cron every 100 ms, and
+at once when CONFIG SET changes ``maxmemory``. It reads the RSS
+(``/proc/self/statm``, at most every ``RSS_MEASURE_MS``; shown in INFO, not
+read by the policy: see ``core/memory.py``), logs each level crossed, up
+and down, and while the level is 2 or more lets the core free what it can.
+The -OOM refusal itself is the core's (``Node`` swaps its command table at
+level 3): the core knows which commands grow memory, and the in-process
+simulations and core tests see the same refusal as a client.
+
 Called by: the client loop (``run_commands``, ``apply_effects``,
 ``client_closed``), the core's timers and the cluster service
-(``apply_effects`` after a tick or a bus input). It calls nothing of theirs
-but the callables it is wired to (:meth:`Dispatcher.wire`).
+(``apply_effects`` after a tick or a bus input), the cron
+(``measure_memory``). It calls nothing of theirs but the callables it is
+wired to (:meth:`Dispatcher.wire`).
 """
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any, Callable
 
 from cluster_bus.codec import encode_data_item
 
 from ..core.effects import BLOCKED, Reply, Send
+from ..core.memory import LEVEL_NAMES, THRESHOLDS
 from ..core.messages import moves_to_watch
 from ..core.replies import Error
 from .connection import OUT_HOLD
@@ -41,6 +56,27 @@ NOAUTH = Error("NOAUTH Authentication required.")
 
 #: The counters the dispatcher keeps in the stats dict it is given (INFO stats).
 DISPATCH_STATS = ("total_commands_processed", "internal_errors")
+
+MEMORY_MEASURE_MS = 10  # the level is measured again at most this often before commands
+RSS_MEASURE_MS = 100  # the RSS is read at most this often
+
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+_LEVEL_DOING = (
+    "back to normal",
+    "new jobs are replicated to other nodes only",
+    "freeing acked and delivered at-most-once jobs, evicting idle queues",
+    "refusing commands that use more memory (-OOM)",
+)
+
+
+def read_rss() -> int:
+    """Resident set size of this process in bytes (0 if unknown)."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * _PAGE
+    except (OSError, ValueError, IndexError):
+        return 0
+
 
 AdminTable = dict[bytes, tuple[Callable[["Connection", list[bytes]], Any], int]]
 
@@ -91,6 +127,13 @@ class Dispatcher:
         self._send_soon: Callable[["Connection"], None] = lambda conn: None
         self._resume_reading: Callable[["Connection"], None] = lambda conn: None
         self._send_item: Callable[..., bool] = _no_send
+        # The memory level (see the module docstring).
+        memory = node.memory
+        memory.frees = config.maxmemory_policy != "noeviction"
+        memory.set_limit(config.maxmemory)
+        self._mem_next = 0
+        self._rss_next = 0
+        config.on_change.append(self._config_changed)
 
     def wire(self, output: "ClientOutput", send_item: Callable[..., bool]) -> None:
         """Where effects go: the client loop (its clients, ``send_soon``, ``resume_reading``)
@@ -100,11 +143,57 @@ class Dispatcher:
         self._resume_reading = output.resume_reading
         self._send_item = send_item
 
+    def _config_changed(self, name: str, old: Any, new: Any) -> None:
+        if name == "maxmemory":
+            self.node.memory.limit = new
+            self.measure_memory()  # at once: lowering it may refuse the next ADDJOB
+        elif name == "maxmemory-policy":
+            self.node.memory.frees = new != "noeviction"
+
+    def measure_memory(self, now: int | None = None) -> None:
+        """Measure the memory level again, log a crossing, free what may go at level >= 2."""
+        if now is None:
+            now = now_ms()
+        self._mem_next = now + MEMORY_MEASURE_MS
+        try:
+            self._measure_memory(now)
+        except Exception:  # a bug must never take the node down
+            self.stats["internal_errors"] += 1
+            log.exception("Internal error measuring memory")
+
+    def _measure_memory(self, now: int) -> None:
+        rss = None
+        if now >= self._rss_next:
+            self._rss_next = now + RSS_MEASURE_MS
+            rss = read_rss()
+        node = self.node
+        memory = node.memory
+        node.now = now
+        self._log_level(memory.update(now, rss))
+        if memory.level >= 2 and memory.frees:
+            if memory.free(now):
+                self._log_level(memory.update(now))
+            self.apply_effects()
+
+    def _log_level(self, change: tuple[int, int] | None) -> None:
+        if change is None:
+            return
+        memory = self.node.memory
+        old, new = change
+        crossed = new if new > old else new + 1  # the threshold reached, or gone back under
+        (log.warning if new > old else log.info)(
+            "Memory level %d -> %d: %d bytes used of maxmemory %d (%d%%), %s %d%% (%d bytes): %s",
+            old, new, memory.used, memory.limit, 100 * memory.used // memory.limit,
+            "reached" if new > old else "back under", THRESHOLDS[crossed - 1],
+            memory.threshold_bytes(crossed), _LEVEL_DOING[new])  # fmt: skip
+
     def run_commands(self, conn: "Connection", commands) -> None:
         """Run commands in order until the client blocks or its output reaches ``OUT_HOLD``;
         the rest wait in ``pending`` (see ``clients.py``)."""
         out = conn.out
         now = now_ms()
+        if now >= self._mem_next:
+            self.measure_memory(now)
         dispatch = self.dispatch
         for i, argv in enumerate(commands):
             if conn.blocked or conn.closing or len(out) >= OUT_HOLD:

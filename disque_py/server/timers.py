@@ -13,7 +13,8 @@ when an input may have set an earlier timer. The client loop decides which
 which peers' links are backlogged, and the bus holds what the tick sends so
 that it leaves in one write per peer.
 
-:class:`Cron` is the 100 ms task: ops/s sampling (INFO), and once a second
+:class:`Cron` is the 100 ms task: ops/s sampling (INFO), what is added to
+``every_step`` (the memory measure, ``Dispatcher.measure_memory``), and once a second
 the client checks (output limits, idle timeouts; the client loop's
 ``check_clients``) and the periodic full garbage collection (:mod:`.gcpolicy`).
 
@@ -116,6 +117,7 @@ class Cron:
         self._ops_samples: list[int] = [0] * 16
         self._ops_idx = 0
         self._last_ops = 0
+        self.every_step: list[Callable[[], None]] = []  # run every PERIOD (the memory measure)
 
     async def run(self) -> None:
         while True:
@@ -127,6 +129,8 @@ class Cron:
         self._ops_samples[self._ops_idx % len(self._ops_samples)] = (total - self._last_ops) * 10
         self._ops_idx += 1
         self._last_ops = total
+        for step in self.every_step:
+            step()
         if self._ops_idx % 10 == 0:
             self.check_clients(self.config.timeout)
             gcpolicy.policy.maybe_full()

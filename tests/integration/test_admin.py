@@ -199,17 +199,20 @@ def test_net_output_bytes_counts_every_reply_the_socket_took(node):
 
 
 def test_a_directive_without_effect_is_named_in_the_log(start_node):
-    # maxmemory is accepted and reported, but not enforced yet: the operator is told so,
-    # at start and again when CONFIG SET changes such a directive.
-    node = start_node(maxmemory="100mb", appendonly="yes")
+    # maxmemory-samples is accepted but not used: the operator is told so, at start and again
+    # when CONFIG SET changes such a directive. maxmemory is acted on (core/memory.py).
+    node = start_node(maxmemory="100mb", maxmemory_samples=10, appendonly="yes")
     log_text = node.log()
-    assert "maxmemory is set, but disque-py does not act on it yet" in log_text
+    assert "maxmemory-samples is set, but disque-py does not act on it yet" in log_text
     assert "appendonly is set, but disque-py does not act on it yet" in log_text
+    assert "maxmemory is set" not in log_text
     assert "timeout is set" not in log_text
     c = node.client()
-    assert c.config_set("maxmemory-policy", "noeviction")
-    wait_for(lambda: "maxmemory-policy is set, but disque-py does not act on it yet" in node.log(),
+    assert c.config_set("maxmemory-samples", "7")
+    wait_for(lambda: node.log().count("maxmemory-samples is set, but disque-py does not act on it yet") == 2,
              what="the CONFIG SET warning")
+    assert c.config_set("maxmemory-policy", "noeviction")
+    assert "maxmemory-policy is set" not in node.log()
     assert c.config_set("timeout", "30")
     assert "timeout is set" not in node.log()
     assert c.ping()

@@ -1,0 +1,264 @@
+"""Memory: the maxmemory policy, as a plain state machine.
+
+Theory of operation
+-------------------
+The node reads one measure, ``used``: an estimate of what its data takes
+(jobs, their bodies and queue names, queues, tombstones), computed here from
+counts (``estimate``), plus whatever the shell adds to it. The shell feeds
+the process's RSS as well (``update(now, rss)``), shown beside it in INFO
+memory, but the policy does not read RSS:
+
+* RSS includes the interpreter and its modules (tens of MB before the first
+  job), so a limit such as Disque's own tests set (``maxmemory 3mb``, or 1
+  byte) would be crossed at start by a node holding nothing;
+* RSS hardly shrinks after the jobs are gone (pymalloc keeps partly used
+  arenas, the C allocator keeps its heap), so a node read by its RSS would
+  stay at its highest level after draining, refusing jobs for good;
+* the estimate goes down as soon as jobs leave, like Disque's count of
+  allocated bytes (``zmalloc_used_memory``) that its policy reads.
+
+The estimate's per-item costs were measured with ``tracemalloc`` on the core
+(a queued job of REPLICATE 1 with its table, timer heap and queue entries:
+about 590 bytes plus its body; an empty queue with its sorted list: about
+650 bytes). The mean body and queue-name size is taken from a sample of the
+job table at most every ``SAMPLE_MS``, so an estimate costs a few ``len``
+calls.
+
+The level (``ctx.memory_level``) follows Disque's warning levels:
+
+====  ========================  =============================================
+0     used < 75 % of maxmemory  nothing
+1     >= 75 %                   new jobs are replicated externally: REPLICATE
+                                copies on other nodes, none here, then one of
+                                them is told to queue it (``replication.py``);
+                                REPLJOB from peers is ignored; idle empty
+                                queues are evicted after 10 s, not 5 min
+2     >= 95 %                   ``free`` also lets go what breaks no
+                                guarantee: delivered RETRY 0 jobs (never
+                                queued again) and acked jobs whose GC can end
+                                (an attempt now); idle queues go after 2 s
+3     >= 100 %                  the commands that grow memory (Disque's "m"
+                                flag: ADDJOB, ENQUEUE, NACK) are refused with
+                                ``OOM_ERROR``; GETJOB, ACKJOB, FASTACK,
+                                DELJOB, WORKING, the queue commands and the
+                                bus keep working, so a full node drains
+====  ========================  =============================================
+
+A level goes down only once ``used`` is ``HYSTERESIS`` percentage points
+below its threshold, so a node hovering at one does not flap (and log) at
+every measure. ``set_limit`` (CONFIG SET maxmemory) re-levels at once.
+
+Called by ``Node`` (composition; its command table is swapped while the level
+is 3, so a command pays nothing for the check) and by the shell
+(``server/dispatch.py``), which measures, logs each crossing and calls
+``free`` while the level is 2 or more.
+"""
+
+from __future__ import annotations
+
+import random
+from itertools import islice
+from typing import TYPE_CHECKING, Callable
+
+from .job import ACKED, F_DELIVERED
+from .replies import Error
+from .store import SHARDS
+
+if TYPE_CHECKING:
+    from .context import Context
+
+__all__ = [
+    "Memory",
+    "OOM_COMMANDS",
+    "OOM_ERROR",
+    "THRESHOLDS",
+    "HYSTERESIS",
+    "JOB_OVERHEAD",
+    "QUEUE_OVERHEAD",
+    "TOMBSTONE_OVERHEAD",
+    "level_of",
+]
+
+#: Percent of maxmemory at which each level starts (level 1, 2, 3).
+THRESHOLDS = (75, 95, 100)
+#: A level is left only this many percentage points below its threshold.
+HYSTERESIS = 2
+#: Measured per-item costs in bytes (see the module docstring).
+JOB_OVERHEAD = 560  # plus len(body) + len(queue name)
+QUEUE_OVERHEAD = 650  # plus len(name)
+TOMBSTONE_OVERHEAD = 120
+SAMPLE_SIZE = 64
+SAMPLE_MS = 100
+FREE_BATCH = 1000  # jobs looked at per ``free`` call
+GC_SOONER_MS = 1000  # an acked job whose next GC attempt is further than this gets one now
+
+#: Disque's commands flagged "m" (may increase memory): refused at level 3.
+OOM_COMMANDS = frozenset({b"addjob", b"enqueue", b"nack"})
+OOM_ERROR = Error("OOM command not allowed when used memory > 'maxmemory'.")
+
+LEVEL_NAMES = ("ok", "replicate-externally", "free", "oom")
+
+
+def level_of(used: int, limit: int, current: int = 0) -> int:
+    """The level for ``used`` bytes of ``limit``, coming from ``current`` (hysteresis down)."""
+    if limit <= 0:
+        return 0
+    pct = used * 100
+    level = 0
+    for i, threshold in enumerate(THRESHOLDS):
+        if pct >= limit * threshold:
+            level = i + 1
+    # Going down, a level is kept until ``used`` is HYSTERESIS points below its threshold.
+    while current > level:
+        if pct >= limit * (THRESHOLDS[current - 1] - HYSTERESIS):
+            return current
+        current -= 1
+    return level
+
+
+class Memory:
+    """The node's memory level and what it lets go. See the module docstring."""
+
+    def __init__(self, ctx: "Context", extra_items: Callable[[], int] = lambda: 0) -> None:
+        self.ctx = ctx
+        self._store = ctx.store
+        self._queues = ctx.queues
+        self._extra_items = extra_items  # tombstones (acks)
+        self.limit = 1024**3
+        self.frees = True  # maxmemory-policy acks; noeviction: nothing is let go
+        self.used = 0
+        self.rss = 0
+        self.level = 0
+        self.on_level: Callable[[int], None] = lambda level: None  # Node swaps its commands
+        self._mean_item = 0  # mean body + queue name bytes of a job, from the last sample
+        self._sampled_at: int | None = None
+        self._have_mean = False
+        self._sampled_n = 0  # jobs held at the last sample
+        self._sample_hi = 0  # highest registration number seen (where a sample may start)
+        # Its own random source: sampling (when the shell measures) leaves ctx.rng's sequence,
+        # which replays of the simulations rely on, untouched.
+        self._random = random.Random(ctx.seed).random
+        self._free_cursor = 0
+        self.freed_jobs = 0
+        self.gc_attempts = 0
+        self.refused = 0  # commands answered OOM_ERROR
+
+    # -- the measure -------------------------------------------------------------------
+    def _sample(self) -> None:
+        store = self._store
+        n = len(store)
+        if not n:
+            self._mean_item = 0
+            self._have_mean = False
+            return
+        hi = max(self._sample_hi, n)
+        cursor = int(self._random() * hi) * SHARDS + int(self._random() * SHARDS)
+        total = count = 0
+        for job in islice(store.scan_from(cursor), SAMPLE_SIZE):
+            total += len(job.body or b"") + len(job.queue or b"")
+            count += 1
+            if job.seq > self._sample_hi:
+                self._sample_hi = job.seq
+        if count < SAMPLE_SIZE:  # ran off the end: top up from the start
+            for job in islice(store.scan_from(0), SAMPLE_SIZE - count):
+                total += len(job.body or b"") + len(job.queue or b"")
+                count += 1
+        mean = total // count if count else 0
+        # Half the last sample, half the new one: one unlucky sample moves it half as far.
+        self._mean_item = (self._mean_item + mean) // 2 if self._have_mean else mean
+        self._have_mean = True
+
+    def estimate(self) -> int:
+        """Bytes the node's data takes, from counts (and the sampled mean job size)."""
+        queues = self._queues
+        return (
+            len(self._store) * (JOB_OVERHEAD + self._mean_item)
+            + len(queues) * (QUEUE_OVERHEAD + 16)
+            + self._extra_items() * TOMBSTONE_OVERHEAD
+        )
+
+    def update(self, now: int, rss: int | None = None) -> tuple[int, int] | None:
+        """Measure again; returns ``(old, new)`` when the level changed, else None."""
+        if rss is not None:
+            self.rss = rss
+        n = len(self._store)
+        # Sampled again every SAMPLE_MS, and at once while no sample describes the jobs held (none
+        # taken since the table was empty) or their number changed twofold since the last one.
+        if (
+            self._sampled_at is None
+            or now - self._sampled_at >= SAMPLE_MS
+            or (n and not self._have_mean)
+            or not (self._sampled_n // 2 <= n <= 2 * self._sampled_n + 16)
+        ):
+            self._sample()
+            self._sampled_at = now
+            self._sampled_n = n
+        self.used = self.estimate()
+        return self._relevel()
+
+    def set_limit(self, limit: int, now: int | None = None) -> tuple[int, int] | None:
+        """maxmemory changed (at start, CONFIG SET): takes effect at once."""
+        self.limit = limit
+        if now is not None:
+            return self.update(now)
+        return self._relevel()
+
+    def _relevel(self) -> tuple[int, int] | None:
+        old = self.level
+        new = level_of(self.used, self.limit, old)
+        if new == old:
+            return None
+        self.level = new
+        self.ctx.memory_level = new
+        if (old >= 3) != (new >= 3):
+            self.on_level(new)
+        return old, new
+
+    def threshold_bytes(self, level: int) -> int:
+        return self.limit * THRESHOLDS[level - 1] // 100
+
+    # -- letting go --------------------------------------------------------------------
+    def free(self, now: int) -> int:
+        """At level 2 or more: let go of what breaks no guarantee, ``FREE_BATCH`` jobs looked
+        at per call, where the last call stopped. Returns the jobs deleted here."""
+        if self.level < 2 or not self.frees:
+            return 0
+        ctx = self.ctx
+        store = self._store
+        freed = 0
+        seen = 0
+        cursor = 0
+        for job in store.scan_from(self._free_cursor):
+            if seen >= FREE_BATCH:
+                cursor = store.cursor_of(job)
+                break
+            seen += 1
+            if job.state == ACKED:
+                # Its GC can end: one attempt now (it deletes the job if every holder has
+                # confirmed, or asks them again) instead of waiting for its backoff.
+                if job.requeue_at - now > GC_SOONER_MS:  # requeue_at is gc_at for an acked job
+                    self.gc_attempts += 1
+                    before = len(store)
+                    ctx.gc_due(job)
+                    if len(store) < before:
+                        freed += 1
+            elif job.retry == 0 and job.flags & F_DELIVERED and job.queue is not None:
+                # Delivered at most once: it is never queued again, only waits for its ACK or
+                # TTL. Disque lets it go under memory pressure too.
+                ctx.delete_job(job)
+                freed += 1
+        self._free_cursor = cursor
+        self.freed_jobs += freed
+        return freed
+
+    def info(self) -> dict[str, object]:
+        return {
+            "memory_level": self.level,
+            "memory_level_name": LEVEL_NAMES[self.level],
+            "maxmemory_replicate_externally_at": self.threshold_bytes(1),
+            "maxmemory_free_at": self.threshold_bytes(2),
+            "maxmemory_oom_at": self.threshold_bytes(3),
+            "memory_freed_jobs": self.freed_jobs,
+            "memory_gc_attempts": self.gc_attempts,
+            "memory_oom_refused": self.refused,
+        }
