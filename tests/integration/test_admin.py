@@ -200,11 +200,13 @@ def test_net_output_bytes_counts_every_reply_the_socket_took(node):
 
 def test_a_directive_without_effect_is_named_in_the_log(start_node):
     # maxmemory-samples is accepted but not used: the operator is told so, at start and again
-    # when CONFIG SET changes such a directive. maxmemory is acted on (core/memory.py).
-    node = start_node(maxmemory="100mb", maxmemory_samples=10, appendonly="yes")
+    # when CONFIG SET changes such a directive. maxmemory (core/memory.py) and appendonly
+    # (server/aof.py) are acted on.
+    node = start_node(maxmemory="100mb", maxmemory_samples=10, appendonly="yes", no_appendfsync_on_rewrite="yes")
     log_text = node.log()
     assert "maxmemory-samples is set, but disque-py does not act on it yet" in log_text
-    assert "appendonly is set, but disque-py does not act on it yet" in log_text
+    assert "no-appendfsync-on-rewrite is set, but disque-py does not act on it yet" in log_text
+    assert "appendonly is set" not in log_text
     assert "maxmemory is set" not in log_text
     assert "timeout is set" not in log_text
     c = node.client()
