@@ -557,3 +557,63 @@ def test_config_set_appendonly_yes_during_a_rewrite_keeps_the_jobs_added_before(
     r = restart(start_node, node, appendonly="yes").client()
     assert all(show(r, job_id) is not None for job_id in first)
     assert show(r, late) is not None
+
+
+@pytest.mark.xfail(strict=True, reason="DEBUG FLUSHALL during a BGREWRITEAOF: its own rewrite is not started (one "
+                   "is running), and the running one, forked before the flush, writes every flushed job back")
+def test_debug_flushall_during_a_rewrite_is_not_undone_by_it(start_node):  # noqa: F811
+    node = start_node(auto_aof_rewrite_percentage=0, **AOF)
+    r = node.client()
+    jobs = [addjob(r, "q", b"x" * 1000, "RETRY", 0) for _ in range(300)]
+    p = r.pipeline(transaction=False)
+    p.execute_command("BGREWRITEAOF")
+    p.execute_command("DEBUG", "FLUSHALL")
+    assert p.execute()[1] == b"OK"
+    wait_for(lambda: info(r)["aof_rewrite_in_progress"] == 0 and info(r)["aof_rewrite_scheduled"] == 0,
+             timeout=20, what="no rewrite running or scheduled")  # fmt: skip
+    assert show(r, jobs[0]) is None
+    kill9(node)
+    r = restart(start_node, node).client()
+    back = [job_id for job_id in jobs if show(r, job_id) is not None]
+    assert not back, "%d flushed jobs came back" % len(back)
+
+
+@pytest.mark.xfail(strict=True, reason="SHUTDOWN while the first rewrite of CONFIG SET appendonly yes runs "
+                   "(wait_rewrite): the node kills the child and exits with no file, so every job is lost; Disque "
+                   "refuses (\"Writing initial AOF, can't exit\") and keeps running")
+def test_shutdown_while_the_first_rewrite_runs_loses_no_job(start_node):  # noqa: F811
+    node = start_node(appendonly="no", appendfsync="always")
+    r = node.client()
+    jobs = [addjob(r, "q", b"x" * 1000, "RETRY", 0) for _ in range(300)]
+    p = r.pipeline(transaction=False)
+    p.execute_command("CONFIG", "SET", "appendonly", "yes")
+    p.execute_command("SHUTDOWN")
+    try:
+        replies = p.execute(raise_on_error=False)
+    except redis.ConnectionError:  # it exited
+        replies = None
+    if replies is not None:  # refused: it keeps running until its file is written
+        assert isinstance(replies[1], redis.ResponseError), replies
+        wait_for(lambda: info(r)["aof_state"] == "on", timeout=20, what="aof_state on")
+        kill9(node)
+    else:
+        assert node.proc.wait(20) is not None
+    r = restart(start_node, node, appendonly="yes").client()
+    kept = [job_id for job_id in jobs if show(r, job_id) is not None]
+    assert len(kept) == len(jobs), "%d of %d jobs lost" % (len(jobs) - len(kept), len(jobs))
+
+
+@pytest.mark.xfail(strict=True, reason="INFO says aof_state:wait_rewrite; Disque's INFO says wait-rewrite")
+def test_info_names_the_wait_rewrite_state_as_disque(start_node):  # noqa: F811
+    node = start_node(appendonly="no")
+    r = node.client()
+    p = r.pipeline(transaction=False)
+    for i in range(300):
+        p.execute_command("ADDJOB", "q", b"x" * 1000, 5000, "RETRY", 0)
+    p.execute()
+    p = r.pipeline(transaction=False)
+    p.execute_command("CONFIG", "SET", "appendonly", "yes")
+    p.execute_command("INFO", "persistence")
+    state = p.execute()[1]["aof_state"]
+    assert state in ("wait-rewrite", "wait_rewrite")  # still rewriting: the same pass
+    assert state == "wait-rewrite"
