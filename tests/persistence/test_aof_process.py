@@ -123,6 +123,7 @@ def qpeek_all(r: redis.Redis, queue: str) -> list[bytes]:
 def test_kill9_with_appendfsync_always_loses_no_job(start_node):  # noqa: F811
     node = start_node(**AOF)
     r = node.client()
+    myid = r.execute_command("CLUSTER", "MYID")
     tag = os.urandom(4).hex()
     body = lambda name, i: ("%s-%s-%d" % (name, tag, i)).encode()  # noqa: E731
     waiting = {addjob(r, "qa", body("wait", i), "RETRY", 1): body("wait", i) for i in range(60)}
@@ -143,6 +144,7 @@ def test_kill9_with_appendfsync_always_loses_no_job(start_node):  # noqa: F811
 
     node = restart(start_node, node)
     r = node.client()
+    assert r.execute_command("CLUSTER", "MYID") == myid  # nodes.conf: the holder the jobs name
     for group in (waiting, taken, zero_kept, zero_taken):
         for job_id, b in group.items():
             job = show(r, job_id)
@@ -287,12 +289,17 @@ def test_kill9_with_appendfsync_everysec_loses_no_job(start_node):  # noqa: F811
     node = start_node(appendonly="yes", appendfsync="everysec")
     r = node.client()
     assert info(r)["aof_fsync_policy"] == "everysec"
-    jobs = {addjob(r, "q", b"e-%d" % i, "RETRY", 0): b"e-%d" % i for i in range(200)}
+    jobs = {addjob(r, "q", b"e-%d" % i, "RETRY", 0): (b"q", b"e-%d" % i) for i in range(200)}
+    # binary-safe: CR LF and NUL in names and bodies, an empty body, a body longer than a read chunk
+    for q, b in [(b"q\r\nx", b"a\r\nb\x00c"), (b"empty", b""), (b"big", os.urandom(5 << 20))]:
+        jobs[addjob(r, q, b, "RETRY", 0)] = (q, b)
     kill9(node)  # at once: no second passed for the fsync task
     r = restart(start_node, node).client()
-    for job_id, b in jobs.items():
+    for job_id, (q, b) in jobs.items():
         job = show(r, job_id)
-        assert job is not None and job["body"] == b, job_id
+        assert job is not None and job["body"] == b and job["queue"] == q, job_id
+    addjob(r, "q", b"one more", "RETRY", 0)
+    wait_for(lambda: info(r)["aof_fsyncs"] >= 1, timeout=5, what="the once-a-second fsync")
 
 
 # --------------------------------------------------------------------------- 4. truncated
