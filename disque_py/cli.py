@@ -2,6 +2,7 @@
 
     disque-py server [disque.conf] [--port 7712 --loglevel verbose ...]
     disque-py cli [-h HOST] [-p PORT] [-a PASSWORD] [COMMAND ARGS...]
+    disque-py check-aof [--fix [--yes]] FILE
 """
 
 from __future__ import annotations
@@ -264,6 +265,49 @@ def cluster_forget(node_id: str, address: str, password: str | None) -> None:
     if not forgot:
         raise click.ClickException("no node knew %s: check the ID (CLUSTER NODES lists them)" % node_id)
     click.echo("%d of %d node(s) forgot %s" % (forgot, len(results), node_id))
+
+
+@main.command("check-aof", context_settings=CONTEXT, short_help="Check an append-only file; --fix cuts a bad tail.")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False))
+@click.option("--fix", is_flag=True, help="Truncate the file at its first bad record (asks first).")
+@click.option("--yes", "-y", is_flag=True, help="With --fix: do not ask for confirmation.")
+@click.option("--progress/--no-progress", default=None,
+              help="Show a progress bar (default: on a terminal, for files of 16 MB or more).")
+def check_aof(file: str, fix: bool, yes: bool, progress: bool | None) -> None:
+    """Check that every byte of the append-only FILE is a valid record.
+
+    Reads FILE from start to end, as a node does when it loads it, and prints
+    how many records of each kind it holds. Each record carries a CRC-32, so a
+    damaged byte is found, not loaded as a wrong job. The check stops at the
+    first problem and tells where it starts (byte offset) and why:
+
+    \b
+    - a truncated tail: the last record is incomplete (a write cut short by a
+      crash or a power loss). A node with aof-load-truncated yes (the default)
+      loads everything before it, so this alone needs no repair;
+    - a corrupt record: damaged bytes (disk or copy errors, a file edited by
+      hand). Nothing from there on can be loaded.
+
+    Exit status: 0 the file is valid, 1 a problem was found (and not fixed),
+    2 usage error or the file cannot be read. Without --fix nothing is written.
+
+    --fix truncates FILE at the first bad record, so that it loads. Every
+    record after that point is lost with it, including valid ones after a
+    corrupt record in the middle, so the removed bytes are first copied to a
+    new file next to it, named FILE.bad-OFFSET; then FILE is checked again. Stop the node
+    using the file first (SHUTDOWN): a node still appending to it would
+    write after the cut; the fix refuses if the file changed size since it was
+    read. Keep a copy of the file if the jobs matter.
+
+    \b
+    Examples:
+      disque-py check-aof /var/lib/disque/disque.aof
+      disque-py check-aof --fix disque.aof
+      disque-py check-aof --fix --yes disque.aof      (no prompt, for scripts)
+    """
+    from .persistence.check import run
+
+    sys.exit(run(file, fix=fix, yes=yes, progress=progress))
 
 
 def _format_raw(value) -> str:

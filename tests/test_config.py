@@ -1107,8 +1107,8 @@ def test_example_says_honestly_which_directives_act():
 
 
 def test_inactive_settings_names_only_changed_directives_without_effect():
-    cfg = load_config(None, ["--maxmemory", "100mb", "--appendonly", "yes", "--port", "7800",
-                             "--hz", "10", "--rename-command", "DEBUG", ""])
-    # hz 10 is its default: set, but nothing differs from an unset node
-    assert C.inactive_settings(cfg) == ["rename-command", "maxmemory", "appendonly"]
+    cfg = load_config(None, ["--maxmemory", "100mb", "--no-appendfsync-on-rewrite", "yes", "--appendonly", "yes",
+                             "--port", "7800", "--hz", "10", "--rename-command", "DEBUG", ""])
+    # hz 10 is its default: set, but nothing differs from an unset node; appendonly acts
+    assert C.inactive_settings(cfg) == ["rename-command", "maxmemory", "no-appendfsync-on-rewrite"]
     assert C.inactive_settings(load_config(None, [])) == []

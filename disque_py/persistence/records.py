@@ -274,9 +274,10 @@ def _decode_loadjob(e: list[bytes]) -> LoadJob:
 
 
 def _build_loadjob(job_id: bytes, state_name: bytes, numbers: Any, nodes_bytes: bytes, queue: bytes,
-                   body: bytes) -> LoadJob:  # fmt: skip
-    """The LoadJob of a LOADJOB's elements, ``numbers`` already split into 9 runs of digits."""
-    if not valid_job_id(job_id):
+                   body: bytes, id_checked: bool = False) -> LoadJob:  # fmt: skip
+    """The LoadJob of a LOADJOB's elements, ``numbers`` already split into 9 runs of digits
+    (``id_checked``: the fast path's expression matched the ID's shape, valid_job_id's)."""
+    if not id_checked and not valid_job_id(job_id):
         raise _Bad("LOADJOB: malformed job ID")
     state = _STATE_BY_NAME.get(state_name)
     if state is None:
@@ -353,7 +354,7 @@ _INCOMPLETE = None
 # its exact reason.
 _FAST_ID = re.compile(rb"\*3\r\n\$(\d)\r\n([A-Z]{1,9})\r\n\$40\r\n(.{40})\r\n\$8\r\n([0-9a-f]{8})\r\n", re.DOTALL)
 _FAST_LOADJOB = re.compile(
-    rb"\*8\r\n\$7\r\nLOADJOB\r\n\$40\r\n(.{40})\r\n\$(\d\d?)\r\n([a-z-]{1,16})\r\n\$(\d{1,3})\r\n"
+    rb"\*8\r\n\$7\r\nLOADJOB\r\n\$40\r\n(D-[0-9a-fA-F]{8}-[A-Za-z0-9+/]{24}-[0-9a-fA-F]{4})\r\n\$(\d\d?)\r\n([a-z-]{1,16})\r\n\$(\d{1,3})\r\n"
     + rb" ".join([rb"(\d{1,19})"] * _NUMBERS)
     + rb"\r\n\$(\d{1,7})\r\n([0-9A-Za-z ]*)\r\n\$(\d{1,9})\r\n([^\r\n]*)\r\n\$(\d{1,9})\r\n",
     re.DOTALL,
@@ -382,7 +383,7 @@ def _fast(buf: bytearray, pos: int) -> tuple[Any, int] | None:
         m = _FAST_CRC.match(buf, be + 2)
         if m is None or m[1] != b"%08x" % zlib.crc32(buf[pos : be + 2]):
             return None
-        return _build_loadjob(job_id, state, g[4:13], nodes, queue, bytes(buf[bs:be])), m.end()
+        return _build_loadjob(job_id, state, g[4:13], nodes, queue, bytes(buf[bs:be]), True), m.end()
     if count == b"3":
         m = _FAST_ID.match(buf, pos)
         if m is None:

@@ -10,18 +10,20 @@ task (:meth:`Aof.run`) takes everything journaled so far as one *batch*, encodes
 of every client served meanwhile shares them (group commit). While the thread works the
 event loop serves on and journals the next batch.
 
-Nothing a record backs leaves the node before the record is written: a reply produced
-while records are pending (``hold_seq``) is held in its connection's output until the
-batch holding them is done (the client loop asks :meth:`hold_seq` before sending and
-is told through ``release_held``), and so is a bus message the core sends meanwhile
-(:meth:`send_item` wraps the cluster's). So an ADDJOB's ID, an ACKJOB's count and a
-GOTJOB to the replicating node leave after their record. "Done" depends on
-``appendfsync``:
+With ``appendfsync always``, nothing a record backs leaves the node before the record
+is written and fsynced: a reply produced while records are pending (``hold_seq``) is
+held in its connection's output until the batch holding them is done (the client loop
+asks :meth:`hold_seq` before sending and is told through ``release_held``), and so is
+a bus message the core sends meanwhile (:meth:`send_item` wraps the cluster's). So an
+ADDJOB's ID, an ACKJOB's count and a GOTJOB to the replicating node leave after their
+record is on disk. The other policies hold nothing (that is their point: the reply
+does not wait for the disk) and differ in what a crash may cost:
 
-* ``always``: written and fsynced (``fdatasync``) before anything leaves;
-* ``everysec``: written (in the OS's cache: a crash of the process loses nothing) and
-  fsynced by a separate task once a second (a power cut loses about the last 1-2 s);
-* ``no``: written; the OS flushes when it likes (a power cut loses what it held).
+* ``everysec``: batches are written as they come (within milliseconds, off the event
+  loop) and fsynced by a separate task once a second: a crash of the process loses at
+  most the batch being written, a power cut about the last 1-2 s;
+* ``no``: written the same way; the OS flushes when it likes (a power cut loses what
+  its cache held, typically up to 30 s on Linux).
 
 A write that fails (a full disk) is cut back to the last whole record
 (``ftruncate``), counted (``aof_last_write_status:err``), logged, and retried every
@@ -103,6 +105,7 @@ class Aof:
         self.batch_seq = 0  # batches taken from the journal
         self.durable_seq = 0  # batches written (and fsynced with always)
         self.writing = False
+        self.gating = False  # output waits for its records: AOF on, appendfsync always
         self._wake = trio.Event()
         self._write_lock = trio.Lock()
         self._fsync_lock = trio.Lock()
@@ -154,8 +157,9 @@ class Aof:
 
     # ------------------------------------------------------------------ the gate
     def hold_seq(self) -> int:
-        """The batch that output produced now must wait for, or 0 if nothing is pending."""
-        if self.state != "on":
+        """The batch that output produced now must wait for, or 0 if nothing is pending
+        (or nothing waits: only ``appendfsync always`` holds output)."""
+        if not self.gating:
             return 0
         if self.journal:
             self._wake.set()
@@ -171,6 +175,10 @@ class Aof:
             self._deferred.append((seq, node_id, item, watch))
             return True
         return self._send_item(node_id, item, watch)
+
+    def settings_changed(self) -> None:
+        """appendonly or appendfsync changed (or the state did): who waits for what."""
+        self.gating = self.state == "on" and self.config.appendfsync == "always"
 
     def kick(self) -> None:
         """The end of a client-loop pass: write what it journaled."""
@@ -385,6 +393,7 @@ class Aof:
         self.size = self.base_size = self.synced_size = os.fstat(fd).st_size
         self.state = "on"
         self.node.set_journal(self.journal)
+        self.settings_changed()
 
     # ------------------------------------------------------------------ on and off
     def turn_on(self) -> None:
@@ -404,26 +413,30 @@ class Aof:
             return
         self._kill_child()
         self.state = "off"
+        self.settings_changed()
         self.node.set_journal(None)
         self.journal.clear()
         if self.fd >= 0:
             fd, self.fd = self.fd, -1
-            if not self._fsync_lock.locked():
-                try:
-                    os.fsync(fd)
-                except OSError:
-                    pass
+            if self._nursery is not None:
+                self._nursery.start_soon(self._close_later, fd)  # after any thread using it, in one
+            else:
                 os.close(fd)
-            else:  # an everysec fsync uses it now: close it when it is done
-                self._nursery.start_soon(self._close_later, fd) if self._nursery else os.close(fd)
         self.batch_seq += 1
         self.durable_seq = self.batch_seq
         self._released(self.durable_seq)
         log.info("AOF turned off")
 
     async def _close_later(self, fd: int) -> None:
-        async with self._fsync_lock:
+        def sync_and_close() -> None:
+            try:
+                os.fsync(fd)
+            except OSError:
+                pass
             os.close(fd)
+
+        async with self._write_lock, self._fsync_lock:
+            await trio.to_thread.run_sync(sync_and_close)
 
     # ------------------------------------------------------------------ rewrites
     def start_rewrite(self) -> bool:
@@ -447,6 +460,9 @@ class Aof:
             try:
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
                 signal.signal(signal.SIGINT, signal.SIG_DFL)
+                # Let go of every inherited socket and file: a client or peer the parent closes
+                # meanwhile must see it closed, and the ports must not stay bound through us.
+                os.closerange(3, 1 << 20)
                 import gc
 
                 gc.disable()
@@ -534,8 +550,6 @@ class Aof:
                 new_fd, size = await trio.to_thread.run_sync(self._switch_sync, tmp, path, tail, keep_open)
                 old = self.fd
                 self.fd = new_fd
-                if old >= 0:
-                    os.close(old)
                 self.rewrite_buf = None
                 self.rewrite_tmp = ""
                 self.last_rewrite_secs = int(time.monotonic() - self.rewrite_start)
@@ -545,7 +559,12 @@ class Aof:
                     self.size = self.base_size = self.synced_size = size
                     if self.state == "wait_rewrite":
                         self.state = "on"
+                        self.settings_changed()
                         log.info("AOF is on: the rewrite that started it is done (%d bytes)", size)
+        if old >= 0:
+            # The old file's last reference: closing it frees its pages (tens of ms for a big
+            # file), so a worker thread does it, after the locks, as Redis's background close.
+            await trio.to_thread.run_sync(os.close, old)
         log.info("Background AOF rewrite finished successfully: %s, %d bytes, %d bytes of new records appended",
                  path, size, len(tail))  # fmt: skip
 

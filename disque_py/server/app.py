@@ -122,6 +122,8 @@ class Server:
             else:
                 self.aof.turn_off()
             self._gate_output(new)
+        elif name == "appendfsync":
+            self.aof.settings_changed()
 
     def _gate_output(self, on: bool) -> None:
         """With an AOF, replies and the core's bus messages wait for their records (aof.py);
