@@ -140,6 +140,10 @@ def test_kill9_with_appendfsync_always_loses_no_job(start_node):  # noqa: F811
     assert r.execute_command("DELJOB", *deleted) == len(deleted)
     for job_id in zero_taken:
         assert show(r, job_id)["state"] == b"active"
+    st = info(r)
+    assert (st["aof_enabled"], st["aof_state"], st["aof_last_write_status"]) == (1, "on", "ok")
+    wait_for(lambda: info(r)["aof_current_size"] == aof_path(node).stat().st_size > 0, timeout=5,
+             what="INFO's aof_current_size is the file's size")  # fmt: skip
     kill9(node)
 
     node = restart(start_node, node)
