@@ -61,7 +61,8 @@ from .lifecycle import Lifecycle
 from .memory import OOM_COMMANDS, OOM_ERROR, Memory
 from .messages import receivers
 from .replication import Replication
-from .replies import err
+from .replies import Error, err
+from .store import J_DEL
 from .requeue import Requeue
 
 __all__ = ["Node", "BLOCKED"]
@@ -179,20 +180,38 @@ class Node:
             b"hello": (self.cmd_hello, 1),
         }
         self._commands_ok = self.commands
+        self._oom = False
+        self._disk_error: Error | None = None
 
     def _memory_level_changed(self, level: int) -> None:
-        if level < 3:
+        self._oom = level >= 3
+        self._choose_commands()
+
+    def refuse_new_jobs(self, error: Error | None) -> None:
+        """While the AOF cannot write (a full disk: the shell's ``Aof``), ADDJOB gets ``error``
+        (Redis's -MISCONF); None: accepted again. Jobs already held still drain."""
+        self._disk_error = error
+        self._choose_commands()
+
+    def _choose_commands(self) -> None:
+        """``commands``: the plain table, or a copy whose growing commands refuse (no command
+        pays for the check while nothing is refused)."""
+        if not self._oom and self._disk_error is None:
             self.commands = self._commands_ok
             return
-        memory = self.memory
-
-        def refuse(client: int, argv: list[bytes]) -> Any:
-            memory.refused += 1
-            return OOM_ERROR
-
         table = dict(self._commands_ok)
-        for name in OOM_COMMANDS:
-            table[name] = (refuse, table[name][1])
+        if self._oom:
+            memory = self.memory
+
+            def refuse(client: int, argv: list[bytes]) -> Any:
+                memory.refused += 1
+                return OOM_ERROR
+
+            for name in OOM_COMMANDS:
+                table[name] = (refuse, table[name][1])
+        error = self._disk_error
+        if error is not None:
+            table[b"addjob"] = (lambda client, argv: error, table[b"addjob"][1])
         self.commands = table
 
     # -- the AOF -------------------------------------------------------------------
@@ -318,6 +337,9 @@ class Node:
         self.blocking.flushall()
         self.replication.flushall()
         ctx = self.ctx
+        journal = ctx.journal
+        if journal is not None:  # the AOF forgets them too, in this pass's write
+            journal.extend((J_DEL, job) for job in ctx.store.values())
         ctx.store.clear()
         ctx.queues.clear()
         self.blocking.clear()

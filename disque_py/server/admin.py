@@ -231,8 +231,6 @@ def build_table(ctx: AdminContext) -> dict[bytes, tuple[Callable[["Connection", 
         if sub == b"flushall" and len(argv) == 2:
             ctx.node.flushall()
             log.warning("DEBUG FLUSHALL: all jobs and queues removed")
-            if ctx.aof is not None and ctx.aof.state != "off":
-                ctx.aof.start_rewrite()  # the file forgets them too (the jobs left no DELJOB)
             return OK
         if sub == b"error" and len(argv) == 3:
             return Error(argv[2].decode("utf-8", "replace"))

@@ -10,25 +10,29 @@ task (:meth:`Aof.run`) takes everything journaled so far as one *batch*, encodes
 of every client served meanwhile shares them (group commit). While the thread works the
 event loop serves on and journals the next batch.
 
-With ``appendfsync always``, nothing a record backs leaves the node before the record
-is written and fsynced: a reply produced while records are pending (``hold_seq``) is
-held in its connection's output until the batch holding them is done (the client loop
-asks :meth:`hold_seq` before sending and is told through ``release_held``), and so is
-a bus message the core sends meanwhile (:meth:`send_item` wraps the cluster's). So an
-ADDJOB's ID, an ACKJOB's count and a GOTJOB to the replicating node leave after their
-record is on disk. The other policies hold nothing (that is their point: the reply
-does not wait for the disk) and differ in what a crash may cost:
+Nothing a record backs leaves the node before the record is written: a reply produced
+while records are pending (``hold_seq``) is held in its connection's output until the
+batch holding them is done (the client loop asks :meth:`hold_seq` before sending and is
+told through ``release_held``), and so is a bus message the core sends meanwhile
+(:meth:`send_item` wraps the cluster's). So an ADDJOB's ID, an ACKJOB's count and a
+GOTJOB to the replicating node leave after their record. "Done" depends on
+``appendfsync``:
 
-* ``everysec``: batches are written as they come (within milliseconds, off the event
-  loop) and fsynced by a separate task once a second: a crash of the process loses at
-  most the batch being written, a power cut about the last 1-2 s;
-* ``no``: written the same way; the OS flushes when it likes (a power cut loses what
-  its cache held, typically up to 30 s on Linux).
+* ``always``: written and fsynced (``fdatasync``) by the writer task's thread, off the
+  event loop; the loop serves on and journals the next batch meanwhile. A power cut
+  loses nothing acknowledged.
+* ``everysec``: written at the end of the pass that journaled it (``kick``: one
+  ``write`` to the OS's cache, as Redis does; held output leaves right after, in the
+  same pass), fsynced by a separate task once a second, off the loop. A crash of the
+  process loses nothing acknowledged; a power cut about the last 1-2 s.
+* ``no``: written the same way, never fsynced by us (a power cut loses what the OS's
+  cache held, typically up to 30 s on Linux).
 
 A write that fails (a full disk) is cut back to the last whole record
 (``ftruncate``), counted (``aof_last_write_status:err``), logged, and retried every
-second; what waits on it stays held, so nothing unwritten is acknowledged, and the node
-serves on. An fsync that fails with ``always`` ends the process: after a failed fsync
+second; meanwhile ADDJOB gets ``-MISCONF Errors writing to the AOF file: ...`` (as
+Redis), what waits on the write stays held (``always``), so nothing unwritten is
+acknowledged, and the node serves on: consumers drain what it holds. An fsync that fails with ``always`` ends the process: after a failed fsync
 the kernel may have dropped the pages, so no later success proves anything.
 
 Rewrites (``BGREWRITEAOF``, ``auto-aof-rewrite-*``, ``CONFIG SET appendonly yes``)
@@ -49,6 +53,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import trio
 
+from ..core.replies import Error
 from ..persistence.journal import encode_entries, snapshot
 from ..persistence.loader import Loader
 from ..persistence.records import CorruptRecord
@@ -96,7 +101,7 @@ class Aof:
     def __init__(self, config: "Config", node: "Node") -> None:
         self.config = config
         self.node = node
-        self.state = "off"  # off | on | wait_rewrite (appendonly turned on: its first rewrite runs)
+        self.state = "off"  # off | on | wait-rewrite (appendonly turned on: its first rewrite runs)
         self.journal: list = []
         self.fd = -1
         self.size = 0
@@ -105,7 +110,9 @@ class Aof:
         self.batch_seq = 0  # batches taken from the journal
         self.durable_seq = 0  # batches written (and fsynced with always)
         self.writing = False
-        self.gating = False  # output waits for its records: AOF on, appendfsync always
+        self.gating = False  # output waits for its records (AOF on)
+        self.inline = False  # everysec / no: written at the end of the pass (kick)
+        self._retry: tuple[int, bytes] | None = None  # an inline write that failed: the writer retries
         self._wake = trio.Event()
         self._write_lock = trio.Lock()
         self._fsync_lock = trio.Lock()
@@ -156,34 +163,88 @@ class Aof:
         self._bus_of = bus_of
 
     # ------------------------------------------------------------------ the gate
-    def hold_seq(self) -> int:
-        """The batch that output produced now must wait for, or 0 if nothing is pending
-        (or nothing waits: only ``appendfsync always`` holds output)."""
-        if not self.gating:
-            return 0
-        if self.journal:
-            self._wake.set()
-            return self.batch_seq + 1
-        if self.writing:
-            return self.batch_seq
-        return 0
+    def hold_seq(self, conn: Any) -> int:
+        """The batch ``conn``'s output must wait for, or 0 if it may leave now.
+
+        Output waits when the command (or the wake-up) that made it journaled records
+        (``conn.journaled``, set by the dispatcher) that are not written yet, and output
+        made after output that waits, waits too (order). Nothing else waits: INFO, PING
+        or a GETJOB that journaled nothing leave at once, even while a write is retried
+        on a full disk."""
+        seq = 0
+        if conn.journaled:
+            conn.journaled = False
+            if self.gating:
+                if self.journal:
+                    seq = self.batch_seq + 1
+                    self._wake.set()
+                elif self.writing or self._retry is not None:
+                    seq = self.batch_seq
+        held = conn.hold_seq
+        if held > self.durable_seq and held > seq:
+            seq = held
+        return seq
 
     def send_item(self, node_id: str, item: bytes, watch: Any = None) -> bool:
-        """The dispatcher's way to the bus: held while records are pending (see the module)."""
-        seq = self.hold_seq()
-        if seq:
-            self._deferred.append((seq, node_id, item, watch))
-            return True
+        """The dispatcher's way to the bus: a message made while records are pending (the
+        GOTJOB of a copy just stored, say) waits for them, and so does any message after
+        one that waits (order on each link)."""
+        if self.gating:
+            deferred = self._deferred
+            if self.journal:
+                deferred.append((self.batch_seq + 1, node_id, item, watch))
+                self._wake.set()
+                return True
+            if deferred:
+                deferred.append((deferred[-1][0], node_id, item, watch))
+                return True
         return self._send_item(node_id, item, watch)
 
     def settings_changed(self) -> None:
         """appendonly or appendfsync changed (or the state did): who waits for what."""
-        self.gating = self.state == "on" and self.config.appendfsync == "always"
+        self.gating = self.state == "on"
+        self.inline = self.config.appendfsync != "always"
 
     def kick(self) -> None:
-        """The end of a client-loop pass: write what it journaled."""
-        if self.journal and self.state != "off":
+        """The end of a client-loop pass: write what it journaled. With everysec and no, the
+        write happens here, before the pass's replies leave (as Redis does: a write to the
+        OS's cache; the fsync is the separate task's): a crash of the process then loses
+        nothing acknowledged. With always, the writer task writes and fsyncs in a thread."""
+        if not self.journal or self.state == "off":
+            return
+        if (self.inline and self.state == "on" and not self.writing and self.last_write_ok
+                and not self._write_lock.locked()):  # fmt: skip
+            self._write_inline()
+        else:
             self._wake.set()
+
+    def _write_inline(self) -> None:
+        entries = self.journal[:]
+        self.journal.clear()
+        data = encode_entries(entries, self.node.wall_offset)
+        self.batch_seq += 1
+        seq = self.batch_seq
+        if self.rewrite_buf is not None:
+            self.rewrite_buf.append(data)
+        if data:
+            size = self.size
+            try:
+                _write_all(self.fd, data)
+            except OSError:
+                try:
+                    os.ftruncate(self.fd, size)
+                except OSError:
+                    pass
+                # the writer task retries it (and says why), holding what waits for it
+                self._retry = (seq, data)
+                self.writing = True
+                self._wake.set()
+                return
+            self.size = size + len(data)
+            self.batches += 1
+            self.batch_bytes += len(data)
+        self.durable_seq = seq
+        self._released(seq)
 
     def _released(self, seq: int) -> None:
         self.release_held(seq)
@@ -215,6 +276,10 @@ class Aof:
             while True:
                 await self._wake.wait()
                 self._wake = trio.Event()
+                if self._retry is not None:
+                    seq, data = self._retry
+                    self._retry = None
+                    await self._finish_batch(seq, data)
                 while self.journal and self.state != "off":
                     await self._write_batch()
                 self._maybe_auto_rewrite()
@@ -225,10 +290,13 @@ class Aof:
         data = encode_entries(entries, self.node.wall_offset)
         self.batch_seq += 1
         seq = self.batch_seq
+        if self.rewrite_buf is not None:
+            self.rewrite_buf.append(data)
+        await self._finish_batch(seq, data)
+
+    async def _finish_batch(self, seq: int, data: bytes) -> None:
         self.writing = True
         try:
-            if self.rewrite_buf is not None:
-                self.rewrite_buf.append(data)
             if self.state == "on" and data:
                 await self._write_durably(data)
         finally:
@@ -264,14 +332,18 @@ class Aof:
                 self.batches += 1
                 self.batch_bytes += len(data)
                 if not self.last_write_ok:
-                    log.warning("AOF write error solved: %d bytes written after %.1f s", len(data),
-                                time.monotonic() - failing_since if failing_since else 0.0)  # fmt: skip
+                    log.warning("AOF write error solved: %d bytes written after %.1f s; new jobs accepted again",
+                                len(data), time.monotonic() - failing_since if failing_since else 0.0)  # fmt: skip
                     self.last_write_ok = True
+                    self.node.refuse_new_jobs(None)
                 return
             self.write_errors += 1
-            if self.last_write_ok or not failing_since:
+            if self.last_write_ok:
+                self.node.refuse_new_jobs(Error(
+                    "MISCONF Errors writing to the AOF file: %s" % (error.strerror or error)))
+            if not failing_since:
                 failing_since = time.monotonic()
-                log.warning("Error writing to the AOF file %s: %s. Replies that depend on it are held until a "
+                log.warning("Error writing to the AOF file %s: %s. ADDJOB is refused (-MISCONF) and replies that depend on it are held until a "
                             "write succeeds; retrying every second.", self.path, error.strerror or error)  # fmt: skip
             self.last_write_ok = False
             self.last_write_error = str(error.strerror or error)
@@ -402,10 +474,18 @@ class Aof:
             return
         self.journal.clear()
         self.node.set_journal(self.journal)
-        self.state = "wait_rewrite"
+        self.state = "wait-rewrite"
         log.info("AOF turned on: writing the jobs held now with a rewrite first")
+        self.rewrite_fresh()
+
+    def rewrite_fresh(self) -> None:
+        """A rewrite that starts now: one running was forked too early (before the AOF was
+        turned on), so it is abandoned and a new one starts (or is scheduled, if the fork
+        fails, and retried)."""
+        self._kill_child()
         if not self.start_rewrite():
             self.rewrite_scheduled = True
+            self._wake.set()
 
     def turn_off(self) -> None:
         """CONFIG SET appendonly no: stop writing (a rewrite in progress is abandoned)."""
@@ -414,6 +494,9 @@ class Aof:
         self._kill_child()
         self.state = "off"
         self.settings_changed()
+        if not self.last_write_ok:
+            self.last_write_ok = True
+            self.node.refuse_new_jobs(None)
         self.node.set_journal(None)
         self.journal.clear()
         if self.fd >= 0:
@@ -519,10 +602,12 @@ class Aof:
         if not ok:
             self.last_bgrewrite_ok = False
             self._discard_rewrite()
-            if self.state == "wait_rewrite":
+            if self.state == "wait-rewrite":
                 self.rewrite_scheduled = True  # tried again by the writer in a second
                 self._nursery.start_soon(self._retry_rewrite_later)
         self.rewrite_pid = 0
+        if self.rewrite_scheduled:
+            self._wake.set()  # the writer starts it (_maybe_auto_rewrite)
 
     async def _retry_rewrite_later(self) -> None:
         await trio.sleep(1.0)
@@ -557,7 +642,7 @@ class Aof:
                 self.rewrites += 1
                 if keep_open:
                     self.size = self.base_size = self.synced_size = size
-                    if self.state == "wait_rewrite":
+                    if self.state == "wait-rewrite":
                         self.state = "on"
                         self.settings_changed()
                         log.info("AOF is on: the rewrite that started it is done (%d bytes)", size)
@@ -615,6 +700,10 @@ class Aof:
     def close(self) -> None:
         """The node stops (no task runs any more): write what is left; with SHUTDOWN
         REWRITE-AOF, write a fresh file from the table, AOF on or off."""
+        if self.state == "wait-rewrite":
+            # the AOF was turned on and its first file is not written yet: write it now, whole
+            # (Disque refuses to exit then; a node stopped by a signal could not be refused)
+            self.shutdown_rewrite = True
         self._kill_child()
         if self.state == "on" and self.journal:
             data = encode_entries(self.journal, self.node.wall_offset)

@@ -276,17 +276,17 @@ class ClientLoop:
         With an AOF, output produced while records are pending waits for them (``held``)."""
         if conn.closed or not conn.out:
             return
-        gate = self.gate
-        if gate is not None:
-            seq = gate.hold_seq()
-            if seq:
-                if seq > conn.hold_seq:
+        if conn.journaled or conn.hold_seq:
+            gate = self.gate
+            if gate is not None:
+                seq = gate.hold_seq(conn)
+                if seq:
                     conn.hold_seq = seq
-                self.held[conn.id] = conn
-                return
-            if conn.hold_seq:  # held output still unsent (released below, or writable later)
-                conn.hold_seq = 0
-                self.held.pop(conn.id, None)
+                    self.held[conn.id] = conn
+                    return
+            conn.journaled = False
+            conn.hold_seq = 0
+            self.held.pop(conn.id, None)
         self._send_now(conn)
 
     def release_held(self, seq: int) -> None:

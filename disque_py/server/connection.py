@@ -44,6 +44,7 @@ class Connection:
         "encode",
         "soft_since",
         "hold_seq",
+        "journaled",
     )
 
     def __init__(self, cid: int, sock: socket.socket, addr: str, laddr: str, now: float, parser) -> None:
@@ -70,3 +71,4 @@ class Connection:
         self.encode = encode_reply  # encode_reply3 after HELLO 3
         self.soft_since = 0.0  # when its unsent output first reached the soft limit (0: below it)
         self.hold_seq = 0  # its output waits for this AOF batch (server/aof.py); 0: none
+        self.journaled = False  # a command of its (or its wake-up) journaled records not written yet

@@ -82,8 +82,9 @@ class BusHolder(Protocol):
 class OutputGate(Protocol):
     """What the client loop asks of the AOF (:class:`.aof.Aof`) before it sends output."""
 
-    def hold_seq(self) -> int:
-        """The AOF batch output made now must wait for; 0: none, send it."""
+    def hold_seq(self, conn: "Connection") -> int:
+        """The AOF batch ``conn``'s output must wait for (its records, or output held before
+        it); 0: none, send it. Clears ``conn.journaled``."""
 
     def kick(self) -> None:
         """The end of a pass: write what it journaled."""

@@ -195,12 +195,19 @@ class Dispatcher:
         if now >= self._mem_next:
             self.measure_memory(now)
         dispatch = self.dispatch
+        journal = self.node.ctx.journal  # with an AOF: a reply waits for the records it made
         for i, argv in enumerate(commands):
             if conn.blocked or conn.closing or len(out) >= OUT_HOLD:
                 if not conn.closing or conn.blocked:
                     conn.pending.extend(commands[i:])
                 return
-            reply = dispatch(conn, argv, now)
+            if journal is not None:
+                before = len(journal)
+                reply = dispatch(conn, argv, now)
+                if len(journal) != before:
+                    conn.journaled = True
+            else:
+                reply = dispatch(conn, argv, now)
             if reply is BLOCKED:
                 conn.blocked = True
             elif reply is not NO_REPLY:
@@ -241,6 +248,7 @@ class Dispatcher:
         """Carry out the core's effects: replies to blocked clients, bus messages."""
         node = self.node
         effects = node.take_effects()
+        journal = node.ctx.journal
         last_message = item = watch = None
         while effects:
             for effect in effects:
@@ -250,6 +258,8 @@ class Dispatcher:
                     if conn is None:
                         continue
                     conn.blocked = False
+                    if journal:  # records of this input not written yet: its answer waits
+                        conn.journaled = True
                     conn.encode(effect.value, conn.out)
                     if conn.pending:
                         pending = list(conn.pending)

@@ -288,9 +288,6 @@ def test_cluster_kill9_all_under_load_loses_no_job(start_node, repl):  # noqa: F
 # --------------------------------------------------------------------------- 3. everysec
 
 
-@pytest.mark.xfail(strict=True, reason="since 'only appendfsync always holds replies' (b2bd9be) everysec replies "
-                   "before the batch is written: a kill -9 right after the replies loses the jobs of the batch "
-                   "still being written; Disque (and the issue) write before replying, so a crash loses nothing")
 def test_kill9_with_appendfsync_everysec_loses_no_job(start_node):  # noqa: F811
     # With everysec a record is written (into the OS's page cache) before the reply that depends
     # on it leaves, and fsynced within about a second: a process crash (kill -9) loses nothing,
@@ -565,9 +562,6 @@ def test_config_set_appendonly_at_runtime(start_node):  # noqa: F811
         assert show(r, job_id) is not None
 
 
-@pytest.mark.xfail(strict=True, reason="CONFIG SET appendonly yes while a BGREWRITEAOF runs: aof_state turns on "
-                   "with the older rewrite, which misses the jobs added between its fork and the CONFIG SET; the "
-                   "rewrite scheduled to fix it waits for the writer's next wake-up, which never comes without traffic")
 def test_config_set_appendonly_yes_during_a_rewrite_keeps_the_jobs_added_before(start_node):  # noqa: F811
     node = start_node(appendonly="no", appendfsync="always")
     r = node.client()
@@ -585,8 +579,6 @@ def test_config_set_appendonly_yes_during_a_rewrite_keeps_the_jobs_added_before(
     assert show(r, late) is not None
 
 
-@pytest.mark.xfail(strict=True, reason="DEBUG FLUSHALL during a BGREWRITEAOF: its own rewrite is not started (one "
-                   "is running), and the running one, forked before the flush, writes every flushed job back")
 def test_debug_flushall_during_a_rewrite_is_not_undone_by_it(start_node):  # noqa: F811
     node = start_node(auto_aof_rewrite_percentage=0, **AOF)
     r = node.client()
@@ -604,9 +596,6 @@ def test_debug_flushall_during_a_rewrite_is_not_undone_by_it(start_node):  # noq
     assert not back, "%d flushed jobs came back" % len(back)
 
 
-@pytest.mark.xfail(strict=True, reason="SHUTDOWN while the first rewrite of CONFIG SET appendonly yes runs "
-                   "(wait_rewrite): the node kills the child and exits with no file, so every job is lost; Disque "
-                   "refuses (\"Writing initial AOF, can't exit\") and keeps running")
 def test_shutdown_while_the_first_rewrite_runs_loses_no_job(start_node):  # noqa: F811
     node = start_node(appendonly="no", appendfsync="always")
     r = node.client()
@@ -629,7 +618,6 @@ def test_shutdown_while_the_first_rewrite_runs_loses_no_job(start_node):  # noqa
     assert len(kept) == len(jobs), "%d of %d jobs lost" % (len(jobs) - len(kept), len(jobs))
 
 
-@pytest.mark.xfail(strict=True, reason="INFO says aof_state:wait_rewrite; Disque's INFO says wait-rewrite")
 def test_info_names_the_wait_rewrite_state_as_disque(start_node):  # noqa: F811
     node = start_node(appendonly="no")
     r = node.client()
@@ -641,5 +629,4 @@ def test_info_names_the_wait_rewrite_state_as_disque(start_node):  # noqa: F811
     p.execute_command("CONFIG", "SET", "appendonly", "yes")
     p.execute_command("INFO", "persistence")
     state = p.execute()[1]["aof_state"]
-    assert state in ("wait-rewrite", "wait_rewrite")  # still rewriting: the same pass
-    assert state == "wait-rewrite"
+    assert state == "wait-rewrite"  # still rewriting: the same pass
