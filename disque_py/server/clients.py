@@ -34,6 +34,11 @@ their handshake (the bus's ``Reactor``: ``add_fd``/``want_writable``/
 sent, and every bus message the pass produced leaves at its end, one write
 per peer (``Bus.hold``/``release`` around the pass).
 
+With an AOF (:mod:`.aof`), output whose records are not written yet waits: the
+dispatcher marks a connection whose command journaled (``journaled``), and
+:meth:`ClientLoop.send_soon` asks the AOF (``gate.hold_seq``) before sending; such
+a connection waits in ``held`` until ``release_held`` says its batch is written.
+
 Replies produced for a client by somebody else (a blocked GETJOB served by
 an ADDJOB elsewhere, a replicated ADDJOB confirmed by GOTJOBs) are put in
 its output by the dispatcher and sent at once with :meth:`ClientLoop.send_soon`.
