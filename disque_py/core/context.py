@@ -84,7 +84,7 @@ class Context:
         *__annotations__,
         "id", "myself_only", "seed", "ids", "now", "wall_offset", "address", "rng", "random", "store",
         "queues", "_queue_seq", "stats", "bus_stats", "cluster_size", "reachable", "backlogged",
-        "known_nodes", "leaving", "journal", "memory_level", "effects", "lazy", "lazy_at", "ready", "push_leases",
+        "known_nodes", "live_nodes", "leaving", "journal", "memory_level", "effects", "lazy", "lazy_at", "ready", "push_leases",
     )  # fmt: skip
 
     def __init__(self, node_id: str, seed: bytes, now: int, wall_offset: int, address: tuple[str, int]) -> None:
@@ -115,6 +115,10 @@ class Context:
         # shell sets it before each): REPLJOB resends skip them, new copies go elsewhere first.
         self.backlogged: frozenset[str] | set[str] = frozenset()
         self.known_nodes: list[str] = [node_id]
+        # Other nodes not failing (no PFAIL/FAIL/handshake/leaving), linked or not: what ADDJOB's
+        # REPLICATE is checked against, as in Disque. A node whose link just dropped still counts
+        # until it is PFAIL; its copy is asked for once its link is back (the add-a-node timer).
+        self.live_nodes = 0
         self.leaving = False
         # What the AOF must learn (store.J_LOAD ...): the store's list, or None without an AOF.
         self.journal: list | None = None

@@ -95,6 +95,7 @@ class Node:
     reachable = _shared("reachable", "Other nodes we can talk to now (membership layer).")
     backlogged = _shared("backlogged", "Nodes whose link holds unsent output (shell, before each tick).")
     known_nodes = _shared("known_nodes", "Every node in the table, this one included (membership layer).")
+    live_nodes = _shared("live_nodes", "Other nodes not failing, linked or not (membership layer).")
     leaving = _shared("leaving", "This node is leaving the cluster (membership layer).")
 
     def __init__(

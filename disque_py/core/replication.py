@@ -89,8 +89,9 @@ class Replication:
         # A leaving node, or one at memory level 1 or more (memory.py), keeps no copy.
         extrepl = ctx.leaving or ctx.memory_level
         additional = replicate if extrepl else replicate - 1
-        if additional > len(ctx.reachable):
-            if extrepl and additional - 1 == len(ctx.reachable):
+        available = max(len(ctx.reachable), ctx.live_nodes)
+        if additional > available:
+            if extrepl and additional - 1 == available:
                 return Error(
                     "NOREPL Not enough reachable nodes for the requested replication level, "
                     "since I'm unable to hold a copy of the message for the following reason: "

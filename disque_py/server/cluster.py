@@ -289,7 +289,11 @@ class ClusterService:
         # or moved to it would be lost (its only copy leaves with the message). From a peer's
         # kill -9 to its PFAIL there are node-timeout ms in which only its link says it is gone.
         link_of = m.link_of
-        node.reachable = [nid for nid in m.reachable() if link_of(nid) is not None]
+        alive = m.reachable()
+        node.reachable = [nid for nid in alive if link_of(nid) is not None]
+        # ADDJOB's REPLICATE counts these (Disque's reachable count): a peer whose link just
+        # dropped gets its copy once the link is back, or the ADDJOB times out.
+        node.live_nodes = len(alive)
         node.known_nodes = m.known()
         node.hello_nodes = m.hello()
         me = m.node(m.my_id)
