@@ -23,7 +23,7 @@ from collections.abc import Iterable, Iterator
 
 from ..core.job import WAIT_REPL, Job
 from ..core.store import J_ACKED, J_ACTIVE, J_DEL, J_LOAD
-from .records import encode_acked, encode_active, encode_deljob, encode_loadjob, load_job_record
+from .records import encode_acked, encode_active, encode_deljob, encode_job
 
 __all__ = ["encode_entries", "snapshot"]
 
@@ -37,7 +37,7 @@ def encode_entries(entries: Iterable[tuple[int, Job]], wall_offset: int) -> byte
             continue
         if kind == J_LOAD:
             if job.state != WAIT_REPL:
-                add(encode_loadjob(load_job_record(job, wall_offset)))
+                add(encode_job(job, wall_offset))
         elif kind == J_DEL:
             add(encode_deljob(job.id))
         elif kind == J_ACKED:
@@ -53,7 +53,7 @@ def snapshot(jobs: Iterable[Job], wall_offset: int, chunk: int = 4096) -> Iterat
     for job in jobs:
         if job.body is None or job.state == WAIT_REPL:
             continue
-        out.append(encode_loadjob(load_job_record(job, wall_offset)))
+        out.append(encode_job(job, wall_offset))
         if len(out) >= chunk:
             yield b"".join(out)
             out = []

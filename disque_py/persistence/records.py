@@ -97,6 +97,7 @@ __all__ = [
     "encode",
     "encode_many",
     "encode_loadjob",
+    "encode_job",
     "encode_queued",
     "encode_active",
     "encode_acked",
@@ -254,6 +255,39 @@ def load_job_record(job: Job, wall_offset: int) -> LoadJob:
         job.queue if job.queue is not None else b"", tuple(job.delivered),
         job.body if job.body is not None else b"",
     )  # fmt: skip
+
+
+_NODES_BYTES: dict[tuple, bytes] = {}  # holders' tuple -> its element (a cluster has few)
+_LOADJOB_HEAD = b"*8\r\n$7\r\nLOADJOB\r\n$40\r\n"
+
+
+def encode_job(job: Job, wall_offset: int, _crc=zlib.crc32) -> bytes:
+    """``encode_loadjob(load_job_record(job, wall_offset))``, the same bytes, in one step.
+
+    The AOF's hot path (every job written goes through it): no intermediate record, one
+    format for the framing, the holders' element cached by tuple (BENCHMARKS.md, "AOF")."""
+    requeue = job.requeue_at
+    numbers = b"%d %d %d %d %d %d %d %d %d" % (
+        job.repl, job.flags, job.ctime, job.etime + wall_offset, job.delay, job.retry, job.nacks,
+        job.deliveries, requeue + wall_offset if requeue else 0,
+    )  # fmt: skip
+    delivered = job.delivered
+    if type(delivered) is not tuple:
+        delivered = tuple(delivered)
+    nodes = _NODES_BYTES.get(delivered)
+    if nodes is None:
+        nodes = " ".join(delivered).encode("ascii")
+        if len(_NODES_BYTES) >= 4096:
+            _NODES_BYTES.clear()
+        _NODES_BYTES[delivered] = nodes
+    queue = job.queue if job.queue is not None else b""
+    body = job.body if job.body is not None else b""
+    state = _STATE_BYTES[job.state]
+    rec = b"%s%s\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n" % (
+        _LOADJOB_HEAD, job.id, len(state), state, len(numbers), numbers, len(nodes), nodes,
+        len(queue), queue, len(body), body,
+    )  # fmt: skip
+    return b"%s$8\r\n%08x\r\n" % (rec, _crc(rec))
 
 
 # --- decoding -------------------------------------------------------------------------

@@ -179,3 +179,18 @@ def test_wait_repl_jobs_and_dummy_acks_are_not_written_until_they_count():
     assert encode_entries(journal, WALL) == b""
     h.cmd("ACKJOB", "D-01234567-" + "a" * 24 + "-05a1")  # unknown here: a dummy ack
     assert encode_entries(journal, WALL) == b""
+
+
+def test_the_one_step_encoder_writes_the_same_bytes_as_the_record_and_its_encoder():
+    from disque_py.persistence.records import encode_job, encode_loadjob, load_job_record
+
+    h, journal = journaling()
+    for i in range(60):
+        h.add("q%d" % (i % 4), b"\x00\r\n" * (i % 3) + b"body-%d" % i, "RETRY", i % 3, "DELAY", i % 2)
+    h.cmd("GETJOB", "NOHANG", "COUNT", 7, "FROM", "q1")
+    some = next(iter(h.node.store.values()))
+    h.cmd("ACKJOB", some.id)
+    jobs = h.node.store.values()
+    assert jobs
+    for job in jobs:
+        assert encode_job(job, WALL) == encode_loadjob(load_job_record(job, WALL))
