@@ -69,6 +69,8 @@ READ_CHUNK = 4 << 20
 RETRY_WRITE_S = 1.0
 CHILD_POLL_S = 0.02
 INCREMENTAL_FSYNC_BYTES = 32 << 20  # aof-rewrite-incremental-fsync, as Redis
+TAIL_UNDER_LOCK = 256 << 10  # what came during a rewrite is appended in rounds until less is left
+TAIL_ROUNDS = 8
 
 
 class AofLoadError(Exception):
@@ -112,6 +114,7 @@ class Aof:
         self.writing = False
         self.gating = False  # output waits for its records (AOF on)
         self.inline = False  # everysec / no: written at the end of the pass (kick)
+        self.in_pass = False  # the client loop is in a pass (it calls kick at its end)
         self._retry: tuple[int, bytes] | None = None  # an inline write that failed: the writer retries
         self._wake = trio.Event()
         self._write_lock = trio.Lock()
@@ -177,7 +180,8 @@ class Aof:
             if self.gating:
                 if self.journal:
                     seq = self.batch_seq + 1
-                    self._wake.set()
+                    if not (self.inline and self.in_pass):  # else the pass's end writes it (kick)
+                        self._wake.set()
                 elif self.writing or self._retry is not None:
                     seq = self.batch_seq
         held = conn.hold_seq
@@ -193,7 +197,8 @@ class Aof:
             deferred = self._deferred
             if self.journal:
                 deferred.append((self.batch_seq + 1, node_id, item, watch))
-                self._wake.set()
+                if not (self.inline and self.in_pass):
+                    self._wake.set()
                 return True
             if deferred:
                 deferred.append((deferred[-1][0], node_id, item, watch))
@@ -210,6 +215,7 @@ class Aof:
         write happens here, before the pass's replies leave (as Redis does: a write to the
         OS's cache; the fsync is the separate task's): a crash of the process then loses
         nothing acknowledged. With always, the writer task writes and fsyncs in a thread."""
+        self.in_pass = False
         if not self.journal or self.state == "off":
             return
         if (self.inline and self.state == "on" and not self.writing and self.last_write_ok
@@ -624,12 +630,29 @@ class Aof:
             self.rewrite_tmp = ""
 
     async def _finish_rewrite(self) -> None:
-        """The child wrote the snapshot: add what came since, switch files atomically."""
+        """The child wrote the snapshot: add what came since, switch files atomically.
+
+        What came since is appended in rounds while batches go on (each round's fsync off
+        the loop, nothing held), until what is left is small; only that last bit is written
+        under the locks, when no batch may be written (replies that wait for one wait for
+        it: a few ms, not the hundreds a rewrite's whole tail took to fsync)."""
+        tmp = self.rewrite_tmp
+        done = 0  # batches of rewrite_buf already in the new file
+        appended = 0
+        for _ in range(TAIL_ROUNDS):
+            buf = self.rewrite_buf or []
+            part = b"".join(buf[done:])
+            if len(part) < TAIL_UNDER_LOCK:
+                break
+            await trio.to_thread.run_sync(self._append_sync, tmp, part)
+            done = len(buf)
+            appended += len(part)
         async with self._write_lock:
             async with self._fsync_lock:
                 # No batch is being written now: rewrite_buf holds every batch taken since the fork.
                 # (What is still in the journal goes to the new file with the next batch.)
-                tail = b"".join(self.rewrite_buf or ())
+                tail = b"".join((self.rewrite_buf or [])[done:])
+                appended += len(tail)
                 tmp, path = self.rewrite_tmp, self.path
                 keep_open = self.state != "off"
                 new_fd, size = await trio.to_thread.run_sync(self._switch_sync, tmp, path, tail, keep_open)
@@ -650,8 +673,17 @@ class Aof:
             # The old file's last reference: closing it frees its pages (tens of ms for a big
             # file), so a worker thread does it, after the locks, as Redis's background close.
             await trio.to_thread.run_sync(os.close, old)
-        log.info("Background AOF rewrite finished successfully: %s, %d bytes, %d bytes of new records appended",
-                 path, size, len(tail))  # fmt: skip
+        log.info("Background AOF rewrite finished successfully: %s, %d bytes, %d bytes of new records appended "
+                 "(%d of them at the switch)", path, size, appended, len(tail))  # fmt: skip
+
+    @staticmethod
+    def _append_sync(tmp: str, data: bytes) -> None:
+        fd = os.open(tmp, os.O_WRONLY | os.O_APPEND)
+        try:
+            _write_all(fd, data)
+            os.fdatasync(fd)
+        finally:
+            os.close(fd)
 
     @staticmethod
     def _switch_sync(tmp: str, path: str, tail: bytes, keep_open: bool) -> tuple[int, int]:

@@ -489,6 +489,9 @@ class ClientLoop:
                 bus = links.bus
                 if bus is not None:
                     bus.hold()
+                gate = self.gate
+                if gate is not None:
+                    gate.in_pass = True  # its end writes the pass's records (kick)
                 try:
                     for fd, events in ready:
                         conn = by_fd.get(fd)
@@ -515,9 +518,12 @@ class ClientLoop:
                             self._failed(conn)
                     if owns_timers:
                         limit = timers_due()  # its bus messages leave with the pass's
-                    if self.gate is not None:
-                        self.gate.kick()  # the pass's records go to the AOF now
+                    if gate is not None:
+                        gate.kick()  # the pass's records go to the AOF now
                 finally:
+                    if gate is not None and gate.in_pass:  # the pass failed before its end: wake the writer
+                        gate.in_pass = False
+                        gate.kick()
                     if bus is not None:
                         bus.release()
                 if not owns_timers:

@@ -86,6 +86,8 @@ class OutputGate(Protocol):
         """The AOF batch ``conn``'s output must wait for (its records, or output held before
         it); 0: none, send it. Clears ``conn.journaled``."""
 
+    in_pass: bool  # set by the loop at a pass's start; kick clears it
+
     def kick(self) -> None:
         """The end of a pass: write what it journaled."""
 
