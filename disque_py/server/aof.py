@@ -552,6 +552,9 @@ class Aof:
                 # Let go of every inherited socket and file: a client or peer the parent closes
                 # meanwhile must see it closed, and the ports must not stay bound through us.
                 os.closerange(3, 1 << 20)
+                # Background work: when the child shares a core with the node (pinned, or a
+                # busy machine), the scheduler favours the node that serves clients.
+                os.nice(10)
                 import gc
 
                 gc.disable()
