@@ -224,14 +224,18 @@ class Aof:
         else:
             self._wake.set()
 
-    def _write_inline(self) -> None:
+    def _take_batch(self) -> tuple[int, bytes]:
+        """Everything journaled so far as the next batch: its number and its records."""
         entries = self.journal[:]
         self.journal.clear()
         data = encode_entries(entries, self.node.wall_offset)
         self.batch_seq += 1
-        seq = self.batch_seq
         if self.rewrite_buf is not None:
             self.rewrite_buf.append(data)
+        return self.batch_seq, data
+
+    def _write_inline(self) -> None:
+        seq, data = self._take_batch()
         if data:
             size = self.size
             try:
@@ -291,14 +295,7 @@ class Aof:
                 self._maybe_auto_rewrite()
 
     async def _write_batch(self) -> None:
-        entries = self.journal[:]
-        self.journal.clear()
-        data = encode_entries(entries, self.node.wall_offset)
-        self.batch_seq += 1
-        seq = self.batch_seq
-        if self.rewrite_buf is not None:
-            self.rewrite_buf.append(data)
-        await self._finish_batch(seq, data)
+        await self._finish_batch(*self._take_batch())
 
     async def _finish_batch(self, seq: int, data: bytes) -> None:
         self.writing = True

@@ -2490,6 +2490,20 @@ def _on_sigterm(signum: int, frame: object) -> None:
     raise KeyboardInterrupt  # unwinds through the finally that stops every server
 
 
+
+def write_results(out: Path, machine: dict, options: dict, bench: Any, report: str, t0: float) -> None:
+    """The raw results file of a run (every benchmark command writes this one shape)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({
+        "machine": machine,
+        "options": options,
+        "results": bench.results,
+        "notes": bench.notes,
+        "commands": bench.commands,
+        "duration_s": round(time.monotonic() - t0, 1),
+        "report_markdown": report,
+    }, indent=2) + "\n")  # fmt: skip
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["client"]:
@@ -2662,21 +2676,12 @@ def main(argv: list[str] | None = None) -> int:
     report = markdown_report(bench, machine)
     sys.stdout.write(report)
     out = Path(a.write) if a.write else default_results_path(machine["git_commit"])
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({
-        "machine": machine,
-        "options": {"quick": a.quick, "suites": suites, "clients": bench.clients, "body_size": bench.body_size,
-                    "conns": bench.conns, "shared_queue": bench.shared_queue, "sizes": sizes.__dict__,
-                    "cluster_node_timeout": bench.node_timeout, "bus_port_shift": BUS_PORT_SHIFT,
-                    "fed_port_shift": FED_PORT_SHIFT, "fed_consumers": bench.fed_consumers,
-                    "fed_producers": bench.fed_producers, "fed_drain": bench.fed_drain,
-                    "server_cpu": SERVER_CPU, "client_cpu": CLIENT_CPU},
-        "results": bench.results,
-        "notes": bench.notes,
-        "commands": bench.commands,
-        "duration_s": round(time.monotonic() - t0, 1),
-        "report_markdown": report,
-    }, indent=2) + "\n")  # fmt: skip
+    write_results(out, machine, {"quick": a.quick, "suites": suites, "clients": bench.clients, "body_size": bench.body_size,
+                  "conns": bench.conns, "shared_queue": bench.shared_queue, "sizes": sizes.__dict__,
+                  "cluster_node_timeout": bench.node_timeout, "bus_port_shift": BUS_PORT_SHIFT,
+                  "fed_port_shift": FED_PORT_SHIFT, "fed_consumers": bench.fed_consumers,
+                  "fed_producers": bench.fed_producers, "fed_drain": bench.fed_drain,
+                  "server_cpu": SERVER_CPU, "client_cpu": CLIENT_CPU}, bench, report, t0)
     log("raw results: %s (%.0f s)" % (out, time.monotonic() - t0))
     return 0
 

@@ -88,6 +88,7 @@ from .bench import (
     log,
     machine_info,
     port_in_use,
+    write_results,
 )
 
 SUITES = ("throughput", "load")
@@ -688,19 +689,10 @@ def main(argv: list[str] | None = None) -> int:
     sys.stdout.write(report)
     default = default_results_path(machine["git_commit"])
     out = Path(a.write) if a.write else default.with_name(default.stem + "-aof.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({
-        "machine": machine,
-        "options": {"quick": a.quick, "suites": a.suites, "clients": bench.clients, "body_size": bench.body_size,
-                    "n_p1": sizes.n_p1, "n_p32": sizes.n_p32, "rounds": rounds, "load_jobs": jobs,
-                    "load_body": a.load_body, "queues": a.queues, "probe": a.probe, "modes": MODES,
-                    "server_cpu": SERVER_CPU, "client_cpu": CLIENT_CPU},
-        "results": bench.results,
-        "notes": bench.notes,
-        "commands": bench.commands,
-        "duration_s": round(time.monotonic() - t0, 1),
-        "report_markdown": report,
-    }, indent=2) + "\n")  # fmt: skip
+    write_results(out, machine, {"quick": a.quick, "suites": a.suites, "clients": bench.clients, "body_size": bench.body_size,
+                  "n_p1": sizes.n_p1, "n_p32": sizes.n_p32, "rounds": rounds, "load_jobs": jobs,
+                  "load_body": a.load_body, "queues": a.queues, "probe": a.probe, "modes": MODES,
+                  "server_cpu": SERVER_CPU, "client_cpu": CLIENT_CPU}, bench, report, t0)
     log("raw results: %s (%.0f s)" % (out, time.monotonic() - t0))
     return 0
 
