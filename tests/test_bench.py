@@ -6,12 +6,17 @@ import pytest
 
 from benchmarks.bench import Bench, Sizes
 
-# Several tests start benchmark clusters on the same fixed ports (BASE...): under pytest-xdist
-# they must run in one worker, one after the other. Their bus ports (+10000) stay below Linux's
-# ephemeral range (32768-60999): a client connection elsewhere in the suite may take any port
-# there as its local one, and did (33912) while a benchmark node was starting.
+# The benchmark tests start clusters on a base port and fixed shifts from it (+100, +200, the
+# bus +10000): each takes a range found free when it starts (the other tests take random free
+# ports from the same range, tests/integration/conftest.py), and under pytest-xdist they run in
+# one worker, one after the other.
 pytestmark = pytest.mark.xdist_group("bench-ports")
-BASE = 8711  # and below the range tests/integration/conftest.py:free_port picks from
+
+
+def base_port() -> int:
+    from tests.integration.conftest import consecutive_free_ports
+
+    return consecutive_free_ports(256)
 
 
 class _Searcher:
@@ -63,11 +68,11 @@ def test_federation_layouts_pin_the_nodes_where_they_say():
     from benchmarks.bench import CLIENT_CPU, SERVER_CPU
 
     server, client = int(SERVER_CPU), int(CLIENT_CPU)
-    assert Bench(Sizes(), BASE).fed_layout == "pair-per-core"
+    assert Bench(Sizes(), base_port()).fed_layout == "pair-per-core"
     for layout, expected in (("pair-per-core", [[server], [client], sorted({server, client})]),
                              ("node-per-core", [[server], [client], [client]]),
                              ("one-core", [[server]] * 3), (None, [[server]] * 3)):  # fmt: skip
-        bench = Bench(Sizes(), BASE)
+        bench = Bench(Sizes(), base_port())
         try:
             nodes = bench.start_fed_cluster("layout", **({"layout": layout} if layout else {}))
             assert [sorted(os.sched_getaffinity(n.proc.pid)) for n in nodes] == expected
@@ -90,7 +95,7 @@ def test_report_judges_each_replicate_by_the_maximum_every_run_kept():
     from benchmarks.bench import fed_kept_max, federation_report
 
     for layout in ("one-core", "node-per-core", "pair-per-core"):
-        bench = Bench(Sizes(), BASE, fed_layout=layout)
+        bench = Bench(Sizes(), base_port(), fed_layout=layout)
         res = bench.results
         # REPLICATE 1: the searches alone give 900 vs 1,000, but the cross-node ceiling search had 20 ms at
         # 800/s, so the cross-node maximum is 600/s: 60 %
@@ -226,7 +231,7 @@ def test_the_federation_load_generator_runs_with_the_scheduling_policy_asked_for
     """Real nodes and a real load generator: a short run of the federation suite reads back the policy it
     ran with; SCHED_BATCH by default, the normal policy when asked."""
     for sched, expected in ((None, "batch"), ("normal", "normal")):
-        bench = Bench(Sizes(fed_warmup=0.2), BASE, **({"fed_client_sched": sched} if sched else {}))
+        bench = Bench(Sizes(fed_warmup=0.2), base_port(), **({"fed_client_sched": sched} if sched else {}))
         try:
             r = bench.fed_run(50, 1, 0.5)
         finally:

@@ -952,8 +952,11 @@ class Server:
 
     def spawn(self) -> "Server":
         """Start the process without waiting for it to answer (see :meth:`wait_ready`)."""
-        if port_in_use(self.port):
-            raise BenchError("port %d is already in use: pick another with --base-port" % self.port)
+        deadline = time.monotonic() + 5.0
+        while port_in_use(self.port):  # a node of the previous run may still be on its way out
+            if time.monotonic() > deadline:
+                raise BenchError("port %d is already in use: pick another with --base-port" % self.port)
+            time.sleep(0.1)
         self.proc = launcher.spawn(self.argv, output=self.workdir / "stderr", cwd=self.workdir, detach=True)
         return self
 
