@@ -222,10 +222,6 @@ class Node:
         self.ctx.journal = journal
         self.ctx.store.journal = journal
 
-    @property
-    def journal(self) -> list | None:
-        return self.ctx.journal
-
     # =====================================================================
     # Inputs
     # =====================================================================

@@ -5,10 +5,11 @@ Theory of operation
 The core journals what the AOF must learn (``core.store.J_LOAD`` ...) in a list this
 module owns (``Aof.journal``, handed to the node with ``Node.set_journal``). The writer
 task (:meth:`Aof.run`) takes everything journaled so far as one *batch*, encodes it
-(``persistence.journal``), and hands it to a worker thread that writes it (and, with
-``appendfsync always``, fsyncs it) with one ``write`` and one ``fdatasync``: every record
-of every client served meanwhile shares them (group commit). While the thread works the
-event loop serves on and journals the next batch.
+(``persistence.journal``), and, with ``appendfsync always``, hands it to a worker thread
+that writes and fsyncs it with one ``write`` and one ``fdatasync``: every record of every
+client served meanwhile shares them (group commit). While the thread works the event
+loop serves on and journals the next batch. (With everysec and no the end of each pass
+writes its batch itself: see below.)
 
 Nothing a record backs leaves the node before the record is written: a reply produced
 while records are pending (``hold_seq``) is held in its connection's output until the
@@ -151,10 +152,6 @@ class Aof:
     @property
     def path(self) -> str:
         return self.config.resolve_path(self.config.appendfilename)
-
-    @property
-    def on(self) -> bool:
-        return self.state == "on"
 
     # ------------------------------------------------------------------ wiring
     def wire(self, send_item: Callable[..., bool], release_held: Callable[[int], None], bus_of: Callable[[], Any]) -> None:
