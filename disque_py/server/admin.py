@@ -29,7 +29,7 @@ import trio
 from .. import DISQUE_COMPAT_VERSION, __version__
 from ..config import ConfigError, config_get, config_set, rewrite_config
 from ..core.replies import OK, Error, Status, err
-from . import gcpolicy
+from . import faults, gcpolicy
 from .contracts import NO_REPLY
 from .logs import log
 
@@ -244,6 +244,12 @@ def build_table(ctx: AdminContext) -> dict[bytes, tuple[Callable[["Connection", 
         if sub == b"gc" and len(argv) == 2:
             # a full collection now (blocks the node while it runs): the number of objects freed
             return gcpolicy.policy.full_collect("DEBUG GC by client id=%d" % conn.id)
+        if sub in (b"jump-clock", b"fail-fsync"):  # the chaos tests' fault hooks (server.faults)
+            result = faults.debug(argv[1:])
+            if isinstance(result, str):
+                return err(result)
+            log.warning("DEBUG %s %s (fault hook)", sub.decode().upper(), argv[2].decode("utf-8", "replace"))
+            return result
         return err("DEBUG subcommand must be one of FLUSHALL, ERROR <text>, SLEEP <seconds>, GC")
 
     def cluster(conn: "Connection", argv: list[bytes]) -> Any:

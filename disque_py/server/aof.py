@@ -58,6 +58,7 @@ from ..core.replies import Error
 from ..persistence.journal import encode_entries, snapshot
 from ..persistence.loader import Loader
 from ..persistence.records import CorruptRecord
+from . import faults
 from .logs import log
 
 if TYPE_CHECKING:
@@ -364,7 +365,7 @@ class Aof:
             return 0
         start = time.perf_counter_ns()
         try:
-            os.fdatasync(fd)
+            faults.fdatasync(fd)
         except OSError as exc:
             self.last_write_error = "fsync: %s" % (exc.strerror or exc)
             return -2
@@ -390,7 +391,7 @@ class Aof:
                 fd, size = self.fd, self.size
                 start = time.perf_counter_ns()
                 try:
-                    await trio.to_thread.run_sync(os.fdatasync, fd)
+                    await trio.to_thread.run_sync(faults.fdatasync, fd)
                 except OSError as exc:
                     self.last_write_ok = False
                     self.last_write_error = "fsync: %s" % (exc.strerror or exc)

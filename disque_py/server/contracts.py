@@ -29,6 +29,8 @@ if TYPE_CHECKING:
 __all__ = [
     "NO_REPLY",
     "now_ms",
+    "shift_clock",
+    "clock_shift_ms",
     "CommandRunner",
     "TimerControl",
     "BusHolder",
@@ -41,9 +43,24 @@ __all__ = [
 NO_REPLY = object()  # a command handler answers nothing (SHUTDOWN closes the link)
 
 
+_shift_ms = 0  # moved only by the fault hooks (:mod:`.faults`), for the chaos tests
+
+
 def now_ms() -> int:
-    """The time every input to the core is stamped with: trio's clock, in ms."""
-    return int(trio.current_time() * 1000)
+    """The time every input to the core is stamped with: trio's clock, in ms (plus the shift a
+    fault hook may have set)."""
+    return int(trio.current_time() * 1000) + _shift_ms
+
+
+def shift_clock(ms: int) -> None:
+    """Move :func:`now_ms` by ``ms`` from now on (the fault hooks' clock jump)."""
+    global _shift_ms
+    _shift_ms += ms
+
+
+def clock_shift_ms() -> int:
+    """How far :func:`now_ms` is from trio's clock, in ms."""
+    return _shift_ms
 
 
 class CommandRunner(Protocol):

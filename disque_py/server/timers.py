@@ -72,7 +72,7 @@ class CoreTimers:
         if nxt is not None and nxt <= now_ms():
             self._tick()
             nxt = node.next_wakeup()
-        return math.inf if nxt is None else nxt / 1000.0 - trio.current_time()
+        return math.inf if nxt is None else (nxt - now_ms()) / 1000.0
 
     def _tick(self) -> None:
         glue = self.glue
