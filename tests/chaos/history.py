@@ -1,0 +1,243 @@
+"""What happened in a chaos run, and the checker that judges it.
+
+The workload and the nemesis append plain dicts to a :class:`History`
+(saved as JSON lines when a run fails). Every job body is unique and says
+how the job was added (``<run>:<producer>:<seq>:<flags>``, flags ``r0``
+for RETRY 0 and ``a`` for ASYNC), so a delivery names its job even when the
+ADDJOB reply never came back.
+
+Events, by ``op``:
+
+* ``add``: ``t0``/``t1`` (sent, answered), ``node``, ``body``, ``replicate``,
+  ``retry``, ``async``, ``result`` (``ok`` with ``id``, ``error`` with
+  ``error``, or ``unknown``: the link failed or timed out, the job may exist);
+* ``get``: ``t``, ``node``, ``consumer``, ``id``, ``body``, ``action``
+  (``ack``, ``fastack``, ``drop``: taken and never acknowledged, ``nack``);
+* ``ack``: ``t``, ``node``, ``id``, ``ok`` (the ACKJOB/FASTACK reply came);
+* ``nemesis``: ``t``, ``what``, ``nodes``, ``memory_lost`` (the nodes lost
+  what they held: kill -9 without an AOF);
+* ``phase``: ``t``, ``name`` (``start``, ``heal``, ``settled``, ``end``).
+
+:func:`check` turns a history into a :class:`Report`, one table per run.
+A job is **lost** when ADDJOB returned its ID and it was never delivered,
+unless it may legally be gone: a RETRY 0 job (at most once), an ASYNC job
+whose receiving node lost its memory before it was delivered, or a job
+for which at least REPLICATE distinct nodes lost their memory after its
+ADDJOB was sent (then every copy may have been on them). Fewer than that,
+and some node still holds a copy: not delivering it is a loss. Jobs never
+expire in a run (their TTL is far longer).
+
+A delivery is a **duplicate** when an earlier delivery of the same job was
+acknowledged by its consumer (ACKJOB or FASTACK sent); a redelivery after a
+consumer dropped or NACKed the job is what was asked for, not a duplicate.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+
+class History:
+    def __init__(self) -> None:
+        self.events: list[dict[str, Any]] = []
+
+    def add(self, **event: Any) -> dict[str, Any]:
+        self.events.append(event)
+        return event
+
+    def save(self, path: Path) -> None:
+        with open(path, "w") as f:
+            for e in self.events:
+                f.write(json.dumps(e, sort_keys=True) + "\n")
+
+    @classmethod
+    def load(cls, path: Path) -> "History":
+        h = cls()
+        with open(path) as f:
+            h.events = [json.loads(line) for line in f if line.strip()]
+        return h
+
+    def of(self, op: str) -> list[dict[str, Any]]:
+        return [e for e in self.events if e["op"] == op]
+
+    def phase(self, name: str) -> float | None:
+        for e in self.events:
+            if e["op"] == "phase" and e["name"] == name:
+                return e["t"]
+        return None
+
+
+def body_flags(body: str) -> set[str]:
+    """The flags a body was made with (``r0``, ``a``)."""
+    parts = body.split(":")
+    return set(parts[3].split(",")) - {""} if len(parts) == 4 else set()
+
+
+@dataclass
+class Report:
+    attempted: int = 0
+    acknowledged: int = 0
+    add_errors: int = 0
+    add_unknown: int = 0
+    delivered_jobs: int = 0
+    deliveries: int = 0
+    lost: int = 0
+    lost_excused: int = 0
+    lost_async: int = 0
+    retry0_jobs: int = 0
+    retry0_undelivered: int = 0
+    retry0_twice: int = 0
+    duplicates: int = 0
+    redeliveries_asked: int = 0
+    unexpected: int = 0
+    wrong_id: int = 0
+    acked_left: int | None = None
+    settle_s: float | None = None
+    memory_losses: int = 0
+    faults: int = 0
+    examples: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
+
+    @property
+    def duplicate_rate(self) -> float:
+        return self.duplicates / self.acknowledged if self.acknowledged else 0.0
+
+    @property
+    def problems(self) -> list[str]:
+        """What broke a promise (empty: the run is clean)."""
+        out = []
+        if self.lost:
+            out.append("%d acknowledged jobs lost (e.g. %s)" % (self.lost, ", ".join(self.examples["lost"][:3])))
+        if self.retry0_twice:
+            out.append("%d RETRY 0 jobs delivered twice (e.g. %s)"
+                       % (self.retry0_twice, ", ".join(self.examples["retry0_twice"][:3])))  # fmt: skip
+        if self.unexpected:
+            out.append("%d deliveries of jobs never attempted" % self.unexpected)
+        if self.wrong_id:
+            out.append("%d deliveries under another ID than ADDJOB returned" % self.wrong_id)
+        if self.acked_left:
+            out.append("%d acknowledged jobs left on the nodes after settling" % self.acked_left)
+        if self.acked_left is None or self.settle_s is None:
+            out.append("the cluster did not settle")
+        return out
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def rows(self) -> list[tuple[str, str, str]]:
+        def n(x: int | None) -> str:
+            return "-" if x is None else "{:,}".format(x)
+
+        return [
+            ("attempted", n(self.attempted), ""),
+            ("acknowledged by ADDJOB", n(self.acknowledged),
+             "%s errors, %s no reply" % (n(self.add_errors), n(self.add_unknown))),
+            ("delivered (jobs / deliveries)", "%s / %s" % (n(self.delivered_jobs), n(self.deliveries)), ""),
+            ("lost", n(self.lost), "must be 0"),
+            ("  gone with their holders' memory", n(self.lost_excused + self.lost_async),
+             "%s nodes lost memory; allowed" % n(self.memory_losses)),
+            ("duplicated deliveries", n(self.duplicates), "%.3f %% of acknowledged jobs" % (100 * self.duplicate_rate)),
+            ("  redeliveries asked for", n(self.redeliveries_asked), "after a drop or a NACK"),
+            ("unexpected (never attempted)", n(self.unexpected + self.wrong_id), "must be 0"),
+            ("RETRY 0 delivered twice", n(self.retry0_twice), "must be 0"),
+            ("RETRY 0 never delivered", "%s of %s" % (n(self.retry0_undelivered), n(self.retry0_jobs)),
+             "at most once allows it"),
+            ("acked jobs left after settling", n(self.acked_left), "must be 0"),
+            ("time to settle", "-" if self.settle_s is None else "%.1f s" % self.settle_s, "after the heal"),
+        ]  # fmt: skip
+
+    def table(self, title: str = "") -> str:
+        rows = self.rows()
+        w0 = max(len(r[0]) for r in rows)
+        w1 = max(len(r[1]) for r in rows)
+        lines = [title] if title else []
+        lines += ["  %-*s  %*s  %s" % (w0, a, w1, b, c) for a, b, c in rows]
+        lines.append("  verdict: " + ("clean" if self.ok else "FAILED: " + "; ".join(self.problems)))
+        return "\n".join(lines)
+
+    def as_dict(self) -> dict[str, Any]:
+        d = {k: v for k, v in self.__dict__.items() if k != "examples"}
+        d["duplicate_rate"] = self.duplicate_rate
+        d["ok"] = self.ok
+        return d
+
+
+def check(history: History, *, run_prefix: str, acked_left: int | None, settle_s: float | None) -> Report:
+    """Judge a run (module docstring). ``acked_left`` and ``settle_s`` come from the settle phase (None:
+    it did not settle)."""
+    r = Report(acked_left=acked_left, settle_s=settle_s)
+    adds = history.of("add")
+    gets = history.of("get")
+    losses = [e for e in history.of("nemesis") if e.get("memory_lost")]
+    r.faults = len(history.of("nemesis"))
+    r.memory_losses = sum(len(e["nodes"]) for e in losses)
+    by_body: dict[str, dict[str, Any]] = {}
+    for a in adds:
+        r.attempted += 1
+        by_body[a["body"]] = a
+        if a["result"] == "ok":
+            r.acknowledged += 1
+        elif a["result"] == "error":
+            r.add_errors += 1
+        else:
+            r.add_unknown += 1
+    deliveries: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for g in gets:
+        r.deliveries += 1
+        body = g["body"]
+        a = by_body.get(body)
+        if a is None or not body.startswith(run_prefix + ":"):
+            r.unexpected += 1
+            r.examples["unexpected"].append(body[:60])
+            continue
+        if a["result"] == "ok" and a["id"] != g["id"]:
+            r.wrong_id += 1
+            r.examples["wrong_id"].append("%s %s!=%s" % (body, g["id"], a["id"]))
+        deliveries[body].append(g)
+    r.delivered_jobs = len(deliveries)
+    for body, ds in deliveries.items():
+        ds.sort(key=lambda g: g["t"])
+        acked_before = False
+        for i, g in enumerate(ds):
+            if i:
+                if acked_before:
+                    r.duplicates += 1
+                    r.examples["duplicates"].append(body)
+                else:
+                    r.redeliveries_asked += 1
+            if g["action"] in ("ack", "fastack"):
+                acked_before = True
+        if by_body[body]["retry"] == 0 and len(ds) > 1:
+            r.retry0_twice += 1
+            r.examples["retry0_twice"].append(body)
+    for a in adds:
+        if a["retry"] == 0:
+            r.retry0_jobs += 1
+            if a["body"] not in deliveries:
+                r.retry0_undelivered += 1
+            continue
+        if a["result"] != "ok" or a["body"] in deliveries:
+            continue
+        after = [e for e in losses if e["t"] >= a["t0"]]
+        gone = {n for e in after for n in e["nodes"]}
+        if a.get("async") and a["node"] in gone:
+            r.lost_async += 1
+        elif len(gone) >= a["replicate"]:
+            r.lost_excused += 1
+        else:
+            r.lost += 1
+            r.examples["lost"].append("%s (%s)" % (a["id"], a["body"]))
+    return r
+
+
+def merge_counts(reports: Iterable[Report]) -> dict[str, int]:
+    """Sums over several runs (the soak's running counts)."""
+    total: dict[str, int] = defaultdict(int)
+    for rep in reports:
+        for k in ("attempted", "acknowledged", "deliveries", "lost", "duplicates", "retry0_twice", "unexpected"):
+            total[k] += getattr(rep, k)
+    return dict(total)

@@ -1,0 +1,219 @@
+"""Producers and consumers of a chaos run: trio tasks in the harness process, each with its own
+connection, each request to a node picked at random, every outcome written to the history.
+
+Producers send ADDJOB at a fixed total rate (so that two servers compared get the same work),
+with a unique body per job. Consumers GETJOB from random nodes and, by a mix, acknowledge
+(ACKJOB at the node that gave the job, another one if it fails), FASTACK, drop (take and never
+acknowledge: the job comes back after its RETRY) or NACK. In the drain phase every consumer
+acknowledges everything.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import hiredis
+import trio
+
+from .history import History
+
+
+class ReplyError(Exception):
+    pass
+
+
+class NotSent(ConnectionError):
+    """The connection could not be made: the request never left (its job does not exist)."""
+
+
+class Conn:
+    """One RESP connection to one node; :meth:`call` raises OSError/trio.TooSlowError on a dead or slow
+    link (the connection is then closed and made again on the next call)."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.host, self.port = host, port
+        self.stream: trio.SocketStream | None = None
+        self.reader = hiredis.Reader()
+
+    async def call(self, *args: str | bytes | int, timeout: float) -> Any:
+        with trio.fail_after(timeout):
+            try:
+                if self.stream is None:
+                    try:
+                        self.stream = await trio.open_tcp_stream(self.host, self.port)
+                    except OSError as exc:
+                        raise NotSent(str(exc)) from exc
+                    self.reader = hiredis.Reader()
+                out = [b"*%d\r\n" % len(args)]
+                for a in args:
+                    b = a if isinstance(a, bytes) else str(a).encode()
+                    out.append(b"$%d\r\n%s\r\n" % (len(b), b))
+                await self.stream.send_all(b"".join(out))
+                while True:
+                    reply = self.reader.gets()
+                    if reply is not False:
+                        break
+                    data = await self.stream.receive_some(65536)
+                    if not data:
+                        raise ConnectionResetError("closed by the node")
+                    self.reader.feed(data)
+            except BaseException:
+                await self.close()
+                raise
+        if isinstance(reply, hiredis.ReplyError):
+            raise ReplyError(str(reply))
+        return reply
+
+    async def close(self) -> None:
+        if self.stream is not None:
+            stream, self.stream = self.stream, None
+            with trio.CancelScope(shield=True):
+                try:
+                    await trio.aclose_forcefully(stream)
+                except Exception:  # noqa: BLE001 - a broken link: nothing to close cleanly
+                    pass
+
+
+FAILURES = (OSError, trio.TooSlowError, trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError)
+
+
+@dataclass
+class Options:
+    producers: int = 4
+    consumers: int = 6
+    rate: float = 400.0  # jobs a second, all producers together
+    queues: int = 3
+    replicate: int = 3
+    retry: int = 1
+    retry0_pct: float = 0.0
+    async_pct: float = 0.0
+    add_timeout_ms: int = 2000  # ADDJOB's own TIMEOUT (NOREPL after it)
+    request_timeout: float = 4.0  # the harness gives up on a reply after this (outcome unknown)
+    getjob_timeout_ms: int = 300
+    mix: dict[str, float] = field(default_factory=lambda: {"ack": 0.90, "fastack": 0.04, "drop": 0.03, "nack": 0.03})
+
+
+class Workload:
+    def __init__(self, addresses: Sequence[tuple[str, int]], history: History, run_prefix: str,
+                 opts: Options, seed: int, clock: Any = time.monotonic) -> None:  # fmt: skip
+        self.addresses = list(addresses)
+        self.history = history
+        self.prefix = run_prefix
+        self.opts = opts
+        self.seed = seed
+        self.clock = clock
+        self.producing = True
+        self.consuming = True
+        self.draining = False
+        self.queue_names = ["chaos%d" % i for i in range(opts.queues)]
+        self.counts = {"added": 0, "delivered": 0, "add_failures": 0, "get_failures": 0}
+
+    # ------------------------------------------------------------------ producers
+
+    async def producer(self, pid: int) -> None:
+        o = self.opts
+        rng = random.Random(self.seed * 1000 + pid)
+        conns = [Conn(h, p) for h, p in self.addresses]
+        period = o.producers / o.rate
+        next_at = trio.current_time()
+        seq = 0
+        try:
+            while self.producing:
+                next_at += period
+                delay = next_at - trio.current_time()
+                if delay > 0:
+                    await trio.sleep(delay)
+                else:
+                    next_at = trio.current_time()  # behind (a stalled node): no catch-up burst
+                node = rng.randrange(len(conns))
+                seq += 1
+                retry = 0 if rng.random() < o.retry0_pct else o.retry
+                asynchronous = rng.random() < o.async_pct
+                flags = ",".join(f for f, on in (("r0", retry == 0), ("a", asynchronous)) if on)
+                body = "%s:%d:%d:%s" % (self.prefix, pid, seq, flags)
+                args: list[Any] = ["ADDJOB", rng.choice(self.queue_names), body, o.add_timeout_ms,
+                                   "REPLICATE", o.replicate, "RETRY", retry]  # fmt: skip
+                if asynchronous:
+                    args.append("ASYNC")
+                ev = self.history.add(op="add", t0=self.clock(), node=node, body=body, replicate=o.replicate,
+                                      retry=retry, result="unknown", id=None)  # fmt: skip
+                ev["async"] = asynchronous
+                try:
+                    reply = await conns[node].call(*args, timeout=o.request_timeout)
+                    ev["result"], ev["id"] = "ok", reply.decode()
+                    self.counts["added"] += 1
+                except ReplyError as exc:
+                    ev["result"], ev["error"] = "error", str(exc)[:100]
+                    self.counts["add_failures"] += 1
+                except FAILURES as exc:
+                    if isinstance(exc, NotSent):
+                        ev["result"] = "error"  # never sent: no such job
+                    ev["error"] = type(exc).__name__
+                    self.counts["add_failures"] += 1
+                    await trio.sleep(0.05)
+                ev["t1"] = self.clock()
+        finally:
+            for c in conns:
+                await c.close()
+
+    # ------------------------------------------------------------------ consumers
+
+    async def consumer(self, cid: int) -> None:
+        o = self.opts
+        rng = random.Random(self.seed * 1000 + 500 + cid)
+        conns = [Conn(h, p) for h, p in self.addresses]
+        actions = list(o.mix)
+        weights = [o.mix[a] for a in actions]
+        try:
+            while self.consuming:
+                node = rng.randrange(len(conns))
+                try:
+                    reply = await conns[node].call("GETJOB", "TIMEOUT", o.getjob_timeout_ms, "COUNT", 10, "FROM",
+                                                   *self.queue_names, timeout=o.request_timeout)  # fmt: skip
+                except (ReplyError, *FAILURES):
+                    self.counts["get_failures"] += 1
+                    await trio.sleep(0.05)
+                    continue
+                if not reply:
+                    continue
+                by_action: dict[str, list[str]] = {}
+                for item in reply:
+                    job_id, body = item[1].decode(), item[2].decode("utf-8", "replace")
+                    action = "ack" if self.draining else rng.choices(actions, weights)[0]
+                    self.history.add(op="get", t=self.clock(), node=node, consumer=cid, id=job_id, body=body,
+                                     action=action)  # fmt: skip
+                    self.counts["delivered"] += 1
+                    by_action.setdefault(action, []).append(job_id)
+                for action, ids in by_action.items():
+                    if action == "drop":
+                        continue
+                    command = {"ack": "ACKJOB", "fastack": "FASTACK", "nack": "NACK"}[action]
+                    await self._settle_jobs(conns, node, command, ids, rng)
+        finally:
+            for c in conns:
+                await c.close()
+
+    async def _settle_jobs(self, conns: list[Conn], node: int, command: str, ids: list[str],
+                           rng: random.Random) -> None:  # fmt: skip
+        """ACKJOB/FASTACK/NACK at the node that gave the jobs; ACKJOB and FASTACK at another node if it
+        fails (any node takes an acknowledgement)."""
+        tries = [node]
+        if command != "NACK" and len(conns) > 1:
+            tries.append(rng.choice([i for i in range(len(conns)) if i != node]))
+        for n in tries:
+            try:
+                await conns[n].call(command, *ids, timeout=self.opts.request_timeout)
+            except (ReplyError, *FAILURES):
+                continue
+            self.history.add(op="ack", t=self.clock(), node=n, ids=ids, command=command, ok=True)
+            return
+        self.history.add(op="ack", t=self.clock(), node=node, ids=ids, command=command, ok=False)
+
+    async def run(self, nursery: trio.Nursery) -> None:
+        for p in range(self.opts.producers):
+            nursery.start_soon(self.producer, p)
+        for c in range(self.opts.consumers):
+            nursery.start_soon(self.consumer, c)
