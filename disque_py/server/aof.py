@@ -130,6 +130,7 @@ class Aof:
         # Status (INFO persistence).
         self.loading = False
         self.last_write_ok = True
+        self.fsync_ok = True  # everysec: the last background fsync worked (False refuses new jobs, as Redis)
         self.last_write_error = ""
         self.write_errors = 0
         self.fsyncs = 0
@@ -336,7 +337,8 @@ class Aof:
                     log.warning("AOF write error solved: %d bytes written after %.1f s; new jobs accepted again",
                                 len(data), time.monotonic() - failing_since if failing_since else 0.0)  # fmt: skip
                     self.last_write_ok = True
-                    self.node.refuse_new_jobs(None)
+                    if self.fsync_ok:
+                        self.node.refuse_new_jobs(None)
                 return
             self.write_errors += 1
             if self.last_write_ok:
@@ -393,10 +395,19 @@ class Aof:
                 try:
                     await trio.to_thread.run_sync(faults.fdatasync, fd)
                 except OSError as exc:
-                    self.last_write_ok = False
                     self.last_write_error = "fsync: %s" % (exc.strerror or exc)
-                    log.warning("AOF fsync failed: %s (everysec: retried in a second)", exc.strerror or exc)
+                    if self.fsync_ok:
+                        self.fsync_ok = False
+                        self.node.refuse_new_jobs(Error("MISCONF Errors fsyncing the AOF file: %s"
+                                                        % (exc.strerror or exc)))  # fmt: skip
+                        log.warning("AOF fsync failed: %s. ADDJOB is refused (-MISCONF) until an fsync succeeds; "
+                                    "retrying every second.", exc.strerror or exc)  # fmt: skip
                     continue
+                if not self.fsync_ok:
+                    self.fsync_ok = True
+                    log.warning("AOF fsync error solved; new jobs accepted again")
+                    if self.last_write_ok:
+                        self.node.refuse_new_jobs(None)
                 self._note_fsync(max(1, (time.perf_counter_ns() - start) // 1000))
                 self.synced_size = max(self.synced_size, size)
 
@@ -495,8 +506,8 @@ class Aof:
         self._kill_child()
         self.state = "off"
         self.settings_changed()
-        if not self.last_write_ok:
-            self.last_write_ok = True
+        if not self.last_write_ok or not self.fsync_ok:
+            self.last_write_ok = self.fsync_ok = True
             self.node.refuse_new_jobs(None)
         self.node.set_journal(None)
         self.journal.clear()
@@ -774,7 +785,7 @@ class Aof:
             "aof_last_rewrite_time_sec": self.last_rewrite_secs,
             "aof_current_rewrite_time_sec": int(time.monotonic() - self.rewrite_start) if self.rewrite_pid else -1,
             "aof_last_bgrewrite_status": "ok" if self.last_bgrewrite_ok else "err",
-            "aof_last_write_status": "ok" if self.last_write_ok else "err",
+            "aof_last_write_status": "ok" if self.last_write_ok and self.fsync_ok else "err",
         }
         if on:
             out.update({

@@ -99,6 +99,7 @@ class Report:
     settle_s: float | None = None
     memory_losses: int = 0
     faults: int = 0
+    error_kinds: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # ADDJOB errors by prefix
     examples: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
 
     @property
@@ -135,7 +136,7 @@ class Report:
         return [
             ("attempted", n(self.attempted), ""),
             ("acknowledged by ADDJOB", n(self.acknowledged),
-             "%s errors, %s no reply" % (n(self.add_errors), n(self.add_unknown))),
+             "%s errors%s, %s no reply" % (n(self.add_errors), self._kinds(), n(self.add_unknown))),
             ("delivered (jobs / deliveries)", "%s / %s" % (n(self.delivered_jobs), n(self.deliveries)), ""),
             ("lost", n(self.lost), "must be 0"),
             ("  gone with their holders' memory", n(self.lost_excused + self.lost_async),
@@ -150,6 +151,12 @@ class Report:
             ("time to settle", "-" if self.settle_s is None else "%.1f s" % self.settle_s, "after the heal"),
         ]  # fmt: skip
 
+    def _kinds(self) -> str:
+        if not self.error_kinds:
+            return ""
+        top = sorted(self.error_kinds.items(), key=lambda kv: -kv[1])
+        return " (%s)" % ", ".join("%s %d" % kv for kv in top)
+
     def table(self, title: str = "") -> str:
         rows = self.rows()
         w0 = max(len(r[0]) for r in rows)
@@ -161,6 +168,7 @@ class Report:
 
     def as_dict(self) -> dict[str, Any]:
         d = {k: v for k, v in self.__dict__.items() if k != "examples"}
+        d["error_kinds"] = dict(self.error_kinds)
         d["duplicate_rate"] = self.duplicate_rate
         d["ok"] = self.ok
         return d
@@ -183,6 +191,7 @@ def check(history: History, *, run_prefix: str, acked_left: int | None, settle_s
             r.acknowledged += 1
         elif a["result"] == "error":
             r.add_errors += 1
+            r.error_kinds[(a.get("error") or "?").split()[0]] += 1
         else:
             r.add_unknown += 1
     deliveries: dict[str, list[dict[str, Any]]] = defaultdict(list)

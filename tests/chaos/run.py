@@ -81,6 +81,7 @@ class Result:
     netns: bool
     elapsed: float
     problems: list[str]
+    actions: dict[str, int] = field(default_factory=dict)  # what the nemesis did, by kind (kill, stopped...)
     saved: Path | None = None
 
     @property
@@ -244,7 +245,11 @@ def run(cfg: RunConfig, *, workdir: Path | None = None, log: Callable[[str], Non
             cluster.stop()
         report = check(history, run_prefix=prefix, acked_left=acked_left, settle_s=settle_s)
         problems = report.problems + [p for p in problems if p not in report.problems]
-        result = Result(cfg, seed, report, faults, net.can_partition, time.monotonic() - started_wall, problems)
+        actions: dict[str, int] = {}
+        for e in history.of("nemesis"):
+            actions[e["what"]] = actions.get(e["what"], 0) + 1
+        result = Result(cfg, seed, report, faults, net.can_partition, time.monotonic() - started_wall, problems,
+                        actions)  # fmt: skip
         if cfg.save_dir is not None and (cfg.keep or not result.ok):
             result.saved = _save(result, history, cluster, cfg.save_dir)
     if own_workdir:

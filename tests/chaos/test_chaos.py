@@ -1,0 +1,96 @@
+"""Chaos on real node processes, a short run of each nemesis (tests/chaos/run.py).
+
+Each run starts 5 nodes (each in its own network namespace when the tests run as root), runs
+producers and consumers for ``SECONDS`` while its nemesis strikes every ``INTERVAL`` seconds,
+heals, settles and checks the history: nothing acknowledged lost (beyond what nodes that lost
+their memory may take with them), no RETRY 0 job delivered twice, no unexpected delivery, no
+acknowledged job left behind. The seed is random (``CHAOS_SEED`` fixes it); a failing run prints
+its table, the command that replays its schedule and where its history and logs are kept.
+
+The runs share one xdist group: one at a time, so five nodes never compete with five others for
+the machine's cores. Longer runs: ``scripts/chaos --minutes 30 --nemesis all``.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+
+import pytest
+
+from tests.chaos.nemesis import Unavailable
+from tests.chaos.run import RunConfig, run
+from tests.chaos.workload import Options
+
+pytestmark = [pytest.mark.xdist_group("chaos")]
+
+SECONDS = 12.0
+INTERVAL = 4.0
+
+
+def chaos(tmp_path: Path, nemesis: str, *, aof: str = "off", retry0_pct: float = 0.0, async_pct: float = 0.0,
+          seconds: float = SECONDS):  # fmt: skip
+    seed = int(os.environ.get("CHAOS_SEED") or random.SystemRandom().randrange(1, 10**6))
+    cfg = RunConfig(
+        nemesis=nemesis, seconds=seconds, interval=INTERVAL, seed=seed,
+        appendonly=aof != "off", appendfsync=aof if aof != "off" else "everysec",
+        workload=Options(rate=300, retry0_pct=retry0_pct, async_pct=async_pct),
+        save_dir=tmp_path / "failed", settle_timeout=90,
+    )  # fmt: skip
+    try:
+        result = run(cfg, workdir=tmp_path / "nodes")
+    except Unavailable as exc:
+        pytest.skip("nemesis %s: %s" % (nemesis, exc))
+    print(result.table())
+    assert result.ok, "\n" + result.table()
+    assert result.faults and result.report.acknowledged > 0.3 * cfg.workload.rate * seconds
+    assert result.report.delivered_jobs >= result.report.acknowledged - result.report.lost_excused
+    return result
+
+
+def test_kill_without_aof_loses_only_what_every_holder_forgot(tmp_path):
+    r = chaos(tmp_path, "kill", retry0_pct=0.1, async_pct=0.1)
+    assert r.report.memory_losses >= 1
+
+
+def test_kill_with_aof_everysec_loses_nothing(tmp_path):
+    r = chaos(tmp_path, "kill", aof="everysec")
+    assert r.report.memory_losses == 0 and r.report.lost_excused == 0
+
+
+def test_killing_every_node_at_once_with_aof_always_loses_nothing(tmp_path):
+    r = chaos(tmp_path, "kill-all", aof="always")
+    assert r.report.lost_excused == 0 and r.report.lost_async == 0
+
+
+def test_pauses_longer_than_the_node_timeout(tmp_path):
+    chaos(tmp_path, "pause", retry0_pct=0.1)
+
+
+def test_partitions_of_random_halves(tmp_path):
+    chaos(tmp_path, "partition", retry0_pct=0.2)
+
+
+def test_partitions_of_one_node(tmp_path):
+    chaos(tmp_path, "partition-one")
+
+
+def test_clock_jumps(tmp_path):
+    r = chaos(tmp_path, "clock", retry0_pct=0.1)
+    assert r.actions["clock"] == len(r.faults)
+
+
+def test_a_full_disk_refuses_new_jobs_with_misconf(tmp_path):
+    r = chaos(tmp_path, "disk", aof="everysec")
+    assert r.report.error_kinds.get("MISCONF", 0) > 0, r.report.error_kinds
+
+
+def test_a_failed_fsync_with_aof_always_stops_the_node_and_loses_nothing(tmp_path):
+    r = chaos(tmp_path, "fsync", aof="always")
+    assert r.actions.get("stopped", 0) >= 1 and r.actions["stopped"] == r.actions["fsync-fail"], r.actions
+    assert r.report.lost_excused == 0
+
+
+def test_every_nemesis_mixed(tmp_path):
+    chaos(tmp_path, "all", aof="everysec", retry0_pct=0.1, async_pct=0.05, seconds=16.0)

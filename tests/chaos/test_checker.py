@@ -1,0 +1,214 @@
+"""The chaos checker, schedules and command lines on made-up histories (no processes): each promise
+the checker guards is shown broken and caught."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.chaos.__main__ import main as chaos_cli
+from tests.chaos.cluster import command
+from tests.chaos.history import History, check
+from tests.chaos.nemesis import KINDS, Unavailable, schedule
+from tests.chaos.run import RunConfig, kinds_for
+
+P = "r7"
+
+
+def add(h: History, seq: int, t0: float, *, node: int = 0, result: str = "ok", replicate: int = 3,
+        retry: int = 1, asynchronous: bool = False) -> str:  # fmt: skip
+    flags = ",".join(f for f, on in (("r0", retry == 0), ("a", asynchronous)) if on)
+    body = "%s:0:%d:%s" % (P, seq, flags)
+    h.add(op="add", t0=t0, t1=t0 + 0.01, node=node, body=body, replicate=replicate, retry=retry,
+          result=result, id="D-%d" % seq if result == "ok" else None, **{"async": asynchronous})  # fmt: skip
+    return body
+
+
+def get(h: History, body: str, t: float, action: str = "ack", job_id: str | None = None) -> None:
+    seq = int(body.split(":")[2])
+    h.add(op="get", t=t, node=1, consumer=0, id=job_id or "D-%d" % seq, body=body, action=action)
+
+
+def lose(h: History, t: float, *nodes: int) -> None:
+    h.add(op="nemesis", t=t, what="kill", nodes=list(nodes), memory_lost=True)
+
+
+def judge(h: History, acked_left: int | None = 0, settle_s: float | None = 1.0):
+    return check(h, run_prefix=P, acked_left=acked_left, settle_s=settle_s)
+
+
+def test_a_clean_history_is_clean():
+    h = History()
+    for i in range(5):
+        get(h, add(h, i, i), i + 0.5)
+    r = judge(h)
+    assert r.ok, r.problems
+    assert (r.attempted, r.acknowledged, r.delivered_jobs, r.lost, r.duplicates) == (5, 5, 5, 0, 0)
+
+
+def test_an_acknowledged_job_never_delivered_is_lost():
+    h = History()
+    add(h, 1, 0.0)
+    get(h, add(h, 2, 0.0), 1.0)
+    r = judge(h)
+    assert r.lost == 1 and not r.ok
+    assert "1 acknowledged jobs lost" in r.problems[0] and "D-1" in r.problems[0]
+
+
+def test_a_job_whose_add_failed_or_got_no_reply_may_be_missing():
+    h = History()
+    add(h, 1, 0.0, result="error")
+    add(h, 2, 0.0, result="unknown")
+    r = judge(h)
+    assert r.ok and (r.add_errors, r.add_unknown) == (1, 1)
+
+
+def test_fewer_memory_losses_than_replicas_excuse_nothing():
+    h = History()
+    add(h, 1, 1.0, replicate=3)
+    lose(h, 2.0, 0)
+    lose(h, 3.0, 1)
+    lose(h, 4.0, 1)  # the same node twice: still two holders at most
+    assert judge(h).lost == 1
+
+
+def test_as_many_memory_losses_as_replicas_excuse_the_job():
+    h = History()
+    add(h, 1, 1.0, replicate=2)
+    lose(h, 2.0, 0)
+    lose(h, 3.0, 1)
+    r = judge(h)
+    assert r.ok and r.lost == 0 and r.lost_excused == 1
+
+
+def test_memory_lost_before_the_add_excuses_nothing():
+    h = History()
+    lose(h, 0.5, 0, 1, 2)
+    add(h, 1, 1.0, replicate=3)
+    assert judge(h).lost == 1
+
+
+def test_an_async_job_goes_with_the_node_that_took_it():
+    h = History()
+    add(h, 1, 1.0, node=3, asynchronous=True)
+    add(h, 2, 1.0, node=2, asynchronous=True)
+    lose(h, 1.5, 3)
+    r = judge(h)
+    assert (r.lost_async, r.lost) == (1, 1)  # job 2's node kept its memory
+
+
+def test_redelivery_after_an_ack_is_a_duplicate_and_after_a_drop_or_nack_is_not():
+    h = History()
+    a = add(h, 1, 0.0)
+    get(h, a, 1.0, "ack")
+    get(h, a, 2.0, "ack")
+    b = add(h, 2, 0.0)
+    get(h, b, 1.0, "drop")
+    get(h, b, 2.0, "nack")
+    get(h, b, 3.0, "fastack")
+    get(h, b, 4.0, "ack")
+    r = judge(h)
+    assert r.ok  # duplicates are counted, not a broken promise
+    assert (r.duplicates, r.redeliveries_asked) == (2, 2)
+    assert r.duplicate_rate == pytest.approx(1.0)
+
+
+def test_a_retry0_job_delivered_twice_breaks_the_run_even_after_a_nack():
+    h = History()
+    a = add(h, 1, 0.0, retry=0)
+    get(h, a, 1.0, "nack")
+    get(h, a, 2.0, "ack")
+    r = judge(h)
+    assert r.retry0_twice == 1 and not r.ok
+
+
+def test_a_retry0_job_never_delivered_is_allowed():
+    h = History()
+    add(h, 1, 0.0, retry=0)
+    r = judge(h)
+    assert r.ok and (r.retry0_jobs, r.retry0_undelivered, r.lost) == (1, 1, 0)
+
+
+def test_unexpected_deliveries_and_wrong_ids_break_the_run():
+    h = History()
+    h.add(op="get", t=1.0, node=0, consumer=0, id="D-x", body="someone-else", action="ack")
+    a = add(h, 1, 0.0)
+    get(h, a, 1.0, job_id="D-other")
+    r = judge(h)
+    assert (r.unexpected, r.wrong_id) == (1, 1) and len(r.problems) == 2
+
+
+def test_acked_jobs_left_or_no_settling_break_the_run():
+    h = History()
+    get(h, add(h, 1, 0.0), 1.0)
+    assert "1 acknowledged jobs left" in judge(h, acked_left=1).problems[0]
+    assert judge(h, acked_left=None, settle_s=None).problems == ["the cluster did not settle"]
+
+
+def test_the_table_names_every_count_and_the_verdict():
+    h = History()
+    add(h, 1, 0.0)
+    text = judge(h).table("title")
+    for row in ("attempted", "acknowledged by ADDJOB", "lost", "duplicated deliveries", "unexpected",
+                "RETRY 0 delivered twice", "acked jobs left after settling", "time to settle"):  # fmt: skip
+        assert row in text
+    assert text.splitlines()[0] == "title" and "FAILED" in text.splitlines()[-1]
+
+
+def test_a_saved_history_loads_back(tmp_path):
+    h = History()
+    get(h, add(h, 1, 0.0), 1.0)
+    h.save(tmp_path / "h.jsonl")
+    assert History.load(tmp_path / "h.jsonl").events == h.events
+
+
+# ------------------------------------------------------------------ schedules and command lines
+
+
+def test_a_seed_gives_the_same_schedule_and_faults_are_healed_before_the_next():
+    a = schedule(list(KINDS), 5, 60.0, 10.0, 5, 2.0)
+    assert a == schedule(list(KINDS), 5, 60.0, 10.0, 5, 2.0)
+    assert a != schedule(list(KINDS), 6, 60.0, 10.0, 5, 2.0)
+    assert len(a) == 6
+    for f, nxt in zip(a, a[1:]):
+        assert f.at + f.duration <= nxt.at - 1.0 + 1e-9
+    for f in a:
+        assert all(0 <= n < 5 for n in f.nodes) and f.at < 59.0
+
+
+def test_pauses_outlast_the_node_timeout_and_partitions_leave_two_sides():
+    for seed in range(20):
+        for f in schedule(["pause", "partition"], seed, 30.0, 10.0, 5, 2.0):
+            if f.kind == "pause":
+                assert f.duration >= 3.0
+            else:
+                assert 1 <= len(f.nodes) <= 4
+
+
+def test_the_server_template_takes_placeholders_or_a_program():
+    values = {"port": "7711", "host": "10.0.0.1", "dir": "/d", "timeout": "2000", "appendonly": "no",
+              "appendfsync": "everysec"}  # fmt: skip
+    assert command("srv --port {port} --x {host}", values) == ["srv", "--port", "7711", "--x", "10.0.0.1"]
+    argv = command("/opt/disque-server", values)
+    assert argv[0] == "/opt/disque-server"
+    assert argv[argv.index("--bind") + 1] == "10.0.0.1" and argv[argv.index("--cluster-node-timeout") + 1] == "2000"
+
+
+def test_a_nemesis_that_cannot_run_here_says_why():
+    with pytest.raises(Unavailable, match="partitions: no namespaces"):
+        kinds_for(RunConfig(nemesis="partition"), False, "no namespaces", True)
+    with pytest.raises(Unavailable, match="AOF"):
+        kinds_for(RunConfig(nemesis="fsync"), True, "", True)
+    with pytest.raises(ValueError, match="unknown nemesis"):
+        kinds_for(RunConfig(nemesis="flood"), True, "", True)
+    kinds = kinds_for(RunConfig(nemesis="all"), False, "no namespaces", False)
+    assert "partition" not in kinds and "clock" not in kinds and "kill" in kinds
+
+
+def test_the_replay_command_parses_back_to_the_same_run():
+    cfg = RunConfig(nemesis="kill+pause", seconds=12, interval=4, appendonly=True, appendfsync="always")
+    cfg.workload.retry0_pct = 0.2
+    argv = cfg.replay(99).split()[1:]
+    ctx = chaos_cli.make_context("chaos", argv)
+    p = ctx.params
+    assert (p["nemesis"], p["seconds"], p["interval"], p["seed"], p["aof"], p["retry0_pct"]) == (
+        "kill+pause", 12.0, 4.0, 99, "always", 20.0)
