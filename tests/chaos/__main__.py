@@ -74,6 +74,8 @@ def main(nemesis, seconds, interval, minutes, seed, nodes, replicate, retry, ret
     t_end = time.monotonic() + minutes * 60
     k = 0
     bar = None
+    tty = sys.stderr.isatty()
+    last_line = [0.0]
     if soak:
         bar = click.progressbar(length=int(minutes * 60), label="soak", show_eta=True, file=sys.stderr,
                                 item_show_func=lambda s: s)  # fmt: skip
@@ -93,9 +95,13 @@ def main(nemesis, seconds, interval, minutes, seed, nodes, replicate, retry, ret
                     return
                 done = int(min(minutes * 60, time.monotonic() - soak_start))
                 totals = merge_counts(r.report for r in results)
-                bar.update(done - bar.pos, "run %d: %s added, %s delivered, %d faults | all runs: %s lost, %s dup"
-                           % (_k + 1, f"{workload.counts['added']:,}", f"{workload.counts['delivered']:,}",
-                              nem.done if nem else 0, totals.get("lost", 0), totals.get("duplicates", 0)))  # fmt: skip
+                line = "run %d: %s added, %s delivered, %d faults | all runs: %s lost, %s dup" % (
+                    _k + 1, f"{workload.counts['added']:,}", f"{workload.counts['delivered']:,}",
+                    nem.done if nem else 0, totals.get("lost", 0), totals.get("duplicates", 0))  # fmt: skip
+                bar.update(done - bar.pos, line)
+                if not tty and time.monotonic() - last_line[0] >= 15:  # a log, not a terminal: a line now and then
+                    last_line[0] = time.monotonic()
+                    click.echo("soak %d/%d s: %s" % (done, int(minutes * 60), line), err=True)
 
             try:
                 res = run(cfg, log=(lambda s: None) if soak else (lambda s: click.echo("  " + s, err=True)),
