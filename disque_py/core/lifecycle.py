@@ -154,7 +154,8 @@ class Lifecycle:
 
     def restore_finish(self, enqueue_once: bool) -> dict[str, int]:
         """Every job restored: give each its state's wake-up. Jobs come back active and are
-        requeued by their RETRY timers (RETRY 0 ones never again); with ``enqueue_once``
+        requeued by their RETRY timers, a whole RETRY after the restart at the soonest and
+        announced with WILLQUEUE (RETRY 0 ones never again); with ``enqueue_once``
         (aof-enqueue-jobs-once, a controlled restart) the ones written as queued are queued
         again at once, in their order, RETRY 0 ones included. Returns counts by outcome."""
         ctx = self.ctx
@@ -172,10 +173,17 @@ class Lifecycle:
                 counts["acked"] += 1
                 if job.gc_at <= now:
                     job.gc_at = now + ctx.time_error() % 1000  # spread the GC of many
-            elif state == QUEUED:
-                job.state = ACTIVE
-                if enqueue_once:
-                    to_queue.append(job)
+            else:
+                if state == QUEUED:
+                    job.state = ACTIVE
+                    if enqueue_once:
+                        to_queue.append(job)
+                if job.retry and not (enqueue_once and state == QUEUED):
+                    # As a copy received from a peer: a whole RETRY from now, announced with
+                    # WILLQUEUE first, so that a node that acknowledged the job while this one
+                    # was down answers SETACK before it comes back as a duplicate.
+                    job.requeue_at = max(job.requeue_at, now + job.retry * 1000 + ctx.time_error())
+                    job.flags |= F_BCAST_WILLQUEUE
             self.reschedule(job)
         to_queue.sort(key=lambda j: j.ctime)
         for job in to_queue:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from disque_py.core import invariants
-from disque_py.core.job import ACKED, ACTIVE, QUEUED
+from disque_py.core.job import ACKED, ACTIVE, F_BCAST_WILLQUEUE, QUEUED
 from disque_py.core.node import Node
 from disque_py.persistence.journal import encode_entries, snapshot
 from disque_py.persistence.loader import Loader
@@ -194,3 +194,21 @@ def test_the_one_step_encoder_writes_the_same_bytes_as_the_record_and_its_encode
     assert jobs
     for job in jobs:
         assert encode_job(job, WALL) == encode_loadjob(load_job_record(job, WALL))
+
+
+def test_a_job_whose_requeue_time_passed_while_the_node_was_down_waits_a_whole_retry_announced():
+    # Found by the chaos harness: requeued at once after a kill -9 and a restart, a job another
+    # node had acknowledged meanwhile came back as a duplicate. As a copy received from a peer, it
+    # now waits a whole RETRY and sends WILLQUEUE first, so that node can answer SETACK.
+    h, journal = journaling()
+    job_id = h.add("q", "body", "RETRY", 2)
+    data = encode_entries(journal, WALL)
+    node, _, _ = restart(data, after_ms=60_000)
+    assert node.store.get(job_id).flags & F_BCAST_WILLQUEUE
+    h2 = Harness()
+    h2.node, h2.now = node, node.now
+    assert node.execute(1, [b"QLEN", b"q"], h2.now) == 0
+    h2.advance(1400)  # RETRY 2 s, less the largest time error
+    assert node.execute(1, [b"QLEN", b"q"], h2.now) == 0
+    h2.advance(1200)
+    assert node.execute(1, [b"QLEN", b"q"], h2.now) == 1
