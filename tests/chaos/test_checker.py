@@ -212,3 +212,30 @@ def test_the_replay_command_parses_back_to_the_same_run():
     p = ctx.params
     assert (p["nemesis"], p["seconds"], p["interval"], p["seed"], p["aof"], p["retry0_pct"]) == (
         "kill+pause", 12.0, 4.0, 99, "always", 20.0)
+
+
+def test_a_failing_run_keeps_its_history_logs_and_replay_command(tmp_path):
+    from tests.chaos.run import Result, _save
+
+    h = History()
+    add(h, 1, 0.0)  # acknowledged, never delivered: lost
+    report = judge(h)
+    cfg = RunConfig(nemesis="pause", seconds=9, interval=3)
+    faults = schedule(["pause"], 4, 9, 3, 5, 2.0)
+    result = Result(cfg, 4, report, faults, True, 12.0, report.problems)
+    log = tmp_path / "node0.log"
+    log.write_text("the node's own words\n")
+
+    class Logs:
+        def logs(self):
+            return [log, tmp_path / "missing.log"]
+
+    saved = _save(result, h, Logs(), tmp_path / "failed")
+    result.saved = saved
+    assert History.load(saved / "history.jsonl").events == h.events
+    assert (saved / "node0.log").read_text() == "the node's own words\n"
+    text = result.table()
+    assert "FAILED: 1 acknowledged jobs lost" in text
+    assert "replay: scripts/chaos --nemesis pause --seconds 9 --interval 3 --seed 4" in text
+    assert "saved: %s" % saved in text
+    assert "pause" in (saved / "report.txt").read_text().split("schedule:")[1]
