@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 import time
 from pathlib import Path
@@ -66,6 +67,7 @@ def main(nemesis, seconds, interval, minutes, seed, nodes, replicate, retry, ret
     Partitions need root (a network namespace per node); as another user they are skipped and say why.
     The exit status is 1 when any run broke a promise.
     """
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind: nodes stopped, namespaces removed
     opts = Options(producers=producers, consumers=consumers, rate=rate, replicate=replicate, retry=retry,
                    retry0_pct=retry0_pct / 100, async_pct=async_pct / 100)  # fmt: skip
     soak = minutes > 0

@@ -32,6 +32,16 @@ from .net import LoopbackNetwork, NetnsNetwork
 DIRECTIVES = ("port", "bind", "dir", "cluster-node-timeout", "appendonly", "appendfsync")
 
 
+def _die_with_parent() -> None:
+    """In the child, before exec: SIGKILL when the harness goes (a killed harness leaves no node)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 def default_server() -> str:
     return "%s -m disque_py.cli server" % shlex.quote(sys.executable)
 
@@ -120,7 +130,8 @@ class Cluster:
             node.mounted = True
         with open(node.log, "a") as f:
             f.write("\n==== chaos: start #%d at %s\n" % (node.starts + 1, time.strftime("%H:%M:%S")))
-        node.proc = launcher.spawn(self.argv(node), output=node.log, cwd=node.dir, env=self.env)
+        node.proc = launcher.spawn(self.argv(node), output=node.log, cwd=node.dir, env=self.env,
+                                   preexec_fn=_die_with_parent)  # fmt: skip
         node.starts += 1
         node.paused = False
 

@@ -91,9 +91,30 @@ class Options:
     retry0_pct: float = 0.0
     async_pct: float = 0.0
     add_timeout_ms: int = 2000  # ADDJOB's own TIMEOUT (NOREPL after it)
-    request_timeout: float = 4.0  # the harness gives up on a reply after this (outcome unknown)
+    request_timeout: float = 3.0  # the harness gives up on an ADDJOB reply after this (outcome unknown)
     getjob_timeout_ms: int = 300
+    short_timeout: float = 1.5  # ... on the reply of GETJOB (beyond its TIMEOUT), ACKJOB, NACK
+    avoid_s: float = 2.0  # a task that failed on a node picks others for this long (as a client fails over)
     mix: dict[str, float] = field(default_factory=lambda: {"ack": 0.90, "fastack": 0.04, "drop": 0.03, "nack": 0.03})
+
+
+class Picker:
+    """A task's choice of node: at random, skipping for a while the ones that just failed it (a client
+    stuck on a stopped node would stall the workload for the whole fault)."""
+
+    def __init__(self, rng: random.Random, size: int, avoid_s: float) -> None:
+        self.rng = rng
+        self.size = size
+        self.avoid_s = avoid_s
+        self.until = [0.0] * size
+
+    def pick(self) -> int:
+        now = trio.current_time()
+        ok = [i for i in range(self.size) if self.until[i] <= now]
+        return self.rng.choice(ok) if ok else self.rng.randrange(self.size)
+
+    def failed(self, node: int) -> None:
+        self.until[node] = trio.current_time() + self.avoid_s
 
 
 class Workload:
@@ -117,6 +138,7 @@ class Workload:
         o = self.opts
         rng = random.Random(self.seed * 1000 + pid)
         conns = [Conn(h, p) for h, p in self.addresses]
+        picker = Picker(rng, len(conns), o.avoid_s)
         period = o.producers / o.rate
         next_at = trio.current_time()
         seq = 0
@@ -128,7 +150,7 @@ class Workload:
                     await trio.sleep(delay)
                 else:
                     next_at = trio.current_time()  # behind (a stalled node): no catch-up burst
-                node = rng.randrange(len(conns))
+                node = picker.pick()
                 seq += 1
                 retry = 0 if rng.random() < o.retry0_pct else o.retry
                 asynchronous = rng.random() < o.async_pct
@@ -153,7 +175,7 @@ class Workload:
                         ev["result"] = "error"  # never sent: no such job
                     ev["error"] = type(exc).__name__
                     self.counts["add_failures"] += 1
-                    await trio.sleep(0.05)
+                    picker.failed(node)
                 ev["t1"] = self.clock()
         finally:
             for c in conns:
@@ -167,15 +189,18 @@ class Workload:
         conns = [Conn(h, p) for h, p in self.addresses]
         actions = list(o.mix)
         weights = [o.mix[a] for a in actions]
+        picker = Picker(rng, len(conns), o.avoid_s)
         try:
             while self.consuming:
-                node = rng.randrange(len(conns))
+                node = picker.pick()
                 try:
                     reply = await conns[node].call("GETJOB", "TIMEOUT", o.getjob_timeout_ms, "COUNT", 10, "FROM",
-                                                   *self.queue_names, timeout=o.request_timeout)  # fmt: skip
+                                                   *self.queue_names,
+                                                   timeout=o.getjob_timeout_ms / 1000 + o.short_timeout)  # fmt: skip
                 except (ReplyError, *FAILURES):
                     self.counts["get_failures"] += 1
-                    await trio.sleep(0.05)
+                    picker.failed(node)
+                    await trio.sleep(0.01)
                     continue
                 if not reply:
                     continue
@@ -205,7 +230,7 @@ class Workload:
             tries.append(rng.choice([i for i in range(len(conns)) if i != node]))
         for n in tries:
             try:
-                await conns[n].call(command, *ids, timeout=self.opts.request_timeout)
+                await conns[n].call(command, *ids, timeout=self.opts.short_timeout)
             except (ReplyError, *FAILURES):
                 continue
             self.history.add(op="ack", t=self.clock(), node=n, ids=ids, command=command, ok=True)
