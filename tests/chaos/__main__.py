@@ -31,8 +31,8 @@ AOF_CYCLE = ("off", "everysec", "always")
 @click.option("--nodes", type=int, default=5, show_default=True)
 @click.option("--replicate", type=int, default=3, show_default=True, help="ADDJOB REPLICATE.")
 @click.option("--retry", type=int, default=1, show_default=True, help="ADDJOB RETRY of at-least-once jobs.")
-@click.option("--retry0-pct", type=float, default=0.0, show_default=True, help="Percent of jobs added RETRY 0.")
-@click.option("--async-pct", type=float, default=0.0, show_default=True, help="Percent of jobs added ASYNC.")
+@click.option("--retry0-pct", type=float, default=None, help="Percent of jobs added RETRY 0 [default: 0, in a soak 10].")
+@click.option("--async-pct", type=float, default=None, help="Percent of jobs added ASYNC [default: 0, in a soak 5].")
 @click.option("--rate", type=float, default=400.0, show_default=True, help="Jobs added per second, in all.")
 @click.option("--producers", type=int, default=4, show_default=True)
 @click.option("--consumers", type=int, default=6, show_default=True)
@@ -68,9 +68,13 @@ def main(nemesis, seconds, interval, minutes, seed, nodes, replicate, retry, ret
     The exit status is 1 when any run broke a promise.
     """
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind: nodes stopped, namespaces removed
+    soak = minutes > 0
+    if retry0_pct is None:
+        retry0_pct = 10.0 if soak else 0.0
+    if async_pct is None:
+        async_pct = 5.0 if soak else 0.0
     opts = Options(producers=producers, consumers=consumers, rate=rate, replicate=replicate, retry=retry,
                    retry0_pct=retry0_pct / 100, async_pct=async_pct / 100)  # fmt: skip
-    soak = minutes > 0
     aof = aof or ("cycle" if soak else "off")
     results = []
     t_end = time.monotonic() + minutes * 60
