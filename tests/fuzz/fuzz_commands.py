@@ -32,7 +32,7 @@ import msgpack
 from disque_py.core import invariants
 from disque_py.core.effects import BLOCKED, Reply
 from disque_py.core.node import Node
-from disque_py.protocol.resp import ProtocolError, RequestParser, encode_reply
+from disque_py.protocol.resp import ProtocolError, RequestParser, encode_reply, encode_reply3
 
 NODE_ID = "0123456789abcdef0123456789abcdef01234567"
 PEERS = ["1" * 40, "2" * 40, "3" * 40]
@@ -157,6 +157,7 @@ class Driver:
     @staticmethod
     def encodable(value) -> None:
         encode_reply(value, bytearray())
+        encode_reply3(value, bytearray())  # a client that said HELLO 3
 
     def after(self) -> None:
         for effect in self.node.take_effects():

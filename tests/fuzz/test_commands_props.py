@@ -3,12 +3,14 @@ garbage arguments never raise, every reply encodes, the invariants hold (``fuzz_
 
 from __future__ import annotations
 
+import msgpack
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from disque_py.protocol.resp import encode_request
 
 from .fuzz_commands import CONTROLS, Driver, check_commands
+from .test_bus_props import body, kind
 
 NAMES = sorted(Driver().node.commands)
 WORDS = [b"FROM", b"TIMEOUT", b"COUNT", b"RETRY", b"TTL", b"DELAY", b"REPLICATE", b"ASYNC", b"NOHANG",
@@ -24,6 +26,7 @@ arg = st.one_of(
 command = st.one_of(
     st.tuples(st.sampled_from(NAMES), st.lists(arg, max_size=10)).map(lambda t: [t[0], *t[1]]),
     st.tuples(st.sampled_from(CONTROLS), st.lists(arg, max_size=2)).map(lambda t: [t[0], *t[1]]),
+    st.tuples(kind, st.lists(body, max_size=4)).map(lambda t: [b".recv", t[0].encode(), msgpack.packb(t[1])]),
     st.tuples(st.sampled_from([b"addjob"]), st.sampled_from([b"q", b"r"]), st.binary(max_size=8),
               st.sampled_from([b"0", b"100"]), st.lists(arg, max_size=8)).map(lambda t: [*t[:4], *t[4]]),  # fmt: skip
 )
