@@ -11,7 +11,8 @@ What must hold, for any bytes:
 * ``RecordReader`` raises nothing but ``CorruptRecord``, and gives the same records (and
   offsets), the same ``CorruptRecord`` (offset and reason) or the same ``Truncated`` tail
   whether fed at once or in slices;
-* every record decoded encodes back to the very bytes it came from;
+* every record decoded, encoded again, decodes to itself (not always to the same bytes:
+  leading zeros in a number are read as written);
 * ``Loader`` feeding a node raises nothing but ``CorruptRecord`` (after applying the
   records before it), ``finish`` returns the reader's tail, and the node it built keeps
   its invariants (``core.invariants``) after loading and as time passes;

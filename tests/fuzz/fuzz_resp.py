@@ -6,12 +6,13 @@ must hold, for any bytes:
 * ``feed`` never raises and ``commands`` raises nothing but ``ProtocolError``;
 * every command returned is a non-empty list of ``bytes`` within the parser's limits,
   and survives ``encode_request`` -> parse unchanged;
-* with the default limits, fed in slices (cut where a seed drawn from the input says) the
-  parser returns what it returns when fed the bytes at once, when that one saw no error.
-  (Where the bytes at once are an error, slicing may legitimately parse more: the module
-  documents that an inline request after a multibulk one in the same read is an error.
-  The small limits are checked against an over-estimate that depends on the slicing, so
-  with them only the first two properties are checked.)
+* the same parser with small limits (so that short inputs reach every limit check), fed
+  the bytes at once and in slices (cut where a seed drawn from the input says), keeps
+  both properties;
+* the commands found, written again as a well-formed stream (multibulk requests, and
+  inline lines for those that need no quoting), give the same commands however that
+  stream is cut. Raw bytes need not: a read handed to hiredis is RESP to its end (see
+  ``check_resp`` for an example), as the module documents.
 """
 
 from __future__ import annotations
