@@ -187,6 +187,8 @@ class Lifecycle:
             self.reschedule(job)
         to_queue.sort(key=lambda j: j.ctime)
         for job in to_queue:
+            if job.retry == 0 and job.flags & F_DELIVERED:
+                continue  # AT_MOST_ONCE: delivered once (a damaged or foreign file says queued)
             job.flags &= ~F_BCAST_QUEUED  # a restore, not a requeue: nobody is told, nothing counted
             if job.retry == 0:
                 job.requeue_at = now  # lets enqueue_job queue it this one time
