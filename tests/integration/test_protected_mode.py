@@ -19,6 +19,9 @@ import time
 import pytest
 import redis
 
+from disque_py.config import config_set, load_config
+from disque_py.server.protection import DENIED, is_loopback, protected, startup_note
+
 from .conftest import wait_for
 
 
@@ -188,3 +191,40 @@ def test_the_bus_without_a_secret_warns_once_at_start(start_node):
     assert plain.log().count("unauthenticated and in clear text") == 1
     secret = start_node(cluster_secret="shared")
     assert "unauthenticated and in clear text" not in secret.log()
+
+
+# --- the rule itself, without a process ---------------------------------------------------
+
+
+@pytest.mark.parametrize("peer, local", [
+    (("127.0.0.1", 5000), True),
+    (("127.8.9.10", 5000), True),
+    (("::1", 5000, 0, 0), True),
+    (("::ffff:127.0.0.1", 5000, 0, 0), True),
+    ("", True),  # a unix socket's peer
+    ("/tmp/disque.sock", True),
+    (("192.0.2.7", 5000), False),
+    (("10.0.0.1", 5000), False),
+    (("::ffff:10.0.0.1", 5000, 0, 0), False),
+    (("fe80::1%eth0", 5000, 0, 2), False),
+    (("fd00::2", 5000, 0, 0), False),
+    (("not an address", 1), False),
+    ((), False),
+])  # fmt: skip
+def test_is_loopback(peer, local):
+    assert is_loopback(peer) is local
+
+
+def test_protected_only_when_nobody_secured_the_node():
+    assert protected(load_config(None, []))
+    assert not protected(load_config(None, ["--bind", "0.0.0.0"]))  # an explicit choice, as in Redis
+    assert not protected(load_config(None, ["--requirepass", "x"]))
+    assert not protected(load_config(None, ["--protected-mode", "no"]))
+    cfg = load_config(None, [])
+    config_set(cfg, b"protected-mode", b"no")
+    assert not protected(cfg)
+    config_set(cfg, b"protected-mode", b"yes")
+    assert protected(cfg) and startup_note(cfg)
+    config_set(cfg, b"requirepass", b"x")
+    assert not protected(cfg) and startup_note(cfg) is None
+    assert DENIED.startswith(b"-DENIED ") and DENIED.endswith(b"\r\n") and DENIED.count(b"\n") == 1
