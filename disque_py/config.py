@@ -253,6 +253,8 @@ _TABLE: tuple[Directive, ...] = (
     # --- security ----------------------------------------------------------
     _d("requirepass", Kind.STRING, "", runtime=True, implemented=True, nullable=True,
        help="password required by AUTH ('': none)"),
+    _d("protected-mode", Kind.BOOL, True, runtime=True, implemented=True,
+       help="with no bind and no requirepass, serve loopback clients only"),
     # --- limits ------------------------------------------------------------
     _d("maxclients", Kind.INT, 10000, runtime=True, implemented=True, minimum=1,
        error="Invalid max clients limit", help="maximum number of connected clients"),

@@ -63,7 +63,7 @@ slowlog-log-slower-than slowlog-max-len latency-monitor-threshold
 client-output-buffer-limit watchdog-period
 """.split()
 OURS = ["proto-max-bulk-len", "proto-max-multibulk-len", "client-query-buffer-limit",
-        "cluster-secret"]
+        "cluster-secret", "protected-mode"]
 
 
 def test_table_has_every_directive():
@@ -145,7 +145,7 @@ def test_runtime_directives_list():
         "slowlog-log-slower-than", "slowlog-max-len", "latency-monitor-threshold",
         "cluster-node-timeout", "hz", "watchdog-period", "maxmemory", "loglevel",
         "maxmemory-policy", "appendfsync", "proto-max-bulk-len",
-        "proto-max-multibulk-len", "client-query-buffer-limit",
+        "proto-max-multibulk-len", "client-query-buffer-limit", "protected-mode",
     }
     assert rt == expected
 

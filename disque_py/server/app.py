@@ -32,7 +32,7 @@ import trio
 from .. import __version__
 from ..config import DIRECTIVES, Config, ConfigError, inactive_settings, rewrite_config
 from ..core.node import Node
-from . import admin, gcpolicy
+from . import admin, gcpolicy, protection
 from .aof import Aof, AofLoadError
 from .clients import Acceptor, ClientLoop
 from .cluster import ClusterService, CoreFeed
@@ -200,6 +200,9 @@ class Server:
             log.warning("No config file specified, using the default config. Pass a disque.conf path to use one.")
         for name in inactive_settings(cfg):
             log.warning("%s is set, but disque-py does not act on it yet (see disque.conf.example)", name)
+        note = protection.startup_note(cfg)
+        if note:
+            log.warning("%s", note)
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self.loop.run)

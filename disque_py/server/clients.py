@@ -77,6 +77,7 @@ from cluster_bus.links import accept_forever
 from ..protocol.resp import ProtocolError, RequestParser, encode_reply
 from .connection import Connection
 from .logs import log
+from .protection import DENIED, is_loopback, protected
 from .waiting import DirectWait
 
 if TYPE_CHECKING:
@@ -97,6 +98,7 @@ LOOP_STATS = (
     "total_net_input_bytes",
     "total_net_output_bytes",
     "rejected_connections",
+    "rejected_connections_protected",
     "accept_errors",
     "protocol_errors",
     "internal_errors",
@@ -538,9 +540,12 @@ class ClientLoop:
 class Acceptor:
     """Takes the connections trio's listeners accept and hands them to ``loop``.
 
-    Applies ``config`` as it is at each accept (``maxclients``, ``requirepass``,
-    ``tcp-keepalive``, the request parser's limits), so CONFIG SET takes effect
-    for the next client. Started by the node (:mod:`.app`), one task per listener.
+    Applies ``config`` as it is at each accept (protected mode, ``maxclients``,
+    ``requirepass``, ``tcp-keepalive``, the request parser's limits), so CONFIG SET
+    takes effect for the next client. Protected mode (:mod:`.protection`) refuses a
+    client that is not on loopback when nobody secured the node: one ``-DENIED`` line
+    saying how to open up, then the link is closed. Started by the node (:mod:`.app`),
+    one task per listener.
     """
 
     def __init__(self, loop: ClientLoop, config: "Config", stats: dict[str, int]) -> None:
@@ -561,17 +566,40 @@ class Acceptor:
         sock.setblocking(False)
         self.stats["total_connections_received"] += 1
         cfg = self.config
+        if protected(cfg) and not self._peer_is_local(sock):
+            self.stats["rejected_connections"] += 1
+            self.stats["rejected_connections_protected"] += 1
+            self._refuse(sock, DENIED)
+            return
         if len(self.loop.clients) >= cfg.maxclients:
             self.stats["rejected_connections"] += 1
-            try:
-                sock.send(b"-ERR max number of clients reached\r\n")
-            except OSError:
-                pass
-            sock.close()
+            self._refuse(sock, b"-ERR max number of clients reached\r\n")
             return
         conn = self._new_connection(sock)
         conn.authenticated = not cfg.requirepass
         self.loop.add(conn)
+
+    @staticmethod
+    def _peer_is_local(sock: socket.socket) -> bool:
+        try:
+            return is_loopback(sock.getpeername())
+        except OSError:  # already gone: nobody to serve
+            return False
+
+    @staticmethod
+    def _refuse(sock: socket.socket, line: bytes) -> None:
+        """Send one error line and close. What the client already sent is read first: closing
+        with unread input would reset the link, and the client could lose the line."""
+        try:
+            sock.recv(READ_SIZE)
+        except OSError:
+            pass
+        try:
+            sock.send(line)
+            sock.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+        sock.close()
 
     def _new_connection(self, sock: socket.socket) -> Connection:
         try:

@@ -179,8 +179,10 @@ class ClusterService:
         cfg = self.config
         if self.secret is None:
             log.warning(
-                "WARNING: no cluster-secret set: any host that can reach the cluster bus port %d can join "
-                "this cluster. Set the same cluster-secret on every node to authenticate the bus.",
+                "WARNING: no cluster-secret set: the cluster bus on port %d is unauthenticated and in clear "
+                "text (no TLS): any host that can reach it can join this cluster and read the jobs it carries. "
+                "Set the same cluster-secret on every node to authenticate the bus, and keep its port on a "
+                "trusted network.",
                 cfg.port + BUS_PORT_OFFSET,
             )
         hosts = list(cfg.bind) or ["0.0.0.0"]

@@ -98,6 +98,9 @@ class NodeProcess:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.directives = {"bind": "127.0.0.1", "dir": str(self.dir), "loglevel": "verbose", **directives}
         bind = self.directives["bind"]
+        if bind is None:  # bind=None: no bind directive at all, the node listens on every interface
+            del self.directives["bind"]
+            bind = "127.0.0.1"
         self.host = str(bind[0] if isinstance(bind, (list, tuple)) else bind).split()[0]  # where it answers
         self.log_path = self.dir / "node.log"
         self.proc: subprocess.Popen | None = None
