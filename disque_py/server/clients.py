@@ -573,16 +573,35 @@ class Acceptor:
         conn.authenticated = not cfg.requirepass
         self.loop.add(conn)
 
-    def _new_connection(self, sock: socket.socket) -> Connection:
-        try:
-            peer = sock.getpeername()
-            local = sock.getsockname()
-            addr = "%s:%d" % (peer[0], peer[1])
-            laddr = "%s:%d" % (local[0], local[1])
-        except OSError:
-            addr = laddr = "?:0"
+    def adopt(self, sock: socket.socket, addr: str, laddr: str) -> None:
+        """A connection that reached the node some other way (a TLS client, through its bridge:
+        :mod:`.tls`): ``sock`` is the loop's end, ``addr``/``laddr`` the real peer's and ours,
+        shown by CLIENT LIST and the logs. Counted, limited and served as an accepted one."""
+        self.stats["total_connections_received"] += 1
         cfg = self.config
-        if cfg.tcp_keepalive:
+        if len(self.loop.clients) >= cfg.maxclients:
+            self.stats["rejected_connections"] += 1
+            try:
+                sock.send(b"-ERR max number of clients reached\r\n")
+            except OSError:
+                pass
+            sock.close()
+            return
+        conn = self._new_connection(sock, addr, laddr)
+        conn.authenticated = not cfg.requirepass
+        self.loop.add(conn)
+
+    def _new_connection(self, sock: socket.socket, addr: str = "", laddr: str = "") -> Connection:
+        if not addr:
+            try:
+                peer = sock.getpeername()
+                local = sock.getsockname()
+                addr = "%s:%d" % (peer[0], peer[1])
+                laddr = "%s:%d" % (local[0], local[1])
+            except OSError:
+                addr = laddr = "?:0"
+        cfg = self.config
+        if cfg.tcp_keepalive and sock.family != socket.AF_UNIX:
             try:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
                 if hasattr(socket, "TCP_KEEPIDLE"):
