@@ -82,8 +82,8 @@ class Server:
         self.aof = aof = Aof(config, node)
         aof.wire(cluster.send_item, loop.release_held, lambda: cluster.bus)
         self.acceptor = Acceptor(loop, config, self.stats)
-        # TLS clients (tls-port): their own listener and handshake task, then bridged into the
-        # same client loop as plain ones (server/tls.py); nothing of it is on the plain path.
+        # TLS clients (tls-port): their own listener and handshake task, then served by the same
+        # client loop as plain ones (server/tls.py); nothing of it is on the plain path.
         self.tls = TlsService(config, self.stats, self.acceptor.adopt)
         self.cron = Cron(config, self.stats, loop.check_clients)
         self.cron.every_step.append(dispatcher.measure_memory)

@@ -574,9 +574,10 @@ class Acceptor:
         self.loop.add(conn)
 
     def adopt(self, sock: socket.socket, addr: str, laddr: str) -> None:
-        """A connection that reached the node some other way (a TLS client, through its bridge:
-        :mod:`.tls`): ``sock`` is the loop's end, ``addr``/``laddr`` the real peer's and ours,
-        shown by CLIENT LIST and the logs. Counted, limited and served as an accepted one."""
+        """A connection accepted elsewhere (a TLS client through its handshake: :mod:`.tls`).
+        ``sock`` behaves as a non-blocking socket (``recv``/``send``/``fileno``/``close``);
+        ``addr``/``laddr`` are the peer's address and ours, for CLIENT LIST and the logs.
+        Counted, limited and served as an accepted one."""
         self.stats["total_connections_received"] += 1
         cfg = self.config
         if len(self.loop.clients) >= cfg.maxclients:
