@@ -185,6 +185,8 @@ def _reason(exc: BaseException) -> str:
     """A short reason for a failed handshake (the SSL error's own, or what broke)."""
     while exc.__cause__ is not None and not isinstance(exc, ssl.SSLError):
         exc = exc.__cause__
+    if isinstance(exc, ssl.SSLCertVerificationError) and exc.verify_message:
+        return "%s: %s" % (exc.reason, exc.verify_message)
     if isinstance(exc, ssl.SSLError):
         return exc.reason or exc.strerror or str(exc)
     return str(exc) or type(exc).__name__
@@ -271,7 +273,7 @@ class TlsService:
             return
         failure = None
         try:
-            with trio.move_on_after(HANDSHAKE_TIMEOUT) as scope:
+            with trio.move_on_after(HANDSHAKE_TIMEOUT) as scope:  # (one task per handshake: it waits)
                 while True:
                     try:
                         tls.do_handshake()
@@ -284,28 +286,21 @@ class TlsService:
                 failure = "no handshake within %gs" % HANDSHAKE_TIMEOUT
         except OSError as exc:  # ssl.SSLError included: the reason OpenSSL gives
             failure = _reason(exc)
+        except BaseException:  # cancelled (the node stops)
+            trio.lowlevel.notify_closing(tls)
+            tls.close()
+            raise
         finally:
             self.handshaking -= 1
-            trio.lowlevel.notify_closing(tls)  # trio forgets the descriptor: from now on the loop's epoll has it
+        trio.lowlevel.notify_closing(tls)  # trio forgets the descriptor: from now on the loop's epoll has it
         if failure is not None:
             self.failures.failed(addr, failure)
             tls.close()
             return
-        self._keepalive(tls)
-        self.adopt(TlsSocket(tls), addr, laddr)
+        self.adopt(TlsSocket(tls), addr, laddr)  # keepalive, limits, the parser: as for a plain client
 
-    def _keepalive(self, sock: Any) -> None:
-        idle = self.config.tcp_keepalive
-        if not idle:
-            return
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-            if hasattr(socket, "TCP_KEEPIDLE"):
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, idle)
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, max(1, idle // 3))
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, 3)
-        except OSError:
-            pass
+
+_WANT = (ssl.SSLWantReadError, ssl.SSLWantWriteError)
 
 
 class TlsSocket:
@@ -331,19 +326,23 @@ class TlsSocket:
 
     def recv(self, size: int) -> bytes:
         tls = self._tls
+        data = b""
         try:
             data = tls.recv(size)
             while data and len(data) < size and tls.pending():
                 data += tls.recv(size - len(data))
-        except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
-            raise BlockingIOError() from None
-        return data
+            return data
+        except _WANT:
+            if data:  # what came before OpenSSL wanted more
+                return data
+        raise BlockingIOError  # raised outside the handler: no chained exception to keep alive
 
     def send(self, data: Any) -> int:
         try:
             return self._tls.send(data)
-        except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
-            raise BlockingIOError() from None
+        except _WANT:
+            pass
+        raise BlockingIOError
 
     def close(self) -> None:
         self._tls.close()

@@ -358,3 +358,13 @@ def test_cli_with_tls_options(start_node, certs):
          "PING"], capture_output=True, text=True, timeout=30, cwd=ROOT,
     )  # fmt: skip
     assert out.returncode == 1 and "Could not connect" in out.stderr, out  # no client certificate
+
+
+def test_a_silent_client_is_dropped_after_the_handshake_timeout(start_node, certs):
+    from disque_py.server.tls import HANDSHAKE_TIMEOUT
+
+    node = start_tls(start_node, certs)
+    with socket.create_connection(("127.0.0.1", node.tls_port), timeout=HANDSHAKE_TIMEOUT + 10) as s:
+        assert s.recv(100) == b""  # closed by the node, having said nothing
+    assert failures(node) == 1
+    assert "no handshake within" in node.log()
