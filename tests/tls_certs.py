@@ -72,7 +72,9 @@ def issue(ca, cn: str, *, server: bool, key=None, expired: bool = False):
         .not_valid_after(after)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(
-            x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH]),
+            # a node's certificate serves both sides of a link between nodes
+            x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH] if server
+                                  else [ExtendedKeyUsageOID.CLIENT_AUTH]),
             critical=False,
         )
     )

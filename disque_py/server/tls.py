@@ -1,4 +1,5 @@
-"""TLS on the client port: the context built from the ``tls-*`` directives, and the bridge.
+"""TLS on the client port: the context built from the ``tls-*`` directives, the handshake,
+and the TLS socket the client loop serves.
 
 Configured as Redis 6 does (``tls-port``, ``tls-cert-file``, ``tls-key-file``,
 ``tls-key-file-pass``, ``tls-ca-cert-file``, ``tls-ca-cert-dir``,
@@ -33,8 +34,11 @@ whole configuration first; a bad file or value is an error and the old
 context stays. New connections get the new one; open ones keep theirs.
 
 The cluster bus is not covered here: ``tls-cluster`` is parsed but not acted
-on; :func:`build_client_context` is what a bus link would share (the same
-certificate, as Redis uses it for both sides).
+on. What it would take from this module: :func:`build_server_context` for the
+bus's listener as is, :func:`build_client_context` for the links a node opens
+(the same certificate, as Redis uses it on both sides), and
+:class:`TlsSocket` to hand a link through its handshake to the loop's epoll
+(the bus's ``Reactor``) as its plain sockets are.
 """
 
 from __future__ import annotations
@@ -56,6 +60,8 @@ if TYPE_CHECKING:
 __all__ = [
     "TlsService",
     "build_server_context",
+    "build_client_context",
+    "TlsSocket",
     "parse_protocols",
     "TLS_DIRECTIVES",
     "TLS_STATS",
@@ -159,6 +165,35 @@ def build_server_context(cfg: "Config") -> ssl.SSLContext:
     if cfg.get("tls-prefer-server-ciphers"):
         ctx.options |= ssl.OP_CIPHER_SERVER_PREFERENCE
     ctx.options |= ssl.OP_NO_COMPRESSION | ssl.OP_NO_RENEGOTIATION
+    return ctx
+
+
+def build_client_context(cfg: "Config") -> ssl.SSLContext:
+    """The context of a connection a node opens to a peer (the cluster bus, once it speaks TLS):
+    our certificate (a peer with ``tls-auth-clients yes`` asks for it), the peer's checked against
+    our CA. Host names are not checked: peers are known by address, and every node's certificate
+    is signed by the cluster's CA, as Redis does it; a certificate that names its uses must allow
+    both (extendedKeyUsage serverAuth and clientAuth). :class:`ConfigError` as the server's."""
+    cert = _path(cfg, "tls-cert-file")
+    key = _path(cfg, "tls-key-file")
+    cafile = _path(cfg, "tls-ca-cert-file")
+    capath = _path(cfg, "tls-ca-cert-dir")
+    if not cert or not key or not (cafile or capath):
+        raise ConfigError("TLS between nodes needs tls-cert-file, tls-key-file and tls-ca-cert-file (or -dir)")
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.minimum_version, ctx.maximum_version = parse_protocols(cfg.get("tls-protocols"))
+    try:
+        ctx.load_cert_chain(cert, key, password=cfg.get("tls-key-file-pass") or None)
+        ctx.load_verify_locations(cafile=cafile or None, capath=capath or None)
+    except (ssl.SSLError, OSError, ValueError) as exc:
+        raise ConfigError("Failed to load the TLS files for peers: %s" % exc) from None
+    ciphers = cfg.get("tls-ciphers")
+    if ciphers:
+        try:
+            ctx.set_ciphers(ciphers)
+        except ssl.SSLError:
+            raise ConfigError("Invalid tls-ciphers: OpenSSL matches no cipher in '%s'" % ciphers) from None
     return ctx
 
 

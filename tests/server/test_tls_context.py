@@ -108,3 +108,34 @@ def test_config_set_validates_the_enum_and_a_hook_vetoes_a_bad_file(certs):
     assert cfg.tls_cert_file == str(certs.server_cert2)
     with pytest.raises(ConfigError, match="Unsupported CONFIG parameter"):
         config_set(cfg, b"tls-port", b"7713")  # as Redis 6.0: not at run time
+
+
+def _handshake(server: ssl.SSLContext, client: ssl.SSLContext) -> tuple[str | None, bytes | None]:
+    """A handshake in memory; (the version agreed, the client certificate the server got)."""
+    s_in, s_out, c_in, c_out = ssl.MemoryBIO(), ssl.MemoryBIO(), ssl.MemoryBIO(), ssl.MemoryBIO()
+    srv = server.wrap_bio(s_in, s_out, server_side=True)
+    cli = client.wrap_bio(c_in, c_out, server_hostname="127.0.0.1")
+    done = {"s": False, "c": False}
+    for _ in range(20):
+        for name, end, out, peer_in in (("c", cli, c_out, s_in), ("s", srv, s_out, c_in)):
+            if not done[name]:
+                try:
+                    end.do_handshake()
+                    done[name] = True
+                except ssl.SSLWantReadError:
+                    pass
+            peer_in.write(out.read())
+        if all(done.values()):
+            break
+    return srv.version(), srv.getpeercert(binary_form=True)
+
+
+def test_the_peers_context_shakes_hands_with_the_servers(certs):
+    """What the cluster bus would use for its outbound links (build_client_context)."""
+    from disque_py.server.tls import build_client_context
+
+    cfg = configured(certs)
+    version, peer_cert = _handshake(build_server_context(cfg), build_client_context(cfg))
+    assert version == "TLSv1.3" and peer_cert  # the node presented its own certificate as a client
+    with pytest.raises(ConfigError, match="between nodes"):
+        build_client_context(configured(certs, tls_ca_cert_file=""))
