@@ -68,7 +68,7 @@ from __future__ import annotations
 import math
 import select
 import socket
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -573,7 +573,7 @@ class Acceptor:
         conn.authenticated = not cfg.requirepass
         self.loop.add(conn)
 
-    def adopt(self, sock: socket.socket, addr: str, laddr: str) -> None:
+    def adopt(self, sock: Any, addr: str, laddr: str) -> None:
         """A connection accepted elsewhere (a TLS client through its handshake: :mod:`.tls`).
         ``sock`` behaves as a non-blocking socket (``recv``/``send``/``fileno``/``close``);
         ``addr``/``laddr`` are the peer's address and ours, for CLIENT LIST and the logs.
@@ -592,7 +592,7 @@ class Acceptor:
         conn.authenticated = not cfg.requirepass
         self.loop.add(conn)
 
-    def _new_connection(self, sock: socket.socket, addr: str = "", laddr: str = "") -> Connection:
+    def _new_connection(self, sock: Any, addr: str = "", laddr: str = "") -> Connection:
         if not addr:
             try:
                 peer = sock.getpeername()
@@ -602,7 +602,7 @@ class Acceptor:
             except OSError:
                 addr = laddr = "?:0"
         cfg = self.config
-        if cfg.tcp_keepalive and sock.family != socket.AF_UNIX:
+        if cfg.tcp_keepalive:
             try:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
                 if hasattr(socket, "TCP_KEEPIDLE"):
