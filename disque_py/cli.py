@@ -114,8 +114,13 @@ def _format_reply(value, indent: int = 0) -> str:
 @click.option("-p", "--port", default=7711, show_default=True, help="Node client port.")
 @click.option("-a", "--password", default=None, help="Password (requirepass) to AUTH with.")
 @click.option("--raw", is_flag=True, help="Print replies raw, one item per line (for scripts).")
+@click.option("--tls", is_flag=True, help="Connect with TLS (the node's tls-port).")
+@click.option("--cacert", default=None, type=click.Path(dir_okay=False), help="CA to check the node's certificate with.")
+@click.option("--cert", default=None, type=click.Path(dir_okay=False), help="Client certificate (tls-auth-clients).")
+@click.option("--key", default=None, type=click.Path(dir_okay=False), help="Private key of --cert.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def cli(host: str, port: int, password: str | None, raw: bool, command: tuple[str, ...]) -> None:
+def cli(host: str, port: int, password: str | None, raw: bool, tls: bool, cacert: str | None, cert: str | None,
+        key: str | None, command: tuple[str, ...]) -> None:  # fmt: skip
     """Send one COMMAND to a node and print the reply, or start a prompt.
 
     \b
@@ -124,10 +129,14 @@ def cli(host: str, port: int, password: str | None, raw: bool, command: tuple[st
       disque-py cli -p 7712 GETJOB TIMEOUT 1000 FROM myqueue
       disque-py cli INFO jobs
       disque-py cli            (interactive; 'quit' or Ctrl-D to leave)
+      disque-py cli -p 7712 --tls --cacert ca.crt --cert client.crt --key client.key PING
     """
     import redis
 
-    conn = redis.Redis(host=host, port=port, password=password, socket_connect_timeout=3)
+    tls_options = {}
+    if tls or cacert or cert:
+        tls_options = {"ssl": True, "ssl_ca_certs": cacert, "ssl_certfile": cert, "ssl_keyfile": key}
+    conn = redis.Redis(host=host, port=port, password=password, socket_connect_timeout=3, **tls_options)
 
     def run(argv: list[str]) -> int:
         try:

@@ -301,6 +301,34 @@ _TABLE: tuple[Directive, ...] = (
     _d("latency-monitor-threshold", Kind.INT, 0, runtime=True, minimum=0,
        error="The latency threshold can't be negative",
        help="latency monitor threshold in milliseconds (0: off)"),
+    # --- TLS on the client port, as Redis 6 configures it (server/tls.py) -----
+    # CONFIG SET of a file, the client check, the protocols or the ciphers
+    # builds a new context from every tls-* value and keeps the old one when
+    # that fails; connections already open keep theirs. tls-cluster is the
+    # bus's (cluster_bus); it is parsed here and not acted on yet.
+    _d("tls-port", Kind.INT, 0, implemented=True, minimum=0, maximum=65535,
+       error="Invalid tls-port", help="TCP port for TLS clients (0: none); with port 0, TLS only"),
+    _d("tls-cert-file", Kind.STRING, "", runtime=True, implemented=True, nullable=True,
+       help="the node's certificate (PEM); CONFIG SET reloads it"),
+    _d("tls-key-file", Kind.STRING, "", runtime=True, implemented=True, nullable=True,
+       help="the private key of tls-cert-file (PEM)"),
+    _d("tls-key-file-pass", Kind.STRING, "", runtime=True, implemented=True, nullable=True,
+       help="passphrase of an encrypted tls-key-file"),
+    _d("tls-ca-cert-file", Kind.STRING, "", runtime=True, implemented=True, nullable=True,
+       help="CA certificates (PEM) client certificates are checked against"),
+    _d("tls-ca-cert-dir", Kind.STRING, "", runtime=True, implemented=True, nullable=True,
+       help="directory of CA certificates (c_rehash layout)"),
+    _d("tls-auth-clients", Kind.ENUM, "yes", runtime=True, implemented=True, choices=("yes", "no", "optional"),
+       help="client certificates: required (yes), not asked for (no), checked if sent (optional)"),
+    _d("tls-protocols", Kind.STRING, "", runtime=True, implemented=True, nullable=True,
+       help='TLS versions accepted, e.g. "TLSv1.2 TLSv1.3" (\'\': TLSv1.2 and TLSv1.3)'),
+    _d("tls-ciphers", Kind.STRING, "", runtime=True, implemented=True, nullable=True,
+       help="OpenSSL cipher list for TLSv1.2 and below ('': OpenSSL's default)"),
+    _d("tls-ciphersuites", Kind.STRING, "", runtime=True, implemented=True, nullable=True,
+       help="TLSv1.3 ciphersuites (checked; Python's ssl cannot restrict them: a warning says so)"),
+    _d("tls-prefer-server-ciphers", Kind.BOOL, False, runtime=True, implemented=True,
+       help="the server's cipher order wins over the client's"),
+    _d("tls-cluster", Kind.BOOL, False, help="TLS on the cluster bus (not yet)"),
     # --- our protocol limits -----------------------------------------------
     # The floors keep every command usable, CONFIG SET included: below them a
     # CONFIG SET would lock every client out of the node until a restart.

@@ -75,11 +75,19 @@ class Client:
         clock: Callable[[], float] | None = None,
         sleep: Callable[[float], Awaitable[Any]] | None = None,
         rng: random.Random | None = None,
+        tls: bool = False,
+        ssl_ca_certs: str | None = None,
+        ssl_certfile: str | None = None,
+        ssl_keyfile: str | None = None,
+        ssl_password: str | None = None,
+        ssl_check_hostname: bool = True,
     ) -> None:
         self.config = ClientConfig(
             seeds, password=password, socket_timeout=socket_timeout, connect_timeout=connect_timeout,
             failover_timeout=failover_timeout, backoff=backoff, refresh_interval=refresh_interval,
             affinity=affinity, retry_writes=retry_writes, max_retries=max_retries, rng=rng,
+            tls=tls, ssl_ca_certs=ssl_ca_certs, ssl_certfile=ssl_certfile, ssl_keyfile=ssl_keyfile,
+            ssl_password=ssl_password, ssl_check_hostname=ssl_check_hostname,
         )  # fmt: skip
         self.max_idle = max_idle
         self._clock = clock or trio.current_time
@@ -159,6 +167,7 @@ class Client:
             connect_timeout=self.config.connect_timeout,
             password=self.config.password,
             timeout=self.config.socket_timeout,
+            ssl_context=self.config.ssl_context(),
         )
 
     async def _open(self, address: Address) -> tuple[RespConnection, HelloInfo]:

@@ -52,6 +52,10 @@ def load_handler(spec: str) -> Any:
     help="Node HOST:PORT (repeatable, or comma separated) [default: 127.0.0.1:7711, or $DISQUE_NODES].",
 )
 @click.option("-a", "--password", default=None, envvar="DISQUE_PASSWORD", help="requirepass of the nodes.")
+@click.option("--tls", is_flag=True, help="Connect with TLS (rediss:// node addresses do too).")
+@click.option("--cacert", default=None, type=click.Path(dir_okay=False), help="CA to check the nodes' certificates with.")
+@click.option("--cert", default=None, type=click.Path(dir_okay=False), help="Client certificate (tls-auth-clients).")
+@click.option("--key", default=None, type=click.Path(dir_okay=False), help="Private key of --cert.")
 @click.option("-c", "--concurrency", default=1, show_default=True, type=click.IntRange(1), help="Handlers at once.")
 @click.option(
     "--max-in-flight",
@@ -95,6 +99,10 @@ def worker(
     queues: tuple[str, ...],
     nodes: tuple[str, ...],
     password: str | None,
+    tls: bool,
+    cacert: str | None,
+    cert: str | None,
+    key: str | None,
     concurrency: int,
     max_in_flight: int | None,
     max_attempts: int,
@@ -126,7 +134,7 @@ def worker(
     fn = load_handler(handler)
     seeds = [s for item in nodes for s in item.replace(",", " ").split()] or ["127.0.0.1:7711"]
     try:
-        client = Client(seeds, password=password)
+        client = Client(seeds, password=password, tls=tls, ssl_ca_certs=cacert, ssl_certfile=cert, ssl_keyfile=key)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--nodes") from None
     w = Worker(

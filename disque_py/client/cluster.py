@@ -33,19 +33,44 @@ from dataclasses import dataclass
 
 from .model import HelloInfo, NodeInfo
 
-__all__ = ["Address", "Backoff", "Topology", "Affinity", "parse_address", "parse_seeds"]
+__all__ = ["Address", "Backoff", "Topology", "Affinity", "parse_address", "parse_seeds", "split_url"]
 
 Address = tuple[str, int]
 
 DEFAULT_PORT = 7711
 
 
+#: URL schemes a seed may be written with; those in ``TLS_SCHEMES`` mean TLS (as redis-py's ``rediss://``).
+URL_SCHEMES = ("redis://", "rediss://", "disque://", "disques://")
+TLS_SCHEMES = ("rediss://", "disques://")
+
+
+def split_url(text: str) -> tuple[str, bool, str | None]:
+    """``"rediss://:pw@host:port/0"`` -> (``"host:port"``, TLS?, password or None); a plain
+    ``"host:port"`` comes back as it is (TLS False, no password)."""
+    low = text.strip().lower()
+    scheme = next((s for s in URL_SCHEMES if low.startswith(s)), None)
+    if scheme is None:
+        return text, False, None
+    rest = text.strip()[len(scheme):]
+    rest = rest.split("/", 1)[0].split("?", 1)[0]  # a database number or options: not ours
+    password = None
+    if "@" in rest:
+        cred, _, rest = rest.rpartition("@")
+        if ":" in cred:
+            password = cred.split(":", 1)[1] or None
+        elif cred:
+            password = cred
+    return rest, scheme in TLS_SCHEMES, password
+
+
 def parse_address(text: str | Address) -> Address:
-    """``"host:port"``, ``"[v6]:port"``, ``"host"`` (port 7711) or a (host, port) pair."""
+    """``"host:port"``, ``"[v6]:port"``, ``"host"`` (port 7711), a URL
+    (``redis://``, ``rediss://``, ``disque://``: see :func:`split_url`) or a (host, port) pair."""
     if isinstance(text, tuple):
         host, port = text
         return (str(host), int(port))
-    text = text.strip()
+    text = split_url(text)[0].strip()
     if not text:
         raise ValueError("empty node address")
     if text.startswith("["):
@@ -62,18 +87,22 @@ def parse_address(text: str | Address) -> Address:
     return (host, int(port))
 
 
+def seed_items(seeds: str | Address | Iterable[str | Address]) -> list:
+    """The seeds one by one (strings or pairs), as :func:`parse_seeds` reads them."""
+    if isinstance(seeds, str):
+        return seeds.replace(",", " ").split()
+    if isinstance(seeds, tuple) and len(seeds) == 2 and isinstance(seeds[1], int):
+        return [seeds]
+    items: list = []
+    for s in seeds:
+        items.extend(s.replace(",", " ").split() if isinstance(s, str) else [s])
+    return items
+
+
 def parse_seeds(seeds: str | Address | Iterable[str | Address]) -> list[Address]:
     """Seeds as one string (comma or space separated), one pair, or an iterable of either."""
-    if isinstance(seeds, str):
-        items: list = seeds.replace(",", " ").split()
-    elif isinstance(seeds, tuple) and len(seeds) == 2 and isinstance(seeds[1], int):
-        items = [seeds]
-    else:
-        items = []
-        for s in seeds:
-            items.extend(s.replace(",", " ").split() if isinstance(s, str) else [s])
     out: list[Address] = []
-    for item in items:
+    for item in seed_items(seeds):
         addr = parse_address(item)
         if addr not in out:
             out.append(addr)

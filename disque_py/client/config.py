@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import random
+import ssl
 from typing import Any
 
 from . import commands as cmd
-from .cluster import Address, Affinity, Backoff, parse_seeds
+from .cluster import Address, Affinity, Backoff, parse_seeds, seed_items, split_url
 
 __all__ = ["ClientConfig"]
 
@@ -28,9 +29,31 @@ class ClientConfig:
         retry_writes: bool = True,
         max_retries: int = 5,
         rng: random.Random | None = None,
+        tls: bool = False,
+        ssl_ca_certs: str | None = None,
+        ssl_certfile: str | None = None,
+        ssl_keyfile: str | None = None,
+        ssl_password: str | None = None,
+        ssl_check_hostname: bool = True,
     ) -> None:
         self.seeds: list[Address] = parse_seeds(seeds)
+        # A seed written as a URL may say TLS (rediss://) and carry the password (redis-py's form).
+        for item in seed_items(seeds):
+            if isinstance(item, str):
+                _, url_tls, url_password = split_url(item)
+                tls = tls or url_tls
+                if password is None and url_password is not None:
+                    password = url_password
         self.password = password
+        # TLS, with redis-py's names: the CA to check the node's certificate against (None: the
+        # system's), and our certificate and key when the node asks for one (tls-auth-clients).
+        self.tls = bool(tls or ssl_ca_certs or ssl_certfile)
+        self.ssl_ca_certs = ssl_ca_certs
+        self.ssl_certfile = ssl_certfile
+        self.ssl_keyfile = ssl_keyfile
+        self.ssl_password = ssl_password
+        self.ssl_check_hostname = ssl_check_hostname
+        self._ssl_context: ssl.SSLContext | None = None
         self.socket_timeout = socket_timeout
         self.connect_timeout = connect_timeout
         self.failover_timeout = failover_timeout
@@ -53,7 +76,32 @@ class ClientConfig:
             "affinity": self.affinity is not None,
             "retry_writes": self.retry_writes,
             "max_retries": self.max_retries,
+            **self.tls_kwargs(),
         }
+
+    def tls_kwargs(self) -> dict[str, Any]:
+        """The TLS settings as keyword arguments of either client."""
+        return {
+            "tls": self.tls,
+            "ssl_ca_certs": self.ssl_ca_certs,
+            "ssl_certfile": self.ssl_certfile,
+            "ssl_keyfile": self.ssl_keyfile,
+            "ssl_password": self.ssl_password,
+            "ssl_check_hostname": self.ssl_check_hostname,
+        }
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """The client-side context (built once; None without TLS). A missing or bad file raises
+        ``OSError``/``ssl.SSLError`` here, at the first connection."""
+        if not self.tls:
+            return None
+        if self._ssl_context is None:
+            ctx = ssl.create_default_context(cafile=self.ssl_ca_certs)
+            ctx.check_hostname = self.ssl_check_hostname
+            if self.ssl_certfile:
+                ctx.load_cert_chain(self.ssl_certfile, self.ssl_keyfile, password=self.ssl_password)
+            self._ssl_context = ctx
+        return self._ssl_context
 
     def read_timeout(self, call: cmd.Call) -> float | None:
         if call.blocks is None or self.socket_timeout is None:

@@ -13,6 +13,7 @@ connection stays usable.
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Sequence
 from typing import Any
 
@@ -33,7 +34,7 @@ def _pack(argv: Sequence[Any]) -> bytes:
 class RespConnection:
     """One TCP connection to one node."""
 
-    def __init__(self, stream: trio.SocketStream, address: tuple[str, int]) -> None:
+    def __init__(self, stream: "trio.SocketStream | trio.SSLStream", address: tuple[str, int]) -> None:
         self.address = address
         self._stream = stream
         self._reader = hiredis.Reader()
@@ -43,18 +44,30 @@ class RespConnection:
     @classmethod
     async def open(
         cls, address: tuple[str, int], *, connect_timeout: float, password: str | None = None,
-        timeout: float | None = None,
+        timeout: float | None = None, ssl_context: "ssl.SSLContext | None" = None,
     ) -> "RespConnection":  # fmt: skip
-        """Connect (and AUTH). Raises ConnectionLost, or AuthError for a bad password."""
+        """Connect (with ``ssl_context``: and the TLS handshake, within ``connect_timeout`` too;
+        and AUTH). Raises ConnectionLost, or AuthError for a bad password."""
         try:
             with trio.fail_after(connect_timeout):
-                stream = await trio.open_tcp_stream(*address)
+                tcp = await trio.open_tcp_stream(*address)
         except (OSError, trio.TooSlowError) as exc:
             raise ConnectionLost("cannot connect to %s:%d: %s" % (address + (exc or "timeout",)), address) from None
         try:
-            stream.setsockopt(trio.socket.IPPROTO_TCP, trio.socket.TCP_NODELAY, 1)
+            tcp.setsockopt(trio.socket.IPPROTO_TCP, trio.socket.TCP_NODELAY, 1)
         except OSError:  # pragma: no cover - not every platform
             pass
+        stream: "trio.SocketStream | trio.SSLStream" = tcp
+        if ssl_context is not None:
+            stream = trio.SSLStream(tcp, ssl_context, server_hostname=address[0], https_compatible=True)
+            try:
+                with trio.fail_after(connect_timeout):
+                    await stream.do_handshake()
+            except (OSError, trio.TooSlowError, trio.BrokenResourceError) as exc:
+                tcp.socket.close()
+                reason = exc.__cause__ if isinstance(exc, trio.BrokenResourceError) and exc.__cause__ else exc
+                raise ConnectionLost("TLS handshake with %s:%d failed: %s" % (address + (reason or "timeout",)),
+                                     address) from None  # fmt: skip
         conn = cls(stream, address)
         if password is not None:
             try:
@@ -68,7 +81,8 @@ class RespConnection:
         """Close now (synchronously: usable from ``finally`` blocks and cancelled code)."""
         self.broken = True
         try:
-            self._stream.socket.close()
+            stream = self._stream
+            (stream.transport_stream if isinstance(stream, trio.SSLStream) else stream).socket.close()
         except OSError:  # pragma: no cover
             pass
 

@@ -91,7 +91,19 @@ class _Connection:
 
     def __init__(self, address: Address, config: ClientConfig) -> None:
         self.address = address
-        self._conn = redis.Connection(
+        tls: dict[str, Any] = {}
+        conn_class: type[redis.Connection] = redis.Connection
+        if config.tls:  # redis-py does the TLS; the same names as its ssl_* arguments
+            conn_class = redis.SSLConnection
+            tls = {
+                "ssl_ca_certs": config.ssl_ca_certs,
+                "ssl_certfile": config.ssl_certfile,
+                "ssl_keyfile": config.ssl_keyfile,
+                "ssl_password": config.ssl_password,
+                "ssl_check_hostname": config.ssl_check_hostname,
+            }
+        self._conn = conn_class(
+            **tls,
             host=address[0],
             port=address[1],
             password=config.password,
@@ -200,11 +212,19 @@ class Client:
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Any] = time.sleep,
         rng: random.Random | None = None,
+        tls: bool = False,
+        ssl_ca_certs: str | None = None,
+        ssl_certfile: str | None = None,
+        ssl_keyfile: str | None = None,
+        ssl_password: str | None = None,
+        ssl_check_hostname: bool = True,
     ) -> None:
         self.config = ClientConfig(
             seeds, password=password, socket_timeout=socket_timeout, connect_timeout=connect_timeout,
             failover_timeout=failover_timeout, backoff=backoff, refresh_interval=refresh_interval,
             affinity=affinity, retry_writes=retry_writes, max_retries=max_retries, rng=rng,
+            tls=tls, ssl_ca_certs=ssl_ca_certs, ssl_certfile=ssl_certfile, ssl_keyfile=ssl_keyfile,
+            ssl_password=ssl_password, ssl_check_hostname=ssl_check_hostname,
         )  # fmt: skip
         self._clock = clock
         self._sleep = sleep

@@ -41,6 +41,8 @@ from .dispatch import Dispatcher
 from .fdlimit import fit_maxclients
 from .logs import log, set_level
 from .timers import CoreTimers, Cron
+from .tls import TLS_DIRECTIVES, TlsService
+from .tls import describe as describe_tls
 
 __all__ = ["Server", "run_node", "now_ms"]
 
@@ -80,6 +82,9 @@ class Server:
         self.aof = aof = Aof(config, node)
         aof.wire(cluster.send_item, loop.release_held, lambda: cluster.bus)
         self.acceptor = Acceptor(loop, config, self.stats)
+        # TLS clients (tls-port): their own listener and handshake task, then served by the same
+        # client loop as plain ones (server/tls.py); nothing of it is on the plain path.
+        self.tls = TlsService(config, self.stats, self.acceptor.adopt)
         self.cron = Cron(config, self.stats, loop.check_clients)
         self.cron.every_step.append(dispatcher.measure_memory)
         context = admin.AdminContext(
@@ -98,10 +103,13 @@ class Server:
         dispatcher.hello = partial(admin.hello_handshake, context)
         self.shutdown_event = trio.Event()
         self.listeners: list[trio.SocketListener] = []
+        self.tls_listeners: list[trio.SocketListener] = []
         config.on_change.append(self._config_changed)
         loop.set_output_limit(*config.client_output_buffer_limit["normal"])
 
     def _config_changed(self, name: str, old: Any, new: Any) -> None:
+        if name in TLS_DIRECTIVES:
+            self.tls.config_changed(name)  # first: a ConfigError vetoes the change, the old context stays
         if name == "maxclients" and new > old:
             fit, notes = fit_maxclients(new)
             if fit < new:  # vetoed: config_set restores the old value, the client reads why
@@ -110,7 +118,8 @@ class Server:
                 )
             for level, text in notes:
                 log.log(level, "%s", text)
-        log.info("CONFIG SET %s: %s -> %s", name, "(hidden)" if name == "requirepass" else old, "(hidden)" if name == "requirepass" else new)
+        hidden = name in ("requirepass", "tls-key-file-pass")
+        log.info("CONFIG SET %s: %s -> %s", name, "(hidden)" if hidden else old, "(hidden)" if hidden else new)
         if not DIRECTIVES[name].implemented:
             log.warning("%s is set, but disque-py does not act on it yet (see disque.conf.example)", name)
         if name == "loglevel":
@@ -178,12 +187,24 @@ class Server:
         cfg = self.config
         self._fit_maxclients()
         addrs = cfg.bind or ["0.0.0.0"]
-        for host in addrs:
+        if cfg.tls_port:
             try:
-                self.listeners.extend(await trio.open_tcp_listeners(cfg.port, host=host, backlog=cfg.tcp_backlog))
-            except OSError as exc:
-                log.warning("Creating server TCP listening socket %s:%d: %s", host, cfg.port, exc.strerror or exc)
-                raise SystemExit(1) from exc
+                self.tls.load()
+            except ConfigError as exc:
+                log.warning("Can't start TLS on port %d: %s", cfg.tls_port, exc)
+                raise SystemExit(1) from None
+        wanted = []
+        if cfg.port or not cfg.tls_port:  # port 0 with a tls-port: TLS clients only
+            wanted.append((cfg.port, self.listeners))
+        if cfg.tls_port:
+            wanted.append((cfg.tls_port, self.tls_listeners))
+        for port, into in wanted:
+            for host in addrs:
+                try:
+                    into.extend(await trio.open_tcp_listeners(port, host=host, backlog=cfg.tcp_backlog))
+                except OSError as exc:
+                    log.warning("Creating server TCP listening socket %s:%d: %s", host, port, exc.strerror or exc)
+                    raise SystemExit(1) from exc
         pidfile = cfg.pidfile_path
         if pidfile:
             try:
@@ -213,11 +234,13 @@ class Server:
                 await nursery.start(self.cluster.run)
                 for listener in self.listeners:
                     nursery.start_soon(self.acceptor.serve, listener)
-                log.info(
-                    "Ready to accept connections on %s port %d",
-                    ", ".join(addrs),
-                    cfg.port,
-                )
+                for listener in self.tls_listeners:
+                    nursery.start_soon(self.tls.serve, listener)
+                if self.listeners:
+                    log.info("Ready to accept connections on %s port %d", ", ".join(addrs), cfg.port)
+                if self.tls_listeners:
+                    log.info("Ready to accept TLS connections on %s port %d (%s)", ", ".join(addrs), cfg.tls_port,
+                             describe_tls(cfg))  # fmt: skip
                 task_status.started(self)
                 await self.shutdown_event.wait()
                 log.warning("User requested shutdown...")
@@ -226,7 +249,7 @@ class Server:
             # Only now: bus link tasks end after the client loop's task and use its epoll until then.
             self.loop.close_all()
             self.aof.close()
-            for listener in self.listeners:
+            for listener in self.listeners + self.tls_listeners:
                 with trio.CancelScope(shield=True):
                     await listener.aclose()
             if pidfile:

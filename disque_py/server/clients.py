@@ -68,7 +68,7 @@ from __future__ import annotations
 import math
 import select
 import socket
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -596,19 +596,41 @@ class Acceptor:
             pass
         try:
             sock.send(line)
-            sock.shutdown(socket.SHUT_WR)
+            if isinstance(sock, socket.socket):  # a TLS link just closes (its close_notify ends it)
+                sock.shutdown(socket.SHUT_WR)
         except OSError:
             pass
         sock.close()
 
-    def _new_connection(self, sock: socket.socket) -> Connection:
-        try:
-            peer = sock.getpeername()
-            local = sock.getsockname()
-            addr = "%s:%d" % (peer[0], peer[1])
-            laddr = "%s:%d" % (local[0], local[1])
-        except OSError:
-            addr = laddr = "?:0"
+    def adopt(self, sock: Any, addr: str, laddr: str) -> None:
+        """A connection accepted elsewhere (a TLS client through its handshake: :mod:`.tls`).
+        ``sock`` behaves as a non-blocking socket (``recv``/``send``/``fileno``/``close``);
+        ``addr``/``laddr`` are the peer's address and ours, for CLIENT LIST and the logs.
+        Counted, limited and served as an accepted one."""
+        self.stats["total_connections_received"] += 1
+        cfg = self.config
+        if protected(cfg) and not is_loopback(sock.getpeername()):
+            self.stats["rejected_connections"] += 1
+            self.stats["rejected_connections_protected"] += 1
+            self._refuse(sock, DENIED)
+            return
+        if len(self.loop.clients) >= cfg.maxclients:
+            self.stats["rejected_connections"] += 1
+            self._refuse(sock, b"-ERR max number of clients reached\r\n")
+            return
+        conn = self._new_connection(sock, addr, laddr)
+        conn.authenticated = not cfg.requirepass
+        self.loop.add(conn)
+
+    def _new_connection(self, sock: Any, addr: str = "", laddr: str = "") -> Connection:
+        if not addr:
+            try:
+                peer = sock.getpeername()
+                local = sock.getsockname()
+                addr = "%s:%d" % (peer[0], peer[1])
+                laddr = "%s:%d" % (local[0], local[1])
+            except OSError:
+                addr = laddr = "?:0"
         cfg = self.config
         if cfg.tcp_keepalive:
             try:
