@@ -380,6 +380,7 @@ def gen_certs(directory: str, dns: tuple[str, ...], ip: tuple[str, ...], client_
     click.echo("node.crt is valid for: %s" % names)
     click.echo("")
     click.echo("In each node's disque.conf (Redis 6 directive names):")
+    click.echo("  port 0            # TLS only; or keep the plain port and give tls-port another one")
     click.echo("  tls-port 7711")
     click.echo("  tls-cert-file %s" % os.path.join(base, "node.crt"))
     click.echo("  tls-key-file %s" % os.path.join(base, "node.key"))
