@@ -253,6 +253,9 @@ _TABLE: tuple[Directive, ...] = (
     # --- security ----------------------------------------------------------
     _d("requirepass", Kind.STRING, "", runtime=True, implemented=True, nullable=True,
        help="password required by AUTH ('': none)"),
+    _d("user", Kind.SPECIAL, [], implemented=True, max_args=None, in_get=False, rewrite=False,
+       help="a user and its rights, Redis ACL style (repeatable): user <name> [rule ...], "
+            "e.g. user alice on >secret ~orders.* +@produce +@consume"),
     # --- limits ------------------------------------------------------------
     _d("maxclients", Kind.INT, 10000, runtime=True, implemented=True, minimum=1,
        error="Invalid max clients limit", help="maximum number of connected clients"),
@@ -591,6 +594,8 @@ def _parse_value(d: Directive, args: Sequence[str], base_dir: str,
         return _resolve_dir(args[0], base_dir)
     if name == "client-output-buffer-limit":
         return _parse_client_limits(args, current if current is not None else d.default)
+    if name == "user":  # repeatable: each line adds one; the rules are checked by server/acl.py
+        return [*(current or []), list(args)]
     raise AssertionError(name)  # pragma: no cover - include/rename handled by caller
 
 

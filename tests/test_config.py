@@ -63,7 +63,7 @@ slowlog-log-slower-than slowlog-max-len latency-monitor-threshold
 client-output-buffer-limit watchdog-period
 """.split()
 OURS = ["proto-max-bulk-len", "proto-max-multibulk-len", "client-query-buffer-limit",
-        "cluster-secret"]
+        "cluster-secret", "user"]
 
 
 def test_table_has_every_directive():

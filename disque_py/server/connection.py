@@ -3,7 +3,7 @@
 :class:`Connection` is made by the acceptor (:mod:`.clients`), read and
 written by the client loop (socket, buffers, flags), the dispatcher
 (:mod:`.dispatch`: replies, blocking, pending commands) and the
-connection commands (:mod:`.admin`: AUTH, CLIENT, HELLO). It has no
+connection commands (:mod:`.admin`: AUTH, CLIENT, HELLO, ACL). It has no
 behaviour of its own, so it sits at the bottom of the import graph.
 """
 
@@ -32,6 +32,9 @@ class Connection:
         "created",
         "last_active",
         "authenticated",
+        "user",
+        "perms",
+        "auth_failures",
         "out",
         "blocked",
         "pending",
@@ -59,6 +62,9 @@ class Connection:
         self.created = now
         self.last_active = now
         self.authenticated = False
+        self.user = b"default"  # the user it is authenticated as (server/acl.py)
+        self.perms = None  # None: may run everything; else the acl.User its commands are checked against
+        self.auth_failures = 0  # failed AUTHs in a row (closed at acl.AUTH_FAILURE_LIMIT)
         self.out = bytearray()
         self.blocked = False
         self.pending: deque[list[bytes]] = deque()
