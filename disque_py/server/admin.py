@@ -282,7 +282,7 @@ def build_table(ctx: AdminContext) -> dict[bytes, tuple[Callable[["Connection", 
 
     handlers = {
         b"cluster": (cluster, -2),
-        b"auth": (auth, 2),
+        b"auth": (auth, -2),
         b"ping": (ping, -1),
         b"echo": (echo, 2),
         b"quit": (quit_, 1),
