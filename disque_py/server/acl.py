@@ -40,8 +40,10 @@ acknowledgement through the cluster for a job of any queue. QSCAN and JSCAN
 walk every queue and job, so they need ``allkeys``.
 
 The ``default`` user always exists. ``requirepass`` is its password (no
-``requirepass``: ``nopass``), so with no ``user`` configured a node behaves
-as before: every connection is ``default`` with every right, or must
+``requirepass``: ``nopass``), unless a ``user default ...`` line says
+otherwise (each ``user`` line starts from ``reset``, as in Redis; a later
+CONFIG SET requirepass sets the password again). With no ``user``
+configured a node behaves as before: every connection is ``default`` with every right, or must
 ``AUTH <requirepass>`` first. A connection whose user has every command and
 ``allkeys`` is never checked (``Connection.perms`` is None: one attribute
 test in the dispatcher); otherwise ``perms`` is its :class:`User`, read live,
@@ -292,7 +294,7 @@ class Acl:
             words = [w.encode("utf-8", "surrogateescape") if isinstance(w, str) else w for w in line]
             if not words:
                 raise AclError("a user line needs a user name")
-            self.setuser(words[0], words[1:])
+            self.setuser(words[0], [b"reset", *words[1:]])  # a configured user starts from nothing (as Redis)
 
     @classmethod
     def from_config(cls, config) -> "Acl":

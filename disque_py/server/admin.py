@@ -31,6 +31,7 @@ from ..config import ConfigError, config_get, config_set, rewrite_config
 from ..core.replies import OK, Error, Status, err
 from . import faults, gcpolicy
 from .acl import AUTH_FAILURE_LIMIT, CATEGORIES, WRONGPASS, Acl, AclError
+from .connection import PERMS_UNSET
 from .contracts import NO_REPLY
 from .logs import log
 
@@ -392,6 +393,9 @@ def hello_handshake(ctx: AdminContext, conn: "Connection", argv: list[bytes]) ->
         return err("Protocol version is not an integer or out of range")
     if version not in (2, 3):
         return Error("NOPROTO sorry, this protocol version is not supported.")
+    if conn.perms is PERMS_UNSET and not ctx.acl.default_open:  # let in by the acceptor: see dispatch
+        conn.authenticated = False
+        conn.perms = None
     i = 2
     name = None
     while i < len(argv):

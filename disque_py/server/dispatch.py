@@ -42,7 +42,7 @@ from ..core.memory import LEVEL_NAMES, THRESHOLDS
 from ..core.messages import moves_to_watch
 from ..core.replies import Error
 from .acl import Acl
-from .connection import OUT_HOLD
+from .connection import OUT_HOLD, PERMS_UNSET
 from .contracts import NO_REPLY, now_ms
 from .logs import log
 
@@ -234,11 +234,20 @@ class Dispatcher:
             if not conn.authenticated and name == b"hello":
                 return NOAUTH
             perms = conn.perms
-            if perms is not None:  # a user with fewer than every right (server/acl.py)
-                denied = self.acl.check(perms, name, argv, self._queue_of)
-                if denied is not None:
-                    self.stats["acl_access_denied_" + denied[0]] += 1
-                    return Error(denied[1])
+            if perms is not None:  # a user with fewer than every right (server/acl.py), or not known yet
+                if perms is PERMS_UNSET:  # let in by the acceptor (no requirepass): the default user
+                    acl = self.acl
+                    if not acl.default_open and name != b"auth":  # its rules say otherwise
+                        conn.authenticated = False
+                        conn.perms = None
+                        return NOAUTH
+                    conn.user = b"default"
+                    perms = conn.perms = acl.perms_of(acl.default)
+                if perms is not None:
+                    denied = self.acl.check(perms, name, argv, self._queue_of)
+                    if denied is not None:
+                        self.stats["acl_access_denied_" + denied[0]] += 1
+                        return Error(denied[1])
             entry = self.admin.get(name)
             if entry is not None:
                 handler, arity = entry

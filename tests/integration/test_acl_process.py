@@ -245,3 +245,19 @@ def test_a_bad_user_line_stops_the_node_with_a_clear_error(tmp_path):
     )  # fmt: skip
     assert proc.returncode == 1
     assert "Error in ACL SETUSER modifier '+@nosuch'" in proc.stdout + proc.stderr
+
+
+def test_the_default_users_own_rules_apply_without_requirepass(start_node, tmp_path):
+    conf = tmp_path / "default.conf"
+    conf.write_text("user default on nopass ~public.* +@consume\nuser admin on >apw allkeys +@all\n")
+    node = start_node(config_file=str(conf))
+    reply = raw(node.port, b"ADDJOB public.a x 0\r\nGETJOB NOHANG FROM public.a\r\nACL WHOAMI\r\n", expect=90)
+    assert reply == (b"-NOPERM this user has no permissions to run the 'addjob' command\r\n"
+                     b"*-1\r\n$7\r\ndefault\r\n")  # fmt: skip
+    assert raw(node.port, b"QLEN other\r\n", expect=10).startswith(b"-NOPERM")
+    assert raw(node.port, b"HELLO 3\r\nQLEN public.a\r\n", expect=200).endswith(b":0\r\n")
+    admin = as_user(node, "admin", "apw")
+    assert admin.execute_command("ACL", "SETUSER", "default", "off") in (b"OK", True)
+    assert raw(node.port, b"QLEN public.a\r\n", expect=10).startswith(b"-NOAUTH")
+    assert raw(node.port, b"HELLO 3\r\n", expect=10).startswith(b"-NOAUTH")
+    assert raw(node.port, b"AUTH admin apw\r\nQLEN public.a\r\n", expect=20) == b"+OK\r\n:0\r\n"
