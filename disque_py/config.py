@@ -253,7 +253,7 @@ _TABLE: tuple[Directive, ...] = (
     # --- security ----------------------------------------------------------
     _d("requirepass", Kind.STRING, "", runtime=True, implemented=True, nullable=True,
        help="password required by AUTH ('': none)"),
-    _d("user", Kind.SPECIAL, [], implemented=True, max_args=None, in_get=False, rewrite=False,
+    _d("user", Kind.SPECIAL, [], implemented=True, max_args=None, in_get=False,
        help="a user and its rights, Redis ACL style (repeatable): user <name> [rule ...], "
             "e.g. user alice on >secret ~orders.* +@produce +@consume"),
     # --- limits ------------------------------------------------------------
@@ -1077,6 +1077,16 @@ def _rewrite_lines(cfg: Config, old_lines: list[str]) -> list[str]:
             continue
         found = positions.pop(d.name, [])
         value = cfg.get(d.name)
+        if d.name == "user":  # one line per user; the lines kept as written while the users are the same
+            if [[_decode(a) for a in (split_args(old_lines[i].strip(" \t\r\n")) or [])[1:]] for i in found] != value:
+                for idx in found:
+                    lines[idx] = None
+                users = ["user " + " ".join(_maybe_quote(a) for a in args) for args in value]
+                if found and users:
+                    lines[found[0]] = "\n".join(users)
+                else:
+                    appended.extend(users)
+            continue
         if d.nullable and not value:
             for idx in found:
                 lines[idx] = None

@@ -23,6 +23,11 @@ Rules (``ACL SETUSER name rule ...`` and the ``user name rule ...`` directive):
 ``reset``              ``resetpass resetkeys off -@all``: what a new user starts as
 =====================  =========================================================
 
+``ACL LIST`` shows each user as such rules (passwords as ``#digest``); after
+ACL SETUSER or DELUSER the config's ``user`` value becomes those lines, so
+CONFIG REWRITE saves the users as they are (until then it keeps the file's
+``user`` lines as written).
+
 The categories (:data:`CATEGORIES`; ``ACL CAT`` lists them) overlap as
 Redis's do: a command is allowed when any granted category holds it and no
 later ``-`` rule took it away. Commands every authenticated connection may
@@ -307,12 +312,24 @@ class Acl:
         if name == "requirepass":
             self.set_requirepass(new or "")
 
+    def config_lines(self) -> list[list[str]]:
+        """The ``user`` directive's value for this table (CONFIG REWRITE writes it): every user
+        but ``default`` while it is just what ``requirepass`` makes it."""
+        lines = []
+        for name, user in self.users.items():
+            if user is self.default and user.enabled and user.unrestricted and (
+                    user.passwords == [hash_password(self.requirepass)] if self.requirepass else user.nopass):
+                continue
+            lines.append([name.decode("utf-8", "surrogateescape"), *user.describe()])
+        return lines
+
     def set_requirepass(self, password: str) -> None:
         """``requirepass``: the default user's one password ("": ``nopass``). Connections already
         authenticated stay so, as they always have."""
+        self.requirepass = password.encode("utf-8", "surrogateescape")
         default = self.default
         default.apply(b"resetpass")
-        default.apply(b">" + password.encode("utf-8", "surrogateescape") if password else b"nopass")
+        default.apply(b">" + self.requirepass if password else b"nopass")
 
     @property
     def default_open(self) -> bool:

@@ -358,6 +358,7 @@ def acl_command(ctx: AdminContext, conn: "Connection", argv: list[bytes]) -> Any
                     else:
                         c.authenticated = False
                         ctx.close_client(c)
+        ctx.config.user = acl.config_lines()  # what CONFIG REWRITE saves
         log.info("ACL SETUSER %s by client id=%d addr=%s", user.name.decode("utf-8", "replace"), conn.id, conn.addr)
         return OK
     if sub == b"deluser" and n >= 3:
@@ -372,6 +373,8 @@ def acl_command(ctx: AdminContext, conn: "Connection", argv: list[bytes]) -> Any
                             ctx.close_client(c)
         except AclError as exc:
             return err(str(exc))
+        if removed:
+            ctx.config.user = acl.config_lines()
         return removed
     return err("Unknown subcommand or wrong number of arguments for '%s'. Try ACL SETUSER, DELUSER, "
                "LIST, USERS, WHOAMI, CAT." % argv[1].decode("utf-8", "replace"))

@@ -228,12 +228,25 @@ def test_without_users_every_connection_is_default_with_every_right(node):
     assert info["acl_access_denied_cmd"] == info["acl_access_denied_key"] == 0
 
 
-def test_config_rewrite_keeps_user_lines(acl_node, tmp_path):
+def test_config_rewrite_keeps_user_lines_and_saves_acl_changes(acl_node, tmp_path, start_node):
     ops = as_user(acl_node, "ops", "apw")
     assert ops.execute_command("CONFIG", "REWRITE") in (b"OK", True)
     text = (tmp_path / "acl.conf").read_text()
-    for line in USERS.splitlines():
+    for line in USERS.splitlines():  # nothing changed: the lines as written
         assert line in text
+    ops.execute_command("ACL", "SETUSER", "newbie", "on", ">npw", "~n.*", "+@produce")
+    ops.execute_command("ACL", "DELUSER", "disabled")
+    assert ops.execute_command("CONFIG", "REWRITE") in (b"OK", True)
+    text = (tmp_path / "acl.conf").read_text()
+    assert "user newbie on #" in text and "npw" not in text and "user disabled" not in text
+    acl_node.stop()
+    again = start_node(config_file=str(tmp_path / "acl.conf"), port=acl_node.port)
+    newbie = as_user(again, "newbie", "npw")
+    assert newbie.execute_command("ADDJOB", "n.1", "x", 0)
+    with pytest.raises(NOPERM):
+        newbie.execute_command("ADDJOB", "other", "x", 0)
+    assert raw(again.port, b"AUTH disabled xpw\r\n", expect=10).startswith(b"-WRONGPASS")
+    assert raw(again.port, b"AUTH defpw\r\n", expect=10) == b"+OK\r\n"
 
 
 def test_a_bad_user_line_stops_the_node_with_a_clear_error(tmp_path):

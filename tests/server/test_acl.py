@@ -243,3 +243,33 @@ def test_check_commands_and_queues():
     for argv in ([b"CONFIG", b"GET", b"*"], [b"CLIENT", b"KILL", b"ID", b"1"], [b"CLIENT", b"LIST"],
                  [b"ACL", b"LIST"], [b"DEBUG", b"FLUSHALL"], [b"SHUTDOWN"], [b"CLUSTER", b"INFO"]):  # fmt: skip
         assert acl.check(orders, argv[0].lower(), argv, no_jobs)[0] == "cmd", argv
+
+
+def test_config_rewrite_keeps_user_lines_and_saves_changed_users(tmp_path):
+    from disque_py.config import rewrite_config
+
+    path = tmp_path / "d.conf"
+    original = "# users\nuser alice on >secret ~orders.* +@produce\nport 7711\nuser bob on nopass allkeys +@consume\n"
+    path.write_text(original)
+    cfg = load_config(str(path))
+    acl = Acl.from_config(cfg)
+    rewrite_config(cfg)
+    assert path.read_text() == original  # unchanged users: the lines as written (plain password included)
+    acl.setuser(b"carol", [b"on", b">pw", b"~q*", b"+@inspect"])
+    acl.deluser(b"bob")
+    cfg.user = acl.config_lines()  # as ACL SETUSER / DELUSER do
+    rewrite_config(cfg)
+    text = path.read_text()
+    assert "secret" not in text and "bob" not in text and "port 7711" in text
+    assert text.index("user alice") < text.index("user carol") < text.index("port 7711")  # where they were
+    again = Acl.from_config(load_config(str(path)))
+    assert sorted(again.users) == [b"alice", b"carol", b"default"]
+    assert again.authenticate(b"alice", b"secret") and again.authenticate(b"carol", b"pw")
+    assert again.users[b"carol"].describe() == acl.users[b"carol"].describe()
+
+
+def test_config_lines_leave_out_the_default_user_requirepass_makes():
+    assert Acl("").config_lines() == [] and Acl("pw").config_lines() == []
+    acl = Acl("pw")
+    acl.setuser(b"default", [b"-@admin"])
+    assert acl.config_lines()[0][:2] == ["default", "on"]
