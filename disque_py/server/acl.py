@@ -336,10 +336,6 @@ class Acl:
         """A new connection is the default user without AUTH (no requirepass, as Disque)."""
         return self.default.enabled and self.default.nopass
 
-    @property
-    def default_has_password(self) -> bool:
-        return bool(self.default.passwords) or not self.default.nopass
-
     def setuser(self, name: bytes, rules: list[bytes]) -> tuple[User, bool]:
         """Create or change a user; all rules apply or none (AclError names the one at fault).
         Returns the user and whether it existed before."""
