@@ -255,6 +255,9 @@ _TABLE: tuple[Directive, ...] = (
        help="password required by AUTH ('': none)"),
     _d("protected-mode", Kind.BOOL, True, runtime=True, implemented=True,
        help="with no bind and no requirepass, serve loopback clients only"),
+    _d("user", Kind.SPECIAL, [], implemented=True, max_args=None, in_get=False,
+       help="a user and its rights, Redis ACL style (repeatable): user <name> [rule ...], "
+            "e.g. user alice on >secret ~orders.* +@produce +@consume"),
     # --- limits ------------------------------------------------------------
     _d("maxclients", Kind.INT, 10000, runtime=True, implemented=True, minimum=1,
        error="Invalid max clients limit", help="maximum number of connected clients"),
@@ -621,6 +624,8 @@ def _parse_value(d: Directive, args: Sequence[str], base_dir: str,
         return _resolve_dir(args[0], base_dir)
     if name == "client-output-buffer-limit":
         return _parse_client_limits(args, current if current is not None else d.default)
+    if name == "user":  # repeatable: each line adds one; the rules are checked by server/acl.py
+        return [*(current or []), list(args)]
     raise AssertionError(name)  # pragma: no cover - include/rename handled by caller
 
 
@@ -1102,6 +1107,16 @@ def _rewrite_lines(cfg: Config, old_lines: list[str]) -> list[str]:
             continue
         found = positions.pop(d.name, [])
         value = cfg.get(d.name)
+        if d.name == "user":  # one line per user; the lines kept as written while the users are the same
+            if [[_decode(a) for a in (split_args(old_lines[i].strip(" \t\r\n")) or [])[1:]] for i in found] != value:
+                for idx in found:
+                    lines[idx] = None
+                users = ["user " + " ".join(_maybe_quote(a) for a in args) for args in value]
+                if found and users:
+                    lines[found[0]] = "\n".join(users)
+                else:
+                    appended.extend(users)
+            continue
         if d.nullable and not value:
             for idx in found:
                 lines[idx] = None

@@ -63,7 +63,7 @@ slowlog-log-slower-than slowlog-max-len latency-monitor-threshold
 client-output-buffer-limit watchdog-period
 """.split()
 OURS = ["proto-max-bulk-len", "proto-max-multibulk-len", "client-query-buffer-limit",
-        "cluster-secret", "protected-mode"]
+        "cluster-secret", "protected-mode", "user"]
 #: Redis 6's TLS directives (server/tls.py); all of them but tls-port and tls-cluster at run time.
 TLS = ["tls-port", "tls-cert-file", "tls-key-file", "tls-key-file-pass", "tls-ca-cert-file", "tls-ca-cert-dir",
        "tls-auth-clients", "tls-protocols", "tls-ciphers", "tls-ciphersuites", "tls-prefer-server-ciphers",

@@ -1,7 +1,7 @@
 """Connection and administration commands, answered by the shell.
 
 These need what only the shell has (the connection, the process, the config
-file): AUTH, PING, ECHO, QUIT, INFO, TIME, COMMAND, CLIENT, CONFIG,
+file): AUTH, ACL (the users of :mod:`.acl`), PING, ECHO, QUIT, INFO, TIME, COMMAND, CLIENT, CONFIG,
 SHUTDOWN, DEBUG, CLUSTER (handed to the cluster service), and the
 ``HELLO <protover>`` handshake. Everything about jobs and queues goes to
 the core.
@@ -30,6 +30,8 @@ from .. import DISQUE_COMPAT_VERSION, __version__
 from ..config import ConfigError, config_get, config_set, rewrite_config
 from ..core.replies import OK, Error, Status, err
 from . import faults, gcpolicy
+from .acl import AUTH_FAILURE_LIMIT, CATEGORIES, WRONGPASS, Acl, AclError
+from .connection import PERMS_UNSET
 from .contracts import NO_REPLY
 from .logs import log
 
@@ -73,6 +75,7 @@ ADMIN_FLAGS: dict[bytes, list[bytes]] = {
     b"bgrewriteaof": [b"admin", b"readonly"],
     b"debug": [b"admin"],
     b"cluster": [b"admin", b"readonly"],
+    b"acl": [b"admin", b"readonly", b"loading"],
 }
 
 INFO_SECTIONS = ("server", "clients", "memory", "jobs", "queues", "persistence", "stats", "cpu")
@@ -107,6 +110,12 @@ class AdminContext:
     cluster_command: Callable[[list[bytes]], Any]  # CLUSTER <sub> ...
     ops_per_sec: Callable[[], int]
     aof: "Aof | None" = None  # the node's AOF (server/aof.py): INFO persistence, BGREWRITEAOF
+    acl: Acl | None = None  # the users (server/acl.py); None: made from the config
+
+    def __post_init__(self) -> None:
+        if self.acl is None:
+            self.acl = Acl.from_config(self.config)
+        self.stats.setdefault("acl_access_denied_auth", 0)
 
 
 def build_table(ctx: AdminContext) -> dict[bytes, tuple[Callable[["Connection", list[bytes]], Any], int]]:
@@ -114,14 +123,18 @@ def build_table(ctx: AdminContext) -> dict[bytes, tuple[Callable[["Connection", 
     peak = [0]
 
     def auth(conn: "Connection", argv: list[bytes]) -> Any:
-        password = ctx.config.requirepass
-        if not password:
-            return err("Client sent AUTH, but no password is set")
-        if argv[1] == password.encode():
-            conn.authenticated = True
+        if len(argv) > 3:
+            return err("syntax error")
+        if len(argv) == 2:  # AUTH <password>: the default user, as Disque's requirepass
+            acl = ctx.acl
+            if acl.default.nopass and not acl.default.passwords:
+                return err("Client sent AUTH, but no password is set")
+            if login(ctx, conn, b"default", argv[1]):
+                return OK
+            return err("invalid password")
+        if login(ctx, conn, argv[1], argv[2]):
             return OK
-        conn.authenticated = False
-        return err("invalid password")
+        return Error(WRONGPASS)
 
     def ping(conn: "Connection", argv: list[bytes]) -> Any:
         if len(argv) > 2:
@@ -265,9 +278,12 @@ def build_table(ctx: AdminContext) -> dict[bytes, tuple[Callable[["Connection", 
             return err("Can't start the background append only file rewrite, check the logs")
         return Status(b"Background append only file rewriting started")
 
+    def acl_(conn: "Connection", argv: list[bytes]) -> Any:
+        return acl_command(ctx, conn, argv)
+
     handlers = {
         b"cluster": (cluster, -2),
-        b"auth": (auth, 2),
+        b"auth": (auth, -2),
         b"ping": (ping, -1),
         b"echo": (echo, 2),
         b"quit": (quit_, 1),
@@ -279,8 +295,89 @@ def build_table(ctx: AdminContext) -> dict[bytes, tuple[Callable[["Connection", 
         b"shutdown": (shutdown, -1),
         b"bgrewriteaof": (bgrewriteaof, 1),
         b"debug": (debug, -2),
+        b"acl": (acl_, -2),
     }
     return handlers
+
+
+def login(ctx: AdminContext, conn: "Connection", name: bytes, password: bytes, *, deauth: bool = True) -> bool:
+    """AUTH and HELLO ... AUTH: authenticate ``conn`` as ``name``, or count a failure.
+
+    A failed AUTH leaves the connection unauthenticated (as Disque's does; ``deauth``), a
+    failed HELLO ... AUTH as it was; the ``AUTH_FAILURE_LIMIT``-th failure in a row closes
+    the connection once the reply is sent."""
+    acl = ctx.acl
+    user = acl.authenticate(name, password)
+    if user is not None:
+        conn.authenticated = True
+        conn.user = user.name
+        conn.perms = acl.perms_of(user)
+        conn.auth_failures = 0
+        return True
+    if deauth:
+        conn.authenticated = False
+    conn.auth_failures += 1
+    ctx.stats["acl_access_denied_auth"] = ctx.stats.get("acl_access_denied_auth", 0) + 1
+    if conn.auth_failures >= AUTH_FAILURE_LIMIT:
+        log.warning("Closing client id=%d addr=%s after %d failed AUTH attempts in a row",
+                    conn.id, conn.addr, conn.auth_failures)  # fmt: skip
+        conn.closing = True
+    return False
+
+
+def acl_command(ctx: AdminContext, conn: "Connection", argv: list[bytes]) -> Any:
+    """ACL SETUSER | DELUSER | LIST | USERS | WHOAMI | CAT, as Redis's (a subset)."""
+    acl = ctx.acl
+    sub = argv[1].lower()
+    n = len(argv)
+    if sub == b"whoami" and n == 2:
+        return conn.user
+    if sub == b"users" and n == 2:
+        return sorted(acl.users)
+    if sub == b"list" and n == 2:
+        return [("user %s %s" % (name.decode("utf-8", "replace"), " ".join(user.describe()))).encode()
+                for name, user in sorted(acl.users.items())]  # fmt: skip
+    if sub == b"cat" and n == 2:
+        return [c.encode() for c in CATEGORIES]
+    if sub == b"cat" and n == 3:
+        cat = argv[2].decode("utf-8", "replace").lower()
+        if cat not in CATEGORIES:
+            return err("Unknown category '%s'" % cat)
+        return [c.encode() for c in sorted(CATEGORIES[cat])]
+    if sub == b"setuser" and n >= 3:
+        try:
+            user, existed = acl.setuser(argv[2], argv[3:])
+        except AclError as exc:
+            return err(str(exc))
+        if existed:  # its connections: checked against the new rights, closed if it is now off
+            perms = acl.perms_of(user)
+            for c in list(ctx.clients.values()):
+                if c.authenticated and c.user == user.name:
+                    if user.enabled:
+                        c.perms = perms
+                    else:
+                        c.authenticated = False
+                        ctx.close_client(c)
+        ctx.config.user = acl.config_lines()  # what CONFIG REWRITE saves
+        log.info("ACL SETUSER %s by client id=%d addr=%s", user.name.decode("utf-8", "replace"), conn.id, conn.addr)
+        return OK
+    if sub == b"deluser" and n >= 3:
+        removed = 0
+        try:
+            for name in argv[2:]:
+                if acl.deluser(name):
+                    removed += 1
+                    for c in list(ctx.clients.values()):  # as Redis: its connections are closed
+                        if c.authenticated and c.user == name:
+                            c.authenticated = False
+                            ctx.close_client(c)
+        except AclError as exc:
+            return err(str(exc))
+        if removed:
+            ctx.config.user = acl.config_lines()
+        return removed
+    return err("Unknown subcommand or wrong number of arguments for '%s'. Try ACL SETUSER, DELUSER, "
+               "LIST, USERS, WHOAMI, CAT." % argv[1].decode("utf-8", "replace"))
 
 
 def hello_handshake(ctx: AdminContext, conn: "Connection", argv: list[bytes]) -> Any:
@@ -299,18 +396,20 @@ def hello_handshake(ctx: AdminContext, conn: "Connection", argv: list[bytes]) ->
         return err("Protocol version is not an integer or out of range")
     if version not in (2, 3):
         return Error("NOPROTO sorry, this protocol version is not supported.")
+    if conn.perms is PERMS_UNSET and not ctx.acl.default_open:  # let in by the acceptor: see dispatch
+        conn.authenticated = False
+        conn.perms = None
     i = 2
     name = None
     while i < len(argv):
         opt = argv[i].lower()
         if opt == b"auth" and i + 2 < len(argv):
             user, password = argv[i + 1], argv[i + 2]
-            required = ctx.config.requirepass
-            if not required:
+            acl = ctx.acl
+            if len(acl.users) == 1 and acl.default.nopass and not acl.default.passwords:
                 return err("AUTH <password> called without any password configured for the default user.")
-            if user != b"default" or password != required.encode():
-                return Error("WRONGPASS invalid username-password pair or user is disabled.")
-            conn.authenticated = True
+            if not login(ctx, conn, user, password, deauth=False):
+                return Error(WRONGPASS)
             i += 3
         elif opt == b"setname" and i + 1 < len(argv):
             name = argv[i + 1]
@@ -318,11 +417,13 @@ def hello_handshake(ctx: AdminContext, conn: "Connection", argv: list[bytes]) ->
         else:
             return err("Syntax error in HELLO option '%s'" % argv[i].decode("utf-8", "replace"))
     if not conn.authenticated:
-        if ctx.config.requirepass:
+        if not ctx.acl.default_open:
             return Error("NOAUTH HELLO must be called with the client already authenticated, "
                          "otherwise the HELLO <proto> AUTH <user> <pass> option can be used to "
                          "authenticate the client and select the RESP protocol version at the same time")
         conn.authenticated = True
+        conn.user = b"default"
+        conn.perms = ctx.acl.perms_of(ctx.acl.default)
     if name is not None:
         conn.name = name
     conn.encode = encode_reply3 if version == 3 else encode_reply
@@ -514,6 +615,9 @@ def info_text(ctx: AdminContext, section: str, peak: list[int]) -> str:
                 "client_output_buffer_limit_disconnections": stats["client_output_buffer_limit_disconnections"],
                 "tls_connections_received": stats.get("tls_connections_received", 0),
                 "tls_handshake_failures": stats.get("tls_handshake_failures", 0),
+                "acl_access_denied_auth": stats.get("acl_access_denied_auth", 0),
+                "acl_access_denied_cmd": stats.get("acl_access_denied_cmd", 0),
+                "acl_access_denied_key": stats.get("acl_access_denied_key", 0),
                 "jobs_added": node.stats["jobs_added"],
                 "jobs_delivered": node.stats["jobs_delivered"],
                 "jobs_acked": node.stats["jobs_acked"],
@@ -537,4 +641,4 @@ def info_text(ctx: AdminContext, section: str, peak: list[int]) -> str:
     return "\r\n".join(parts)
 
 
-__all__ = ["AdminContext", "build_table", "hello_handshake", "info_text", "NO_REPLY", "CORE_COMMANDS"]
+__all__ = ["AdminContext", "build_table", "hello_handshake", "acl_command", "login", "info_text", "NO_REPLY", "CORE_COMMANDS"]

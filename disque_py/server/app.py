@@ -33,6 +33,7 @@ from .. import __version__
 from ..config import DIRECTIVES, Config, ConfigError, inactive_settings, rewrite_config
 from ..core.node import Node
 from . import admin, gcpolicy, protection
+from .acl import Acl, AclError
 from .aof import Aof, AofLoadError
 from .clients import Acceptor, ClientLoop
 from .cluster import ClusterService, CoreFeed
@@ -68,7 +69,12 @@ class Server:
             address=(bind_ip, config.port),
         )
         self.stats: dict[str, int] = {}  # INFO stats: each part adds and counts its own
-        self.dispatcher = dispatcher = Dispatcher(node, config, self.stats)
+        try:
+            self.acl = acl = Acl.from_config(config)  # the users: requirepass and the 'user' lines
+        except AclError as exc:
+            log.warning("*** FATAL CONFIG FILE ERROR *** in a 'user' directive: %s", exc)
+            raise SystemExit(1) from None
+        self.dispatcher = dispatcher = Dispatcher(node, config, self.stats, acl=acl)
         self.timers = timers = CoreTimers(node, dispatcher.apply_effects)
         self.loop = loop = ClientLoop(dispatcher, self.stats, timers=timers)
         self.clients = loop.clients
@@ -98,6 +104,7 @@ class Server:
             cluster_command=cluster.command,
             ops_per_sec=self.cron.instantaneous_ops,
             aof=aof,
+            acl=acl,
         )
         dispatcher.admin = admin.build_table(context)
         dispatcher.hello = partial(admin.hello_handshake, context)

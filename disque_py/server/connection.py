@@ -3,7 +3,7 @@
 :class:`Connection` is made by the acceptor (:mod:`.clients`), read and
 written by the client loop (socket, buffers, flags), the dispatcher
 (:mod:`.dispatch`: replies, blocking, pending commands) and the
-connection commands (:mod:`.admin`: AUTH, CLIENT, HELLO). It has no
+connection commands (:mod:`.admin`: AUTH, CLIENT, HELLO, ACL). It has no
 behaviour of its own, so it sits at the bottom of the import graph.
 """
 
@@ -14,9 +14,14 @@ from collections import deque
 
 from ..protocol.resp import encode_reply
 
-__all__ = ["Connection", "OUT_HOLD"]
+__all__ = ["Connection", "OUT_HOLD", "PERMS_UNSET"]
 
 OUT_HOLD = 1 << 20  # a client's commands wait while this much of its output is unsent
+
+#: ``Connection.perms`` until the dispatcher (or AUTH, HELLO) has decided it: the acceptor lets
+#: a connection in without AUTH when there is no requirepass, and the default user's own rules
+#: (server/acl.py) are applied at its first command.
+PERMS_UNSET = object()
 
 
 class Connection:
@@ -32,6 +37,9 @@ class Connection:
         "created",
         "last_active",
         "authenticated",
+        "user",
+        "perms",
+        "auth_failures",
         "out",
         "blocked",
         "pending",
@@ -59,6 +67,9 @@ class Connection:
         self.created = now
         self.last_active = now
         self.authenticated = False
+        self.user = b"default"  # the user it is authenticated as (server/acl.py)
+        self.perms = PERMS_UNSET  # None: may run everything; else the acl.User its commands are checked against
+        self.auth_failures = 0  # failed AUTHs in a row (closed at acl.AUTH_FAILURE_LIMIT)
         self.out = bytearray()
         self.blocked = False
         self.pending: deque[list[bytes]] = deque()

@@ -2,7 +2,8 @@
 
 :class:`Dispatcher` is handed commands by the client loop
 (:meth:`~Dispatcher.run_commands`, per read of a client), runs each one
-(authentication, the shell's own commands from the :mod:`.admin` table,
+(authentication, a user's rights when it has not every one (:mod:`.acl`),
+the shell's own commands from the :mod:`.admin` table,
 everything else with ``Node.execute``) and encodes the reply into the
 client's output. :meth:`~Dispatcher.apply_effects` then carries out what the
 core produced for others: a reply to another (blocked) client goes into its
@@ -40,7 +41,8 @@ from ..core.effects import BLOCKED, Reply, Send
 from ..core.memory import LEVEL_NAMES, THRESHOLDS
 from ..core.messages import moves_to_watch
 from ..core.replies import Error
-from .connection import OUT_HOLD
+from .acl import Acl
+from .connection import OUT_HOLD, PERMS_UNSET
 from .contracts import NO_REPLY, now_ms
 from .logs import log
 
@@ -55,7 +57,7 @@ __all__ = ["Dispatcher", "send_item_of", "DISPATCH_STATS"]
 NOAUTH = Error("NOAUTH Authentication required.")
 
 #: The counters the dispatcher keeps in the stats dict it is given (INFO stats).
-DISPATCH_STATS = ("total_commands_processed", "internal_errors")
+DISPATCH_STATS = ("total_commands_processed", "internal_errors", "acl_access_denied_cmd", "acl_access_denied_key")
 
 MEMORY_MEASURE_MS = 10  # the level is measured again at most this often before commands
 RSS_MEASURE_MS = 100  # the RSS is read at most this often
@@ -115,6 +117,7 @@ class Dispatcher:
         *,
         admin: AdminTable | None = None,
         hello: Callable[["Connection", list[bytes]], Any] | None = None,
+        acl: Acl | None = None,
     ) -> None:
         for key in DISPATCH_STATS:
             stats.setdefault(key, 0)
@@ -123,6 +126,7 @@ class Dispatcher:
         self.stats = stats
         self.admin: AdminTable = admin if admin is not None else {}
         self.hello = hello
+        self.acl = acl if acl is not None else Acl.from_config(config)
         self.clients: dict[int, "Connection"] = {}
         self._send_soon: Callable[["Connection"], None] = lambda conn: None
         self._resume_reading: Callable[["Connection"], None] = lambda conn: None
@@ -219,13 +223,31 @@ class Dispatcher:
             name = argv[0].lower()
             conn.last_cmd = name
             if not conn.authenticated and name != b"auth" and name != b"hello":
-                if self.config.requirepass:
+                acl = self.acl
+                if not acl.default_open:
                     return NOAUTH
                 conn.authenticated = True
+                conn.user = b"default"
+                conn.perms = acl.perms_of(acl.default)
             if name == b"hello" and len(argv) > 1 and self.hello is not None:
                 return self.hello(conn, argv)
             if not conn.authenticated and name == b"hello":
                 return NOAUTH
+            perms = conn.perms
+            if perms is not None:  # a user with fewer than every right (server/acl.py), or not known yet
+                if perms is PERMS_UNSET:  # let in by the acceptor (no requirepass): the default user
+                    acl = self.acl
+                    if not acl.default_open and name != b"auth":  # its rules say otherwise
+                        conn.authenticated = False
+                        conn.perms = None
+                        return NOAUTH
+                    conn.user = b"default"
+                    perms = conn.perms = acl.perms_of(acl.default)
+                if perms is not None:
+                    denied = self.acl.check(perms, name, argv, self._queue_of)
+                    if denied is not None:
+                        self.stats["acl_access_denied_" + denied[0]] += 1
+                        return Error(denied[1])
             entry = self.admin.get(name)
             if entry is not None:
                 handler, arity = entry
@@ -238,6 +260,10 @@ class Dispatcher:
             self.stats["internal_errors"] += 1
             log.exception("Internal error running %r", argv[:1])
             return Error("ERR internal error, check the server logs")
+
+    def _queue_of(self, job_id: bytes) -> bytes | None:
+        job = self.node.store.get(job_id)
+        return None if job is None else job.queue
 
     def client_closed(self, client_id: int) -> None:
         """A client's connection is gone: the core forgets it (a blocked command is dropped)."""
