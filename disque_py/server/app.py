@@ -88,6 +88,7 @@ class Server:
         self.aof = aof = Aof(config, node)
         aof.wire(cluster.send_item, loop.release_held, lambda: cluster.bus)
         self.acceptor = Acceptor(loop, config, self.stats)
+        self.acceptor.acl = acl
         # TLS clients (tls-port): their own listener and handshake task, then served by the same
         # client loop as plain ones (server/tls.py); nothing of it is on the plain path.
         self.tls = TlsService(config, self.stats, self.acceptor.adopt)
@@ -228,7 +229,7 @@ class Server:
             log.warning("No config file specified, using the default config. Pass a disque.conf path to use one.")
         for name in inactive_settings(cfg):
             log.warning("%s is set, but disque-py does not act on it yet (see disque.conf.example)", name)
-        note = protection.startup_note(cfg)
+        note = protection.startup_note(cfg, self.acl)
         if note:
             log.warning("%s", note)
         try:

@@ -553,6 +553,7 @@ class Acceptor:
         self.config = config
         self.stats = stats
         self._next_client_id = 0
+        self.acl: Any = None  # the node's users (server.acl.Acl): a default user with a password ends protected mode
 
     async def serve(self, listener: trio.SocketListener) -> None:
         def failed() -> None:
@@ -566,7 +567,7 @@ class Acceptor:
         sock.setblocking(False)
         self.stats["total_connections_received"] += 1
         cfg = self.config
-        if protected(cfg) and not self._peer_is_local(sock):
+        if protected(cfg, self.acl) and not self._peer_is_local(sock):
             self.stats["rejected_connections"] += 1
             self.stats["rejected_connections_protected"] += 1
             self._refuse(sock, DENIED)
@@ -609,7 +610,7 @@ class Acceptor:
         Counted, limited and served as an accepted one."""
         self.stats["total_connections_received"] += 1
         cfg = self.config
-        if protected(cfg) and not is_loopback(sock.getpeername()):
+        if protected(cfg, self.acl) and not is_loopback(sock.getpeername()):
             self.stats["rejected_connections"] += 1
             self.stats["rejected_connections_protected"] += 1
             self._refuse(sock, DENIED)

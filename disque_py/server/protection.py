@@ -36,9 +36,17 @@ DENIED = (
 )
 
 
-def protected(config: "Config") -> bool:
-    """True when non-loopback clients are to be refused (read at each accept)."""
-    return bool(config.protected_mode) and not config.bind and not config.requirepass
+def protected(config: "Config", acl: Any = None) -> bool:
+    """True when non-loopback clients are to be refused (read at each accept): protected-mode is
+    yes, no bind is configured, and the ``default`` user needs no password (no requirepass, and
+    no ``user default`` line giving it one or turning it off; ``acl`` is the node's
+    :class:`.acl.Acl`, when it has one)."""
+    if not config.protected_mode or config.bind or config.requirepass:
+        return False
+    if acl is not None:
+        default = acl.default
+        return default.enabled and default.nopass
+    return True
 
 
 def is_loopback(peer: Any) -> bool:
@@ -62,14 +70,14 @@ def is_loopback(peer: Any) -> bool:
     return ip.is_loopback
 
 
-def refuse(config: "Config", peer: Any) -> bool:
+def refuse(config: "Config", peer: Any, acl: Any = None) -> bool:
     """True when a connection from ``peer`` must be refused with :data:`DENIED`."""
-    return protected(config) and not is_loopback(peer)
+    return protected(config, acl) and not is_loopback(peer)
 
 
-def startup_note(config: "Config") -> str | None:
+def startup_note(config: "Config", acl: Any = None) -> str | None:
     """The line the node logs at start when protected mode is active, else None."""
-    if not protected(config):
+    if not protected(config, acl):
         return None
     return (
         "Protected mode is on: no bind address and no requirepass are configured, so only clients on "

@@ -154,6 +154,20 @@ def test_a_password_lets_strangers_in_to_authenticate(start_node, outside):
     assert "Protected mode is on" not in node.log()
 
 
+def test_a_default_user_with_a_password_lets_strangers_in_to_authenticate(start_node, outside):
+    node = start_node(bind=None, user=("default", "on", ">s3cret", "allkeys", "+@all"))
+    data, closed = exchange(outside, node.port, b"PING\r\n")
+    assert data.startswith(b"-NOAUTH"), data
+    data, closed = exchange(outside, node.port, b"AUTH default s3cret\r\nPING\r\n")
+    assert data.startswith(b"+OK\r\n+PONG"), data
+    assert "Protected mode is on" not in node.log()
+
+
+def test_a_named_user_does_not_end_it_while_default_needs_no_password(start_node, outside):
+    node = start_node(bind=None, user=("alice", "on", ">pw", "allkeys", "+@all"))
+    assert_denied(outside, node.port)
+
+
 def test_protected_mode_no_at_start_lets_strangers_in(start_node, outside):
     node = start_node(bind=None, protected_mode="no")
     assert_served(outside, node.port)
