@@ -209,6 +209,39 @@ def cluster_create(count: int, base_port: int, secret: str | None, node_timeout:
     click.echo("%d node(s) on 127.0.0.1:%d-%d, full mesh after %.1f s" % (count, ports[0], ports[-1], seconds))
 
 
+def _tls_options(command):
+    """--user and the TLS options of ``disque-py cli`` (same names), for the cluster commands."""
+    for option in reversed([
+        click.option("--user", "username", default=None, help="AUTH as this user (with --password)."),
+        click.option("--tls", is_flag=True, help="Connect with TLS: ADDRESSES are the nodes' tls-ports."),
+        click.option("--cacert", default=None, type=click.Path(dir_okay=False),
+                     help="CA to check the nodes' certificates with (implies --tls)."),
+        click.option("--cert", default=None, type=click.Path(dir_okay=False),
+                     help="Client certificate, for nodes with tls-auth-clients (implies --tls)."),
+        click.option("--key", default=None, type=click.Path(dir_okay=False), help="Private key of --cert."),
+    ]):  # fmt: skip
+        command = option(command)
+    return command
+
+
+def _connection(password: str | None, username: str | None, tls: bool, cacert: str | None, cert: str | None,
+                key: str | None) -> dict:  # fmt: skip
+    """Keyword arguments of the devcluster functions: credentials and a TLS context (or None)."""
+    from .launcher import tls_context
+
+    if username and password is None:
+        raise click.BadParameter("--user needs --password", param_hint="--user")
+    if key and not cert:
+        raise click.BadParameter("--key needs --cert", param_hint="--key")
+    context = None
+    if tls or cacert or cert:
+        try:
+            context = tls_context(cacert, cert, key)
+        except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
+            raise click.ClickException("cannot load the TLS files: %s" % exc) from None
+    return {"password": password, "username": username, "ssl_context": context}
+
+
 def _host_port(address: str) -> tuple[str, int]:
     host, _, port = address.rpartition(":")
     if not host or not port.isdigit():
@@ -220,7 +253,9 @@ def _host_port(address: str) -> tuple[str, int]:
 @click.argument("addresses", nargs=-1, required=True)
 @click.option("-a", "--password", default=None, help="requirepass of the nodes.")
 @click.option("--timeout", default=30.0, show_default=True, help="Seconds to wait for a full mesh.")
-def cluster_meet(addresses: tuple[str, ...], password: str | None, timeout: float) -> None:
+@_tls_options
+def cluster_meet(addresses: tuple[str, ...], password: str | None, timeout: float, username: str | None, tls: bool,
+                 cacert: str | None, cert: str | None, key: str | None) -> None:  # fmt: skip
     """Join running nodes: ADDRESSES are HOST:PORT client addresses.
 
     The first node meets every other one; gossip does the rest. Waits until
@@ -229,11 +264,13 @@ def cluster_meet(addresses: tuple[str, ...], password: str | None, timeout: floa
     \b
     Example:
       disque-py cluster meet 127.0.0.1:7711 127.0.0.1:7712 10.0.0.5:7711
+      disque-py cluster meet --tls --cacert ca.crt 10.0.0.5:7711 10.0.0.6:7711
     """
     from .devcluster import join_nodes
 
+    conn = _connection(password, username, tls, cacert, cert, key)
     parsed = [_host_port(address) for address in addresses]
-    seconds = join_nodes(parsed, password=password, timeout=timeout)
+    seconds = join_nodes(parsed, timeout=timeout, **conn)
     click.echo("%d node(s) joined, full mesh after %.1f s" % (len(parsed), seconds))
 
 
@@ -241,7 +278,9 @@ def cluster_meet(addresses: tuple[str, ...], password: str | None, timeout: floa
 @click.argument("node_id")
 @click.argument("address")
 @click.option("-a", "--password", default=None, help="requirepass of the nodes.")
-def cluster_forget(node_id: str, address: str, password: str | None) -> None:
+@_tls_options
+def cluster_forget(node_id: str, address: str, password: str | None, username: str | None, tls: bool,
+                   cacert: str | None, cert: str | None, key: str | None) -> None:  # fmt: skip
     """Remove NODE_ID from the cluster: CLUSTER FORGET on every node ADDRESS knows.
 
     Use it for a node that is gone for good: a dead machine, or a node that
@@ -263,7 +302,7 @@ def cluster_forget(node_id: str, address: str, password: str | None) -> None:
     where = _host_port(address)
     if len(node_id) != 40:
         raise click.BadParameter("a node ID has 40 characters (CLUSTER NODES shows them)")
-    results = forget_everywhere(node_id, where, password=password)
+    results = forget_everywhere(node_id, where, **_connection(password, username, tls, cacert, cert, key))
     failed = forgot = 0
     for nid, addr, outcome in results:
         ok = outcome in (FORGOT, UNKNOWN)
