@@ -144,6 +144,7 @@ def forget_everywhere(node_id: str, address: tuple[str, int], *, password: str |
             outcome = FORGOT
         except Exception as exc:  # noqa: BLE001 - reported per node: one failure must not stop the others
             text = str(exc)
+            text = text[4:] if text.startswith("ERR ") else text  # the node's words, without the code
             outcome = UNKNOWN if text.startswith("Unknown node") else text or repr(exc)
         results.append((nid, "%s:%s" % (h, p), outcome))
     return results
