@@ -184,7 +184,17 @@ def cluster() -> None:
 @click.option("--node-timeout", default=None, type=click.IntRange(100), help="cluster-node-timeout in ms (default 15000).")
 @click.option("--dir", "run_dir", default="run", show_default=True, type=click.Path(file_okay=False),
               help="Where node directories (logs, nodes.conf, pid files) go.")  # fmt: skip
-def cluster_create(count: int, base_port: int, secret: str | None, node_timeout: int | None, run_dir: str) -> None:
+@click.option("--tls", is_flag=True, help="Nodes also serve TLS (needs --cacert, --cert, --key) and are joined over it.")
+@click.option("--cacert", default=None, type=click.Path(exists=True, dir_okay=False),
+              help="With --tls: the CA of every certificate (tls-ca-cert-file).")
+@click.option("--cert", default=None, type=click.Path(exists=True, dir_okay=False),
+              help="With --tls: the nodes' certificate (gen-certs' node.crt), also sent to join them.")
+@click.option("--key", default=None, type=click.Path(exists=True, dir_okay=False), help="Private key of --cert.")
+@click.option("--tls-base-port", default=None, type=click.IntRange(1, 65535),
+              help="With --tls: tls-port of the first node; the others follow (default: base port + 1000).")
+def cluster_create(count: int, base_port: int, secret: str | None, node_timeout: int | None, run_dir: str,
+                   tls: bool, cacert: str | None, cert: str | None, key: str | None,
+                   tls_base_port: int | None) -> None:  # fmt: skip
     """Start COUNT local node processes on consecutive ports and join them.
 
     Nodes run detached, in memory, bound to 127.0.0.1, each with its own
@@ -195,18 +205,40 @@ def cluster_create(count: int, base_port: int, secret: str | None, node_timeout:
     Examples:
       disque-py cluster create --nodes 3
       disque-py cluster create --nodes 5 --base-port 8000 --secret "$(openssl rand -hex 16)"
+      disque-py cluster create --tls --cacert tls/ca.crt --cert tls/node.crt --key tls/node.key
+
+    With --tls each node keeps its plain port (its cluster bus follows it)
+    and serves TLS on its tls-port, which the join uses.
     """
     from pathlib import Path
 
     from .devcluster import join_nodes, start_nodes
 
+    import os
+
     ports = [base_port + i for i in range(count)]
     extra = ["--cluster-secret", secret] if secret else []
     if node_timeout:
         extra += ["--cluster-node-timeout", str(node_timeout)]
-    start_nodes(ports, extra=extra, run_dir=Path(run_dir))
-    seconds = join_nodes([("127.0.0.1", p) for p in ports])
+    conn: dict = {}
+    tls_ports: list[int] = []
+    if tls or cacert or cert or key:
+        if not (cacert and cert and key):
+            raise click.UsageError("--tls needs --cacert, --cert and --key (the nodes' own certificate)")
+        first = tls_base_port or base_port + 1000
+        tls_ports = [first + i for i in range(count)]
+        if set(tls_ports) & set(ports) or tls_ports[-1] > 65535:
+            raise click.BadParameter("the tls-ports %d-%d overlap the ports or pass 65535" % (tls_ports[0], tls_ports[-1]),
+                                     param_hint="--tls-base-port")  # fmt: skip
+        extra += ["--tls-cert-file", os.path.abspath(cert), "--tls-key-file", os.path.abspath(key),
+                  "--tls-ca-cert-file", os.path.abspath(cacert)]  # fmt: skip
+        conn = _connection(None, None, True, cacert, cert, key)
+    per_node = {p: ["--tls-port", str(t)] for p, t in zip(ports, tls_ports)} if tls_ports else None
+    start_nodes(ports, extra=extra, run_dir=Path(run_dir), per_node=per_node)
+    seconds = join_nodes([("127.0.0.1", p) for p in (tls_ports or ports)], **conn)
     click.echo("%d node(s) on 127.0.0.1:%d-%d, full mesh after %.1f s" % (count, ports[0], ports[-1], seconds))
+    if tls_ports:
+        click.echo("TLS on 127.0.0.1:%d-%d" % (tls_ports[0], tls_ports[-1]))
 
 
 def _tls_options(command):

@@ -52,8 +52,10 @@ def main() -> None:
     """Local disque-py nodes for development (state under ./run/)."""
 
 
-def start_nodes(ports: list[int], *, extra: list[str] = (), run_dir: Path = RUN_DIR) -> list[int]:
-    """Start a detached node per port (skipping running ones); returns the ports started."""
+def start_nodes(ports: list[int], *, extra: list[str] = (), run_dir: Path = RUN_DIR,
+                per_node: dict[int, list[str]] | None = None) -> list[int]:  # fmt: skip
+    """Start a detached node per port (skipping running ones), with ``extra`` arguments and its own
+    ``per_node[port]`` ones; returns the ports started."""
     started = []
     with click.progressbar(ports, label="Starting %d node(s)" % len(ports), file=sys.stderr) as bar:
         for port in bar:
@@ -65,7 +67,8 @@ def start_nodes(ports: list[int], *, extra: list[str] = (), run_dir: Path = RUN_
                 raise click.ClickException("port %d is already in use by another process" % port)
             log = node_dir / "node.log"
             argv = launcher.node_argv(port, None, "--bind", "127.0.0.1", "--dir", str(node_dir),
-                                      "--pidfile", str(node_dir / "disque.pid"), "--logfile", str(log), *extra)  # fmt: skip
+                                      "--pidfile", str(node_dir / "disque.pid"), "--logfile", str(log), *extra,
+                                      *(per_node or {}).get(port, ()))  # fmt: skip
             proc = launcher.spawn(argv, output=log, detach=True)
             started.append(port)
             try:

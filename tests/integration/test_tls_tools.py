@@ -4,6 +4,7 @@ tls-ports, and the sync and trio clients authenticating as a user (AUTH username
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from disque_py.client.aio import Client as AioClient
 from disque_py.client.errors import AuthError
 from disque_py.client.sync import Client
 
-from .conftest import free_port
+from .conftest import consecutive_free_ports, free_port
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tls_certs import Certs, make_certs  # noqa: E402
@@ -128,3 +129,32 @@ def test_named_user_over_tls(start_node, certs):
     with Client("rediss://127.0.0.1:%d" % node.tls_port, username="alice", password="alicepw", **kw) as c:
         assert c.add_job("q", b"tls alice").startswith("D-")
         assert c.execute("ACL", "WHOAMI") in (b"alice", "alice")
+
+
+def test_cluster_create_with_tls(tmp_path, certs):
+    base = consecutive_free_ports(2)
+    tls_base = consecutive_free_ports(2)
+    run = tmp_path / "run"
+    argv = [sys.executable, "-m", "disque_py.cli", "cluster", "create", "--nodes", "2", "--base-port", str(base),
+            "--dir", str(run), "--tls", "--cacert", str(certs.ca), "--cert", str(certs.server_cert),
+            "--key", str(certs.server_key), "--tls-base-port", str(tls_base)]  # fmt: skip
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert "TLS on 127.0.0.1:%d-%d" % (tls_base, tls_base + 1) in out.stdout
+        ctx = launcher.tls_context(certs.ca, certs.client_cert, certs.client_key)
+        for tls_port in (tls_base, tls_base + 1):
+            info = launcher.call(tls_port, "CLUSTER", "INFO", ssl_context=ctx).decode()
+            assert "cluster_reachable_nodes:1" in info
+    finally:
+        for port in (base, base + 1):
+            try:
+                pid = int((run / ("node-%d" % port) / "disque.pid").read_text())
+            except (OSError, ValueError):
+                continue
+            launcher.stop(pid, port=port)
+
+
+def test_cluster_create_tls_needs_the_files():
+    result = CliRunner().invoke(cli_main, ["cluster", "create", "--tls", "--nodes", "1"])
+    assert result.exit_code != 0 and "--tls needs --cacert, --cert and --key" in result.output
