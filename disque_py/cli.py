@@ -228,8 +228,8 @@ def cluster_create(count: int, base_port: int, secret: str | None, node_timeout:
         first = tls_base_port or base_port + 1000
         tls_ports = [first + i for i in range(count)]
         if set(tls_ports) & set(ports) or tls_ports[-1] > 65535:
-            raise click.BadParameter("the tls-ports %d-%d overlap the ports or pass 65535" % (tls_ports[0], tls_ports[-1]),
-                                     param_hint="--tls-base-port")  # fmt: skip
+            raise click.BadParameter("the tls-ports %d-%d overlap the ports or pass 65535"
+                                     % (tls_ports[0], tls_ports[-1]), param_hint="--tls-base-port")  # fmt: skip
         extra += ["--tls-cert-file", os.path.abspath(cert), "--tls-key-file", os.path.abspath(key),
                   "--tls-ca-cert-file", os.path.abspath(cacert)]  # fmt: skip
         conn = _connection(None, None, True, cacert, cert, key)
