@@ -184,7 +184,17 @@ def cluster() -> None:
 @click.option("--node-timeout", default=None, type=click.IntRange(100), help="cluster-node-timeout in ms (default 15000).")
 @click.option("--dir", "run_dir", default="run", show_default=True, type=click.Path(file_okay=False),
               help="Where node directories (logs, nodes.conf, pid files) go.")  # fmt: skip
-def cluster_create(count: int, base_port: int, secret: str | None, node_timeout: int | None, run_dir: str) -> None:
+@click.option("--tls", is_flag=True, help="Nodes also serve TLS (needs --cacert, --cert, --key) and are joined over it.")
+@click.option("--cacert", default=None, type=click.Path(exists=True, dir_okay=False),
+              help="With --tls: the CA of every certificate (tls-ca-cert-file).")
+@click.option("--cert", default=None, type=click.Path(exists=True, dir_okay=False),
+              help="With --tls: the nodes' certificate (gen-certs' node.crt), also sent to join them.")
+@click.option("--key", default=None, type=click.Path(exists=True, dir_okay=False), help="Private key of --cert.")
+@click.option("--tls-base-port", default=None, type=click.IntRange(1, 65535),
+              help="With --tls: tls-port of the first node; the others follow (default: base port + 1000).")
+def cluster_create(count: int, base_port: int, secret: str | None, node_timeout: int | None, run_dir: str,
+                   tls: bool, cacert: str | None, cert: str | None, key: str | None,
+                   tls_base_port: int | None) -> None:  # fmt: skip
     """Start COUNT local node processes on consecutive ports and join them.
 
     Nodes run detached, in memory, bound to 127.0.0.1, each with its own
@@ -195,18 +205,73 @@ def cluster_create(count: int, base_port: int, secret: str | None, node_timeout:
     Examples:
       disque-py cluster create --nodes 3
       disque-py cluster create --nodes 5 --base-port 8000 --secret "$(openssl rand -hex 16)"
+      disque-py cluster create --tls --cacert tls/ca.crt --cert tls/node.crt --key tls/node.key
+
+    With --tls each node keeps its plain port (its cluster bus follows it)
+    and serves TLS on its tls-port, which the join uses.
     """
     from pathlib import Path
 
     from .devcluster import join_nodes, start_nodes
 
+    import os
+
     ports = [base_port + i for i in range(count)]
     extra = ["--cluster-secret", secret] if secret else []
     if node_timeout:
         extra += ["--cluster-node-timeout", str(node_timeout)]
-    start_nodes(ports, extra=extra, run_dir=Path(run_dir))
-    seconds = join_nodes([("127.0.0.1", p) for p in ports])
+    conn: dict = {}
+    tls_ports: list[int] = []
+    if tls or cacert or cert or key:
+        if not (cacert and cert and key):
+            raise click.UsageError("--tls needs --cacert, --cert and --key (the nodes' own certificate)")
+        first = tls_base_port or base_port + 1000
+        tls_ports = [first + i for i in range(count)]
+        if set(tls_ports) & set(ports) or tls_ports[-1] > 65535:
+            raise click.BadParameter("the tls-ports %d-%d overlap the ports or pass 65535"
+                                     % (tls_ports[0], tls_ports[-1]), param_hint="--tls-base-port")  # fmt: skip
+        extra += ["--tls-cert-file", os.path.abspath(cert), "--tls-key-file", os.path.abspath(key),
+                  "--tls-ca-cert-file", os.path.abspath(cacert)]  # fmt: skip
+        conn = _connection(None, None, True, cacert, cert, key)
+    per_node = {p: ["--tls-port", str(t)] for p, t in zip(ports, tls_ports)} if tls_ports else None
+    start_nodes(ports, extra=extra, run_dir=Path(run_dir), per_node=per_node)
+    seconds = join_nodes([("127.0.0.1", p) for p in (tls_ports or ports)], **conn)
     click.echo("%d node(s) on 127.0.0.1:%d-%d, full mesh after %.1f s" % (count, ports[0], ports[-1], seconds))
+    if tls_ports:
+        click.echo("TLS on 127.0.0.1:%d-%d" % (tls_ports[0], tls_ports[-1]))
+
+
+def _tls_options(command):
+    """--user and the TLS options of ``disque-py cli`` (same names), for the cluster commands."""
+    for option in reversed([
+        click.option("--user", "username", default=None, help="AUTH as this user (with --password)."),
+        click.option("--tls", is_flag=True, help="Connect with TLS: ADDRESSES are the nodes' tls-ports."),
+        click.option("--cacert", default=None, type=click.Path(dir_okay=False),
+                     help="CA to check the nodes' certificates with (implies --tls)."),
+        click.option("--cert", default=None, type=click.Path(dir_okay=False),
+                     help="Client certificate, for nodes with tls-auth-clients (implies --tls)."),
+        click.option("--key", default=None, type=click.Path(dir_okay=False), help="Private key of --cert."),
+    ]):  # fmt: skip
+        command = option(command)
+    return command
+
+
+def _connection(password: str | None, username: str | None, tls: bool, cacert: str | None, cert: str | None,
+                key: str | None) -> dict:  # fmt: skip
+    """Keyword arguments of the devcluster functions: credentials and a TLS context (or None)."""
+    from .launcher import tls_context
+
+    if username and password is None:
+        raise click.BadParameter("--user needs --password", param_hint="--user")
+    if key and not cert:
+        raise click.BadParameter("--key needs --cert", param_hint="--key")
+    context = None
+    if tls or cacert or cert:
+        try:
+            context = tls_context(cacert, cert, key)
+        except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
+            raise click.ClickException("cannot load the TLS files: %s" % exc) from None
+    return {"password": password, "username": username, "ssl_context": context}
 
 
 def _host_port(address: str) -> tuple[str, int]:
@@ -220,7 +285,9 @@ def _host_port(address: str) -> tuple[str, int]:
 @click.argument("addresses", nargs=-1, required=True)
 @click.option("-a", "--password", default=None, help="requirepass of the nodes.")
 @click.option("--timeout", default=30.0, show_default=True, help="Seconds to wait for a full mesh.")
-def cluster_meet(addresses: tuple[str, ...], password: str | None, timeout: float) -> None:
+@_tls_options
+def cluster_meet(addresses: tuple[str, ...], password: str | None, timeout: float, username: str | None, tls: bool,
+                 cacert: str | None, cert: str | None, key: str | None) -> None:  # fmt: skip
     """Join running nodes: ADDRESSES are HOST:PORT client addresses.
 
     The first node meets every other one; gossip does the rest. Waits until
@@ -229,11 +296,13 @@ def cluster_meet(addresses: tuple[str, ...], password: str | None, timeout: floa
     \b
     Example:
       disque-py cluster meet 127.0.0.1:7711 127.0.0.1:7712 10.0.0.5:7711
+      disque-py cluster meet --tls --cacert ca.crt 10.0.0.5:7711 10.0.0.6:7711
     """
     from .devcluster import join_nodes
 
+    conn = _connection(password, username, tls, cacert, cert, key)
     parsed = [_host_port(address) for address in addresses]
-    seconds = join_nodes(parsed, password=password, timeout=timeout)
+    seconds = join_nodes(parsed, timeout=timeout, **conn)
     click.echo("%d node(s) joined, full mesh after %.1f s" % (len(parsed), seconds))
 
 
@@ -241,7 +310,9 @@ def cluster_meet(addresses: tuple[str, ...], password: str | None, timeout: floa
 @click.argument("node_id")
 @click.argument("address")
 @click.option("-a", "--password", default=None, help="requirepass of the nodes.")
-def cluster_forget(node_id: str, address: str, password: str | None) -> None:
+@_tls_options
+def cluster_forget(node_id: str, address: str, password: str | None, username: str | None, tls: bool,
+                   cacert: str | None, cert: str | None, key: str | None) -> None:  # fmt: skip
     """Remove NODE_ID from the cluster: CLUSTER FORGET on every node ADDRESS knows.
 
     Use it for a node that is gone for good: a dead machine, or a node that
@@ -263,7 +334,7 @@ def cluster_forget(node_id: str, address: str, password: str | None) -> None:
     where = _host_port(address)
     if len(node_id) != 40:
         raise click.BadParameter("a node ID has 40 characters (CLUSTER NODES shows them)")
-    results = forget_everywhere(node_id, where, password=password)
+    results = forget_everywhere(node_id, where, **_connection(password, username, tls, cacert, cert, key))
     failed = forgot = 0
     for nid, addr, outcome in results:
         ok = outcome in (FORGOT, UNKNOWN)

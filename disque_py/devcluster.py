@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import signal
+import ssl
 import sys
 from pathlib import Path
 
@@ -51,8 +52,10 @@ def main() -> None:
     """Local disque-py nodes for development (state under ./run/)."""
 
 
-def start_nodes(ports: list[int], *, extra: list[str] = (), run_dir: Path = RUN_DIR) -> list[int]:
-    """Start a detached node per port (skipping running ones); returns the ports started."""
+def start_nodes(ports: list[int], *, extra: list[str] = (), run_dir: Path = RUN_DIR,
+                per_node: dict[int, list[str]] | None = None) -> list[int]:  # fmt: skip
+    """Start a detached node per port (skipping running ones), with ``extra`` arguments and its own
+    ``per_node[port]`` ones; returns the ports started."""
     started = []
     with click.progressbar(ports, label="Starting %d node(s)" % len(ports), file=sys.stderr) as bar:
         for port in bar:
@@ -64,7 +67,8 @@ def start_nodes(ports: list[int], *, extra: list[str] = (), run_dir: Path = RUN_
                 raise click.ClickException("port %d is already in use by another process" % port)
             log = node_dir / "node.log"
             argv = launcher.node_argv(port, None, "--bind", "127.0.0.1", "--dir", str(node_dir),
-                                      "--pidfile", str(node_dir / "disque.pid"), "--logfile", str(log), *extra)  # fmt: skip
+                                      "--pidfile", str(node_dir / "disque.pid"), "--logfile", str(log), *extra,
+                                      *(per_node or {}).get(port, ()))  # fmt: skip
             proc = launcher.spawn(argv, output=log, detach=True)
             started.append(port)
             try:
@@ -74,18 +78,16 @@ def start_nodes(ports: list[int], *, extra: list[str] = (), run_dir: Path = RUN_
     return started
 
 
-def _command(host: str, port: int, *argv: str, password: str | None = None) -> object:
-    import redis
-
-    r = redis.Redis(host=host, port=port, password=password, socket_timeout=5, protocol=2)
-    try:
-        return r.execute_command(*argv)
-    finally:
-        r.close()
+def _command(host: str, port: int, *argv: str, password: str | None = None, username: str | None = None,
+             ssl_context: ssl.SSLContext | None = None) -> object:  # fmt: skip
+    """One command; a reply error raises :class:`launcher.ReplyError` with the node's text."""
+    return launcher.call(port, *argv, host=host, password=password, username=username, ssl_context=ssl_context)
 
 
-def join_nodes(addresses: list[tuple[str, int]], *, password: str | None = None, timeout: float = 30.0) -> float:
-    """CLUSTER MEET every node from the first one, then wait until all know each other.
+def join_nodes(addresses: list[tuple[str, int]], *, password: str | None = None, timeout: float = 30.0,
+               username: str | None = None, ssl_context: ssl.SSLContext | None = None) -> float:  # fmt: skip
+    """CLUSTER MEET every node from the first one, then wait until all know each other (over TLS
+    with ``ssl_context``: the addresses are then tls-ports).
 
     Returns the seconds it took to become a full mesh.
     """
@@ -100,22 +102,30 @@ def join_nodes(addresses: list[tuple[str, int]], *, password: str | None = None,
             done[0] = complete
 
         try:
-            return launcher.join(addresses, password=password, timeout=timeout, progress=progress)
-        except launcher.LaunchError as exc:
+            return launcher.join(addresses, password=password, timeout=timeout, progress=progress,
+                                 username=username, ssl_context=ssl_context)  # fmt: skip
+        except (launcher.LaunchError, OSError) as exc:
             raise click.ClickException(str(exc)) from None
 
 
 FORGOT, UNKNOWN = "forgot it", "did not know it"
 
 
-def forget_everywhere(node_id: str, address: tuple[str, int], *, password: str | None = None) -> list[tuple[str, str, str]]:
+def forget_everywhere(node_id: str, address: tuple[str, int], *, password: str | None = None,
+                      username: str | None = None, ssl_context: ssl.SSLContext | None = None,
+                      ) -> list[tuple[str, str, str]]:  # fmt: skip
     """CLUSTER FORGET ``node_id`` on every node that ``address`` knows, itself first.
 
     Returns ``(node id, HOST:PORT, outcome)`` per node asked: :data:`FORGOT`,
-    :data:`UNKNOWN` (forgotten before, or never known), or what went wrong.
+    :data:`UNKNOWN` (forgotten before, or never known), or what went wrong. Over TLS
+    (``ssl_context``) the other nodes are reached at the addresses CLUSTER NODES lists.
     """
     host, port = address
-    table = _command(host, port, "CLUSTER", "NODES", password=password)
+    conn = {"password": password, "username": username, "ssl_context": ssl_context}
+    try:
+        table = _command(host, port, "CLUSTER", "NODES", **conn)
+    except (launcher.ReplyError, OSError) as exc:
+        raise click.ClickException("%s:%d: %s" % (host, port, exc)) from None
     if isinstance(table, bytes):
         table = table.decode()
     nodes = []
@@ -133,10 +143,11 @@ def forget_everywhere(node_id: str, address: tuple[str, int], *, password: str |
         if me:
             h, p = host, str(port)  # as reached: a node may list itself under an address we cannot use
         try:
-            _command(h, int(p), "CLUSTER", "FORGET", node_id, password=password)
+            _command(h, int(p), "CLUSTER", "FORGET", node_id, **conn)
             outcome = FORGOT
         except Exception as exc:  # noqa: BLE001 - reported per node: one failure must not stop the others
             text = str(exc)
+            text = text[4:] if text.startswith("ERR ") else text  # the node's words, without the code
             outcome = UNKNOWN if text.startswith("Unknown node") else text or repr(exc)
         results.append((nid, "%s:%s" % (h, p), outcome))
     return results

@@ -19,6 +19,10 @@ command line, such as the benchmarks' redis-server) is on disk.
   until every node reaches every other one.
 
 Every wait polls a condition against a deadline.
+
+TLS: every function that speaks to a node takes ``ssl_context`` (None, the default: plain TCP);
+:func:`tls_context` builds one from a CA, a certificate and a key, as ``disque-py cli --tls``
+does. Those that authenticate take ``username`` beside ``password`` (``AUTH user pass``).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -36,8 +41,8 @@ from typing import Callable, Iterable, Sequence
 import hiredis
 
 __all__ = [
-    "HOST", "LaunchError", "ReplyError", "Stopped", "call", "join", "meet", "node_argv", "pinned", "ping",
-    "port_in_use", "shutdown", "spawn", "stop", "tail", "wait_converged", "wait_exit", "wait_ready",
+    "HOST", "LaunchError", "ReplyError", "Stopped", "announced_port", "call", "join", "meet", "node_argv", "pinned", "ping",
+    "port_in_use", "shutdown", "spawn", "stop", "tail", "tls_context", "wait_converged", "wait_exit", "wait_ready",
 ]  # fmt: skip
 
 HOST = "127.0.0.1"
@@ -183,6 +188,8 @@ def stop(
     sig: int = signal.SIGTERM,
     timeout: float = 10.0,
     group: bool = False,
+    username: str | None = None,
+    ssl_context: ssl.SSLContext | None = None,
 ) -> Stopped:
     """Stop a node: SHUTDOWN to ``host:port`` (when ``port`` is given), then ``sig``, then SIGKILL (to its
     process group with ``group``), each after waiting up to ``timeout`` s for the process to exit."""
@@ -193,7 +200,8 @@ def stop(
     if not _alive(target):
         return Stopped(code(), "exited")
     pid = target.pid if isinstance(target, subprocess.Popen) else target
-    if port is not None and shutdown(port, host=host, password=password) and wait_exit(target, timeout):
+    if port is not None and shutdown(port, host=host, password=password, username=username,
+                                     ssl_context=ssl_context) and wait_exit(target, timeout):  # fmt: skip
         return Stopped(code(), "shutdown")
     try:
         os.kill(pid, sig)
@@ -237,24 +245,57 @@ def _roundtrip(sock: socket.socket, reader: hiredis.Reader, args: Sequence[str |
         reader.feed(data)
 
 
+def tls_context(cacert: str | Path | None = None, cert: str | Path | None = None, key: str | Path | None = None,
+                *, check_hostname: bool = True) -> ssl.SSLContext:  # fmt: skip
+    """A client-side context: the node's certificate checked against ``cacert`` (None: the system's
+    CAs), ``cert``/``key`` sent when the node asks for a client certificate (tls-auth-clients)."""
+    ctx = ssl.create_default_context(cafile=None if cacert is None else str(cacert))
+    ctx.check_hostname = check_hostname
+    if cert is not None:
+        ctx.load_cert_chain(str(cert), None if key is None else str(key))
+    return ctx
+
+
+def _connect(host: str, port: int, timeout: float, ssl_context: ssl.SSLContext | None) -> socket.socket:
+    """A connected socket, wrapped (handshake done) with ``ssl_context``; OSError (ssl.SSLError too)."""
+    sock = socket.create_connection((host, port), timeout=timeout)
+    if ssl_context is None:
+        return sock
+    try:
+        return ssl_context.wrap_socket(sock, server_hostname=host)
+    except BaseException:
+        sock.close()
+        raise
+
+
+def _auth(sock: socket.socket, reader: hiredis.Reader, password: str | None, username: str | None) -> None:
+    if password is not None:
+        _roundtrip(sock, reader, ("AUTH", username, password) if username else ("AUTH", password))
+
+
 def call(port: int, *args: str | bytes | int, host: str = HOST, password: str | None = None,
-         timeout: float = 5.0) -> object:  # fmt: skip
-    """One command on a fresh connection (AUTH first with ``password``); an error reply raises
-    :class:`ReplyError`, a connection failure :class:`OSError`."""
-    with socket.create_connection((host, port), timeout=timeout) as sock:
+         timeout: float = 5.0, username: str | None = None,
+         ssl_context: ssl.SSLContext | None = None) -> object:  # fmt: skip
+    """One command on a fresh connection (TLS with ``ssl_context``; AUTH first with ``password``,
+    as ``username`` when given); an error reply raises :class:`ReplyError`, a connection or TLS
+    failure :class:`OSError`."""
+    with _connect(host, port, timeout, ssl_context) as sock:
         reader = hiredis.Reader()
-        if password is not None:
-            _roundtrip(sock, reader, ("AUTH", password))
+        _auth(sock, reader, password, username)
         return _roundtrip(sock, reader, args)
 
 
-def ping(port: int, host: str = HOST, timeout: float = 0.5) -> bool:
+def _answers_ping(host: str, port: int, timeout: float, ssl_context: ssl.SSLContext | None) -> bool:
+    with _connect(host, port, timeout, ssl_context) as s:
+        s.sendall(b"PING\r\n")
+        return s.recv(64).startswith((b"+PONG", b"-NOAUTH"))
+
+
+def ping(port: int, host: str = HOST, timeout: float = 0.5, *, ssl_context: ssl.SSLContext | None = None) -> bool:
     """Whether something on ``host:port`` answers PING like a node (``+PONG``, or ``-NOAUTH`` when it
-    wants a password)."""
+    wants a password); over TLS with ``ssl_context``."""
     try:
-        with socket.create_connection((host, port), timeout=timeout) as s:
-            s.sendall(b"PING\r\n")
-            return s.recv(64).startswith((b"+PONG", b"-NOAUTH"))
+        return _answers_ping(host, port, timeout, ssl_context)
     except OSError:
         return False
 
@@ -266,18 +307,18 @@ def port_in_use(port: int, host: str = HOST) -> bool:
         return s.connect_ex((host, port)) == 0
 
 
-def shutdown(port: int, host: str = HOST, password: str | None = None, timeout: float = 2.0) -> bool:
+def shutdown(port: int, host: str = HOST, password: str | None = None, timeout: float = 2.0, *,
+             username: str | None = None, ssl_context: ssl.SSLContext | None = None) -> bool:  # fmt: skip
     """Send SHUTDOWN; True if the node took it (it closes the connection without a reply), False if it
     refused (an error reply) or could not be reached."""
     try:
-        sock = socket.create_connection((host, port), timeout=timeout)
+        sock = _connect(host, port, timeout, ssl_context)
     except OSError:
         return False
     with sock:
         reader = hiredis.Reader()
         try:
-            if password is not None:
-                _roundtrip(sock, reader, ("AUTH", password))
+            _auth(sock, reader, password, username)
             _roundtrip(sock, reader, ("SHUTDOWN",))
         except ReplyError:
             return False
@@ -297,9 +338,10 @@ def wait_ready(
     timeout: float = 20.0,
     logs: Iterable[str | Path] = (),
     what: str = "node",
+    ssl_context: ssl.SSLContext | None = None,
 ) -> None:
-    """Poll PING until the node answers; :class:`LaunchError` with the tail of ``logs`` if its process
-    exits first or ``timeout`` s pass."""
+    """Poll PING (over TLS with ``ssl_context``) until the node answers; :class:`LaunchError` with the
+    tail of ``logs`` if its process exits first or ``timeout`` s pass."""
     logs = list(logs)
     deadline = time.monotonic() + timeout
     last: Exception | None = None
@@ -307,10 +349,8 @@ def wait_ready(
         if proc is not None and proc.poll() is not None:
             raise LaunchError("%s on port %d exited with %s:\n%s" % (what, port, proc.returncode, tail(logs)))
         try:
-            with socket.create_connection((host, port), timeout=1.0) as s:
-                s.sendall(b"PING\r\n")
-                if s.recv(64).startswith((b"+PONG", b"-NOAUTH")):
-                    return
+            if _answers_ping(host, port, 1.0, ssl_context):
+                return
         except OSError as exc:
             last = exc
         if time.monotonic() >= deadline:
@@ -320,18 +360,39 @@ def wait_ready(
         time.sleep(POLL)
 
 
-def _reachable(host: str, port: int, password: str | None) -> int:
-    info = call(port, "CLUSTER", "INFO", host=host, password=password)
+def _reachable(host: str, port: int, password: str | None, **conn) -> int:
+    info = call(port, "CLUSTER", "INFO", host=host, password=password, **conn)
     text = info.decode() if isinstance(info, bytes) else str(info)
     fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
     return int(fields.get("cluster_reachable_nodes", 0))
 
 
-def meet(addresses: Sequence[tuple[str, int]], *, password: str | None = None) -> None:
-    """CLUSTER MEET every other node, sent to the first one (gossip does the rest)."""
+def announced_port(host: str, port: int, *, password: str | None = None, **conn) -> int:
+    """The client port the node reached at ``host:port`` gives in CLUSTER NODES (its ``myself``
+    line): the port CLUSTER MEET takes, from which its bus port follows. It differs from ``port``
+    when that is the node's tls-port; 0 for a node without a plain port."""
+    table = call(port, "CLUSTER", "NODES", host=host, password=password, **conn)
+    text = table.decode() if isinstance(table, bytes) else str(table)
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) >= 3 and "myself" in fields[2].split(","):
+            return int(fields[1].split("@", 1)[0].rpartition(":")[2])
+    raise LaunchError("%s:%d lists no 'myself' node in CLUSTER NODES" % (host, port))
+
+
+def meet(addresses: Sequence[tuple[str, int]], *, password: str | None = None, username: str | None = None,
+         ssl_context: ssl.SSLContext | None = None) -> None:  # fmt: skip
+    """CLUSTER MEET every other node, sent to the first one (gossip does the rest).
+
+    Over TLS (``ssl_context``) the addresses are tls-ports, which are not the port CLUSTER MEET
+    takes: each node is asked for its own (:func:`announced_port`), and its address is used as
+    given only when it has none."""
+    conn = {"username": username, "ssl_context": ssl_context}
     first_host, first_port = addresses[0]
     for host, port in addresses[1:]:
-        call(first_port, "CLUSTER", "MEET", host, str(port), host=first_host, password=password)
+        if ssl_context is not None:
+            port = announced_port(host, port, password=password, **conn) or port
+        call(first_port, "CLUSTER", "MEET", host, str(port), host=first_host, password=password, **conn)
 
 
 def wait_converged(
@@ -341,6 +402,8 @@ def wait_converged(
     timeout: float = 30.0,
     interval: float = 0.1,
     progress: Callable[[int], None] | None = None,
+    username: str | None = None,
+    ssl_context: ssl.SSLContext | None = None,
 ) -> None:
     """Poll CLUSTER INFO on every node every ``interval`` s until each reaches all the others
     (``cluster_reachable_nodes``: nodes still in handshake do not count); :class:`LaunchError` after
@@ -348,7 +411,8 @@ def wait_converged(
     want = len(addresses)
     deadline = time.monotonic() + timeout
     while True:
-        counts = [_reachable(host, port, password) + 1 for host, port in addresses]
+        counts = [_reachable(host, port, password, username=username, ssl_context=ssl_context) + 1
+                  for host, port in addresses]  # fmt: skip
         complete = sum(1 for c in counts if c >= want)
         if progress is not None:
             progress(complete)
@@ -366,11 +430,14 @@ def join(
     timeout: float = 30.0,
     interval: float = 0.1,
     progress: Callable[[int], None] | None = None,
+    username: str | None = None,
+    ssl_context: ssl.SSLContext | None = None,
 ) -> float:
     """:func:`meet`, then :func:`wait_converged`; returns the seconds it took to become a full mesh."""
     started = time.monotonic()
     if len(addresses) < 2:
         return 0.0
-    meet(addresses, password=password)
-    wait_converged(addresses, password=password, timeout=timeout, interval=interval, progress=progress)
+    conn = {"username": username, "ssl_context": ssl_context}
+    meet(addresses, password=password, **conn)
+    wait_converged(addresses, password=password, timeout=timeout, interval=interval, progress=progress, **conn)
     return time.monotonic() - started

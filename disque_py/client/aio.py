@@ -63,6 +63,7 @@ class Client:
         seeds: Any = "127.0.0.1:7711",
         *,
         password: str | None = None,
+        username: str | None = None,
         socket_timeout: float | None = 5.0,
         connect_timeout: float = 2.0,
         failover_timeout: float = 10.0,
@@ -83,7 +84,8 @@ class Client:
         ssl_check_hostname: bool = True,
     ) -> None:
         self.config = ClientConfig(
-            seeds, password=password, socket_timeout=socket_timeout, connect_timeout=connect_timeout,
+            seeds, password=password, username=username, socket_timeout=socket_timeout,
+            connect_timeout=connect_timeout,
             failover_timeout=failover_timeout, backoff=backoff, refresh_interval=refresh_interval,
             affinity=affinity, retry_writes=retry_writes, max_retries=max_retries, rng=rng,
             tls=tls, ssl_ca_certs=ssl_ca_certs, ssl_certfile=ssl_certfile, ssl_keyfile=ssl_keyfile,
@@ -162,13 +164,21 @@ class Client:
             self._idle.append(conn)
 
     async def _open_connection(self, address: Address) -> RespConnection:
-        return await RespConnection.open(
+        user = self.config.username if self.config.password is not None else None
+        conn = await RespConnection.open(
             address,
             connect_timeout=self.config.connect_timeout,
-            password=self.config.password,
+            password=None if user else self.config.password,
             timeout=self.config.socket_timeout,
             ssl_context=self.config.ssl_context(),
         )
+        if user:  # a named user: AUTH username password
+            try:
+                await conn.request((b"AUTH", user, self.config.password), self.config.socket_timeout)
+            except BaseException:
+                conn.close()
+                raise
+        return conn
 
     async def _open(self, address: Address) -> tuple[RespConnection, HelloInfo]:
         """A new connection to ``address`` and its HELLO (which updates the node list)."""

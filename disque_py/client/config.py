@@ -12,14 +12,24 @@ from .cluster import Address, Affinity, Backoff, parse_seeds, seed_items, split_
 __all__ = ["ClientConfig"]
 
 
+def _url_username(url: str) -> str | None:
+    """The user of ``"rediss://alice:pw@host:port"`` (None for ``":pw@"`` or no credentials)."""
+    rest = url.strip().split("://", 1)[-1].split("/", 1)[0].split("?", 1)[0]
+    if "@" not in rest:
+        return None
+    cred = rest.rpartition("@")[0]
+    return cred.split(":", 1)[0] or None if ":" in cred else None
+
+
 class ClientConfig:
-    """Seeds, password, timeouts and cluster behaviour; see :class:`~.sync.Client`."""
+    """Seeds, password (and user), timeouts and cluster behaviour; see :class:`~.sync.Client`."""
 
     def __init__(
         self,
         seeds: Any = "127.0.0.1:7711",
         *,
         password: str | None = None,
+        username: str | None = None,
         socket_timeout: float | None = 5.0,
         connect_timeout: float = 2.0,
         failover_timeout: float = 10.0,
@@ -44,7 +54,11 @@ class ClientConfig:
                 tls = tls or url_tls
                 if password is None and url_password is not None:
                     password = url_password
+                    if username is None:
+                        username = _url_username(item)
         self.password = password
+        # A named user (AUTH username password); None: the default user.
+        self.username = username or None
         # TLS, with redis-py's names: the CA to check the node's certificate against (None: the
         # system's), and our certificate and key when the node asks for one (tls-auth-clients).
         self.tls = bool(tls or ssl_ca_certs or ssl_certfile)
@@ -68,6 +82,7 @@ class ClientConfig:
         """Keyword arguments that rebuild an equivalent client (fresh affinity and rng)."""
         return {
             "password": self.password,
+            "username": self.username,
             "socket_timeout": self.socket_timeout,
             "connect_timeout": self.connect_timeout,
             "failover_timeout": self.failover_timeout,

@@ -107,6 +107,7 @@ class _Connection:
             host=address[0],
             port=address[1],
             password=config.password,
+            username=config.username if config.password is not None else None,
             socket_timeout=config.socket_timeout,
             socket_connect_timeout=config.connect_timeout,
             protocol=2,
@@ -201,6 +202,7 @@ class Client:
         seeds: Any = "127.0.0.1:7711",
         *,
         password: str | None = None,
+        username: str | None = None,
         socket_timeout: float | None = 5.0,
         connect_timeout: float = 2.0,
         failover_timeout: float = 10.0,
@@ -220,7 +222,8 @@ class Client:
         ssl_check_hostname: bool = True,
     ) -> None:
         self.config = ClientConfig(
-            seeds, password=password, socket_timeout=socket_timeout, connect_timeout=connect_timeout,
+            seeds, password=password, username=username, socket_timeout=socket_timeout,
+            connect_timeout=connect_timeout,
             failover_timeout=failover_timeout, backoff=backoff, refresh_interval=refresh_interval,
             affinity=affinity, retry_writes=retry_writes, max_retries=max_retries, rng=rng,
             tls=tls, ssl_ca_certs=ssl_ca_certs, ssl_certfile=ssl_certfile, ssl_keyfile=ssl_keyfile,

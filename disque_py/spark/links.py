@@ -4,12 +4,14 @@ The source must talk to a *given* node (take jobs from it, acknowledge and
 show them where they are, scan it), which the cluster-aware
 :class:`disque_py.client.Client` deliberately hides, so this is a small
 pool of raw connections (the client's own ``_Connection``: redis-py with
-hiredis, RESP2, our error types) keyed by address, plus the cluster's node
+hiredis, RESP2, our error types; TLS and a named user as the client's)
+keyed by address, plus the cluster's node
 list from HELLO. No pyspark here.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -51,18 +53,25 @@ class Links:
         seeds: Sequence[Address],
         *,
         password: str | None = None,
+        username: str | None = None,
         connect_timeout: float = 2.0,
         socket_timeout: float | None = 30.0,
+        tls: bool = False,
+        ssl_ca_certs: str | None = None,
+        ssl_certfile: str | None = None,
+        ssl_keyfile: str | None = None,
     ) -> None:
         self.seeds = list(seeds)
         self.config = ClientConfig(
-            list(seeds) or "127.0.0.1:7711", password=password, socket_timeout=socket_timeout,
-            connect_timeout=connect_timeout,
+            list(seeds) or "127.0.0.1:7711", password=password, username=username, socket_timeout=socket_timeout,
+            connect_timeout=connect_timeout, tls=tls, ssl_ca_certs=ssl_ca_certs, ssl_certfile=ssl_certfile,
+            ssl_keyfile=ssl_keyfile,
         )  # fmt: skip
         self._conns: dict[Address, _Connection] = {}
         self._down: dict[Address, float] = {}  # address -> monotonic time to try it again
         self._nodes: list[Address] = []
         self._ids: dict[Address, str] = {}
+        self._reached: dict[str, Address] = {}  # TLS: node id -> the address (a seed) that reached it
         self._nodes_at = 0.0
 
     # ---------------------------------------------------------------- connections
@@ -154,12 +163,34 @@ class Links:
                 tried.append("%s (%s)" % (address_text(address), exc))
                 self.drop(address)
                 continue
-            nodes = [n for n in hello.nodes if n.port > 0]
+            nodes = list(hello.nodes)
+            if self.config.tls:
+                # HELLO lists plain client ports (0 for a node with only a tls-port), which TLS does
+                # not reach: a node is known by the address that reached it, this one and every seed.
+                self._reached[hello.node_id] = address
+                self._learn_seeds()
+                nodes = [dataclasses.replace(n, host=self._reached[n.id][0], port=self._reached[n.id][1])
+                         if n.id in self._reached else n for n in nodes]  # fmt: skip
+            nodes = [n for n in nodes if n.port > 0]
             self._nodes = [n.address for n in sorted(nodes, key=lambda n: n.id)] or [address]
             self._ids = {n.address: n.id for n in nodes}
             self._nodes_at = now
             return list(self._nodes)
         raise Unreachable("disque: no node of the cluster answered (tried %s)" % "; ".join(tried))
+
+    def _learn_seeds(self) -> None:
+        """Which node each seed is (its HELLO's own ID), once per seed that answers."""
+        known = set(self._reached.values())
+        for seed in self.seeds:
+            if seed in known:
+                continue
+            try:
+                hello = cmd.parse_hello(self.call(seed, b"HELLO", timeout=self.config.connect_timeout + 5),
+                                        via_host=seed[0])  # fmt: skip
+            except DisqueError:
+                self.drop(seed)
+                continue
+            self._reached.setdefault(hello.node_id, seed)
 
     def node_id(self, address: Address) -> str | None:
         return self._ids.get(address)

@@ -4,7 +4,8 @@ Spark hands a data source its options as strings (keys case-insensitive).
 :func:`parse` turns them into an :class:`Options` for one use (``write``,
 ``read`` or ``stream``), and fails fast with a ``ValueError`` that names the
 option: a missing or malformed ``nodes``, a missing ``queue``, an option
-unknown to that use (a typo must not be ignored), a number out of range.
+unknown to that use (a typo must not be ignored), a number out of range,
+TLS files given with ``tls`` false.
 
 Pure Python: no pyspark, no I/O, so it is tested without a Spark session.
 """
@@ -14,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 
-from ..client.cluster import parse_address
+from ..client.cluster import TLS_SCHEMES, URL_SCHEMES, parse_address
 
 __all__ = ["Options", "parse", "OPTIONS", "USES"]
 
@@ -22,8 +23,17 @@ USES = ("write", "read", "stream")
 
 # option (lower case) -> (uses, help). The order is the order of the docs.
 OPTIONS: dict[str, tuple[tuple[str, ...], str]] = {
-    "nodes": (USES, "comma-separated host:port of one or more nodes (the others are found with HELLO)"),
-    "password": (USES, "the nodes' requirepass"),
+    "nodes": (
+        USES,
+        "comma-separated host:port of one or more nodes (the others are found with HELLO); "
+        "rediss://host:port entries mean tls=true",
+    ),
+    "password": (USES, "the nodes' requirepass, or the password of 'username'"),
+    "username": (USES, "a user of the nodes (AUTH username password; default: the default user)"),
+    "tls": (USES, "connect to the nodes' tls-port with TLS (true/false, default false)"),
+    "tls.cacert": (USES, "the CA file that signed the nodes' certificates (default: the system's CAs); implies tls"),
+    "tls.cert": (USES, "this client's certificate file, for nodes with tls-auth-clients; implies tls"),
+    "tls.key": (USES, "the private key of tls.cert (default: read from tls.cert)"),
     "connecttimeout": (USES, "seconds to wait for a node to accept a connection (default 2)"),
     "queue": (USES, "the queue to write to, or to read from"),
     "queues": (("read", "stream"), "comma-separated queues to read from (instead of queue)"),
@@ -73,6 +83,11 @@ class Options:
     use: str
     nodes: tuple[tuple[str, int], ...]
     password: str | None = None
+    username: str | None = None
+    tls: bool = False
+    tls_cacert: str | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
     connect_timeout: float = 2.0
     queues: tuple[str, ...] = ()
     body_format: str = "raw"
@@ -97,6 +112,14 @@ class Options:
     def queue(self) -> str | None:
         """The single queue of a write (None: a per-row ``queue`` column decides)."""
         return self.queues[0] if self.queues else None
+
+    def connection_options(self) -> dict:
+        """Keyword arguments of :class:`disque_py.client.Client` and of the source's links: the
+        credentials and TLS (redis-py's ssl_* names)."""
+        return {
+            "password": self.password, "username": self.username, "tls": self.tls,
+            "ssl_ca_certs": self.tls_cacert, "ssl_certfile": self.tls_cert, "ssl_keyfile": self.tls_key,
+        }  # fmt: skip
 
     def addjob_options(self) -> dict:
         """Keyword arguments for :func:`disque_py.client.commands.addjob_argv`."""
@@ -164,8 +187,21 @@ def _names(name: str, text: str) -> tuple[str, ...]:
     return names
 
 
+def nodes_tls(text: str | None) -> bool:
+    """Whether the ``nodes`` entries are ``rediss://`` URLs (all of them; a mix is an error)."""
+    parts = [p.strip().lower() for p in str(text or "").split(",") if p.strip()]
+    tls = [any(p.startswith(s) for s in TLS_SCHEMES) for p in parts]
+    if any(tls) and not all(tls):
+        raise _fail("nodes", "mixes rediss:// (TLS) and plain entries; the nodes are reached one way")
+    for p in parts:
+        if "@" in p.split("://", 1)[-1].split("/", 1)[0] and any(p.startswith(s) for s in URL_SCHEMES):
+            raise _fail("nodes", "must not carry credentials; use the 'username' and 'password' options")
+    return bool(tls) and all(tls)
+
+
 def parse_nodes(text: str | None) -> tuple[tuple[str, int], ...]:
-    """``"h:p,h:p"`` -> addresses; a clear error for a missing or malformed list."""
+    """``"h:p,h:p"`` (or ``rediss://h:p`` entries) -> addresses; a clear error for a missing or
+    malformed list."""
     if text is None or not str(text).strip():
         raise ValueError(
             "disque: option 'nodes' is required: the host:port of one or more nodes, "
@@ -210,10 +246,29 @@ def parse(options: Mapping[str, str], use: str) -> Options:
         queues = _names("queues", raw["queues"])
     if use == "stream" and not queues:
         raise ValueError("disque: option 'queue' (or 'queues') is required for a stream")
+    nodes = parse_nodes(raw.get("nodes"))
+    url_tls = nodes_tls(raw.get("nodes"))
+    files = {name: str(raw[name]).strip() or None for name in ("tls.cacert", "tls.cert", "tls.key") if name in raw}
+    tls = _bool(raw, "tls")
+    if tls is False:
+        if url_tls:
+            raise _fail("tls", "is false but 'nodes' are rediss:// URLs")
+        given = [name for name, value in files.items() if value]
+        if given:
+            raise _fail(given[0], "is given but 'tls' is false")
+    if files.get("tls.key") and not files.get("tls.cert"):
+        raise _fail("tls.key", "needs 'tls.cert' (the certificate of that key)")
+    if "username" in raw and not raw.get("password"):
+        raise _fail("username", "needs 'password'")
     values: dict = {
         "use": use,
-        "nodes": parse_nodes(raw.get("nodes")),
+        "nodes": nodes,
         "password": raw.get("password") or None,
+        "username": str(raw.get("username") or "").strip() or None,
+        "tls": bool(tls or url_tls or files.get("tls.cacert") or files.get("tls.cert")),
+        "tls_cacert": files.get("tls.cacert"),
+        "tls_cert": files.get("tls.cert"),
+        "tls_key": files.get("tls.key"),
         "queues": queues,
         "batch_size": _int(raw, "batchsize", 1, 100_000) or _DEFAULT_BATCH[use],
     }

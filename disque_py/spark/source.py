@@ -139,7 +139,7 @@ def _show_row(reply: Any, node: str) -> tuple | None:
 
 
 def _links(o: opts.Options, socket_timeout: float | None = 30.0) -> Links:
-    return Links(o.nodes, password=o.password, connect_timeout=o.connect_timeout, socket_timeout=socket_timeout)
+    return Links(o.nodes, connect_timeout=o.connect_timeout, socket_timeout=socket_timeout, **o.connection_options())
 
 
 def _cluster(o: opts.Options) -> tuple[Links, list[Address]]:
@@ -280,8 +280,8 @@ class DisqueWriter(DataSourceWriter):
 
         def sender(k: int) -> None:
             start = (part + k) % len(seeds)
-            client = Client(seeds[start:] + seeds[:start], password=o.password,
-                            connect_timeout=o.connect_timeout, refresh_interval=None)  # fmt: skip
+            client = Client(seeds[start:] + seeds[:start], connect_timeout=o.connect_timeout,
+                            refresh_interval=None, **o.connection_options())  # fmt: skip
             try:
                 while True:
                     item = work.get()
