@@ -72,6 +72,7 @@ import ipaddress
 import logging
 import math
 import os
+import ssl
 import time
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -248,6 +249,58 @@ class TcpTransport:
             return "?"
 
 
+class TlsTransport(TcpTransport):
+    """Bus links over mutual TLS: TCP as :class:`TcpTransport`, each stream a ``trio.SSLStream``.
+
+    The contexts come ready-made (the node builds them from its configuration): ``server``
+    for accepted links, which must ask for and verify the peer's certificate, ``client`` for
+    the links a node opens, presenting its certificate and verifying the peer's. The
+    handshake is done by the bus (:meth:`Bus._run_link`, within ``HANDSHAKE_TIMEOUT``), so a
+    failure is reported like any other bad link. TLS links are served by the link's reader
+    and writer tasks, not the reactor, which polls raw sockets. A cluster secret, when set,
+    still runs its own handshake and per-frame MACs inside the TLS stream.
+    """
+
+    def __init__(self, server: ssl.SSLContext, client: ssl.SSLContext, local_address: str | None = None) -> None:
+        super().__init__(local_address)
+        self.server_context = server
+        self.client_context = client
+
+    async def open_connection(self, ip: str, port: int) -> trio.abc.Stream:
+        stream = await super().open_connection(ip, port)
+        return trio.SSLStream(stream, self.client_context, server_side=False)
+
+    async def serve(
+        self, host: str, port: int, handler, *, on_accept_error=None, task_status=trio.TASK_STATUS_IGNORED
+    ) -> None:
+        ctx = self.server_context
+
+        async def wrapped(stream: trio.SocketStream) -> None:
+            try:
+                stream.setsockopt(trio.socket.IPPROTO_TCP, trio.socket.TCP_NODELAY, True)
+            except OSError:
+                pass
+            await handler(trio.SSLStream(stream, ctx, server_side=True))
+
+        await super().serve(host, port, wrapped, on_accept_error=on_accept_error, task_status=task_status)
+
+    @staticmethod
+    def peer_ip(stream: Any) -> str:
+        return TcpTransport.peer_ip(getattr(stream, "transport_stream", stream))
+
+
+def tls_failure_reason(exc: BaseException) -> str:
+    """A short reason for a failed TLS handshake (OpenSSL's, or what broke)."""
+    seen = 0
+    while not isinstance(exc, ssl.SSLError) and exc.__cause__ is not None and seen < 8:
+        exc, seen = exc.__cause__, seen + 1
+    if isinstance(exc, ssl.SSLCertVerificationError) and exc.verify_message:
+        return "%s: %s" % (exc.reason, exc.verify_message)
+    if isinstance(exc, ssl.SSLError):
+        return exc.reason or exc.strerror or str(exc)
+    return str(exc) or type(exc).__name__
+
+
 class _Link:
     __slots__ = (
         "id", "stream", "peer", "out", "lot", "session", "closed", "scope", "outbound", "node_id", "early",
@@ -327,6 +380,7 @@ class Bus:
             "evicted_links": 0,  # silent inbound links closed early: MAX_UNHEARD_LINKS newer ones came
             "oversized": 0,  # application messages too big for any frame: not sent
             "connect_failures": 0,  # outbound connects refused, unreachable or timed out
+            "tls_failures": 0,  # TLS handshakes failed (TlsTransport): links closed
         }
 
     # ------------------------------------------------------------------ run
@@ -563,6 +617,8 @@ class Bus:
         try:
             with trio.CancelScope() as scope:
                 link.scope = scope
+                if isinstance(link.stream, trio.SSLStream) and not await self._tls_handshake(link):
+                    return
                 if self.secret is not None:
                     ok = await self._authenticate(link, decoder)
                     if not ok:
@@ -645,6 +701,23 @@ class Bus:
     def _on_writable(self, link: _Link) -> None:
         if not link.closed:
             self._write(link)
+
+    async def _tls_handshake(self, link: _Link) -> bool:
+        """The TLS handshake of a link over :class:`TlsTransport`; a failure (no certificate, one
+        of another CA, a plain peer, garbage, silence) is counted and reported as ``"tls"``."""
+        try:
+            with trio.fail_after(HANDSHAKE_TIMEOUT):
+                await link.stream.do_handshake()  # type: ignore[attr-defined]
+        except trio.TooSlowError:
+            reason = "no TLS handshake within %g s" % HANDSHAKE_TIMEOUT
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+            reason = tls_failure_reason(exc)
+            _drop_tracebacks(exc)
+        else:
+            return True
+        self.stats["tls_failures"] += 1
+        self._report("tls", link, reason)
+        return False
 
     async def _authenticate(self, link: _Link, decoder: FrameDecoder) -> bool:
         nonce = os.urandom(16)
