@@ -56,8 +56,12 @@ means is decided by its ``handler`` (the membership driver in the server).
   round per message. Output queued outside a held pass is sent by one
   flusher task for all links. A socket that does not take everything is
   watched for writability; the link's task only waits for the link's end
-  and cleans up. Links over other streams (the tests' memory transport)
-  keep the two tasks.
+  and cleans up. Links over other streams (the tests' memory transport,
+  :class:`TlsTransport`'s ``trio.SSLStream``) keep the two tasks.
+* :class:`TlsTransport` (``tls-cluster yes``) runs every link over mutual
+  TLS: the TLS handshake comes first (within ``HANDSHAKE_TIMEOUT``; a
+  failure is counted in ``stats["tls_failures"]`` and reported as kind
+  ``"tls"``), then the secret's handshake and MACs, if any, inside it.
 
 The transport is injectable so tests can wire whole nodes in one process
 with memory streams (see ``MemoryNetwork`` in the tests).

@@ -126,7 +126,6 @@ def test_node_of_another_ca_cannot_join(trio_cluster, start_node, certs, strange
     wait_for(lambda: tls_failures(nodes[0]) > 0 and tls_failures(nodes[1]) > 0, timeout=20,
              what="the handshakes to fail")  # fmt: skip
     assert "TLS handshake with 127.0.0.1 failed" in nodes[0].log()
-    time.sleep(0)  # (no waiting on purpose: the checks below hold at once and go on holding)
     deadline = time.monotonic() + 3
     while time.monotonic() < deadline:  # the cluster stays 3, the outsider alone
         assert joined(nodes, 3)
@@ -161,7 +160,9 @@ def test_plain_connections_to_a_tls_bus_are_closed(trio_cluster):
     before = tls_failures(nodes[0])
     plain_bus_attempts(nodes[0].port + BUS_PORT_OFFSET, None)
     wait_for(lambda: tls_failures(nodes[0]) >= before + 3, timeout=10, what="the failures counted")
-    assert int(info(nodes[0])["cluster_size"]) == 3
+    # the plain MEET was never read: no handshake with its sender was started
+    assert int(info(nodes[0])["cluster_known_nodes"]) == 3 and int(info(nodes[0])["cluster_size"]) == 3
+    assert int(info(nodes[0])["cluster_stats_bad_frames"]) == 0
     replicate_move_ack(nodes)
 
 
@@ -220,3 +221,23 @@ def test_tls_only_trio_announces_tls_port(tmp_path, certs):
     finally:
         codes = [launcher.stop(p, timeout=10).returncode for p in procs]
     assert codes == [0, 0, 0], [n.log() for n in logs]
+
+
+def test_tls_cluster_is_read_at_start_only(start_node, certs):
+    node = start_node(**bus_tls(certs))
+    with pytest.raises(redis.ResponseError):
+        node.client().execute_command("CONFIG", "SET", "tls-cluster", "no")
+    assert node.client().execute_command("CONFIG", "GET", "tls-cluster") == {b"tls-cluster": b"yes"}
+    assert "does not act on it yet" not in node.log()
+
+
+def test_tls_cluster_without_a_ca_stops_the_start(tmp_path, certs):
+    node = NodeProcess(tmp_path, **bus_tls(certs, tls_ca_cert_file=""))
+    proc = launcher.spawn(node.args(), output=node.log_path, cwd=ROOT)
+    try:
+        assert proc.wait(timeout=20) == 1
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert "Can't start TLS on the cluster bus" in node.log() and "tls-ca-cert-file" in node.log()
