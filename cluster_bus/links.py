@@ -56,12 +56,14 @@ means is decided by its ``handler`` (the membership driver in the server).
   round per message. Output queued outside a held pass is sent by one
   flusher task for all links. A socket that does not take everything is
   watched for writability; the link's task only waits for the link's end
-  and cleans up. Links over other streams (the tests' memory transport,
-  :class:`TlsTransport`'s ``trio.SSLStream``) keep the two tasks.
-* :class:`TlsTransport` (``tls-cluster yes``) runs every link over mutual
-  TLS: the TLS handshake comes first (within ``HANDSHAKE_TIMEOUT``; a
-  failure is counted in ``stats["tls_failures"]`` and reported as kind
-  ``"tls"``), then the secret's handshake and MACs, if any, inside it.
+  and cleans up. A TLS link (``cluster_bus.tls.TlsStream``) goes to the
+  reactor the same way, read and written through its ``ssl.SSLSocket``.
+  Links over other streams (the tests' memory transport) keep the two tasks.
+* ``cluster_bus.tls.TlsTransport`` (``tls-cluster yes``) runs every link
+  over mutual TLS: the TLS handshake comes first (within
+  ``HANDSHAKE_TIMEOUT``; a failure is counted in ``stats["tls_failures"]``
+  and reported as kind ``"tls"``), then the secret's handshake and MACs,
+  if any, inside it.
 
 The transport is injectable so tests can wire whole nodes in one process
 with memory streams (see ``MemoryNetwork`` in the tests).
@@ -253,44 +255,24 @@ class TcpTransport:
             return "?"
 
 
-class TlsTransport(TcpTransport):
-    """Bus links over mutual TLS: TCP as :class:`TcpTransport`, each stream a ``trio.SSLStream``.
-
-    The contexts come ready-made (the node builds them from its configuration): ``server``
-    for accepted links, which must ask for and verify the peer's certificate, ``client`` for
-    the links a node opens, presenting its certificate and verifying the peer's. The
-    handshake is done by the bus (:meth:`Bus._run_link`, within ``HANDSHAKE_TIMEOUT``), so a
-    failure is reported like any other bad link. TLS links are served by the link's reader
-    and writer tasks, not the reactor, which polls raw sockets. A cluster secret, when set,
-    still runs its own handshake and per-frame MACs inside the TLS stream.
-    """
-
-    def __init__(self, server: ssl.SSLContext, client: ssl.SSLContext, local_address: str | None = None) -> None:
-        super().__init__(local_address)
-        self.server_context = server
-        self.client_context = client
-
-    async def open_connection(self, ip: str, port: int) -> trio.abc.Stream:
-        stream = await super().open_connection(ip, port)
-        return trio.SSLStream(stream, self.client_context, server_side=False)
-
-    async def serve(
-        self, host: str, port: int, handler, *, on_accept_error=None, task_status=trio.TASK_STATUS_IGNORED
-    ) -> None:
-        ctx = self.server_context
-
-        async def wrapped(stream: trio.SocketStream) -> None:
-            try:
-                stream.setsockopt(trio.socket.IPPROTO_TCP, trio.socket.TCP_NODELAY, True)
-            except OSError:
-                pass
-            await handler(trio.SSLStream(stream, ctx, server_side=True))
-
-        await super().serve(host, port, wrapped, on_accept_error=on_accept_error, task_status=task_status)
-
-    @staticmethod
-    def peer_ip(stream: Any) -> str:
-        return TcpTransport.peer_ip(getattr(stream, "transport_stream", stream))
+def _tls_read(tls: ssl.SSLSocket) -> bytes:
+    """What a readable TLS socket gives now: plaintext (b"" at the end of the stream), or
+    ``BlockingIOError`` when OpenSSL needs more bytes. Records OpenSSL has already decrypted
+    are taken too; those still in the kernel make the descriptor readable again."""
+    data = b""
+    try:
+        data = tls.recv(READ_SIZE)
+        while data and len(data) < READ_SIZE and tls.pending():
+            data += tls.recv(READ_SIZE - len(data))
+        return data
+    except ssl.SSLZeroReturnError:  # the peer's close_notify
+        if data:
+            return data
+        return b""
+    except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+        if data:
+            return data
+    raise BlockingIOError
 
 
 def tls_failure_reason(exc: BaseException) -> str:
@@ -309,7 +291,7 @@ class _Link:
     __slots__ = (
         "id", "stream", "peer", "out", "lot", "session", "closed", "scope", "outbound", "node_id", "early",
         "batch", "batch_sender", "batch_size", "fd", "decoder", "dirty", "want_out", "heard",
-        "written", "watches", "batch_watches",
+        "written", "watches", "batch_watches", "tls",
     )
 
     def __init__(self, link_id: int, stream: trio.abc.Stream, peer: str, outbound: bool, node_id: str | None):
@@ -328,6 +310,7 @@ class _Link:
         self.batch_sender = ""
         self.batch_size = 0
         self.fd: int | None = None  # registered with the reactor: read and written from its loop
+        self.tls: ssl.SSLSocket | None = None  # a reactor link over TLS: read and written through it
         self.decoder: FrameDecoder | None = None
         self.dirty = False  # in Bus._dirty
         self.want_out = False  # the socket was full: the reactor reports when it is writable
@@ -384,7 +367,7 @@ class Bus:
             "evicted_links": 0,  # silent inbound links closed early: MAX_UNHEARD_LINKS newer ones came
             "oversized": 0,  # application messages too big for any frame: not sent
             "connect_failures": 0,  # outbound connects refused, unreachable or timed out
-            "tls_failures": 0,  # TLS handshakes failed (TlsTransport): links closed
+            "tls_failures": 0,  # TLS handshakes failed (tls.TlsTransport): links closed
         }
 
     # ------------------------------------------------------------------ run
@@ -448,10 +431,13 @@ class Bus:
         if not out:
             return
         try:
-            sent = os.write(link.fd, out)  # type: ignore[arg-type]
-        except BlockingIOError:
+            if link.tls is None:
+                sent = os.write(link.fd, out)  # type: ignore[arg-type]
+            else:  # retried with the same bytes first (``out`` only grows at its end), as OpenSSL asks
+                sent = link.tls.send(out)
+        except (BlockingIOError, ssl.SSLWantWriteError, ssl.SSLWantReadError):
             sent = 0
-        except OSError:
+        except OSError:  # ssl.SSLError included
             self._drop(link)
             return
         stats = self.stats
@@ -621,7 +607,7 @@ class Bus:
         try:
             with trio.CancelScope() as scope:
                 link.scope = scope
-                if isinstance(link.stream, trio.SSLStream) and not await self._tls_handshake(link):
+                if hasattr(link.stream, "do_handshake") and not await self._tls_handshake(link):
                     return
                 if self.secret is not None:
                     ok = await self._authenticate(link, decoder)
@@ -632,7 +618,9 @@ class Bus:
                 if link.outbound:
                     announced = True
                     self.handler.link_up(link.node_id, link.id)
-                if self.reactor is not None and isinstance(link.stream, trio.SocketStream):
+                if self.reactor is not None and (
+                    isinstance(link.stream, trio.SocketStream) or getattr(link.stream, "tls", None) is not None
+                ):
                     await self._run_in_reactor(link)
                 else:
                     async with trio.open_nursery() as nursery:
@@ -665,6 +653,7 @@ class Bus:
     # ------------------------------------------------------- reactor links
     async def _run_in_reactor(self, link: _Link) -> None:
         """Hand the link's socket to the reactor; wait here until the link ends."""
+        link.tls = getattr(link.stream, "tls", None)  # cluster_bus.tls.TlsStream: a non-blocking ssl.SSLSocket
         link.fd = link.stream.socket.fileno()  # type: ignore[attr-defined]
         self.reactor.add_fd(link.fd, lambda: self._on_readable(link), lambda: self._on_writable(link))  # type: ignore[union-attr]
         if not self._take(link, None):
@@ -689,10 +678,13 @@ class Bus:
         if link.closed:
             return
         try:
-            data = os.read(link.fd, READ_SIZE)  # type: ignore[arg-type]
+            if link.tls is None:
+                data = os.read(link.fd, READ_SIZE)  # type: ignore[arg-type]
+            else:
+                data = _tls_read(link.tls)
         except BlockingIOError:
             return
-        except OSError:
+        except OSError:  # ssl.SSLError included
             self._drop(link)
             return
         if not data:
@@ -707,7 +699,7 @@ class Bus:
             self._write(link)
 
     async def _tls_handshake(self, link: _Link) -> bool:
-        """The TLS handshake of a link over :class:`TlsTransport`; a failure (no certificate, one
+        """The TLS handshake of a link over ``tls.TlsTransport``; a failure (no certificate, one
         of another CA, a plain peer, garbage, silence) is counted and reported as ``"tls"``."""
         try:
             with trio.fail_after(HANDSHAKE_TIMEOUT):

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 import trio
 
 from cluster_bus.codec import encode_data_item
-from cluster_bus.links import Bus, TlsTransport
+from cluster_bus.links import Bus
 from cluster_bus.membership import (
     Close,
     Connect,
@@ -48,6 +48,7 @@ from cluster_bus.membership import (
 )
 from cluster_bus.membership import Send as BusSend
 from cluster_bus.messages import BUS_PORT_OFFSET, NODE_LEAVING, Data, DataBatch
+from cluster_bus.tls import TlsTransport
 
 from ..config import ConfigError
 from ..core.replies import OK, Error, Status, err

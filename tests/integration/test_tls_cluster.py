@@ -113,6 +113,15 @@ def test_three_nodes_over_tls_replicate_move_and_ack(trio_cluster):
     assert all("(mutual TLS)" in n.log() for n in nodes)
     assert all("no cluster-secret set" not in n.log() for n in nodes)
     replicate_move_ack(nodes)
+    # big jobs, several at once: TLS records across partial writes and reads on the links
+    pipe = nodes[0].client().pipeline(transaction=False)
+    bodies = [bytes([65 + i]) * (1 << 20) + b"%d" % i for i in range(6)]
+    for body in bodies:
+        pipe.execute_command("ADDJOB", "big", body, 20000, "REPLICATE", 3)
+    ids = pipe.execute()
+    for n in nodes[1:]:
+        for job_id, body in zip(ids, bodies):
+            assert show(n, job_id)["body"] == body
     assert all(tls_failures(n) == 0 for n in nodes)
 
 
