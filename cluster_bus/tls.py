@@ -15,8 +15,8 @@ plaintext through the ``tls`` attribute (OpenSSL's "want read/write" taken as a 
 the link's reader and writer tasks use the stream methods.
 
 Why not ``trio.SSLStream``: it works (it was built first), but it keeps every link on two
-tasks and runs TLS records through Python; ADDJOB REPLICATE 3 on three local nodes did
-about half the rate of plain links with it.
+tasks and runs TLS records through Python. ADDJOB REPLICATE 3 on three local nodes
+(redis-benchmark, 10 clients) did 55-65% of the plain links' rate with it, 85% with this.
 """
 
 from __future__ import annotations

@@ -41,7 +41,7 @@ The cluster bus (``tls-cluster yes``) takes its two contexts from
 signed by the CA (whatever ``tls-auth-clients`` says for clients), the client
 side presents the node's certificate and checks the peer's against the same
 CA, with no host name check, as Redis does. The links themselves are
-``cluster_bus.links.TlsTransport``'s; the contexts are built once, at start.
+``cluster_bus.tls.TlsTransport``'s; the contexts are built once, at start.
 """
 
 from __future__ import annotations
