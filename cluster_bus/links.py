@@ -56,8 +56,14 @@ means is decided by its ``handler`` (the membership driver in the server).
   round per message. Output queued outside a held pass is sent by one
   flusher task for all links. A socket that does not take everything is
   watched for writability; the link's task only waits for the link's end
-  and cleans up. Links over other streams (the tests' memory transport)
-  keep the two tasks.
+  and cleans up. A TLS link (``cluster_bus.tls.TlsStream``) goes to the
+  reactor the same way, read and written through its ``ssl.SSLSocket``.
+  Links over other streams (the tests' memory transport) keep the two tasks.
+* ``cluster_bus.tls.TlsTransport`` (``tls-cluster yes``) runs every link
+  over mutual TLS: the TLS handshake comes first (within
+  ``HANDSHAKE_TIMEOUT``; a failure is counted in ``stats["tls_failures"]``
+  and reported as kind ``"tls"``), then the secret's handshake and MACs,
+  if any, inside it.
 
 The transport is injectable so tests can wire whole nodes in one process
 with memory streams (see ``MemoryNetwork`` in the tests).
@@ -72,6 +78,7 @@ import ipaddress
 import logging
 import math
 import os
+import ssl
 import time
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -248,11 +255,43 @@ class TcpTransport:
             return "?"
 
 
+def _tls_read(tls: ssl.SSLSocket) -> bytes:
+    """What a readable TLS socket gives now: plaintext (b"" at the end of the stream), or
+    ``BlockingIOError`` when OpenSSL needs more bytes. Records OpenSSL has already decrypted
+    are taken too; those still in the kernel make the descriptor readable again."""
+    data = b""
+    try:
+        data = tls.recv(READ_SIZE)
+        while data and len(data) < READ_SIZE and tls.pending():
+            data += tls.recv(READ_SIZE - len(data))
+        return data
+    except ssl.SSLZeroReturnError:  # the peer's close_notify
+        if data:
+            return data
+        return b""
+    except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+        if data:
+            return data
+    raise BlockingIOError
+
+
+def tls_failure_reason(exc: BaseException) -> str:
+    """A short reason for a failed TLS handshake (OpenSSL's, or what broke)."""
+    seen = 0
+    while not isinstance(exc, ssl.SSLError) and exc.__cause__ is not None and seen < 8:
+        exc, seen = exc.__cause__, seen + 1
+    if isinstance(exc, ssl.SSLCertVerificationError) and exc.verify_message:
+        return "%s: %s" % (exc.reason, exc.verify_message)
+    if isinstance(exc, ssl.SSLError):
+        return exc.reason or exc.strerror or str(exc)
+    return str(exc) or type(exc).__name__
+
+
 class _Link:
     __slots__ = (
         "id", "stream", "peer", "out", "lot", "session", "closed", "scope", "outbound", "node_id", "early",
         "batch", "batch_sender", "batch_size", "fd", "decoder", "dirty", "want_out", "heard",
-        "written", "watches", "batch_watches",
+        "written", "watches", "batch_watches", "tls",
     )
 
     def __init__(self, link_id: int, stream: trio.abc.Stream, peer: str, outbound: bool, node_id: str | None):
@@ -271,6 +310,7 @@ class _Link:
         self.batch_sender = ""
         self.batch_size = 0
         self.fd: int | None = None  # registered with the reactor: read and written from its loop
+        self.tls: ssl.SSLSocket | None = None  # a reactor link over TLS: read and written through it
         self.decoder: FrameDecoder | None = None
         self.dirty = False  # in Bus._dirty
         self.want_out = False  # the socket was full: the reactor reports when it is writable
@@ -327,6 +367,7 @@ class Bus:
             "evicted_links": 0,  # silent inbound links closed early: MAX_UNHEARD_LINKS newer ones came
             "oversized": 0,  # application messages too big for any frame: not sent
             "connect_failures": 0,  # outbound connects refused, unreachable or timed out
+            "tls_failures": 0,  # TLS handshakes failed (tls.TlsTransport): links closed
         }
 
     # ------------------------------------------------------------------ run
@@ -390,10 +431,13 @@ class Bus:
         if not out:
             return
         try:
-            sent = os.write(link.fd, out)  # type: ignore[arg-type]
-        except BlockingIOError:
+            if link.tls is None:
+                sent = os.write(link.fd, out)  # type: ignore[arg-type]
+            else:  # retried with the same bytes first (``out`` only grows at its end), as OpenSSL asks
+                sent = link.tls.send(out)
+        except (BlockingIOError, ssl.SSLWantWriteError, ssl.SSLWantReadError):
             sent = 0
-        except OSError:
+        except OSError:  # ssl.SSLError included
             self._drop(link)
             return
         stats = self.stats
@@ -563,6 +607,8 @@ class Bus:
         try:
             with trio.CancelScope() as scope:
                 link.scope = scope
+                if hasattr(link.stream, "do_handshake") and not await self._tls_handshake(link):
+                    return
                 if self.secret is not None:
                     ok = await self._authenticate(link, decoder)
                     if not ok:
@@ -572,7 +618,9 @@ class Bus:
                 if link.outbound:
                     announced = True
                     self.handler.link_up(link.node_id, link.id)
-                if self.reactor is not None and isinstance(link.stream, trio.SocketStream):
+                if self.reactor is not None and (
+                    isinstance(link.stream, trio.SocketStream) or getattr(link.stream, "tls", None) is not None
+                ):
                     await self._run_in_reactor(link)
                 else:
                     async with trio.open_nursery() as nursery:
@@ -605,6 +653,7 @@ class Bus:
     # ------------------------------------------------------- reactor links
     async def _run_in_reactor(self, link: _Link) -> None:
         """Hand the link's socket to the reactor; wait here until the link ends."""
+        link.tls = getattr(link.stream, "tls", None)  # cluster_bus.tls.TlsStream: a non-blocking ssl.SSLSocket
         link.fd = link.stream.socket.fileno()  # type: ignore[attr-defined]
         self.reactor.add_fd(link.fd, lambda: self._on_readable(link), lambda: self._on_writable(link))  # type: ignore[union-attr]
         if not self._take(link, None):
@@ -629,10 +678,13 @@ class Bus:
         if link.closed:
             return
         try:
-            data = os.read(link.fd, READ_SIZE)  # type: ignore[arg-type]
+            if link.tls is None:
+                data = os.read(link.fd, READ_SIZE)  # type: ignore[arg-type]
+            else:
+                data = _tls_read(link.tls)
         except BlockingIOError:
             return
-        except OSError:
+        except OSError:  # ssl.SSLError included
             self._drop(link)
             return
         if not data:
@@ -645,6 +697,23 @@ class Bus:
     def _on_writable(self, link: _Link) -> None:
         if not link.closed:
             self._write(link)
+
+    async def _tls_handshake(self, link: _Link) -> bool:
+        """The TLS handshake of a link over ``tls.TlsTransport``; a failure (no certificate, one
+        of another CA, a plain peer, garbage, silence) is counted and reported as ``"tls"``."""
+        try:
+            with trio.fail_after(HANDSHAKE_TIMEOUT):
+                await link.stream.do_handshake()  # type: ignore[attr-defined]
+        except trio.TooSlowError:
+            reason = "no TLS handshake within %g s" % HANDSHAKE_TIMEOUT
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+            reason = tls_failure_reason(exc)
+            _drop_tracebacks(exc)
+        else:
+            return True
+        self.stats["tls_failures"] += 1
+        self._report("tls", link, reason)
+        return False
 
     async def _authenticate(self, link: _Link, decoder: FrameDecoder) -> bool:
         nonce = os.urandom(16)

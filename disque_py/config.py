@@ -307,8 +307,8 @@ _TABLE: tuple[Directive, ...] = (
     # --- TLS on the client port, as Redis 6 configures it (server/tls.py) -----
     # CONFIG SET of a file, the client check, the protocols or the ciphers
     # builds a new context from every tls-* value and keeps the old one when
-    # that fails; connections already open keep theirs. tls-cluster is the
-    # bus's (cluster_bus); it is parsed here and not acted on yet.
+    # that fails; connections already open keep theirs. tls-cluster puts the
+    # bus's links on mutual TLS (cluster_bus.links.TlsTransport), at start only.
     _d("tls-port", Kind.INT, 0, implemented=True, minimum=0, maximum=65535,
        error="Invalid tls-port", help="TCP port for TLS clients (0: none); with port 0, TLS only"),
     _d("tls-cert-file", Kind.STRING, "", runtime=True, implemented=True, nullable=True,
@@ -331,7 +331,8 @@ _TABLE: tuple[Directive, ...] = (
        help="TLSv1.3 ciphersuites (checked; Python's ssl cannot restrict them: a warning says so)"),
     _d("tls-prefer-server-ciphers", Kind.BOOL, False, runtime=True, implemented=True,
        help="the server's cipher order wins over the client's"),
-    _d("tls-cluster", Kind.BOOL, False, help="TLS on the cluster bus (not yet)"),
+    _d("tls-cluster", Kind.BOOL, False, implemented=True,
+       help="mutual TLS on the cluster bus (peers verified against the CA)"),
     # --- our protocol limits -----------------------------------------------
     # The floors keep every command usable, CONFIG SET included: below them a
     # CONFIG SET would lock every client out of the node until a restart.

@@ -48,10 +48,13 @@ from cluster_bus.membership import (
 )
 from cluster_bus.membership import Send as BusSend
 from cluster_bus.messages import BUS_PORT_OFFSET, NODE_LEAVING, Data, DataBatch
+from cluster_bus.tls import TlsTransport
 
+from ..config import ConfigError
 from ..core.replies import OK, Error, Status, err
 from .contracts import now_ms
 from .logs import log
+from .tls import build_bus_contexts
 
 if TYPE_CHECKING:
     from cluster_bus.links import Reactor
@@ -119,6 +122,9 @@ class ClusterService:
         self.config = config
         self.path = config.resolve_path(config.cluster_config_file)
         self.rng = random.Random(os.urandom(16))
+        # The port this node is known by, its bus at that + BUS_PORT_OFFSET: the client port, or
+        # with "port 0" (TLS clients only) tls-port, so a TLS-only node still has a usable address.
+        self.announce_port = config.port or getattr(config, "tls_port", 0) or 0
         self.membership = self._load(advertised_ip, now, wall_offset)
         secret = getattr(config, "cluster_secret", "") or ""
         self.secret = secret.encode() if secret else None
@@ -143,7 +149,7 @@ class ClusterService:
         if text.strip():  # an empty file counts as missing, as in Disque
             try:
                 m = Membership.from_text(
-                    text, my_port=cfg.port, node_timeout=cfg.cluster_node_timeout, now=now, rng=self.rng,
+                    text, my_port=self.announce_port, node_timeout=cfg.cluster_node_timeout, now=now, rng=self.rng,
                     wall_offset=wall_offset,
                 )  # fmt: skip
             except MembershipError as exc:
@@ -152,7 +158,7 @@ class ClusterService:
             log.info("Node configuration loaded, I'm %s", m.my_id)
             return m
         node_id = secrets.token_hex(20)
-        m = Membership(node_id, ip, cfg.port, node_timeout=cfg.cluster_node_timeout, now=now, rng=self.rng,
+        m = Membership(node_id, ip, self.announce_port, node_timeout=cfg.cluster_node_timeout, now=now, rng=self.rng,
                        wall_offset=wall_offset)  # fmt: skip
         log.info("No cluster configuration found, I'm %s", node_id)
         self._write(m.save_text())
@@ -177,17 +183,27 @@ class ClusterService:
     # ----------------------------------------------------------------- run
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         cfg = self.config
-        if self.secret is None:
+        bus_port = self.announce_port + BUS_PORT_OFFSET
+        hosts = list(cfg.bind) or ["0.0.0.0"]
+        transport = self.transport
+        tls = transport is None and bool(getattr(cfg, "tls_cluster", False))
+        if tls:
+            try:
+                server_ctx, client_ctx = build_bus_contexts(cfg)
+            except ConfigError as exc:
+                log.warning("Can't start TLS on the cluster bus (tls-cluster yes): %s", exc)
+                raise SystemExit(1) from None
+            transport = TlsTransport(server_ctx, client_ctx, local_address=hosts[0])
+        if self.secret is None and not tls:
             log.warning(
                 "WARNING: no cluster-secret set: the cluster bus on port %d is unauthenticated and in clear "
                 "text (no TLS): any host that can reach it can join this cluster and read the jobs it carries. "
                 "Set the same cluster-secret on every node to authenticate the bus, and keep its port on a "
                 "trusted network.",
-                cfg.port + BUS_PORT_OFFSET,
+                bus_port,
             )
-        hosts = list(cfg.bind) or ["0.0.0.0"]
         self.bus = Bus(
-            self, host=hosts[0], port=cfg.port + BUS_PORT_OFFSET, secret=self.secret, transport=self.transport,
+            self, host=hosts[0], port=bus_port, secret=self.secret, transport=transport,
             reactor=self.reactor,  # the node's client loop polls the links' sockets
             listen=hosts,  # every bind address, as the client port (and Disque)
         )  # fmt: skip
@@ -198,9 +214,10 @@ class ClusterService:
                 raise OSError(
                     exc.errno,
                     "Creating cluster bus listening socket %s:%d: %s"
-                    % (getattr(exc, "bus_host", hosts[0]), cfg.port + BUS_PORT_OFFSET, exc.strerror or exc),
+                    % (getattr(exc, "bus_host", hosts[0]), bus_port, exc.strerror or exc),
                 ) from exc
-            log.info("Cluster bus listening on %s port %d", ", ".join(hosts), cfg.port + BUS_PORT_OFFSET)
+            log.info("Cluster bus listening on %s port %d%s", ", ".join(hosts), bus_port,
+                     " (mutual TLS)" if tls else "")  # fmt: skip
             self.sync()
             task_status.started()
             while True:
@@ -248,6 +265,10 @@ class ClusterService:
                     "in them queued here again (%d so far)", node_id[:8], len(tokens), returned)
 
     def link_error(self, kind: str, peer: str, reason: str) -> None:
+        if kind == "tls":  # counted by the bus (cluster_stats_bus_tls_failures)
+            if reason:
+                log.warning("Cluster bus: TLS handshake with %s failed (%s); link closed", peer, reason)
+            return
         self.stats["auth_failures" if kind == "auth" else "bad_frames"] += 1
         if reason:  # the bus gives a reason at most once a minute per address and kind (links.REPORT_EVERY)
             if kind == "auth":

@@ -36,12 +36,12 @@ CONFIG SET of any ``tls-*`` runtime directive builds a new context from the
 whole configuration first; a bad file or value is an error and the old
 context stays. New connections get the new one; open ones keep theirs.
 
-The cluster bus is not covered here: ``tls-cluster`` is parsed but not acted
-on. What it would take from this module: :func:`build_server_context` for the
-bus's listener as is, :func:`build_client_context` for the links a node opens
-(the same certificate, as Redis uses it on both sides), and
-:class:`TlsSocket` to hand a link through its handshake to the loop's epoll
-(the bus's ``Reactor``) as its plain sockets are.
+The cluster bus (``tls-cluster yes``) takes its two contexts from
+:func:`build_bus_contexts`: the server side always requires a peer certificate
+signed by the CA (whatever ``tls-auth-clients`` says for clients), the client
+side presents the node's certificate and checks the peer's against the same
+CA, with no host name check, as Redis does. The links themselves are
+``cluster_bus.tls.TlsTransport``'s; the contexts are built once, at start.
 """
 
 from __future__ import annotations
@@ -64,6 +64,7 @@ __all__ = [
     "TlsService",
     "build_server_context",
     "build_client_context",
+    "build_bus_contexts",
     "TlsSocket",
     "parse_protocols",
     "TLS_DIRECTIVES",
@@ -198,6 +199,16 @@ def build_client_context(cfg: "Config") -> ssl.SSLContext:
         except ssl.SSLError:
             raise ConfigError("Invalid tls-ciphers: OpenSSL matches no cipher in '%s'" % ciphers) from None
     return ctx
+
+
+def build_bus_contexts(cfg: "Config") -> tuple[ssl.SSLContext, ssl.SSLContext]:
+    """(server, client) contexts of the cluster bus's mutual TLS: both sides present the node's
+    certificate and require the peer's, signed by the CA of ``tls-ca-cert-file``/``-dir``.
+    :class:`ConfigError` when a file is missing or unusable."""
+    client = build_client_context(cfg)  # checks that a CA is named
+    server = build_server_context(cfg)  # loads the CA whenever one is named
+    server.verify_mode = ssl.CERT_REQUIRED  # tls-auth-clients is about clients, not peers
+    return server, client
 
 
 class _FailureLog:
