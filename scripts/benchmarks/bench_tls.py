@@ -3,6 +3,7 @@
     scripts/bench tls                  ADDJOB and GETJOB, -P 1 and -P 32, plain and TLS, ours and redis-server
     scripts/bench tls --quick          small n
     scripts/bench tls --rounds 3       more alternations
+    scripts/bench tls --only replication   ADDJOB REPLICATE 3 on 3 nodes, tls-cluster no against yes
 
 Method
 ------
@@ -19,6 +20,13 @@ both). ``redis-benchmark`` runs on CPU 1 with 50 clients, unpipelined and with
 Every cell is run ``--rounds`` times (default 2) with plain and TLS in
 alternating order (ABBA), and the median is shown; the figure that matters
 is TLS/plain of ours beside TLS/plain of redis-server, from the same run.
+
+**Replication** (``replication``): three nodes on CPU 0 joined into a
+cluster, with ``cluster-secret`` set, once with ``tls-cluster no`` and once
+with ``tls-cluster yes`` (the same certificates), alternating by round;
+``redis-benchmark`` with 50 clients sends ``ADDJOB q <100-byte body> 0
+REPLICATE 3`` (each reply waits for both copies) to the first node's plain
+client port, unpipelined and with -P 32.
 Prints a Markdown table and saves the raw JSON in bench-results/.
 """
 
@@ -66,6 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--base-port", type=int, default=17811)
     p.add_argument("--write", metavar="FILE", default=None)
+    p.add_argument("--only", default="clients,replication", help="a subset of: clients, replication")
     args = p.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="disque-bench-tls-"))
     certs = work / "tls"
@@ -77,13 +86,20 @@ def main(argv: list[str] | None = None) -> int:
     files = ["--tls-cert-file", str(certs / "node.crt"), "--tls-key-file", str(certs / "node.key"),
              "--tls-ca-cert-file", str(certs / "ca.crt")]  # fmt: skip
     (work / "ours").mkdir()
+    results: list[dict[str, Any]] = []
+    only = set(args.only.split(","))
+    if "replication" in only:
+        results += replication(work, files, base, args)
+    if "clients" not in only:
+        _report_replication(results)
+        _save(results, args)
+        return 0
     procs = [
         _start(launcher.node_argv(ours[0], work / "ours", "--tls-port", str(ours[1]), "--bind", HOST, *files),
                work / "ours.log", ours[0]),
         _start(["redis-server", "--port", str(redis[0]), "--tls-port", str(redis[1]), "--bind", HOST, "--save", "",
                 "--appendonly", "no", "--dir", str(work), *files], work / "redis.log", redis[0]),
     ]  # fmt: skip
-    results: list[dict[str, Any]] = []
     try:
         for pipeline in (1, 32):
             n = 20000 if args.quick else (50000 if pipeline == 1 else 200000)
@@ -96,6 +112,8 @@ def main(argv: list[str] | None = None) -> int:
                     for r in range(args.rounds):
                         order = ("plain", "tls") if r % 2 == 0 else ("tls", "plain")
                         for mode in order:
+                            # every run starts empty (jobs left by the ADDJOB runs would reach maxmemory)
+                            launcher.call(plain_port, *(("DEBUG", "FLUSHALL") if server == "disque-py" else ("FLUSHALL",)))
                             if what == "get":  # something to take: fill first (not timed)
                                 _bench(plain_port, n + 50 * pipeline, 32, None, *add)
                             port = plain_port if mode == "plain" else tls_port
@@ -120,11 +138,58 @@ def main(argv: list[str] | None = None) -> int:
             print("| %s / %s | %d | %.0f | %.0f | %.2f | %.0f | %.0f | %.2f |"
                   % (o["command"], rd["command"], pipeline, o["plain"], o["tls"], o["ratio"], rd["plain"], rd["tls"],
                      rd["ratio"]))  # fmt: skip
+    _report_replication(results)
+    _save(results, args)
+    return 0
+
+
+def _save(results: list[dict[str, Any]], args: argparse.Namespace) -> None:
     out = Path(args.write) if args.write else Path("bench-results") / ("tls-%s.json" % time.strftime("%Y%m%d-%H%M%S"))
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"machine": machine_info(launcher.server_command()[0]), "results": results}, indent=2))
     print("\nraw results: %s" % out)
-    return 0
+
+
+def replication(work: Path, files: list[str], base: int, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """ADDJOB REPLICATE 3 on a 3-node cluster, tls-cluster no against yes (module docstring)."""
+    rows = []
+    for pipeline in (1, 32):
+        n = 10000 if args.quick else (30000 if pipeline == 1 else 100000)
+        runs: dict[str, list[float]] = {"plain": [], "tls": []}
+        for r in range(args.rounds):
+            for mode in (("plain", "tls") if r % 2 == 0 else ("tls", "plain")):
+                ports = [base + 10 + i for i in range(3)]
+                procs = []
+                try:
+                    for i, port in enumerate(ports):
+                        d = work / ("repl-%s-%d-%d-%d" % (mode, pipeline, r, i))
+                        d.mkdir()
+                        extra = ["--bind", HOST, "--cluster-secret", "bench-secret", *files,
+                                 "--tls-cluster", "yes" if mode == "tls" else "no"]  # fmt: skip
+                        procs.append(_start(launcher.node_argv(port, d, *extra), d / "node.log", port))
+                    launcher.join([(HOST, p) for p in ports], timeout=60)
+                    runs[mode].append(_bench(ports[0], n, pipeline, None, "ADDJOB", "q", BODY, "0", "REPLICATE", "3"))
+                finally:
+                    for proc in procs:
+                        launcher.stop(proc, timeout=10)
+        row = {"server": "disque-py", "op": "replication", "command": "ADDJOB REPLICATE 3", "pipeline": pipeline,
+               "n": n, "plain": statistics.median(runs["plain"]), "tls": statistics.median(runs["tls"]), "runs": runs}
+        row["ratio"] = row["tls"] / row["plain"]
+        rows.append(row)
+        print("replication  -P %-2d tls-cluster no %8.0f/s  yes %8.0f/s  yes/no %.2f"
+              % (pipeline, row["plain"], row["tls"], row["ratio"]), flush=True)  # fmt: skip
+    return rows
+
+
+def _report_replication(results: list[dict[str, Any]]) -> None:
+    rows = [r for r in results if r["op"] == "replication"]
+    if not rows:
+        return
+    print()
+    print("| ADDJOB REPLICATE 3, 3 nodes | -P | tls-cluster no | tls-cluster yes | yes/no |")
+    print("|---|---|---|---|---|")
+    for r in rows:
+        print("| jobs/s | %d | %.0f | %.0f | %.2f |" % (r["pipeline"], r["plain"], r["tls"], r["ratio"]))
 
 
 if __name__ == "__main__":
