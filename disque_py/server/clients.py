@@ -565,23 +565,10 @@ class Acceptor:
         # Take the OS socket out of trio's wrapper: the client loop drives it.
         sock = socket.socket(fileno=stream.socket.detach())
         sock.setblocking(False)
-        self.stats["total_connections_received"] += 1
-        cfg = self.config
-        if protected(cfg, self.acl) and not self._peer_is_local(sock):
-            self.stats["rejected_connections"] += 1
-            self.stats["rejected_connections_protected"] += 1
-            self._refuse(sock, DENIED)
-            return
-        if len(self.loop.clients) >= cfg.maxclients:
-            self.stats["rejected_connections"] += 1
-            self._refuse(sock, b"-ERR max number of clients reached\r\n")
-            return
-        conn = self._new_connection(sock)
-        conn.authenticated = not cfg.requirepass
-        self.loop.add(conn)
+        self.adopt(sock)
 
     @staticmethod
-    def _peer_is_local(sock: socket.socket) -> bool:
+    def _peer_is_local(sock: Any) -> bool:
         try:
             return is_loopback(sock.getpeername())
         except OSError:  # already gone: nobody to serve
@@ -603,14 +590,15 @@ class Acceptor:
             pass
         sock.close()
 
-    def adopt(self, sock: Any, addr: str, laddr: str) -> None:
-        """A connection accepted elsewhere (a TLS client through its handshake: :mod:`.tls`).
-        ``sock`` behaves as a non-blocking socket (``recv``/``send``/``fileno``/``close``);
-        ``addr``/``laddr`` are the peer's address and ours, for CLIENT LIST and the logs.
-        Counted, limited and served as an accepted one."""
+    def adopt(self, sock: Any, addr: str = "", laddr: str = "") -> None:
+        """Serve an accepted connection: a plain socket (:meth:`accepted`) or one accepted
+        elsewhere (a TLS client through its handshake: :mod:`.tls`). ``sock`` behaves as a
+        non-blocking socket (``recv``/``send``/``fileno``/``close``/``getpeername``);
+        ``addr``/``laddr`` are the peer's address and ours, for CLIENT LIST and the logs (read
+        from the socket when empty). Counted, refused in protected mode, limited."""
         self.stats["total_connections_received"] += 1
         cfg = self.config
-        if protected(cfg, self.acl) and not is_loopback(sock.getpeername()):
+        if protected(cfg, self.acl) and not self._peer_is_local(sock):
             self.stats["rejected_connections"] += 1
             self.stats["rejected_connections_protected"] += 1
             self._refuse(sock, DENIED)
