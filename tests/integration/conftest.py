@@ -131,6 +131,16 @@ class NodeProcess:
             raise AssertionError(str(exc)) from None
         return self
 
+    def exit_code_at_start(self, timeout: float = 20) -> int:
+        """Start a node expected to refuse its settings: its exit code (killed after ``timeout`` s)."""
+        proc = launcher.spawn(self.args(), output=self.log_path, cwd=ROOT)
+        try:
+            return proc.wait(timeout=timeout)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
     def client(self, **kw) -> redis.Redis:
         kw.setdefault("password", self.password)
         kw.setdefault("socket_timeout", 10)

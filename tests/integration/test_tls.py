@@ -293,13 +293,7 @@ def test_tls_only_node_with_port_0(tmp_path, certs):
 
 def test_bad_tls_configuration_stops_the_start(tmp_path, certs):
     node = NodeProcess(tmp_path, **tls_directives(certs, tls_cert_file=str(tmp_path / "missing.crt")))
-    proc = launcher.spawn(node.args(), output=node.log_path, cwd=ROOT)
-    try:
-        assert proc.wait(timeout=20) == 1
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    assert node.exit_code_at_start() == 1
     assert "Can't start TLS" in node.log() and "missing.crt" in node.log()
 
 
@@ -307,13 +301,7 @@ def test_client_certificate_needs_a_ca(tmp_path, certs):
     directives = tls_directives(certs)
     directives["tls_ca_cert_file"] = ""
     node = NodeProcess(tmp_path, **directives)
-    proc = launcher.spawn(node.args(), output=node.log_path, cwd=ROOT)
-    try:
-        assert proc.wait(timeout=20) == 1
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    assert node.exit_code_at_start() == 1
     assert "tls-ca-cert-file or tls-ca-cert-dir" in node.log()
 
 

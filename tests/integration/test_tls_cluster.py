@@ -242,11 +242,5 @@ def test_tls_cluster_is_read_at_start_only(start_node, certs):
 
 def test_tls_cluster_without_a_ca_stops_the_start(tmp_path, certs):
     node = NodeProcess(tmp_path, **bus_tls(certs, tls_ca_cert_file=""))
-    proc = launcher.spawn(node.args(), output=node.log_path, cwd=ROOT)
-    try:
-        assert proc.wait(timeout=20) == 1
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    assert node.exit_code_at_start() == 1
     assert "Can't start TLS on the cluster bus" in node.log() and "tls-ca-cert-file" in node.log()
