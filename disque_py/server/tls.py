@@ -130,6 +130,16 @@ def _path(cfg: "Config", name: str) -> str:
     return cfg.resolve_path(value) if value else ""
 
 
+
+def _apply_ciphers(ctx: ssl.SSLContext, cfg: "Config") -> None:
+    """``tls-ciphers`` (TLS 1.2 and below) on ``ctx``, when set."""
+    ciphers = cfg.get("tls-ciphers")
+    if ciphers:
+        try:
+            ctx.set_ciphers(ciphers)
+        except ssl.SSLError:
+            raise ConfigError("Invalid tls-ciphers: OpenSSL matches no cipher in '%s'" % ciphers) from None
+
 def build_server_context(cfg: "Config") -> ssl.SSLContext:
     """A server context from the ``tls-*`` values of ``cfg``; :class:`ConfigError` saying what is
     wrong (a missing or unreadable file, a key that does not match, a bad protocol or cipher)."""
@@ -159,12 +169,7 @@ def build_server_context(cfg: "Config") -> ssl.SSLContext:
         except (ssl.SSLError, OSError, ValueError) as exc:
             raise ConfigError("Failed to load CA certificates (%s): %s" % (cafile or capath, exc)) from None
     ctx.verify_mode = _VERIFY[auth]
-    ciphers = cfg.get("tls-ciphers")
-    if ciphers:
-        try:
-            ctx.set_ciphers(ciphers)
-        except ssl.SSLError:
-            raise ConfigError("Invalid tls-ciphers: OpenSSL matches no cipher in '%s'" % ciphers) from None
+    _apply_ciphers(ctx, cfg)
     _check_suites(cfg.get("tls-ciphersuites"))
     if cfg.get("tls-prefer-server-ciphers"):
         ctx.options |= ssl.OP_CIPHER_SERVER_PREFERENCE
@@ -192,12 +197,7 @@ def build_client_context(cfg: "Config") -> ssl.SSLContext:
         ctx.load_verify_locations(cafile=cafile or None, capath=capath or None)
     except (ssl.SSLError, OSError, ValueError) as exc:
         raise ConfigError("Failed to load the TLS files for peers: %s" % exc) from None
-    ciphers = cfg.get("tls-ciphers")
-    if ciphers:
-        try:
-            ctx.set_ciphers(ciphers)
-        except ssl.SSLError:
-            raise ConfigError("Invalid tls-ciphers: OpenSSL matches no cipher in '%s'" % ciphers) from None
+    _apply_ciphers(ctx, cfg)
     return ctx
 
 
