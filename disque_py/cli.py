@@ -4,6 +4,7 @@
     disque-py cli [-h HOST] [-p PORT] [-a PASSWORD] [COMMAND ARGS...]
     disque-py check-aof [--fix [--yes]] FILE
     disque-py gen-certs DIR [--dns NAME ...] [--ip ADDRESS ...] [--force]
+    disque-py top [--nodes HOST:PORT,...] [--sort length|in|out|blocked|name] [--once [--json]]
 """
 
 from __future__ import annotations
@@ -532,7 +533,7 @@ def top(nodes: str, no_discover: bool, password: str | None, username: str | Non
                           tls=bool(tls or cacert or cert), cacert=cacert, cert=cert, key=key, timeout=timeout,
                           max_queues=max_queues) as collector:  # fmt: skip
         if not once:
-            toplib.run_live(collector, interval=interval, sort=sort, reverse=reverse)
+            toplib.run_live(collector, interval=interval, sort=sort, reverse=reverse, limit=limit)
             return
         try:
             view = toplib.run_once(collector, interval=interval, sort=sort, reverse=reverse, as_json=as_json,

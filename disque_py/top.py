@@ -555,7 +555,7 @@ class Keys:
 
 
 def run_live(collector: Collector, *, interval: float = 1.0, sort: str = "length", reverse: bool = False,
-             console=None, keys: Keys | None = None) -> None:  # fmt: skip
+             limit: int | None = None, console=None, keys: Keys | None = None) -> None:  # fmt: skip
     """Refresh every ``interval`` seconds until 'q' or Ctrl-C; keys re-sort at once."""
     from rich.console import Console
     from rich.live import Live
@@ -566,10 +566,11 @@ def run_live(collector: Collector, *, interval: float = 1.0, sort: str = "length
     view: View | None = None
 
     def screen():
-        limit = None
-        if console.is_terminal:
-            limit = max(3, console.size.height - len(view.nodes if view else ()) - 8)
-        return render(view, sort=sort, reverse=reverse, limit=limit, keys_help=keys.fd is not None)
+        rows = limit
+        if console.is_terminal:  # what fits under the title, above the node table and the keys
+            fits = max(3, console.size.height - len(view.nodes if view else ()) - 8)
+            rows = fits if rows is None else min(rows, fits)
+        return render(view, sort=sort, reverse=reverse, limit=rows, keys_help=keys.fd is not None)
 
     try:
         with keys, Live(screen(), console=console, auto_refresh=False, transient=False,

@@ -36,9 +36,10 @@ def top(*args: str, nodes) -> tuple[int, str]:
 
 
 def top_json(*args: str, nodes) -> dict:
-    code, out = top("--json", *args, nodes=nodes)
-    assert code == 0, out
-    return json.loads(out)
+    seeds = ",".join("127.0.0.1:%d" % n.port for n in nodes)
+    result = CliRunner().invoke(main, ["top", "--nodes", seeds, "--json", "--interval", "0.5", *args])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
 
 
 def add(node, queue: str, n: int) -> None:
@@ -314,3 +315,35 @@ def test_ctrl_c_leaves_the_live_view_cleanly(pair):
         assert termios.tcgetattr(term.fd)[3] & termios.ICANON
     finally:
         term.close()
+
+
+def test_over_tls_with_a_password_the_nodes_given_are_asked_and_the_others_shown(start_node, tmp_path_factory):
+    sys.path.insert(0, str(ROOT / "tests"))
+    from tls_certs import make_certs
+
+    from .conftest import free_port
+
+    certs = make_certs(tmp_path_factory.mktemp("certs"))
+    tls = {"tls_cert_file": str(certs.server_cert), "tls_key_file": str(certs.server_key),
+           "tls_ca_cert_file": str(certs.ca), "requirepass": "pw"}  # fmt: skip
+    a, b = start_node(tls_port=free_port(), **tls), start_node(tls_port=free_port(), **tls)
+    launcher.join([("127.0.0.1", a.port), ("127.0.0.1", b.port)], password="pw", timeout=30)
+    add(a, "secure", 3)
+    tls_port = int(a.directives["tls_port"])
+    args = ["--tls", "--cacert", str(certs.ca), "--cert", str(certs.client_cert), "--key", str(certs.client_key)]
+    result = CliRunner().invoke(main, ["top", "--nodes", "127.0.0.1:%d" % tls_port, "--once", "--json", "--interval",
+                                       "0.3", "-a", "pw", *args])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    nodes = {n["address"]: n for n in data["nodes"]}
+    assert nodes["127.0.0.1:%d" % tls_port]["reachable"]
+    assert {q["name"]: q["len"] for q in data["queues"]} == {"secure": 3}
+    other = nodes["127.0.0.1:%d" % b.port]  # found by HELLO at its plain port, which TLS does not reach
+    assert not other["reachable"] and "tls-port" in other["error"]
+    # a wrong password: the node is shown unreachable with the node's words
+    result = CliRunner().invoke(main, ["top", "--nodes", "127.0.0.1:%d" % a.port, "--once", "--json", "--interval",
+                                       "0.1", "-a", "wrong"])  # fmt: skip
+    assert result.exit_code == 1
+    data = json.loads(result.stdout)
+    assert "no node answered" in result.stderr
+    assert not data["nodes"][0]["reachable"] and "pass" in data["nodes"][0]["error"].lower()
