@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import select
 import sys
 import time
@@ -435,6 +436,15 @@ def human_bytes(n: int | None) -> str:
     return str(n)  # pragma: no cover
 
 
+def short_error(text: str) -> str:
+    """The reason alone, for a table cell: "cannot connect to h:p: Error 111 connecting to h:p.
+    Connection refused." -> "connection refused" (the JSON keeps the whole text)."""
+    text = re.sub(r"^(cannot connect to|connection to) \S+?:\d+( lost)?: ", "", text)
+    text = re.sub(r"^Error -?\d+ (connecting to|while reading from) \S+?\. ", "", text)
+    text = text.strip().rstrip(".")
+    return text[:1].lower() + text[1:] if text[:1].isupper() and not text[1:2].isupper() else text
+
+
 def _rate(value: float | None) -> str:
     if value is None:
         return "-"
@@ -465,7 +475,7 @@ def render(view: View | None, *, sort: str = "length", reverse: bool = False, li
         ("  (more queues than --max-queues on a node: not all shown)" if view.truncated else "", "yellow"),
         ("  " + status if status else "", "dim"),
     )
-    queues = Table(title=None, expand=False, box=None, header_style="bold reverse", pad_edge=False)
+    queues = Table(box=None, header_style="bold reverse", pad_edge=False, collapse_padding=True)
     headers = [("name", "QUEUE", "left"), ("length", "LEN", "right"), ("in", "IN/s", "right"),
                ("out", "OUT/s", "right"), ("blocked", "BLOCKED", "right")]  # fmt: skip
     for key, label, justify in headers:
@@ -480,24 +490,26 @@ def render(view: View | None, *, sort: str = "length", reverse: bool = False, li
                        Text(paused, style="bold yellow" if r.paused != "none" else ""), str(len(r.nodes)))  # fmt: skip
     if not rows:
         queues.add_row(Text("(no queues)", style="dim"), "", "", "", "", "", "")
-    nodes = Table(box=None, header_style="bold reverse", pad_edge=False)
-    for label, justify in [("NODE", "left"), ("ADDRESS", "left"), ("UP", "left"), ("JOBS", "right"),
-                           ("QUEUES", "right"), ("CLIENTS", "right"), ("OPS/s", "right"),
-                           ("MEMORY", "right"), ("FLAGS / ERROR", "left")]:  # fmt: skip
-        nodes.add_column(label, justify=justify)  # type: ignore[arg-type]
+    nodes = Table(box=None, header_style="bold reverse", pad_edge=False, collapse_padding=True)
+    cells = []
     for n in view.nodes:
         memory = human_bytes(n.used_memory)
         if n.max_memory:
             memory += "/" + human_bytes(n.max_memory)
         note = ",".join(n.flags)
         if n.error:
-            note = (note + " " if note else "") + n.error
-        nodes.add_row(
-            (n.id or "?")[:8], n.address,
-            Text("yes", style="green") if n.reachable else Text("NO", style="bold red"),
-            _num(n.jobs), _num(n.queues), _num(n.clients), _num(n.ops_per_sec), memory if n.reachable else "-",
-            Text(note, style="red" if not n.reachable else ""),
-        )  # fmt: skip
+            note = (note + " " if note else "") + short_error(n.error)
+        cells.append([(n.id or "?")[:8], n.address, "yes" if n.reachable else "NO", _num(n.jobs), _num(n.queues),
+                      _num(n.clients), _num(n.ops_per_sec), memory if n.reachable else "-", note])  # fmt: skip
+    headers = [("NODE", "left"), ("ADDRESS", "left"), ("UP", "left"), ("JOBS", "right"), ("QUEUES", "right"),
+               ("CLIENTS", "right"), ("OPS/s", "right"), ("MEMORY", "right")]  # fmt: skip
+    for i, (label, justify) in enumerate(headers):  # these never shrink: the last column gives way
+        width = max([len(label)] + [len(row[i]) for row in cells])
+        nodes.add_column(label, justify=justify, no_wrap=True, min_width=width)  # type: ignore[arg-type]
+    nodes.add_column("FLAGS / ERROR", no_wrap=True, overflow="ellipsis")  # one line per node: the JSON has it all
+    for n, row in zip(view.nodes, cells):
+        up = Text(row[2], style="green" if n.reachable else "bold red")
+        nodes.add_row(*row[:2], up, *row[3:-1], Text(row[-1], style="" if n.reachable else "red"))
     parts: list[Any] = [title, queues]
     if limit is not None and len(rows) > len(shown):
         parts.append(Text("... %d more queue(s)" % (len(rows) - len(shown)), style="dim"))

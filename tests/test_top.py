@@ -122,3 +122,14 @@ def test_parse_nodes():
     for bad in ("", "host", "host:port", ":7711", "h:0", "h:70000"):
         with pytest.raises(ValueError):
             parse_nodes(bad)
+
+
+def test_a_table_cell_keeps_the_reason_of_an_error_and_the_json_all_of_it():
+    from disque_py.top import short_error
+
+    long = "cannot connect to 127.0.0.1:7712: Error 111 connecting to 127.0.0.1:7712. Connection refused."
+    assert short_error(long) == "connection refused"
+    assert short_error("connection to 127.0.0.1:7712 lost: Timeout reading from socket") == "timeout reading from socket"
+    assert short_error("NOAUTH Authentication required.") == "NOAUTH Authentication required"
+    view = compute(Sample(0.0, [NodeSample(("127.0.0.1", 7712), 0.0, False, long)]))
+    assert view.to_json()["nodes"][0]["error"] == long and "connection refused" in _text(view)
