@@ -4,6 +4,7 @@
     disque-py cli [-h HOST] [-p PORT] [-a PASSWORD] [COMMAND ARGS...]
     disque-py check-aof [--fix [--yes]] FILE
     disque-py gen-certs DIR [--dns NAME ...] [--ip ADDRESS ...] [--force]
+    disque-py top [--nodes HOST:PORT,...] [--sort length|in|out|blocked|name] [--once [--json]]
 """
 
 from __future__ import annotations
@@ -465,6 +466,83 @@ def gen_certs(directory: str, dns: tuple[str, ...], ip: tuple[str, ...], client_
     if "tls-port" not in DIRECTIVES:
         click.echo("Note: this version of disque-py does not read the tls-* directives yet; the files are "
                    "ready for when it does, and for TLS proxies in front of the nodes.")  # fmt: skip
+
+
+@main.command("top", context_settings=CONTEXT, short_help="Live view of the cluster's queues and nodes.")
+@click.option("--nodes", "nodes", default="127.0.0.1:7711", show_default=True, metavar="HOST:PORT,...",
+              help="Nodes to ask (comma-separated); the others are found through their HELLO.")
+@click.option("--no-discover", is_flag=True, help="Ask only the --nodes given, not the nodes their HELLO lists.")
+@click.option("-a", "--password", default=None, help="Password (requirepass, or the --user's) to AUTH with.")
+@click.option("--user", "username", default=None, help="AUTH as this user (with --password).")
+@click.option("--tls", is_flag=True, help="Connect with TLS: --nodes are the nodes' tls-ports.")
+@click.option("--cacert", default=None, type=click.Path(dir_okay=False), help="CA to check the nodes' certificates with.")
+@click.option("--cert", default=None, type=click.Path(dir_okay=False), help="Client certificate (tls-auth-clients).")
+@click.option("--key", default=None, type=click.Path(dir_okay=False), help="Private key of --cert.")
+@click.option("--interval", default=1.0, show_default=True, type=click.FloatRange(0.1, 3600),
+              help="Seconds between two samples (the rates are per second over it).")
+@click.option("--sort", "sort", default="length", show_default=True,
+              type=click.Choice(["length", "in", "out", "blocked", "name"]), help="Queue column to sort by.")
+@click.option("--reverse", is_flag=True, help="Reverse the sort (names Z-A, numbers smallest first).")
+@click.option("--once", is_flag=True, help="Print one view (two samples --interval apart) and exit.")
+@click.option("--json", "as_json", is_flag=True, help="With --once (implied): print the data as JSON.")
+@click.option("--limit", default=None, type=click.IntRange(1), help="Show at most this many queues.")
+@click.option("--max-queues", default=10000, show_default=True, type=click.IntRange(1),
+              help="Queues read per node per sample (QSCAN stops there; the view says so).")
+@click.option("--timeout", default=2.0, show_default=True, type=click.FloatRange(0.1, 60),
+              help="Seconds to wait for a node before showing it unreachable.")
+def top(nodes: str, no_discover: bool, password: str | None, username: str | None, tls: bool, cacert: str | None,
+        cert: str | None, key: str | None, interval: float, sort: str, reverse: bool, once: bool, as_json: bool,
+        limit: int | None, max_queues: int, timeout: float) -> None:  # fmt: skip
+    """Watch the queues and nodes of a cluster, refreshed every --interval seconds.
+
+    Queues are found with QSCAN on every node and read with QSTAT; a queue
+    held by several nodes is one row: LEN and BLOCKED are summed, IN/s and
+    OUT/s are the jobs queued and taken per second (QSTAT's jobs-in and
+    jobs-out counters between two samples, summed over the nodes). PAUSED is
+    what any node pauses (`in*`: only some nodes do). NODES counts the nodes
+    holding it. The node table shows each node's INFO (jobs, queues,
+    clients, ops/s, memory used/maxmemory), whether it answered, and its
+    flags as the other nodes see it (pfail, fail, leaving).
+
+    \b
+    Keys (on a terminal):  l length   i in/s   o out/s   b blocked
+                           n name     r reverse the order   q quit (or Ctrl-C)
+
+    \b
+    Examples:
+      disque-py top
+      disque-py top --nodes 10.0.0.5:7711,10.0.0.6:7711 --sort in
+      disque-py top --once --sort out --limit 20        (for scripts: after two samples)
+      disque-py top --once --json | jq '.queues[] | {name, len, in_rate}'
+      disque-py top --tls --cacert ca.crt --nodes db1:8711,db2:8711
+
+    Exit status with --once: 0, or 1 when no node answered.
+    """
+    from . import top as toplib
+
+    try:
+        seeds = toplib.parse_nodes(nodes)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--nodes") from None
+    if username and password is None:
+        raise click.BadParameter("--user needs --password", param_hint="--user")
+    if key and not cert:
+        raise click.BadParameter("--key needs --cert", param_hint="--key")
+    once = once or as_json
+    with toplib.Collector(seeds, discover=not no_discover, password=password, username=username,
+                          tls=bool(tls or cacert or cert), cacert=cacert, cert=cert, key=key, timeout=timeout,
+                          max_queues=max_queues) as collector:  # fmt: skip
+        if not once:
+            toplib.run_live(collector, interval=interval, sort=sort, reverse=reverse, limit=limit)
+            return
+        try:
+            view = toplib.run_once(collector, interval=interval, sort=sort, reverse=reverse, as_json=as_json,
+                                   limit=limit, out=sys.stdout)  # fmt: skip
+        except KeyboardInterrupt:
+            sys.exit(130)
+    if not any(n.reachable for n in view.nodes):
+        click.echo("no node answered (%s)" % ", ".join(n.address for n in view.nodes), err=True)
+        sys.exit(1)
 
 
 def _format_raw(value) -> str:

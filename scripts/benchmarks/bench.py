@@ -177,6 +177,8 @@ from typing import Any, Callable, Generator
 
 from disque_py import launcher
 
+from . import progress
+
 #: The checkout this file is in (scripts/benchmarks/bench.py): results go to ROOT/bench-results.
 ROOT = Path(__file__).resolve().parents[2]
 #: The directory holding the ``benchmarks`` package: on PYTHONPATH for the helper processes.
@@ -237,7 +239,7 @@ def helper_env() -> dict[str, str]:
 
 
 def log(msg: str) -> None:
-    print(">> " + msg, file=sys.stderr, flush=True)
+    progress.echo(">> " + msg)  # stderr, around the progress bar when one is drawn
 
 
 # --------------------------------------------------------------------------- sizes
@@ -2664,9 +2666,12 @@ def main(argv: list[str] | None = None) -> int:
                 "replication": bench.bench_replication, "federation": bench.bench_federation,
                 "queues": bench.bench_queues,
             }  # fmt: skip
-            for name in SUITES:
-                if name in suites:
+            chosen = [name for name in SUITES if name in suites]
+            with progress.bar(len(chosen), "scripts/bench") as bar:
+                for name in chosen:
+                    bar.doing(name)
                     steps[name]()
+                    bar.done()
         finally:
             bench.stop_all()
     except BenchError as exc:

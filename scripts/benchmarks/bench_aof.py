@@ -73,6 +73,7 @@ from disque_py.core.ids import JobIdGenerator
 from disque_py.core.job import QUEUED
 from disque_py.persistence.records import LoadJob, encode_many
 
+from . import progress
 from .bench import (
     CLIENT_CPU,
     HOST,
@@ -248,6 +249,8 @@ class AofBench(Bench):
     probe: str = "addjob"
     #: the servers measured, in order (default: disque-py, then Disque when ``disque_server`` is set)
     servers_measured: tuple[str, ...] | None = None
+    #: the run's progress bar (one step per cell and round, a load and a rewrite per server)
+    bar: progress.Bar = field(default_factory=lambda: progress.Bar(0, ""))
 
     def kinds(self) -> list[str]:
         if self.servers_measured is not None:
@@ -324,6 +327,7 @@ class AofBench(Bench):
                     for kind in order:
                         key = self.key(kind, "aof_%s_%s" % (mode, name))
                         log("ADDJOB -P %d, n=%d, AOF %s (%s, round %d)" % (pipeline, n, mode, kind, rnd + 1))
+                        self.bar.doing("%s %s %s r%d" % (name, mode, kind, rnd + 1))
                         node = self.start_aof(kind, MODES[mode])
                         try:
                             r = self.redis_benchmark(node, n, pipeline, "ADDJOB", "q", self.body, "0")
@@ -336,6 +340,7 @@ class AofBench(Bench):
                             self.results.setdefault(key, {"runs": []})["runs"].append(r)
                         finally:
                             self.stop(node)
+                        self.bar.done()
         for entry in self.results.values():
             if "runs" in entry:
                 entry["requests_per_s"] = _median([r["requests_per_s"] for r in entry["runs"]])
@@ -455,6 +460,7 @@ class AofBench(Bench):
                     self.notes.append("%s: Disque held %d jobs after the fill, not %d" % (key, filled, jobs))
                     jobs = r["jobs"] = filled
             log("loading %d jobs from a %d-byte AOF (%s)" % (jobs, r["aof_bytes"], kind))
+            self.bar.doing("load %s" % kind)
             t0 = time.monotonic()
             node = self.start_aof(kind, MODES["everysec"], workdir, wait=False)
             try:
@@ -468,8 +474,11 @@ class AofBench(Bench):
                 r["jobs_per_s"] = round(jobs / r["loaded_s"]) if r["loaded_s"] else None
                 r["node_rss_kb"] = _rss_kb(node)
                 self.results[key] = r
+                self.bar.done()
                 log("BGREWRITEAOF with %d jobs (%s), probe %s" % (jobs, kind, self.probe.upper()))
+                self.bar.doing("rewrite %s" % kind)
                 self.results[self.key(kind, "aof_rewrite")] = dict(self.rewrite(node), jobs=jobs)
+                self.bar.done()
             finally:
                 self.stop(node)
                 shutil.rmtree(workdir, ignore_errors=True)
@@ -673,10 +682,14 @@ def main(argv: list[str] | None = None) -> int:
             machine["disque_server"] = "%s (%s)" % (a.disque_server, _run([a.disque_server, "--version"]))
         t0 = time.monotonic()
         try:
-            if "throughput" in a.suites:
-                bench.bench_throughput()
-            if "load" in a.suites:
-                bench.bench_load()
+            kinds = len(bench.kinds())
+            steps = (2 * bench.rounds * len(MODES) * kinds if "throughput" in a.suites else 0) + (
+                2 * kinds if "load" in a.suites else 0)
+            with progress.bar(steps, "scripts/bench aof") as bench.bar:
+                if "throughput" in a.suites:
+                    bench.bench_throughput()
+                if "load" in a.suites:
+                    bench.bench_load()
         finally:
             bench.stop_all()  # and the scratch directory
     except BenchError as exc:

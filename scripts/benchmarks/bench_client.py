@@ -48,6 +48,8 @@ from disque_py.client.aio import Client as AioClient
 from disque_py.client.sync import Client
 from disque_py.client.worker import Worker
 
+from . import progress
+
 BODY = b"x" * 32
 
 
@@ -215,18 +217,24 @@ def main(argv: list[str] | None = None) -> None:
         n, b, k = args.jobs, args.batch, args.repeat
         print("node 127.0.0.1:%d, %d jobs of %d bytes, batch %d, best of %d, python %s, %d CPU(s)"
               % (port, n, len(BODY), b, k, sys.version.split()[0], os.cpu_count() or 0))  # fmt: skip
-        rows: list[tuple[str, float, float, float]] = []
+        cells: list[tuple[str, Callable[[], float], Callable[[], float]]] = []  # (label, raw run, client run)
         if args.only in (None, "add"):
             raw_add_run = functools.partial(raw_add, r, n, b)
-            rows.append(("add (sync Client.add_jobs)", *best_of(k, raw_add_run, lambda: client_add(c, r, n, b))))
-            rows.append(("add (trio Client.add_jobs)", *best_of(k, raw_add_run, lambda: aio_add(port, r, n, b))))
+            cells.append(("add (sync Client.add_jobs)", raw_add_run, lambda: client_add(c, r, n, b)))
+            cells.append(("add (trio Client.add_jobs)", raw_add_run, lambda: aio_add(port, r, n, b)))
         kinds = [False, True] if args.handler is None else [args.handler == "sync"]
         for conc in (args.concurrency or (1, 8)) if args.only in (None, "consume") else ():
             for sync_handler in kinds:
                 label = "consume (Worker, %s no-op, concurrency %d)" % ("sync" if sync_handler else "async", conc)
                 raw_run = functools.partial(raw_consume, r, n, b, 2 * conc)
                 worker_run = functools.partial(worker_consume, port, r, n, b, conc, sync_handler)
-                rows.append((label, *best_of(k, raw_run, worker_run)))
+                cells.append((label, raw_run, worker_run))
+        rows: list[tuple[str, float, float, float]] = []
+        with progress.bar(len(cells), "scripts/bench client-lib") as bar:
+            for label, raw_run, client_run in cells:
+                bar.doing(label)
+                rows.append((label, *best_of(k, raw_run, client_run)))
+                bar.done()
         print("%-46s %12s %12s %14s %14s" % ("operation", "raw jobs/s", "client", "client share", "median share"))
         for label, raw_rate, rate, median in rows:
             print("%-46s %12.0f %12.0f %13.0f%% %13.0f%%" % (label, raw_rate, rate, share(raw_rate, rate), median))

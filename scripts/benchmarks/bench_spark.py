@@ -33,6 +33,7 @@ JSON into ``bench-results/`` (or ``--write``).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -258,6 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--write", metavar="FILE", help="JSON results (default bench-results/<date>-spark.json)")
     args = p.parse_args(argv)
     only = set(args.only.split(","))
+    from . import progress
     from .bench import machine_info
 
     results: dict[str, Any] = {"machine": machine_info(sys.executable), "args": vars(args), "runs": []}
@@ -266,15 +268,20 @@ def main(argv: list[str] | None = None) -> int:
     spark = session(args.partitions)
     n = args.jobs
     conns = args.partitions * args.connections
+    stack = contextlib.ExitStack()
     try:
         # Warm up: the first use of the source in a session starts Python workers and looks the
         # source up (several seconds); that is a session's fixed cost, not a rate.
+        bar = stack.enter_context(progress.bar(1 + args.repeat, "scripts/bench spark"))  # warm-up, each round
+        bar.doing("warm-up")
         t = time.perf_counter()
         spark_write(spark, cluster, "warm", 1000, args.partitions, args.connections)
         spark_read(spark, cluster, "warm", 1000)
         spark_stream(spark, cluster, "warm", 1000, 1000, tmp)
         results["warmup_seconds"] = time.perf_counter() - t
+        bar.done()
         for r in range(args.repeat):
+            bar.doing("round %d of %d" % (r + 1, args.repeat))
             run: dict[str, Any] = {}
             if "write" in only:
                 run["client_write_1conn"] = client_write(cluster, n, 1)
@@ -302,8 +309,10 @@ def main(argv: list[str] | None = None) -> int:
                 fill(cluster, q, 2000)
                 run["spark_stream_100_per_batch"] = spark_stream(spark, cluster, q, 2000, 100, tmp)
             results["runs"].append(run)
-            print("run %d: %s" % (r + 1, json.dumps(run, default=str)), flush=True)
+            bar.done()
+            progress.echo("run %d: %s" % (r + 1, json.dumps(run, default=str)), err=False)
     finally:
+        stack.close()
         spark.stop()
         cluster.stop()
 

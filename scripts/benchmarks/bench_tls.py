@@ -44,6 +44,7 @@ from typing import Any
 from disque_py import launcher
 from disque_py.certs import make_bundle, write_bundle
 
+from . import progress
 from .bench import CLIENT_CPU, HOST, SERVER_CPU, machine_info, parse_redis_benchmark
 
 BODY = "x" * 100
@@ -88,12 +89,35 @@ def main(argv: list[str] | None = None) -> int:
     (work / "ours").mkdir()
     results: list[dict[str, Any]] = []
     only = set(args.only.split(","))
-    if "replication" in only:
-        results += replication(work, files, base, args)
+    # one step per timed run: clients 2 pipelines x 2 servers x 2 commands, replication 2 pipelines; x rounds x 2 modes
+    steps = 2 * args.rounds * ((8 if "clients" in only else 0) + (2 if "replication" in only else 0))
+    with progress.bar(steps, "scripts/bench tls") as bar:
+        if "replication" in only:
+            results += replication(work, files, base, args, bar)
+        if "clients" in only:
+            clients(work, files, ours, redis, tls, args, results, bar)
     if "clients" not in only:
         _report_replication(results)
         _save(results, args)
         return 0
+    print()
+    print("| command | -P | disque-py plain | disque-py TLS | TLS/plain | redis-server plain | redis-server TLS | TLS/plain |")
+    print("|---|---|---|---|---|---|---|---|")
+    for pipeline in (1, 32):
+        for what in ("add", "get"):
+            o = next(r for r in results if r["server"] == "disque-py" and r["op"] == what and r["pipeline"] == pipeline)
+            rd = next(r for r in results if r["server"] == "redis-server" and r["op"] == what and r["pipeline"] == pipeline)
+            print("| %s / %s | %d | %.0f | %.0f | %.2f | %.0f | %.0f | %.2f |"
+                  % (o["command"], rd["command"], pipeline, o["plain"], o["tls"], o["ratio"], rd["plain"], rd["tls"],
+                     rd["ratio"]))  # fmt: skip
+    _report_replication(results)
+    _save(results, args)
+    return 0
+
+
+def clients(work: Path, files: list[str], ours: tuple[int, int], redis: tuple[int, int], tls: dict[str, str],
+            args: argparse.Namespace, results: list[dict[str, Any]], bar: progress.Bar) -> None:
+    """ADDJOB/GETJOB against LPUSH/RPOP, plain against TLS (module docstring); rows appended to ``results``."""
     procs = [
         _start(launcher.node_argv(ours[0], work / "ours", "--tls-port", str(ours[1]), "--bind", HOST, *files),
                work / "ours.log", ours[0]),
@@ -117,30 +141,20 @@ def main(argv: list[str] | None = None) -> int:
                             if what == "get":  # something to take: fill first (not timed)
                                 _bench(plain_port, n + 50 * pipeline, 32, None, *add)
                             port = plain_port if mode == "plain" else tls_port
+                            bar.doing("%s %s -P %d %s" % (server, what, pipeline, mode))
                             runs[mode].append(_bench(port, n, pipeline, tls if mode == "tls" else None, *command))
+                            bar.done()
                     row = {"server": server, "op": what, "command": command[0], "pipeline": pipeline, "n": n,
                            "plain": statistics.median(runs["plain"]), "tls": statistics.median(runs["tls"]),
                            "runs": runs}  # fmt: skip
                     row["ratio"] = row["tls"] / row["plain"]
                     results.append(row)
-                    print("%-12s %-6s -P %-2d plain %9.0f/s  TLS %9.0f/s  TLS/plain %.2f"
-                          % (server, command[0], pipeline, row["plain"], row["tls"], row["ratio"]), flush=True)  # fmt: skip
+                    progress.echo("%-12s %-6s -P %-2d plain %9.0f/s  TLS %9.0f/s  TLS/plain %.2f"
+                                  % (server, command[0], pipeline, row["plain"], row["tls"], row["ratio"]),
+                                  err=False)  # fmt: skip
     finally:
         for proc in procs:
             launcher.stop(proc, timeout=10)
-    print()
-    print("| command | -P | disque-py plain | disque-py TLS | TLS/plain | redis-server plain | redis-server TLS | TLS/plain |")
-    print("|---|---|---|---|---|---|---|---|")
-    for pipeline in (1, 32):
-        for what in ("add", "get"):
-            o = next(r for r in results if r["server"] == "disque-py" and r["op"] == what and r["pipeline"] == pipeline)
-            rd = next(r for r in results if r["server"] == "redis-server" and r["op"] == what and r["pipeline"] == pipeline)
-            print("| %s / %s | %d | %.0f | %.0f | %.2f | %.0f | %.0f | %.2f |"
-                  % (o["command"], rd["command"], pipeline, o["plain"], o["tls"], o["ratio"], rd["plain"], rd["tls"],
-                     rd["ratio"]))  # fmt: skip
-    _report_replication(results)
-    _save(results, args)
-    return 0
 
 
 def _save(results: list[dict[str, Any]], args: argparse.Namespace) -> None:
@@ -150,7 +164,8 @@ def _save(results: list[dict[str, Any]], args: argparse.Namespace) -> None:
     print("\nraw results: %s" % out)
 
 
-def replication(work: Path, files: list[str], base: int, args: argparse.Namespace) -> list[dict[str, Any]]:
+def replication(work: Path, files: list[str], base: int, args: argparse.Namespace,
+                bar: progress.Bar | None = None) -> list[dict[str, Any]]:
     """ADDJOB REPLICATE 3 on a 3-node cluster, tls-cluster no against yes (module docstring)."""
     rows = []
     for pipeline in (1, 32):
@@ -168,16 +183,20 @@ def replication(work: Path, files: list[str], base: int, args: argparse.Namespac
                                  "--tls-cluster", "yes" if mode == "tls" else "no"]  # fmt: skip
                         procs.append(_start(launcher.node_argv(port, d, *extra), d / "node.log", port))
                     launcher.join([(HOST, p) for p in ports], timeout=60)
+                    if bar is not None:
+                        bar.doing("replication -P %d %s" % (pipeline, mode))
                     runs[mode].append(_bench(ports[0], n, pipeline, None, "ADDJOB", "q", BODY, "0", "REPLICATE", "3"))
                 finally:
                     for proc in procs:
                         launcher.stop(proc, timeout=10)
+                if bar is not None:
+                    bar.done()
         row = {"server": "disque-py", "op": "replication", "command": "ADDJOB REPLICATE 3", "pipeline": pipeline,
                "n": n, "plain": statistics.median(runs["plain"]), "tls": statistics.median(runs["tls"]), "runs": runs}
         row["ratio"] = row["tls"] / row["plain"]
         rows.append(row)
-        print("replication  -P %-2d tls-cluster no %8.0f/s  yes %8.0f/s  yes/no %.2f"
-              % (pipeline, row["plain"], row["tls"], row["ratio"]), flush=True)  # fmt: skip
+        progress.echo("replication  -P %-2d tls-cluster no %8.0f/s  yes %8.0f/s  yes/no %.2f"
+                      % (pipeline, row["plain"], row["tls"], row["ratio"]), err=False)  # fmt: skip
     return rows
 
 
