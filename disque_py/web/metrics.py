@@ -18,18 +18,23 @@ The names are those of the observability contract (docs/OBSERVABILITY.md).
 from __future__ import annotations
 
 import heapq
+import sys
 import time
 from operator import attrgetter
 from typing import Any, Iterator
 
 from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.utils import floatToGoString
 
 from .handle import NodeHandle
 
 __all__ = ["NodeCollector", "make_registry", "OTHER"]
 
 OTHER = "_other"
+#: the command latency buckets' upper bounds in microseconds (server/cmdstats.py's, per the
+#: observability contract; read from the stats' own module when it has them)
+LATENCY_BUCKETS_US = (10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, 250000, 1000000)
 _PAUSE_MODES = ("none", "in", "out", "all")
 _JOB_STATES = ("wait-repl", "active", "queued", "acked")
 #: walk the job table for the per-state counts only up to this many jobs (a scrape stays cheap:
@@ -131,16 +136,11 @@ class NodeCollector:
         by_name = getattr(stats, "by_name", None)
         if not by_name:
             return
-        from importlib import import_module
-
-        try:
-            bounds = import_module(type(stats).__module__).LATENCY_BUCKETS_US
-        except (ImportError, AttributeError):
-            return
+        bounds = getattr(sys.modules.get(type(stats).__module__), "LATENCY_BUCKETS_US", LATENCY_BUCKETS_US)
         calls = CounterMetricFamily("disque_commands", "Commands run, by name", labels=["command"])
         errors = CounterMetricFamily("disque_command_errors", "Commands that replied with an error", labels=["command"])
         hist = HistogramMetricFamily("disque_command_duration_seconds", "Time spent running commands", labels=["command"])
-        les = ["%g" % (b / 1e6) for b in bounds] + ["+Inf"]
+        les = [floatToGoString(b / 1e6) for b in bounds] + ["+Inf"]
         for name, st in sorted(by_name.items()):
             calls.add_metric([name], st.calls)
             errors.add_metric([name], st.errors)
