@@ -74,7 +74,8 @@ _FORBIDDEN_BODY = (
 class _Internal:
     """What the dispatcher reads and writes of a connection, for a command run for HTTP."""
 
-    __slots__ = ("id", "authenticated", "user", "perms", "last_cmd", "closing", "blocked", "journaled")
+    __slots__ = ("id", "authenticated", "user", "perms", "last_cmd", "closing", "blocked", "journaled", "addr",
+                 "laddr", "name")  # fmt: skip
 
     def __init__(self, user: Any, acl: Any) -> None:
         self.id = INTERNAL_CLIENT_ID
@@ -85,6 +86,9 @@ class _Internal:
         self.closing = False
         self.blocked = False
         self.journaled = False
+        self.addr = "admin-http"  # for anything that names the client (the slow log ...)
+        self.laddr = ""
+        self.name = b""
 
 
 def _flag_names(text: str) -> tuple[str, ...]:
