@@ -58,8 +58,8 @@ class Page:
     """A browser tab on a node's admin page that fails the test on any script error or any
     console error the test did not provoke (a CSP violation, a missing file)."""
 
-    def __init__(self, browser, url: str) -> None:
-        self.context = browser.new_context(viewport={"width": 1280, "height": 900})
+    def __init__(self, browser, url: str, credentials: dict[str, str] | None = None) -> None:
+        self.context = browser.new_context(viewport={"width": 1280, "height": 900}, http_credentials=credentials)
         self.context.set_default_timeout(15_000)
         self.page = self.context.new_page()
         self.problems: list[str] = []
@@ -83,8 +83,8 @@ class Page:
 def open_page(browser):
     pages: list[Page] = []
 
-    def open_(node: NodeProcess):
-        p = Page(browser, "http://%s:%d/" % (node.host, node.admin_port))
+    def open_(node: NodeProcess, credentials: dict[str, str] | None = None):
+        p = Page(browser, "http://%s:%d/" % (node.host, node.admin_port), credentials)
         pages.append(p)
         return p.open()
 

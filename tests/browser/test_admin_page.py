@@ -17,8 +17,9 @@ from .conftest import admin_node, join, node_id, stop_all
 from tests.integration.conftest import wait_for
 
 try:
-    from playwright.sync_api import expect
+    from playwright.sync_api import Error as PlaywrightError, expect
 except ImportError:  # pragma: no cover - the fixtures skip first
+    PlaywrightError = Exception
     expect = None
 
 pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("browser")]
@@ -153,6 +154,20 @@ def test_the_job_inspector_shows_a_job_safely_and_acknowledges_it(cluster, open_
     expect(page.get_by_test_id("error-banner")).to_be_hidden()
 
 
+def test_a_queue_s_first_jobs_open_in_the_job_inspector(cluster, open_page):
+    r2 = cluster[2].client()
+    job_id = r2.execute_command("ADDJOB", "detail-q", "first body", 0, "REPLICATE", 1).decode()
+    page = open_page(cluster[0])
+    page.locator('[data-testid=queue-row][data-queue="detail-q"]').get_by_test_id("queue-name").click()
+    detail = page.get_by_test_id("queue-detail")
+    expect(detail).to_be_visible()
+    expect(detail).to_contain_text("first body")
+    detail.get_by_test_id("queue-job").filter(has_text=job_id).click()
+    expect(page.get_by_test_id("job-id")).to_have_value(job_id)
+    expect(page.get_by_test_id("job-field-body")).to_have_text("first body")
+    expect(page.get_by_test_id("job-field-node")).to_have_text(node_id(cluster[2])[:8])  # found on its node
+
+
 def test_api_errors_show_in_the_banner(cluster, open_page):
     page = open_page(cluster[0])
     expect(page.get_by_test_id("node-row")).to_have_count(3)
@@ -187,3 +202,21 @@ def test_an_unreachable_node_and_an_unreachable_page_node_show_as_such(tmp_path,
         expect(page.get_by_test_id("error-banner")).to_contain_text("cannot be reached")
     finally:
         stop_all(nodes)
+
+
+def test_with_a_password_the_page_needs_the_credentials(tmp_path, open_page):
+    node = admin_node(tmp_path, requirepass="s3cret")
+    try:
+        for wrong in (None, {"username": "admin", "password": "wrong"}):  # the page itself is refused
+            try:
+                page = open_page(node, wrong)
+            except PlaywrightError as exc:  # Chromium gives up on the challenge: a failed navigation
+                assert "INVALID_AUTH_CREDENTIALS" in str(exc)
+            else:  # or it shows the 401 answer
+                expect(page.locator("body")).to_contain_text("authentication required")
+                expect(page.get_by_test_id("nodes-table")).to_have_count(0)
+        page = open_page(node, {"username": "admin", "password": "s3cret"})
+        expect(page.get_by_test_id("node-row")).to_have_count(1)
+        expect(page.get_by_test_id("conn-status")).to_have_attribute("data-state", "connected")
+    finally:
+        stop_all([node])

@@ -372,7 +372,12 @@
       return isNaN(d.getTime()) ? String(v) : d.toISOString().replace("T", " ").replace(/\.\d+Z$/, " UTC");
     }
     if (key === "node") return String(v).slice(0, 8);
-    if ((key === "next_requeue_within" || key === "next_awake_within") && typeof v === "number") return v + " ms";
+    if ((key === "next_requeue_within" || key === "next_awake_within") && typeof v === "number") {
+      return v >= 1000 ? (v / 1000).toFixed(1) + " s" : v + " ms";
+    }
+    if ((key === "ttl" || key === "retry" || key === "delay") && typeof v === "number" && v >= 60) {
+      return v + " (" + fmtDuration(v) + ")";
+    }
     return String(v);
   }
 
