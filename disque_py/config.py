@@ -333,6 +333,17 @@ _TABLE: tuple[Directive, ...] = (
        help="the server's cipher order wins over the client's"),
     _d("tls-cluster", Kind.BOOL, False, implemented=True,
        help="mutual TLS on the cluster bus (peers verified against the CA)"),
+    # --- the admin HTTP port (disque_py/web, server/web.py) -------------------
+    # /healthz, /readyz, /metrics and the JSON API; protected like the client
+    # port (protected mode, requirepass/users as HTTP Basic auth).
+    _d("admin-port", Kind.INT, 0, implemented=True, minimum=0, maximum=65535,
+       error="Invalid admin-port", help="HTTP admin port: /metrics, /healthz, /readyz, /api (0: off)"),
+    _d("admin-bind", Kind.SPECIAL, [], implemented=True, max_args=None, nullable=True,
+       help="addresses the admin port listens on (none: those of bind, and protected like the client port)"),
+    _d("admin-tls", Kind.BOOL, False, implemented=True,
+       help="serve the admin port over HTTPS with tls-cert-file/tls-key-file"),
+    _d("admin-metrics-max-queues", Kind.INT, 1000, runtime=True, implemented=True, minimum=0,
+       help="distinct queue labels in /metrics (the longest queues; the rest summed as _other)"),
     # --- our protocol limits -----------------------------------------------
     # The floors keep every command usable, CONFIG SET included: below them a
     # CONFIG SET would lock every client out of the node until a restart.
@@ -613,7 +624,7 @@ def _parse_value(d: Directive, args: Sequence[str], base_dir: str,
         return s
     # SPECIAL
     name = d.name
-    if name == "bind":
+    if name in ("bind", "admin-bind"):
         if len(args) > BINDADDR_MAX:
             raise _Invalid("Too many bind addresses specified")
         return list(args)
@@ -750,7 +761,7 @@ class Config:
             return str(v)
         if kind is Kind.STRING:
             return quote_arg(v) if for_file else v
-        if d.name == "bind":
+        if d.name in ("bind", "admin-bind"):
             return " ".join(_maybe_quote(a) for a in v) if for_file else " ".join(v)
         if d.name == "unixsocketperm":
             return format(v, "o")

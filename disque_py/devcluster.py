@@ -23,6 +23,12 @@ import click
 from . import launcher
 
 RUN_DIR = Path("run")
+#: The admin HTTP port of a local node (the web page, /metrics, the JSON API): its port + this.
+ADMIN_PORT_OFFSET = 1000
+
+
+def admin_url(port: int) -> str:
+    return "http://127.0.0.1:%d/" % (port + ADMIN_PORT_OFFSET)
 
 
 def _node_dirs() -> list[Path]:
@@ -159,7 +165,7 @@ def forget_everywhere(node_id: str, address: tuple[str, int], *, password: str |
 def start(count: int, base_port: int) -> None:
     """Start COUNT nodes on consecutive ports, join them, and wait until they all answer."""
     ports = [base_port + i for i in range(count)]
-    started = start_nodes(ports)
+    started = start_nodes(ports, per_node={p: ["--admin-port", str(p + ADMIN_PORT_OFFSET)] for p in ports})
     for port in started:
         # A restarted node remembers the cluster of the last run (nodes.conf under ./run/),
         # maybe bigger than this one and with its other nodes down: then ADDJOB's default
@@ -169,7 +175,9 @@ def start(count: int, base_port: int) -> None:
         seconds = join_nodes([("127.0.0.1", p) for p in ports])
         click.echo("cluster of %d nodes joined in %.1f s" % (count, seconds))
     for port in ports:
-        click.echo("node 127.0.0.1:%d %s" % (port, "started" if port in started else "already running"))
+        click.echo("node 127.0.0.1:%d %s, admin %s" % (port, "started" if port in started else "already running",
+                                                       admin_url(port)))  # fmt: skip
+    click.echo("Web page: %s   (metrics: %smetrics)" % (admin_url(base_port), admin_url(base_port)))
     click.echo("Try: redis-cli -p %d ADDJOB myqueue hello 0   (or .venv/bin/disque-py cli -p %d ...)" % (base_port, base_port))
 
 

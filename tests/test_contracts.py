@@ -14,6 +14,9 @@
   ``server.app`` composes them (nothing in the shell imports ``app``).
 * The Spark source (``disque_py.spark``) is a client of the cluster: it imports no
   part of the server, and pyspark only in ``spark.source``.
+* The admin web app (``disque_py.web``) is handed its node (``web.handle.NodeHandle``):
+  it imports no part of the shell, and in the shell only ``server.web`` (which serves
+  it) imports it.
 
 The graph comes from the syntax tree, so a module is judged without being imported.
 The rules are first shown to catch a breach in a small tree made for the purpose,
@@ -36,6 +39,7 @@ CORE_FORBIDDEN = frozenset({
 SHELL = "disque_py.server"
 RECORDS = "disque_py.persistence.records"
 SPARK = "disque_py.spark"
+WEB = "disque_py.web"
 SHELL_PARTS = frozenset(SHELL + "." + p for p in ("clients", "dispatch", "timers", "cluster", "admin"))
 
 
@@ -151,6 +155,14 @@ def breaches(root: Path, packages=PACKAGES) -> list[str]:
                     out.append(f"the Spark source imports {target}: {mod}")
             if "pyspark" in external[mod] and mod != SPARK + ".source":
                 out.append(f"pyspark imported outside {SPARK}.source: {mod}")
+        if mod == WEB or mod.startswith(WEB + "."):
+            for target in sorted(internal[mod]):
+                if target.startswith(SHELL + ".") or target == SHELL:
+                    out.append(f"the web app imports {target}: {mod}")
+        if mod.startswith(SHELL + ".") and mod != SHELL + ".web":
+            for target in sorted(internal[mod]):
+                if target == WEB or target.startswith(WEB + "."):
+                    out.append(f"the shell's {mod} imports the web app {target}")
         if mod.partition(".")[0] == "cluster_bus":
             for target in sorted(internal[mod]):
                 if target.partition(".")[0] == "disque_py":
@@ -268,4 +280,20 @@ def test_the_spark_source_reaching_for_the_server_or_pyspark_elsewhere_is_caught
     assert breaches(root) == [
         "pyspark imported outside disque_py.spark.source: disque_py.spark.options",
         "the Spark source imports disque_py.server.dispatch: disque_py.spark.source",
+    ]
+
+
+def test_the_web_app_reaching_for_the_shell_or_a_shell_part_for_it_is_caught(tmp_path):
+    root = _tree(tmp_path, {
+        "disque_py/web/__init__.py": "",
+        "disque_py/web/api.py": "from ..server.dispatch import Dispatcher\nfrom ..core.ids import valid_job_id\n",
+        "disque_py/web/app.py": "from . import api\n",
+        "disque_py/core/ids.py": "",
+        "disque_py/server/dispatch.py": "from ..web.app import make_app\n",
+        "disque_py/server/web.py": "from ..web.app import make_app\n",
+    })  # fmt: skip
+    assert breaches(root) == [
+        "circle: disque_py.server.dispatch <-> disque_py.web.api <-> disque_py.web.app",
+        "the shell's disque_py.server.dispatch imports the web app disque_py.web.app",
+        "the web app imports disque_py.server.dispatch: disque_py.web.api",
     ]

@@ -38,12 +38,13 @@ from .aof import Aof, AofLoadError
 from .clients import Acceptor, ClientLoop
 from .cluster import ClusterService, CoreFeed
 from .contracts import now_ms
-from .dispatch import Dispatcher
+from .dispatch import SENT_BY_KIND, Dispatcher
 from .fdlimit import fit_maxclients
 from .logs import log, set_level
 from .timers import CoreTimers, Cron
 from .tls import TLS_DIRECTIVES, TlsService
 from .tls import describe as describe_tls
+from .web import AdminWeb, make_handle
 
 __all__ = ["Server", "run_node", "now_ms"]
 
@@ -109,6 +110,8 @@ class Server:
         )
         dispatcher.admin = admin.build_table(context)
         dispatcher.hello = partial(admin.hello_handshake, context)
+        # The admin HTTP port (admin-port; off by default): server/web.py, the app in disque_py/web.
+        self.web = AdminWeb(config, acl, lambda: make_handle(self, SENT_BY_KIND))
         self.shutdown_event = trio.Event()
         self.listeners: list[trio.SocketListener] = []
         self.tls_listeners: list[trio.SocketListener] = []
@@ -213,6 +216,12 @@ class Server:
                 except OSError as exc:
                     log.warning("Creating server TCP listening socket %s:%d: %s", host, port, exc.strerror or exc)
                     raise SystemExit(1) from exc
+        if self.web.enabled:
+            try:
+                web_addrs = await self.web.open_listeners()
+            except (OSError, ValueError) as exc:
+                log.warning("Creating the admin HTTP port %d: %s", cfg.admin_port, getattr(exc, "strerror", None) or exc)
+                raise SystemExit(1) from exc
         pidfile = cfg.pidfile_path
         if pidfile:
             try:
@@ -244,6 +253,10 @@ class Server:
                     nursery.start_soon(self.acceptor.serve, listener)
                 for listener in self.tls_listeners:
                     nursery.start_soon(self.tls.serve, listener)
+                if self.web.enabled:
+                    await nursery.start(self.web.run)
+                    log.info("Admin HTTP%s port %d on %s: /metrics /healthz /readyz /api",
+                             "S" if cfg.admin_tls else "", cfg.admin_port, ", ".join(web_addrs))  # fmt: skip
                 if self.listeners:
                     log.info("Ready to accept connections on %s port %d", ", ".join(addrs), cfg.port)
                 if self.tls_listeners:
@@ -260,6 +273,7 @@ class Server:
             for listener in self.listeners + self.tls_listeners:
                 with trio.CancelScope(shield=True):
                     await listener.aclose()
+            await self.web.aclose()
             if pidfile:
                 try:
                     os.unlink(pidfile)

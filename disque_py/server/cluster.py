@@ -32,6 +32,8 @@ from __future__ import annotations
 import os
 import random
 import secrets
+from collections import Counter
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 import trio
@@ -66,6 +68,7 @@ if TYPE_CHECKING:
 CRON_PERIOD = 0.1
 _LEVELS = {"warning": 30, "notice": 20, "verbose": 15, "debug": 10}
 _NONE: frozenset[str] = frozenset()
+_kind_of = itemgetter(0)
 
 
 class CoreFeed:
@@ -133,6 +136,8 @@ class ClusterService:
         self.stats = self.membership.stats
         for key in ("auth_failures", "bad_frames"):
             self.stats.setdefault(key, 0)
+        #: job-layer messages received, by kind (/metrics: disque_bus_messages_received_total)
+        self.received_by_kind: Counter[str] = Counter()
 
     @property
     def my_id(self) -> str:
@@ -242,10 +247,12 @@ class ClusterService:
         kind = type(msg)
         if kind is DataBatch:
             self.stats["messages_received"] += len(msg.items)
+            self.received_by_kind.update(map(_kind_of, msg.items))  # C loop (Counter), for /metrics
             self.host.cluster_data(msg.sender, msg.items)
             return
         if kind is Data:
             self.stats["messages_received"] += 1
+            self.received_by_kind[msg.kind] += 1
             self.host.cluster_data(msg.sender, ((msg.kind, msg.body),))
             return
         if self.bus is not None:

@@ -1,0 +1,534 @@
+"""The JSON API's views: the node asked assembles the cluster-wide answers.
+
+Local answers run in process: commands go through the node's dispatcher as an internal
+connection authenticated as the caller (``NodeHandle.run_command``: the same command
+code, ACL checks, effects and AOF journaling as a client's), and the queue listing reads
+the core's queue table directly (one pass, no command per queue). Peers are asked over
+their client ports (``NodeHandle.ask_peer``: RESP, AUTH with the caller's credentials,
+one pipelined batch per peer, all peers at once, :data:`PEER_TIMEOUT` each); a peer that
+does not answer in time is shown as unreachable with the error, never waited for longer.
+
+Actions (pause, ack, nack, dequeue) are the commands clients use: ``PAUSE q mode BCAST``
+here, ``ACKJOB`` here (it spreads through the cluster as a client's does), ``NACK`` and
+``DEQUEUE`` on every node that holds the job.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from typing import Any
+
+import trio
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from ..core.ids import valid_job_id
+from ..core.replies import Error, NullArray, Status
+from .access import Caller
+from .handle import NodeHandle, Peer
+
+__all__ = ["ApiError", "readiness", "cluster", "queues", "queue", "pause", "job_get", "job_action", "PEER_TIMEOUT"]
+
+#: Longest wait for one peer's answers (connect included), in seconds.
+PEER_TIMEOUT = 1.5
+DEFAULT_LIMIT = 500
+MAX_LIMIT = 100_000
+#: Queues read from one peer at most (QSTAT each, pipelined).
+PEER_QUEUES_MAX = 20_000
+PEEK_JOBS = 10
+_PAUSE = ("none", "in", "out", "all")
+_INFO_FIELDS = (
+    "registered_jobs", "registered_queues", "connected_clients", "blocked_clients", "used_memory",
+    "uptime_in_seconds", "jobs_added", "jobs_delivered", "jobs_acked",
+)  # fmt: skip
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, text: str) -> None:
+        super().__init__(text)
+        self.status = status
+        self.text = text
+
+
+class CommandError(Exception):
+    """An error reply (local or a peer's)."""
+
+
+# ---------------------------------------------------------------- helpers
+def _text(value: Any) -> str:
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value).decode("utf-8", "replace")
+    return str(value)
+
+
+def norm(value: Any) -> Any:
+    """A reply value as plain Python: bytes, int, None, lists; an error reply raises."""
+    if isinstance(value, Error):
+        raise CommandError(str(value))
+    if isinstance(value, Exception):
+        raise CommandError(str(value))
+    if isinstance(value, NullArray):
+        return None
+    if isinstance(value, Status):
+        return bytes(value)
+    if isinstance(value, str):
+        return value.encode()
+    if isinstance(value, list):
+        return [norm(v) for v in value]
+    if isinstance(value, dict):
+        return [x for k, v in value.items() for x in (norm(k), norm(v))]
+    return value
+
+
+def _pairs(reply: list) -> dict[str, Any]:
+    return {_text(reply[i]): reply[i + 1] for i in range(0, len(reply) - 1, 2)}
+
+
+def _int(value: Any) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return 0
+
+
+def parse_info(text: Any) -> dict[str, str]:
+    out = {}
+    for line in _text(text).splitlines():
+        if line and not line.startswith("#") and ":" in line:
+            k, _, v = line.partition(":")
+            out[k] = v
+    return out
+
+
+def _caller_user(caller: Caller) -> Any:
+    return caller.user
+
+
+def run_local(h: NodeHandle, caller: Caller, argvs: list[list[bytes]]) -> list[Any]:
+    """Commands on this node, in process, as the caller; replies (errors as exception values)."""
+    out: list[Any] = []
+    for argv in argvs:
+        try:
+            out.append(norm(h.run_command(argv, caller.user)))
+        except CommandError as exc:
+            out.append(exc)
+    return out
+
+
+async def ask(h: NodeHandle, caller: Caller, peer: Peer, argvs: list[list[bytes]]) -> list[Any]:
+    """Commands on ``peer`` (this node: in process); raises on a connection problem or timeout."""
+    if "myself" in peer.flags:
+        return run_local(h, caller, argvs)
+    with trio.fail_after(PEER_TIMEOUT):
+        replies = await h.ask_peer(peer.ip, peer.port, argvs, caller.credentials)
+    out = []
+    for r in replies:
+        try:
+            out.append(norm(r))
+        except CommandError as exc:
+            out.append(exc)
+    return out
+
+
+async def ask_all(h: NodeHandle, caller: Caller, peers: list[Peer], argvs_of) -> dict[str, Any]:
+    """``argvs_of(peer)``'s commands on every peer at once: node id -> replies or the exception."""
+    results: dict[str, Any] = {}
+
+    async def one(peer: Peer) -> None:
+        try:
+            results[peer.id] = await ask(h, caller, peer, argvs_of(peer))
+        except trio.TooSlowError:
+            results[peer.id] = ConnectionError("no answer in %.1f s" % PEER_TIMEOUT)
+        except Exception as exc:  # noqa: BLE001 - any failure of one peer is shown, not raised
+            results[peer.id] = exc
+
+    async with trio.open_nursery() as nursery:
+        for peer in peers:
+            nursery.start_soon(one, peer)
+    return results
+
+
+def _members(h: NodeHandle) -> list[Peer]:
+    """Nodes to ask: every known node but those in handshake or without an address."""
+    return [p for p in h.peers() if "handshake" not in p.flags and "noaddr" not in p.flags]
+
+
+def _json(value: Any, status: int = 200) -> Response:
+    return JSONResponse(value, status_code=status)
+
+
+# ---------------------------------------------------------------- readiness
+def readiness(h: NodeHandle) -> tuple[bool, str]:
+    if h.loading():
+        return False, "loading the AOF"
+    if getattr(h.node, "leaving", False):
+        return False, "leaving the cluster"
+    peers = [p for p in h.peers() if "myself" not in p.flags and "handshake" not in p.flags]
+    if peers and not any(p.connected and not ({"pfail", "fail"} & set(p.flags)) for p in peers):
+        return False, "no reachable peer"
+    return True, ""
+
+
+# ---------------------------------------------------------------- cluster
+async def cluster(request: Request, h: NodeHandle, caller: Caller) -> Response:
+    peers = _members(h)
+    answers = await ask_all(h, caller, peers, lambda p: [[b"INFO", b"all"], [b"CONFIG", b"GET", b"admin-port"]])
+    myself = h.node.id
+    nodes = []
+    for p in h.peers():
+        if "handshake" in p.flags:
+            continue
+        got = answers.get(p.id)
+        info = None
+        err = None
+        admin_port = None
+        if isinstance(got, list):
+            if isinstance(got[0], Exception):
+                err = str(got[0])
+            else:
+                fields = parse_info(got[0])
+                info = {k: _int(fields.get(k)) for k in _INFO_FIELDS}
+            if isinstance(got[1], list) and len(got[1]) == 2:
+                admin_port = _int(got[1][1]) or None
+        elif got is not None:
+            err = str(got) or type(got).__name__
+        else:
+            err = "no address"
+        if p.id == myself:
+            admin_port = int(getattr(h.config, "admin_port", 0) or 0) or None
+        nodes.append({
+            "id": p.id,
+            "ip": p.ip,
+            "port": p.port,
+            "admin_port": admin_port,
+            "flags": list(p.flags),
+            "link": "connected" if p.connected else "disconnected",
+            "leaving": "leaving" in p.flags,
+            "reachable": info is not None,
+            "info": info,
+            "error": err,
+        })  # fmt: skip
+    return _json({"myself": myself, "time": time.time(), "nodes": nodes})
+
+
+# ---------------------------------------------------------------- queues
+def _local_queue_rows(h: NodeHandle, caller: Caller) -> list[dict[str, Any]]:
+    node = h.node
+    now = node.ctx.now
+    user = caller.user
+    rows = []
+    for q in list(node.queues.values()):
+        if not user.allkeys and not user.may_use(q.name):
+            continue
+        rows.append({
+            "name": q.name,
+            "len": len(q.jobs),
+            "blocked": q.blocked,
+            "jobs_in": q.jobs_in,
+            "jobs_out": q.jobs_out,
+            "import_rate": q.import_rate(now) if q.sources else 0,
+            "paused": _PAUSE[q.flags & 3],
+        })  # fmt: skip
+    return rows
+
+
+def _stat_row(stat: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "name": stat.get("name", b""),
+        "len": _int(stat.get("len")),
+        "blocked": _int(stat.get("blocked")),
+        "jobs_in": _int(stat.get("jobs-in")),
+        "jobs_out": _int(stat.get("jobs-out")),
+        "import_rate": _int(stat.get("import-rate")),
+        "paused": _text(stat.get("pause", b"none")),
+    }
+
+
+async def _peer_queue_rows(h: NodeHandle, caller: Caller, peer: Peer) -> tuple[list[dict[str, Any]], bool]:
+    """A peer's queues: QSCAN BUSYLOOP for the names, then QSTAT of each (pipelined)."""
+    reply = await ask(h, caller, peer, [[b"QSCAN", b"BUSYLOOP", b"COUNT", b"1000"]])
+    scan = reply[0]
+    if isinstance(scan, Exception):
+        raise scan
+    names = scan[1] if isinstance(scan, list) and len(scan) == 2 else []
+    truncated = len(names) > PEER_QUEUES_MAX
+    names = names[:PEER_QUEUES_MAX]
+    if not names:
+        return [], truncated
+    stats = await ask(h, caller, peer, [[b"QSTAT", n] for n in names])
+    rows = []
+    for stat in stats:
+        if isinstance(stat, list):
+            rows.append(_stat_row(_pairs(stat)))
+    return rows, truncated
+
+
+_PAUSE_BITS = {"none": 0, "in": 1, "out": 2, "all": 3}
+
+
+def _merge(per_node: dict[str, list[dict[str, Any]]]) -> dict[bytes, dict[str, Any]]:
+    merged: dict[bytes, dict[str, Any]] = {}
+    for node_id, rows in per_node.items():
+        for row in rows:
+            name = row["name"]
+            m = merged.get(name)
+            if m is None:
+                m = merged[name] = {"name": name, "len": 0, "blocked": 0, "jobs_in": 0, "jobs_out": 0,
+                                    "import_rate": 0, "_pause": 0, "nodes": {}}  # fmt: skip
+            for k in ("len", "blocked", "jobs_in", "jobs_out", "import_rate"):
+                m[k] += row[k]
+            m["_pause"] |= _PAUSE_BITS.get(row["paused"], 0)
+            m["nodes"][node_id] = {k: row[k] for k in ("len", "blocked", "jobs_in", "jobs_out", "paused")}
+    return merged
+
+
+def _public(m: dict[str, Any]) -> dict[str, Any]:
+    out = {k: v for k, v in m.items() if not k.startswith("_")}
+    out["name"] = _text(m["name"])
+    out["paused"] = _PAUSE[m["_pause"]]
+    return out
+
+
+async def _gather_rows(h: NodeHandle, caller: Caller) -> tuple[dict[str, list], bool]:
+    per_node: dict[str, list] = {}
+    truncated = False
+    myself = h.node.id
+
+    async def one(peer: Peer) -> None:
+        nonlocal truncated
+        if peer.id == myself:
+            per_node[peer.id] = _local_queue_rows(h, caller)
+            return
+        try:
+            with trio.fail_after(PEER_TIMEOUT * 2):
+                rows, cut = await _peer_queue_rows(h, caller, peer)
+        except Exception:  # noqa: BLE001 - an unreachable peer adds nothing (the cluster view says why)
+            return
+        per_node[peer.id] = rows
+        truncated = truncated or cut
+
+    async with trio.open_nursery() as nursery:
+        for peer in _members(h):
+            nursery.start_soon(one, peer)
+    return per_node, truncated
+
+
+def _limit(request: Request) -> int:
+    raw = request.query_params.get("limit")
+    if raw is None:
+        return DEFAULT_LIMIT
+    try:
+        limit = int(raw)
+    except ValueError:
+        raise ApiError(400, "limit must be an integer") from None
+    if limit < 1 or limit > MAX_LIMIT:
+        raise ApiError(400, "limit must be between 1 and %d" % MAX_LIMIT)
+    return limit
+
+
+async def queues(request: Request, h: NodeHandle, caller: Caller) -> Response:
+    limit = _limit(request)
+    per_node, truncated = await _gather_rows(h, caller)
+    merged = list(_merge(per_node).values())
+    merged.sort(key=lambda m: (-m["len"], m["name"]))
+    if len(merged) > limit:
+        truncated = True
+        merged = merged[:limit]
+    return _json({"time": time.time(), "truncated": truncated, "queues": [_public(m) for m in merged]})
+
+
+def _queue_name(request: Request) -> bytes:
+    name = request.path_params["name"]
+    if not name:
+        raise ApiError(400, "a queue name is needed")
+    return name.encode("utf-8", "surrogateescape")
+
+
+async def queue(request: Request, h: NodeHandle, caller: Caller) -> Response:
+    name = _queue_name(request)
+    peers = _members(h)
+    answers = await ask_all(h, caller, peers, lambda p: [[b"QSTAT", name], [b"QPEEK", name, b"%d" % PEEK_JOBS]])
+    per_node: dict[str, list] = {}
+    age = None
+    idle = None
+    import_from: list[str] = []
+    jobs: list[dict[str, Any]] = []
+    seen: set[bytes] = set()
+    denied = None
+    order = sorted(answers, key=lambda nid: nid != h.node.id)  # this node's jobs first
+    for node_id in order:
+        got = answers[node_id]
+        if not isinstance(got, list):
+            continue
+        stat, peek = got
+        if isinstance(stat, Exception):
+            if "NOPERM" in str(stat):
+                denied = str(stat)
+            continue
+        if not isinstance(stat, list):
+            continue
+        fields = _pairs(stat)
+        per_node[node_id] = [_stat_row(fields)]
+        a, i = _int(fields.get("age")), _int(fields.get("idle"))
+        age = a if age is None else max(age, a)
+        idle = i if idle is None else min(idle, i)
+        for src in fields.get("import-from") or []:
+            src = _text(src)
+            if src not in import_from:
+                import_from.append(src)
+        if isinstance(peek, list):
+            for item in peek:
+                if len(jobs) >= PEEK_JOBS:
+                    break
+                if isinstance(item, list) and len(item) == 3 and item[1] not in seen:
+                    seen.add(item[1])
+                    jobs.append({"id": _text(item[1]), **_body(item[2])})
+    if denied and not per_node:
+        raise ApiError(403, denied)
+    merged = _merge(per_node)
+    if name not in merged:
+        raise ApiError(404, "no node knows the queue")
+    out = _public(merged[name])
+    out.update({"age": age or 0, "idle": idle or 0, "import_from": import_from, "jobs": jobs})
+    return _json(out)
+
+
+async def _json_body(request: Request) -> dict[str, Any]:
+    raw = await request.body()
+    if len(raw) > 65536:
+        raise ApiError(413, "request body too large")
+    try:
+        body = json.loads(raw or b"{}")
+    except (ValueError, UnicodeDecodeError):
+        raise ApiError(400, "the request body is not JSON") from None
+    if not isinstance(body, dict):
+        raise ApiError(400, "the request body must be a JSON object")
+    return body
+
+
+def _check(reply: Any) -> Any:
+    if isinstance(reply, Exception):
+        text = str(reply)
+        status = 403 if text.startswith(("NOPERM", "NOAUTH")) else 400
+        raise ApiError(status, text)
+    return reply
+
+
+async def pause(request: Request, h: NodeHandle, caller: Caller) -> Response:
+    name = _queue_name(request)
+    body = await _json_body(request)
+    mode = body.get("mode")
+    if mode not in _PAUSE:
+        raise ApiError(400, "mode must be one of none, in, out, all")
+    reply = _check(run_local(h, caller, [[b"PAUSE", name, mode.encode(), b"BCAST"]])[0])
+    return _json({"name": _text(name), "paused": _text(reply)})
+
+
+# ---------------------------------------------------------------- jobs
+def _body(body: Any) -> dict[str, str]:
+    raw = body if isinstance(body, (bytes, bytearray)) else _text(body).encode()
+    try:
+        return {"body": bytes(raw).decode("utf-8"), "body_encoding": "utf-8"}
+    except UnicodeDecodeError:
+        return {"body": base64.b64encode(raw).decode("ascii"), "body_encoding": "base64"}
+
+
+def _job_id(rest: str, actions: tuple[str, ...] = ()) -> tuple[bytes, str]:
+    """The job ID of a path (IDs may hold '/', so the fixed length splits it) and the action."""
+    raw = rest.encode("utf-8", "surrogateescape")
+    job_id, tail = raw[:40], raw[40:].decode("utf-8", "replace")
+    action = tail[1:] if tail.startswith("/") else tail
+    if actions:
+        if action not in actions:
+            raise ApiError(404, "not found")
+    elif action:
+        raise ApiError(404, "not found")
+    if not valid_job_id(job_id):
+        raise ApiError(400, "malformed job ID")
+    return job_id, action
+
+
+def _show_object(reply: list, node_id: str) -> dict[str, Any]:
+    f = _pairs(reply)
+    out = {
+        "id": _text(f.get("id")),
+        "queue": _text(f.get("queue")),
+        "state": _text(f.get("state")),
+        "repl": _int(f.get("repl")),
+        "ttl": _int(f.get("ttl")),
+        "ctime": _int(f.get("ctime")),
+        "delay": _int(f.get("delay")),
+        "retry": _int(f.get("retry")),
+        "nacks": _int(f.get("nacks")),
+        "additional_deliveries": _int(f.get("additional-deliveries")),
+        "nodes_delivered": [_text(n) for n in f.get("nodes-delivered") or []],
+        "nodes_confirmed": [_text(n) for n in f.get("nodes-confirmed") or []],
+        "next_requeue_within": f.get("next-requeue-within"),
+        "next_awake_within": f.get("next-awake-within"),
+    }  # fmt: skip
+    out.update(_body(f.get("body", b"")))
+    out["node"] = node_id
+    return out
+
+
+async def _holders(h: NodeHandle, caller: Caller, job_id: bytes) -> dict[str, Any]:
+    """node id -> its SHOW reply, for every node that holds the job (this one asked first)."""
+    local = run_local(h, caller, [[b"SHOW", job_id]])[0]
+    if isinstance(local, Exception):
+        _check(local)
+    found: dict[str, Any] = {}
+    if isinstance(local, list):
+        found[h.node.id] = local
+    others = [p for p in _members(h) if "myself" not in p.flags]
+    answers = await ask_all(h, caller, others, lambda p: [[b"SHOW", job_id]])
+    for node_id, got in answers.items():
+        if isinstance(got, list) and isinstance(got[0], list):
+            found[node_id] = got[0]
+    return found
+
+
+async def job_get(request: Request, h: NodeHandle, caller: Caller) -> Response:
+    job_id, _ = _job_id(request.path_params["rest"])
+    local = _check(run_local(h, caller, [[b"SHOW", job_id]])[0])
+    if isinstance(local, list):
+        return _json(_show_object(local, h.node.id))
+    others = [p for p in _members(h) if "myself" not in p.flags]
+    answers = await ask_all(h, caller, others, lambda p: [[b"SHOW", job_id]])
+    for node_id, got in answers.items():
+        if isinstance(got, list) and isinstance(got[0], list):
+            return _json(_show_object(got[0], node_id))
+    raise ApiError(404, "no node knows the job")
+
+
+_ACTIONS = {"ack": b"ACKJOB", "nack": b"NACK", "dequeue": b"DEQUEUE"}
+
+
+async def job_action(request: Request, h: NodeHandle, caller: Caller) -> Response:
+    job_id, action = _job_id(request.path_params["rest"], tuple(_ACTIONS))
+    command = _ACTIONS[action]
+    holders = await _holders(h, caller, job_id)
+    if not holders:
+        raise ApiError(404, "no node knows the job")
+    myself = h.node.id
+    if action == "ack":
+        # One ACKJOB spreads the acknowledgement through the cluster; run it where the job is
+        # known (here if this node holds it).
+        targets = [myself] if myself in holders else [next(iter(holders))]
+    else:
+        targets = list(holders)
+    peers = {p.id: p for p in _members(h)}
+    result = 0
+    for node_id in targets:
+        peer = peers.get(node_id)
+        if peer is None:
+            continue
+        try:
+            reply = (await ask(h, caller, peer, [[command, job_id]]))[0]
+        except trio.TooSlowError:
+            raise ApiError(504, "node %s did not answer" % node_id[:8]) from None
+        except Exception as exc:  # noqa: BLE001
+            raise ApiError(502, "node %s: %s" % (node_id[:8], exc)) from None
+        result += _int(_check(reply))
+    return _json({"id": _text(job_id), "action": action, "result": result})
