@@ -89,9 +89,11 @@ def take(out: Path, seconds: float) -> list[Path]:
                 page.get_by_test_id("job-id").fill(job_id)
                 page.get_by_test_id("job-lookup").click()
                 expect(page.get_by_test_id("job-view")).to_be_visible()
+                page.mouse.move(1270, 5)  # no hover highlight in the shots
                 full = out / "admin-page.png"
                 page.screenshot(path=str(full), full_page=True)
                 inspector = out / "admin-job-inspector.png"
+                page.set_viewport_size({"width": 760, "height": 820})  # the inspector alone, without the blank right half
                 page.locator("#jobs").screenshot(path=str(inspector))
                 browser.close()
             return [full, inspector]
