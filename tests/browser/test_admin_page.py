@@ -42,6 +42,8 @@ def confirm(page) -> None:
 def test_the_page_shows_every_node_of_the_cluster(cluster, open_page):
     page = open_page(cluster[0])
     expect(page).to_have_title("Disque admin")
+    headers = page.context.request.get(page.url).headers
+    assert "frame-ancestors 'none'" in headers["content-security-policy"]  # actions cannot be clickjacked
     rows = page.get_by_test_id("node-row")
     expect(rows).to_have_count(3)
     for n in cluster:
