@@ -168,6 +168,21 @@ def test_a_queue_s_first_jobs_open_in_the_job_inspector(cluster, open_page):
     expect(page.get_by_test_id("job-id")).to_have_value(job_id)
     expect(page.get_by_test_id("job-field-body")).to_have_text("first body")
     expect(page.get_by_test_id("job-field-node")).to_have_text(node_id(cluster[2])[:8])  # found on its node
+    # dequeue, confirmed: out of its queue, still known
+    page.get_by_test_id("job-dequeue").click()
+    confirm(page)
+    expect(page.get_by_test_id("job-result")).to_have_attribute("data-result", "1")
+    expect(page.get_by_test_id("job-field-state")).to_have_text("active")
+    assert r2.execute_command("QLEN", "detail-q") == 0
+
+
+def test_a_body_that_is_not_utf8_shows_as_base64(cluster, open_page):
+    job_id = cluster[0].client().execute_command("ADDJOB", "binary-q", b"\xff\xfe\x00<", 0, "REPLICATE", 1).decode()
+    page = open_page(cluster[0])
+    page.get_by_test_id("job-id").fill(job_id)
+    page.get_by_test_id("job-id").press("Enter")
+    expect(page.get_by_test_id("job-field-body")).to_have_text("//4APA==")
+    expect(page.locator('#job-body tr[data-field="body"] th')).to_contain_text("base64")
 
 
 def test_api_errors_show_in_the_banner(cluster, open_page):
