@@ -64,14 +64,13 @@ client-output-buffer-limit watchdog-period
 """.split()
 OURS = ["proto-max-bulk-len", "proto-max-multibulk-len", "client-query-buffer-limit",
         "cluster-secret", "protected-mode", "user"]
+#: The admin HTTP port (server/web.py); admin-metrics-max-queues at run time.
+OURS += ["admin-port", "admin-bind", "admin-tls", "admin-metrics-max-queues"]
 #: Redis 6's TLS directives (server/tls.py); all of them but tls-port and tls-cluster at run time.
 TLS = ["tls-port", "tls-cert-file", "tls-key-file", "tls-key-file-pass", "tls-ca-cert-file", "tls-ca-cert-dir",
        "tls-auth-clients", "tls-protocols", "tls-ciphers", "tls-ciphersuites", "tls-prefer-server-ciphers",
        "tls-cluster"]
 OURS += TLS
-#: The admin HTTP port (server/web.py); admin-metrics-max-queues at run time.
-ADMIN = ["admin-port", "admin-bind", "admin-tls", "admin-metrics-max-queues"]
-OURS += ADMIN
 
 
 def test_table_has_every_directive():
@@ -149,12 +148,12 @@ def test_runtime_directives_list():
         "requirepass", "maxclients", "appendonly", "dir", "client-output-buffer-limit",
         "aof-rewrite-incremental-fsync", "aof-load-truncated", "activerehashing",
         "tcp-keepalive", "aof-enqueue-jobs-once", "maxmemory-samples", "timeout",
-        "auto-aof-rewrite-percentage", "auto-aof-rewrite-min-size",
+        "auto-aof-rewrite-percentage", "auto-aof-rewrite-min-size", "admin-metrics-max-queues",
         "slowlog-log-slower-than", "slowlog-max-len", "latency-monitor-threshold",
         "cluster-node-timeout", "hz", "watchdog-period", "maxmemory", "loglevel",
         "maxmemory-policy", "appendfsync", "proto-max-bulk-len",
         "proto-max-multibulk-len", "client-query-buffer-limit", "protected-mode",
-    } | (set(TLS) - {"tls-port", "tls-cluster"}) | {"admin-metrics-max-queues"}
+    } | (set(TLS) - {"tls-port", "tls-cluster"})
     assert rt == expected
 
 

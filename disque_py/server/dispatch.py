@@ -33,7 +33,6 @@ wired to (:meth:`Dispatcher.wire`).
 from __future__ import annotations
 
 import os
-from collections import Counter
 from typing import TYPE_CHECKING, Any, Callable
 
 from cluster_bus.codec import encode_data_item
@@ -82,7 +81,7 @@ def read_rss() -> int:
 
 
 #: job-layer messages built for the bus, by kind (one message sent to several peers counts once)
-SENT_BY_KIND: Counter[str] = Counter()
+SENT_BY_KIND: dict[str, int] = {}
 
 AdminTable = dict[bytes, tuple[Callable[["Connection", list[bytes]], Any], int]]
 
@@ -96,7 +95,7 @@ def send_item_of(message: tuple) -> tuple[bytes, Any]:
     the only copy of a RETRY 0 job is watched: it comes back
     (``Node.on_moves_unsent``) if it never leaves.
     """
-    SENT_BY_KIND[message[0]] += 1  # /metrics: disque_bus_messages_sent_total (a fan-out counts once)
+    SENT_BY_KIND[message[0]] = SENT_BY_KIND.get(message[0], 0) + 1  # /metrics: disque_bus_messages_sent_total (a fan-out counts once)
     item = encode_data_item(message[0], list(message[1:]), check_body=False)
     watch = message if message[0] == "YOURJOBS" and moves_to_watch(message) else None
     return item, watch

@@ -56,8 +56,8 @@ __all__ = ["AdminWeb", "make_handle", "ask_peer", "MAX_CONNECTIONS", "CONNECTION
 
 MAX_CONNECTIONS = 64  # HTTP connections served at once; more are closed at accept
 CONNECTION_LIFETIME = 120.0  # seconds one HTTP connection may live (keep-alive included)
-READ_TIMEOUT = 10  # seconds hypercorn waits for the next bytes of a request
-KEEP_ALIVE = 15  # seconds an idle keep-alive connection stays open
+READ_TIMEOUT = 5  # seconds hypercorn waits for the next bytes of a request (or of the next one)
+KEEP_ALIVE = 5  # seconds an idle keep-alive connection stays open
 MAX_HEADER_BYTES = 16 * 1024  # h11_max_incomplete_size: request line + headers
 HANDSHAKE_TIMEOUT = 5.0  # TLS
 INTERNAL_CLIENT_ID = -1  # the core's client id of commands run for the admin port
@@ -74,7 +74,8 @@ _FORBIDDEN_BODY = (
 class _Internal:
     """What the dispatcher reads and writes of a connection, for a command run for HTTP."""
 
-    __slots__ = ("id", "authenticated", "user", "perms", "last_cmd", "closing", "blocked", "journaled")
+    __slots__ = ("id", "authenticated", "user", "perms", "last_cmd", "closing", "blocked", "journaled", "addr",
+                 "laddr", "name")  # fmt: skip
 
     def __init__(self, user: Any, acl: Any) -> None:
         self.id = INTERNAL_CLIENT_ID
@@ -85,6 +86,9 @@ class _Internal:
         self.closing = False
         self.blocked = False
         self.journaled = False
+        self.addr = "admin-http"  # for anything that names the client (the slow log ...)
+        self.laddr = ""
+        self.name = b""
 
 
 def _flag_names(text: str) -> tuple[str, ...]:

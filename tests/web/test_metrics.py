@@ -24,10 +24,10 @@ def scrape(node) -> dict[str, list]:
 
 
 def value(fams, name: str, **labels) -> float:
-    base = name.removesuffix("_total")
-    for sample in fams.get(base, fams.get(name, [])):
-        if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
-            return sample.value
+    for samples in fams.values():
+        for sample in samples:
+            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                return sample.value
     raise KeyError((name, labels))
 
 
