@@ -180,3 +180,13 @@ def test_the_cluster_view_and_a_job_held_on_another_node(cluster3):
     assert entry["reachable"] is False and entry["info"] is None and entry["error"]
     assert took < 5, took  # bounded by the peer timeout, not hanging
     assert validated(http(port, "GET", "/api/queues"), "get", "/api/queues").status == 200
+
+
+def test_the_page_route_serves_the_page_when_it_is_installed(admin_node):
+    from disque_py.web.app import STATIC_DIR
+
+    r = http(admin_port(admin_node), "GET", "/")
+    if (STATIC_DIR / "index.html").is_file():
+        assert r.status == 200 and r.headers["content-type"].startswith("text/html")
+    else:
+        assert r.status == 404 and "not installed" in r.json()["error"]
