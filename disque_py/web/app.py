@@ -44,6 +44,12 @@ def error(status: int, text: str, headers: dict[str, str] | None = None) -> JSON
     return JSONResponse({"error": text}, status_code=status, headers=headers)
 
 
+#: The page's own policy is in its <meta> tag; framing can only be refused by a header.
+PAGE_HEADERS = {
+    "Content-Security-Policy": "default-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+}
 UNAUTHORIZED_HEADERS = {"WWW-Authenticate": 'Basic realm="disque-py", charset="UTF-8"'}
 
 View = Callable[[Request, NodeHandle, Caller], Awaitable[Response]]
@@ -92,7 +98,7 @@ def make_app(handle: NodeHandle) -> Starlette:
         caller = authenticate(handle.acl, request.headers.get("authorization"))
         if caller is None:
             return error(401, "authentication required", UNAUTHORIZED_HEADERS)
-        return FileResponse(page, media_type="text/html")
+        return FileResponse(page, media_type="text/html", headers=PAGE_HEADERS)
 
     g = partial(_guarded, handle)
     routes = [

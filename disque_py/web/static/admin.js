@@ -1,0 +1,523 @@
+// The admin page of a disque-py node: the cluster map, the queues with their live rates and a
+// job inspector, all read from the node's JSON API (/api/...). No framework and no build step.
+// Every value from the API reaches the page through textContent or an attribute, never as HTML.
+"use strict";
+
+(function () {
+  const REFRESH_MS = 1000;
+  const REQUEST_TIMEOUT_MS = 8000;
+  const HISTORY = 30; // samples kept per queue for the sparklines (one a second)
+  const SPARK_W = 120;
+  const SPARK_H = 24;
+  const SVG_NS = "http://www.w3.org/2000/svg";
+
+  const $ = (id) => document.getElementById(id);
+
+  // ---- small DOM helpers --------------------------------------------------------------------
+
+  function el(tag, attrs, ...children) {
+    const node = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (v === null || v === undefined || v === false) continue;
+      if (k === "class") node.className = v;
+      else if (k === "text") node.textContent = String(v);
+      else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
+      else node.setAttribute(k, v === true ? "" : String(v));
+    }
+    for (const c of children) {
+      if (c === null || c === undefined) continue;
+      node.append(c instanceof Node ? c : document.createTextNode(String(c)));
+    }
+    return node;
+  }
+
+  function setText(node, value) {
+    const s = value === null || value === undefined ? "" : String(value);
+    if (node.textContent !== s) node.textContent = s;
+  }
+
+  function fmtInt(n) {
+    return typeof n === "number" && isFinite(n) ? n.toLocaleString("en-US") : "–";
+  }
+
+  function fmtBytes(n) {
+    if (typeof n !== "number" || !isFinite(n)) return "–";
+    const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let i = 0;
+    while (n >= 1024 && i < units.length - 1) { n /= 1024; i++; }
+    return (i === 0 ? n : n.toFixed(1)) + " " + units[i];
+  }
+
+  function fmtDuration(s) {
+    if (typeof s !== "number" || !isFinite(s)) return "–";
+    s = Math.floor(s);
+    if (s < 60) return s + "s";
+    if (s < 3600) return Math.floor(s / 60) + "m" + (s % 60) + "s";
+    if (s < 86400) return Math.floor(s / 3600) + "h" + Math.floor((s % 3600) / 60) + "m";
+    return Math.floor(s / 86400) + "d" + Math.floor((s % 86400) / 3600) + "h";
+  }
+
+  function fmtRate(r) {
+    if (typeof r !== "number" || !isFinite(r)) return "–";
+    return r >= 100 ? Math.round(r).toString() : r.toFixed(1);
+  }
+
+  // ---- errors: one banner, one line per source ----------------------------------------------
+
+  const errors = new Map(); // source -> message
+
+  function showError(source, message) {
+    errors.set(source, message);
+    renderErrors();
+  }
+
+  function clearError(source) {
+    if (errors.delete(source)) renderErrors();
+  }
+
+  function renderErrors() {
+    const list = $("error-list");
+    list.replaceChildren(...[...errors.values()].map((m) => el("li", { "data-testid": "error-item", text: m })));
+    $("error-banner").hidden = errors.size === 0;
+  }
+
+  // ---- the API --------------------------------------------------------------------------------
+
+  class ApiError extends Error {
+    constructor(message, status) {
+      super(message);
+      this.status = status;
+    }
+  }
+
+  async function api(method, path, body) {
+    const ctl = new AbortController();
+    const timer = setTimeout(() => ctl.abort(), REQUEST_TIMEOUT_MS);
+    const init = { method, signal: ctl.signal, headers: { Accept: "application/json" }, credentials: "same-origin", cache: "no-store" };
+    if (body !== undefined) {
+      init.headers["Content-Type"] = "application/json";
+      init.body = JSON.stringify(body);
+    }
+    let resp;
+    try {
+      resp = await fetch(path, init);
+    } catch (exc) {
+      const why = exc && exc.name === "AbortError" ? "no answer within " + REQUEST_TIMEOUT_MS / 1000 + " s" : String(exc && exc.message || exc);
+      throw new ApiError(method + " " + path + ": the node cannot be reached (" + why + ")", 0);
+    } finally {
+      clearTimeout(timer);
+    }
+    let data = null;
+    const text = await resp.text();
+    try {
+      data = text ? JSON.parse(text) : null;
+    } catch (exc) {
+      data = null;
+    }
+    if (!resp.ok) {
+      const detail = data && typeof data.error === "string" ? data.error : (text || resp.statusText).slice(0, 300);
+      throw new ApiError(method + " " + path + ": " + resp.status + " " + detail, resp.status);
+    }
+    if (data === null) throw new ApiError(method + " " + path + ": the answer is not JSON", resp.status);
+    return data;
+  }
+
+  const enc = encodeURIComponent;
+
+  // ---- the confirmation dialog ----------------------------------------------------------------
+
+  function confirmAction(message) {
+    const dlg = $("confirm-dialog");
+    setText($("confirm-message"), message);
+    return new Promise((resolve) => {
+      dlg.addEventListener("close", () => resolve(dlg.returnValue === "ok"), { once: true });
+      dlg.returnValue = "cancel";
+      dlg.showModal();
+      $("confirm-cancel").focus();
+    });
+  }
+
+  // ---- the cluster map ------------------------------------------------------------------------
+
+  function nodeAddress(n) {
+    const ip = String(n.ip || "");
+    return (ip.includes(":") ? "[" + ip + "]" : ip) + ":" + n.port;
+  }
+
+  function adminUrl(n) {
+    const ip = String(n.ip || "");
+    if (!Number.isInteger(n.admin_port) || n.admin_port <= 0 || !/^[0-9A-Za-z.:-]+$/.test(ip)) return null;
+    return location.protocol + "//" + (ip.includes(":") ? "[" + ip + "]" : ip) + ":" + n.admin_port + "/";
+  }
+
+  function yesNo(v, goodWhen) {
+    const s = v ? "yes" : "no";
+    return el("span", { class: v === goodWhen ? "ok" : "bad", text: s });
+  }
+
+  function renderCluster(data) {
+    const nodes = Array.isArray(data.nodes) ? data.nodes : [];
+    setText($("myself"), data.myself ? "this node: " + String(data.myself).slice(0, 8) : "");
+    setText($("node-count"), "(" + nodes.length + ")");
+    const rows = nodes.map((n) => {
+      const info = n.info || null;
+      const flags = Array.isArray(n.flags) ? n.flags : [];
+      const link = String(n.link || "");
+      const url = adminUrl(n);
+      const idCell = el("td", { class: "mono", title: String(n.id || "") }, String(n.id || "").slice(0, 8));
+      const addr = url && !flags.includes("myself")
+        ? el("a", { href: url, rel: "noopener noreferrer", title: "admin page of this node" }, nodeAddress(n))
+        : nodeAddress(n);
+      const bad = !n.reachable || flags.some((f) => f === "fail" || f === "pfail");
+      return el("tr", {
+        "data-testid": "node-row", "data-node-id": String(n.id || ""),
+        "data-reachable": n.reachable ? "yes" : "no",
+        class: (bad ? "unreachable" : "") + (flags.includes("myself") ? " myself" : ""),
+      },
+        idCell,
+        el("td", { class: "mono" }, addr),
+        el("td", {}, ...flags.map((f) => el("span", { class: "flag flag-" + String(f).replace(/[^a-z0-9-]/gi, ""), text: f }))),
+        el("td", {}, el("span", { class: link === "connected" ? "ok" : "bad", text: link || "–" })),
+        el("td", {}, n.leaving ? el("span", { class: "warn", text: "leaving" }) : el("span", { class: "muted", text: "no" })),
+        el("td", { "data-testid": "node-reachable" }, n.reachable ? yesNo(true, true) : el("span", { class: "bad", text: "unreachable" })),
+        el("td", { class: "num" }, info ? fmtInt(info.registered_jobs) : "–"),
+        el("td", { class: "num" }, info ? fmtInt(info.registered_queues) : "–"),
+        el("td", { class: "num" }, info ? fmtInt(info.connected_clients) : "–"),
+        el("td", { class: "num" }, info ? fmtInt(info.blocked_clients) : "–"),
+        el("td", { class: "num" }, info ? fmtBytes(info.used_memory) : "–"),
+        el("td", { class: "num" }, info ? fmtDuration(info.uptime_in_seconds) : "–"),
+        el("td", { class: "error-text", "data-testid": "node-error" }, n.error ? String(n.error) : ""),
+      );
+    });
+    $("nodes-body").replaceChildren(...rows);
+  }
+
+  // ---- the queues -----------------------------------------------------------------------------
+
+  // name -> {prev: {t, jin, jout}, hist: [{in, out}], row, cells, data}
+  const queues = new Map();
+
+  function sparkline(hist) {
+    const svg = document.createElementNS(SVG_NS, "svg");
+    svg.setAttribute("width", SPARK_W);
+    svg.setAttribute("height", SPARK_H);
+    svg.setAttribute("viewBox", "0 0 " + SPARK_W + " " + SPARK_H);
+    svg.setAttribute("class", "spark");
+    svg.setAttribute("data-testid", "queue-spark");
+    let max = 0;
+    for (const h of hist) max = Math.max(max, h.in, h.out);
+    const scale = max > 0 ? (SPARK_H - 2) / max : 0;
+    const step = SPARK_W / (HISTORY - 1);
+    const x0 = SPARK_W - (hist.length - 1) * step;
+    for (const key of ["in", "out"]) {
+      if (hist.length < 2) break;
+      const pts = hist.map((h, i) => (x0 + i * step).toFixed(1) + "," + (SPARK_H - 1 - h[key] * scale).toFixed(1));
+      const line = document.createElementNS(SVG_NS, "polyline");
+      line.setAttribute("points", pts.join(" "));
+      line.setAttribute("class", "spark-" + key);
+      svg.append(line);
+    }
+    const title = document.createElementNS(SVG_NS, "title");
+    title.textContent = "peak " + fmtRate(max) + " jobs/s over the last " + hist.length + " samples";
+    svg.append(title);
+    return svg;
+  }
+
+  function pauseLabel(p) {
+    return p === "none" || !p ? "–" : p;
+  }
+
+  function queueRow(name) {
+    const cells = {
+      name: el("td", { class: "mono qname" }, el("button", { type: "button", class: "link", "data-testid": "queue-name", title: "show this queue", onclick: () => showQueue(name) }, name)),
+      len: el("td", { class: "num", "data-testid": "queue-len" }),
+      blocked: el("td", { class: "num", "data-testid": "queue-blocked" }),
+      paused: el("td", { "data-testid": "queue-paused" }),
+      rin: el("td", { class: "num", "data-testid": "queue-rate-in" }),
+      rout: el("td", { class: "num", "data-testid": "queue-rate-out" }),
+      spark: el("td", { class: "spark-cell" }),
+    };
+    const mode = el("select", { "data-testid": "queue-pause-mode", "aria-label": "pause mode" },
+      el("option", { value: "all", text: "all" }), el("option", { value: "in", text: "in" }), el("option", { value: "out", text: "out" }));
+    const pauseBtn = el("button", { type: "button", class: "small", "data-testid": "queue-pause", onclick: () => pauseQueue(name, mode.value) }, "Pause");
+    const resumeBtn = el("button", { type: "button", class: "small", "data-testid": "queue-unpause", onclick: () => pauseQueue(name, "none") }, "Unpause");
+    const actions = el("td", {}, el("div", { class: "actions-cell" }, mode, pauseBtn, resumeBtn));
+    const row = el("tr", { "data-testid": "queue-row", "data-queue": name },
+      cells.name, cells.len, cells.blocked, cells.paused, cells.rin, cells.rout, cells.spark, actions);
+    return { row, cells, resumeBtn };
+  }
+
+  function updateQueues(data) {
+    const t = typeof data.time === "number" ? data.time : Date.now() / 1000;
+    const list = Array.isArray(data.queues) ? data.queues : [];
+    const seen = new Set();
+    for (const q of list) {
+      const name = String(q.name);
+      seen.add(name);
+      let st = queues.get(name);
+      if (!st) {
+        st = { prev: null, hist: [], ...queueRow(name) };
+        queues.set(name, st);
+      }
+      let rin = null, rout = null;
+      if (st.prev && t > st.prev.t) {
+        const dt = t - st.prev.t;
+        // a counter that went down (a node restarted, or left) counts as no traffic in that interval
+        rin = Math.max(0, (q.jobs_in - st.prev.jin) / dt);
+        rout = Math.max(0, (q.jobs_out - st.prev.jout) / dt);
+        st.hist.push({ in: rin, out: rout });
+        if (st.hist.length > HISTORY) st.hist.shift();
+      } else if (st.hist.length) {
+        const last = st.hist[st.hist.length - 1];
+        rin = last.in; rout = last.out;
+      }
+      if (!st.prev || t > st.prev.t) st.prev = { t, jin: q.jobs_in, jout: q.jobs_out };
+      st.data = q;
+      setText(st.cells.len, fmtInt(q.len));
+      setText(st.cells.blocked, fmtInt(q.blocked));
+      setText(st.cells.paused, pauseLabel(q.paused));
+      st.cells.paused.className = q.paused && q.paused !== "none" ? "warn" : "muted";
+      st.row.dataset.paused = String(q.paused || "none");
+      st.resumeBtn.disabled = !q.paused || q.paused === "none";
+      setText(st.cells.rin, rin === null ? "…" : fmtRate(rin));
+      setText(st.cells.rout, rout === null ? "…" : fmtRate(rout));
+      st.row.dataset.rateIn = rin === null ? "" : String(rin);
+      st.row.dataset.rateOut = rout === null ? "" : String(rout);
+      st.cells.spark.replaceChildren(sparkline(st.hist));
+    }
+    for (const name of [...queues.keys()]) if (!seen.has(name)) queues.delete(name);
+    $("queues-truncated").hidden = !data.truncated;
+    renderQueueOrder(list.map((q) => String(q.name)));
+  }
+
+  function renderQueueOrder(order) {
+    const needle = $("queue-filter").value.trim().toLowerCase();
+    const shown = order.filter((n) => !needle || n.toLowerCase().includes(needle));
+    const body = $("queues-body");
+    const rows = shown.map((n) => queues.get(n).row);
+    // move rows only when the order changed: keeps focus and selection inside the table
+    const current = [...body.children];
+    if (current.length !== rows.length || current.some((r, i) => r !== rows[i])) body.replaceChildren(...rows);
+    setText($("queue-count"), needle ? "(" + shown.length + " of " + order.length + ")" : "(" + order.length + ")");
+    $("queues-empty").hidden = shown.length > 0;
+    setText($("queues-empty"), order.length ? "No queue matches the filter." : "No queues.");
+  }
+
+  let lastOrder = [];
+
+  async function pauseQueue(name, mode) {
+    const what = mode === "none" ? "Unpause queue “" + name + "” on every node?" : "Pause queue “" + name + "” (" + mode + ") on every node?";
+    if (!(await confirmAction(what))) return;
+    try {
+      const r = await api("POST", "/api/queues/" + enc(name) + "/pause", { mode });
+      clearError("pause");
+      const st = queues.get(name);
+      if (st && r && typeof r.paused === "string") {
+        setText(st.cells.paused, pauseLabel(r.paused));
+        st.row.dataset.paused = r.paused;
+        st.resumeBtn.disabled = r.paused === "none";
+      }
+      refreshQueues();
+    } catch (exc) {
+      showError("pause", String(exc.message || exc));
+    }
+  }
+
+  async function showQueue(name) {
+    const panel = $("queue-detail");
+    try {
+      const q = await api("GET", "/api/queues/" + enc(name));
+      clearError("queue");
+      const jobs = Array.isArray(q.jobs) ? q.jobs : [];
+      const close = el("button", { type: "button", class: "small", "data-testid": "queue-detail-close", onclick: () => { panel.hidden = true; } }, "close");
+      panel.replaceChildren(
+        el("h3", {}, "Queue ", el("span", { class: "mono", text: String(q.name) }), " ", close),
+        el("p", { class: "muted" },
+          "length " + fmtInt(q.len) + " · blocked " + fmtInt(q.blocked) + " · paused " + pauseLabel(q.paused) +
+          " · age " + fmtDuration(q.age) + " · idle " + fmtDuration(q.idle) +
+          (Array.isArray(q.import_from) && q.import_from.length ? " · imports from " + q.import_from.map((x) => String(x).slice(0, 8)).join(", ") : "")),
+        jobs.length
+          ? el("table", { class: "jobs", "data-testid": "queue-jobs" },
+            el("thead", {}, el("tr", {}, el("th", {}, "first jobs"), el("th", {}, "body"))),
+            el("tbody", {}, ...jobs.map((j) => el("tr", {},
+              el("td", { class: "mono" }, el("button", { type: "button", class: "link", "data-testid": "queue-job", onclick: () => inspect(String(j.id)) }, String(j.id))),
+              el("td", { class: "body-preview" }, String(j.body === undefined ? "" : j.body).slice(0, 120))))))
+          : el("p", { class: "muted" }, "No queued jobs."),
+      );
+      panel.hidden = false;
+    } catch (exc) {
+      showError("queue", String(exc.message || exc));
+    }
+  }
+
+  // ---- the job inspector ----------------------------------------------------------------------
+
+  let currentJob = null;
+
+  const JOB_FIELDS = [
+    ["id", "ID"], ["queue", "queue"], ["state", "state"], ["repl", "replication"], ["ttl", "TTL (s)"],
+    ["ctime", "created"], ["delay", "delay (s)"], ["retry", "retry (s)"], ["nacks", "nacks"],
+    ["additional_deliveries", "additional deliveries"], ["nodes_delivered", "nodes delivered"],
+    ["nodes_confirmed", "nodes confirmed"], ["next_requeue_within", "next requeue within"],
+    ["next_awake_within", "next awake within"], ["node", "answered by"],
+  ];
+
+  function fieldValue(key, v) {
+    if (v === null || v === undefined) return "–";
+    if (Array.isArray(v)) return v.length ? v.map((x) => String(x).slice(0, 8)).join(", ") : "none";
+    if (key === "ctime" && typeof v === "number") {
+      // Disque's ctime is in nanoseconds-ish units when large; show a date when it reads as one
+      const secs = v > 1e17 ? v / 1e9 : v > 1e14 ? v / 1e6 : v > 1e11 ? v / 1e3 : v;
+      const d = new Date(secs * 1000);
+      return isNaN(d.getTime()) ? String(v) : d.toISOString().replace("T", " ").replace(/\.\d+Z$/, " UTC");
+    }
+    if (key === "node") return String(v).slice(0, 8);
+    if ((key === "next_requeue_within" || key === "next_awake_within") && typeof v === "number") {
+      return v >= 1000 ? (v / 1000).toFixed(1) + " s" : v + " ms";
+    }
+    if ((key === "ttl" || key === "retry" || key === "delay") && typeof v === "number" && v >= 60) {
+      return v + " (" + fmtDuration(v) + ")";
+    }
+    return String(v);
+  }
+
+  function renderJob(job) {
+    const rows = JOB_FIELDS.map(([key, label]) => el("tr", { "data-field": key },
+      el("th", {}, label),
+      el("td", { class: key === "id" || key === "queue" ? "mono" : "", "data-testid": "job-field-" + key, title: Array.isArray(job[key]) ? job[key].join("\n") : null }, fieldValue(key, job[key]))));
+    const bodyText = job.body === undefined || job.body === null ? "" : String(job.body);
+    rows.push(el("tr", { "data-field": "body" },
+      el("th", {}, "body", job.body_encoding && job.body_encoding !== "utf-8" ? el("div", { class: "muted", text: "(" + job.body_encoding + ")" }) : null),
+      el("td", {}, el("pre", { class: "body", "data-testid": "job-field-body" }, bodyText))));
+    $("job-body").replaceChildren(...rows);
+    $("job-view").hidden = false;
+    $("job-view").dataset.state = String(job.state || "");
+  }
+
+  function jobMessage(text) {
+    const p = $("job-message");
+    setText(p, text || "");
+    p.hidden = !text;
+  }
+
+  async function inspect(id, quiet) {
+    id = String(id || "").trim();
+    $("job-id").value = id;
+    if (!id) return;
+    if (!quiet) { $("job-result").hidden = true; }
+    try {
+      const job = await api("GET", "/api/jobs/" + enc(id));
+      clearError("job");
+      currentJob = String(job.id || id);
+      jobMessage("");
+      renderJob(job);
+    } catch (exc) {
+      if (quiet && exc.status === 404) {
+        jobMessage("Job " + id + " is no longer known to any node.");
+        $("job-view").hidden = true;
+        currentJob = null;
+        return;
+      }
+      $("job-view").hidden = true;
+      currentJob = null;
+      jobMessage(exc.status === 404 ? "No node knows job " + id + "." : "");
+      showError("job", String(exc.message || exc));
+    }
+  }
+
+  const ACTION_TEXT = {
+    ack: "Acknowledge job %s (ACKJOB)? It will be deleted from the cluster.",
+    nack: "Put job %s back in its queue (NACK)?",
+    dequeue: "Remove job %s from its queue (DEQUEUE)?",
+  };
+
+  async function jobAction(action) {
+    const id = currentJob;
+    if (!id) return;
+    if (!(await confirmAction(ACTION_TEXT[action].replace("%s", id)))) return;
+    const out = $("job-result");
+    try {
+      const r = await api("POST", "/api/jobs/" + enc(id) + "/" + action);
+      clearError("job-action");
+      setText(out, action + " " + id + ": result " + String(r && r.result));
+      out.dataset.action = action;
+      out.dataset.result = String(r && r.result);
+      out.hidden = false;
+      await inspect(id, true);
+    } catch (exc) {
+      setText(out, action + " " + id + " failed");
+      out.dataset.action = action;
+      out.dataset.result = "error";
+      out.hidden = false;
+      showError("job-action", String(exc.message || exc));
+    }
+  }
+
+  // ---- the refresh loop -----------------------------------------------------------------------
+
+  function setStatus(ok, text) {
+    const s = $("conn-status");
+    setText(s, text);
+    s.className = "status " + (ok ? "up" : "down");
+    s.dataset.state = ok ? "connected" : "unreachable";
+  }
+
+  async function refreshCluster() {
+    try {
+      const data = await api("GET", "/api/cluster");
+      renderCluster(data);
+      clearError("cluster");
+      return true;
+    } catch (exc) {
+      showError("cluster", String(exc.message || exc));
+      return exc.status !== 0;
+    }
+  }
+
+  async function refreshQueues() {
+    try {
+      const data = await api("GET", "/api/queues");
+      updateQueues(data);
+      lastOrder = (Array.isArray(data.queues) ? data.queues : []).map((q) => String(q.name));
+      clearError("queues");
+      return true;
+    } catch (exc) {
+      showError("queues", String(exc.message || exc));
+      return exc.status !== 0;
+    }
+  }
+
+  let timer = null;
+  let ticking = false;
+
+  async function tick() {
+    timer = null;
+    if (ticking) return;
+    ticking = true;
+    const [a, b] = await Promise.all([refreshCluster(), refreshQueues()]);
+    if (a && b) setStatus(true, "connected");
+    else if (!a && !b) setStatus(false, "node unreachable");
+    else setStatus(false, "partial");
+    setText($("updated"), "updated " + new Date().toLocaleTimeString());
+    ticking = false;
+    if ($("auto-refresh").checked) timer = setTimeout(tick, REFRESH_MS);
+  }
+
+  function init() {
+    $("error-dismiss").addEventListener("click", () => { errors.clear(); renderErrors(); });
+    $("queue-filter").addEventListener("input", () => renderQueueOrder(lastOrder));
+    $("job-form").addEventListener("submit", (ev) => { ev.preventDefault(); inspect($("job-id").value); });
+    for (const b of document.querySelectorAll("#job-view [data-action]")) {
+      b.addEventListener("click", () => jobAction(b.dataset.action));
+    }
+    $("auto-refresh").addEventListener("change", () => {
+      if ($("auto-refresh").checked && timer === null && !ticking) tick();
+    });
+    const hash = decodeURIComponent(location.hash.slice(1));
+    if (hash.startsWith("D-")) inspect(hash);
+    tick();
+  }
+
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", init);
+  else init();
+})();
