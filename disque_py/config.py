@@ -232,6 +232,9 @@ _TABLE: tuple[Directive, ...] = (
        error="Invalid log level. Must be one of debug, verbose, notice, warning",
        help="log verbosity"),
     _d("logfile", Kind.STRING, "", implemented=True, help="log file ('': standard output)"),
+    _d("log-format", Kind.ENUM, "text", runtime=True, implemented=True, choices=("text", "json"),
+       error="Invalid log format. Must be one of text, json",
+       help="log lines as Redis-style text or one JSON object per line"),
     _d("syslog-enabled", Kind.BOOL, False, help="also log to syslog"),
     _d("syslog-ident", Kind.STRING, "disque", help="syslog identity"),
     _d("syslog-facility", Kind.ENUM, "local0", choices=_FACILITIES,
@@ -298,10 +301,10 @@ _TABLE: tuple[Directive, ...] = (
     _d("cluster-secret", Kind.STRING, "", implemented=True, nullable=True,
        help="shared secret protecting the cluster bus ('': none)"),
     # --- slow log / latency ------------------------------------------------
-    _d("slowlog-log-slower-than", Kind.INT, 10000, runtime=True,
+    _d("slowlog-log-slower-than", Kind.INT, 10000, runtime=True, implemented=True,
        help="log commands slower than N microseconds (negative: off)"),
-    _d("slowlog-max-len", Kind.INT, 128, runtime=True, minimum=0, help="slow log length"),
-    _d("latency-monitor-threshold", Kind.INT, 0, runtime=True, minimum=0,
+    _d("slowlog-max-len", Kind.INT, 128, runtime=True, implemented=True, minimum=0, help="slow log length"),
+    _d("latency-monitor-threshold", Kind.INT, 0, runtime=True, implemented=True, minimum=0,
        error="The latency threshold can't be negative",
        help="latency monitor threshold in milliseconds (0: off)"),
     # --- TLS on the client port, as Redis 6 configures it (server/tls.py) -----

@@ -69,6 +69,7 @@ TLS = ["tls-port", "tls-cert-file", "tls-key-file", "tls-key-file-pass", "tls-ca
        "tls-auth-clients", "tls-protocols", "tls-ciphers", "tls-ciphersuites", "tls-prefer-server-ciphers",
        "tls-cluster"]
 OURS += TLS
+OURS.append("log-format")  # text or json log lines (server/logs.py)
 
 
 def test_table_has_every_directive():
@@ -151,7 +152,7 @@ def test_runtime_directives_list():
         "cluster-node-timeout", "hz", "watchdog-period", "maxmemory", "loglevel",
         "maxmemory-policy", "appendfsync", "proto-max-bulk-len",
         "proto-max-multibulk-len", "client-query-buffer-limit", "protected-mode",
-    } | (set(TLS) - {"tls-port", "tls-cluster"})
+    } | (set(TLS) - {"tls-port", "tls-cluster"}) | {"log-format"}
     assert rt == expected
 
 

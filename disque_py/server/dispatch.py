@@ -33,6 +33,8 @@ wired to (:meth:`Dispatcher.wire`).
 from __future__ import annotations
 
 import os
+from bisect import bisect_left
+from time import perf_counter_ns
 from typing import TYPE_CHECKING, Any, Callable
 
 from cluster_bus.codec import encode_data_item
@@ -42,9 +44,12 @@ from ..core.memory import LEVEL_NAMES, THRESHOLDS
 from ..core.messages import moves_to_watch
 from ..core.replies import Error
 from .acl import Acl
+from .cmdstats import LATENCY_BUCKETS_US, CommandStats
 from .connection import OUT_HOLD, PERMS_UNSET
 from .contracts import NO_REPLY, now_ms
+from .latency import LatencyMonitor
 from .logs import log
+from .slowlog import SlowLog
 
 if TYPE_CHECKING:
     from ..config import Config
@@ -127,6 +132,12 @@ class Dispatcher:
         self.admin: AdminTable = admin if admin is not None else {}
         self.hello = hello
         self.acl = acl if acl is not None else Acl.from_config(config)
+        # What each command costs (cmdstats.py), the slow ones (slowlog.py), slow events (latency.py).
+        self.cmdstats = CommandStats(lambda name: name in self.admin or name in node.commands)
+        self.slowlog = SlowLog(config.slowlog_max_len)
+        self.latency = LatencyMonitor(config.latency_monitor_threshold)
+        self._watch_us = 0
+        self._watch_settings()
         self.clients: dict[int, "Connection"] = {}
         self._send_soon: Callable[["Connection"], None] = lambda conn: None
         self._resume_reading: Callable[["Connection"], None] = lambda conn: None
@@ -147,8 +158,32 @@ class Dispatcher:
         self._resume_reading = output.resume_reading
         self._send_item = send_item
 
+    def _watch_settings(self) -> None:
+        """From the slowlog and latency settings: the duration (us) from which a command is
+        looked at again after its run (one comparison on the hot path; never: a huge number)."""
+        cfg = self.config
+        self.slowlog.max_len = cfg.slowlog_max_len
+        self.latency.threshold_us = cfg.latency_monitor_threshold * 1000
+        candidates = [1 << 62]
+        if cfg.slowlog_log_slower_than >= 0:
+            candidates.append(cfg.slowlog_log_slower_than)
+        if self.latency.threshold_us:
+            candidates.append(self.latency.threshold_us)
+        self._watch_us = min(candidates)
+
+    def _slow_command(self, conn: "Connection", argv: list[bytes], usec: int) -> None:
+        """A command took at least ``_watch_us``: the slow log and the latency monitor decide."""
+        slower_than = self.config.slowlog_log_slower_than
+        if 0 <= slower_than <= usec:
+            self.slowlog.add(argv, usec, conn.addr, conn.name)
+        threshold = self.latency.threshold_us
+        if threshold and usec >= threshold:
+            self.latency.add("command", usec // 1000)
+
     def _config_changed(self, name: str, old: Any, new: Any) -> None:
-        if name == "maxmemory":
+        if name in ("slowlog-log-slower-than", "slowlog-max-len", "latency-monitor-threshold"):
+            self._watch_settings()
+        elif name == "maxmemory":
             self.node.memory.limit = new
             self.measure_memory()  # at once: lowering it may refuse the next ADDJOB
         elif name == "maxmemory-policy":
@@ -200,11 +235,15 @@ class Dispatcher:
             self.measure_memory(now)
         dispatch = self.dispatch
         journal = self.node.ctx.journal  # with an AOF: a reply waits for the records it made
+        cmdstats = self.cmdstats
+        by_wire = cmdstats.by_wire
+        watch_us = self._watch_us
         for i, argv in enumerate(commands):
             if conn.blocked or conn.closing or len(out) >= OUT_HOLD:
                 if not conn.closing or conn.blocked:
                     conn.pending.extend(commands[i:])
                 return
+            start = perf_counter_ns()
             if journal is not None:
                 before = len(journal)
                 reply = dispatch(conn, argv, now)
@@ -212,6 +251,19 @@ class Dispatcher:
                     conn.journaled = True
             else:
                 reply = dispatch(conn, argv, now)
+            # Its cost (cmdstats.py): rounded to the nearest microsecond, so sums stay unbiased.
+            usec = (perf_counter_ns() - start + 500) // 1000
+            name = conn.last_cmd
+            stat = by_wire.get(name)
+            if stat is None:
+                stat = cmdstats.stat_for(name)
+            stat.calls += 1
+            stat.usec += usec
+            stat.buckets[bisect_left(LATENCY_BUCKETS_US, usec)] += 1
+            if type(reply) is Error:
+                stat.errors += 1
+            if usec >= watch_us:
+                self._slow_command(conn, argv, usec)
             if reply is BLOCKED:
                 conn.blocked = True
             elif reply is not NO_REPLY:
