@@ -42,6 +42,8 @@ Where we deliberately differ from Disque 1.0-rc1
   ``syslog-enabled``, ``syslog-ident``, ``appendfilename``,
   ``cluster-config-file`` and our own directives.
 * ``watchdog-period`` is also accepted in the config file.
+* CONFIG SET slowlog-log-slower-than accepts a negative value (the slow log
+  off), as the config file does and as Redis's CONFIG SET does.
 * The server never changes its working directory: ``dir`` is kept as an
   absolute path and :meth:`Config.resolve_path` resolves relative file names
   against it.
@@ -1028,7 +1030,7 @@ def _set_value(cfg: Config, d: Directive, raw: str) -> Any:
         if v is None and d.name == "tcp-keepalive":
             b = _parse_bool(raw)  # Disque's CONFIG SET takes yes/no here
             v = None if b is None else int(b)
-        if v is None or v < 0:
+        if v is None or (v < 0 and d.name != "slowlog-log-slower-than"):  # negative: off, as Redis
             raise _Invalid(raw)
         return _check_range(d, v, raw)
     if kind is Kind.MEMORY:

@@ -3,8 +3,8 @@
 The dispatcher (:mod:`.dispatch`) owns one :class:`CommandStats`
 (``Dispatcher.cmdstats``) and counts every command it runs in
 ``run_commands``: one dict lookup by the command's name as it came off the
-wire (``by_wire``), a ``bisect`` into :data:`LATENCY_BUCKETS_US` and a few
-integer adds. INFO commandstats (:mod:`.admin`) and the admin port's
+wire (``by_wire``), the bucket (:data:`SMALL_BUCKETS` up to a millisecond,
+a ``bisect`` into :data:`LATENCY_BUCKETS_US` above) and a few integer adds. INFO commandstats (:mod:`.admin`) and the admin port's
 ``/metrics`` read ``by_name``.
 
 Names are the lower-case command names the node knows; any other name is
@@ -19,13 +19,16 @@ from __future__ import annotations
 from bisect import bisect_left
 from typing import Callable
 
-__all__ = ["LATENCY_BUCKETS_US", "CommandStat", "CommandStats", "UNKNOWN"]
+__all__ = ["LATENCY_BUCKETS_US", "SMALL_BUCKETS", "CommandStat", "CommandStats", "UNKNOWN"]
 
 #: upper bounds, in microseconds, of the latency histogram buckets (non-cumulative counts;
 #: one more bucket at the end for everything above the last bound)
 LATENCY_BUCKETS_US: tuple[int, ...] = (
     10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, 250000, 1000000,
 )  # fmt: skip
+
+#: the bucket of each duration from 0 to 1000 us (most commands): an index instead of a bisect
+SMALL_BUCKETS: list[int] = [bisect_left(LATENCY_BUCKETS_US, usec) for usec in range(1001)]
 
 #: the name every command the node does not know is counted under
 UNKNOWN = "unknown"

@@ -44,7 +44,7 @@ from ..core.memory import LEVEL_NAMES, THRESHOLDS
 from ..core.messages import moves_to_watch
 from ..core.replies import Error
 from .acl import Acl
-from .cmdstats import LATENCY_BUCKETS_US, CommandStats
+from .cmdstats import LATENCY_BUCKETS_US, SMALL_BUCKETS, CommandStats
 from .connection import OUT_HOLD, PERMS_UNSET
 from .contracts import NO_REPLY, now_ms
 from .latency import LatencyMonitor
@@ -235,15 +235,20 @@ class Dispatcher:
             self.measure_memory(now)
         dispatch = self.dispatch
         journal = self.node.ctx.journal  # with an AOF: a reply waits for the records it made
+        # What each command costs (cmdstats.py): from its start to its reply encoded, one clock
+        # read per command (its end is the next one's start), rounded to the nearest
+        # microsecond so that sums stay unbiased; a command that took watch_us or more goes
+        # on to the slow log and the latency monitor.
         cmdstats = self.cmdstats
         by_wire = cmdstats.by_wire
+        small = SMALL_BUCKETS
         watch_us = self._watch_us
+        start = perf_counter_ns()
         for i, argv in enumerate(commands):
             if conn.blocked or conn.closing or len(out) >= OUT_HOLD:
                 if not conn.closing or conn.blocked:
                     conn.pending.extend(commands[i:])
                 return
-            start = perf_counter_ns()
             if journal is not None:
                 before = len(journal)
                 reply = dispatch(conn, argv, now)
@@ -251,23 +256,24 @@ class Dispatcher:
                     conn.journaled = True
             else:
                 reply = dispatch(conn, argv, now)
-            # Its cost (cmdstats.py): rounded to the nearest microsecond, so sums stay unbiased.
-            usec = (perf_counter_ns() - start + 500) // 1000
-            name = conn.last_cmd
-            stat = by_wire.get(name)
-            if stat is None:
-                stat = cmdstats.stat_for(name)
-            stat.calls += 1
-            stat.usec += usec
-            stat.buckets[bisect_left(LATENCY_BUCKETS_US, usec)] += 1
-            if type(reply) is Error:
-                stat.errors += 1
-            if usec >= watch_us:
-                self._slow_command(conn, argv, usec)
             if reply is BLOCKED:
                 conn.blocked = True
             elif reply is not NO_REPLY:
                 conn.encode(reply, out)  # HELLO 3 may just have switched it
+            end = perf_counter_ns()
+            usec = (end - start + 500) // 1000
+            start = end
+            stat = by_wire.get(conn.last_cmd)
+            if stat is None:
+                stat = cmdstats.stat_for(conn.last_cmd)
+            stat.calls += 1
+            stat.usec += usec
+            stat.buckets[small[usec] if usec < 1001 else bisect_left(LATENCY_BUCKETS_US, usec)] += 1
+            if type(reply) is Error:
+                stat.errors += 1
+            if usec >= watch_us:
+                self._slow_command(conn, argv, usec)
+                start = perf_counter_ns()
 
     def dispatch(self, conn: "Connection", argv: list[bytes], now: int) -> Any:
         self.stats["total_commands_processed"] += 1

@@ -7,7 +7,10 @@ off, 0 logs every command; the newest entry comes first; an entry keeps at
 most :data:`MAX_ARGS` arguments (the last one saying how many more there
 were) and each at most :data:`MAX_ARG_BYTES` bytes (then how many more
 bytes); ``slowlog-max-len`` is applied as entries are added, so lowering it
-trims at the next one; RESET empties the log but IDs keep growing.
+trims at the next one; RESET empties the log but IDs keep growing. Secrets
+never reach it: the arguments of AUTH, the password of HELLO ... AUTH, the
+rules of ACL SETUSER and the value of CONFIG SET of a password directive are
+kept as ``(redacted)``.
 
 A leaf: imports nothing of the node.
 """
@@ -36,7 +39,31 @@ class SlowEntry(NamedTuple):
         return [self.id, self.time, self.usec, self.args, self.addr.encode(), self.name]
 
 
+REDACTED = b"(redacted)"
+_SECRET_DIRECTIVES = frozenset({b"requirepass", b"tls-key-file-pass", b"cluster-secret", b"user"})
+
+
+def redact(argv: list[bytes]) -> list[bytes]:
+    """``argv`` with passwords replaced by ``(redacted)`` (the same list if it holds none)."""
+    name = argv[0].lower()
+    if name == b"auth":
+        return argv[:1] + [REDACTED] * (len(argv) - 1)
+    if name == b"hello":
+        out = list(argv)
+        for i in range(2, len(out)):
+            if b"auth" in (out[i - 1].lower(), out[i - 2].lower()):  # AUTH user pass
+                out[i] = REDACTED
+        return out
+    if name == b"acl" and len(argv) > 3 and argv[1].lower() == b"setuser":
+        return argv[:3] + [REDACTED] * (len(argv) - 3)
+    if name == b"config" and len(argv) > 3 and argv[1].lower() == b"set" and argv[2].lower() in _SECRET_DIRECTIVES:
+        return argv[:3] + [REDACTED] * (len(argv) - 3)
+    return argv
+
+
 def _trim_args(argv: list[bytes]) -> list[bytes]:
+    if argv and argv[0].lower() in (b"auth", b"hello", b"acl", b"config"):
+        argv = redact(argv)
     n = len(argv)
     keep = argv if n <= MAX_ARGS else argv[: MAX_ARGS - 1]
     args = []
