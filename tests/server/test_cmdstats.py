@@ -279,3 +279,32 @@ async def test_an_empty_command_never_breaks_the_counting():
     d, conn = _dispatcher()
     assert _run(d, conn, [], [b"PING"]).endswith(b"+PONG\r\n")
     assert d.cmdstats.by_name[UNKNOWN].errors == 1 and d.cmdstats.by_name["ping"].calls == 1
+
+
+# --------------------------------------------------------------------------- the timers' hooks
+
+
+async def test_a_slow_cron_step_and_a_slow_core_tick_are_latency_events():
+    import time
+
+    from disque_py.server.timers import CoreTimers, Cron
+
+    mon = LatencyMonitor(threshold_ms=20)
+    cron = Cron(Config(), {}, lambda timeout: None)
+    cron.step()  # no monitor yet: nothing read, nothing recorded
+    cron.latency = mon
+    cron.step()  # fast
+    assert mon.latest() == []
+    cron.every_step.append(lambda: time.sleep(0.03))
+    cron.step()
+    assert [e[0] for e in mon.latest()] == [b"cron"] and mon.latest()[0][2] >= 30
+
+    node = Node("0" * 40, seed=b"s" * 20, now=0)
+    timers = CoreTimers(node, lambda: time.sleep(0.03))  # the effects of the tick take 30 ms
+    timers.latency = mon
+    timers._tick()
+    assert [e[0] for e in mon.latest()] == [b"cron", b"expire-cycle"]
+    mon.threshold_us = 0  # off: a slow tick is not recorded
+    mon.reset()
+    timers._tick()
+    assert mon.latest() == []
