@@ -67,7 +67,7 @@ def server(args: tuple[str, ...]) -> None:
     except OSError as exc:
         click.echo("Fatal error, can't open config file '%s': %s" % (path, exc.strerror), err=True)
         sys.exit(1)
-    setup_logging(cfg.resolve_path(cfg.logfile) if cfg.logfile else "", cfg.loglevel)
+    setup_logging(cfg.resolve_path(cfg.logfile) if cfg.logfile else "", cfg.loglevel, cfg.log_format)
     # As Disque: a closed terminal (SIGHUP) must not take the node and its jobs with it.
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     try:

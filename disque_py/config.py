@@ -42,6 +42,8 @@ Where we deliberately differ from Disque 1.0-rc1
   ``syslog-enabled``, ``syslog-ident``, ``appendfilename``,
   ``cluster-config-file`` and our own directives.
 * ``watchdog-period`` is also accepted in the config file.
+* CONFIG SET slowlog-log-slower-than accepts a negative value (the slow log
+  off), as the config file does and as Redis's CONFIG SET does.
 * The server never changes its working directory: ``dir`` is kept as an
   absolute path and :meth:`Config.resolve_path` resolves relative file names
   against it.
@@ -232,6 +234,9 @@ _TABLE: tuple[Directive, ...] = (
        error="Invalid log level. Must be one of debug, verbose, notice, warning",
        help="log verbosity"),
     _d("logfile", Kind.STRING, "", implemented=True, help="log file ('': standard output)"),
+    _d("log-format", Kind.ENUM, "text", runtime=True, implemented=True, choices=("text", "json"),
+       error="Invalid log format. Must be one of text, json",
+       help="log lines as Redis-style text or one JSON object per line"),
     _d("syslog-enabled", Kind.BOOL, False, help="also log to syslog"),
     _d("syslog-ident", Kind.STRING, "disque", help="syslog identity"),
     _d("syslog-facility", Kind.ENUM, "local0", choices=_FACILITIES,
@@ -298,10 +303,10 @@ _TABLE: tuple[Directive, ...] = (
     _d("cluster-secret", Kind.STRING, "", implemented=True, nullable=True,
        help="shared secret protecting the cluster bus ('': none)"),
     # --- slow log / latency ------------------------------------------------
-    _d("slowlog-log-slower-than", Kind.INT, 10000, runtime=True,
+    _d("slowlog-log-slower-than", Kind.INT, 10000, runtime=True, implemented=True,
        help="log commands slower than N microseconds (negative: off)"),
-    _d("slowlog-max-len", Kind.INT, 128, runtime=True, minimum=0, help="slow log length"),
-    _d("latency-monitor-threshold", Kind.INT, 0, runtime=True, minimum=0,
+    _d("slowlog-max-len", Kind.INT, 128, runtime=True, implemented=True, minimum=0, help="slow log length"),
+    _d("latency-monitor-threshold", Kind.INT, 0, runtime=True, implemented=True, minimum=0,
        error="The latency threshold can't be negative",
        help="latency monitor threshold in milliseconds (0: off)"),
     # --- TLS on the client port, as Redis 6 configures it (server/tls.py) -----
@@ -1036,7 +1041,7 @@ def _set_value(cfg: Config, d: Directive, raw: str) -> Any:
         if v is None and d.name == "tcp-keepalive":
             b = _parse_bool(raw)  # Disque's CONFIG SET takes yes/no here
             v = None if b is None else int(b)
-        if v is None or v < 0:
+        if v is None or (v < 0 and d.name != "slowlog-log-slower-than"):  # negative: off, as Redis
             raise _Invalid(raw)
         return _check_range(d, v, raw)
     if kind is Kind.MEMORY:

@@ -71,6 +71,7 @@ TLS = ["tls-port", "tls-cert-file", "tls-key-file", "tls-key-file-pass", "tls-ca
        "tls-auth-clients", "tls-protocols", "tls-ciphers", "tls-ciphersuites", "tls-prefer-server-ciphers",
        "tls-cluster"]
 OURS += TLS
+OURS.append("log-format")  # text or json log lines (server/logs.py)
 
 
 def test_table_has_every_directive():
@@ -153,7 +154,7 @@ def test_runtime_directives_list():
         "cluster-node-timeout", "hz", "watchdog-period", "maxmemory", "loglevel",
         "maxmemory-policy", "appendfsync", "proto-max-bulk-len",
         "proto-max-multibulk-len", "client-query-buffer-limit", "protected-mode",
-    } | (set(TLS) - {"tls-port", "tls-cluster"})
+    } | (set(TLS) - {"tls-port", "tls-cluster"}) | {"log-format"}
     assert rt == expected
 
 
@@ -703,6 +704,7 @@ def test_config_get_rendering():
     ("auto-aof-rewrite-percentage", "0", 0),
     ("auto-aof-rewrite-min-size", "1mb", 1024**2),
     ("slowlog-log-slower-than", "0", 0),
+    ("slowlog-log-slower-than", "-1", -1),
     ("slowlog-max-len", "1000", 1000),
     ("latency-monitor-threshold", "5", 5),
     ("watchdog-period", "100", 100),
@@ -764,11 +766,11 @@ def test_config_set_not_runtime(name):
     ("maxmemory", "1zb"),
     ("maxmemory-policy", "volatile-lru"),
     ("loglevel", "loud"),
+    ("log-format", "xml"),
     ("appendonly", "1"),
     ("appendfsync", "sometimes"),
     ("cluster-node-timeout", "0"),
     ("hz", "-1"),
-    ("slowlog-log-slower-than", "-1"),
     ("requirepass", "x" * 513),
     ("proto-max-bulk-len", "0"),
     # below the floors, CONFIG SET would lock every client out (CONFIG SET itself has 4 arguments)

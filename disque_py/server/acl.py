@@ -98,6 +98,11 @@ ALWAYS = frozenset({
 })  # fmt: skip
 
 _QUEUE_READS = {"qlen", "qstat", "qpeek", "show"}
+# SLOWLOG and LATENCY: reading is inspecting, emptying is administering
+_MONITOR_READS = {
+    "slowlog|get", "slowlog|len", "slowlog|help",
+    "latency|latest", "latency|history", "latency|doctor", "latency|help",
+}  # fmt: skip
 
 #: Category -> the commands it grants. Every command the node knows is in ALWAYS or here
 #: (tests/server/test_acl.py checks it against the command tables).
@@ -107,13 +112,14 @@ CATEGORIES: dict[str, frozenset[str]] = {
     # take jobs, acknowledge them, give them back or ask for more time
     "consume": frozenset({"getjob", "ackjob", "fastack", "nack", "working"} | _QUEUE_READS),
     # look without changing anything: queues, jobs, the node's INFO
-    "inspect": frozenset(_QUEUE_READS | {"qscan", "jscan", "info"}),
+    "inspect": frozenset(_QUEUE_READS | {"qscan", "jscan", "info"} | _MONITOR_READS),
     # run the node, and move or delete jobs by hand
     "admin": frozenset({
         "deljob", "enqueue", "dequeue", "pause",
         "config", "debug", "shutdown", "cluster", "bgrewriteaof",
         "client|kill", "client|list", "acl",
-    }),  # fmt: skip
+        "slowlog|reset", "latency|reset", "slowlog", "latency",  # the last two: other subcommands
+    } | _MONITOR_READS),  # fmt: skip
 }
 ALL_COMMANDS: frozenset[str] = frozenset().union(*CATEGORIES.values())
 
@@ -121,7 +127,7 @@ ALL_COMMANDS: frozenset[str] = frozenset().union(*CATEGORIES.values())
 _FIRST_ARG_QUEUE = frozenset({b"addjob", b"qlen", b"qstat", b"qpeek", b"pause"})
 _JOB_IDS = frozenset({b"ackjob", b"fastack", b"nack", b"working", b"show", b"enqueue", b"dequeue", b"deljob"})
 _ALL_QUEUES = frozenset({b"qscan", b"jscan"})
-_SUBCOMMANDS = frozenset({b"client", b"acl"})
+_SUBCOMMANDS = frozenset({b"client", b"acl", b"slowlog", b"latency"})
 
 
 class AclError(Exception):
@@ -138,7 +144,7 @@ def command_key(name: bytes, argv: list[bytes]) -> str:
         key = "%s|%s" % (name.decode(), argv[1].decode("utf-8", "replace").lower())
         if key in ALWAYS or key in ALL_COMMANDS:
             return key
-        return "client" if name == b"client" else "acl"  # other subcommands: as the command
+        return name.decode()  # other subcommands: as the command
     return name.decode("utf-8", "replace")
 
 

@@ -2,7 +2,8 @@
 
 These need what only the shell has (the connection, the process, the config
 file): AUTH, ACL (the users of :mod:`.acl`), PING, ECHO, QUIT, INFO, TIME, COMMAND, CLIENT, CONFIG,
-SHUTDOWN, DEBUG, CLUSTER (handed to the cluster service), and the
+SHUTDOWN, DEBUG, CLUSTER (handed to the cluster service), SLOWLOG and LATENCY (reading the
+stores the dispatcher feeds: :mod:`.slowlog`, :mod:`.latency`, :mod:`.cmdstats`), and the
 ``HELLO <protover>`` handshake. Everything about jobs and queues goes to
 the core.
 
@@ -31,9 +32,12 @@ from ..config import ConfigError, config_get, config_set, rewrite_config
 from ..core.replies import OK, Error, Status, err
 from . import faults, gcpolicy
 from .acl import AUTH_FAILURE_LIMIT, CATEGORIES, WRONGPASS, Acl, AclError
+from .cmdstats import CommandStats
 from .connection import PERMS_UNSET
 from .contracts import NO_REPLY
+from .latency import LatencyMonitor
 from .logs import log
+from .slowlog import SlowLog
 
 if TYPE_CHECKING:
     from ..config import Config
@@ -76,9 +80,42 @@ ADMIN_FLAGS: dict[bytes, list[bytes]] = {
     b"debug": [b"admin"],
     b"cluster": [b"admin", b"readonly"],
     b"acl": [b"admin", b"readonly", b"loading"],
+    b"slowlog": [b"admin", b"readonly", b"loading"],
+    b"latency": [b"admin", b"readonly", b"loading"],
 }
 
 INFO_SECTIONS = ("server", "clients", "memory", "jobs", "queues", "persistence", "stats", "cpu")
+#: sections only INFO all / everything (or by name) shows, as Redis's commandstats
+INFO_EXTRA_SECTIONS = ("commandstats",)
+
+SLOWLOG_HELP = [
+    b"SLOWLOG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    b"GET [<count>]",
+    b"    Return top <count> entries from the slowlog (default: 10, -1 mean all).",
+    b"    Entries are made of:",
+    b"    id, timestamp, time in microseconds, arguments array, client IP and port,",
+    b"    client name",
+    b"LEN",
+    b"    Return the length of the slowlog.",
+    b"RESET",
+    b"    Reset the slowlog.",
+    b"HELP",
+    b"    Print this help.",
+]
+LATENCY_HELP = [
+    b"LATENCY <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    b"LATEST",
+    b"    Return the latest latency samples for all events.",
+    b"HISTORY <event>",
+    b"    Return time-latency samples for the <event> class.",
+    b"RESET [<event> ...]",
+    b"    Reset latency data of one or more <event> classes.",
+    b"    (default: reset all data for all event classes)",
+    b"DOCTOR",
+    b"    Return a human readable latency analysis report.",
+    b"HELP",
+    b"    Print this help.",
+]
 
 
 def _human(n: int) -> str:
@@ -111,10 +148,20 @@ class AdminContext:
     ops_per_sec: Callable[[], int]
     aof: "Aof | None" = None  # the node's AOF (server/aof.py): INFO persistence, BGREWRITEAOF
     acl: Acl | None = None  # the users (server/acl.py); None: made from the config
+    # what the dispatcher measures (server/cmdstats.py, slowlog.py, latency.py); None: empty ones
+    cmdstats: CommandStats | None = None
+    slowlog: SlowLog | None = None
+    latency: LatencyMonitor | None = None
 
     def __post_init__(self) -> None:
         if self.acl is None:
             self.acl = Acl.from_config(self.config)
+        if self.cmdstats is None:
+            self.cmdstats = CommandStats()
+        if self.slowlog is None:
+            self.slowlog = SlowLog(self.config.slowlog_max_len)
+        if self.latency is None:
+            self.latency = LatencyMonitor(self.config.latency_monitor_threshold)
         self.stats.setdefault("acl_access_denied_auth", 0)
 
 
@@ -220,6 +267,7 @@ def build_table(ctx: AdminContext) -> dict[bytes, tuple[Callable[["Connection", 
             if sub == b"resetstat" and len(argv) == 2:
                 for key in ctx.stats:
                     ctx.stats[key] = 0
+                ctx.cmdstats.reset()  # the slow log stays, as Redis's
                 return OK
         except ConfigError as exc:
             return err(str(exc))
@@ -281,6 +329,12 @@ def build_table(ctx: AdminContext) -> dict[bytes, tuple[Callable[["Connection", 
     def acl_(conn: "Connection", argv: list[bytes]) -> Any:
         return acl_command(ctx, conn, argv)
 
+    def slowlog(conn: "Connection", argv: list[bytes]) -> Any:
+        return slowlog_command(ctx, argv)
+
+    def latency(conn: "Connection", argv: list[bytes]) -> Any:
+        return latency_command(ctx, argv)
+
     handlers = {
         b"cluster": (cluster, -2),
         b"auth": (auth, -2),
@@ -296,6 +350,8 @@ def build_table(ctx: AdminContext) -> dict[bytes, tuple[Callable[["Connection", 
         b"bgrewriteaof": (bgrewriteaof, 1),
         b"debug": (debug, -2),
         b"acl": (acl_, -2),
+        b"slowlog": (slowlog, -2),
+        b"latency": (latency, -2),
     }
     return handlers
 
@@ -378,6 +434,53 @@ def acl_command(ctx: AdminContext, conn: "Connection", argv: list[bytes]) -> Any
         return removed
     return err("Unknown subcommand or wrong number of arguments for '%s'. Try ACL SETUSER, DELUSER, "
                "LIST, USERS, WHOAMI, CAT." % argv[1].decode("utf-8", "replace"))
+
+
+def _unknown_sub(command: str, argv: list[bytes]) -> Error:
+    return err("unknown subcommand or wrong number of arguments for '%s'. Try %s HELP."
+               % (argv[1].decode("utf-8", "replace")[:128], command))  # fmt: skip
+
+
+def slowlog_command(ctx: AdminContext, argv: list[bytes]) -> Any:
+    """SLOWLOG GET [count] | LEN | RESET | HELP, with Redis's replies (server/slowlog.py)."""
+    sub = argv[1].lower()
+    n = len(argv)
+    if sub == b"get" and n in (2, 3):
+        count = 10
+        if n == 3:
+            try:
+                count = int(argv[2])
+            except ValueError:
+                return err("value is not an integer or out of range")
+            if count < -1:
+                return err("count should be greater than or equal to -1")
+        return ctx.slowlog.get(count)
+    if sub == b"len" and n == 2:
+        return len(ctx.slowlog)
+    if sub == b"reset" and n == 2:
+        ctx.slowlog.reset()
+        return OK
+    if sub == b"help" and n == 2:
+        return [Status(line) for line in SLOWLOG_HELP]
+    return _unknown_sub("SLOWLOG", argv)
+
+
+def latency_command(ctx: AdminContext, argv: list[bytes]) -> Any:
+    """LATENCY LATEST | HISTORY event | RESET [event ...] | DOCTOR | HELP (server/latency.py)."""
+    sub = argv[1].lower()
+    n = len(argv)
+    latency = ctx.latency
+    if sub == b"latest" and n == 2:
+        return latency.latest()
+    if sub == b"history" and n == 3:
+        return latency.history(argv[2].decode("utf-8", "replace"))
+    if sub == b"reset" and n >= 2:
+        return latency.reset([a.decode("utf-8", "replace") for a in argv[2:]] if n > 2 else None)
+    if sub == b"doctor" and n == 2:
+        return latency.doctor().encode()
+    if sub == b"help" and n == 2:
+        return [Status(line) for line in LATENCY_HELP]
+    return _unknown_sub("LATENCY", argv)
 
 
 def hello_handshake(ctx: AdminContext, conn: "Connection", argv: list[bytes]) -> Any:
@@ -518,7 +621,10 @@ def _client_kill(ctx: AdminContext, me: "Connection", argv: list[bytes]) -> Any:
 
 def info_text(ctx: AdminContext, section: str, peak: list[int]) -> str:
     everything = section in ("all", "everything")
-    wanted = INFO_SECTIONS if (everything or section == "default") else (section,)
+    if everything:
+        wanted: tuple[str, ...] = INFO_SECTIONS + INFO_EXTRA_SECTIONS
+    else:
+        wanted = INFO_SECTIONS if section == "default" else (section,)
     node = ctx.node
     cfg = ctx.config
     parts: list[str] = []
@@ -638,7 +744,12 @@ def info_text(ctx: AdminContext, section: str, peak: list[int]) -> str:
                 "used_cpu_sys": "%.2f" % ru.ru_stime,
                 "used_cpu_user": "%.2f" % ru.ru_utime,
             })  # fmt: skip
+        elif name == "commandstats":
+            emit("Commandstats", ctx.cmdstats.info_fields())
     return "\r\n".join(parts)
 
 
-__all__ = ["AdminContext", "build_table", "hello_handshake", "acl_command", "login", "info_text", "NO_REPLY", "CORE_COMMANDS"]
+__all__ = [
+    "AdminContext", "build_table", "hello_handshake", "acl_command", "slowlog_command", "latency_command",
+    "login", "info_text", "NO_REPLY", "CORE_COMMANDS",
+]  # fmt: skip

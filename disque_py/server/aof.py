@@ -63,6 +63,7 @@ from .logs import log
 
 if TYPE_CHECKING:
     from ..config import Config
+    from .latency import LatencyMonitor
     from ..core.node import Node
 
 __all__ = ["Aof", "AofLoadError"]
@@ -105,6 +106,7 @@ class Aof:
     def __init__(self, config: "Config", node: "Node") -> None:
         self.config = config
         self.node = node
+        self.latency: "LatencyMonitor | None" = None  # set by the node: slow writes/fsyncs are recorded
         self.state = "off"  # off | on | wait-rewrite (appendonly turned on: its first rewrite runs)
         self.journal: list = []
         self.fd = -1
@@ -237,8 +239,12 @@ class Aof:
         seq, data = self._take_batch()
         if data:
             size = self.size
+            latency = self.latency
+            start = time.perf_counter_ns() if latency is not None and latency.threshold_us else 0
             try:
                 _write_all(self.fd, data)
+                if start:
+                    latency.observe("aof-write", start)
             except OSError:
                 try:
                     os.ftruncate(self.fd, size)
@@ -325,6 +331,9 @@ class Aof:
                     if always:
                         self.synced_size = self.size
                         self._note_fsync(fsync_us)
+                        latency = self.latency
+                        if latency is not None and latency.threshold_us and fsync_us >= latency.threshold_us:
+                            latency.add("aof-fsync-always", fsync_us // 1000)
             if fsync_us == -2:
                 log.critical("Can't persist the AOF: fsync failed with appendfsync always (%s). What was written "
                              "may be lost, so the node stops here; nothing it did not persist was acknowledged.",

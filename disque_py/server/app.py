@@ -40,7 +40,7 @@ from .cluster import ClusterService, CoreFeed
 from .contracts import now_ms
 from .dispatch import SENT_BY_KIND, Dispatcher
 from .fdlimit import fit_maxclients
-from .logs import log, set_level
+from .logs import log, set_format, set_level, set_node_id
 from .timers import CoreTimers, Cron
 from .tls import TLS_DIRECTIVES, TlsService
 from .tls import describe as describe_tls
@@ -82,6 +82,7 @@ class Server:
         self.feed = CoreFeed(node, dispatcher.apply_effects, timers.poke)
         self.cluster = cluster = ClusterService(self.feed, config, bind_ip, mono, wall_offset, reactor=loop)
         node.set_id(cluster.my_id)
+        set_node_id(cluster.my_id)
         cluster.sync()
         timers.glue = cluster
         loop.links = cluster
@@ -95,6 +96,7 @@ class Server:
         self.tls = TlsService(config, self.stats, self.acceptor.adopt)
         self.cron = Cron(config, self.stats, loop.check_clients)
         self.cron.every_step.append(dispatcher.measure_memory)
+        timers.latency = self.cron.latency = aof.latency = dispatcher.latency  # slow events (latency.py)
         context = admin.AdminContext(
             config=config,
             node=node,
@@ -107,6 +109,9 @@ class Server:
             ops_per_sec=self.cron.instantaneous_ops,
             aof=aof,
             acl=acl,
+            cmdstats=dispatcher.cmdstats,
+            slowlog=dispatcher.slowlog,
+            latency=dispatcher.latency,
         )
         dispatcher.admin = admin.build_table(context)
         dispatcher.hello = partial(admin.hello_handshake, context)
@@ -135,6 +140,8 @@ class Server:
             log.warning("%s is set, but disque-py does not act on it yet (see disque.conf.example)", name)
         if name == "loglevel":
             set_level(new)
+        elif name == "log-format":
+            set_format(new)
         elif name == "client-output-buffer-limit":
             self.loop.set_output_limit(*new["normal"])
         elif name == "appendonly" and new != old:

@@ -23,6 +23,14 @@ The -OOM refusal itself is the core's (``Node`` swaps its command table at
 level 3): the core knows which commands grow memory, and the in-process
 simulations and core tests see the same refusal as a client.
 
+It measures every command it runs (``run_commands``): calls, failed calls,
+time and a latency histogram per command name in ``cmdstats``
+(:mod:`.cmdstats`; INFO commandstats, the admin port's /metrics), with one
+clock read, one dict lookup and a few adds per command; a command slower than
+``slowlog-log-slower-than`` or ``latency-monitor-threshold`` also goes to
+``slowlog`` (:mod:`.slowlog`) or ``latency`` (:mod:`.latency`), which the
+SLOWLOG and LATENCY commands (:mod:`.admin`) read.
+
 Called by: the client loop (``run_commands``, ``apply_effects``,
 ``client_closed``), the core's timers and the cluster service
 (``apply_effects`` after a tick or a bus input), the cron
@@ -33,6 +41,8 @@ wired to (:meth:`Dispatcher.wire`).
 from __future__ import annotations
 
 import os
+from bisect import bisect_left
+from time import perf_counter_ns
 from typing import TYPE_CHECKING, Any, Callable
 
 from cluster_bus.codec import encode_data_item
@@ -42,9 +52,12 @@ from ..core.memory import LEVEL_NAMES, THRESHOLDS
 from ..core.messages import moves_to_watch
 from ..core.replies import Error
 from .acl import Acl
+from .cmdstats import LATENCY_BUCKETS_US, SMALL_BUCKETS, CommandStats
 from .connection import OUT_HOLD, PERMS_UNSET
 from .contracts import NO_REPLY, now_ms
+from .latency import LatencyMonitor
 from .logs import log
+from .slowlog import SlowLog
 
 if TYPE_CHECKING:
     from ..config import Config
@@ -131,6 +144,12 @@ class Dispatcher:
         self.admin: AdminTable = admin if admin is not None else {}
         self.hello = hello
         self.acl = acl if acl is not None else Acl.from_config(config)
+        # What each command costs (cmdstats.py), the slow ones (slowlog.py), slow events (latency.py).
+        self.cmdstats = CommandStats(lambda name: name in self.admin or name in node.commands)
+        self.slowlog = SlowLog(config.slowlog_max_len)
+        self.latency = LatencyMonitor(config.latency_monitor_threshold)
+        self._watch_us = 0
+        self._watch_settings()
         self.clients: dict[int, "Connection"] = {}
         self._send_soon: Callable[["Connection"], None] = lambda conn: None
         self._resume_reading: Callable[["Connection"], None] = lambda conn: None
@@ -151,8 +170,32 @@ class Dispatcher:
         self._resume_reading = output.resume_reading
         self._send_item = send_item
 
+    def _watch_settings(self) -> None:
+        """From the slowlog and latency settings: the duration (us) from which a command is
+        looked at again after its run (one comparison on the hot path; never: a huge number)."""
+        cfg = self.config
+        self.slowlog.max_len = cfg.slowlog_max_len
+        self.latency.threshold_us = cfg.latency_monitor_threshold * 1000
+        candidates = [1 << 62]
+        if cfg.slowlog_log_slower_than >= 0:
+            candidates.append(cfg.slowlog_log_slower_than)
+        if self.latency.threshold_us:
+            candidates.append(self.latency.threshold_us)
+        self._watch_us = min(candidates)
+
+    def _slow_command(self, conn: "Connection", argv: list[bytes], usec: int) -> None:
+        """A command took at least ``_watch_us``: the slow log and the latency monitor decide."""
+        slower_than = self.config.slowlog_log_slower_than
+        if 0 <= slower_than <= usec:
+            self.slowlog.add(argv, usec, conn.addr, conn.name)
+        threshold = self.latency.threshold_us
+        if threshold and usec >= threshold:
+            self.latency.add("command", usec // 1000)
+
     def _config_changed(self, name: str, old: Any, new: Any) -> None:
-        if name == "maxmemory":
+        if name in ("slowlog-log-slower-than", "slowlog-max-len", "latency-monitor-threshold"):
+            self._watch_settings()
+        elif name == "maxmemory":
             self.node.memory.limit = new
             self.measure_memory()  # at once: lowering it may refuse the next ADDJOB
         elif name == "maxmemory-policy":
@@ -204,6 +247,15 @@ class Dispatcher:
             self.measure_memory(now)
         dispatch = self.dispatch
         journal = self.node.ctx.journal  # with an AOF: a reply waits for the records it made
+        # What each command costs (cmdstats.py): from its start to its reply encoded, one clock
+        # read per command (its end is the next one's start), rounded to the nearest
+        # microsecond so that sums stay unbiased; a command that took watch_us or more goes
+        # on to the slow log and the latency monitor.
+        cmdstats = self.cmdstats
+        by_wire = cmdstats.by_wire
+        small = SMALL_BUCKETS
+        watch_us = self._watch_us
+        start = perf_counter_ns()
         for i, argv in enumerate(commands):
             if conn.blocked or conn.closing or len(out) >= OUT_HOLD:
                 if not conn.closing or conn.blocked:
@@ -220,6 +272,20 @@ class Dispatcher:
                 conn.blocked = True
             elif reply is not NO_REPLY:
                 conn.encode(reply, out)  # HELLO 3 may just have switched it
+            end = perf_counter_ns()
+            usec = (end - start + 500) // 1000
+            start = end
+            stat = by_wire.get(conn.last_cmd)
+            if stat is None:
+                stat = cmdstats.stat_for(conn.last_cmd)
+            stat.calls += 1
+            stat.usec += usec
+            stat.buckets[small[usec] if usec < 1001 else bisect_left(LATENCY_BUCKETS_US, usec)] += 1
+            if type(reply) is Error:
+                stat.errors += 1
+            if usec >= watch_us:
+                self._slow_command(conn, argv, usec)
+                start = perf_counter_ns()
 
     def dispatch(self, conn: "Connection", argv: list[bytes], now: int) -> Any:
         self.stats["total_commands_processed"] += 1

@@ -19,12 +19,15 @@ the client checks (output limits, idle timeouts; the client loop's
 ``check_clients``) and the periodic full garbage collection (:mod:`.gcpolicy`).
 
 Both are started by the node (:mod:`.app`); what they act on is handed to
-them (the core, callables, the bus owner), not looked up.
+them (the core, callables, the bus owner), not looked up. With the latency
+monitor on (``latency`` set, threshold > 0) a tick is timed as the
+``expire-cycle`` event and a cron step as ``cron`` (:mod:`.latency`).
 """
 
 from __future__ import annotations
 
 import math
+from time import perf_counter_ns
 from typing import TYPE_CHECKING, Callable
 
 import trio
@@ -36,6 +39,7 @@ if TYPE_CHECKING:
     from ..config import Config
     from ..core.node import Node
     from .contracts import BusGlue
+    from .latency import LatencyMonitor
 
 __all__ = ["CoreTimers", "Cron"]
 
@@ -51,6 +55,7 @@ class CoreTimers:
         self.lot = trio.lowlevel.ParkingLot()
         self.deadline: int | None = None  # what the timer task sleeps until (ms), None: no timer
         self.loop_runs_timers = False  # see hand_over
+        self.latency: "LatencyMonitor | None" = None  # set by the node: slow ticks are recorded
 
     def hand_over(self, to_loop: bool) -> None:
         """The client loop takes the core's timers over (True) or gives them back (False)."""
@@ -79,6 +84,8 @@ class CoreTimers:
         bus = glue.bus if glue is not None else None
         if bus is not None:
             bus.hold()  # what the tick sends to peers leaves in one write per peer
+        latency = self.latency
+        start = perf_counter_ns() if latency is not None and latency.threshold_us else 0
         try:
             if glue is not None:
                 self.node.backlogged = glue.backlogged()
@@ -87,6 +94,8 @@ class CoreTimers:
         finally:
             if bus is not None:
                 bus.release()
+            if start:
+                latency.observe("expire-cycle", start)
 
     async def run(self) -> None:
         """The timer task: runs the timers while the client loop does not."""
@@ -118,6 +127,7 @@ class Cron:
         self._ops_idx = 0
         self._last_ops = 0
         self.every_step: list[Callable[[], None]] = []  # run every PERIOD (the memory measure)
+        self.latency: "LatencyMonitor | None" = None  # set by the node: slow steps are recorded
 
     async def run(self) -> None:
         while True:
@@ -125,6 +135,13 @@ class Cron:
             self.step()
 
     def step(self) -> None:
+        latency = self.latency
+        start = perf_counter_ns() if latency is not None and latency.threshold_us else 0
+        self._step()
+        if start:
+            latency.observe("cron", start)
+
+    def _step(self) -> None:
         total = self.stats.get("total_commands_processed", 0)
         self._ops_samples[self._ops_idx % len(self._ops_samples)] = (total - self._last_ops) * 10
         self._ops_idx += 1
