@@ -1,4 +1,4 @@
-"""docs/grafana/disque-py.json: a Grafana 10+ dashboard whose queries use only metrics a node exports."""
+"""docs/grafana/disque-py.json: a Grafana 10+ dashboard whose queries use only metrics real nodes export."""
 
 from __future__ import annotations
 
@@ -7,33 +7,42 @@ import re
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
-DASHBOARD = Path(__file__).resolve().parents[1] / "docs" / "grafana" / "disque-py.json"
+from disque_py import launcher
+from tests.integration.conftest import free_port
+from tests.web.conftest import http
 
-#: the metric names a node's /metrics serves (the admin port); histograms by their base name
-METRICS = frozenset({
-    "disque_node_info", "disque_uptime_seconds", "disque_jobs", "disque_registered_jobs",
-    "disque_registered_queues", "disque_connected_clients", "disque_blocked_clients",
-    "disque_connections_received_total", "disque_net_input_bytes_total", "disque_net_output_bytes_total",
-    "disque_jobs_added_total", "disque_jobs_delivered_total", "disque_jobs_acked_total",
-    "disque_jobs_requeued_total", "disque_jobs_expired_total",
-    "disque_jobs_imported_total", "disque_jobs_exported_total", "disque_needjobs_sent_total",
-    "disque_needjobs_received_total", "disque_yourjobs_sent_total", "disque_yourjobs_received_total",
-    "disque_commands_total", "disque_command_errors_total", "disque_command_duration_seconds",
-    "disque_queue_length", "disque_queue_blocked_clients", "disque_queue_jobs_in_total",
-    "disque_queue_jobs_out_total", "disque_queue_import_rate", "disque_queue_paused",
-    "disque_cluster_known_nodes", "disque_cluster_nodes", "disque_bus_links", "disque_bus_bytes_sent_total",
-    "disque_bus_bytes_received_total", "disque_bus_messages_sent_total", "disque_bus_messages_received_total",
-    "disque_bus_auth_failures_total", "disque_bus_bad_frames_total",
-    "disque_memory_used_bytes", "disque_memory_max_bytes", "disque_memory_level",
-    "disque_aof_enabled", "disque_aof_size_bytes", "disque_aof_last_write_ok", "disque_aof_rewrites_total",
-    # prometheus-client's process and platform collectors
-    "process_cpu_seconds_total", "process_resident_memory_bytes", "process_virtual_memory_bytes",
-    "process_open_fds", "process_max_fds", "process_start_time_seconds",
-    "python_gc_objects_collected_total", "python_gc_objects_uncollectable_total", "python_gc_collections_total",
-    "python_info",
-})  # fmt: skip
-HISTOGRAMS = frozenset({"disque_command_duration_seconds"})
+DASHBOARD = Path(__file__).resolve().parents[2] / "docs" / "grafana" / "disque-py.json"
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory) -> frozenset[str]:
+    """The sample names real nodes serve on /metrics: two joined nodes with their admin port on,
+    a job replicated to both (bus messages of each kind), taken and acknowledged, a queue paused."""
+    work = tmp_path_factory.mktemp("dash")
+    nodes = []
+    try:
+        for i in range(2):
+            port, admin = free_port(), free_port()
+            d = work / str(i)
+            d.mkdir()
+            proc = launcher.spawn(launcher.node_argv(port, d, "--admin-port", str(admin)), output=d / "log")
+            launcher.wait_ready(proc, port, timeout=30, logs=[d / "log"])
+            nodes.append((proc, port, admin))
+        launcher.join([("127.0.0.1", p) for _, p, _ in nodes], timeout=30)
+        port = nodes[0][1]
+        job = launcher.call(port, "ADDJOB", "q", "body", "5000", "REPLICATE", "2")
+        launcher.call(port, "GETJOB", "FROM", "q")
+        launcher.call(port, "ACKJOB", job)
+        launcher.call(port, "PAUSE", "paused-q", "in")
+        reply = http(nodes[0][2], "GET", "/metrics")
+        assert reply.status == 200
+        names = {s.name for fam in text_string_to_metric_families(reply.body.decode()) for s in fam.samples}
+        return frozenset(names)
+    finally:
+        for proc, _, _ in nodes:
+            launcher.stop(proc, timeout=10)
+
 
 # PromQL words that look like names: aggregation modifiers, set operators, offsets
 _KEYWORDS = frozenset({"by", "without", "on", "ignoring", "group_left", "group_right", "and", "or", "unless",
@@ -58,11 +67,8 @@ def metric_names(expr: str) -> set[str]:
     return names
 
 
-def known(name: str) -> bool:
-    if name in METRICS:
-        return True
-    base, _, suffix = name.rpartition("_")
-    return suffix in ("bucket", "sum", "count") and base in HISTOGRAMS
+def known(name: str, exported: frozenset[str]) -> bool:
+    return name in exported
 
 
 @pytest.fixture(scope="module")
@@ -78,23 +84,23 @@ def panels(dashboard: dict) -> list[dict]:
     return out
 
 
-def test_the_metric_name_reader_finds_names_and_only_names():
+def test_the_metric_name_reader_finds_names_and_only_names(exported):
     assert metric_names('sum by (queue) (rate(disque_queue_jobs_in_total{instance=~"$instance"}[$__rate_interval]))'
                         ) == {"disque_queue_jobs_in_total"}  # fmt: skip
     assert metric_names("histogram_quantile(0.99, sum by (le, command) (rate(x_bucket[5m]))) / on (a) y > 1e3"
                         ) == {"x_bucket", "y"}  # fmt: skip
-    assert not known("disque_made_up_total") and known("disque_command_duration_seconds_bucket")
-    assert not known("disque_queue_length_bucket")
+    assert not known("disque_made_up_total", exported) and known("disque_command_duration_seconds_bucket", exported)
+    assert not known("disque_queue_length_bucket", exported)
 
 
-def test_it_is_a_grafana_10_dashboard_with_a_datasource_and_an_instance_variable(dashboard):
+def test_it_is_a_grafana_10_dashboard_with_a_datasource_and_an_instance_variable(dashboard, exported):
     assert dashboard["schemaVersion"] >= 36  # Grafana 9.x/10.x
     assert dashboard["title"] and dashboard["uid"]
     variables = {v["name"]: v for v in dashboard["templating"]["list"]}
     assert variables["datasource"]["type"] == "datasource" and variables["datasource"]["query"] == "prometheus"
     instance = variables["instance"]
     assert instance["type"] == "query" and instance["datasource"]["uid"] == "${datasource}"
-    assert metric_names(instance["definition"].replace("label_values(", "").split(",")[0]) <= METRICS
+    assert metric_names(instance["definition"].replace("label_values(", "").split(",")[0]) <= exported
     assert instance["multi"] and instance["includeAll"]
 
 
@@ -116,13 +122,13 @@ def test_panels_have_unique_ids_a_place_and_queries_on_the_datasource_variable(d
             assert 'instance=~"$instance"' in t["expr"], (p["title"], t["expr"])
 
 
-def test_every_metric_a_query_reads_is_one_a_node_exports(dashboard):
+def test_every_metric_a_query_reads_is_one_a_node_exports(dashboard, exported):
     used = set()
     for p in panels(dashboard):
         for t in p.get("targets", ()):
             names = metric_names(t["expr"])
             assert names, t["expr"]
-            unknown = {n for n in names if not known(n)}
+            unknown = {n for n in names if not known(n, exported)}
             assert not unknown, "%s: %s reads %s" % (p["title"], t["expr"], sorted(unknown))
             used |= names
     # the panels the dashboard promises
