@@ -26,7 +26,9 @@ def test_stored_jobs_are_frozen_and_debug_gc_reports_what_it_freed(node):
     pipe.execute()
     info = r.info("memory")
     assert info["gc_young_collections"] >= 1
-    assert info["gc_frozen_objects"] - frozen_before >= 30_000  # each job is examined once, young
+    # each job is examined once, young, then frozen; INFO counts the frozen objects at most
+    # every 10 s (counting walks them all), so the count may take that long to show them
+    assert wait_for(lambda: r.info("memory")["gc_frozen_objects"] - frozen_before >= 30_000, timeout=20, interval=0.2)
     assert r.execute_command("DEBUG", "GC") >= 0
     info = r.info("memory")
     assert info["gc_full_collections"] == 1
