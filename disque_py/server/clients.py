@@ -44,12 +44,17 @@ an ADDJOB elsewhere, a replicated ADDJOB confirmed by GOTJOBs) are put in
 its output by the dispatcher and sent at once with :meth:`ClientLoop.send_soon`.
 
 Back-pressure: what a client's socket does not take stays in ``out``; the
-loop then waits for that client to become writable and stops reading from
-it until everything is sent, so a client that does not read its replies
-cannot make the node buffer without bound. Within one read, commands stop
-running once ``out`` holds ``OUT_HOLD`` bytes: the rest wait in ``pending``
-and run as the socket takes the output (a 64 KB read can hold thousands of
-small commands with big replies, such as ``QPEEK q 1000``). One big reply
+loop then waits for that client to become writable, and goes on reading and
+running its commands meanwhile until ``out`` holds ``OUT_HOLD`` bytes (64 MB),
+as Redis and Disque read a client whatever it has not read yet: a client
+library writes a whole pipeline before it reads the first reply, and a node
+that stopped reading at the first full socket buffer deadlocked with it
+(redis-py, 50,000 ADDJOBs in one pipeline). Past ``OUT_HOLD`` it stops reading
+until the client reads, so a client that never reads its replies costs at
+most that much. Within one read too, commands stop running once ``out`` holds
+``OUT_HOLD`` bytes: the rest wait in ``pending`` and run as the socket takes
+the output (a 64 KB read can hold thousands of small commands with big
+replies, such as ``QPEEK q 1000``). One big reply
 is still built whole; ``client-output-buffer-limit`` (off by default, as in
 Disque) closes a client whose unsent output stays over it
 (:meth:`ClientLoop.over_output_limit`).
@@ -75,7 +80,7 @@ import trio
 from cluster_bus.links import accept_forever
 
 from ..protocol.resp import ProtocolError, RequestParser, encode_reply
-from .connection import Connection
+from .connection import OUT_HOLD, Connection
 from .logs import log
 from .protection import DENIED, is_loopback, protected
 from .waiting import DirectWait
@@ -169,6 +174,7 @@ class ClientLoop:
         self.clients[conn.id] = conn
         self.by_fd[conn.fd] = conn
         self.ep.register(conn.fd, _IN)
+        conn.armed = _IN
 
     def close(self, conn: Connection) -> None:
         """Forget a client now (idempotent): unregister, tell the core, close the socket."""
@@ -196,24 +202,29 @@ class ClientLoop:
             self.close(conn)
 
     def _arm(self, conn: Connection) -> None:
-        """Ask epoll for what ``conn`` waits for now: writability, else only its hang-up while
-        reading is paused, else input."""
-        self.ep.modify(conn.fd, _OUT if conn.waiting_write else _RDHUP if conn.read_paused else _IN)
+        """Ask epoll for what ``conn`` waits for now: writability (and input too, while its
+        unsent output is under ``OUT_HOLD`` and nothing is pending), else only its hang-up while
+        reading is paused, else input. No system call when that is what it waits for already."""
+        if conn.waiting_write:
+            events = _OUT if conn.read_paused or len(conn.out) >= OUT_HOLD else _OUT | _IN
+        else:
+            events = _RDHUP if conn.read_paused else _IN
+        if events != conn.armed:
+            conn.armed = events
+            self.ep.modify(conn.fd, events)
 
     def pause_reading(self, conn: Connection) -> None:
         """Read nothing more from ``conn`` (commands pending) until :meth:`resume_reading`."""
         if conn.read_paused or conn.closed:
             return
         conn.read_paused = True
-        if not conn.waiting_write:
-            self._arm(conn)
+        self._arm(conn)
 
     def resume_reading(self, conn: Connection) -> None:
         if not conn.read_paused or conn.closed:
             return
         conn.read_paused = False
-        if not conn.waiting_write:
-            self._arm(conn)
+        self._arm(conn)
 
     # ------------------------------------------------- other sockets (Reactor)
     def add_fd(self, fd: int, on_readable, on_writable) -> None:
@@ -314,7 +325,8 @@ class ClientLoop:
         if conn.closed or not conn.out:
             return
         if conn.waiting_write:  # the socket takes nothing now: what was just added waits
-            self.over_output_limit(conn)
+            if not self.over_output_limit(conn):
+                self._arm(conn)  # at OUT_HOLD: read no more until the client reads
             return
         out = conn.out
         try:
@@ -355,7 +367,8 @@ class ClientLoop:
         self.stats["total_net_output_bytes"] += sent
         if sent < len(out):
             del out[:sent]
-            self.over_output_limit(conn)
+            if not self.over_output_limit(conn):
+                self._arm(conn)  # back under OUT_HOLD: read again
             return
         out.clear()
         conn.soft_since = 0.0

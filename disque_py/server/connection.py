@@ -16,7 +16,12 @@ from ..protocol.resp import encode_reply
 
 __all__ = ["Connection", "OUT_HOLD", "PERMS_UNSET"]
 
-OUT_HOLD = 1 << 20  # a client's commands wait while this much of its output is unsent
+#: A client's commands wait, and it is not read, while this much of its output is unsent. Below
+#: it the node goes on reading and running a client's commands while the client does not read
+#: its replies, as Redis and Disque do: a client library writes a whole pipeline before it
+#: reads a reply (redis-py's pipeline of 200,000 ADDJOBs answers 10 MB). Past it the node waits
+#: for the client to read, so a client that never reads costs at most this much.
+OUT_HOLD = 64 << 20
 
 #: ``Connection.perms`` until the dispatcher (or AUTH, HELLO) has decided it: the acceptor lets
 #: a connection in without AUTH when there is no requirepass, and the default user's own rules
@@ -47,6 +52,7 @@ class Connection:
         "closed",
         "waiting_write",
         "read_paused",
+        "armed",
         "last_cmd",
         "parser",
         "encode",
@@ -75,7 +81,8 @@ class Connection:
         self.pending: deque[list[bytes]] = deque()
         self.closing = False  # close once ``out`` is sent
         self.closed = False
-        self.waiting_write = False  # registered for EPOLLOUT, not reading
+        self.waiting_write = False  # registered for EPOLLOUT (and still read while under OUT_HOLD)
+        self.armed = 0  # the epoll events it is registered for (clients.py: _arm)
         self.read_paused = False  # commands pending (blocked, or held back by output): not read until they run
         self.last_cmd = b"NULL"
         self.parser = parser

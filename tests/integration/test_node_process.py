@@ -543,8 +543,10 @@ def test_a_blocked_client_that_keeps_sending_is_not_read_until_it_is_served(node
 
 def test_pipelined_commands_with_big_replies_wait_for_the_client_to_read(node):
     """400 QPEEKs of ~1 MB each in one pipeline from a client that does not read yet: the node
-    runs them only as fast as the client takes the replies (about 1 MB of output held, not
-    400 MB), then every reply arrives, in order."""
+    runs them until OUT_HOLD (64 MB) of replies wait, then only as fast as the client takes
+    them (not 400 MB held), and every reply arrives, in order."""
+    from disque_py.server.connection import OUT_HOLD
+
     import hiredis
 
     r = node.client()
@@ -557,7 +559,9 @@ def test_pipelined_commands_with_big_replies_wait_for_the_client_to_read(node):
     s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
     s.sendall(b"QPEEK q 500\r\n" * 400)
     wait_for(lambda: r.info()["client_longest_output_list"] > 0, what="the first replies waiting")
-    assert r.info()["client_longest_output_list"] < 8_000_000  # ~1 MB held, not 400 MB
+    wait_for(lambda: r.info()["client_longest_output_list"] >= OUT_HOLD // 2, what="OUT_HOLD of replies held")
+    time.sleep(0.3)  # (a node that did not stop at OUT_HOLD would be far past it by now)
+    assert r.info()["client_longest_output_list"] < OUT_HOLD + 4_000_000  # then it waits: not 400 MB
     reader = hiredis.Reader()
     replies = []
     deadline = time.monotonic() + 60
@@ -660,3 +664,19 @@ def test_output_buffer_soft_limit_after_its_seconds_and_set_at_runtime(node):
     time.sleep(3.5)  # longer than the soft seconds were: nothing may happen with the limits off
     assert r.info()["client_output_buffer_limit_disconnections"] == 1 and r.info()["connected_clients"] == 2
     s.close()
+
+
+def test_a_pipeline_bigger_than_the_socket_buffers_is_answered_whole(node):
+    """A client library writes a whole pipeline before it reads a reply: the node goes on reading
+    and running it while the replies wait unread (as Redis and Disque do), instead of waiting for
+    the client to read first, which it never would (redis-py's pipeline of 50,000 ADDJOBs once
+    hung here). 150,000 ADDJOBs answer about 7 MB."""
+    r = node.client()
+    pipe = r.pipeline(transaction=False)
+    n = 150_000
+    for i in range(n):
+        pipe.execute_command("ADDJOB", "bulk", "job %d" % i, 0)
+    ids = pipe.execute()
+    assert len(ids) == n and len(set(ids)) == n
+    assert r.execute_command("QLEN", "bulk") == n
+    assert r.ping()

@@ -20,11 +20,11 @@ from disque_py.server.clients import ClientLoop
 from disque_py.server.connection import OUT_HOLD, Connection
 
 DEADLINE = 10  # seconds: liveness bound, far above what any step needs
-BIG = 256 * 1024  # the size of one reply to ``BIG``
+BIG = 1 << 20  # the size of one reply to ``BIG``
 
 
 class Runner:
-    """Echoes ``ECHO x`` as ``+x``, ``BIG`` as 256 KB, blocks on ``BLOCK``, raises on ``BOOM``;
+    """Echoes ``ECHO x`` as ``+x``, ``BIG`` as 1 MB, blocks on ``BLOCK``, raises on ``BOOM``;
     applies the same holding rules as the node's dispatcher (blocked / ``OUT_HOLD``)."""
 
     def __init__(self) -> None:
@@ -175,7 +175,7 @@ async def test_replies_the_peer_does_not_read_hold_its_commands_back(harness):
     When it reads, every reply arrives, in order."""
     conn, peer = harness.connect()
     other_conn, other = harness.connect()
-    n = 64  # 16 MB of replies: far more than the socket buffers and OUT_HOLD
+    n = OUT_HOLD // BIG + 32  # 96 MB of replies: far more than the socket buffers and OUT_HOLD
     with trio.fail_after(DEADLINE):
         await peer.send(b"BIG\r\n" * n)
         await until(lambda: conn.waiting_write)
