@@ -23,7 +23,10 @@ from tests.chaos.nemesis import Unavailable
 from tests.chaos.run import RunConfig, run
 from tests.chaos.workload import Options
 
-pytestmark = [pytest.mark.xdist_group("chaos")]
+# The harness's own limits govern (a settle over 90 s fails the run with its history saved and
+# its replay command printed); pytest's 60 s default would kill a slow settle on a loaded
+# machine with nothing to replay it from.
+pytestmark = [pytest.mark.xdist_group("chaos"), pytest.mark.timeout(240)]
 
 SECONDS = 12.0
 INTERVAL = 4.0
@@ -38,6 +41,7 @@ def chaos(tmp_path: Path, nemesis: str, *, aof: str = "off", retry0_pct: float =
         workload=Options(rate=300, retry0_pct=retry0_pct, async_pct=async_pct),
         save_dir=tmp_path / "failed", settle_timeout=90,
     )  # fmt: skip
+    print("chaos: nemesis %s, seed %d (CHAOS_SEED=%d replays it)" % (nemesis, seed, seed), flush=True)
     try:
         result = run(cfg, workdir=tmp_path / "nodes")
     except Unavailable as exc:
