@@ -44,7 +44,6 @@ from .logs import log, set_format, set_level, set_node_id
 from .timers import CoreTimers, Cron
 from .tls import TLS_DIRECTIVES, TlsService
 from .tls import describe as describe_tls
-from .web import AdminWeb, make_handle
 
 __all__ = ["Server", "run_node", "now_ms"]
 
@@ -116,7 +115,12 @@ class Server:
         dispatcher.admin = admin.build_table(context)
         dispatcher.hello = partial(admin.hello_handshake, context)
         # The admin HTTP port (admin-port; off by default): server/web.py, the app in disque_py/web.
-        self.web = AdminWeb(config, acl, lambda: make_handle(self, SENT_BY_KIND))
+        # Imported only when it is on: a node without it does not carry the HTTP stack.
+        self.web: Any = None
+        if config.admin_port:
+            from .web import AdminWeb, make_handle
+
+            self.web = AdminWeb(config, acl, lambda: make_handle(self, SENT_BY_KIND))
         self.shutdown_event = trio.Event()
         self.listeners: list[trio.SocketListener] = []
         self.tls_listeners: list[trio.SocketListener] = []
@@ -223,7 +227,7 @@ class Server:
                 except OSError as exc:
                     log.warning("Creating server TCP listening socket %s:%d: %s", host, port, exc.strerror or exc)
                     raise SystemExit(1) from exc
-        if self.web.enabled:
+        if self.web is not None and self.web.enabled:
             try:
                 web_addrs = await self.web.open_listeners()
             except (OSError, ValueError) as exc:
@@ -260,7 +264,7 @@ class Server:
                     nursery.start_soon(self.acceptor.serve, listener)
                 for listener in self.tls_listeners:
                     nursery.start_soon(self.tls.serve, listener)
-                if self.web.enabled:
+                if self.web is not None and self.web.enabled:
                     await nursery.start(self.web.run)
                     log.info("Admin HTTP%s port %d on %s: /metrics /healthz /readyz /api",
                              "S" if cfg.admin_tls else "", cfg.admin_port, ", ".join(web_addrs))  # fmt: skip
@@ -280,7 +284,8 @@ class Server:
             for listener in self.listeners + self.tls_listeners:
                 with trio.CancelScope(shield=True):
                     await listener.aclose()
-            await self.web.aclose()
+            if self.web is not None:
+                await self.web.aclose()
             if pidfile:
                 try:
                     os.unlink(pidfile)

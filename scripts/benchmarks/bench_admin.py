@@ -23,6 +23,11 @@ unpipelined and with ``-P 32``; the scraper, the browser and the load run on
 CPU 1. Each cell runs ``--rounds`` times with the modes in alternating order
 (off, idle, watched, then the reverse), every run on an empty node; the
 median is shown, and the loss of each mode against ``off`` from the same run.
+Beside the throughput, the node's own CPU time per ADDJOB (from
+``/proc/PID/stat`` around the run): the browser and the scraper share CPU 1
+with the load generator, so the throughput of ``watched`` also measures the
+load generator's share of that CPU, while the node's CPU per job measures
+only what watching costs the node.
 
 **Scrape.** One node with ``--queues`` queues (default 100,000; one job each,
 added by pipelined ADDJOBs), then ``/metrics`` is read ``--scrapes`` times
@@ -98,6 +103,12 @@ def _get(port: int, path: str, conn: http.client.HTTPConnection | None = None) -
     finally:
         if own:
             c.close()
+
+
+def _cpu_seconds(pid: int) -> float:
+    """The process's user + system CPU time so far (/proc/PID/stat)."""
+    fields = Path("/proc/%d/stat" % pid).read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _bench(port: int, n: int, pipeline: int) -> float:
@@ -185,6 +196,7 @@ def _cell(args: argparse.Namespace, work: Path, port: int, admin: int, pipeline:
     # long enough runs (about 10 s each) that the once-a-second scrape and page polls are in them
     n = (50000 if pipeline == 1 else 200000) if args.quick else (250000 if pipeline == 1 else 1000000)
     runs: dict[str, list[float]] = {m: [] for m in MODES}
+    cpu_us: dict[str, list[float]] = {m: [] for m in MODES}  # the node's CPU per ADDJOB, microseconds
     notes: dict[str, Any] = {}
     for r in range(args.rounds):
         for mode in MODES if r % 2 == 0 else tuple(reversed(MODES)):
@@ -194,18 +206,24 @@ def _cell(args: argparse.Namespace, work: Path, port: int, admin: int, pipeline:
                 if mode == "watched":
                     with Watcher(admin) as w:
                         w.stop.wait(3.0)  # the page loaded, a scrape or two done: then the load
+                        cpu0 = _cpu_seconds(proc.pid)
                         runs[mode].append(_bench(port, n, pipeline))
+                        cpu_us[mode].append((_cpu_seconds(proc.pid) - cpu0) * 1e6 / n)
                     notes = {"scrapes": w.scrapes, "page_polls": w.page_polls,
                              "page": "chromium" if w.browser else "poller", "errors": w.errors[:5]}  # fmt: skip
                 else:
+                    cpu0 = _cpu_seconds(proc.pid)
                     runs[mode].append(_bench(port, n, pipeline))
+                    cpu_us[mode].append((_cpu_seconds(proc.pid) - cpu0) * 1e6 / n)
             finally:
                 launcher.stop(proc, timeout=10)
             bar.done()
-            progress.echo("  -P %-2d %-8s %9.0f/s" % (pipeline, mode, runs[mode][-1]), err=False)
-    row: dict[str, Any] = {"pipeline": pipeline, "n": n, "runs": runs, "watchers": notes}
+            progress.echo("  -P %-2d %-8s %9.0f/s  node CPU %.2f us/job" % (pipeline, mode, runs[mode][-1],
+                                                                          cpu_us[mode][-1]), err=False)  # fmt: skip
+    row: dict[str, Any] = {"pipeline": pipeline, "n": n, "runs": runs, "cpu_us": cpu_us, "watchers": notes}
     for m in MODES:
         row[m] = statistics.median(runs[m])
+        row[m + "_cpu_us"] = statistics.median(cpu_us[m])
     row["idle_loss"] = 1 - row["idle"] / row["off"]
     row["watched_loss"] = 1 - row["watched"] / row["off"]
     return row
@@ -223,6 +241,9 @@ def client_path(args: argparse.Namespace, work: Path) -> list[dict[str, Any]]:
     for r in rows:
         print("| jobs/s | %d | %.0f | %.0f | %+.1f %% | %.0f | %+.1f %% |" % (
             r["pipeline"], r["off"], r["idle"], 100 * r["idle_loss"], r["watched"], 100 * r["watched_loss"]))
+        print("| node CPU per job | %d | %.2f us | %.2f us | %+.1f %% | %.2f us | %+.1f %% |" % (
+            r["pipeline"], r["off_cpu_us"], r["idle_cpu_us"], 100 * (r["idle_cpu_us"] / r["off_cpu_us"] - 1),
+            r["watched_cpu_us"], 100 * (r["watched_cpu_us"] / r["off_cpu_us"] - 1)))
     for r in rows:
         print("(-P %d watched by: %s)" % (r["pipeline"], r["watchers"]))
     return rows
