@@ -11,7 +11,7 @@ import pytest
 
 from disque_py import launcher
 from tests.integration.conftest import wait_for
-from tests.integration.test_protected_mode import non_loopback_address
+from tests.integration.test_protected_mode import outside as outside  # noqa: F401 - a fixture
 
 from .conftest import admin_port, free_port, http, job_path, ping_within, validated
 
@@ -104,14 +104,6 @@ def _raw_get(host: str, port: int) -> tuple[bytes, bool]:
             data += chunk
             if data.endswith(b"ok") and b"200" in data.split(b"\r\n", 1)[0]:
                 return data, False
-
-
-@pytest.fixture(scope="module")
-def outside() -> str:
-    addr = non_loopback_address()
-    if addr is None:
-        pytest.skip("this machine has no non-loopback IPv4 address to connect from")
-    return addr
 
 
 def test_a_non_loopback_client_is_refused_in_protected_mode(start_node, outside):
