@@ -514,7 +514,7 @@ def top(nodes: str, no_discover: bool, password: str | None, username: str | Non
       disque-py top --nodes 10.0.0.5:7711,10.0.0.6:7711 --sort in
       disque-py top --once --sort out --limit 20        (for scripts: after two samples)
       disque-py top --once --json | jq '.queues[] | {name, len, in_rate}'
-      disque-py top --tls --cacert ca.crt --nodes db1:8711,db2:8711
+      disque-py top --tls --cacert ca.crt --nodes db1:7712,db2:7712
 
     Exit status with --once: 0, or 1 when no node answered.
     """
