@@ -14,6 +14,7 @@ from tests.integration.conftest import wait_for
 from tests.integration.test_protected_mode import outside as outside  # noqa: F401 - a fixture
 
 from .conftest import admin_port, free_port, http, job_path, ping_within, validated
+from .test_hardening import exchange
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tls_certs import make_certs  # noqa: E402
@@ -89,21 +90,8 @@ def test_basic_auth_and_rights(acl_nodes):
 
 def _raw_get(host: str, port: int) -> tuple[bytes, bool]:
     """A GET from ``host``; (what came back, whether the node closed the link)."""
-    with socket.create_connection((host, port), timeout=10) as s:
-        s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-        data = b""
-        while True:
-            try:
-                chunk = s.recv(65536)
-            except ConnectionResetError:
-                return data, True
-            except socket.timeout:
-                return data, False
-            if not chunk:
-                return data, True
-            data += chunk
-            if data.endswith(b"ok") and b"200" in data.split(b"\r\n", 1)[0]:
-                return data, False
+    return exchange(port, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", 10, host=host,
+                    until=lambda data: data.endswith(b"ok") and b"200" in data.split(b"\r\n", 1)[0])
 
 
 def test_a_non_loopback_client_is_refused_in_protected_mode(start_node, outside):

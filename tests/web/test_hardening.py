@@ -18,9 +18,11 @@ from .conftest import admin_port, http, ping_within
 pytestmark = pytest.mark.integration
 
 
-def exchange(port: int, data: bytes, timeout: float = 15) -> tuple[bytes, bool]:
-    """Send ``data``, read until the node closes: (what came back, whether it closed in time)."""
-    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+def exchange(port: int, data: bytes, timeout: float = 15, *, host: str = "127.0.0.1",
+             until=None) -> tuple[bytes, bool]:
+    """Send ``data``, read until the node closes, or until ``until(got)`` is true: (what came
+    back, whether the node closed the link)."""
+    with socket.create_connection((host, port), timeout=timeout) as s:
         s.sendall(data)
         got = b""
         while True:
@@ -33,6 +35,8 @@ def exchange(port: int, data: bytes, timeout: float = 15) -> tuple[bytes, bool]:
             if not chunk:
                 return got, True
             got += chunk
+            if until is not None and until(got):
+                return got, False
 
 
 @pytest.mark.parametrize("request_bytes", [
