@@ -207,15 +207,16 @@ class ClusterNode:
 
 
 class _Link:
-    """What we know about one link: whose outbound link it is and the peer ip."""
+    """What we know about one link: whose outbound link it is, or who talks on it, and the peer ip."""
 
-    __slots__ = ("node", "ip", "local_ip", "ctime")
+    __slots__ = ("node", "ip", "local_ip", "ctime", "sender")
 
     def __init__(self, node: ClusterNode | None, ip: str | None, local_ip: str | None, ctime: int) -> None:
         self.node = node  # None for inbound links
         self.ip = ip  # the peer's address as seen on the socket
         self.local_ip = local_ip  # our address on this socket (inbound only)
         self.ctime = ctime
+        self.sender: str | None = None  # inbound: the known node whose PINGs come on it
 
 
 # ---------------------------------------------------------------------------
@@ -644,6 +645,8 @@ class Membership:
         link_node = info.node if info is not None else None
         from_myself = sender_id == myself.id
         sender = self._lookup_sender(sender_id)
+        if sender is not None and link_node is None and info is not None:
+            info.sender = sender.id  # its outbound link: closed with it when it stops answering
 
         if kind is not Pong:
             # Learn our own address from the socket a MEET came in on.
@@ -786,6 +789,7 @@ class Membership:
                 # Waiting too long for a PONG on an old link: reconnect, the
                 # link itself may be the problem.
                 self._close_outbound(n)
+                self._close_inbound(n)
             if n.link is not None and n.ping_sent == 0 and now - n.pong_received > timeout // 2:
                 self._ping(n)
                 continue
@@ -793,6 +797,7 @@ class Membership:
                 continue
             if now - n.ping_sent > timeout and not n.flags & (NODE_PFAIL | NODE_FAIL):
                 n.flags |= NODE_PFAIL
+                self._close_inbound(n)
                 self._log("verbose", "Node %s is possibly failing (no PONG for %d ms)" % (n.id, now - n.ping_sent))
         self._flush()
 
@@ -875,6 +880,15 @@ class Membership:
             self._links.pop(n.link, None)
             self._effects.append(Close(n.link))
             n.link = None
+
+    def _close_inbound(self, n: ClusterNode) -> None:
+        """Close the links ``n`` talks to us on: it stopped answering our PINGs. Whatever it
+        sent before a cut and its kernel still retransmits would otherwise be read when the
+        network heals, seconds late (a job moved here then, after its ack was collected,
+        came back to life); a live node reconnects at once."""
+        for link in [k for k, info in self._links.items() if info.sender == n.id and info.node is None]:
+            del self._links[link]
+            self._effects.append(Close(link))
 
     def _update_address(self, n: ClusterNode, link: int, port: int) -> bool:
         """If ``n`` talks to us from a new ip:port on ``link``, move it there."""

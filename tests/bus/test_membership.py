@@ -919,3 +919,42 @@ def test_connect_in_flight_to_an_old_address_is_dropped() -> None:
     assert m.link_of(peer) == 13
     (send,) = m.take_effects()
     assert isinstance(send.msg, Ping) and send.link == 13
+
+
+def test_a_peer_that_stops_answering_loses_its_inbound_links_too() -> None:
+    """What a peer sent before a cut must not be read when the network heals: its links to us
+    close when it stops answering our PINGs (overdue PONG on the outbound link, then PFAIL)."""
+    m, peer, out, inn = joined_pair()
+    other = "%040x" % 99
+    m.link_peer(5, "10.0.0.5")
+    m.receive(5, Ping(other, PORT, 0), START + 130)  # an unknown node's link: never closed here
+    m.take_effects()
+    t = START + 130
+    closed: list[int] = []
+    while out not in closed:
+        t += TICK_MS
+        m.tick(t)
+        closed += [e.link for e in m.take_effects() if isinstance(e, Close)]
+        assert t < START + 2 * NODE_TIMEOUT
+    assert sorted(closed) == [out, inn]  # both directions at once, not the stranger's link
+    assert m.link_of(peer) is None and not m.node(peer).flags & NODE_PFAIL
+    # It reconnects (a new inbound link) but still does not answer: PFAIL closes the new one.
+    m.link_peer(6, "10.0.0.2", "10.0.0.1")
+    m.receive(6, Ping(peer, PORT, 0), t)
+    m.take_effects()
+    closed = []
+    while not m.node(peer).flags & NODE_PFAIL:
+        t += TICK_MS
+        m.tick(t)
+        for e in m.take_effects():
+            if isinstance(e, Connect):
+                m.link_failed(e.node_id, t)  # its address does not answer
+            elif isinstance(e, Close):
+                closed.append(e.link)
+        assert t < START + 4 * NODE_TIMEOUT
+    assert closed == [6]
+    # Back again: a new link is kept, and answers clear PFAIL.
+    m.link_peer(7, "10.0.0.2", "10.0.0.1")
+    m.receive(7, Ping(peer, PORT, 0), t + 1)
+    assert not [e for e in m.take_effects() if isinstance(e, Close)]
+    check_invariants(m)
