@@ -109,6 +109,7 @@ class Blocking:
                 if q is None or q.flags & PAUSED_OUT or not q.jobs:
                     continue
                 job = fetch(q)
+                q.ltime = ctx.now
                 items.append(job_item(job, withcounters))
                 if federated:
                     if not q.jobs:
@@ -124,7 +125,9 @@ class Blocking:
             return items
         if federated and not ctx.leaving:
             for name in req.queues:
-                ctx.need_jobs(ctx.get_queue(name), CLIENTS_WAITING)
+                q = ctx.get_queue(name)
+                q.ltime = ctx.now  # a local consumer asked (NOHANG too): the next job stays here
+                ctx.need_jobs(q, CLIENTS_WAITING)
         if req.nohang:
             return NULL_ARRAY
         if ctx.leaving:
@@ -141,7 +144,7 @@ class Blocking:
         for name in names:
             q = ctx.get_queue(name)
             q.add_waiter(waiter)
-            q.atime = ctx.now
+            q.atime = q.ltime = ctx.now
             waited[name] = q
         previous = self.blocked.get(client)
         if previous is not None:  # cannot happen through the shell; be safe
@@ -187,6 +190,7 @@ class Blocking:
                         break
                     items.append(job_item(job, waiter.withcounters))
                 self._unblock(waiter)
+                q.ltime = ctx.now
                 effects.append(Reply(waiter.client, items))
             if not q.jobs and ctx.cluster_size > 1:
                 ctx.need_jobs(q, REACHED_ZERO)

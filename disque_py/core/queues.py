@@ -74,6 +74,7 @@ class Queue:
         "jobs",
         "ctime",
         "atime",
+        "ltime",
         "flags",
         "waiters",
         "whead",
@@ -99,6 +100,7 @@ class Queue:
         self.jobs: SortedKeyList | tuple = ()  # the sorted list once a job was added
         self.ctime = now
         self.atime = now
+        self.ltime = 0  # when a local client last took a job from it or waited on it (0: never)
         self.flags = 0
         self.waiters: list[Waiter] | tuple = ()  # FIFO from index whead on
         self.whead = 0

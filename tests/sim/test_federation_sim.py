@@ -7,7 +7,7 @@ import random
 import pytest
 
 from disque_py.core.effects import BLOCKED
-from disque_py.core.federation import LEASE_MS, NEEDJOBS_MAX_REQUEST
+from disque_py.core.federation import LEASE_MS, LOCAL_FIRST_MS, NEEDJOBS_MAX_REQUEST
 from disque_py.core.replies import NULL_ARRAY
 
 from .cluster_model import ACKED, SimCluster
@@ -80,6 +80,36 @@ def test_a_producer_appearing_after_a_long_wait_is_one_hop_away(idle_ms):
         c.client(0).cmd("ACKJOB", job)
         cl = blocked_consumer(c, 0)
         c.run_for(1000)
+
+
+def test_a_node_whose_consumer_is_between_two_getjobs_keeps_the_next_job():
+    """Local consumers first, even when none is blocked at the instant a job is queued: one that
+    took a job a moment ago gets the next one here; a backlog, or local consumers gone quiet,
+    lets jobs go to a node whose consumers wait (fewer copies moved, fewer holders a network
+    cut can split)."""
+    c = SimCluster(3, 9, delay=(1, 1))
+    remote = blocked_consumer(c, 0)
+    c.run_for(3000)  # node 1 holds a push lease from node 0
+    local = c.client(1)
+    first = addjob(c, 1, "REPLICATE", 1, body="first")
+    assert remote.wait_reply(1000)[0][1] == first  # nobody local yet: pushed
+    c.client(0).cmd("ACKJOB", first)
+    remote = blocked_consumer(c, 0)
+    c.run_for(10)
+    assert local.cmd("GETJOB", "NOHANG", "FROM", "q") == NULL_ARRAY  # a local consumer shows up
+    pushed = c.nodes[1].stats["jobs_pushed"]
+    kept = addjob(c, 1, "REPLICATE", 1, body="kept")
+    c.run_for(10)
+    assert c.queued_on(kept) == [1] and c.nodes[1].stats["jobs_pushed"] == pushed
+    backlog = addjob(c, 1, "REPLICATE", 1, body="backlog")  # one waits here already: this goes
+    assert remote.wait_reply(1000)[0][1] == backlog
+    assert local.cmd("GETJOB", "NOHANG", "FROM", "q")[0][1] == kept
+    c.client(0).cmd("ACKJOB", backlog)
+    c.client(1).cmd("ACKJOB", kept)
+    remote = blocked_consumer(c, 0)
+    c.run_for(LOCAL_FIRST_MS + 10)  # the local consumer went quiet
+    late = addjob(c, 1, "REPLICATE", 1, body="late")
+    assert remote.wait_reply(1000)[0][1] == late
 
 
 def test_hundred_jobs_at_random_nodes_all_fetched_from_node_0():
