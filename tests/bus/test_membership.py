@@ -953,7 +953,7 @@ def test_a_peer_that_stops_answering_loses_its_inbound_links_too() -> None:
                 closed.append(e.link)
         assert t < START + 4 * NODE_TIMEOUT
     assert closed == [6]
-    # Back again: a new link is kept, and answers clear PFAIL.
+    # Back again: its new link is kept.
     m.link_peer(7, "10.0.0.2", "10.0.0.1")
     m.receive(7, Ping(peer, PORT, 0), t + 1)
     assert not [e for e in m.take_effects() if isinstance(e, Close)]
