@@ -886,7 +886,7 @@ class Membership:
         sent before a cut and its kernel still retransmits would otherwise be read when the
         network heals, seconds late (a job moved here then, after its ack was collected,
         came back to life); a live node reconnects at once."""
-        for link in [k for k, info in self._links.items() if info.sender == n.id and info.node is None]:
+        for link in [k for k, info in self._links.items() if info.sender == n.id]:  # only inbound ones have one
             del self._links[link]
             self._effects.append(Close(link))
 
