@@ -67,6 +67,13 @@ def server(args: tuple[str, ...]) -> None:
     except OSError as exc:
         click.echo("Fatal error, can't open config file '%s': %s" % (path, exc.strerror), err=True)
         sys.exit(1)
+    if cfg.admin_port:  # the admin HTTP port is an extra: say so before anything starts
+        from .extras import install_hint
+
+        hint = install_hint("admin", "admin-port")
+        if hint:
+            click.echo("Fatal: %s (or leave admin-port at 0)" % hint, err=True)
+            sys.exit(1)
     setup_logging(cfg.resolve_path(cfg.logfile) if cfg.logfile else "", cfg.loglevel, cfg.log_format)
     # As Disque: a closed terminal (SIGHUP) must not take the node and its jobs with it.
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
@@ -529,6 +536,13 @@ def top(nodes: str, no_discover: bool, password: str | None, username: str | Non
     if key and not cert:
         raise click.BadParameter("--key needs --cert", param_hint="--key")
     once = once or as_json
+    if not as_json:  # the tables are rich's; the JSON is not
+        from .extras import install_hint
+
+        hint = install_hint("top", "disque-py top")
+        if hint:
+            click.echo("%s (or use --once --json)" % hint, err=True)
+            sys.exit(1)
     with toplib.Collector(seeds, discover=not no_discover, password=password, username=username,
                           tls=bool(tls or cacert or cert), cacert=cacert, cert=cert, key=key, timeout=timeout,
                           max_queues=max_queues) as collector:  # fmt: skip

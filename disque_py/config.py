@@ -66,6 +66,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Callable, Iterable, NamedTuple, Sequence
 
+from .globmatch import glob_match
+
 __all__ = [
     "AUTHPASS_MAX_LEN",
     "BINDADDR_MAX",
@@ -79,7 +81,6 @@ __all__ = [
     "config_get",
     "config_set",
     "format_memory",
-    "glob_match",
     "load_config",
     "parse_config_text",
     "parse_memory",
@@ -935,83 +936,6 @@ def load_config(
         loader.apply(ln, COMMAND_LINE, 0)
     loader.finish()
     return cfg
-
-
-# ---------------------------------------------------------------------------
-# Glob matching (Redis stringmatch semantics)
-# ---------------------------------------------------------------------------
-
-
-def glob_match(pattern: bytes, string: bytes, nocase: bool = False) -> bool:
-    """Redis-style glob: ``*``, ``?``, ``[abc]``, ``[^abc]``, ``[a-z]``
-    (bounds in either order) and ``\\x`` to match ``x`` literally.  An
-    unterminated ``[`` class extends to the end of the pattern."""
-    if nocase:
-        pattern, string = pattern.lower(), string.lower()
-    return _glob(pattern, 0, string, 0)
-
-
-def _glob(p: bytes, pi: int, s: bytes, si: int) -> bool:
-    plen, slen = len(p), len(s)
-    while pi < plen:
-        c = p[pi]
-        if c == 0x2A:  # *
-            while pi + 1 < plen and p[pi + 1] == 0x2A:
-                pi += 1
-            if pi + 1 == plen:
-                return True
-            for k in range(si, slen + 1):
-                if _glob(p, pi + 1, s, k):
-                    return True
-            return False
-        if si >= slen:
-            return False
-        if c == 0x3F:  # ?
-            si += 1
-            pi += 1
-            continue
-        if c == 0x5B:  # [
-            pi += 1
-            negate = pi < plen and p[pi] == 0x5E
-            if negate:
-                pi += 1
-            matched = False
-            ch = s[si]
-            while True:
-                if pi >= plen:
-                    break  # unterminated class: ends with the pattern
-                pc = p[pi]
-                if pc == 0x5C and pi + 1 < plen:
-                    pi += 1
-                    if p[pi] == ch:
-                        matched = True
-                elif pc == 0x5D:
-                    pi += 1
-                    break
-                elif pi + 2 < plen and p[pi + 1] == 0x2D:
-                    lo, hi = pc, p[pi + 2]
-                    if lo > hi:
-                        lo, hi = hi, lo
-                    if lo <= ch <= hi:
-                        matched = True
-                    pi += 2
-                elif pc == ch:
-                    matched = True
-                pi += 1
-            if negate:
-                matched = not matched
-            if not matched:
-                return False
-            si += 1
-            continue
-        if c == 0x5C and pi + 1 < plen:  # backslash escape
-            pi += 1
-            c = p[pi]
-        if c != s[si]:
-            return False
-        si += 1
-        pi += 1
-    return si == slen
 
 
 # ---------------------------------------------------------------------------

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import fnmatch
 import os
 import re
 from pathlib import Path
@@ -22,7 +21,6 @@ from disque_py.config import (
     config_get,
     config_set,
     format_memory,
-    glob_match,
     load_config,
     parse_config_text,
     parse_memory,
@@ -565,63 +563,6 @@ def test_load_utf8_and_hex_escapes(tmp_path):
     cfg = load_config(str(p), [])
     assert cfg.requirepass == "päss"
     assert cfg.syslog_ident == "ünï"
-
-
-# ---------------------------------------------------------------------------
-# Glob matching
-# ---------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("pattern,string,expected", [
-    (b"*", b"port", True),
-    (b"*", b"", True),
-    (b"", b"", True),
-    (b"", b"a", False),
-    (b"port", b"port", True),
-    (b"port", b"ports", False),
-    (b"p?rt", b"port", True),
-    (b"p?rt", b"prt", False),
-    (b"max*", b"maxmemory-policy", True),
-    (b"max*", b"xmax", False),
-    (b"*-policy", b"maxmemory-policy", True),
-    (b"*mem*", b"maxmemory", True),
-    (b"a*b*c", b"aXXbYYc", True),
-    (b"a*b*c", b"aXXbYY", False),
-    (b"a**", b"a", True),
-    (b"[abc]x", b"bx", True),
-    (b"[abc]x", b"dx", False),
-    (b"[^abc]x", b"dx", True),
-    (b"[^abc]x", b"ax", False),
-    (b"[a-c]x", b"bx", True),
-    (b"[c-a]x", b"bx", True),  # reversed range
-    (b"[a-c]x", b"dx", False),
-    (b"[\\]]", b"]", True),
-    (b"\\*", b"*", True),
-    (b"\\*", b"a", False),
-    (b"\\?x", b"?x", True),
-    (b"a\\", b"a\\", True),
-    (b"[abc", b"a", True),  # unterminated class ends with the pattern
-    (b"?", b"", False),
-    (b"[a]", b"", False),
-])
-def test_glob_match(pattern, string, expected):
-    assert glob_match(pattern, string) is expected
-
-
-def test_glob_nocase():
-    assert glob_match(b"PORT", b"port", nocase=True)
-    assert glob_match(b"[A-Z]ort", b"port", nocase=True)
-    assert not glob_match(b"PORT", b"port")
-
-
-@given(st.text(alphabet="ab*?[]^-c", max_size=8), st.text(alphabet="abc-", max_size=8))
-@settings(max_examples=300, deadline=None)
-def test_glob_agrees_with_fnmatch_on_simple_patterns(pattern, string):
-    # fnmatch differs from Redis for brackets edge cases, so compare only
-    # patterns made of literals, '*' and '?'.
-    if any(ch in pattern for ch in "[]^"):
-        return
-    assert glob_match(pattern.encode(), string.encode()) == fnmatch.fnmatchcase(string, pattern)
 
 
 # ---------------------------------------------------------------------------

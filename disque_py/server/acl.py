@@ -63,7 +63,7 @@ the last one, so guessing costs a new connection every few attempts.
 
 Called by: the admin commands (:mod:`.admin`: AUTH, HELLO, ACL) and the
 dispatcher (:mod:`.dispatch`: :meth:`Acl.check`). It imports only the
-config's glob matcher.
+glob matcher (:mod:`disque_py.globmatch`).
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ import hashlib
 import hmac
 from typing import Callable, Iterable
 
-from ..config import glob_match
+from ..globmatch import glob_match
 
 __all__ = [
     "Acl",

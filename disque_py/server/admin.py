@@ -30,6 +30,7 @@ import trio
 from .. import DISQUE_COMPAT_VERSION, __version__
 from ..config import ConfigError, config_get, config_set, rewrite_config
 from ..core.replies import OK, Error, Status, err
+from ..rss import rss_bytes
 from . import faults, gcpolicy
 from .acl import AUTH_FAILURE_LIMIT, CATEGORIES, WRONGPASS, Acl, AclError
 from .cmdstats import CommandStats
@@ -123,14 +124,6 @@ def _human(n: int) -> str:
         if n >= size:
             return "%.2f%s" % (n / size, unit)
     return "%dB" % n
-
-
-def _rss_bytes() -> int:
-    try:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 @dataclass
@@ -664,7 +657,7 @@ def info_text(ctx: AdminContext, section: str, peak: list[int]) -> str:
         elif name == "memory":
             # used_memory is what the maxmemory policy reads: the estimate of the node's data
             # (core/memory.py says why not the RSS, which is shown beside it).
-            rss = _rss_bytes()
+            rss = rss_bytes()
             memory = node.memory
             used = memory.estimate()
             peak[0] = max(peak[0], used)

@@ -120,7 +120,12 @@ class Server:
         if config.admin_port:
             from .web import AdminWeb, make_handle
 
-            self.web = AdminWeb(config, acl, lambda: make_handle(self, SENT_BY_KIND))
+            self.web = AdminWeb(config, acl, lambda: make_handle(
+                config=config, acl=acl, node=node, stats=self.stats, clients=loop.clients,
+                start_time=self.start_time, dispatch=dispatcher.dispatch, apply_effects=dispatcher.apply_effects,
+                output_gate=lambda: loop.gate, poke_timers=timers.poke, cluster=cluster,
+                sent_by_kind=SENT_BY_KIND, aof_info=aof.info, loading=lambda: bool(aof.loading),
+                cmdstats=lambda: dispatcher.cmdstats))  # fmt: skip
         self.shutdown_event = trio.Event()
         self.listeners: list[trio.SocketListener] = []
         self.tls_listeners: list[trio.SocketListener] = []

@@ -16,7 +16,7 @@ It also keeps the core's memory level (``core/memory.py``) current:
 every ``MEMORY_MEASURE_MS`` (the commands are what make memory grow, so the
 level an ADDJOB reads is at most that old), from the cron every 100 ms, and
 at once when CONFIG SET changes ``maxmemory``. It reads the RSS
-(``/proc/self/statm``, at most every ``RSS_MEASURE_MS``; shown in INFO, not
+(:func:`disque_py.rss.rss_bytes`, at most every ``RSS_MEASURE_MS``; shown in INFO, not
 read by the policy: see ``core/memory.py``), logs each level crossed, up
 and down, and while the level is 2 or more lets the core free what it can.
 The -OOM refusal itself is the core's (``Node`` swaps its command table at
@@ -40,7 +40,6 @@ wired to (:meth:`Dispatcher.wire`).
 
 from __future__ import annotations
 
-import os
 from bisect import bisect_left
 from time import perf_counter_ns
 from typing import TYPE_CHECKING, Any, Callable
@@ -51,6 +50,7 @@ from ..core.effects import BLOCKED, Reply, Send
 from ..core.memory import LEVEL_NAMES, THRESHOLDS
 from ..core.messages import moves_to_watch
 from ..core.replies import Error
+from ..rss import rss_bytes
 from .acl import Acl
 from .cmdstats import LATENCY_BUCKETS_US, SMALL_BUCKETS, CommandStats
 from .connection import OUT_HOLD, PERMS_UNSET
@@ -75,22 +75,12 @@ DISPATCH_STATS = ("total_commands_processed", "internal_errors", "acl_access_den
 MEMORY_MEASURE_MS = 10  # the level is measured again at most this often before commands
 RSS_MEASURE_MS = 100  # the RSS is read at most this often
 
-_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 _LEVEL_DOING = (
     "back to normal",
     "new jobs are replicated to other nodes only",
     "freeing acked and delivered at-most-once jobs, evicting idle queues",
     "refusing commands that use more memory (-OOM)",
 )
-
-
-def read_rss() -> int:
-    """Resident set size of this process in bytes (0 if unknown)."""
-    try:
-        with open("/proc/self/statm", "rb") as f:
-            return int(f.read().split()[1]) * _PAGE
-    except (OSError, ValueError, IndexError):
-        return 0
 
 
 #: job-layer messages built for the bus, by kind (one message sent to several peers counts once)
@@ -216,7 +206,7 @@ class Dispatcher:
         rss = None
         if now >= self._rss_next:
             self._rss_next = now + RSS_MEASURE_MS
-            rss = read_rss()
+            rss = rss_bytes()
         node = self.node
         memory = node.memory
         node.now = now

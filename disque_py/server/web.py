@@ -35,7 +35,7 @@ Called by ``server/app.py`` only. Imports no other part of the shell but the lea
 from __future__ import annotations
 
 import ssl
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 import hiredis
 import trio
@@ -52,7 +52,7 @@ from .contracts import now_ms
 from .logs import log
 from .protection import is_loopback, protected
 
-__all__ = ["AdminWeb", "make_handle", "ask_peer", "MAX_CONNECTIONS", "CONNECTION_LIFETIME", "READ_TIMEOUT"]
+__all__ = ["AdminWeb", "ClusterReads", "make_handle", "ask_peer", "MAX_CONNECTIONS", "CONNECTION_LIFETIME", "READ_TIMEOUT"]
 
 MAX_CONNECTIONS = 64  # HTTP connections served at once; more are closed at accept
 CONNECTION_LIFETIME = 120.0  # seconds one HTTP connection may live (keep-alive included)
@@ -133,26 +133,49 @@ async def ask_peer(ip: str, port: int, argvs: list[list[bytes]], auth: Any, *, t
     return [Exception(str(r)) if isinstance(r, hiredis.ReplyError) else r for r in replies]
 
 
-def make_handle(server: Any, sent_by_kind: dict[str, int]) -> NodeHandle:
-    """The app's view of a node (``server``: the ``Server`` of app.py, read here only;
-    ``sent_by_kind``: the dispatcher's count of bus messages sent by kind)."""
-    from .. import __version__
+class ClusterReads(Protocol):
+    """What the app reads of the cluster service (``server/cluster.py:ClusterService``)."""
 
-    node = server.node
-    dispatcher = server.dispatcher
-    cluster = server.cluster
-    acl = server.acl
-    aof = server.aof
-    loop = server.loop
+    membership: Any  # cluster_bus.membership.Membership: the node table
+    stats: dict[str, int]  # membership counters (CLUSTER INFO)
+    bus: Any  # cluster_bus.links.Bus once the bus runs, else None
+    received_by_kind: dict[str, int]  # job-layer messages received, by kind
+
+
+def make_handle(
+    *,
+    config: Any,
+    acl: Any,
+    node: Any,
+    stats: dict[str, int],
+    clients: dict[int, Any],
+    start_time: float,
+    dispatch: Callable[[Any, list[bytes], int], Any],
+    apply_effects: Callable[[], None],
+    output_gate: Callable[[], Any],
+    poke_timers: Callable[[], None],
+    cluster: ClusterReads,
+    sent_by_kind: dict[str, int],
+    aof_info: Callable[[], dict[str, Any]],
+    loading: Callable[[], bool],
+    cmdstats: Callable[[], Any],
+) -> NodeHandle:
+    """The app's view of a node, from the few things it reads and calls.
+
+    ``dispatch(conn, argv, now_ms)`` and ``apply_effects()``: the dispatcher's; ``output_gate()``:
+    the client loop's AOF gate now (None without an AOF); ``poke_timers()``: wakes the core's
+    timers; ``sent_by_kind``: the dispatcher's count of bus messages sent by kind. The config,
+    users, core node, INFO stats and client table are read, never written."""
+    from .. import __version__
 
     def run_command(argv: list[bytes], user: Any) -> Any:
         conn = _Internal(user, acl)
-        reply = dispatcher.dispatch(conn, argv, now_ms())
-        dispatcher.apply_effects()
-        gate = loop.gate
+        reply = dispatch(conn, argv, now_ms())
+        apply_effects()
+        gate = output_gate()
         if gate is not None and not gate.in_pass:
             gate.kick()  # what it journaled goes to the AOF as a client pass's would
-        server.timers.poke()
+        poke_timers()
         return reply
 
     def peers() -> list[Peer]:
@@ -179,21 +202,21 @@ def make_handle(server: Any, sent_by_kind: dict[str, int]) -> NodeHandle:
         return dict(sent_by_kind), dict(cluster.received_by_kind)
 
     return NodeHandle(
-        config=server.config,
+        config=config,
         acl=acl,
         node=node,
-        stats=server.stats,
-        clients=loop.clients,
-        start_time=server.start_time,
+        stats=stats,
+        clients=clients,
+        start_time=start_time,
         run_command=run_command,
         peers=peers,
         ask_peer=ask_peer,
         cluster_stats=cluster_stats,
         bus_links=bus_links,
         messages_by_kind=messages_by_kind,
-        aof_info=aof.info,
-        cmdstats=lambda: getattr(dispatcher, "cmdstats", None),
-        loading=lambda: bool(aof.loading),
+        aof_info=aof_info,
+        cmdstats=cmdstats,
+        loading=loading,
         version=__version__,
     )
 

@@ -72,6 +72,7 @@ from disque_py import launcher
 from disque_py.core.ids import JobIdGenerator
 from disque_py.core.job import QUEUED
 from disque_py.persistence.records import LoadJob, encode_many
+from disque_py.rss import rss_bytes
 
 from . import progress
 from .bench import (
@@ -486,13 +487,10 @@ class AofBench(Bench):
 
 def _rss_kb(server: Server) -> int | None:
     try:
-        with open("/proc/%d/status" % server.proc.pid) as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1])
-    except (OSError, AttributeError, ValueError):
+        pid = server.proc.pid
+    except AttributeError:
         return None
-    return None
+    return rss_bytes(pid) // 1024 or None
 
 
 # --------------------------------------------------------------------------- report
