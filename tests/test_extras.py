@@ -2,8 +2,9 @@
 port and top's tables say which extra they need.
 
 Each check runs in a fresh interpreter whose `sitecustomize` refuses to import the extras'
-modules (hypercorn, starlette, prometheus_client, rich) and python-json-logger, as an
-interpreter where they were never installed would: importing one raises ModuleNotFoundError.
+modules (hypercorn, starlette, prometheus_client, rich), as an interpreter where they were
+never installed would: importing one raises ModuleNotFoundError. python-json-logger (log-format
+json, a small pure-Python library) stays a dependency of every install.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from .integration.conftest import free_port
 
 pytestmark = pytest.mark.integration
 
-BLOCKED = sorted({m for mods in EXTRAS.values() for m in mods} | {"pythonjsonlogger"})
+BLOCKED = sorted({m for mods in EXTRAS.values() for m in mods})
 
 SITECUSTOMIZE = '''
 import sys

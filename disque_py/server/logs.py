@@ -5,7 +5,7 @@
 The level character follows Redis: ``.`` debug, ``-`` verbose, ``*`` notice,
 ``#`` warning. ``loglevel`` names map onto Python logging levels.
 
-With ``log-format json`` each line is one JSON object instead (the standard library's json)::
+With ``log-format json`` each line is one JSON object instead (python-json-logger)::
 
     {"timestamp": "2026-11-21T05:09:31.123+00:00", "level": "notice", "message": "Ready ...",
      "pid": 12345, "role": "node", "node_id": "5a1f..."}
@@ -23,12 +23,13 @@ log-format :func:`set_format` (:mod:`.app`).
 from __future__ import annotations
 
 import datetime
-import json
 import logging
 import os
 import sys
 import time
 from typing import Any
+
+from pythonjsonlogger.json import JsonFormatter
 
 LEVELS = {"debug": logging.DEBUG, "verbose": 15, "notice": logging.INFO, "warning": logging.WARNING}
 _CHARS = {logging.DEBUG: ".", 15: "-", logging.INFO: "*", logging.WARNING: "#", logging.ERROR: "#", logging.CRITICAL: "#"}
@@ -52,26 +53,21 @@ class _Formatter(logging.Formatter):
         return text
 
 
-class _JsonFormatter(logging.Formatter):
-    """One JSON object per record: timestamp (ISO 8601, UTC), level, message, then exc_info (a
-    traceback) and stack_info when the record has them, pid, role, node_id."""
+class _JsonFormatter(JsonFormatter):
+    """One JSON object per record: timestamp (ISO 8601, UTC), level, message, pid, role, node_id."""
 
-    def format(self, record: logging.LogRecord) -> str:
-        data: dict[str, Any] = {
-            "timestamp": datetime.datetime.fromtimestamp(record.created, datetime.timezone.utc).isoformat(
-                timespec="milliseconds"),  # fmt: skip
-            "level": _NAMES.get(record.levelno, "notice"),
-            "message": record.getMessage(),
-        }
-        if record.exc_info:
-            data["exc_info"] = self.formatException(record.exc_info)
-        if record.stack_info:
-            data["stack_info"] = self.formatStack(record.stack_info)
-        data["pid"] = os.getpid()
-        data["role"] = "node"
+    def __init__(self) -> None:
+        super().__init__("%(message)s", json_ensure_ascii=False)
+
+    def add_fields(self, log_data: dict[str, Any], record: logging.LogRecord, message_dict: dict[str, Any]) -> None:
+        log_data["timestamp"] = datetime.datetime.fromtimestamp(record.created, datetime.timezone.utc).isoformat(
+            timespec="milliseconds")  # fmt: skip
+        log_data["level"] = _NAMES.get(record.levelno, "notice")
+        super().add_fields(log_data, record, message_dict)
+        log_data["pid"] = os.getpid()
+        log_data["role"] = "node"
         if _node_id:
-            data["node_id"] = _node_id
-        return json.dumps(data, ensure_ascii=False, default=str)
+            log_data["node_id"] = _node_id
 
 
 def _formatter(fmt: str) -> logging.Formatter:
