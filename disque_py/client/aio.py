@@ -82,6 +82,7 @@ class Client:
         ssl_keyfile: str | None = None,
         ssl_password: str | None = None,
         ssl_check_hostname: bool = True,
+        prefer: Any = None,
     ) -> None:
         self.config = ClientConfig(
             seeds, password=password, username=username, socket_timeout=socket_timeout,
@@ -89,13 +90,13 @@ class Client:
             failover_timeout=failover_timeout, backoff=backoff, refresh_interval=refresh_interval,
             affinity=affinity, retry_writes=retry_writes, max_retries=max_retries, rng=rng,
             tls=tls, ssl_ca_certs=ssl_ca_certs, ssl_certfile=ssl_certfile, ssl_keyfile=ssl_keyfile,
-            ssl_password=ssl_password, ssl_check_hostname=ssl_check_hostname,
+            ssl_password=ssl_password, ssl_check_hostname=ssl_check_hostname, prefer=prefer,
         )  # fmt: skip
         self.max_idle = max_idle
         self._clock = clock or trio.current_time
         self._sleep = sleep or trio.sleep
         self._rng = self.config.rng
-        self._topology = Topology(self.config.seeds, self._rng)
+        self._topology = Topology(self.config.seeds, self._rng, prefer=self.config.prefer)
         self._node: Address | None = None
         self._node_id: str | None = None
         self._generation = 0

@@ -3,7 +3,11 @@
 Both clients keep one :class:`Topology` and ask it where to connect:
 
 * Before any HELLO, the candidates are the seeds in random order ("connect
-  to a random reachable one").
+  to a random reachable one"), so ordinary clients spread over the seeds.
+* The client's ``prefer`` address, if it has one, comes first whenever it
+  is not marked down: a caller that spreads its own connections
+  (the Spark writer gives each one a node) picks the node, and the others
+  are the failover.
 * After a HELLO, they are the nodes it listed, best (lowest) priority
   first, in random order within a priority, then any seed not listed.
   Nodes that failed recently go last (but are still tried: they may be
@@ -142,10 +146,17 @@ class Topology:
     """What the client knows about the cluster, and where to connect next."""
 
     def __init__(
-        self, seeds: Sequence[Address], rng: random.Random, *, down_for: float = 5.0, leaving_for: float = 60.0
+        self,
+        seeds: Sequence[Address],
+        rng: random.Random,
+        *,
+        down_for: float = 5.0,
+        leaving_for: float = 60.0,
+        prefer: Address | None = None,
     ) -> None:
         self.seeds = list(seeds)
         self.rng = rng
+        self.prefer = prefer
         self.down_for = down_for
         self.leaving_for = leaving_for
         self.nodes: dict[str, NodeInfo] = {}  # by node ID, from the last HELLO
@@ -201,6 +212,8 @@ class Topology:
         seeds = [s for s in self.seeds if s not in ordered]
         self.rng.shuffle(seeds)
         ordered.extend(seeds)
+        if self.prefer is not None:
+            ordered = [self.prefer, *(a for a in ordered if a != self.prefer)]
         up = [a for a in ordered if self._down_until.get(a, 0.0) <= now]
         down = [a for a in ordered if self._down_until.get(a, 0.0) > now]
         return up + down

@@ -7,7 +7,7 @@ import ssl
 from typing import Any
 
 from . import commands as cmd
-from .cluster import Address, Affinity, Backoff, parse_seeds, seed_items, split_url
+from .cluster import Address, Affinity, Backoff, parse_address, parse_seeds, seed_items, split_url
 
 __all__ = ["ClientConfig"]
 
@@ -45,8 +45,11 @@ class ClientConfig:
         ssl_keyfile: str | None = None,
         ssl_password: str | None = None,
         ssl_check_hostname: bool = True,
+        prefer: Any = None,
     ) -> None:
         self.seeds: list[Address] = parse_seeds(seeds)
+        # The node to use whenever it is up (None: a random seed, then the HELLO list).
+        self.prefer: Address | None = parse_address(prefer) if prefer is not None else None
         # A seed written as a URL may say TLS (rediss://) and carry the password (redis-py's form).
         for item in seed_items(seeds):
             if isinstance(item, str):
@@ -79,7 +82,8 @@ class ClientConfig:
         self.rng = rng or random.Random()
 
     def kwargs(self) -> dict[str, Any]:
-        """Keyword arguments that rebuild an equivalent client (fresh affinity and rng)."""
+        """Keyword arguments that rebuild an equivalent client (fresh affinity and rng; no
+        ``prefer``: a caller that spreads its clients gives each its own)."""
         return {
             "password": self.password,
             "username": self.username,

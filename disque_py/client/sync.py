@@ -194,7 +194,10 @@ class Client:
 
     ``seeds``: ``"host:port"`` strings (or one comma-separated string, or
     ``(host, port)`` pairs); the others are learnt from HELLO. See the
-    module docstring for failover, refresh and affinity.
+    module docstring for failover, refresh and affinity. ``prefer``: one
+    address (a seed or not) tried first whenever it is not marked down,
+    instead of a random seed: for a caller that spreads its own clients over
+    the nodes; the other nodes remain the failover.
     """
 
     def __init__(
@@ -220,6 +223,7 @@ class Client:
         ssl_keyfile: str | None = None,
         ssl_password: str | None = None,
         ssl_check_hostname: bool = True,
+        prefer: Any = None,
     ) -> None:
         self.config = ClientConfig(
             seeds, password=password, username=username, socket_timeout=socket_timeout,
@@ -227,12 +231,12 @@ class Client:
             failover_timeout=failover_timeout, backoff=backoff, refresh_interval=refresh_interval,
             affinity=affinity, retry_writes=retry_writes, max_retries=max_retries, rng=rng,
             tls=tls, ssl_ca_certs=ssl_ca_certs, ssl_certfile=ssl_certfile, ssl_keyfile=ssl_keyfile,
-            ssl_password=ssl_password, ssl_check_hostname=ssl_check_hostname,
+            ssl_password=ssl_password, ssl_check_hostname=ssl_check_hostname, prefer=prefer,
         )  # fmt: skip
         self._clock = clock
         self._sleep = sleep
         self._rng = self.config.rng
-        self._topology = Topology(self.config.seeds, self._rng)
+        self._topology = Topology(self.config.seeds, self._rng, prefer=self.config.prefer)
         self._conn: _Connection | None = None
         self._node_id: str | None = None
         self._next_refresh = 0.0

@@ -9,8 +9,10 @@ docs/SPARK.md; what runs where:
   become ADDJOB commands, pipelined ``batchSize`` at a time over
   ``connections`` client connections (threads; a synchronous ADDJOB holds
   its connection until its copies are made, so one connection cannot go
-  faster than its round trips), each starting at another node and failing
-  over as our client does. A task's commit message carries its counts; the
+  faster than its round trips), each on its own node (``spread.first_node``:
+  the ``nodes`` list rotated by partition and connection, so the tasks use
+  every node listed) and failing over as our client does when that node is
+  down (``spread.add_batches``). A task's commit message carries its counts; the
   first failed job fails the task with its error. Spark may run a task
   again: writes are at-least-once.
 * **read** (``DisqueReader``): ``partitions()`` runs on the driver. A
@@ -68,6 +70,7 @@ from ..client.errors import DisqueError, ServerError
 from ..core.ids import is_at_most_once_id
 from . import options as opts
 from .links import Links, Unreachable, address_text, parse_address_text
+from .spread import SCAN_COUNT, add_batches, assign_snapshot, scan_ids
 
 __all__ = ["DisqueDataSource", "SCHEMA", "DisqueCommitMessage"]
 
@@ -92,7 +95,6 @@ FIELDS = [f.name for f in SCHEMA.fields]
 ALL_AVAILABLE_CAP = 1_000_000
 ACK_CHUNK = 1000  # IDs per ACKJOB / ENQUEUE command
 PREFETCH_ALL = 20_000  # jobs held ahead when Spark asks for all available (no maxJobsPerTrigger)
-SCAN_COUNT = 1000
 
 
 def _arrow_schema() -> Any:
@@ -265,79 +267,23 @@ class DisqueWriter(DataSourceWriter):
     def write(self, iterator: Iterator[Any]) -> DisqueCommitMessage:
         from pyspark import TaskContext
 
-        from ..client.sync import Client
-
-        o = self.o
         context = TaskContext.get()
         part = context.partitionId() if context is not None else 0
-        seeds = list(o.nodes)
-        blocks = cmd.addjob("q", b"", **o.addjob_options()).blocks
-        work: queue_mod.Queue = queue_mod.Queue(maxsize=o.connections * 2)
-        lock = threading.Lock()
-        errors: list[tuple[int, str]] = []  # (row number, message)
-        counts: dict[str, int] = {}
-        total = [0]
+        jobs, counts = add_batches(self.o, part, self._batches(iterator))
+        return DisqueCommitMessage(jobs, counts)
 
-        def sender(k: int) -> None:
-            start = (part + k) % len(seeds)
-            client = Client(seeds[start:] + seeds[:start], connect_timeout=o.connect_timeout,
-                            refresh_interval=None, **o.connection_options())  # fmt: skip
-            try:
-                while True:
-                    item = work.get()
-                    if item is None:
-                        return
-                    first, argvs = item
-                    if errors:
-                        continue  # a job failed already: drain without sending
-                    try:
-                        results = client._pipeline(argvs, blocks, retry_safe=False)
-                    except DisqueError as exc:
-                        with lock:
-                            errors.append((first, "%s: %s" % (type(exc).__name__, exc)))
-                        continue
-                    node = address_text(client.current_address) if client.current_address else "?"
-                    ok = 0
-                    for n, result in enumerate(results):
-                        if isinstance(result, DisqueError):
-                            with lock:
-                                errors.append((first + n, "-%s %s" % (getattr(result, "code", "ERR"), result)))
-                            break
-                        ok += 1
-                    with lock:
-                        total[0] += ok
-                        counts[node] = counts.get(node, 0) + ok
-            finally:
-                client.close()
-
-        threads = [threading.Thread(target=sender, args=(k,), daemon=True) for k in range(o.connections)]
-        for t in threads:
-            t.start()
-        try:
-            rows: list = []
-            row_no = 0
-            for row in iterator:
-                rows.append(row)
-                if len(rows) >= o.batch_size:
-                    work.put((row_no, self._argvs(rows, row_no)))
-                    row_no += len(rows)
-                    rows = []
-                    if errors:
-                        break
-            if rows and not errors:
-                work.put((row_no, self._argvs(rows, row_no)))
-        finally:
-            for _ in threads:
-                work.put(None)
-            for t in threads:
-                t.join()
-        if errors:
-            row, message = min(errors)
-            raise RuntimeError(
-                "disque: ADDJOB failed for row %d of partition %d: %s (%d jobs of this task were added)"
-                % (row, part, message, total[0])
-            )
-        return DisqueCommitMessage(total[0], counts)
+    def _batches(self, iterator: Iterator[Any]) -> Iterator[tuple[int, list[tuple]]]:
+        """The rows as (first row number, ADDJOB argvs), ``batchSize`` rows at a time."""
+        rows: list = []
+        row_no = 0
+        for row in iterator:
+            rows.append(row)
+            if len(rows) >= self.o.batch_size:
+                yield row_no, self._argvs(rows, row_no)
+                row_no += len(rows)
+                rows = []
+        if rows:
+            yield row_no, self._argvs(rows, row_no)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         jobs = sum(m.jobs for m in messages if isinstance(m, DisqueCommitMessage))
@@ -363,19 +309,6 @@ class _Consume(InputPartition):
     def __init__(self, node: str, queues: list[str]) -> None:
         self.node = node
         self.queues = queues
-
-
-def _scan_ids(links: Links, node: Address, queues: Sequence[str | None], state: str | None = None) -> list[str]:
-    out: list[str] = []
-    for q in queues:
-        cursor = 0
-        while True:
-            call = cmd.jscan(cursor, count=SCAN_COUNT, queue=q, states=(state,) if state else ())
-            cursor, ids = call.parse(links.call(node, *call.argv))
-            out += ids
-            if cursor == 0:
-                break
-    return out
 
 
 def _all_queues(links: Links, nodes: Sequence[Address]) -> list[str]:
@@ -411,26 +344,15 @@ class DisqueReader(DataSourceReader):
             if o.mode == "consume":
                 queues = list(o.queues) or _all_queues(links, nodes)
                 return [_Consume(address_text(n), queues) for n in nodes] if queues else []
-            queues_or_all: list[str | None] = list(o.queues) or [None]
-            holders: dict[str, list[Address]] = {}
-            queued_at: dict[str, Address] = {}
-            for node in nodes:
-                for job_id in _scan_ids(links, node, queues_or_all):
-                    holders.setdefault(job_id, []).append(node)
-                for job_id in _scan_ids(links, node, queues_or_all, "queued"):
-                    queued_at.setdefault(job_id, node)
-            assigned: dict[Address, list[str]] = {n: [] for n in nodes}
-            for job_id, where in holders.items():
-                node = queued_at.get(job_id) or where[hash(job_id) % len(where)]
-                assigned[node].append(job_id)
+            assigned = assign_snapshot(links, nodes, o.queues)
         finally:
             links.close()
         parts: list[InputPartition] = []
         for node, ids in assigned.items():
-            ids.sort()
             for start in range(0, len(ids), o.jobs_per_partition):
                 parts.append(_NodeIds(address_text(node), ids[start : start + o.jobs_per_partition]))
-        log.info("disque read: %d jobs on %d nodes in %d partitions", len(holders), len(nodes), len(parts))
+        log.info("disque read: %d jobs on %d nodes in %d partitions", sum(map(len, assigned.values())), len(nodes),
+                 len(parts))  # fmt: skip
         return parts
 
     def read(self, partition: InputPartition) -> Iterator[Any]:

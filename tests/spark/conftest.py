@@ -39,9 +39,13 @@ def _java_problem() -> str | None:
 
 def pytest_collection_modifyitems(items):
     # Under pytest-xdist (scripts/test), every Spark test runs in one worker: one SparkSession.
+    # The first test to run pays the SparkSession's start (10 s, over 30 s on a busy machine) inside
+    # pytest-timeout's budget: a Spark test without a timeout of its own gets a longer one.
     for item in items:
         if "tests/spark/" in str(item.fspath).replace("\\", "/"):
             item.add_marker(pytest.mark.xdist_group("spark"))
+            if item.get_closest_marker("timeout") is None:
+                item.add_marker(pytest.mark.timeout(180))
 
 
 @pytest.fixture(scope="session")

@@ -8,15 +8,24 @@ import pytest
 from disque_py.client import Client
 from tests.client.conftest import make_cluster  # noqa: F401 - the fixture
 from tests.integration.conftest import wait_for
+from tests.integration.test_spark_spread import closing_listener
 from tests.spark.test_source import collecting_sink, stream
 
 
 def test_write_fails_over_from_a_dead_node_in_the_list(spark, nodes_option, queue, cluster):
-    nodes = "127.0.0.1:1," + nodes_option  # every task tries the dead address first for some connections
-    df = spark.range(2000).selectExpr("cast(id AS string) AS body")
-    df.write.format("disque").option("nodes", nodes).option("queue", queue).option("connectTimeout", 0.5).mode(
-        "append").save()  # fmt: skip
-    assert sum(Client("127.0.0.1:%d" % n.port, refresh_interval=None).qlen(queue) for n in cluster) == 2000
+    with closing_listener() as (dead, accepted):  # a node that drops every connection
+        live = nodes_option.split(",")
+        nodes = ",".join([live[0], "%s:%d" % dead, *live[1:]])
+        # One connection per task: task p writes on node p mod 4 of the list, so task 1 is given
+        # the dead node on purpose, tries it first and fails over; the others never try it (nor
+        # does the driver's check, which asks the first node of the list).
+        df = spark.range(0, 2000, 1, 4).selectExpr("cast(id AS string) AS body")
+        df.write.format("disque").option("nodes", nodes).option("queue", queue).option("connections", 1).option(
+            "batchSize", 50).option("connectTimeout", 0.5).mode("append").save()  # fmt: skip
+        assert len(accepted) == 1
+    lens = [Client("127.0.0.1:%d" % n.port, refresh_interval=None).qlen(queue) for n in cluster]
+    assert sum(lens) == 2000
+    assert all(n >= 500 for n in lens)  # tasks 0, 2 and 3 wrote on their live nodes
 
 
 @pytest.mark.timeout(240)
