@@ -141,9 +141,11 @@ def test_ramp_replicates_option():
     from benchmarks.bench import _replicates
 
     assert _replicates("1,3") == (1, 3) and _replicates("2") == (2,)
-    for bad in ("", "0", "4", "1,x"):
-        with pytest.raises(argparse.ArgumentTypeError):
+    for bad in ("", "0", "4"):
+        with pytest.raises(argparse.ArgumentTypeError, match="^REPLICATE factors from 1 to 3, e.g. 1,3: '%s'$" % bad):
             _replicates(bad)
+    with pytest.raises(argparse.ArgumentTypeError, match="^comma-separated REPLICATE factors, e.g. 1,3: '1,x'$"):
+        _replicates("1,x")
 
 
 def test_a_failing_start_goes_down():

@@ -12,7 +12,7 @@ from disque_py.persistence.records import LoadJob, RecordReader
 NODE = "0123456789abcdef0123456789abcdef01234567"
 
 
-def test_options_default_quick_and_refused():
+def test_options_default_quick_and_refused(capsys):
     a = parse_args([])
     assert a.suites == ["throughput", "load"] and a.disque_server is None and a.servers_measured is None
     sizes, rounds, jobs = sizes_of(a)
@@ -20,12 +20,17 @@ def test_options_default_quick_and_refused():
     sizes, rounds, jobs = sizes_of(parse_args(["--quick", "--only", "load", "--jobs", "500"]))
     assert (sizes.n_p1, sizes.n_p32, rounds, jobs) == (2_000, 10_000, 1, 500)
     assert MODES["always"] == ["--appendonly", "yes", "--appendfsync", "always"] and MODES["off"][1] == "no"
-    for bad in (["--only", "addjob"], ["--servers", "disque"], ["--servers", "redis"], ["--jobs", "0"],
-                ["--write-aof", "x.aof"], ["--write-aof", "x.aof", "--node-id", "short"],
-                ["--disque-server", "/nonexistent/disque-server"]):  # fmt: skip
+    for bad, why in ((["--only", "addjob"], "unknown suite(s) addjob"),
+                     (["--servers", "disque"], "--servers disque needs --disque-server"),
+                     (["--servers", "redis"], "--servers: a comma-separated list of disque-py, disque"),
+                     (["--jobs", "0"], "--jobs must be >= 1"),
+                     (["--write-aof", "x.aof"], "--write-aof needs --node-id"),
+                     (["--write-aof", "x.aof", "--node-id", "short"], "--write-aof needs --node-id"),
+                     (["--disque-server", "/nonexistent/disque-server"], "--disque-server /nonexistent/disque-server: no such executable")):  # fmt: skip
         with pytest.raises(SystemExit) as exc:
             parse_args(bad)
         assert exc.value.code == 2, bad
+        assert "scripts/bench aof: error: " + why in capsys.readouterr().err, bad
 
 
 def test_the_load_file_holds_the_nodes_own_single_copy_queued_jobs(tmp_path):
@@ -41,7 +46,7 @@ def test_the_load_file_holds_the_nodes_own_single_copy_queued_jobs(tmp_path):
     assert {(r.state, r.repl, r.nodes, len(r.body)) for r in recs} == {(QUEUED, 1, (NODE,), 20)}
     assert {r.queue for r in recs} == {b"queue-%d" % i for i in range(7)}
     assert {r.expire for r in recs} == {1_800_000_000_000 + 86_400_000}
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="a node ID has 40 characters"):
         write_load_file(path, "short", 1)
 
 

@@ -58,5 +58,6 @@ def test_cli(capsys):
     assert "A->A, REPLICATE 1, 50 jobs" in capsys.readouterr().out
     assert core_main(["--jobs", "50", "--backlog"]) == 0
     assert "B->A from a backlog, REPLICATE 1, 50 jobs" in capsys.readouterr().out
-    with pytest.raises(SystemExit):
+    with pytest.raises(SystemExit) as exc:
         core_main(["--jobs", "0"])
+    assert exc.value.code == 2 and "error: --jobs must be >= 1" in capsys.readouterr().err

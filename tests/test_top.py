@@ -93,7 +93,7 @@ def test_ties_stay_in_name_order_and_unknown_sort_keys_are_refused():
     rows = compute(Sample(0.0, [node("n1", 0.0, {"b": q(1, 0), "a": q(1, 0), "c": q(2, 0)})])).queues
     assert [r.name for r in sort_queues(rows, "length")] == ["c", "a", "b"]
     assert set(SORT_KEYS) == {"length", "in", "out", "blocked", "name"}
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="sort by one of length, in, out, blocked, name"):
         sort_queues(rows, "size")
 
 
@@ -119,8 +119,10 @@ def _text(view, **kw) -> str:
 def test_parse_nodes():
     assert parse_nodes("127.0.0.1:7711, 10.0.0.1:7712,[::1]:7713,127.0.0.1:7711") == [
         ("127.0.0.1", 7711), ("10.0.0.1", 7712), ("::1", 7713)]  # fmt: skip
-    for bad in ("", "host", "host:port", ":7711", "h:0", "h:70000"):
-        with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="^no node given$"):
+        parse_nodes("")
+    for bad in ("host", "host:port", ":7711", "h:0", "h:70000"):
+        with pytest.raises(ValueError, match="^expected HOST:PORT, got '%s'$" % bad):
             parse_nodes(bad)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 import struct
 
 import msgpack
@@ -136,40 +137,40 @@ def test_wire_layout():
 
 
 @pytest.mark.parametrize(
-    "msg",
+    ("msg", "error", "reason"),
     [
-        Ping(A.upper(), 1, 0),
-        Ping(A[:39], 1, 0),
-        Ping(A, True, 0),
-        Ping(A, 65536, 0),
-        Ping(A, 1, -1),
-        Ping(A, 1, 0, tuple(gossip() for _ in range(MAX_GOSSIP + 1))),
-        Ping(A, 1, 0, (gossip(ip="x" * 47),)),
-        Ping(A, 1, 0, (gossip(ping_sent=2**63),)),
-        Fail(A, "zz" * 20),
-        Data(A, "", 1),
-        Data(A, "k" * 33, 1),
-        Data(A, "k", {1: 2}),
-        Data(A, "k", [{"a": {(1,): 2}}]),
-        DataBatch(A, []),
-        DataBatch(A, [("k", i) for i in range(MAX_BATCH + 1)]),
-        DataBatch(A, [("", 1)]),
-        DataBatch(A, [("k", {1: 2})]),
-        DataBatch(B[:39], [("k", 1)]),
-        AuthHello(b"short"),
-        AuthChallenge(NONCE_R, b"x" * 31),
-        AuthProof(b"x" * 33),
+        (Ping(A.upper(), 1, 0), ValueError, "sender must"),
+        (Ping(A[:39], 1, 0), ValueError, "sender must"),
+        (Ping(A, True, 0), ValueError, "port must"),
+        (Ping(A, 65536, 0), ValueError, "port must"),
+        (Ping(A, 1, -1), ValueError, "flags must"),
+        (Ping(A, 1, 0, tuple(gossip() for _ in range(MAX_GOSSIP + 1))), ValueError, "gossip must"),
+        (Ping(A, 1, 0, (gossip(ip="x" * 47),)), ValueError, "ip must"),
+        (Ping(A, 1, 0, (gossip(ping_sent=2**63),)), ValueError, "ping_sent must"),
+        (Fail(A, "zz" * 20), ValueError, "node_id must"),
+        (Data(A, "", 1), ValueError, "kind must"),
+        (Data(A, "k" * 33, 1), ValueError, "kind must"),
+        (Data(A, "k", {1: 2}), TypeError, "Data.body map keys must"),
+        (Data(A, "k", [{"a": {(1,): 2}}]), TypeError, "Data.body map keys must"),
+        (DataBatch(A, []), ValueError, "DataBatch.items must"),
+        (DataBatch(A, [("k", i) for i in range(MAX_BATCH + 1)]), ValueError, "DataBatch.items must"),
+        (DataBatch(A, [("", 1)]), ValueError, "kind must"),
+        (DataBatch(A, [("k", {1: 2})]), TypeError, "Data.body map keys must"),
+        (DataBatch(B[:39], [("k", 1)]), ValueError, "sender must"),
+        (AuthHello(b"short"), ValueError, "nonce must"),
+        (AuthChallenge(NONCE_R, b"x" * 31), ValueError, "proof must"),
+        (AuthProof(b"x" * 33), ValueError, "proof must"),
     ],
 )
-def test_encode_rejects_invalid(msg):
-    with pytest.raises((ValueError, TypeError)):
+def test_encode_rejects_invalid(msg, error, reason):
+    with pytest.raises(error, match=f"^{re.escape(reason)} "):
         encode_message(msg)
 
 
 def test_encode_rejects_non_messages():
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="not a bus message"):
         encode_message(gossip())
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="cannot encode Data"):
         encode_message(Data(A, "k", {1, 2}))
 
 
@@ -182,75 +183,75 @@ DATA_PREFIX = b"\x95\x01\x10\xd9\x28" + A.encode() + b"\xa1k"
 assert decode_message(DATA_PREFIX + b"\xc0") == Data(A, "k", None)
 
 BAD_BODIES = {
-    "empty": b"",
-    "not msgpack": b"\xc1",
-    "not an array": raw(1, 2)[1:],
-    "map": msgpack.packb({"v": 1}),
-    "short array": raw(PROTOCOL_VERSION),
-    "extra data": encode_message(Fail(A, B)) + b"\x00",
-    "wrong version": raw(2, MsgType.FAIL, A, B),
-    "version zero": raw(0, MsgType.FAIL, A, B),
-    "bool version": raw(True, MsgType.FAIL, A, B),
-    "str version": raw("1", MsgType.FAIL, A, B),
-    "unknown type": raw(PROTOCOL_VERSION, 99, A, B),
-    "bool type": raw(PROTOCOL_VERSION, False, A, 7711, 0, []),
-    "negative type": raw(PROTOCOL_VERSION, -1, A, B),
-    "fail too few": raw(PROTOCOL_VERSION, MsgType.FAIL, A),
-    "fail too many": raw(PROTOCOL_VERSION, MsgType.FAIL, A, B, C),
-    "ping too few": raw(PROTOCOL_VERSION, MsgType.PING, A, 7711, 0),
-    "ping too many": raw(PROTOCOL_VERSION, MsgType.PING, A, 7711, 0, [], 1),
-    "short node id": raw(PROTOCOL_VERSION, MsgType.FAIL, A[:39], B),
-    "long node id": raw(PROTOCOL_VERSION, MsgType.FAIL, A + "0", B),
-    "uppercase node id": raw(PROTOCOL_VERSION, MsgType.FAIL, A, B.upper()),
-    "non hex node id": raw(PROTOCOL_VERSION, MsgType.FAIL, "g" * 40, B),
-    "node id with newline": raw(PROTOCOL_VERSION, MsgType.FAIL, A[:39] + "\n", B),
-    "bytes node id": raw(PROTOCOL_VERSION, MsgType.FAIL, A.encode(), B),
-    "bool port": raw(PROTOCOL_VERSION, MsgType.PING, A, True, 0, []),
-    "float port": raw(PROTOCOL_VERSION, MsgType.PING, A, 7711.0, 0, []),
-    "port too big": raw(PROTOCOL_VERSION, MsgType.PONG, A, 65536, 0, []),
-    "negative port": raw(PROTOCOL_VERSION, MsgType.PONG, A, -1, 0, []),
-    "flags too big": raw(PROTOCOL_VERSION, MsgType.MEET, A, 1, 1 << 16, []),
-    "bool flags": raw(PROTOCOL_VERSION, MsgType.MEET, A, 1, False, []),
-    "gossip not a list": raw(PROTOCOL_VERSION, MsgType.PING, A, 1, 0, {}),
-    "gossip none": raw(PROTOCOL_VERSION, MsgType.PING, A, 1, 0, None),
-    "too much gossip": raw(PROTOCOL_VERSION, MsgType.PING, A, 1, 0, [g_raw()] * (MAX_GOSSIP + 1)),
-    "gossip entry short": raw(PROTOCOL_VERSION, MsgType.PING, A, 1, 0, [g_raw()[:5]]),
-    "gossip entry long": raw(PROTOCOL_VERSION, MsgType.PING, A, 1, 0, [g_raw() + [0]]),
-    "gossip entry map": raw(PROTOCOL_VERSION, MsgType.PING, A, 1, 0, [{"a": 1}]),
-    "gossip bad id": raw(PROTOCOL_VERSION, MsgType.PING, A, 1, 0, [g_raw(node_id="A" * 40)]),
-    "gossip long ip": raw(PROTOCOL_VERSION, MsgType.PING, A, 1, 0, [g_raw(ip="1" * 47)]),
-    "gossip bytes ip": raw(PROTOCOL_VERSION, MsgType.PING, A, 1, 0, [g_raw(ip=b"1.2.3.4")]),
-    "gossip bool port": raw(PROTOCOL_VERSION, MsgType.PING, A, 1, 0, [g_raw(port=True)]),
-    "gossip negative time": raw(PROTOCOL_VERSION, MsgType.PING, A, 1, 0, [g_raw(ping_sent=-1)]),
-    "gossip huge time": raw(PROTOCOL_VERSION, MsgType.PING, A, 1, 0, [g_raw(pong_received=2**63)]),
-    "gossip bool time": raw(PROTOCOL_VERSION, MsgType.PING, A, 1, 0, [g_raw(pong_received=True)]),
-    "gossip float time": raw(PROTOCOL_VERSION, MsgType.PING, A, 1, 0, [g_raw(ping_sent=1.5)]),
-    "data empty kind": raw(PROTOCOL_VERSION, MsgType.DATA, A, "", 1),
-    "data long kind": raw(PROTOCOL_VERSION, MsgType.DATA, A, "k" * 33, 1),
-    "data bytes kind": raw(PROTOCOL_VERSION, MsgType.DATA, A, b"k", 1),
-    "data no body": raw(PROTOCOL_VERSION, MsgType.DATA, A, "k"),
-    "data int map key": raw(PROTOCOL_VERSION, MsgType.DATA, A, "k", {1: 2}),
-    "data ext": raw(PROTOCOL_VERSION, MsgType.DATA, A, "k", msgpack.ExtType(5, b"abc")),
-    "data empty ext": DATA_PREFIX + b"\xc7\x00\x05",
-    "data timestamp": raw(PROTOCOL_VERSION, MsgType.DATA, A, "k", msgpack.Timestamp(1, 0)),
-    "bad utf8": DATA_PREFIX + b"\xa2\xff\xfe",
-    "too deep": DATA_PREFIX + b"\x91" * 5000 + b"\xc0",
-    "hello short nonce": raw(PROTOCOL_VERSION, MsgType.AUTH_HELLO, b"x" * 15),
-    "hello long nonce": raw(PROTOCOL_VERSION, MsgType.AUTH_HELLO, b"x" * 17),
-    "hello str nonce": raw(PROTOCOL_VERSION, MsgType.AUTH_HELLO, "x" * 16),
-    "hello extra": raw(PROTOCOL_VERSION, MsgType.AUTH_HELLO, NONCE_I, NONCE_I),
-    "challenge short proof": raw(PROTOCOL_VERSION, MsgType.AUTH_CHALLENGE, NONCE_R, b"p" * 31),
-    "challenge no proof": raw(PROTOCOL_VERSION, MsgType.AUTH_CHALLENGE, NONCE_R),
-    "proof long": raw(PROTOCOL_VERSION, MsgType.AUTH_PROOF, b"p" * 33),
-    "proof none": raw(PROTOCOL_VERSION, MsgType.AUTH_PROOF, None),
-    "huge array header": b"\xdd\xff\xff\xff\xff",
-    "huge str header": b"\x93\x01\x10\xdb\xff\xff\xff\xff",
+    "empty": (b"", "bad msgpack: ValueError"),
+    "not msgpack": (b"\xc1", "bad msgpack: FormatError"),
+    "not an array": (raw(1, 2)[1:], "bad msgpack: ExtraData"),
+    "map": (msgpack.packb({"v": 1}), "message is not an array"),
+    "short array": (raw(PROTOCOL_VERSION), "message is not an array"),
+    "extra data": (encode_message(Fail(A, B)) + b"\x00", "bad msgpack: ExtraData"),
+    "wrong version": (raw(2, MsgType.FAIL, A, B), "unsupported version"),
+    "version zero": (raw(0, MsgType.FAIL, A, B), "unsupported version"),
+    "bool version": (raw(True, MsgType.FAIL, A, B), "unsupported version"),
+    "str version": (raw("1", MsgType.FAIL, A, B), "unsupported version"),
+    "unknown type": (raw(PROTOCOL_VERSION, 99, A, B), "unknown message type"),
+    "bool type": (raw(PROTOCOL_VERSION, False, A, 7711, 0, []), "bad message type"),
+    "negative type": (raw(PROTOCOL_VERSION, -1, A, B), "unknown message type"),
+    "fail too few": (raw(PROTOCOL_VERSION, MsgType.FAIL, A), "bad field count"),
+    "fail too many": (raw(PROTOCOL_VERSION, MsgType.FAIL, A, B, C), "bad field count"),
+    "ping too few": (raw(PROTOCOL_VERSION, MsgType.PING, A, 7711, 0), "bad field count"),
+    "ping too many": (raw(PROTOCOL_VERSION, MsgType.PING, A, 7711, 0, [], 1), "bad field count"),
+    "short node id": (raw(PROTOCOL_VERSION, MsgType.FAIL, A[:39], B), "bad node id"),
+    "long node id": (raw(PROTOCOL_VERSION, MsgType.FAIL, A + "0", B), "bad node id"),
+    "uppercase node id": (raw(PROTOCOL_VERSION, MsgType.FAIL, A, B.upper()), "bad node id"),
+    "non hex node id": (raw(PROTOCOL_VERSION, MsgType.FAIL, "g" * 40, B), "bad node id"),
+    "node id with newline": (raw(PROTOCOL_VERSION, MsgType.FAIL, A[:39] + "\n", B), "bad node id"),
+    "bytes node id": (raw(PROTOCOL_VERSION, MsgType.FAIL, A.encode(), B), "bad node id"),
+    "bool port": (raw(PROTOCOL_VERSION, MsgType.PING, A, True, 0, []), "bad port or flags"),
+    "float port": (raw(PROTOCOL_VERSION, MsgType.PING, A, 7711.0, 0, []), "bad port or flags"),
+    "port too big": (raw(PROTOCOL_VERSION, MsgType.PONG, A, 65536, 0, []), "bad port or flags"),
+    "negative port": (raw(PROTOCOL_VERSION, MsgType.PONG, A, -1, 0, []), "bad port or flags"),
+    "flags too big": (raw(PROTOCOL_VERSION, MsgType.MEET, A, 1, 1 << 16, []), "bad port or flags"),
+    "bool flags": (raw(PROTOCOL_VERSION, MsgType.MEET, A, 1, False, []), "bad port or flags"),
+    "gossip not a list": (raw(PROTOCOL_VERSION, MsgType.PING, A, 1, 0, {}), "gossip is not an array"),
+    "gossip none": (raw(PROTOCOL_VERSION, MsgType.PING, A, 1, 0, None), "gossip is not an array"),
+    "too much gossip": (raw(PROTOCOL_VERSION, MsgType.PING, A, 1, 0, [g_raw()] * (MAX_GOSSIP + 1)), "too many gossip entries"),
+    "gossip entry short": (raw(PROTOCOL_VERSION, MsgType.PING, A, 1, 0, [g_raw()[:5]]), "bad gossip entry"),
+    "gossip entry long": (raw(PROTOCOL_VERSION, MsgType.PING, A, 1, 0, [g_raw() + [0]]), "bad gossip entry"),
+    "gossip entry map": (raw(PROTOCOL_VERSION, MsgType.PING, A, 1, 0, [{"a": 1}]), "bad gossip entry"),
+    "gossip bad id": (raw(PROTOCOL_VERSION, MsgType.PING, A, 1, 0, [g_raw(node_id="A" * 40)]), "bad node id"),
+    "gossip long ip": (raw(PROTOCOL_VERSION, MsgType.PING, A, 1, 0, [g_raw(ip="1" * 47)]), "bad gossip ip"),
+    "gossip bytes ip": (raw(PROTOCOL_VERSION, MsgType.PING, A, 1, 0, [g_raw(ip=b"1.2.3.4")]), "bad gossip ip"),
+    "gossip bool port": (raw(PROTOCOL_VERSION, MsgType.PING, A, 1, 0, [g_raw(port=True)]), "bad port or flags"),
+    "gossip negative time": (raw(PROTOCOL_VERSION, MsgType.PING, A, 1, 0, [g_raw(ping_sent=-1)]), "bad gossip ping time"),
+    "gossip huge time": (raw(PROTOCOL_VERSION, MsgType.PING, A, 1, 0, [g_raw(pong_received=2**63)]), "bad gossip pong time"),
+    "gossip bool time": (raw(PROTOCOL_VERSION, MsgType.PING, A, 1, 0, [g_raw(pong_received=True)]), "bad gossip pong time"),
+    "gossip float time": (raw(PROTOCOL_VERSION, MsgType.PING, A, 1, 0, [g_raw(ping_sent=1.5)]), "bad gossip ping time"),
+    "data empty kind": (raw(PROTOCOL_VERSION, MsgType.DATA, A, "", 1), "bad data kind"),
+    "data long kind": (raw(PROTOCOL_VERSION, MsgType.DATA, A, "k" * 33, 1), "bad data kind"),
+    "data bytes kind": (raw(PROTOCOL_VERSION, MsgType.DATA, A, b"k", 1), "bad data kind"),
+    "data no body": (raw(PROTOCOL_VERSION, MsgType.DATA, A, "k"), "bad field count"),
+    "data int map key": (raw(PROTOCOL_VERSION, MsgType.DATA, A, "k", {1: 2}), "bad msgpack: ValueError"),
+    "data ext": (raw(PROTOCOL_VERSION, MsgType.DATA, A, "k", msgpack.ExtType(5, b"abc")), "bad msgpack: ValueError"),
+    "data empty ext": (DATA_PREFIX + b"\xc7\x00\x05", "msgpack ext types are not allowed"),
+    "data timestamp": (raw(PROTOCOL_VERSION, MsgType.DATA, A, "k", msgpack.Timestamp(1, 0)), "bad msgpack: ValueError"),
+    "bad utf8": (DATA_PREFIX + b"\xa2\xff\xfe", "bad msgpack: UnicodeDecodeError"),
+    "too deep": (DATA_PREFIX + b"\x91" * 5000 + b"\xc0", "bad msgpack: StackError"),
+    "hello short nonce": (raw(PROTOCOL_VERSION, MsgType.AUTH_HELLO, b"x" * 15), "bad nonce"),
+    "hello long nonce": (raw(PROTOCOL_VERSION, MsgType.AUTH_HELLO, b"x" * 17), "bad nonce"),
+    "hello str nonce": (raw(PROTOCOL_VERSION, MsgType.AUTH_HELLO, "x" * 16), "bad nonce"),
+    "hello extra": (raw(PROTOCOL_VERSION, MsgType.AUTH_HELLO, NONCE_I, NONCE_I), "bad field count"),
+    "challenge short proof": (raw(PROTOCOL_VERSION, MsgType.AUTH_CHALLENGE, NONCE_R, b"p" * 31), "bad proof"),
+    "challenge no proof": (raw(PROTOCOL_VERSION, MsgType.AUTH_CHALLENGE, NONCE_R), "bad field count"),
+    "proof long": (raw(PROTOCOL_VERSION, MsgType.AUTH_PROOF, b"p" * 33), "bad proof"),
+    "proof none": (raw(PROTOCOL_VERSION, MsgType.AUTH_PROOF, None), "bad proof"),
+    "huge array header": (b"\xdd\xff\xff\xff\xff", "bad msgpack: ValueError"),
+    "huge str header": (b"\x93\x01\x10\xdb\xff\xff\xff\xff", "bad msgpack: ValueError"),
 }
 
 
-@pytest.mark.parametrize("body", list(BAD_BODIES.values()), ids=list(BAD_BODIES))
-def test_decode_rejects(body):
-    with pytest.raises(BusProtocolError):
+@pytest.mark.parametrize(("body", "reason"), list(BAD_BODIES.values()), ids=list(BAD_BODIES))
+def test_decode_rejects(body, reason):
+    with pytest.raises(BusProtocolError, match=f"^{re.escape(reason)}$"):
         decode_message(body)
 
 
@@ -260,16 +261,16 @@ def test_wrong_version_reason():
 
 
 def test_decode_rejects_non_bytes():
-    with pytest.raises(BusProtocolError):
+    with pytest.raises(BusProtocolError, match="body is not bytes"):
         decode_message(None)  # type: ignore[arg-type]
-    with pytest.raises(BusProtocolError):
+    with pytest.raises(BusProtocolError, match="bad msgpack"):
         decode_message("not bytes")  # type: ignore[arg-type]
 
 
 def test_decode_size_limit():
     body = encode_message(Data(A, "k", b"x" * 1000))
     assert decode_message(body, max_size=len(body)).body == b"x" * 1000
-    with pytest.raises(BusProtocolError):
+    with pytest.raises(BusProtocolError, match="message too large"):
         decode_message(body, max_size=len(body) - 1)
 
 
@@ -280,7 +281,7 @@ SMALL = ROUND_TRIP[:3] + ROUND_TRIP[4:6] + ROUND_TRIP[-3:]  # without the 1024-g
 def test_every_truncation_rejected(msg):
     body = encode_message(msg)
     for i in range(len(body)):
-        with pytest.raises(BusProtocolError):
+        with pytest.raises(BusProtocolError, match="bad msgpack"):
             decode_message(body[:i])
 
 
@@ -337,7 +338,7 @@ def test_fuzz_decode_mutated(msg, data):
 
 def test_frame_helper():
     assert frame(b"abc") == b"\x00\x00\x00\x03abc"
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"frame payload must be 1\.\."):
         frame(b"")
 
 
@@ -378,17 +379,17 @@ def test_oversize_header_rejected_before_body():
     assert dec.feed(b"\x00\x00") == []
     with pytest.raises(BusProtocolError, match="too large"):
         dec.feed(b"\x00\x65")  # 101: no body sent at all
-    with pytest.raises(BusProtocolError):
+    with pytest.raises(BusProtocolError, match="frame too large"):
         dec.feed(b"")  # stays failed
-    with pytest.raises(BusProtocolError):
+    with pytest.raises(BusProtocolError, match="frame too large"):
         dec.feed(frame(b"ok"))
 
 
 def test_default_limit_and_huge_header():
     dec = FrameDecoder()
-    with pytest.raises(BusProtocolError):
+    with pytest.raises(BusProtocolError, match="frame too large"):
         dec.feed(struct.pack(">I", MAX_FRAME_DEFAULT + 1))
-    with pytest.raises(BusProtocolError):
+    with pytest.raises(BusProtocolError, match="frame too large"):
         FrameDecoder().feed(b"\xff\xff\xff\xff")
 
 
@@ -396,12 +397,12 @@ def test_zero_length_frame_rejected():
     dec = FrameDecoder()
     with pytest.raises(BusProtocolError, match="zero"):
         dec.feed(frame(b"ok") + b"\x00\x00\x00\x00" + frame(b"later"))
-    with pytest.raises(BusProtocolError):
+    with pytest.raises(BusProtocolError, match="zero-length frame"):
         dec.feed(frame(b"ok"))
 
 
 def test_bad_max_frame():
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="max_frame must be"):
         FrameDecoder(0)
 
 
@@ -414,7 +415,7 @@ def test_fuzz_frame_decoder(chunks):
             for p in dec.feed(c):
                 assert 0 < len(p) <= 1024
     except BusProtocolError:
-        with pytest.raises(BusProtocolError):
+        with pytest.raises(BusProtocolError, match="frame too large|zero-length frame"):
             dec.feed(b"")
 
 
@@ -504,7 +505,7 @@ def test_wrong_secret_on_responder_fails_at_initiator():
     challenge = res.receive(ini.start()[4:])
     with pytest.raises(AuthError, match="bad responder proof"):
         ini.receive(challenge[4:])
-    with pytest.raises(AuthError):
+    with pytest.raises(AuthError, match="handshake not complete"):
         ini.session
     assert not ini.done
 
@@ -514,7 +515,7 @@ def test_wrong_secret_on_initiator_fails_at_initiator_first():
     ini = InitiatorHandshake(b"other secret", NONCE_I)
     res = ResponderHandshake(SECRET, NONCE_R)
     challenge = res.receive(ini.start()[4:])
-    with pytest.raises(AuthError):
+    with pytest.raises(AuthError, match="bad responder proof"):
         ini.receive(challenge[4:])
 
 
@@ -524,9 +525,9 @@ def test_forged_proof_fails_at_responder():
     res.receive(encode_message(AuthHello(NONCE_I)))
     with pytest.raises(AuthError, match="bad initiator proof"):
         res.receive(encode_message(AuthProof(b"\x00" * 32)))
-    with pytest.raises(AuthError):
+    with pytest.raises(AuthError, match="handshake not complete"):
         res.session
-    with pytest.raises(AuthError):  # stays failed
+    with pytest.raises(AuthError, match="unexpected message in state failed"):  # stays failed
         res.receive(encode_message(AuthProof(b"\x00" * 32)))
 
 
@@ -538,7 +539,7 @@ def test_proof_under_other_secret_fails_at_responder():
     import hmac as std_hmac
 
     forged = std_hmac.new(b"other secret", b"disque-py bus v1 initiator" + NONCE_I + NONCE_R, hashlib.sha256).digest()
-    with pytest.raises(AuthError):
+    with pytest.raises(AuthError, match="bad initiator proof"):
         res.receive(encode_message(AuthProof(forged)))
 
 
@@ -546,7 +547,7 @@ def test_reflected_responder_proof_rejected():
     # Sending the responder's own proof back must not work (role labels differ).
     res = ResponderHandshake(SECRET, NONCE_R)
     challenge = decode_message(res.receive(encode_message(AuthHello(NONCE_I)))[4:])
-    with pytest.raises(AuthError):
+    with pytest.raises(AuthError, match="bad initiator proof"):
         res.receive(encode_message(AuthProof(challenge.proof)))
 
 
@@ -562,7 +563,7 @@ def test_responder_rejects_proof_before_challenge():
     ids=lambda m: type(m).__name__,
 )
 def test_responder_wants_hello_first(msg):
-    with pytest.raises(AuthError):
+    with pytest.raises(AuthError, match="expected AuthHello"):
         ResponderHandshake(SECRET, NONCE_R).receive(encode_message(msg))
 
 
@@ -574,7 +575,7 @@ def test_responder_wants_hello_first(msg):
 def test_responder_wants_proof_second(msg):
     res = ResponderHandshake(SECRET, NONCE_R)
     res.receive(encode_message(AuthHello(NONCE_I)))
-    with pytest.raises(AuthError):
+    with pytest.raises(AuthError, match="expected AuthProof"):
         res.receive(encode_message(msg))
 
 
@@ -586,7 +587,7 @@ def test_responder_wants_proof_second(msg):
 def test_initiator_wants_challenge(msg):
     ini = InitiatorHandshake(SECRET, NONCE_I)
     ini.start()
-    with pytest.raises(AuthError):
+    with pytest.raises(AuthError, match="expected AuthChallenge"):
         ini.receive(encode_message(msg))
 
 
@@ -594,20 +595,20 @@ def test_initiator_wrong_states():
     ini = InitiatorHandshake(SECRET, NONCE_I)
     res = ResponderHandshake(SECRET, NONCE_R)
     challenge = res.receive(encode_message(AuthHello(NONCE_I)))[4:]
-    with pytest.raises(AuthError):  # receive before start
+    with pytest.raises(AuthError, match="unexpected message in state start"):  # receive before start
         ini.receive(challenge)
     ini2 = InitiatorHandshake(SECRET, NONCE_I)
     ini2.start()
-    with pytest.raises(AuthError):  # start twice
+    with pytest.raises(AuthError, match="handshake already started"):  # start twice
         ini2.start()
     ini3, _ = handshake()
-    with pytest.raises(AuthError):  # receive after completion
+    with pytest.raises(AuthError, match="unexpected message in state done"):  # receive after completion
         ini3.receive(challenge)
 
 
 def test_responder_after_completion():
     _, res = handshake()
-    with pytest.raises(AuthError):
+    with pytest.raises(AuthError, match="unexpected message in state done"):
         res.receive(encode_message(AuthHello(NONCE_I)))
 
 
@@ -623,20 +624,20 @@ def test_nonce_reuse_rejected():
 
 def test_malformed_handshake_payload_is_auth_error():
     res = ResponderHandshake(SECRET, NONCE_R)
-    with pytest.raises(AuthError):
+    with pytest.raises(AuthError, match="malformed auth message"):
         res.receive(b"\xc1garbage")
     ini = InitiatorHandshake(SECRET, NONCE_I)
     ini.start()
-    with pytest.raises(AuthError):
+    with pytest.raises(AuthError, match="malformed auth message"):
         ini.receive(b"")
 
 
 def test_handshake_argument_checks():
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="secret must be"):
         InitiatorHandshake(b"", NONCE_I)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="nonce must be 16 bytes"):
         ResponderHandshake(SECRET, b"short")
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="secret must be"):
         InitiatorHandshake("str secret", NONCE_I)  # type: ignore[arg-type]
 
 
@@ -668,7 +669,7 @@ def test_reordered_frames_rejected():
     p0, p1 = payload(a.seal(b"0")), payload(a.seal(b"1"))
     with pytest.raises(AuthError, match="out of order"):
         b.open(p1)
-    with pytest.raises(AuthError):  # the receive side stays failed
+    with pytest.raises(AuthError, match="replayed or out of order"):  # the receive side stays failed
         b.open(p0)
 
 
@@ -676,7 +677,7 @@ def test_dropped_frame_detected():
     a, b = sessions()
     b.open(payload(a.seal(b"0")))
     a.seal(b"lost")
-    with pytest.raises(AuthError):
+    with pytest.raises(AuthError, match="replayed or out of order"):
         b.open(payload(a.seal(b"2")))
 
 
@@ -698,13 +699,13 @@ def test_truncated_frames_rejected():
     p = payload(sessions()[0].seal(b"body"))
     for n in range(len(p)):
         _, b = sessions()
-        with pytest.raises(AuthError):
+        with pytest.raises(AuthError, match="truncated frame" if n < SEAL_OVERHEAD else "bad MAC"):
             b.open(p[:n])
 
 
 def test_extended_frame_rejected():
     a, b = sessions()
-    with pytest.raises(AuthError):
+    with pytest.raises(AuthError, match="bad MAC"):
         b.open(payload(a.seal(b"body")) + b"\x00")
 
 
@@ -721,7 +722,7 @@ def test_direction_confusion_rejected():
 def test_frame_from_other_link_rejected():
     a1, _ = sessions()
     ini, res = handshake(nonce_i=bytes(16), nonce_r=b"\x01" * 16)
-    with pytest.raises(AuthError):
+    with pytest.raises(AuthError, match="bad MAC"):
         res.session.open(payload(a1.seal(b"x")))
 
 
@@ -733,7 +734,7 @@ def test_empty_body_sealable():
 
 
 def test_link_session_key_check():
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="link keys must be 32 bytes"):
         LinkSession(b"short", b"x" * 32)
 
 
@@ -741,7 +742,7 @@ def test_link_session_key_check():
 @given(st.binary(max_size=120))
 def test_fuzz_open_random(data):
     _, b = sessions()
-    with pytest.raises(AuthError):
+    with pytest.raises(AuthError, match="truncated frame|bad MAC|replayed or out of order"):
         b.open(data)
 
 
@@ -792,31 +793,37 @@ def test_data_batch_body_decodes_as_a_batch(n):
 
 
 def test_encode_data_item_checks_like_data():
-    for kind, value in [("", 1), ("k" * 33, 1), ("k", {1: 2}), ("k", {1, 2}), ("k", 2**70)]:
-        with pytest.raises((TypeError, ValueError)):
+    for kind, value, error, reason in [
+        ("", 1, ValueError, "kind must be"),
+        ("k" * 33, 1, ValueError, "kind must be"),
+        ("k", {1: 2}, TypeError, "map keys must be str or bytes"),
+        ("k", {1, 2}, TypeError, "cannot encode Data.body"),
+        ("k", 2**70, TypeError, "cannot encode Data.body"),
+    ]:
+        with pytest.raises(error, match=reason):
             encode_data_item(kind, value)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"holds 1\.\.4096 items"):
         data_batch_body(A, [])
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="sender must be"):
         data_batch_body("nope", [encode_data_item("k", 1)])
 
 
 @pytest.mark.parametrize(
-    "fields",
+    ("fields", "reason"),
     [
-        [1, 17, A],  # no items
-        [1, 17, A, []],  # empty batch
-        [1, 17, A, "k"],  # items not an array
-        [1, 17, A, [["k"]]],  # entry without a body
-        [1, 17, A, [["k", 1, 2]]],  # entry with too much
-        [1, 17, A, [[1, 1]]],  # kind not a str
-        [1, 17, A, [["", 1]]],  # empty kind
-        [1, 17, A, [["k" * 33, 1]]],  # kind too long
-        [1, 17, A, ["k"]],  # entry not an array
-        [1, 17, "x" * 40, [["k", 1]]],  # bad sender
-        [1, 17, A, [["k", i] for i in range(MAX_BATCH + 1)]],  # too many
+        ([1, 17, A], "bad field count"),  # no items
+        ([1, 17, A, []], "bad data batch"),  # empty batch
+        ([1, 17, A, "k"], "bad data batch"),  # items not an array
+        ([1, 17, A, [["k"]]], "bad data batch entry"),  # entry without a body
+        ([1, 17, A, [["k", 1, 2]]], "bad data batch entry"),  # entry with too much
+        ([1, 17, A, [[1, 1]]], "bad data kind"),  # kind not a str
+        ([1, 17, A, [["", 1]]], "bad data kind"),  # empty kind
+        ([1, 17, A, [["k" * 33, 1]]], "bad data kind"),  # kind too long
+        ([1, 17, A, ["k"]], "bad data batch entry"),  # entry not an array
+        ([1, 17, "x" * 40, [["k", 1]]], "bad node id"),  # bad sender
+        ([1, 17, A, [["k", i] for i in range(MAX_BATCH + 1)]], "bad data batch"),  # too many
     ],
 )
-def test_decode_rejects_bad_batches(fields):
-    with pytest.raises(BusProtocolError):
+def test_decode_rejects_bad_batches(fields, reason):
+    with pytest.raises(BusProtocolError, match=f"^{reason}$"):
         decode_message(raw(*fields))

@@ -542,7 +542,7 @@ def test_reset_soft_and_hard() -> None:
         assert " :0 noaddr" in net.m(i).nodes_text()
         # known (until forgotten), but nothing can be sent to it
         assert old_id in net.m(i).known() and old_id not in net.m(i).reachable()
-    with pytest.raises(MembershipError):
+    with pytest.raises(MembershipError, match="Invalid node identifier"):
         m0.reset(True, net.now, "not-an-id")
     # Hard reset without an id draws one.
     net.call(0, lambda m: m.reset(True, net.now))

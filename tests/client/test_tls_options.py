@@ -48,5 +48,5 @@ def test_client_context_and_kwargs():
     assert cfg.ssl_context() is ctx  # built once
     kw = cfg.kwargs()
     assert kw["tls"] is True and kw["ssl_check_hostname"] is False
-    with pytest.raises(OSError):
+    with pytest.raises(FileNotFoundError, match="No such file"):
         ClientConfig("h:1", tls=True, ssl_ca_certs="/nonexistent.pem").ssl_context()

@@ -238,15 +238,15 @@ async def test_keyboard_interrupt_in_handler_stops_gracefully(node, queue, kind,
     if kind == "async":
 
         async def handler(job):
-            raise fatal()
+            raise fatal("from the handler")
     else:
 
         def handler(job):
-            raise fatal()
+            raise fatal("from the handler")
 
     w = Worker(addr(node), queue, handler, fetch_timeout_ms=100)
     with trio.fail_after(10):
-        with pytest.raises(fatal):
+        with pytest.raises(fatal, match="^from the handler$"):  # the handler's own exception
             await w.run()
     assert w.stats().failed == 1 and w.stats().in_flight == 0
     info = c.show(jid)
@@ -360,13 +360,17 @@ async def test_heartbeat_and_fast_ack(node, queue):
     seen = []
 
     async def handler(job):
-        await trio.sleep(1.2)  # longer than the job's RETRY (1 s)
-        seen.append(await client.show(job.id))
+        # Busy for twice the job's RETRY (1 s), looking at the job on the node all along:
+        # without the heartbeats the node requeues it at about 1 s, well before the end.
+        end = trio.current_time() + 2.0
+        while trio.current_time() < end:
+            seen.append(await client.show(job.id))
+            await trio.sleep(0.05)
 
     w = Worker(client, queue, handler, heartbeat=0.2, fast_ack=True, fetch_timeout_ms=100)
-    await run_until(w, lambda: w.stats().processed == 1)
-    # without the heartbeats the node would have requeued it after 1 s
-    assert seen[0]["state"] == "active" and seen[0]["additional-deliveries"] == 0
+    await run_until(w, lambda: w.stats().processed == 1, timeout=15)
+    assert len(seen) > 1
+    assert all(s["state"] == "active" and s["additional-deliveries"] == 0 for s in seen), seen
     assert calls["working"] >= 3 and calls["fast_ack"] == 1 and "ackjob" not in calls
     assert c.show(jid) is None and w.stats().fetched == 1
 
@@ -434,13 +438,15 @@ async def test_worker_from_sync_client_and_validation(node, queue):
     w = Worker(Client(addr(node)), [queue], got.append, fetch_timeout_ms=100)
     assert isinstance(w.client, AioClient)
     await run_until(w, lambda: len(got) == 1)
-    for bad in (dict(concurrency=0), dict(concurrency=4, max_in_flight=2), dict(max_attempts=0),
-                dict(fetch_timeout_ms=0)):  # fmt: skip
-        with pytest.raises(ValueError):
+    for bad, reason in ((dict(concurrency=0), r"concurrency must be >= 1"),
+                        (dict(concurrency=4, max_in_flight=2), r"max_in_flight \(2\) must be >= concurrency \(4\)"),
+                        (dict(max_attempts=0), r"max_attempts must be >= 1"),
+                        (dict(fetch_timeout_ms=0), r"fetch_timeout_ms must be >= 1")):  # fmt: skip
+        with pytest.raises(ValueError, match=reason):
             Worker(addr(node), queue, got.append, **bad)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="at least one queue is needed"):
         Worker(addr(node), [], got.append)
-    with pytest.raises(RuntimeError):
+    with pytest.raises(RuntimeError, match="outside a worker handler"):
         current_worker()
     assert describe_error(KeyboardInterrupt()) == "KeyboardInterrupt"
 

@@ -243,6 +243,6 @@ def test_a_handler_bug_is_not_swallowed(monkeypatch):
 
     monkeypatch.setattr(Requeue, "on_working", broken)
     h = clustered()
-    with pytest.raises(KeyError):
+    with pytest.raises(KeyError, match="^'bug'$"):
         h.node.receive_data(PEER, "WORKING", [GOOD_ID], h.now)
     assert h.node.bus_stats["messages_malformed"] == 0

@@ -149,12 +149,12 @@ def test_auth_forms_and_the_default_user(acl_node):
     assert raw(acl_node.port, b"AUTH disabled xpw\r\n", expect=10).startswith(b"-WRONGPASS")
     assert raw(acl_node.port, b"AUTH nobody x\r\n", expect=10).startswith(b"-WRONGPASS")
     assert raw(acl_node.port, b"AUTH wrong\r\n", expect=10).startswith(b"-ERR invalid password")
-    with pytest.raises(redis.AuthenticationError):
+    with pytest.raises(redis.AuthenticationError, match="invalid username-password pair or user is disabled"):
         as_user(acl_node, "orders", "wrong").ping()
     # HELLO 3 AUTH (redis-py's RESP3 handshake) and HELLO 2 AUTH
     r3 = as_user(acl_node, "orders", "opw", protocol=3)
     assert r3.execute_command("ACL", "WHOAMI") == b"orders"
-    with pytest.raises(NOPERM):
+    with pytest.raises(NOPERM, match="no permissions to access the 'payroll' queue"):
         r3.execute_command("ADDJOB", "payroll", "x", 0)
     reply = raw(acl_node.port, b"HELLO 2 AUTH consumer cpw\r\nADDJOB q x 0\r\n", expect=200)
     assert b"-NOPERM this user has no permissions to run the 'addjob' command" in reply
@@ -243,7 +243,7 @@ def test_config_rewrite_keeps_user_lines_and_saves_acl_changes(acl_node, tmp_pat
     again = start_node(config_file=str(tmp_path / "acl.conf"), port=acl_node.port)
     newbie = as_user(again, "newbie", "npw")
     assert newbie.execute_command("ADDJOB", "n.1", "x", 0)
-    with pytest.raises(NOPERM):
+    with pytest.raises(NOPERM, match="no permissions to access the 'other' queue"):
         newbie.execute_command("ADDJOB", "other", "x", 0)
     assert raw(again.port, b"AUTH disabled xpw\r\n", expect=10).startswith(b"-WRONGPASS")
     assert raw(again.port, b"AUTH defpw\r\n", expect=10) == b"+OK\r\n"

@@ -28,7 +28,7 @@ def test_a_node_starts_answers_and_stops(tmp_path):
         launcher.wait_ready(proc, port, timeout=20, logs=[log])
         assert launcher.ping(port)
         assert launcher.call(port, "PING") == b"PONG"
-        with pytest.raises(launcher.ReplyError):
+        with pytest.raises(launcher.ReplyError, match="^ERR unknown command 'NOSUCHCOMMAND'"):
             launcher.call(port, "NOSUCHCOMMAND")
     finally:
         stopped = launcher.stop(proc, port=port, timeout=10)
@@ -67,7 +67,7 @@ def test_a_start_on_a_taken_port_fails_clearly_within_the_deadline(tmp_path):
         proc = launcher.spawn(launcher.node_argv(port, tmp_path, "--bind", "127.0.0.1"), output=log)
         t0 = time.monotonic()
         try:
-            with pytest.raises(launcher.LaunchError) as exc:
+            with pytest.raises(launcher.LaunchError, match=r"^node on port \d+ exited with 1:") as exc:
                 launcher.wait_ready(proc, port, timeout=20, logs=[log])
         finally:
             launcher.stop(proc, timeout=5)
@@ -90,7 +90,7 @@ def test_a_process_that_never_answers_times_out_and_one_that_ignores_sigterm_is_
         wait_for(lambda: "ignoring SIGTERM" in log.read_text(), timeout=20, what="the handler installed")
         port = free_port()  # nothing listens there
         t0 = time.monotonic()
-        with pytest.raises(launcher.LaunchError) as exc:
+        with pytest.raises(launcher.LaunchError, match=r"^sleeper on port \d+ did not answer PING within 1 s") as exc:
             launcher.wait_ready(proc, port, timeout=1, logs=[log], what="sleeper")
         assert time.monotonic() - t0 < 5
         assert "sleeper on port %d did not answer PING within 1 s" % port in str(exc.value)

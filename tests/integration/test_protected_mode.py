@@ -133,9 +133,8 @@ def test_a_redis_client_from_outside_reads_the_denial(start_node, outside):
     node = start_node(bind=None)
     for _ in range(20):  # the client writes at once: the line must still reach it, every time
         c = redis.Redis(host=outside, port=node.port, socket_timeout=10)
-        with pytest.raises(redis.RedisError) as info:
+        with pytest.raises(redis.ResponseError, match="^DENIED .*protected mode"):
             c.ping()
-        assert isinstance(info.value, redis.ResponseError) and str(info.value).startswith("DENIED "), info.value
 
 
 def test_an_explicit_bind_lets_strangers_in(start_node, outside):
@@ -186,7 +185,7 @@ def test_config_set_from_loopback_opens_and_closes_it_at_runtime(start_node, out
     assert c.config_set("requirepass", "later")
     data, _ = exchange(outside, node.port, b"PING\r\n")
     assert data.startswith(b"-NOAUTH"), data
-    with pytest.raises(redis.ResponseError):
+    with pytest.raises(redis.ResponseError, match="Invalid argument 'maybe' for CONFIG SET 'protected-mode'"):
         c.config_set("protected-mode", "maybe")
 
 

@@ -18,6 +18,7 @@ from cryptography import x509
 
 from disque_py import launcher
 from disque_py.client.aio import Client as AioClient
+from disque_py.client.errors import NoNodeAvailable
 from disque_py.client.sync import Client
 
 from .conftest import ROOT, NodeProcess, free_port, wait_for
@@ -198,9 +199,13 @@ def test_sync_client_tls(start_node, certs):
     with Client("rediss://127.0.0.1:%d" % node.tls_port, **kw) as c:  # the URL alone says TLS
         assert c.config.tls
         assert c.add_job("q", b"url").startswith("D-")
-    with pytest.raises(Exception):  # without a certificate, a node requiring one refuses the client
+    # without a certificate, a node requiring one refuses the client: its handshakes fail on the
+    # node (counted there), and the client gives up once failover_timeout is over
+    before = failures(node)
+    with pytest.raises(NoNodeAvailable, match=r"^no node reachable after 0.5 s \(tried 127.0.0.1:%d;" % node.tls_port):
         with Client("rediss://127.0.0.1:%d" % node.tls_port, ssl_ca_certs=str(certs.ca), failover_timeout=0.5) as c:
             c.add_job("q", b"refused")
+    wait_for(lambda: failures(node) > before, what="the refused handshakes counted")
 
 
 def test_trio_client_tls(start_node, certs):
@@ -241,14 +246,16 @@ def test_config_set_cert_file_reloads_for_new_connections(start_node, certs, tmp
     # a bad file is refused and the context stays as it was
     junk = tmp_path / "junk.crt"
     junk.write_text("not a certificate\n")
-    for bad in (str(junk), str(tmp_path / "missing.crt"), str(certs.client_cert)):  # the last: not our key's
-        with pytest.raises(redis.ResponseError):
+    for bad, why in ((str(junk), r"^Failed to load certificate .*junk\.crt with key .*PEM"),
+                     (str(tmp_path / "missing.crt"), r"^Failed to load certificate or key: .*missing\.crt: No such file"),
+                     (str(certs.client_cert), r"^Failed to load certificate .*client\.crt with key .*key values mismatch")):  # not our key's
+        with pytest.raises(redis.ResponseError, match=why):
             admin.config_set("tls-cert-file", bad)
         assert admin.config_get("tls-cert-file")["tls-cert-file"] == str(certs.server_cert2)
         assert serial_of(node.tls_port, certs) == certs.serial2
-    with pytest.raises(redis.ResponseError):
+    with pytest.raises(redis.ResponseError, match="Failed to load CA certificates .*missing-ca.crt"):
         admin.config_set("tls-ca-cert-file", str(tmp_path / "missing-ca.crt"))
-    with pytest.raises(redis.ResponseError):
+    with pytest.raises(redis.ResponseError, match="^Invalid tls-protocols: unknown protocol 'tlsv9'"):
         admin.config_set("tls-protocols", "TLSv9")
     assert admin.config_set("tls-auth-clients", "no")
     assert tls_request(node.tls_port, client_context(certs)) == b"+PONG\r\n"

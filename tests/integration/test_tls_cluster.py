@@ -234,7 +234,7 @@ def test_tls_only_trio_announces_tls_port(tmp_path, certs):
 
 def test_tls_cluster_is_read_at_start_only(start_node, certs):
     node = start_node(**bus_tls(certs))
-    with pytest.raises(redis.ResponseError):
+    with pytest.raises(redis.ResponseError, match="Unsupported CONFIG parameter: tls-cluster"):
         node.client().execute_command("CONFIG", "SET", "tls-cluster", "no")
     assert node.client().execute_command("CONFIG", "GET", "tls-cluster") == {b"tls-cluster": b"yes"}
     assert "does not act on it yet" not in node.log()

@@ -50,7 +50,7 @@ def test_launcher_speaks_tls_with_a_context(start_node, certs):
     assert not launcher.ping(node.tls_port, ssl_context=launcher.tls_context(certs.other_ca), timeout=5)
     launcher.wait_ready(None, node.tls_port, ssl_context=ctx, timeout=10)
     assert launcher.call(node.tls_port, "PING", password="pw", ssl_context=ctx) == b"PONG"
-    with pytest.raises(launcher.ReplyError):
+    with pytest.raises(launcher.ReplyError, match="^NOAUTH "):
         launcher.call(node.tls_port, "CLUSTER", "INFO", ssl_context=ctx)  # NOAUTH without the password
     # the default stays plain TCP on the plain port
     assert launcher.call(node.port, "PING", password="pw") == b"PONG"
@@ -100,7 +100,7 @@ def test_sync_client_as_a_named_user(start_node):
     with Client("redis://alice:alicepw@127.0.0.1:%d" % node.port) as c:  # the URL's user
         assert c.config.username == "alice"
         assert c.add_job("q", b"url").startswith("D-")
-    with pytest.raises(AuthError):
+    with pytest.raises(AuthError, match="^WRONGPASS "):
         with Client("127.0.0.1:%d" % node.port, username="alice", password="defaultpw", failover_timeout=1) as c:
             c.add_job("q", b"wrong")
     with Client("127.0.0.1:%d" % node.port, password="defaultpw") as c:  # no username: the default user
@@ -115,7 +115,7 @@ def test_trio_client_as_a_named_user(start_node):
             job_id = await c.add_job("q", b"trio alice")
             assert await c.execute("ACL", "WHOAMI") in (b"alice", "alice")
             assert await c.ack(job_id) == 1
-        with pytest.raises(AuthError):
+        with pytest.raises(AuthError, match="^WRONGPASS "):
             async with AioClient("127.0.0.1:%d" % node.port, username="alice", password="nope",
                                  failover_timeout=1) as c:  # fmt: skip
                 await c.add_job("q", b"wrong")

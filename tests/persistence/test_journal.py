@@ -163,7 +163,7 @@ def test_a_damaged_record_raises_with_its_offset_after_applying_the_ones_before(
     data[first_len + 60] ^= 0x20
     node = Node(NODE_ID, seed=b"s", now=T0, wall_offset=WALL)
     loader = Loader(node)
-    with pytest.raises(CorruptRecord) as exc:
+    with pytest.raises(CorruptRecord, match=r"^corrupt AOF record at byte offset \d+: checksum mismatch") as exc:
         loader.feed(bytes(data))
     assert exc.value.offset == first_len
     assert len(node.store) == 1

@@ -251,16 +251,16 @@ def test_well_framed_records_with_bad_fields_are_corrupt():
 
 def test_after_an_error_the_reader_only_repeats_it():
     reader = RecordReader()
-    with pytest.raises(CorruptRecord) as first:
+    with pytest.raises(CorruptRecord, match=r"^corrupt AOF record at byte offset 0: expected '\*'") as first:
         reader.feed(b"-ERR\r\n")
-    with pytest.raises(CorruptRecord) as again:
+    with pytest.raises(CorruptRecord, match=r"^corrupt AOF record at byte offset 0: expected '\*'") as again:
         reader.feed(encode(Queued(ID1)))
     assert again.value is first.value
-    with pytest.raises(CorruptRecord):
+    with pytest.raises(CorruptRecord, match=r"^corrupt AOF record at byte offset 0: expected '\*'"):
         reader.finish()
     done = RecordReader()
     assert done.finish() is None
-    with pytest.raises(AofError):
+    with pytest.raises(AofError, match="feed after finish"):
         done.feed(b"*")
 
 

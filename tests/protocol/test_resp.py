@@ -53,8 +53,9 @@ def feed_chunks(chunks, **limits):
             assert exc is p.error
             break
         if p.error is not None:
-            with pytest.raises(ProtocolError):
+            with pytest.raises(ProtocolError, match="^ERR Protocol error: ") as again:
                 p.commands()
+            assert again.value is p.error  # the same error again, the parser stays failed
             break
     return cmds, p.error
 
@@ -211,7 +212,7 @@ def test_split_inline(line, argv):
     [b'"abc', b"'abc", b'"abc"def', b"'abc'def", b'"a\\"', b"'a\\'", b'x "', b"\"a\\x4\"'"],
 )
 def test_split_inline_unbalanced(line):
-    with pytest.raises(ProtocolError) as info:
+    with pytest.raises(ProtocolError, match="^ERR Protocol error: unbalanced quotes") as info:
         split_inline(line)
     assert info.value.reply_text == E_QUOTES
 
@@ -396,7 +397,7 @@ def test_inline_line_fed_byte_by_byte_is_linear():
 
 
 def test_limits_must_be_positive():
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="parser limits must be positive"):
         RequestParser(max_args=0)
 
 
@@ -450,13 +451,13 @@ def test_error_is_sticky_and_commands_raise_after_draining():
     p.feed(mb("PING") + b"*1\r\n:1\r\n" + mb("QLEN", "q"))
     assert isinstance(p.error, ProtocolError)
     assert p.commands() == [[b"PING"]]  # completed before the bad bytes
-    with pytest.raises(ProtocolError) as info:
+    with pytest.raises(ProtocolError, match=r"^ERR Protocol error: expected '\$', got ':'") as info:
         p.commands()
     assert info.value is p.error
     assert info.value.reply == Error("ERR Protocol error: expected '$', got ':'")
     assert encode(info.value.reply) == b"-ERR Protocol error: expected '$', got ':'\r\n"
     p.feed(mb("PING"))  # ignored
-    with pytest.raises(ProtocolError):
+    with pytest.raises(ProtocolError, match=r"^ERR Protocol error: expected '\$', got ':'"):
         p.commands()
 
 
@@ -615,7 +616,7 @@ def test_memoryview_non_byte_format():
 
 @pytest.mark.parametrize("value", [1.5, object(), {b"a"}, [1, 2.5]])
 def test_encode_unknown_types(value):
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="^cannot encode (float|object|set) as a RESP reply$"):
         encode(value)
 
 
@@ -666,7 +667,7 @@ def test_reply_parser_encoding_and_errors():
     rp.feed(encode("é"))
     assert rp.gets() == "é"
     rp.feed(b"?bad\r\n")
-    with pytest.raises(ProtocolError):
+    with pytest.raises(ProtocolError, match=r'^ERR Protocol error: .*got "\?" as reply type byte'):
         rp.gets()
 
 

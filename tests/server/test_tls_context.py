@@ -94,14 +94,14 @@ def test_encrypted_key(certs):
 
 def test_config_set_validates_the_enum_and_a_hook_vetoes_a_bad_file(certs):
     cfg = configured(certs)
-    with pytest.raises(ConfigError):
+    with pytest.raises(ConfigError, match="Invalid argument 'maybe' for CONFIG SET 'tls-auth-clients'"):
         config_set(cfg, b"tls-auth-clients", b"maybe")
 
     def hook(name, old, new):
         build_server_context(cfg)
 
     cfg.on_change.append(hook)
-    with pytest.raises(ConfigError):
+    with pytest.raises(ConfigError, match="^Failed to load certificate or key: /nonexistent.crt"):
         config_set(cfg, b"tls-cert-file", b"/nonexistent.crt")
     assert cfg.tls_cert_file == str(certs.server_cert)  # the old value stays
     config_set(cfg, b"tls-cert-file", str(certs.server_cert2).encode())

@@ -68,10 +68,11 @@ def loop():
 
 def test_trio_epoll_is_reachable():
     async def main():
-        return trio_epoll_fd()
+        fd = trio_epoll_fd()
+        return fd, os.readlink("/proc/self/fd/%d" % fd)
 
-    fd = trio.run(main)
-    assert isinstance(fd, int) and fd >= 0
+    fd, target = trio.run(main)
+    assert isinstance(fd, int) and target == "anon_inode:[eventpoll]"
 
 
 async def test_direct_waiting_is_on_and_trio_keeps_running(loop, nursery):
@@ -80,11 +81,13 @@ async def test_direct_waiting_is_on_and_trio_keeps_running(loop, nursery):
         await loop.started.wait()
         assert loop.direct.active
 
-        # Deadlines: sleeps end while the loop waits in its own epoll.
+        # Deadlines: sleeps end while the loop waits in its own epoll (nothing else scheduled,
+        # it blocks there until the sleep's deadline): each sleep sees a direct wait.
         for _ in range(5):
+            waits = loop.direct.direct_waits
             await trio.sleep(0.01)
+            assert loop.direct.direct_waits > waits
         waits = loop.direct.direct_waits
-        assert waits > 0
 
         # trio's own sockets: their readiness comes through trio's epoll.
         left, right = trio.socket.socketpair()
@@ -94,8 +97,10 @@ async def test_direct_waiting_is_on_and_trio_keeps_running(loop, nursery):
                 data = await right.recv(100)
                 await right.send(data.upper())
 
+            parked = loop.direct.direct_waits
             nursery.start_soon(echo)
-            await trio.sleep(0.01)  # echo is parked in trio's epoll, the loop waits directly
+            while loop.direct.direct_waits == parked:  # a direct wait: echo has run and is parked in trio's epoll
+                await trio.sleep(0.001)
             await left.send(b"ping")
             assert await left.recv(100) == b"PING"
 
@@ -115,12 +120,12 @@ async def test_signals_arrive_while_waiting_directly(loop, nursery):
         nursery.start_soon(loop.run)
         await loop.started.wait()
         with trio.open_signal_receiver(signal.SIGUSR1) as signals:
-            await trio.sleep(0.01)
+            waits = loop.direct.direct_waits
             threading.Timer(0.05, os.kill, (os.getpid(), signal.SIGUSR1)).start()
             async for signum in signals:
                 assert signum == signal.SIGUSR1
                 break
-        assert loop.direct.direct_waits > 0
+        assert loop.direct.direct_waits > waits  # it came while the loop waited directly
         nursery.cancel_scope.cancel()
 
 

@@ -13,6 +13,7 @@ Every run is deterministic; a failure prints its seed and how to replay it.
 from __future__ import annotations
 
 import random
+import re
 
 import pytest
 
@@ -72,7 +73,7 @@ def test_harness_node_ids_and_clocks_derive_from_the_seed():
     assert a.ids == b.ids and a.mono_offset == b.mono_offset and a.wall_offset == b.wall_offset
     assert a.ids != other.ids
     assert len({i[:8] for i in a.ids}) == 5
-    assert all(len(i) == 40 and int(i, 16) >= 0 for i in a.ids)
+    assert all(re.fullmatch("[0-9a-f]{40}", i) for i in a.ids)  # node IDs as the bus wants them
     for i, node in enumerate(a.nodes):
         assert node.id == a.ids[i]
         assert node.cluster_size == 5 and node.known_nodes == a.ids
@@ -210,9 +211,9 @@ def test_harness_crash_loses_memory_and_clients():
     c.crash(1)
     assert c.nodes[1] is None and not c.alive[1]
     assert blocked.gone
-    with pytest.raises(ClientGone):
+    with pytest.raises(ClientGone, match="^<SimClient 2 on node 1 gone>: its node crashed or it was closed$"):
         blocked.cmd("QLEN", "q")
-    with pytest.raises(ClientGone):
+    with pytest.raises(ClientGone, match="^node 1 is down$"):
         c.client(1)
     assert c.ids[1] not in c.nodes[0].reachable
     assert c.ledger.lost[job] == {1}
@@ -228,7 +229,7 @@ def test_harness_crash_loses_memory_and_clients():
 
 def test_harness_failures_name_the_seed_and_the_replay_command():
     c = SimCluster(2, 4242)
-    with pytest.raises(SimFailure) as info:
+    with pytest.raises(SimFailure, match=r"^boom\n  \[sim seed=4242 ") as info:
         c.check(False, "boom")
     text = str(info.value)
     assert "boom" in text and "seed=4242" in text and "replay:" in text
@@ -243,7 +244,7 @@ def test_harness_an_exception_in_a_node_fails_the_run():
 
     c.nodes[1].receive_data = broken
     c.client(0).cmd("PAUSE", "q", "in", "bcast")
-    with pytest.raises(SimFailure) as info:
+    with pytest.raises(SimFailure, match=r"^node 1 raised in receive_data.*RuntimeError\('kaboom'\)") as info:
         c.run_for(50)
     assert "kaboom" in str(info.value) and "node 1" in str(info.value) and "seed=19" in str(info.value)
 
@@ -259,7 +260,7 @@ def test_harness_a_message_handler_exception_fails_the_run(monkeypatch):
     monkeypatch.setattr(Blocking, "on_pause", broken)
     c = SimCluster(2, 20)
     c.client(0).cmd("PAUSE", "q", "in", "bcast")
-    with pytest.raises(SimFailure) as info:
+    with pytest.raises(SimFailure, match=r"^node 1 raised in receive_data.*KeyError\('bug in on_pause'\)") as info:
         c.run_for(50)
     assert "bug in on_pause" in str(info.value) and "node 1" in str(info.value)
 

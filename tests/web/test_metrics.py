@@ -68,7 +68,8 @@ def test_node_metrics_match_info(admin_node):
     assert value(fams, "disque_aof_enabled") == 0
     assert value(fams, "disque_cluster_known_nodes") == 1
     assert value(fams, "disque_cluster_nodes", state="ok") == 1
-    assert value(fams, "disque_uptime_seconds") >= 0
+    # INFO's whole seconds around the scrape's exact ones
+    assert info["uptime_in_seconds"] <= value(fams, "disque_uptime_seconds") < info2["uptime_in_seconds"] + 1
     # the process, the GC and the platform, from prometheus-client's own collectors
     assert value(fams, "process_resident_memory_bytes") > 0
     assert value(fams, "process_open_fds") > 0
