@@ -46,7 +46,7 @@ def test_the_load_file_holds_the_nodes_own_single_copy_queued_jobs(tmp_path):
 
 
 def test_the_report_puts_both_servers_and_their_ratios_side_by_side(tmp_path):
-    from benchmarks.bench import Sizes
+    from benchmarks.common import Sizes
 
     bench = AofBench(Sizes(), 17711, disque_server="/bin/true", tmp=tmp_path)
     for kind, scale in (("disque-py", 1.0), ("disque", 4.0)):

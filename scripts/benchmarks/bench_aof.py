@@ -9,7 +9,7 @@
 Method
 ------
 Every node runs pinned to CPU 0 and the load to CPU 1, like the other suites
-(``benchmarks.bench``: its launcher, its ``Bench.redis_benchmark`` and its
+(``benchmarks.common``: its launcher, its ``BenchBase.redis_benchmark`` and its
 ``SyncClient``); every node gets a fresh directory under a scratch directory
 (``--scratch``, default a new one in the system's temporary directory, never
 the checkout). fsync goes to whatever disk that directory is on: the report
@@ -74,11 +74,11 @@ from disque_py.core.job import QUEUED
 from disque_py.persistence.records import LoadJob, encode_many
 
 from . import progress
-from .bench import (
+from .common import (
     CLIENT_CPU,
     HOST,
     SERVER_CPU,
-    Bench,
+    BenchBase,
     BenchError,
     Server,
     Sizes,
@@ -238,8 +238,8 @@ def _info(reply: Any) -> dict[str, str]:
 
 
 @dataclass
-class AofBench(Bench):
-    """``Bench`` whose nodes get the AOF flags of ``aof_flags`` (and their directory under ``scratch``)."""
+class AofBench(BenchBase):
+    """``BenchBase`` whose nodes get the AOF flags of ``aof_flags`` (and their directory under ``scratch``)."""
 
     aof_flags: list[str] = field(default_factory=lambda: list(MODES["off"]))
     rounds: int = 2
