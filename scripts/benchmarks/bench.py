@@ -154,7 +154,8 @@ module is the command line and the report; the parts are one module each:
 runner, the three-node cluster, machine info, the results file), the suites
 ``single_node`` (addjob, getjob, cycles, memory, redis), ``bus``,
 ``replication``, ``federation`` (with its load generator) and ``queues``, the
-cycle client ``cycle_client``. Every module builds on ``common`` and none
+cycle client ``cycle_client``, and ``dashboard`` (the table at the top of
+BENCHMARKS.md, from results files: ``scripts/bench dashboard FILE...``). Every module builds on ``common`` and none
 imports ``bench``, which imports the others; the other harnesses
 (``bench_aof``, ``bench_tls``, ``bench_admin``, ``bench_spark``,
 ``bench_core``, ``bench_client``) likewise.
@@ -356,6 +357,10 @@ def main(argv: list[str] | None = None) -> int:
         from .bench_spark import main as spark_main
 
         return spark_main(argv[1:])
+    if argv[:1] == ["dashboard"]:
+        from .dashboard import main as dashboard_main
+
+        return dashboard_main(argv[1:])
     if argv[:1] == ["client-lib"]:
         from .bench_client import main as client_lib_main
 
