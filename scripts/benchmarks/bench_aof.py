@@ -398,6 +398,14 @@ class AofBench(BenchBase):
             before = probe.run_for(1.0) if measure else []
             size_before = self.aof_size(server)
             with SyncClient(server.port) as c:
+                # A rewrite the server started by itself (Disque's auto-aof-rewrite, during a fill) would
+                # refuse ours: let it end first.
+                deadline = time.monotonic() + REWRITE_TIMEOUT
+                while _rewriting(c.info("persistence")):
+                    if time.monotonic() > deadline:
+                        raise BenchError("%s: a rewrite already running did not end in %.0f s"
+                                         % (server.kind, REWRITE_TIMEOUT))  # fmt: skip
+                    time.sleep(REWRITE_POLL)
                 t0 = time.monotonic()
                 reply = _try_call(server.port, "BGREWRITEAOF")
                 if isinstance(reply, Exception) or reply is None:
@@ -409,7 +417,7 @@ class AofBench(BenchBase):
                     now = time.monotonic()
                     if now >= next_poll:
                         info = c.info("persistence")
-                        running = info.get("aof_rewrite_in_progress") == "1" or info.get("aof_rewrite_scheduled") == "1"
+                        running = _rewriting(info)
                         seen_running |= running
                         if not running:
                             elapsed = time.monotonic() - t0
@@ -482,6 +490,11 @@ class AofBench(BenchBase):
             finally:
                 self.stop(node)
                 shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _rewriting(persistence: dict[str, str]) -> bool:
+    """INFO persistence says an AOF rewrite is running or scheduled."""
+    return persistence.get("aof_rewrite_in_progress") == "1" or persistence.get("aof_rewrite_scheduled") == "1"
 
 
 def _rss_kb(server: Server) -> int | None:
