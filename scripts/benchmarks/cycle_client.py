@@ -14,7 +14,6 @@ import sys
 import time
 from typing import Any
 
-
 from .common import BenchError, HOST, encode
 
 

@@ -18,7 +18,6 @@ import sys
 import time
 from typing import Any, Generator
 
-
 from .common import (
     BenchBase,
     BenchError,
@@ -723,7 +722,7 @@ def _fed_why(r: dict[str, Any]) -> str:
 
 
 def _ramp_table(ramps: list[dict[str, Any]], what: str) -> list[str]:
-    """One row per placement of a max-rate search (:meth:`Bench.fed_ramps`)."""
+    """One row per placement of a max-rate search (:meth:`FederationSuite.fed_ramps`)."""
     out = [
         "| Producer → consumer | %s | at that rate: achieved, p50, p99 | load CPU | first failed rate "
         "(why) | steps (offered: achieved, p99) |" % what,

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import time
 
-
 from .common import BenchBase, BenchError, Server, SyncClient, encode, log
 
 

@@ -11,7 +11,6 @@ import subprocess
 import time
 from typing import Any
 
-
 from .common import (
     BenchBase,
     BenchError,

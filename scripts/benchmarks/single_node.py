@@ -8,7 +8,6 @@ import shutil
 import time
 from typing import Any
 
-
 from .common import BenchBase, Server, SyncClient, log
 
 
