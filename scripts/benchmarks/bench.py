@@ -10,6 +10,8 @@
     scripts/bench --only queues           what 200,000 idle queues cost a node (under a minute)
     scripts/bench client --port 7711 --duration 5
                                           only the add->get->ack client, against any node
+    scripts/bench dashboard RESULTS.json [AOF.json]
+                                          the dashboard table of BENCHMARKS.md from results files
 
 Method
 ------
