@@ -159,16 +159,24 @@ def dashboard(runs: list[dict[str, Any]]) -> str:
     out.append(INSTRUCTIONS_ROW)
     cmds = [c for run in runs for c in run.get("commands", []) if "redis-benchmark" in c or " client " in c]
     if cmds:
-        body = "x" * int(o.get("body_size", 100))
-        out += ["", "<details><summary>The exact loads of these runs (from the results' <code>commands</code>; "
-                "$BODY is %d × x)</summary>" % len(body), "", "```sh"]  # fmt: skip
-        seen: set[str] = set()
+        size = int(o.get("body_size", 100))
+        others: set[int] = set()
+
+        def body(m: re.Match[str]) -> str:
+            n = len(m.group(0))
+            if n == size:
+                return "$BODY"
+            others.add(n)
+            return "$BODY_%d" % n
+
+        lines: list[str] = []
         for c in cmds:
-            c = re.sub(r"\S*/(\.venv/bin/)", r"\1", c.replace(body, "$BODY"))
-            if c not in seen:
-                seen.add(c)
-                out.append(c)
-        out += ["```", "", "</details>"]
+            c = re.sub(r"\S*/(\.venv/bin/)", r"\1", re.sub(r"(?<=\s)x{16,}(?=\s|$)", body, c))
+            if c not in lines:
+                lines.append(c)
+        bodies = "; ".join(["$BODY is %d × x" % size] + ["$BODY_%d %d × x" % (n, n) for n in sorted(others)])
+        out += ["", "<details><summary>The exact loads of these runs (from the results' <code>commands</code>; "
+                "%s)</summary>" % bodies, "", "```sh", *lines, "```", "", "</details>"]  # fmt: skip
     return "\n".join(out) + "\n"
 
 
