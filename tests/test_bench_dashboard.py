@@ -36,9 +36,11 @@ def _main_run(quick: bool = False) -> dict:
 def _aof_run() -> dict:
     return {
         "machine": dict(MACHINE, date="2026-11-28T13:30:00+00:00"),
-        "options": {"quick": False, "n_p1": 20000, "n_p32": 100000, "rounds": 2, "load_jobs": 1000000},
+        "options": {"quick": False, "n_p1": 20000, "n_p32": 100000, "rounds": 2, "load_jobs": 1000000,
+                    "servers": ["disque-py", "disque", "redis-server"]},
         "results": {"aof_everysec_p1": {"runs": [], "requests_per_s": 20000.0},
                     "ref_aof_everysec_p1": {"runs": [], "requests_per_s": 40000.0},
+                    "redis_aof_everysec_p1": {"runs": [], "requests_per_s": 80000.0},
                     "aof_load": {"jobs": 1000000, "jobs_per_s": 80000},
                     "ref_aof_load": {"jobs": 1000000, "jobs_per_s": 160000}},
         "commands": [],
@@ -63,10 +65,12 @@ def test_each_row_sits_beside_disque_and_redis_of_the_same_run_with_ratios_and_i
     repl = _row(text, "ADDJOB REPLICATE 3")
     assert repl[1:6] == ["7,000/s", "—", "—", "no such load", "—"]
     aof = _row(text, "ADDJOB, AOF `appendfsync everysec`, -P 1")
-    assert aof[1:4] == ["20,000/s", "40,000/s", "0.50"]
-    assert aof[6] == "`scripts/bench aof --only throughput --disque-server $DISQUE --n-p1 20000 --n-p32 100000`"
+    assert aof[1:6] == ["20,000/s", "40,000/s", "0.50", "LPUSH 80,000/s", "0.25"]
+    assert aof[6] == ("`scripts/bench aof --only throughput --disque-server $DISQUE --servers "
+                      "disque-py,disque,redis-server --n-p1 20000 --n-p32 100000`")
+    assert _row(text, "ADDJOB, AOF `appendfsync always`, -P 1")[4:6] == ["not run", "—"]
     load = _row(text, "AOF load")
-    assert load[1:4] == ["80,000 jobs/s", "160,000 jobs/s", "0.50"]
+    assert load[1:5] == ["80,000 jobs/s", "160,000 jobs/s", "0.50", "not run"]
     assert load[6] == "`scripts/bench aof --only load --disque-server $DISQUE`"
     assert INSTRUCTIONS_ROW in text and "see section Instructions per job" in INSTRUCTIONS_ROW
     # the exact loads: the body and the checkout's path left out, the server lines too
@@ -84,3 +88,16 @@ def test_a_quick_run_says_so_and_a_missing_file_fails_clearly(tmp_path, capsys):
     assert _row(out, "ADDJOB, AOF `appendfsync always`, -P 32")[1:4] == ["—", "—", "—"]
     with pytest.raises(SystemExit, match="cannot read"):
         bench_main(["dashboard", str(tmp_path / "none.json")])
+
+
+def test_the_aof_rows_come_from_the_last_run_that_has_them():
+    older = _aof_run()
+    newer = _aof_run()
+    newer["machine"] = dict(MACHINE, date="2026-11-28T14:00:00+00:00", git_commit="abcdef0" + "0" * 33)
+    del newer["results"]["aof_load"], newer["results"]["ref_aof_load"]  # a throughput-only run
+    newer["results"]["aof_everysec_p1"] = {"runs": [], "requests_per_s": 30000.0}
+    text = dashboard([_main_run(), older, newer])
+    assert _row(text, "ADDJOB, AOF `appendfsync everysec`, -P 1")[1] == "30,000/s"
+    assert _row(text, "AOF load")[1] == "80,000 jobs/s"
+    assert "AOF ADDJOB rows: 2026-11-28 14:00 UTC, commit `abcdef0`." in text
+    assert "AOF load row: 2026-11-28 13:30 UTC, commit `1f30747`." in text

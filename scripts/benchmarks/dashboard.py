@@ -94,6 +94,8 @@ def _aof_command(run: dict[str, Any], only: str) -> str:
     argv = ["scripts/bench", "aof"] + (["--quick"] if o.get("quick") else []) + ["--only", only]
     if run.get("machine", {}).get("disque_server"):
         argv += ["--disque-server", "$DISQUE"]
+    if only == "throughput" and "redis-server" in o.get("servers", ()):
+        argv += ["--servers", ",".join(o["servers"])]
     if not o.get("quick"):
         defaults = {"n_p1": 100_000, "n_p32": 500_000, "rounds": 2} if only == "throughput" else {
             "load_jobs": 1_000_000}
@@ -113,8 +115,12 @@ def _when(run: dict[str, Any]) -> str:
 
 def dashboard(runs: list[dict[str, Any]]) -> str:
     """The dashboard table and its header lines, in Markdown."""
-    main = next((r for r in runs if not _is_aof(r)), None)
-    aof = next((r for r in runs if _is_aof(r)), None)
+    main = next((r for r in reversed(runs) if not _is_aof(r)), None)
+    aofs = [r for r in runs if _is_aof(r)]
+    # the throughput rows and the load row each from the last AOF run that has them (a run may be one suite)
+    thr = next((r for r in reversed(aofs) if any(k in r["results"] for _, k, _ in AOF)), None)
+    lrun = next((r for r in reversed(aofs) if "aof_load" in r["results"]), None)
+    aof = thr or lrun
     first = main or aof
     if first is None:
         return "(no results)\n"
@@ -125,8 +131,13 @@ def dashboard(runs: list[dict[str, Any]]) -> str:
                _when(first), m.get("nproc"), m.get("cpu_model"), m.get("python"), m.get("interpreter", "?"),
                m.get("redis_benchmark"), o.get("server_cpu", "0"), o.get("server_cpu", "0"),
                o.get("client_cpu", "1"))]  # fmt: skip
-    if main and aof and _when(aof) != _when(main):
-        out.append("AOF rows: %s." % _when(aof))
+    if thr is lrun:
+        if main and aof and _when(aof) != _when(main):
+            out.append("AOF rows: %s." % _when(aof))
+    else:
+        for run, what in ((thr, "AOF ADDJOB rows"), (lrun, "AOF load row")):
+            if run and (main is None or _when(run) != _when(main)):
+                out.append("%s: %s." % (what, _when(run)))
     if m.get("disque_server"):
         version = re.search(r"v=\S+ sha=[0-9a-f]+", m["disque_server"])
         out.append("Disque 1.0-rc1 (`disque-server` %s, `$DISQUE` below) measured in the same runs, each test "
@@ -134,7 +145,7 @@ def dashboard(runs: list[dict[str, Any]]) -> str:
     if m.get("redis_server"):
         out.append("redis-server: %s, same runs, same load (LPUSH for ADDJOB, RPOP for GETJOB)."
                    % m["redis_server"].split(" sha=")[0])
-    if (main or {}).get("options", {}).get("quick") or (aof or {}).get("options", {}).get("quick"):
+    if any(r.get("options", {}).get("quick") for r in (main, thr, lrun) if r):
         out.append("**Smoke run (`--quick`): small n, not a measurement.**")
     out += ["", "| Load | disque-py | Disque 1.0-rc1 | ours / Disque | redis-server, same run | ours / redis | Command |",
             "|---|---|---|---|---|---|---|"]  # fmt: skip
@@ -146,18 +157,23 @@ def dashboard(runs: list[dict[str, Any]]) -> str:
             label, _num(ours, unit), _num(ref, unit), _ratio(ours, ref),
             ("%s %s" % (rname, _num(red, unit)) if red is not None else "—") if rkey else "no such load",
             _ratio(ours, red), _bench_command(main, only) if main else "—"))  # fmt: skip
-    ares = (aof or {}).get("results", {})
+    ares = (thr or {}).get("results", {})
     for label, key, only in AOF:
-        ours, ref = _rate(ares.get(key)), _rate(ares.get("ref_" + key))
-        out.append("| %s | %s | %s | %s | not run | — | %s |" % (
-            label, _num(ours), _num(ref), _ratio(ours, ref), _aof_command(aof, only) if aof else "—"))  # fmt: skip
-    ld, rld = ares.get("aof_load"), ares.get("ref_aof_load")
+        ours, ref, red = _rate(ares.get(key)), _rate(ares.get("ref_" + key)), _rate(ares.get("redis_" + key))
+        out.append("| %s | %s | %s | %s | %s | %s | %s |" % (
+            label, _num(ours), _num(ref), _ratio(ours, ref), "LPUSH " + _num(red) if red is not None else "not run",
+            _ratio(ours, red), _aof_command(thr, only) if thr else "—"))  # fmt: skip
+    lres = (lrun or {}).get("results", {})
+    ld, rld = lres.get("aof_load"), lres.get("ref_aof_load")
     jobs = (ld or rld or {}).get("jobs")
     out.append("| AOF load%s, to the last job registered | %s | %s | %s | not run | — | %s |" % (
         " of {:,} jobs".format(jobs) if jobs else "", _num(_rate(ld), " jobs/s"), _num(_rate(rld), " jobs/s"),
-        _ratio(_rate(ld), _rate(rld)), _aof_command(aof, "load") if aof else "—"))  # fmt: skip
+        _ratio(_rate(ld), _rate(rld)), _aof_command(lrun, "load") if lrun else "—"))  # fmt: skip
     out.append(INSTRUCTIONS_ROW)
-    cmds = [c for run in runs for c in run.get("commands", []) if "redis-benchmark" in c or " client " in c]
+    used = [r for r in (main, thr, lrun) if r is not None]
+    cmds = [c for run in used for c in run.get("commands", [])
+            if "redis-benchmark" in c or " client " in c]  # fmt: skip
+    cmds = list(dict.fromkeys(cmds))
     if cmds:
         size = int(o.get("body_size", 100))
         others: set[int] = set()
