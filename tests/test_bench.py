@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.bench import Bench, Sizes
+from benchmarks.bench import Bench
+from benchmarks.common import Sizes
 
 # The benchmark tests start clusters on a base port and fixed shifts from it (+100, +200, the
 # bus +10000): each takes a range found free when it starts (the other tests take random free
@@ -65,7 +66,7 @@ def test_federation_layouts_pin_the_nodes_where_they_say():
     queues suites, whatever --fed-layout says) keeps all three on the server CPU."""
     import os
 
-    from benchmarks.bench import CLIENT_CPU, SERVER_CPU
+    from benchmarks.common import CLIENT_CPU, SERVER_CPU
 
     server, client = int(SERVER_CPU), int(CLIENT_CPU)
     assert Bench(Sizes(), base_port()).fed_layout == "pair-per-core"
@@ -92,7 +93,7 @@ def test_report_judges_each_replicate_by_the_maximum_every_run_kept():
     """The target's maximum is, for each placement alike, the highest rate at which every run (both searches'
     steps, and the fixed runs) kept p99 under 10 ms, at that rate and below: a ceiling-search step over 10 ms
     at a rate under a search's maximum cuts it, on the cross-node side and on the same-node side."""
-    from benchmarks.bench import fed_kept_max, federation_report
+    from benchmarks.federation import fed_kept_max, federation_report
 
     for layout in ("one-core", "node-per-core", "pair-per-core"):
         bench = Bench(Sizes(), base_port(), fed_layout=layout)
@@ -138,7 +139,7 @@ def test_ramp_replicates_option():
 
     import pytest
 
-    from benchmarks.bench import _replicates
+    from benchmarks.federation import _replicates
 
     assert _replicates("1,3") == (1, 3) and _replicates("2") == (2,)
     for bad in ("", "0", "4"):
@@ -168,7 +169,7 @@ def test_a_p99_limit_makes_steps_over_it_fail():
 
 
 def test_missing_jobs_still_held_by_a_node_are_told_apart():
-    from benchmarks.bench import _fed_tally
+    from benchmarks.federation import _fed_tally
 
     base = {"duplicates": 0, "unexpected": 0, "addjob_errors": 0}
     told = _fed_tally({**base, "missing": 12, "missing_states": {"queued": 9, "active": 2, "absent": 1}})
@@ -202,7 +203,7 @@ def test_missing_job_states_are_looked_up_on_every_node(tmp_path):
         node.stop()
 
 def test_the_reference_measured_here_is_shown_beside_the_issue_figure():
-    from benchmarks.bench import replication_report
+    from benchmarks.replication import replication_report
 
     def latency_run(rps: float, p50: float, p99: float) -> dict:
         return {"requests_per_s": rps, "p50_ms": p50, "p99_ms": p99, "clients": 50, "n": 100000,
@@ -252,11 +253,11 @@ def test_the_benchmarks_are_not_in_the_installed_package(tmp_path):
 
     import pytest
 
-    from benchmarks import bench
+    from benchmarks import common
 
     root = Path(__file__).resolve().parents[1]
-    assert bench.ROOT == root and bench.SCRIPTS == root / "scripts"
-    assert bench.default_results_path("0123456789abcdef").parent == root / "bench-results"
+    assert common.ROOT == root and common.SCRIPTS == root / "scripts"
+    assert common.default_results_path("0123456789abcdef").parent == root / "bench-results"
     # from a copy: a build/ left in the checkout by an older build could hold modules that moved since
     source = tmp_path / "source"
     shutil.copytree(root, source, ignore=shutil.ignore_patterns(".*", "build", "*.egg-info", "run", "bench-results",

@@ -51,7 +51,7 @@ def test_the_load_file_holds_the_nodes_own_single_copy_queued_jobs(tmp_path):
 
 
 def test_the_report_puts_both_servers_and_their_ratios_side_by_side(tmp_path):
-    from benchmarks.bench import Sizes
+    from benchmarks.common import Sizes
 
     bench = AofBench(Sizes(), 17711, disque_server="/bin/true", tmp=tmp_path)
     for kind, scale in (("disque-py", 1.0), ("disque", 4.0)):
@@ -65,3 +65,25 @@ def test_the_report_puts_both_servers_and_their_ratios_side_by_side(tmp_path):
     assert "| disque | 32 | 4,000/s | 3,600/s | 3,200/s | 800/s | 0.80 | 0.25 |" in report
     assert "| 1 | 0.25 | 0.25 | 0.25 | 0.25 |" in report
     assert "Load rate disque-py / Disque: 0.25." in report
+
+
+def test_redis_server_as_a_yardstick_runs_under_the_same_aof_settings_and_gets_its_ratios(tmp_path):
+    from benchmarks.common import Sizes
+
+    a = parse_args(["--servers", "disque-py,redis-server", "--only", "throughput"])
+    assert a.servers_measured == ("disque-py", "redis-server")
+    bench = AofBench(Sizes(), 17711, servers_measured=a.servers_measured, tmp=tmp_path)
+    assert bench.kinds() == ["disque-py", "redis-server"]
+    assert bench.key("redis-server", "aof_always_p1") == "redis_aof_always_p1"
+    assert bench.key("disque", "aof_always_p1") == "ref_aof_always_p1" and bench.key("disque-py", "x") == "x"
+    bench.aof_flags = list(MODES["always"])
+    argv = bench.server_argv("redis-server", 17711, tmp_path)
+    assert "redis-server" in argv and argv[-4:] == MODES["always"] and "--save" in argv
+    for kind, scale in (("disque-py", 1.0), ("redis-server", 5.0)):
+        for name in ("p1", "p32"):
+            for mode in MODES:
+                bench.results[bench.key(kind, "aof_%s_%s" % (mode, name))] = {"requests_per_s": 1000 * scale}
+    report = markdown_report(bench, {"nproc": 2})
+    assert "disque-py / redis-server (LPUSH), same runs:" in report and "disque-py / Disque" not in report
+    assert "| 32 | 0.20 | 0.20 | 0.20 | 0.20 |" in report
+    assert "| redis-server | 1 | 5,000/s |" in report

@@ -14,6 +14,9 @@
   ``server.app`` composes them (nothing in the shell imports ``app``).
 * The Spark source (``disque_py.spark``) is a client of the cluster: it imports no
   part of the server, and pyspark only in ``spark.source``.
+* The benchmarks (``scripts/benchmarks``, the ``benchmarks`` package) have no circle
+  either, and their shared module (``benchmarks.common``) imports none of the suites
+  or harnesses built on it.
 * The admin web app (``disque_py.web``) is handed its node (``web.handle.NodeHandle``):
   it imports no part of the shell, and in the shell only ``server.web`` (which serves
   it) imports it.
@@ -172,6 +175,13 @@ def breaches(root: Path, packages=PACKAGES) -> list[str]:
 
 def test_the_house_has_no_circle_and_the_arrows_point_inward():
     assert breaches(ROOT) == []
+
+
+def test_the_benchmarks_have_no_circle_and_common_builds_on_nothing_of_theirs():
+    internal, _ = import_graph(ROOT / "scripts", ("benchmarks",))
+    assert "benchmarks.bench" in internal and "benchmarks.common" in internal["benchmarks.bench_spark"]
+    assert circles(internal) == []
+    assert internal["benchmarks.common"] <= {"benchmarks.progress"}
 
 
 def test_the_graph_sees_every_module_and_the_core_edges():

@@ -59,7 +59,7 @@ import redis
 from disque_py import launcher
 
 from . import progress
-from .bench import CLIENT_CPU, HOST, SERVER_CPU, machine_info, parse_redis_benchmark
+from .common import CLIENT_CPU, HOST, SERVER_CPU, machine_info, parse_redis_benchmark
 
 BODY = "x" * 100
 MODES = ("off", "idle", "watched")

@@ -9,7 +9,7 @@
 Method
 ------
 Every node runs pinned to CPU 0 and the load to CPU 1, like the other suites
-(``benchmarks.bench``: its launcher, its ``Bench.redis_benchmark`` and its
+(``benchmarks.common``: its launcher, its ``BenchBase.redis_benchmark`` and its
 ``SyncClient``); every node gets a fresh directory under a scratch directory
 (``--scratch``, default a new one in the system's temporary directory, never
 the checkout). fsync goes to whatever disk that directory is on: the report
@@ -75,11 +75,11 @@ from disque_py.persistence.records import LoadJob, encode_many
 from disque_py.rss import rss_bytes
 
 from . import progress
-from .bench import (
+from .common import (
     CLIENT_CPU,
     HOST,
     SERVER_CPU,
-    Bench,
+    BenchBase,
     BenchError,
     Server,
     Sizes,
@@ -239,8 +239,8 @@ def _info(reply: Any) -> dict[str, str]:
 
 
 @dataclass
-class AofBench(Bench):
-    """``Bench`` whose nodes get the AOF flags of ``aof_flags`` (and their directory under ``scratch``)."""
+class AofBench(BenchBase):
+    """``BenchBase`` whose nodes get the AOF flags of ``aof_flags`` (and their directory under ``scratch``)."""
 
     aof_flags: list[str] = field(default_factory=lambda: list(MODES["off"]))
     rounds: int = 2
@@ -268,6 +268,16 @@ class AofBench(Bench):
         return launcher.pinned([self.disque_server, "--port", str(port), "--bind", HOST, "--dir", str(workdir),
                                 "--logfile", str(workdir / "log"), "--daemonize", "no",
                                 "--appendfilename", AOF_NAME, *self.aof_flags], cpu)  # fmt: skip
+
+    def redis_argv(self, port: int, workdir: Path, cpu: str = SERVER_CPU) -> list[str]:
+        """redis-server (the yardstick, ``--servers ...,redis-server``) with the same AOF flags, no RDB."""
+        return launcher.pinned(["redis-server", "--port", str(port), "--save", "", "--bind", HOST,
+                                "--dir", str(workdir), "--logfile", str(workdir / "log"), *self.aof_flags], cpu)  # fmt: skip
+
+    @staticmethod
+    def key(kind: str, name: str) -> str:
+        """Results key: ``name`` for disque-py, ``ref_<name>`` for Disque, ``redis_<name>`` for redis-server."""
+        return "redis_" + name if kind == "redis-server" else BenchBase.key(kind, name)
 
     # ---- nodes with the AOF
 
@@ -310,6 +320,8 @@ class AofBench(Bench):
 
     def aof_size(self, server: Server) -> int | None:
         try:
+            if server.kind == "redis-server":  # redis 7: a directory of base and incremental files
+                return sum(f.stat().st_size for f in (server.workdir / "appendonlydir").iterdir())
             return (server.workdir / AOF_NAME).stat().st_size
         except OSError:
             return None
@@ -331,9 +343,14 @@ class AofBench(Bench):
                         self.bar.doing("%s %s %s r%d" % (name, mode, kind, rnd + 1))
                         node = self.start_aof(kind, MODES[mode])
                         try:
-                            r = self.redis_benchmark(node, n, pipeline, "ADDJOB", "q", self.body, "0")
-                            with SyncClient(node.port) as c:
-                                r["registered_jobs"] = int(c.info("jobs")["registered_jobs"])
+                            if kind == "redis-server":  # the yardstick: a list, under the same AOF settings
+                                r = self.redis_benchmark(node, n, pipeline, "LPUSH", "q", self.body)
+                                with SyncClient(node.port) as c:
+                                    r["registered_jobs"] = int(c.call("LLEN", "q"))
+                            else:
+                                r = self.redis_benchmark(node, n, pipeline, "ADDJOB", "q", self.body, "0")
+                                with SyncClient(node.port) as c:
+                                    r["registered_jobs"] = int(c.info("jobs")["registered_jobs"])
                             r["aof_bytes"] = self.aof_size(node)
                             r["round"] = rnd + 1
                             if r["registered_jobs"] < n:
@@ -399,6 +416,14 @@ class AofBench(Bench):
             before = probe.run_for(1.0) if measure else []
             size_before = self.aof_size(server)
             with SyncClient(server.port) as c:
+                # A rewrite the server started by itself (Disque's auto-aof-rewrite, during a fill) would
+                # refuse ours: let it end first.
+                deadline = time.monotonic() + REWRITE_TIMEOUT
+                while _rewriting(c.info("persistence")):
+                    if time.monotonic() > deadline:
+                        raise BenchError("%s: a rewrite already running did not end in %.0f s"
+                                         % (server.kind, REWRITE_TIMEOUT))  # fmt: skip
+                    time.sleep(REWRITE_POLL)
                 t0 = time.monotonic()
                 reply = _try_call(server.port, "BGREWRITEAOF")
                 if isinstance(reply, Exception) or reply is None:
@@ -410,7 +435,7 @@ class AofBench(Bench):
                     now = time.monotonic()
                     if now >= next_poll:
                         info = c.info("persistence")
-                        running = info.get("aof_rewrite_in_progress") == "1" or info.get("aof_rewrite_scheduled") == "1"
+                        running = _rewriting(info)
                         seen_running |= running
                         if not running:
                             elapsed = time.monotonic() - t0
@@ -433,6 +458,8 @@ class AofBench(Bench):
 
     def bench_load(self) -> None:
         for kind in self.kinds():
+            if kind == "redis-server":  # the yardstick is measured in the throughput suite only
+                continue
             key = self.key(kind, "aof_load")
             workdir = Path(tempfile.mkdtemp(prefix="load-%s-" % kind, dir=self.tmp))
             jobs = self.load_jobs
@@ -485,6 +512,11 @@ class AofBench(Bench):
                 shutil.rmtree(workdir, ignore_errors=True)
 
 
+def _rewriting(persistence: dict[str, str]) -> bool:
+    """INFO persistence says an AOF rewrite is running or scheduled."""
+    return persistence.get("aof_rewrite_in_progress") == "1" or persistence.get("aof_rewrite_scheduled") == "1"
+
+
 def _rss_kb(server: Server) -> int | None:
     try:
         pid = server.proc.pid
@@ -527,16 +559,17 @@ def markdown_report(bench: AofBench, machine: dict[str, Any]) -> str:
                 out.append("| %s | %d | %s | %s | %s | %s | %s | %s |" % (
                     kind, p, *(_r(rate[m]) for m in MODES), _x(_ratio(rate["everysec"], rate["off"])),
                     _x(_ratio(rate["always"], rate["everysec"]))))  # fmt: skip
-        if set(bench.kinds()) == {"disque-py", "disque"}:
-            out += ["", "disque-py / Disque, same runs:", "", "| -P | off | appendfsync no | everysec | always |",
-                    "|---|---|---|---|---|"]  # fmt: skip
-            for name, p in (("p1", 1), ("p32", 32)):
-                cells = []
-                for m in MODES:
-                    ours = res.get("aof_%s_%s" % (m, name), {}).get("requests_per_s")
-                    ref = res.get("ref_aof_%s_%s" % (m, name), {}).get("requests_per_s")
-                    cells.append(_x(_ratio(ours, ref)))
-                out.append("| %d | %s |" % (p, " | ".join(cells)))
+        for other, label in (("disque", "Disque"), ("redis-server", "redis-server (LPUSH)")):
+            if {"disque-py", other} <= set(bench.kinds()):
+                out += ["", "disque-py / %s, same runs:" % label, "",
+                        "| -P | off | appendfsync no | everysec | always |", "|---|---|---|---|---|"]  # fmt: skip
+                for name, p in (("p1", 1), ("p32", 32)):
+                    cells = []
+                    for m in MODES:
+                        ours = res.get("aof_%s_%s" % (m, name), {}).get("requests_per_s")
+                        ref = res.get(bench.key(other, "aof_%s_%s" % (m, name)), {}).get("requests_per_s")
+                        cells.append(_x(_ratio(ours, ref)))
+                    out.append("| %d | %s |" % (p, " | ".join(cells)))
     if any(k.endswith("aof_load") for k in res):
         out += ["", "Load (start with --appendonly yes on an AOF of N jobs) and BGREWRITEAOF on the loaded node:", "",
                 "| server | jobs | AOF bytes | first PONG | all jobs | jobs/s | RSS | rewrite | probe p50 / p99 / max "
@@ -554,7 +587,7 @@ def markdown_report(bench: AofBench, machine: dict[str, Any]) -> str:
                 "%.2f s" % rw["rewrite_s"] if "rewrite_s" in rw else "—",
                 " / ".join(_ms(lb.get(k)) for k in ("p50_ms", "p99_ms", "max_ms")),
                 " / ".join(_ms(ld.get(k)) for k in ("p50_ms", "p99_ms", "max_ms")) + " (%s)" % ld.get("count", 0)))  # fmt: skip
-        if set(bench.kinds()) == {"disque-py", "disque"}:
+        if {"disque-py", "disque"} <= set(bench.kinds()):
             ours, ref = res.get("aof_load"), res.get("ref_aof_load")
             if ours and ref:
                 out.append("")
@@ -592,8 +625,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="where the nodes' directories (and AOFs) go; default a new directory in $TMPDIR. "
                         "fsync costs what this file system makes it cost")
     p.add_argument("--servers", default=None,
-                   help="comma-separated servers to measure, in order: disque-py, disque (default disque-py, and "
-                        "disque with --disque-server)")
+                   help="comma-separated servers to measure, in order: disque-py, disque, redis-server (default "
+                        "disque-py, and disque with --disque-server; redis-server, a yardstick, runs LPUSH under "
+                        "the same AOF settings, in the throughput suite only)")
     p.add_argument("--write", metavar="FILE", help="JSON results file (default bench-results/<date>-<commit>-aof.json)")
     p.add_argument("--write-aof", metavar="FILE", help="only write a load file of --jobs jobs for --node-id, then exit")
     p.add_argument("--node-id", default=None, help="with --write-aof: the 40-character ID of the node that loads it")
@@ -613,8 +647,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     a.servers_measured = None
     if a.servers:
         a.servers_measured = tuple(x.strip() for x in a.servers.split(",") if x.strip())
-        if not a.servers_measured or set(a.servers_measured) - {"disque-py", "disque"}:
-            p.error("--servers: a comma-separated list of disque-py, disque")
+        if not a.servers_measured or set(a.servers_measured) - {"disque-py", "disque", "redis-server"}:
+            p.error("--servers: a comma-separated list of disque-py, disque, redis-server")
         if "disque" in a.servers_measured and not a.disque_server:
             p.error("--servers disque needs --disque-server PATH")
     if a.disque_server:
@@ -682,7 +716,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             kinds = len(bench.kinds())
             steps = (2 * bench.rounds * len(MODES) * kinds if "throughput" in a.suites else 0) + (
-                2 * kinds if "load" in a.suites else 0)
+                2 * len([k for k in bench.kinds() if k != "redis-server"]) if "load" in a.suites else 0)
             with progress.bar(steps, "scripts/bench aof") as bench.bar:
                 if "throughput" in a.suites:
                     bench.bench_throughput()
@@ -702,7 +736,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(a.write) if a.write else default.with_name(default.stem + "-aof.json")
     write_results(out, machine, {"quick": a.quick, "suites": a.suites, "clients": bench.clients, "body_size": bench.body_size,
                   "n_p1": sizes.n_p1, "n_p32": sizes.n_p32, "rounds": rounds, "load_jobs": jobs,
-                  "load_body": a.load_body, "queues": a.queues, "probe": a.probe, "modes": MODES,
+                  "load_body": a.load_body, "queues": a.queues, "probe": a.probe, "modes": MODES, "servers": bench.kinds(),
                   "server_cpu": SERVER_CPU, "client_cpu": CLIENT_CPU}, bench, report, t0)
     log("raw results: %s (%.0f s)" % (out, time.monotonic() - t0))
     return 0

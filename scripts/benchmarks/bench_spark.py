@@ -260,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     only = set(args.only.split(","))
     from . import progress
-    from .bench import machine_info
+    from .common import machine_info
 
     results: dict[str, Any] = {"machine": machine_info(sys.executable), "args": vars(args), "runs": []}
     tmp = Path(tempfile.mkdtemp(prefix="bench-spark-"))

@@ -45,7 +45,7 @@ from disque_py import launcher
 from disque_py.certs import make_bundle, write_bundle
 
 from . import progress
-from .bench import CLIENT_CPU, HOST, SERVER_CPU, machine_info, parse_redis_benchmark
+from .common import CLIENT_CPU, HOST, SERVER_CPU, machine_info, parse_redis_benchmark
 
 BODY = "x" * 100
 

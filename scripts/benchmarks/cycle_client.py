@@ -1,0 +1,196 @@
+"""The add->get->ack cycle client: one process (``scripts/bench client``, or ``python -m
+benchmarks.bench client`` started by the harness) pinned to the load CPU, raw non-blocking sockets, epoll
+and one ``hiredis.Reader`` per connection. See the Method notes of :mod:`benchmarks.bench` ("Cycles").
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import select
+import socket
+import sys
+import time
+from typing import Any
+
+from .common import BenchError, HOST, encode
+
+
+def run_cycles(
+    port: int,
+    *,
+    conns: int = 50,
+    duration: float | None = 10.0,
+    count: int | None = None,
+    body_size: int = 100,
+    kind: str = "disque",
+    shared_queue: bool = False,
+) -> dict[str, Any]:
+    """Drive ``conns`` connections through add -> get -> ack cycles; return stats.
+
+    ``kind="disque"``: ``ADDJOB q body 0`` -> ``GETJOB NOHANG FROM q`` ->
+    ``ACKJOB id``. ``kind="redis"``: ``LPUSH q body`` -> ``RPOP q`` -> ``DEL q``,
+    the same shape of traffic against redis-server, to measure the client's own
+    ceiling. Each connection has one request in flight; the cycle latency is
+    from sending the first command to reading the third reply. Runs for
+    ``duration`` seconds, or until ``count`` cycles completed when given; no
+    cycle is started after the deadline and the ones in flight are finished.
+    """
+    import hiredis
+
+    if kind not in ("disque", "redis"):
+        raise ValueError("kind must be 'disque' or 'redis'")
+    body = b"x" * body_size
+    ReplyError = hiredis.ReplyError
+
+    class Conn:
+        __slots__ = ("sock", "reader", "stage", "t0", "first", "second", "third")
+
+    by_fd: dict[int, Conn] = {}
+    ep = select.epoll()
+    for i in range(conns):
+        queue = b"bench-q" if shared_queue else b"bench-%d" % i
+        c = Conn()
+        c.sock = socket.create_connection((HOST, port), timeout=10)
+        c.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        # Non-blocking: no poll() inside each send/recv as with a timeout. A send of one
+        # small command with nothing else in flight always fits the socket buffer.
+        c.sock.setblocking(False)
+        c.reader = hiredis.Reader()
+        c.stage = 0
+        c.t0 = 0.0
+        if kind == "disque":
+            c.first = encode(b"ADDJOB", queue, body, b"0")
+            c.second = encode(b"GETJOB", b"NOHANG", b"FROM", queue)
+            c.third = None
+        else:
+            c.first = encode(b"LPUSH", queue, body)
+            c.second = encode(b"RPOP", queue)
+            c.third = encode(b"DEL", queue)
+        by_fd[c.sock.fileno()] = c
+        ep.register(c.sock.fileno(), select.EPOLLIN)
+
+    def fail(c: Conn, reply: Any) -> None:
+        raise BenchError("unexpected reply at step %d of a cycle: %r" % (c.stage + 1, reply))
+
+    latencies: list[float] = []
+    record = latencies.append
+    now = time.perf_counter
+    empty_gets = 0
+    started = 0
+    limit = count if count is not None else float("inf")
+    ru0 = resource.getrusage(resource.RUSAGE_SELF)
+    t_start = now()
+    deadline = t_start + duration if (duration is not None and count is None) else float("inf")
+    active = 0
+    for c in by_fd.values():
+        if started >= limit:
+            break
+        started += 1
+        active += 1
+        c.t0 = now()
+        c.sock.send(c.first)
+    t_last = t_start
+    ackjob_head = b"*2\r\n$6\r\nACKJOB\r\n$%d\r\n"
+
+    while active:
+        events = ep.poll(5.0)
+        if not events:
+            raise BenchError("no reply for 5 s from port %d" % port)
+        for fd, _ in events:
+            c = by_fd[fd]
+            try:
+                data = c.sock.recv(65536)
+            except BlockingIOError:
+                continue
+            if not data:
+                raise BenchError("the server closed a connection")
+            c.reader.feed(data)
+            reply = c.reader.gets()
+            while reply is not False:
+                if isinstance(reply, ReplyError):
+                    fail(c, reply)
+                stage = c.stage
+                if stage == 0:  # ADDJOB / LPUSH replied
+                    c.stage = 1
+                    c.sock.send(c.second)
+                elif stage == 1:  # GETJOB / RPOP replied
+                    if reply is None:
+                        empty_gets += 1
+                        c.sock.send(c.second)
+                    elif c.third is None:
+                        if type(reply) is not list:
+                            fail(c, reply)
+                        job_id = reply[0][1]
+                        c.stage = 2
+                        c.sock.send(ackjob_head % len(job_id) + job_id + b"\r\n")
+                    else:
+                        c.stage = 2
+                        c.sock.send(c.third)
+                else:  # ACKJOB / DEL replied: one cycle done
+                    if type(reply) is not int:
+                        fail(c, reply)
+                    t = now()
+                    record(t - c.t0)
+                    t_last = t
+                    if t < deadline and started < limit:
+                        started += 1
+                        c.stage = 0
+                        c.t0 = t
+                        c.sock.send(c.first)
+                    else:
+                        active -= 1
+                reply = c.reader.gets()
+
+    ru1 = resource.getrusage(resource.RUSAGE_SELF)
+    for c in by_fd.values():
+        c.sock.close()
+    ep.close()
+    elapsed = t_last - t_start
+    cpu = (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)
+    latencies.sort()
+    done = len(latencies)
+
+    def pct(p: float) -> float:
+        return round(latencies[min(done - 1, int(p / 100.0 * done))] * 1000.0, 3) if done else 0.0
+
+    return {
+        "kind": kind,
+        "conns": conns,
+        "queues": "shared" if shared_queue else "per-connection",
+        "body_size": body_size,
+        "cycles": done,
+        "elapsed_s": round(elapsed, 3),
+        "cycles_per_s": round(done / elapsed, 1) if elapsed > 0 else 0.0,
+        "requests_per_s": round(3 * done / elapsed, 1) if elapsed > 0 else 0.0,
+        "p50_ms": pct(50),
+        "p99_ms": pct(99),
+        "p999_ms": pct(99.9),
+        "max_ms": round(latencies[-1] * 1000.0, 3) if done else 0.0,
+        "empty_gets": empty_gets,
+        "client_cpu_pct": round(100.0 * cpu / elapsed, 1) if elapsed > 0 else 0.0,
+    }
+
+
+def client_main(argv: list[str]) -> int:
+    """``python -m benchmarks.bench client ...``: run :func:`run_cycles`, print JSON."""
+    p = argparse.ArgumentParser(prog="scripts/bench client", description=run_cycles.__doc__)
+    p.add_argument("--port", type=int, default=7711)
+    p.add_argument("--conns", type=int, default=50)
+    p.add_argument("--duration", type=float, default=10.0, help="seconds (default 10)")
+    p.add_argument("--count", type=int, default=None, help="total cycles instead of a duration")
+    p.add_argument("--body-size", type=int, default=100)
+    p.add_argument("--kind", choices=("disque", "redis"), default="disque")
+    p.add_argument("--shared-queue", action="store_true", help="one queue for all connections")
+    a = p.parse_args(argv)
+    try:
+        result = run_cycles(
+            a.port, conns=a.conns, duration=a.duration, count=a.count,
+            body_size=a.body_size, kind=a.kind, shared_queue=a.shared_queue,
+        )  # fmt: skip
+    except (BenchError, OSError) as exc:
+        print("error: %s" % exc, file=sys.stderr)
+        return 1
+    print(json.dumps(result))
+    return 0

@@ -1,0 +1,211 @@
+"""The dashboard at the top of BENCHMARKS.md, printed from the raw results of one or more runs.
+
+    scripts/bench dashboard RESULTS.json [AOF.json]
+    PYTHONPATH=scripts python -m benchmarks.dashboard RESULTS.json [AOF.json]
+
+RESULTS.json is what ``scripts/bench --only addjob,getjob,cycles,redis,replication --disque-server PATH``
+wrote (into ``bench-results/``, or ``--write FILE``), AOF.json what ``scripts/bench aof --disque-server PATH``
+wrote. Each headline load gets one row: disque-py, Disque 1.0-rc1 and redis-server as they were measured in
+that same run, the ratios, and the ``scripts/bench`` command that gives the row. A figure a run did not
+measure shows as "—". Prints Markdown to stdout, ready to paste; the exact load commands (redis-benchmark and
+cycle-client lines) follow the table, from the results' ``commands``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+#: The placeholder row of the instructions-per-job figure (``scripts/bench instructions``), filled in by hand.
+INSTRUCTIONS_ROW = ("| **Instructions per job** (`scripts/bench instructions`) | **see section Instructions per job** "
+                    "| — | — | — | — | `scripts/bench instructions` |")  # fmt: skip
+
+#: (label, our results key, Disque's key, redis-server's key and what it ran, unit, which suite command)
+SINGLE = (
+    ("ADDJOB unpipelined, 50 clients, one node", "addjob_p1", "redis_lpush_p1", "LPUSH", "/s", "addjob,redis"),
+    ("ADDJOB -P 32, 50 clients, one node", "addjob_p32", "redis_lpush_p32", "LPUSH", "/s", "addjob,redis"),
+    ("GETJOB NOHANG -P 32, 50 clients, one node", "getjob_p32", "redis_rpop_p32", "RPOP", "/s", "getjob,redis"),
+    ("add→get→ack cycle, 50 connections (one cycle in flight each), one node", "cycles", "redis_cycles",
+     "LPUSH→RPOP→DEL", " cycles/s", "cycles,redis"),
+    ("ADDJOB REPLICATE 3, 50 clients, three nodes on one core", "repl_addjob", None, None, "/s", "replication"),
+    ("add→get→ack cycle, REPLICATE 3, 50 connections, three nodes on one core", "repl_cycles", None, None,
+     " cycles/s", "replication"),
+)  # fmt: skip
+#: AOF rows: (label, results key without the ``ref_`` prefix, the ``scripts/bench aof --only`` suite)
+AOF = (
+    ("ADDJOB, AOF `appendfsync everysec`, -P 1", "aof_everysec_p1", "throughput"),
+    ("ADDJOB, AOF `appendfsync everysec`, -P 32", "aof_everysec_p32", "throughput"),
+    ("ADDJOB, AOF `appendfsync always`, -P 1", "aof_always_p1", "throughput"),
+    ("ADDJOB, AOF `appendfsync always`, -P 32", "aof_always_p32", "throughput"),
+)
+
+
+def _rate(r: dict[str, Any] | None) -> float | None:
+    if not r:
+        return None
+    for k in ("cycles_per_s", "jobs_per_s", "requests_per_s"):
+        if r.get(k) is not None:
+            return float(r[k])
+    return None
+
+
+def _num(v: float | None, unit: str = "/s") -> str:
+    return "—" if v is None else "{:,.0f}{}".format(v, unit)
+
+
+def _ratio(a: float | None, b: float | None) -> str:
+    return "—" if a is None or not b else "%.2f" % (a / b)
+
+
+def load(paths: list[str]) -> list[dict[str, Any]]:
+    runs = []
+    for p in paths:
+        try:
+            runs.append(json.loads(Path(p).read_text()))
+        except (OSError, ValueError) as exc:
+            raise SystemExit("scripts/bench dashboard: cannot read %s: %s" % (p, exc)) from None
+    return runs
+
+
+def _is_aof(run: dict[str, Any]) -> bool:
+    return any(k.startswith(("aof_", "ref_aof_")) for k in run.get("results", {}))
+
+
+def _bench_command(run: dict[str, Any], only: str) -> str:
+    o = run.get("options", {})
+    argv = ["scripts/bench"] + (["--quick"] if o.get("quick") else []) + ["--only", only]
+    sizes = o.get("sizes", {})
+    if only.startswith("cycles") or only == "replication":
+        if not o.get("quick") and sizes.get("duration") not in (None, 10.0):
+            argv += ["--duration", "%g" % sizes["duration"]]
+        if o.get("conns", 50) != 50:
+            argv += ["--conns", str(o["conns"])]
+    if run.get("machine", {}).get("disque_server"):
+        argv += ["--disque-server", "$DISQUE"]
+    return "`%s`" % " ".join(argv)
+
+
+def _aof_command(run: dict[str, Any], only: str) -> str:
+    o = run.get("options", {})
+    argv = ["scripts/bench", "aof"] + (["--quick"] if o.get("quick") else []) + ["--only", only]
+    if run.get("machine", {}).get("disque_server"):
+        argv += ["--disque-server", "$DISQUE"]
+    if only == "throughput" and "redis-server" in o.get("servers", ()):
+        argv += ["--servers", ",".join(o["servers"])]
+    if not o.get("quick"):
+        defaults = {"n_p1": 100_000, "n_p32": 500_000, "rounds": 2} if only == "throughput" else {
+            "load_jobs": 1_000_000}
+        for k, d in defaults.items():
+            if o.get(k) not in (None, d):
+                argv += ["--" + {"load_jobs": "jobs"}.get(k, k.replace("_", "-")), str(o[k])]
+    return "`%s`" % " ".join(argv)
+
+
+def _when(run: dict[str, Any]) -> str:
+    m = run.get("machine", {})
+    date = str(m.get("date", "?")).replace("T", " ").replace("+00:00", " UTC")
+    date = re.sub(r"(\d\d:\d\d):\d\d", r"\1", date)
+    commit = str(m.get("git_commit") or "?")
+    return "%s, commit `%s`" % (date, commit[:7] + ("-dirty" if commit.endswith("-dirty") else ""))
+
+
+def dashboard(runs: list[dict[str, Any]]) -> str:
+    """The dashboard table and its header lines, in Markdown."""
+    main = next((r for r in reversed(runs) if not _is_aof(r)), None)
+    aofs = [r for r in runs if _is_aof(r)]
+    # the throughput rows and the load row each from the last AOF run that has them (a run may be one suite)
+    thr = next((r for r in reversed(aofs) if any(k in r["results"] for _, k, _ in AOF)), None)
+    lrun = next((r for r in reversed(aofs) if "aof_load" in r["results"]), None)
+    aof = thr or lrun
+    first = main or aof
+    if first is None:
+        return "(no results)\n"
+    m = first["machine"]
+    o = first.get("options", {})
+    out = ["Measured %s on %s cores, `%s` (model name from /proc/cpuinfo), Python %s (%s), %s; the node pinned to "
+           "CPU %s (`taskset -c %s`), the load to CPU %s." % (
+               _when(first), m.get("nproc"), m.get("cpu_model"), m.get("python"), m.get("interpreter", "?"),
+               m.get("redis_benchmark"), o.get("server_cpu", "0"), o.get("server_cpu", "0"),
+               o.get("client_cpu", "1"))]  # fmt: skip
+    if thr is lrun:
+        if main and aof and _when(aof) != _when(main):
+            out.append("AOF rows: %s." % _when(aof))
+    else:
+        for run, what in ((thr, "AOF ADDJOB rows"), (lrun, "AOF load row")):
+            if run and (main is None or _when(run) != _when(main)):
+                out.append("%s: %s." % (what, _when(run)))
+    if m.get("disque_server"):
+        version = re.search(r"v=\S+ sha=[0-9a-f]+", m["disque_server"])
+        out.append("Disque 1.0-rc1 (`disque-server` %s, `$DISQUE` below) measured in the same runs, each test "
+                   "right after ours." % (version.group(0) if version else m["disque_server"]))
+    if m.get("redis_server"):
+        out.append("redis-server: %s, same runs, same load (LPUSH for ADDJOB, RPOP for GETJOB)."
+                   % m["redis_server"].split(" sha=")[0])
+    if any(r.get("options", {}).get("quick") for r in (main, thr, lrun) if r):
+        out.append("**Smoke run (`--quick`): small n, not a measurement.**")
+    out += ["", "| Load | disque-py | Disque 1.0-rc1 | ours / Disque | redis-server, same run | ours / redis | Command |",
+            "|---|---|---|---|---|---|---|"]  # fmt: skip
+    res = (main or {}).get("results", {})
+    for label, key, rkey, rname, unit, only in SINGLE:
+        ours, ref = _rate(res.get(key)), _rate(res.get("ref_" + key))
+        red = _rate(res.get(rkey)) if rkey else None
+        out.append("| %s | %s | %s | %s | %s | %s | %s |" % (
+            label, _num(ours, unit), _num(ref, unit), _ratio(ours, ref),
+            ("%s %s" % (rname, _num(red, unit)) if red is not None else "—") if rkey else "no such load",
+            _ratio(ours, red), _bench_command(main, only) if main else "—"))  # fmt: skip
+    ares = (thr or {}).get("results", {})
+    for label, key, only in AOF:
+        ours, ref, red = _rate(ares.get(key)), _rate(ares.get("ref_" + key)), _rate(ares.get("redis_" + key))
+        out.append("| %s | %s | %s | %s | %s | %s | %s |" % (
+            label, _num(ours), _num(ref), _ratio(ours, ref), "LPUSH " + _num(red) if red is not None else "not run",
+            _ratio(ours, red), _aof_command(thr, only) if thr else "—"))  # fmt: skip
+    lres = (lrun or {}).get("results", {})
+    ld, rld = lres.get("aof_load"), lres.get("ref_aof_load")
+    jobs = (ld or rld or {}).get("jobs")
+    out.append("| AOF load%s, to the last job registered | %s | %s | %s | not run | — | %s |" % (
+        " of {:,} jobs".format(jobs) if jobs else "", _num(_rate(ld), " jobs/s"), _num(_rate(rld), " jobs/s"),
+        _ratio(_rate(ld), _rate(rld)), _aof_command(lrun, "load") if lrun else "—"))  # fmt: skip
+    out.append(INSTRUCTIONS_ROW)
+    used = [r for r in (main, thr, lrun) if r is not None]
+    cmds = [c for run in used for c in run.get("commands", [])
+            if "redis-benchmark" in c or " client " in c]  # fmt: skip
+    cmds = list(dict.fromkeys(cmds))
+    if cmds:
+        size = int(o.get("body_size", 100))
+        others: set[int] = set()
+
+        def body(m: re.Match[str]) -> str:
+            n = len(m.group(0))
+            if n == size:
+                return "$BODY"
+            others.add(n)
+            return "$BODY_%d" % n
+
+        lines: list[str] = []
+        for c in cmds:
+            c = re.sub(r"\S*/(\.venv/bin/)", r"\1", re.sub(r"(?<=\s)x{16,}(?=\s|$)", body, c))
+            if c not in lines:
+                lines.append(c)
+        bodies = "; ".join(["$BODY is %d × x" % size] + ["$BODY_%d %d × x" % (n, n) for n in sorted(others)])
+        out += ["", "<details><summary>The exact loads of these runs (from the results' <code>commands</code>; "
+                "%s)</summary>" % bodies, "", "```sh", *lines, "```", "", "</details>"]  # fmt: skip
+    return "\n".join(out) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="scripts/bench dashboard",
+                                description="Print the BENCHMARKS.md dashboard table (Markdown) from the raw results "
+                                "of scripts/bench (the addjob, getjob, cycles, redis and replication suites, with "
+                                "--disque-server) and of scripts/bench aof (with --disque-server).")  # fmt: skip
+    p.add_argument("results", nargs="+", metavar="RESULTS.json", help="raw results files (bench-results/*.json)")
+    a = p.parse_args(sys.argv[1:] if argv is None else argv)
+    sys.stdout.write(dashboard(load(a.results)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,103 @@
+"""``scripts/bench dashboard`` (scripts/benchmarks/dashboard.py): the BENCHMARKS.md dashboard printed from raw
+results files, each row beside Disque and redis-server from the same run, with its ratios and its command."""
+
+import json
+
+import pytest
+
+from benchmarks.bench import main as bench_main
+from benchmarks.dashboard import INSTRUCTIONS_ROW, dashboard
+
+MACHINE = {"nproc": 2, "cpu_model": "AMD EPYC", "python": "3.11.7", "interpreter": "/usr/bin/python3.11",
+           "redis_benchmark": "redis-benchmark 7.0.15", "git_commit": "1f307475793a6036c31fc7f0cf346c4b59390882",
+           "date": "2026-11-28T13:17:36+00:00", "redis_server": "Redis server v=7.0.15 sha=00000000:0",
+           "disque_server": "/x/disque-server (Disque server v=1.0-rc1 sha=7dad5666:0 malloc=jemalloc-4.0.3)"}  # fmt: skip
+BODY = "x" * 100
+
+
+def _main_run(quick: bool = False) -> dict:
+    return {
+        "machine": MACHINE,
+        "options": {"quick": quick, "server_cpu": "0", "client_cpu": "1", "conns": 50, "body_size": 100,
+                    "sizes": {"duration": 10.0}},
+        "results": {
+            "addjob_p1": {"requests_per_s": 30000.0}, "ref_addjob_p1": {"requests_per_s": 60000.0},
+            "redis_lpush_p1": {"requests_per_s": 40000.0},
+            "cycles": {"cycles_per_s": 5000.0, "requests_per_s": 15000.0},
+            "ref_cycles": {"cycles_per_s": 20000.0, "requests_per_s": 60000.0},
+            "repl_addjob": {"requests_per_s": 7000.0},
+        },
+        "commands": ["taskset -c 1 redis-benchmark -h 127.0.0.1 -p 17711 -c 50 -n 100000 -P 1 -q ADDJOB q %s 0" % BODY,
+                     "taskset -c 1 /home/me/disque-py/.venv/bin/python -m benchmarks.bench client --port 17711",
+                     "taskset -c 0 .venv/bin/disque-py server --port 17711"],
+    }  # fmt: skip
+
+
+def _aof_run() -> dict:
+    return {
+        "machine": dict(MACHINE, date="2026-11-28T13:30:00+00:00"),
+        "options": {"quick": False, "n_p1": 20000, "n_p32": 100000, "rounds": 2, "load_jobs": 1000000,
+                    "servers": ["disque-py", "disque", "redis-server"]},
+        "results": {"aof_everysec_p1": {"runs": [], "requests_per_s": 20000.0},
+                    "ref_aof_everysec_p1": {"runs": [], "requests_per_s": 40000.0},
+                    "redis_aof_everysec_p1": {"runs": [], "requests_per_s": 80000.0},
+                    "aof_load": {"jobs": 1000000, "jobs_per_s": 80000},
+                    "ref_aof_load": {"jobs": 1000000, "jobs_per_s": 160000}},
+        "commands": [],
+    }  # fmt: skip
+
+
+def _row(text: str, label: str) -> list[str]:
+    [line] = [ln for ln in text.splitlines() if ln.startswith("| " + label)]
+    return [c.strip() for c in line.strip("|").split("|")]
+
+
+def test_each_row_sits_beside_disque_and_redis_of_the_same_run_with_ratios_and_its_command():
+    text = dashboard([_main_run(), _aof_run()])
+    assert "commit `1f30747`" in text and "2 cores, `AMD EPYC`" in text and "Python 3.11.7" in text
+    assert "2026-11-28 13:17 UTC" in text and "AOF rows: 2026-11-28 13:30 UTC" in text
+    assert "`taskset -c 0`" in text and "v=1.0-rc1 sha=7dad5666" in text
+    assert _row(text, "ADDJOB unpipelined") == [
+        "ADDJOB unpipelined, 50 clients, one node", "30,000/s", "60,000/s", "0.50", "LPUSH 40,000/s", "0.75",
+        "`scripts/bench --only addjob,redis --disque-server $DISQUE`"]  # fmt: skip
+    cyc = _row(text, "add→get→ack cycle, 50")
+    assert cyc[1:5] == ["5,000 cycles/s", "20,000 cycles/s", "0.25", "—"]  # no redis cycles in this run
+    repl = _row(text, "ADDJOB REPLICATE 3")
+    assert repl[1:6] == ["7,000/s", "—", "—", "no such load", "—"]
+    aof = _row(text, "ADDJOB, AOF `appendfsync everysec`, -P 1")
+    assert aof[1:6] == ["20,000/s", "40,000/s", "0.50", "LPUSH 80,000/s", "0.25"]
+    assert aof[6] == ("`scripts/bench aof --only throughput --disque-server $DISQUE --servers "
+                      "disque-py,disque,redis-server --n-p1 20000 --n-p32 100000`")
+    assert _row(text, "ADDJOB, AOF `appendfsync always`, -P 1")[4:6] == ["not run", "—"]
+    load = _row(text, "AOF load")
+    assert load[1:5] == ["80,000 jobs/s", "160,000 jobs/s", "0.50", "not run"]
+    assert load[6] == "`scripts/bench aof --only load --disque-server $DISQUE`"
+    assert INSTRUCTIONS_ROW in text and "see section Instructions per job" in INSTRUCTIONS_ROW
+    # the exact loads: the body and the checkout's path left out, the server lines too
+    assert "-P 1 -q ADDJOB q $BODY 0" in text and BODY not in text
+    assert "taskset -c 1 .venv/bin/python -m benchmarks.bench client --port 17711" in text
+    assert "/home/me" not in text and "disque-py server" not in text
+
+
+def test_a_quick_run_says_so_and_a_missing_file_fails_clearly(tmp_path, capsys):
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(_main_run(quick=True)))
+    assert bench_main(["dashboard", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "Smoke run (`--quick`)" in out and "`scripts/bench --quick --only addjob,redis" in out
+    assert _row(out, "ADDJOB, AOF `appendfsync always`, -P 32")[1:4] == ["—", "—", "—"]
+    with pytest.raises(SystemExit, match="cannot read"):
+        bench_main(["dashboard", str(tmp_path / "none.json")])
+
+
+def test_the_aof_rows_come_from_the_last_run_that_has_them():
+    older = _aof_run()
+    newer = _aof_run()
+    newer["machine"] = dict(MACHINE, date="2026-11-28T14:00:00+00:00", git_commit="abcdef0" + "0" * 33)
+    del newer["results"]["aof_load"], newer["results"]["ref_aof_load"]  # a throughput-only run
+    newer["results"]["aof_everysec_p1"] = {"runs": [], "requests_per_s": 30000.0}
+    text = dashboard([_main_run(), older, newer])
+    assert _row(text, "ADDJOB, AOF `appendfsync everysec`, -P 1")[1] == "30,000/s"
+    assert _row(text, "AOF load")[1] == "80,000 jobs/s"
+    assert "AOF ADDJOB rows: 2026-11-28 14:00 UTC, commit `abcdef0`." in text
+    assert "AOF load row: 2026-11-28 13:30 UTC, commit `1f30747`." in text
