@@ -74,8 +74,7 @@ _FORBIDDEN_BODY = (
 class _Internal:
     """What the dispatcher reads and writes of a connection, for a command run for HTTP."""
 
-    __slots__ = ("id", "authenticated", "user", "perms", "last_cmd", "closing", "blocked", "journaled", "addr",
-                 "laddr", "name")  # fmt: skip
+    __slots__ = ("id", "authenticated", "user", "perms", "last_cmd", "closing", "blocked", "addr", "laddr", "name")
 
     def __init__(self, user: Any, acl: Any) -> None:
         self.id = INTERNAL_CLIENT_ID
@@ -85,7 +84,6 @@ class _Internal:
         self.last_cmd = b""
         self.closing = False
         self.blocked = False
-        self.journaled = False
         self.addr = "admin-http"  # for anything that names the client (the slow log ...)
         self.laddr = ""
         self.name = b""
@@ -148,10 +146,7 @@ def make_handle(server: Any, sent_by_kind: dict[str, int]) -> NodeHandle:
     def run_command(argv: list[bytes], user: Any) -> Any:
         conn = _Internal(user, acl)
         reply = dispatcher.dispatch(conn, argv, now_ms())
-        dispatcher.apply_effects()
-        gate = loop.gate
-        if gate is not None and not gate.in_pass:
-            gate.kick()  # what it journaled goes to the AOF as a client pass's would
+        loop.apply_effects()  # and, between two passes, the pass's tail: what it journaled is committed
         server.timers.poke()
         return reply
 
