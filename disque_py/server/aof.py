@@ -3,36 +3,33 @@
 Theory of operation
 -------------------
 The core journals what the AOF must learn (``core.store.J_LOAD`` ...) in a list this
-module owns (``Aof.journal``, handed to the node with ``Node.set_journal``). The writer
-task (:meth:`Aof.run`) takes everything journaled so far as one *batch*, encodes it
-(``persistence.journal``), and, with ``appendfsync always``, hands it to a worker thread
-that writes and fsyncs it with one ``write`` and one ``fdatasync``: every record of every
-client served meanwhile shares them (group commit). While the thread works the event
-loop serves on and journals the next batch. (With everysec and no the end of each pass
-writes its batch itself: see below.)
+module owns (``Aof.journal``, handed to the node with ``Node.set_journal``). The AOF is
+the commit stage of the client loop's pass (``clients.py``, ``ClientLoop._pass``): at the
+end of every pass, :meth:`Aof.commit` takes what the pass journaled as one *batch* and
+returns its *ticket*, the batch number that what depends on it waits for. The loop holds
+the replies of the clients whose commands journaled, and the bus messages made while
+records were pending, until the AOF calls its ``release(seq)`` (wired by the node); every
+other reply leaves at the end of the pass, whatever the disk does. So an ADDJOB's ID, an
+ACKJOB's count and a GOTJOB to the replicating node leave after their record. "Done"
+depends on ``appendfsync``:
 
-Nothing a record backs leaves the node before the record is written: a reply produced
-while records are pending (``hold_seq``) is held in its connection's output until the
-batch holding them is done (the client loop asks :meth:`hold_seq` before sending and is
-told through ``release_held``), and so is a bus message the core sends meanwhile
-(:meth:`send_item` wraps the cluster's). So an ADDJOB's ID, an ACKJOB's count and a
-GOTJOB to the replicating node leave after their record. "Done" depends on
-``appendfsync``:
-
-* ``always``: written and fsynced (``fdatasync``) by the writer task's thread, off the
-  event loop; the loop serves on and journals the next batch meanwhile. A power cut
-  loses nothing acknowledged.
-* ``everysec``: written at the end of the pass that journaled it (``kick``: one
-  ``write`` to the OS's cache, as Redis does; held output leaves right after, in the
-  same pass), fsynced by a separate task once a second, off the loop. A crash of the
-  process loses nothing acknowledged; a power cut about the last 1-2 s.
+* ``always``: the writer task (:meth:`Aof.run`) takes everything journaled so far as one
+  batch, encodes it (``persistence.journal``) and hands it to a worker thread that writes
+  and fsyncs it with one ``write`` and one ``fdatasync``: every record of every client
+  served meanwhile shares them (group commit). The event loop serves on and journals the
+  next batch meanwhile. A power cut loses nothing acknowledged.
+* ``everysec``: written by :meth:`Aof.commit` itself, at the end of the pass that
+  journaled it (one ``write`` to the OS's cache, as Redis does), so its ticket is done at
+  once and the pass's replies leave in the same pass; fsynced by a separate task once a
+  second, off the loop. A crash of the process loses nothing acknowledged; a power cut
+  about the last 1-2 s.
 * ``no``: written the same way, never fsynced by us (a power cut loses what the OS's
   cache held, typically up to 30 s on Linux).
 
 A write that fails (a full disk) is cut back to the last whole record
 (``ftruncate``), counted (``aof_last_write_status:err``), logged, and retried every
-second; meanwhile ADDJOB gets ``-MISCONF Errors writing to the AOF file: ...`` (as
-Redis), what waits on the write stays held (``always``), so nothing unwritten is
+second by the writer task; meanwhile ADDJOB gets ``-MISCONF Errors writing to the AOF
+file: ...`` (as Redis), what waits on the write stays held, so nothing unwritten is
 acknowledged, and the node serves on: consumers drain what it holds. An fsync that fails with ``always`` ends the process: after a failed fsync
 the kernel may have dropped the pages, so no later success proves anything.
 
@@ -117,18 +114,14 @@ class Aof:
         self.durable_seq = 0  # batches written (and fsynced with always)
         self.writing = False
         self.gating = False  # output waits for its records (AOF on)
-        self.inline = False  # everysec / no: written at the end of the pass (kick)
-        self.in_pass = False  # the client loop is in a pass (it calls kick at its end)
+        self.inline = False  # everysec / no: written at the end of the pass (commit)
         self._retry: tuple[int, bytes] | None = None  # an inline write that failed: the writer retries
         self._wake = trio.Event()
         self._write_lock = trio.Lock()
         self._fsync_lock = trio.Lock()
         self._nursery: trio.Nursery | None = None
-        # Wired by the node (app.py).
-        self.release_held: Callable[[int], None] = lambda seq: None
-        self._send_item: Callable[..., bool] = lambda node_id, item, watch=None: False
-        self._bus_of: Callable[[], Any] = lambda: None
-        self._deferred: list[tuple[int, str, bytes, Any]] = []  # bus items held: (seq, node, item, watch)
+        # Wired by the node (app.py): the client loop's, called when batch ``seq`` is done.
+        self.release: Callable[[int], None] = lambda seq: None
         # Status (INFO persistence).
         self.loading = False
         self.last_write_ok = True
@@ -158,72 +151,40 @@ class Aof:
         return self.config.resolve_path(self.config.appendfilename)
 
     # ------------------------------------------------------------------ wiring
-    def wire(self, send_item: Callable[..., bool], release_held: Callable[[int], None], bus_of: Callable[[], Any]) -> None:
-        """``send_item``: the cluster's (bus messages go through :meth:`send_item`);
-        ``release_held``: the client loop's (send what waited for batch ``seq``);
-        ``bus_of``: the bus, to send released messages in one flush."""
-        self._send_item = send_item
-        self.release_held = release_held
-        self._bus_of = bus_of
-
-    # ------------------------------------------------------------------ the gate
-    def hold_seq(self, conn: Any) -> int:
-        """The batch ``conn``'s output must wait for, or 0 if it may leave now.
-
-        Output waits when the command (or the wake-up) that made it journaled records
-        (``conn.journaled``, set by the dispatcher) that are not written yet, and output
-        made after output that waits, waits too (order). Nothing else waits: INFO, PING
-        or a GETJOB that journaled nothing leave at once, even while a write is retried
-        on a full disk."""
-        seq = 0
-        if conn.journaled:
-            conn.journaled = False
-            if self.gating:
-                if self.journal:
-                    seq = self.batch_seq + 1
-                    if not (self.inline and self.in_pass):  # else the pass's end writes it (kick)
-                        self._wake.set()
-                elif self.writing or self._retry is not None:
-                    seq = self.batch_seq
-        held = conn.hold_seq
-        if held > self.durable_seq and held > seq:
-            seq = held
-        return seq
-
-    def send_item(self, node_id: str, item: bytes, watch: Any = None) -> bool:
-        """The dispatcher's way to the bus: a message made while records are pending (the
-        GOTJOB of a copy just stored, say) waits for them, and so does any message after
-        one that waits (order on each link)."""
-        if self.gating:
-            deferred = self._deferred
-            if self.journal:
-                deferred.append((self.batch_seq + 1, node_id, item, watch))
-                if not (self.inline and self.in_pass):
-                    self._wake.set()
-                return True
-            if deferred:
-                deferred.append((deferred[-1][0], node_id, item, watch))
-                return True
-        return self._send_item(node_id, item, watch)
+    def wire(self, release: Callable[[int], None]) -> None:
+        """``release``: the client loop's (what waited for batch ``seq`` or an earlier one leaves)."""
+        self.release = release
 
     def settings_changed(self) -> None:
         """appendonly or appendfsync changed (or the state did): who waits for what."""
         self.gating = self.state == "on"
         self.inline = self.config.appendfsync != "always"
 
-    def kick(self) -> None:
-        """The end of a client-loop pass: write what it journaled. With everysec and no, the
-        write happens here, before the pass's replies leave (as Redis does: a write to the
-        OS's cache; the fsync is the separate task's): a crash of the process then loses
-        nothing acknowledged. With always, the writer task writes and fsyncs in a thread."""
-        self.in_pass = False
-        if not self.journal or self.state == "off":
-            return
-        if (self.inline and self.state == "on" and not self.writing and self.last_write_ok
-                and not self._write_lock.locked()):  # fmt: skip
-            self._write_inline()
-        else:
-            self._wake.set()
+    # ------------------------------------------------------------------ the commit stage
+    def pending(self) -> bool:
+        """Records are journaled and not done, and output waits for them (``Commit``)."""
+        return self.gating and bool(self.journal)
+
+    def commit(self) -> int:
+        """The end of a client-loop pass (``Commit``): what it journaled goes to the file, and
+        the ticket what depends on it waits for (0: nothing waits).
+
+        With everysec and no the write happens here, before the pass's replies leave (as Redis
+        does: a write to the OS's cache; the fsync is the separate task's): a crash of the
+        process then loses nothing acknowledged, and the ticket is done at once. With always,
+        the writer task writes and fsyncs in a thread: the ticket is the batch it takes next.
+        While a write is retried (a full disk) the writer keeps the order, and the ticket
+        is its next batch too."""
+        if not self.journal:
+            return 0
+        if not self.gating:  # its first rewrite runs: the writer takes them for it, nothing waits
+            if self.state != "off":
+                self._wake.set()
+            return 0
+        if self.inline and not self.writing and self.last_write_ok and not self._write_lock.locked():
+            return self._write_inline()
+        self._wake.set()
+        return self.batch_seq + 1
 
     def _take_batch(self) -> tuple[int, bytes]:
         """Everything journaled so far as the next batch: its number and its records."""
@@ -235,7 +196,8 @@ class Aof:
             self.rewrite_buf.append(data)
         return self.batch_seq, data
 
-    def _write_inline(self) -> None:
+    def _write_inline(self) -> int:
+        """everysec / no, from :meth:`commit`: 0 once written; else the batch the writer retries."""
         seq, data = self._take_batch()
         if data:
             size = self.size
@@ -250,37 +212,17 @@ class Aof:
                     os.ftruncate(self.fd, size)
                 except OSError:
                     pass
-                # the writer task retries it (and says why), holding what waits for it
+                # the writer task retries it (and says why); what waits for it stays held
                 self._retry = (seq, data)
                 self.writing = True
                 self._wake.set()
-                return
+                return seq
             self.size = size + len(data)
             self.batches += 1
             self.batch_bytes += len(data)
         self.durable_seq = seq
-        self._released(seq)
-
-    def _released(self, seq: int) -> None:
-        self.release_held(seq)
-        deferred = self._deferred
-        if not deferred:
-            return
-        keep = []
-        ready = []
-        for entry in deferred:
-            (ready if entry[0] <= seq else keep).append(entry)
-        self._deferred = keep
-        bus = self._bus_of()
-        if bus is not None:
-            bus.hold()
-        try:
-            send = self._send_item
-            for _, node_id, item, watch in ready:
-                send(node_id, item, watch)
-        finally:
-            if bus is not None:
-                bus.release()
+        self.release(seq)
+        return 0
 
     # ------------------------------------------------------------------ the writer
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
@@ -310,7 +252,7 @@ class Aof:
         finally:
             self.writing = False
         self.durable_seq = seq
-        self._released(seq)
+        self.release(seq)
 
     async def _write_durably(self, data: bytes) -> None:
         failing_since = 0.0
@@ -528,7 +470,7 @@ class Aof:
                 os.close(fd)
         self.batch_seq += 1
         self.durable_seq = self.batch_seq
-        self._released(self.durable_seq)
+        self.release(self.durable_seq)
         log.info("AOF turned off")
 
     async def _close_later(self, fd: int) -> None:

@@ -4,11 +4,12 @@ Nothing in the shell imports this module; it imports the parts and wires
 them (:class:`Server`):
 
 * the core, ``Node`` (every decision about jobs);
-* the dispatcher (:mod:`.dispatch`): runs commands, carries out the core's
-  effects, the only place that does;
+* the dispatcher (:mod:`.dispatch`): runs commands, turns the core's
+  effects into replies and bus messages for the client loop;
 * the client loop and its acceptor (:mod:`.clients`): every client
   connection (and, once through their handshake, the bus links' sockets)
-  in one trio task and one epoll;
+  in one trio task and one epoll; its pass reads, runs, commits to the AOF,
+  sends the replies and flushes the bus;
 * the core's timers and the cron (:mod:`.timers`);
 * the cluster service (:mod:`.cluster`): membership, the bus, nodes.conf;
 * the shell's own commands (:mod:`.admin`), bound to what they need.
@@ -75,26 +76,34 @@ class Server:
             log.warning("*** FATAL CONFIG FILE ERROR *** in a 'user' directive: %s", exc)
             raise SystemExit(1) from None
         self.dispatcher = dispatcher = Dispatcher(node, config, self.stats, acl=acl)
-        self.timers = timers = CoreTimers(node, dispatcher.apply_effects)
-        self.loop = loop = ClientLoop(dispatcher, self.stats, timers=timers)
+        # The client loop's pass drives everything that runs in the core: its effects are
+        # applied through the loop (loop.apply_effects), whoever gave the input.
+        self.loop = loop = ClientLoop(dispatcher, self.stats)
+        self.timers = timers = CoreTimers(node, loop.apply_effects)
+        loop.timers = timers
         self.clients = loop.clients
-        self.feed = CoreFeed(node, dispatcher.apply_effects, timers.poke)
+        self.feed = CoreFeed(node, loop.apply_effects, timers.poke)
         self.cluster = cluster = ClusterService(self.feed, config, bind_ip, mono, wall_offset, reactor=loop)
         node.set_id(cluster.my_id)
         set_node_id(cluster.my_id)
         cluster.sync()
         timers.glue = cluster
         loop.links = cluster
-        dispatcher.wire(loop, cluster.send_item)
+        dispatcher.wire(loop)
         self.aof = aof = Aof(config, node)
-        aof.wire(cluster.send_item, loop.release_held, lambda: cluster.bus)
+        loop.commit = aof  # the pass's commit stage (nothing to do while it journals nothing)
+        aof.wire(loop.release)
         self.acceptor = Acceptor(loop, config, self.stats)
         self.acceptor.acl = acl
         # TLS clients (tls-port): their own listener and handshake task, then served by the same
         # client loop as plain ones (server/tls.py); nothing of it is on the plain path.
         self.tls = TlsService(config, self.stats, self.acceptor.adopt)
         self.cron = Cron(config, self.stats, loop.check_clients)
-        self.cron.every_step.append(dispatcher.measure_memory)
+        def measure_memory() -> None:
+            dispatcher.measure_memory()
+            loop.apply_effects()  # what freeing produced
+
+        self.cron.every_step.append(measure_memory)
         timers.latency = self.cron.latency = aof.latency = dispatcher.latency  # slow events (latency.py)
         context = admin.AdminContext(
             config=config,
@@ -122,8 +131,8 @@ class Server:
 
             self.web = AdminWeb(config, acl, lambda: make_handle(
                 config=config, acl=acl, node=node, stats=self.stats, clients=loop.clients,
-                start_time=self.start_time, dispatch=dispatcher.dispatch, apply_effects=dispatcher.apply_effects,
-                output_gate=lambda: loop.gate, poke_timers=timers.poke, cluster=cluster,
+                start_time=self.start_time, dispatch=dispatcher.dispatch, apply_effects=loop.apply_effects,
+                poke_timers=timers.poke, cluster=cluster,
                 sent_by_kind=SENT_BY_KIND, aof_info=aof.info, loading=lambda: bool(aof.loading),
                 cmdstats=lambda: dispatcher.cmdstats))  # fmt: skip
         self.shutdown_event = trio.Event()
@@ -158,15 +167,8 @@ class Server:
                 self.aof.turn_on()
             else:
                 self.aof.turn_off()
-            self._gate_output(new)
         elif name == "appendfsync":
             self.aof.settings_changed()
-
-    def _gate_output(self, on: bool) -> None:
-        """With an AOF, replies and the core's bus messages wait for their records (aof.py);
-        without one they take the direct way, at no cost."""
-        self.loop.gate = self.aof if on else None
-        self.dispatcher._send_item = self.aof.send_item if on else self.cluster.send_item
 
     def _load_aof(self) -> None:
         """At start, before anyone is served: the jobs of the AOF, then append to it."""
@@ -196,7 +198,6 @@ class Server:
             except OSError as exc:
                 log.warning("Can't open the append only file %s: %s", self.aof.path, exc.strerror or exc)
                 raise SystemExit(1) from None
-            self._gate_output(True)
 
     def _fit_maxclients(self) -> None:
         """At start: make room for maxclients clients in the open files limit, or lower maxclients."""

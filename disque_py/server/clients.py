@@ -16,8 +16,8 @@ Every client socket is a plain non-blocking stdlib socket registered in one
 for that epoll's descriptor to become readable (trio's ``wait_readable``
 works on any pollable descriptor), then takes every ready client in one
 ``poll(0)``: it reads what arrived, parses it, runs the commands
-synchronously against the core and sends the replies with one ``send``
-per client. This is Redis's own design: a request that can be answered at
+synchronously against the core and, at the end of the pass, sends the
+replies with one ``send`` per client. This is Redis's own design: a request that can be answered at
 once costs a ``recv`` and a ``send``, not a trio task switch, a checkpoint
 and an epoll registration change as a task per connection did (measured:
 ~30k unpipelined ADDJOB/s with a task per client against ~50k with one
@@ -34,14 +34,21 @@ their handshake (the bus's ``Reactor``: ``add_fd``/``want_writable``/
 sent, and every bus message the pass produced leaves at its end, one write
 per peer (``Bus.hold``/``release`` around the pass).
 
-With an AOF (:mod:`.aof`), output whose records are not written yet waits: the
-dispatcher marks a connection whose command journaled (``journaled``), and
-:meth:`ClientLoop.send_soon` asks the AOF (``gate.hold_seq``) before sending; such
-a connection waits in ``held`` until ``release_held`` says its batch is written.
+Every pass is one pipeline (:meth:`ClientLoop._pass`): read, parse and run what the
+ready sockets sent, the core's timers that are due, the commands held back until now,
+then commit (the node's AOF, :mod:`.aof`, takes what the pass journaled: ``Commit``),
+release (every client's replies leave, one ``send`` each) and the bus's flush. Replies
+leave at the end of the pass, as Redis sends them before it sleeps: a pass serving many
+clients makes its system calls back to back. With an AOF, the replies of a client whose
+commands journaled wait, past the pass, until the commit's ticket is done (``held``, until
+the AOF calls :meth:`ClientLoop.release`), and so do bus messages made while records were
+pending; nothing else waits for the disk.
 
-Replies produced for a client by somebody else (a blocked GETJOB served by
-an ADDJOB elsewhere, a replicated ADDJOB confirmed by GOTJOBs) are put in
-its output by the dispatcher and sent at once with :meth:`ClientLoop.send_soon`.
+Replies produced for a client by somebody else (a blocked GETJOB served by an ADDJOB
+elsewhere, a replicated ADDJOB confirmed by GOTJOBs) are put in its output by the
+dispatcher, which hands the client to :meth:`ClientLoop.woken`: they leave at the end of
+the pass, after what the client pipelined behind its blocking command has run
+(``_run_held``, the one place held commands run again).
 
 Back-pressure: what a client's socket does not take stays in ``out``; the
 loop then waits for that client to become writable, and goes on reading and
@@ -73,6 +80,7 @@ from __future__ import annotations
 import math
 import select
 import socket
+from collections import deque
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -87,7 +95,7 @@ from .waiting import DirectWait
 
 if TYPE_CHECKING:
     from ..config import Config
-    from .contracts import BusHolder, CommandRunner, OutputGate, TimerControl
+    from .contracts import BusHolder, CommandRunner, Commit, TimerControl
 
 __all__ = ["Acceptor", "ClientLoop", "LOOP_STATS"]
 
@@ -127,6 +135,10 @@ class _NoTimers:
 class _NoBus:
     bus = None
 
+    @staticmethod
+    def send_item(node_id: str, item: bytes, watch: Any = None) -> bool:
+        return False
+
 
 class ClientLoop:
     """Every client connection of a node, driven from one trio task.
@@ -163,10 +175,16 @@ class ClientLoop:
         self.current: Connection | None = None  # the client whose commands are running
         self.direct = DirectWait(self.ep)  # waits without a trio round when trio is idle (waiting.py)
         self.limit_hard = self.limit_soft = self.limit_soft_seconds = 0  # client-output-buffer-limit
-        # The AOF (server/aof.py), when the node has one: output produced while its records are
-        # pending waits in ``held`` until they are written (``hold_seq``, ``release_held``).
-        self.gate: "OutputGate | None" = None
-        self.held: dict[int, Connection] = {}
+        # The pass (see _pass). The commit stage: the node's AOF (server/aof.py); None: none.
+        self.commit: "Commit | None" = None
+        self.in_pass = False
+        self._touched: dict[int, Connection] = {}  # this pass: clients with replies to send, in order
+        self._depends: set[int] = set()  # this pass: those whose replies wait for its records
+        self._runnable: deque[Connection] = deque()  # clients whose held commands may run again
+        # Across passes: output waiting for an AOF batch, by client id: (ticket, conn); bus
+        # messages waiting, in order: [ticket (None: this pass's), node id, item, watch].
+        self.held: dict[int, tuple[int, Connection]] = {}
+        self._bus_held: deque[list] = deque()
 
     # ----------------------------------------------------------- membership
     def add(self, conn: Connection) -> None:
@@ -187,11 +205,13 @@ class ClientLoop:
         except (OSError, ValueError):
             pass
         self.clients.pop(conn.id, None)
-        self._client_closed(conn.id)
+        self.held.pop(conn.id, None)
         try:
             conn.sock.close()
         except OSError:
             pass
+        self._client_closed(conn.id)
+        self.apply_effects()
 
     def close_when_sent(self, conn: Connection) -> None:
         """CLIENT KILL, idle timeout: close after what is already buffered has gone out."""
@@ -289,38 +309,6 @@ class ClientLoop:
         self.close(conn)
         return True
 
-    def send_soon(self, conn: Connection) -> None:
-        """Send ``conn.out`` now as far as the socket takes it; wait for writable for the rest.
-        With an AOF, output produced while records are pending waits for them (``held``)."""
-        if conn.closed or not conn.out:
-            return
-        if conn.journaled or conn.hold_seq:
-            gate = self.gate
-            if gate is not None:
-                seq = gate.hold_seq(conn)
-                if seq:
-                    conn.hold_seq = seq
-                    self.held[conn.id] = conn
-                    return
-            conn.journaled = False
-            conn.hold_seq = 0
-            self.held.pop(conn.id, None)
-        self._send_now(conn)
-
-    def release_held(self, seq: int) -> None:
-        """The AOF wrote batch ``seq``: send the output that waited for it (or an earlier one)."""
-        held = self.held
-        if not held:
-            return
-        for conn in [c for c in held.values() if c.hold_seq <= seq]:
-            del held[conn.id]
-            conn.hold_seq = 0
-            if conn.closed:
-                continue
-            self._send_now(conn)
-            if conn.closing and not conn.out and not conn.closed:
-                self.close(conn)
-
     def _send_now(self, conn: Connection) -> None:
         if conn.closed or not conn.out:
             return
@@ -351,7 +339,7 @@ class ClientLoop:
             self._want_write(conn)
 
     def _writable(self, conn: Connection) -> None:
-        if conn.hold_seq and conn.id in self.held:  # what is left waits for the AOF: stop asking
+        if conn.id in self.held:  # what is left waits for the AOF: stop asking
             conn.waiting_write = False
             conn.read_paused = bool(conn.pending)
             self._arm(conn)
@@ -375,11 +363,10 @@ class ClientLoop:
         if conn.closing:
             self.close(conn)
             return
-        if conn.pending and not conn.blocked:
-            self._run_pending(conn)
-            return
         conn.waiting_write = False
-        conn.read_paused = bool(conn.pending)  # blocked with commands pending: still not read
+        conn.read_paused = bool(conn.pending)  # commands pending: still not read
+        if conn.pending and not conn.blocked:
+            self._runnable.append(conn)  # held back by its output: this pass runs them (_run_held)
         self._arm(conn)  # what arrived meanwhile waits in the socket
 
     def _failed(self, conn: Connection) -> None:
@@ -397,19 +384,6 @@ class ClientLoop:
         if not conn.waiting_write:
             conn.waiting_write = True
             self._arm(conn)
-
-    def _run_pending(self, conn: Connection) -> None:
-        """Run the commands held back while ``conn``'s output was over ``OUT_HOLD``. Its output is
-        sent and it stays registered for writability: the next pass sends what these produce
-        (the socket is writable, so at once) and, from ``_writable``, goes on or reads again."""
-        commands = list(conn.pending)
-        conn.pending.clear()
-        self.current = conn
-        try:
-            self._run_commands(conn, commands)
-            self._apply_effects()
-        finally:
-            self.current = None
 
     def _protocol_error(self, conn: Connection, error: ProtocolError) -> None:
         """Commands before the bad bytes were answered; now the error, then the link is closed (as Redis does)."""
@@ -450,44 +424,39 @@ class ClientLoop:
         self.stats["total_net_input_bytes"] += len(data)
         conn.last_active = trio.current_time()
         parser.feed(data)
+        try:
+            commands = parser.commands()
+        except ProtocolError as exc:
+            # nothing complete before the bad bytes; the error follows. The parser keeps
+            # the exception: without this, its traceback (this frame, the connection, the
+            # parser) would make a reference cycle that only a full collection frees
+            exc.__traceback__ = None
+            commands = None
+        if commands:
+            if conn.blocked or conn.pending:
+                conn.pending.extend(commands)
+            else:
+                self._run(conn, commands)
+            if conn.pending:  # blocked, or held back by its output: read no more for now
+                self.pause_reading(conn)
+        error = parser.error
+        if error is not None:
+            self._protocol_error(conn, error)
+        self._touched[conn.id] = conn  # its replies leave at the pass's end
+
+    def _run(self, conn: Connection, commands: list) -> None:
+        """Run ``conn``'s commands in the core and carry out their effects for others."""
         self.current = conn
         try:
-            try:
-                commands = parser.commands()
-            except ProtocolError as exc:
-                # nothing complete before the bad bytes; the error follows. The parser keeps
-                # the exception: without this, its traceback (this frame, the connection, the
-                # parser) would make a reference cycle that only a full collection frees
-                exc.__traceback__ = None
-                commands = None
-            if commands:
-                if conn.blocked or conn.pending:
-                    conn.pending.extend(commands)
-                else:
-                    self._run_commands(conn, commands)
-                    self._apply_effects()
-                if conn.pending:  # blocked, or held back by its output: read no more for now
-                    self.pause_reading(conn)
-            error = parser.error
-            if error is not None:
-                self._protocol_error(conn, error)
+            if self._run_commands(conn, commands):
+                self._depends.add(conn.id)  # they journaled: their replies wait for the commit
+            self._apply_effects()
         finally:
             self.current = None
-        if conn.closed:
-            return
-        if conn.out:
-            self.send_soon(conn)
-            if conn.closed or conn.waiting_write or conn.hold_seq:
-                return  # (a held one is closed, if closing, once its output leaves)
-        if conn.closing:
-            self.close(conn)
 
     # ----------------------------------------------------------------- loop
     async def run(self) -> None:
-        by_fd = self.by_fd
-        others = self.others
         direct = self.direct
-        links = self.links
         timers = self.timers
         hand_over, timers_due, poke = timers.hand_over, timers.due, timers.poke
         owns_timers = False  # the core's timers run here while waiting directly (TimerControl.hand_over)
@@ -500,47 +469,7 @@ class ClientLoop:
                     hand_over(owns_timers)
                     limit = timers_due() if owns_timers else math.inf
                 ready = await direct.wait(limit)
-                trio_fd = direct.trio_fd
-                bus = links.bus
-                if bus is not None:
-                    bus.hold()
-                gate = self.gate
-                if gate is not None:
-                    gate.in_pass = True  # its end writes the pass's records (kick)
-                try:
-                    for fd, events in ready:
-                        conn = by_fd.get(fd)
-                        if conn is None:
-                            if fd == trio_fd:
-                                direct.trio_ready = True  # the next wait lets trio handle it
-                                continue
-                            handlers = others.get(fd)
-                            if handlers is not None:
-                                if events & _OUT:
-                                    handlers[1]()
-                                if events & (_IN | _ERR) and fd in others:
-                                    handlers[0]()
-                            continue
-                        try:
-                            if events & _OUT:
-                                self._writable(conn)
-                            elif conn.read_paused:
-                                if events & (_RDHUP | _ERR):
-                                    self.close(conn)  # as a read of EOF would: pending commands dropped
-                            elif events & (_IN | _ERR):
-                                self._readable(conn)
-                        except Exception:  # a bug costs this client its connection, not the node
-                            self._failed(conn)
-                    if owns_timers:
-                        limit = timers_due()  # its bus messages leave with the pass's
-                    if gate is not None:
-                        gate.kick()  # the pass's records go to the AOF now
-                finally:
-                    if gate is not None and gate.in_pass:  # the pass failed before its end: wake the writer
-                        gate.in_pass = False
-                        gate.kick()
-                    if bus is not None:
-                        bus.release()
+                limit = self._pass(ready, timers_due if owns_timers else None)
                 if not owns_timers:
                     poke()
         finally:
@@ -548,6 +477,194 @@ class ClientLoop:
                 hand_over(False)
             direct.close()  # the epoll stays open: bus links may still register or leave (close_all, by the owner)
 
+    def _pass(self, ready=(), timers_due=None) -> float:
+        """One pass of the loop, the whole way from bytes in to bytes out:
+
+        1. read, parse, and run in the core what every ready socket sent (``_serve``: client
+           commands, and the bus links' messages), each client's effects carried out for
+           others at once (a blocked client served, a bus message queued);
+        2. the core's timers that are due (while the loop owns them);
+        3. the commands held back until now (``_run_held``: pipelined behind a blocking
+           command whose client was served, or behind output its socket has now taken);
+        4. commit: what the pass journaled goes to the AOF (``Commit.commit``: written now
+           with everysec/no, handed to the writer task with always); its ticket;
+        5. release: every client's replies leave, one ``send`` each, except those whose
+           commands journaled, while their ticket is not done (``held``, until ``release``);
+        6. flush the bus: what the pass queued for peers leaves, one write per peer, except
+           messages made while records were pending, held like replies.
+
+        Called with nothing ready (``apply_effects`` outside a pass) it is the tail: 3 to 6 for
+        what the timer task, the cron or the admin port produced. Returns the seconds until
+        the core's next timer (inf: none, or not ours).
+        """
+        bus = self.links.bus
+        if bus is not None:
+            bus.hold()
+        self.in_pass = True
+        limit = math.inf
+        try:
+            if ready:
+                self._serve(ready)  # 1
+            if timers_due is not None:
+                limit = timers_due()  # 2
+            while True:
+                self._run_held()  # 3
+                ticket = self.commit.commit() if self.commit is not None else 0  # 4
+                self._release(ticket)  # 5
+                if not self._touched and not self._runnable:
+                    break  # (a client closed while releasing can wake another)
+        finally:
+            self.in_pass = False
+            if bus is not None:
+                bus.release()  # 6
+        return limit
+
+    def apply_effects(self) -> None:
+        """Carry out the core's effects: for an input the loop did not run (the timer task, a
+        bus message read elsewhere, the cron, the admin port). Outside a pass, the pass's tail
+        follows (held commands, commit, release, bus); in one, its end does it."""
+        self._apply_effects()
+        if not self.in_pass:
+            self._pass()
+
+    def _serve(self, ready) -> None:
+        """Stage 1: what each ready socket has: read, parse, run."""
+        by_fd = self.by_fd
+        others = self.others
+        direct = self.direct
+        trio_fd = direct.trio_fd
+        for fd, events in ready:
+            conn = by_fd.get(fd)
+            if conn is None:
+                if fd == trio_fd:
+                    direct.trio_ready = True  # the next wait lets trio handle it
+                    continue
+                handlers = others.get(fd)
+                if handlers is not None:
+                    if events & _OUT:
+                        handlers[1]()
+                    if events & (_IN | _ERR) and fd in others:
+                        handlers[0]()
+                continue
+            try:
+                if events & _OUT:
+                    self._writable(conn)
+                elif conn.read_paused:
+                    if events & (_RDHUP | _ERR):
+                        self.close(conn)  # as a read of EOF would: pending commands dropped
+                elif events & (_IN | _ERR):
+                    self._readable(conn)
+            except Exception:  # a bug costs this client its connection, not the node
+                self._failed(conn)
+
+    def _run_held(self) -> None:
+        """Stage 3, the one place commands held back run again: those a client pipelined behind
+        a blocking command (it was served: ``woken``) or behind output over ``OUT_HOLD`` (its
+        socket took it: ``_writable``)."""
+        runnable = self._runnable
+        while runnable:
+            conn = runnable.popleft()
+            if conn.closed or conn.blocked or not conn.pending:
+                continue
+            commands = list(conn.pending)
+            conn.pending.clear()
+            try:
+                self._run(conn, commands)
+                self._touched[conn.id] = conn
+                if conn.read_paused and not conn.pending:
+                    self.resume_reading(conn)
+            except Exception:  # as in _serve: this client's connection, not the node
+                self._failed(conn)
+
+    def _release(self, ticket: int) -> None:
+        """Stage 5 (and the bus's part of 6): send the pass's replies, hold those that wait.
+
+        A client's output waits when its commands journaled (or its wake-up came from an input
+        that did) and the commit left a ticket, or when earlier output of its waits already
+        (order). Others leave now, whatever the disk does."""
+        touched = self._touched
+        depends = self._depends
+        self._touched = {}
+        self._depends = set()
+        held = self.held
+        for conn in touched.values():
+            if conn.closed:
+                continue
+            cid = conn.id
+            waiting = held.get(cid)
+            if waiting is not None:  # earlier output waits: this waits behind it
+                if ticket > waiting[0] and cid in depends:
+                    held[cid] = (ticket, conn)
+                continue
+            if ticket and cid in depends and conn.out:
+                held[cid] = (ticket, conn)
+                continue
+            if conn.out:
+                self._send_now(conn)
+            elif conn.closing and not conn.waiting_write:
+                self.close(conn)
+        bus_held = self._bus_held
+        if bus_held and bus_held[-1][0] is None:  # this pass's messages made while records were pending
+            floor = 0
+            for entry in bus_held:
+                if entry[0] is None:
+                    entry[0] = max(ticket, floor)
+                else:
+                    floor = entry[0]
+            if not bus_held[0][0]:  # nothing waits (written now, or nothing to wait for)
+                self.release(0)
+
+    def woken(self, conn: Connection, depends: bool) -> None:
+        """``ClientOutput``: a reply for ``conn`` made by another input (it was blocked). It
+        leaves at the pass's end; what it pipelined meanwhile runs before that."""
+        self._touched[conn.id] = conn
+        if depends:
+            self._depends.add(conn.id)
+        if conn.pending:
+            self._runnable.append(conn)
+
+    def send_item(self, node_id: str, item: bytes, watch: Any = None) -> bool:
+        """``ClientOutput``: a bus message. One made while records are pending (the GOTJOB of a
+        copy just stored, say) waits for the pass's ticket, and so does every one after a
+        message that waits (order on each link)."""
+        bus_held = self._bus_held
+        if bus_held or (self.commit is not None and self.commit.pending()):
+            bus_held.append([None, node_id, item, watch])
+            return True
+        return self.links.send_item(node_id, item, watch)
+
+    def release(self, seq: int) -> None:
+        """The AOF's batch ``seq`` is done (``Commit``'s callback): the replies and bus
+        messages that waited for it, or for an earlier one, leave now."""
+        held = self.held
+        if held:
+            for cid, entry in list(held.items()):
+                if entry[0] > seq or held.get(cid) is not entry:  # (a nested release took it)
+                    continue
+                del held[cid]
+                conn = entry[1]
+                if conn.closed:
+                    continue
+                self._send_now(conn)
+                if conn.closing and not conn.out and not conn.closed:
+                    self.close(conn)
+        bus_held = self._bus_held
+        if bus_held and bus_held[0][0] is not None and bus_held[0][0] <= seq:
+            links = self.links
+            bus = links.bus
+            if bus is not None:
+                bus.hold()
+            lost = False
+            try:
+                while bus_held and bus_held[0][0] is not None and bus_held[0][0] <= seq:
+                    _, node_id, item, watch = bus_held.popleft()
+                    if not links.send_item(node_id, item, watch) and watch is not None:
+                        lost = True  # handed back to the core (on_moves_unsent): its effects
+            finally:
+                if bus is not None:
+                    bus.release()
+            if lost:
+                self.apply_effects()
 
 
 class Acceptor:

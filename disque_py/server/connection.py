@@ -57,8 +57,6 @@ class Connection:
         "parser",
         "encode",
         "soft_since",
-        "hold_seq",
-        "journaled",
     )
 
     def __init__(self, cid: int, sock: socket.socket, addr: str, laddr: str, now: float, parser) -> None:
@@ -88,5 +86,3 @@ class Connection:
         self.parser = parser
         self.encode = encode_reply  # encode_reply3 after HELLO 3
         self.soft_since = 0.0  # when its unsent output first reached the soft limit (0: below it)
-        self.hold_seq = 0  # its output waits for this AOF batch (server/aof.py); 0: none
-        self.journaled = False  # a command of its (or its wake-up) journaled records not written yet

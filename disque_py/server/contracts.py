@@ -35,7 +35,7 @@ __all__ = [
     "TimerControl",
     "BusHolder",
     "BusGlue",
-    "OutputGate",
+    "Commit",
     "ClientOutput",
     "CoreHost",
 ]
@@ -66,15 +66,18 @@ def clock_shift_ms() -> int:
 class CommandRunner(Protocol):
     """What the client loop hands commands to (:class:`.dispatch.Dispatcher` in a node)."""
 
-    def run_commands(self, conn: "Connection", commands: list[list[bytes]]) -> None:
+    def run_commands(self, conn: "Connection", commands: list[list[bytes]]) -> bool:
         """Run ``commands`` of ``conn`` in order, encoding replies into ``conn.out``; park the
-        rest in ``conn.pending`` when it blocks or its output reaches ``OUT_HOLD``."""
+        rest in ``conn.pending`` when it blocks or its output reaches ``OUT_HOLD``. True if
+        they journaled records: their replies then wait for the pass's commit."""
 
     def apply_effects(self) -> None:
-        """Carry out what the commands run so far produced for others."""
+        """Carry out what the commands run so far produced for others (through the
+        :class:`ClientOutput` the runner was wired to)."""
 
     def client_closed(self, client_id: int) -> None:
-        """A connection is gone (its blocked command, if any, is dropped)."""
+        """A connection is gone (its blocked command, if any, is dropped); the loop applies
+        the effects next."""
 
 
 class TimerControl(Protocol):
@@ -95,18 +98,25 @@ class BusHolder(Protocol):
 
     bus: "Bus | None"
 
+    def send_item(self, node_id: str, item: bytes, watch: Any = None) -> bool:
+        """Queue a job-layer message (bus bytes) on ``node_id``'s link."""
 
-class OutputGate(Protocol):
-    """What the client loop asks of the AOF (:class:`.aof.Aof`) before it sends output."""
 
-    def hold_seq(self, conn: "Connection") -> int:
-        """The AOF batch ``conn``'s output must wait for (its records, or output held before
-        it); 0: none, send it. Clears ``conn.journaled``."""
+class Commit(Protocol):
+    """The commit stage of the client loop's pass: the AOF (:class:`.aof.Aof`).
 
-    in_pass: bool  # set by the loop at a pass's start; kick clears it
+    Tickets: a batch number, what held output and held bus messages wait for; the AOF
+    calls the loop's ``release(seq)`` when batch ``seq`` (and every earlier one) is done.
+    """
 
-    def kick(self) -> None:
-        """The end of a pass: write what it journaled."""
+    def pending(self) -> bool:
+        """Records are journaled and not done, and output must wait for them: a bus
+        message made now waits for the pass's ticket."""
+
+    def commit(self) -> int:
+        """The end of a pass: take what it journaled (everysec/no: written now, one
+        ``write``; always: to the writer task, written and fsynced off the loop). The ticket
+        the pass's dependent output waits for; 0: nothing to wait for."""
 
 
 class BusGlue(BusHolder, Protocol):
@@ -117,13 +127,18 @@ class BusGlue(BusHolder, Protocol):
 
 
 class ClientOutput(Protocol):
-    """What the dispatcher needs of the client loop to deliver replies to other clients."""
+    """What the dispatcher needs of the client loop to carry out the core's effects."""
 
     clients: dict[int, "Connection"]
 
-    def send_soon(self, conn: "Connection") -> None: ...
+    def woken(self, conn: "Connection", depends: bool) -> None:
+        """A reply was put in ``conn``'s output by somebody else's input (it was blocked);
+        ``depends``: on records not done yet. The pass's end sends it and runs what
+        ``conn`` pipelined behind its blocking command."""
 
-    def resume_reading(self, conn: "Connection") -> None: ...
+    def send_item(self, node_id: str, item: bytes, watch: Any = None) -> bool:
+        """A bus message: queued on the link now, or held until the records made
+        before it are done."""
 
 
 class CoreHost(Protocol):

@@ -1,15 +1,19 @@
-"""Commands in, replies and effects out: the one place the core's effects are carried out.
+"""Commands in, replies and effects out.
 
 :class:`Dispatcher` is handed commands by the client loop
 (:meth:`~Dispatcher.run_commands`, per read of a client), runs each one
 (authentication, a user's rights when it has not every one (:mod:`.acl`),
 the shell's own commands from the :mod:`.admin` table,
 everything else with ``Node.execute``) and encodes the reply into the
-client's output. :meth:`~Dispatcher.apply_effects` then carries out what the
-core produced for others: a reply to another (blocked) client goes into its
-output and is sent at once through the client loop; a bus message is turned
-into bytes (:func:`send_item_of`, the only place that does) and queued on
-the peer's link through the cluster service.
+client's output; it says whether they journaled (their replies then wait
+for the pass's commit). :meth:`~Dispatcher.apply_effects` then carries out
+what the core produced for others: a reply to another (blocked) client goes
+into its output and the client to the loop (``ClientOutput.woken``: it leaves
+at the end of the pass); a bus message is turned into bytes
+(:func:`send_item_of`, the only place that does) and handed to the loop
+(``ClientOutput.send_item``), which queues it on the peer's link or holds it
+for the records made before it. Nothing here sends, runs held commands again
+or knows of the AOF: that is the client loop's pass (``clients.py``).
 
 It also keeps the core's memory level (``core/memory.py``) current:
 :meth:`~Dispatcher.measure_memory` runs before a batch of commands at most
@@ -32,10 +36,10 @@ clock read, one dict lookup and a few adds per command; a command slower than
 SLOWLOG and LATENCY commands (:mod:`.admin`) read.
 
 Called by: the client loop (``run_commands``, ``apply_effects``,
-``client_closed``), the core's timers and the cluster service
-(``apply_effects`` after a tick or a bus input), the cron
-(``measure_memory``). It calls nothing of theirs but the callables it is
-wired to (:meth:`Dispatcher.wire`).
+``client_closed``; the core's timers, the cluster service and the admin port
+apply effects through the loop), the cron (``measure_memory``). It calls
+nothing of theirs but the :class:`.contracts.ClientOutput` it is wired to
+(:meth:`Dispatcher.wire`).
 """
 
 from __future__ import annotations
@@ -141,8 +145,7 @@ class Dispatcher:
         self._watch_us = 0
         self._watch_settings()
         self.clients: dict[int, "Connection"] = {}
-        self._send_soon: Callable[["Connection"], None] = lambda conn: None
-        self._resume_reading: Callable[["Connection"], None] = lambda conn: None
+        self._woken: Callable[["Connection", bool], None] = lambda conn, depends: None
         self._send_item: Callable[..., bool] = _no_send
         # The memory level (see the module docstring).
         memory = node.memory
@@ -152,13 +155,11 @@ class Dispatcher:
         self._rss_next = 0
         config.on_change.append(self._config_changed)
 
-    def wire(self, output: "ClientOutput", send_item: Callable[..., bool]) -> None:
-        """Where effects go: the client loop (its clients, ``send_soon``, ``resume_reading``)
-        and the cluster service's ``send_item`` (node ID, bus item, watch token)."""
+    def wire(self, output: "ClientOutput") -> None:
+        """Where effects go: the client loop (its clients, ``woken``, ``send_item``)."""
         self.clients = output.clients
-        self._send_soon = output.send_soon
-        self._resume_reading = output.resume_reading
-        self._send_item = send_item
+        self._woken = output.woken
+        self._send_item = output.send_item
 
     def _watch_settings(self) -> None:
         """From the slowlog and latency settings: the duration (us) from which a command is
@@ -211,10 +212,10 @@ class Dispatcher:
         memory = node.memory
         node.now = now
         self._log_level(memory.update(now, rss))
-        if memory.level >= 2 and memory.frees:
-            if memory.free(now):
-                self._log_level(memory.update(now))
-            self.apply_effects()
+        if memory.level >= 2 and memory.frees and memory.free(now):
+            self._log_level(memory.update(now))
+        # what freeing produced (deletions journaled, messages) is carried out by whoever
+        # measured: the client loop after the commands, the cron through the loop
 
     def _log_level(self, change: tuple[int, int] | None) -> None:
         if change is None:
@@ -228,15 +229,17 @@ class Dispatcher:
             "reached" if new > old else "back under", THRESHOLDS[crossed - 1],
             memory.threshold_bytes(crossed), _LEVEL_DOING[new])  # fmt: skip
 
-    def run_commands(self, conn: "Connection", commands) -> None:
+    def run_commands(self, conn: "Connection", commands) -> bool:
         """Run commands in order until the client blocks or its output reaches ``OUT_HOLD``;
-        the rest wait in ``pending`` (see ``clients.py``)."""
+        the rest wait in ``pending`` (see ``clients.py``). True if they journaled records
+        (with an AOF): their replies wait for the pass's commit."""
         out = conn.out
         now = now_ms()
         if now >= self._mem_next:
             self.measure_memory(now)
         dispatch = self.dispatch
         journal = self.node.ctx.journal  # with an AOF: a reply waits for the records it made
+        before = len(journal) if journal is not None else 0
         # What each command costs (cmdstats.py): from its start to its reply encoded, one clock
         # read per command (its end is the next one's start), rounded to the nearest
         # microsecond so that sums stay unbiased; a command that took watch_us or more goes
@@ -250,14 +253,8 @@ class Dispatcher:
             if conn.blocked or conn.closing or len(out) >= OUT_HOLD:
                 if not conn.closing or conn.blocked:
                     conn.pending.extend(commands[i:])
-                return
-            if journal is not None:
-                before = len(journal)
-                reply = dispatch(conn, argv, now)
-                if len(journal) != before:
-                    conn.journaled = True
-            else:
-                reply = dispatch(conn, argv, now)
+                break
+            reply = dispatch(conn, argv, now)
             if reply is BLOCKED:
                 conn.blocked = True
             elif reply is not NO_REPLY:
@@ -276,6 +273,8 @@ class Dispatcher:
             if usec >= watch_us:
                 self._slow_command(conn, argv, usec)
                 start = perf_counter_ns()
+        # (a command may turn the AOF on or off: the journal it ran with is the one compared)
+        return journal is not None and len(journal) != before
 
     def dispatch(self, conn: "Connection", argv: list[bytes], now: int) -> Any:
         self.stats["total_commands_processed"] += 1
@@ -326,14 +325,17 @@ class Dispatcher:
         return None if job is None else job.queue
 
     def client_closed(self, client_id: int) -> None:
-        """A client's connection is gone: the core forgets it (a blocked command is dropped)."""
+        """A client's connection is gone: the core forgets it (a blocked command is dropped).
+        The client loop applies the effects next."""
         self.node.client_closed(client_id)
-        self.apply_effects()
 
     def apply_effects(self) -> None:
-        """Carry out the core's effects: replies to blocked clients, bus messages."""
+        """Carry out the core's effects: replies to blocked clients, bus messages. Both go to
+        the client loop, which sends them at the end of its pass."""
         node = self.node
         effects = node.take_effects()
+        if not effects:
+            return
         journal = node.ctx.journal
         last_message = item = watch = None
         while effects:
@@ -344,16 +346,9 @@ class Dispatcher:
                     if conn is None:
                         continue
                     conn.blocked = False
-                    if journal:  # records of this input not written yet: its answer waits
-                        conn.journaled = True
                     conn.encode(effect.value, conn.out)
-                    if conn.pending:
-                        pending = list(conn.pending)
-                        conn.pending.clear()
-                        self.run_commands(conn, pending)
-                    if conn.read_paused and not conn.pending:
-                        self._resume_reading(conn)
-                    self._send_soon(conn)
+                    # records of this input not committed yet: the answer waits for them
+                    self._woken(conn, bool(journal))
                 elif kind is Send:
                     message = effect.message
                     if message is not last_message:  # the core fans one message out to several peers

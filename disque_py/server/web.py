@@ -74,8 +74,7 @@ _FORBIDDEN_BODY = (
 class _Internal:
     """What the dispatcher reads and writes of a connection, for a command run for HTTP."""
 
-    __slots__ = ("id", "authenticated", "user", "perms", "last_cmd", "closing", "blocked", "journaled", "addr",
-                 "laddr", "name")  # fmt: skip
+    __slots__ = ("id", "authenticated", "user", "perms", "last_cmd", "closing", "blocked", "addr", "laddr", "name")
 
     def __init__(self, user: Any, acl: Any) -> None:
         self.id = INTERNAL_CLIENT_ID
@@ -85,7 +84,6 @@ class _Internal:
         self.last_cmd = b""
         self.closing = False
         self.blocked = False
-        self.journaled = False
         self.addr = "admin-http"  # for anything that names the client (the slow log ...)
         self.laddr = ""
         self.name = b""
@@ -152,7 +150,6 @@ def make_handle(
     start_time: float,
     dispatch: Callable[[Any, list[bytes], int], Any],
     apply_effects: Callable[[], None],
-    output_gate: Callable[[], Any],
     poke_timers: Callable[[], None],
     cluster: ClusterReads,
     sent_by_kind: dict[str, int],
@@ -162,19 +159,16 @@ def make_handle(
 ) -> NodeHandle:
     """The app's view of a node, from the few things it reads and calls.
 
-    ``dispatch(conn, argv, now_ms)`` and ``apply_effects()``: the dispatcher's; ``output_gate()``:
-    the client loop's AOF gate now (None without an AOF); ``poke_timers()``: wakes the core's
-    timers; ``sent_by_kind``: the dispatcher's count of bus messages sent by kind. The config,
+    ``dispatch(conn, argv, now_ms)``: the dispatcher's; ``apply_effects()``: the client loop's
+    (outside a pass it also runs the pass's tail: held commands, the AOF commit, the release
+    of replies, the bus); ``poke_timers()``: wakes the core's timers; ``sent_by_kind``: the dispatcher's count of bus messages sent by kind. The config,
     users, core node, INFO stats and client table are read, never written."""
     from .. import __version__
 
     def run_command(argv: list[bytes], user: Any) -> Any:
         conn = _Internal(user, acl)
         reply = dispatch(conn, argv, now_ms())
-        apply_effects()
-        gate = output_gate()
-        if gate is not None and not gate.in_pass:
-            gate.kick()  # what it journaled goes to the AOF as a client pass's would
+        apply_effects()  # and, between two passes, the pass's tail: what it journaled is committed
         poke_timers()
         return reply
 
