@@ -20,9 +20,11 @@ memory, but the policy does not read RSS:
 The estimate's per-item costs were measured with ``tracemalloc`` on the core
 (a queued job of REPLICATE 1 with its table, timer heap and queue entries:
 about 590 bytes plus its body; an empty queue with its sorted list: about
-650 bytes). The mean body and queue-name size is taken from a sample of the
-job table at most every ``SAMPLE_MS``, so an estimate costs a few ``len``
-calls.
+650 bytes). The bytes of the bodies and queue names are counted exactly by the
+job table as jobs come and go (``JobStore.item_bytes``: two ``len`` per
+registration), so an estimate is a few multiplications, and a measure that
+finds the level unchanged costs two comparisons (``_down_at``, ``_up_at``:
+the bytes at which the level would change, computed when it last did).
 
 The level (``ctx.memory_level``) follows Disque's warning levels:
 
@@ -56,8 +58,6 @@ is 3, so a command pays nothing for the check) and by the shell
 
 from __future__ import annotations
 
-import random
-from itertools import islice
 from typing import TYPE_CHECKING, Callable
 
 from .job import ACKED, F_DELIVERED
@@ -87,8 +87,6 @@ HYSTERESIS = 2
 JOB_OVERHEAD = 560  # plus len(body) + len(queue name)
 QUEUE_OVERHEAD = 650  # plus len(name)
 TOMBSTONE_OVERHEAD = 120
-SAMPLE_SIZE = 64
-SAMPLE_MS = 100
 FREE_BATCH = 1000  # jobs looked at per ``free`` call
 GC_SOONER_MS = 1000  # an acked job whose next GC attempt is further than this gets one now
 
@@ -124,77 +122,46 @@ class Memory:
         self._store = ctx.store
         self._queues = ctx.queues
         self._extra_items = extra_items  # tombstones (acks)
-        self.limit = 1024**3
+        self._limit = 1024**3
         self.frees = True  # maxmemory-policy acks; noeviction: nothing is let go
         self.used = 0
         self.rss = 0
         self.level = 0
         self.on_level: Callable[[int], None] = lambda level: None  # Node swaps its commands
-        self._mean_item = 0  # mean body + queue name bytes of a job, from the last sample
-        self._sampled_at: int | None = None
-        self._have_mean = False
-        self._sampled_n = 0  # jobs held at the last sample
-        self._sample_hi = 0  # highest registration number seen (where a sample may start)
-        # Its own random source: sampling (when the shell measures) leaves ctx.rng's sequence,
-        # which replays of the simulations rely on, untouched.
-        self._random = random.Random(ctx.seed).random
+        self._down_at, self._up_at = self._bounds(0)  # used in [down_at, up_at): level unchanged
         self._free_cursor = 0
         self.freed_jobs = 0
         self.gc_attempts = 0
         self.refused = 0  # commands answered OOM_ERROR
 
     # -- the measure -------------------------------------------------------------------
-    def _sample(self) -> None:
-        store = self._store
-        n = len(store)
-        if not n:
-            self._mean_item = 0
-            self._have_mean = False
-            return
-        hi = max(self._sample_hi, n)
-        cursor = int(self._random() * hi) * SHARDS + int(self._random() * SHARDS)
-        total = count = 0
-        for job in islice(store.scan_from(cursor), SAMPLE_SIZE):
-            total += len(job.body or b"") + len(job.queue or b"")
-            count += 1
-            if job.seq > self._sample_hi:
-                self._sample_hi = job.seq
-        if count < SAMPLE_SIZE:  # ran off the end: top up from the start
-            for job in islice(store.scan_from(0), SAMPLE_SIZE - count):
-                total += len(job.body or b"") + len(job.queue or b"")
-                count += 1
-        mean = total // count if count else 0
-        # Half the last sample, half the new one: one unlucky sample moves it half as far.
-        self._mean_item = (self._mean_item + mean) // 2 if self._have_mean else mean
-        self._have_mean = True
-
     def estimate(self) -> int:
-        """Bytes the node's data takes, from counts (and the sampled mean job size)."""
-        queues = self._queues
+        """Bytes the node's data takes, from counts (and the exact bytes of bodies and names)."""
+        store = self._store
         return (
-            len(self._store) * (JOB_OVERHEAD + self._mean_item)
-            + len(queues) * (QUEUE_OVERHEAD + 16)
+            len(store) * JOB_OVERHEAD + store.item_bytes
+            + len(self._queues) * (QUEUE_OVERHEAD + 16)
             + self._extra_items() * TOMBSTONE_OVERHEAD
-        )
+        )  # fmt: skip
 
     def update(self, now: int, rss: int | None = None) -> tuple[int, int] | None:
         """Measure again; returns ``(old, new)`` when the level changed, else None."""
         if rss is not None:
             self.rss = rss
-        n = len(self._store)
-        # Sampled again every SAMPLE_MS, and at once while no sample describes the jobs held (none
-        # taken since the table was empty) or their number changed twofold since the last one.
-        if (
-            self._sampled_at is None
-            or now - self._sampled_at >= SAMPLE_MS
-            or (n and not self._have_mean)
-            or not (self._sampled_n // 2 <= n <= 2 * self._sampled_n + 16)
-        ):
-            self._sample()
-            self._sampled_at = now
-            self._sampled_n = n
-        self.used = self.estimate()
+        used = self.used = self.estimate()
+        if self._down_at <= used < self._up_at:
+            return None  # the level cannot have changed
         return self._relevel()
+
+    @property
+    def limit(self) -> int:
+        """maxmemory in bytes (0: no limit)."""
+        return self._limit
+
+    @limit.setter
+    def limit(self, limit: int) -> None:
+        self._limit = limit
+        self._down_at, self._up_at = 1, 0  # the next update levels again
 
     def set_limit(self, limit: int, now: int | None = None) -> tuple[int, int] | None:
         """maxmemory changed (at start, CONFIG SET): takes effect at once."""
@@ -206,6 +173,7 @@ class Memory:
     def _relevel(self) -> tuple[int, int] | None:
         old = self.level
         new = level_of(self.used, self.limit, old)
+        self._down_at, self._up_at = self._bounds(new)
         if new == old:
             return None
         self.level = new
@@ -213,6 +181,16 @@ class Memory:
         if (old >= 3) != (new >= 3):
             self.on_level(new)
         return old, new
+
+    def _bounds(self, level: int) -> tuple[int, int]:
+        """The range of ``used`` over which ``level`` stays as it is: from the bytes under which it
+        goes down (its threshold less the hysteresis) to the next level's threshold."""
+        limit = self.limit
+        if limit <= 0:
+            return 0, 1 << 62  # no limit: always level 0
+        down = -1 if level == 0 else -(-limit * (THRESHOLDS[level - 1] - HYSTERESIS) // 100)
+        up = 1 << 62 if level >= len(THRESHOLDS) else -(-limit * THRESHOLDS[level] // 100)
+        return down, up
 
     def threshold_bytes(self, level: int) -> int:
         return self.limit * THRESHOLDS[level - 1] // 100

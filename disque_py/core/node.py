@@ -305,17 +305,29 @@ class Node:
 
     def next_wakeup(self) -> int | None:
         """Monotonic ms of the next due timer (the earliest of every machine's), or None."""
+        # Straight-line tests, not a loop over a tuple of candidates: the shell asks after
+        # every pass, and most candidates are absent.
         ctx = self.ctx
         best = ctx.store.next_awake()
         blocking = self.blocking
-        for at in (
-            blocking.next_wakeup(),
-            self._next_gc if ctx.queues or self.federation.leases else None,
-            ctx.lazy_at or None,
-            self.replication.next_wakeup() if self.replication.timers else None,
-            self.federation.next_need() if blocking.blocked and ctx.cluster_size > 1 else None,
-        ):
+        at = blocking.next_wakeup()
+        if at is not None and (best is None or at < best):
+            best = at
+        if ctx.queues or self.federation.leases:
+            at = self._next_gc
+            if best is None or at < best:
+                best = at
+        at = ctx.lazy_at
+        if at and (best is None or at < best):
+            best = at
+        replication = self.replication
+        if replication.timers:
+            at = replication.next_wakeup()
             if at is not None and (best is None or at < best):
+                best = at
+        if blocking.blocked and ctx.cluster_size > 1:
+            at = self.federation.next_need()
+            if best is None or at < best:
                 best = at
         return best
 

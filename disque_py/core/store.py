@@ -62,7 +62,9 @@ def seq_of(item: Job) -> int:
 
 
 class JobStore:
-    __slots__ = ("_shards", "_count", "_heap", "_seq", "_next", "_todo", "_shard_at", "_old", "rebuilds", "journal")
+    __slots__ = (
+        "_shards", "_count", "_heap", "_seq", "_next", "_todo", "_shard_at", "_old", "rebuilds", "journal", "item_bytes",
+    )  # fmt: skip
 
     def __init__(self) -> None:
         self._shards: list[dict[bytes, Job]] = [{} for _ in range(SHARDS)]
@@ -75,6 +77,9 @@ class JobStore:
         self._old: list[tuple[int, int, Job]] = []  # a replaced heap, let go a slice at a time
         self.rebuilds = 0  # heap rebuilds completed (INFO memory: timer_heap_rebuilds)
         self.journal: list | None = None  # see J_LOAD; set by Node.set_journal
+        # Bytes of the bodies and queue names of the jobs held, kept exact at (un)registration
+        # (a job's body and queue never change while it is registered): core/memory.py's estimate.
+        self.item_bytes = 0
 
     def __len__(self) -> int:
         return self._count
@@ -111,6 +116,7 @@ class JobStore:
         job.seq = self._seq
         shard[job.id] = job
         self._count += 1
+        self.item_bytes += len(job.body or b"") + len(job.queue or b"")
         if self.journal is not None:
             self.journal.append((J_LOAD, job))
         return True
@@ -121,6 +127,7 @@ class JobStore:
             return False
         del shard[job.id]
         self._count -= 1
+        self.item_bytes -= len(job.body or b"") + len(job.queue or b"")
         job.awake = 0  # invalidates its heap entries
         if self.journal is not None:
             self.journal.append((J_DEL, job))
@@ -132,6 +139,7 @@ class JobStore:
                 job.awake = 0
             shard.clear()
         self._count = 0
+        self.item_bytes = 0
         self._heap = []
         self._next = None
         self._todo = []

@@ -9,6 +9,7 @@ from disque_py.core.effects import BLOCKED, Reply, Send
 from disque_py.core.memory import (
     HYSTERESIS,
     JOB_OVERHEAD,
+    QUEUE_OVERHEAD,
     OOM_COMMANDS,
     OOM_ERROR,
     level_of,
@@ -52,14 +53,30 @@ def test_the_estimate_follows_jobs_in_and_out(h):
     assert memory.update(h.now) is None and memory.used == 0 and memory.level == 0
     body = b"x" * 1000
     ids = [h.add("q", body, "REPLICATE", 1) for _ in range(100)]
-    memory.update(h.now)  # no time passed, but the last sample saw no job: sampled again now
-    per_job = memory.used / 100
-    assert JOB_OVERHEAD + 1000 <= per_job <= JOB_OVERHEAD + 1000 + 700  # + the queue's share
+    ids += [h.add("other", b"y" * 10, "REPLICATE", 1) for _ in range(50)]
+    memory.update(h.now)
+    assert h.node.store.item_bytes == 100 * (1000 + len("q")) + 50 * (10 + len("other"))  # exact, no sample
+    queues = len(h.node.ctx.queues)
+    assert memory.used == 150 * JOB_OVERHEAD + h.node.store.item_bytes + queues * (QUEUE_OVERHEAD + 16)
     for job_id in ids:
         h.cmd("DELJOB", job_id)
+    assert h.node.store.item_bytes == 0
     h.advance(5000)  # the tombstones go too
     memory.update(h.now)
     assert memory.used < 100 * 1000 // 10
+
+
+def test_a_limit_changed_in_place_takes_effect_at_the_next_measure(h):
+    """The shell sets ``memory.limit`` on CONFIG SET maxmemory, then measures: the level must be
+    computed again, not read from the bounds of the old limit."""
+    memory = h.node.memory
+    h.add("q", b"x" * 1000, "REPLICATE", 1)
+    assert memory.update(h.now) is None and memory.level == 0
+    memory.limit = memory.used  # 100 %
+    assert memory.update(h.now) == (0, 3)
+    memory.limit = 1024**3
+    assert memory.update(h.now) == (3, 0)
+    assert memory.update(h.now) is None
 
 
 def test_thresholds_are_crossed_up_and_down_as_jobs_come_and_go(h):
