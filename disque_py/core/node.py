@@ -25,7 +25,9 @@ wall_offset`` (the shell measures the offset once), used only for job
 
 Node decides nothing about jobs itself: it routes each command and message to
 the machine that owns it, lets them share one ``Context`` (``context.py``)
-and runs each one's timers. Which file decides what:
+and runs each one's timers. Each machine declares the commands it answers in
+its module's ``COMMANDS`` (``commandspec.py``); ``Node`` binds them into its
+table once, at construction. Which file decides what:
 
 =================  ============================================================
 ``lifecycle.py``   the job table's schedule (ONE_TIMER), expiry, deletion;

@@ -108,12 +108,14 @@ class Rights:
     for a subcommand declared apart); ``always``: the keys every connection may run;
     ``all_commands``: every key some category grants; ``keys``: command name -> where it
     names queues or job IDs (``core/commandspec.py``); ``subcommands``: the commands whose
-    subcommands are named apart.
+    subcommands are named apart; ``plain``: the others, name -> (key or None: always allowed,
+    where it names queues), so that checking one costs a single lookup.
     """
 
-    __slots__ = ("categories", "always", "all_commands", "keys", "subcommands")
+    __slots__ = ("categories", "always", "all_commands", "keys", "subcommands", "plain")
 
     def __init__(self, specs: Iterable[CommandSpec]) -> None:
+        specs = tuple(specs)
         categories: dict[str, set[str]] = {name: set() for name in CATEGORY_NAMES}
         always: set[str] = set()
 
@@ -143,6 +145,12 @@ class Rights:
         self.all_commands: frozenset[str] = frozenset().union(*self.categories.values())
         self.keys = keys
         self.subcommands = frozenset(subcommands)
+        # What ``Acl.check`` reads first: name -> (its key, or None if it needs no right; where it
+        # names queues) for every command whose subcommands are not named apart.
+        self.plain: dict[bytes, tuple[str | None, str | None]] = {
+            spec.name: (None if spec.name.decode() in self.always else spec.name.decode(), spec.keys)
+            for spec in specs if spec.name not in self.subcommands
+        }
 
     def command_key(self, name: bytes, argv: list[bytes]) -> str:
         """The name rights are given by: ``addjob``, or ``client|kill`` for a checked subcommand."""
@@ -415,15 +423,19 @@ class Acl:
 
         ``queue_of(job_id)``: the queue of a job this node holds, None if it holds none."""
         rights = self.rights
-        key = rights.command_key(name, argv)
-        if key in rights.always:
-            return None
+        entry = rights.plain.get(name)  # one lookup for a command whose subcommands go as it
+        if entry is None:  # named apart by subcommand, or not a command at all
+            key = rights.command_key(name, argv)
+            if key in rights.always:
+                return None
+            kind = rights.keys.get(name)
+        else:
+            key, kind = entry
+            if key is None:  # needs no right
+                return None
         if key not in user.commands:
             return "cmd", "NOPERM this user has no permissions to run the '%s' command" % key
-        if user.allkeys:
-            return None
-        kind = rights.keys.get(name)
-        if kind is None:
+        if kind is None or user.allkeys:
             return None
         if kind == QUEUE:
             if len(argv) > 1 and not user.may_use(argv[1]):

@@ -136,6 +136,8 @@ async def test_the_acl_rights_are_made_from_the_declarations(server):
     assert rights.always == always
     assert rights.keys == {spec.name: spec.keys for spec in NODE_COMMANDS if spec.keys is not None}
     assert rights.subcommands == {spec.name for spec in NODE_COMMANDS if spec.subcommands}
+    assert rights.plain == {spec.name: (None if spec.acl == ALWAYS else spec.name.decode(), spec.keys)
+                            for spec in NODE_COMMANDS if not spec.subcommands}  # fmt: skip
     assert _run(server, b"ACL", b"CAT") == [c.encode() for c in CATEGORY_NAMES]
 
 
