@@ -50,6 +50,7 @@ from typing import Any
 from . import ids as ids_mod
 from .ids import valid_job_id
 from .commands import check_job_ids
+from .commandspec import JOB_IDS, CommandSpec
 from .context import Context
 from .job import ACKED, QUEUED, WAIT_REPL, Job
 from .messages import (
@@ -80,6 +81,12 @@ GC_UNKNOWN_HOLDER_ATTEMPT = 3
 TOMBSTONE_MS = 2000
 TOMBSTONES_MAX = 100_000
 _REMOVED_WHILE_REPLICATING = "NOREPL job removed (expired?) before the requested replication level was achieved"
+
+#: The commands this machine answers (commandspec.py; Node dispatches them).
+COMMANDS = (
+    CommandSpec(b"ackjob", "cmd_ackjob", -1, ("write", "fast"), ("consume",), JOB_IDS),
+    CommandSpec(b"fastack", "cmd_fastack", -1, ("write", "fast"), ("consume",), JOB_IDS),
+)
 
 
 class Acks:

@@ -37,6 +37,7 @@ from itertools import islice
 from typing import Any
 
 from .commands import NOT_AN_INTEGER, SYNTAX_ERROR, parse_getjob, parse_int, parse_qscan
+from .commandspec import EVERY_QUEUE, FROM_QUEUES, QUEUE, CommandSpec
 from .context import Context
 from .effects import BLOCKED, Reply
 from .job import ACTIVE, F_DELIVERED, Job
@@ -64,6 +65,19 @@ def job_item(job: Job, withcounters: bool) -> list:
     if withcounters:
         return [job.queue, job.id, job.body, b"nacks", job.nacks, b"additional-deliveries", job.deliveries]
     return [job.queue, job.id, job.body]
+
+
+# Looking at a queue or a job: whoever may add, take or inspect may.
+_QUEUE_READS = ("produce", "consume", "inspect")
+#: The commands this machine answers (commandspec.py; Node dispatches them).
+COMMANDS = (
+    CommandSpec(b"getjob", "cmd_getjob", -2, ("write", "fast"), ("consume",), FROM_QUEUES),
+    CommandSpec(b"qlen", "cmd_qlen", 2, ("readonly", "fast"), _QUEUE_READS, QUEUE),
+    CommandSpec(b"qpeek", "cmd_qpeek", 3, ("readonly",), _QUEUE_READS, QUEUE),
+    CommandSpec(b"qstat", "cmd_qstat", 2, ("readonly", "fast"), _QUEUE_READS, QUEUE),
+    CommandSpec(b"qscan", "cmd_qscan", -1, ("readonly",), ("inspect",), EVERY_QUEUE),
+    CommandSpec(b"pause", "cmd_pause", -3, ("readonly", "fast"), ("admin",), QUEUE),
+)
 
 
 class Blocking:

@@ -33,6 +33,7 @@ from __future__ import annotations
 from typing import Any
 
 from .commands import check_job_ids, parse_jscan
+from .commandspec import EVERY_QUEUE, JOB_IDS, CommandSpec
 from .context import Context
 from .job import ACKED, ACTIVE, F_BCAST_QUEUED, F_BCAST_WILLQUEUE, F_DELIVERED, QUEUED, STATE_NAMES, WAIT_REPL, Job
 from .replies import Error, Status
@@ -42,6 +43,13 @@ __all__ = ["Lifecycle", "WILLQUEUE_ADVANCE_MS", "SCHEDULE_BATCH"]
 
 WILLQUEUE_ADVANCE_MS = 500
 SCHEDULE_BATCH = 10_000
+
+#: The commands this machine answers (commandspec.py; Node dispatches them).
+COMMANDS = (
+    CommandSpec(b"deljob", "cmd_deljob", -1, ("write", "fast"), ("admin",), JOB_IDS),
+    CommandSpec(b"show", "cmd_show", 2, ("readonly", "fast"), ("produce", "consume", "inspect"), JOB_IDS),
+    CommandSpec(b"jscan", "cmd_jscan", -1, ("readonly",), ("inspect",), EVERY_QUEUE),
+)
 
 
 class Lifecycle:

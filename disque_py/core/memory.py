@@ -39,9 +39,10 @@ The level (``ctx.memory_level``) follows Disque's warning levels:
                                 guarantee: delivered RETRY 0 jobs (never
                                 queued again) and acked jobs whose GC can end
                                 (an attempt now); idle queues go after 2 s
-3     >= 100 %                  the commands that grow memory (Disque's "m"
-                                flag: ADDJOB, ENQUEUE, NACK) are refused with
-                                ``OOM_ERROR``; GETJOB, ACKJOB, FASTACK,
+3     >= 100 %                  the commands that grow memory (declared
+                                ``denyoom``, Disque's "m" flag: ADDJOB,
+                                ENQUEUE, NACK; ``node.OOM_COMMANDS``) are
+                                refused with ``OOM_ERROR``; GETJOB, ACKJOB, FASTACK,
                                 DELJOB, WORKING, the queue commands and the
                                 bus keep working, so a full node drains
 ====  ========================  =============================================
@@ -69,7 +70,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Memory",
-    "OOM_COMMANDS",
     "OOM_ERROR",
     "THRESHOLDS",
     "HYSTERESIS",
@@ -90,8 +90,7 @@ TOMBSTONE_OVERHEAD = 120
 FREE_BATCH = 1000  # jobs looked at per ``free`` call
 GC_SOONER_MS = 1000  # an acked job whose next GC attempt is further than this gets one now
 
-#: Disque's commands flagged "m" (may increase memory): refused at level 3.
-OOM_COMMANDS = frozenset({b"addjob", b"enqueue", b"nack"})
+#: The reply of a command declared ``denyoom`` at level 3 (``node.OOM_COMMANDS``).
 OOM_ERROR = Error("OOM command not allowed when used memory > 'maxmemory'.")
 
 LEVEL_NAMES = ("ok", "replicate-externally", "free", "oom")

@@ -25,7 +25,9 @@ wall_offset`` (the shell measures the offset once), used only for job
 
 Node decides nothing about jobs itself: it routes each command and message to
 the machine that owns it, lets them share one ``Context`` (``context.py``)
-and runs each one's timers. Which file decides what:
+and runs each one's timers. Each machine declares the commands it answers in
+its module's ``COMMANDS`` (``commandspec.py``); ``Node`` binds them into its
+table once, at construction. Which file decides what:
 
 =================  ============================================================
 ``lifecycle.py``   the job table's schedule (ONE_TIMER), expiry, deletion;
@@ -52,24 +54,46 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from . import acks as acks_mod
+from . import blocking as blocking_mod
+from . import lifecycle as lifecycle_mod
+from . import replication as replication_mod
+from . import requeue as requeue_mod
 from .acks import Acks
 from .blocking import Blocking
+from .commandspec import ALWAYS, CommandSpec, bind, check_unique
 from .context import Context
 from .effects import BLOCKED
 from .federation import Federation
 from .lifecycle import Lifecycle
-from .memory import OOM_COMMANDS, OOM_ERROR, Memory
+from .memory import OOM_ERROR, Memory
 from .messages import receivers
 from .replication import Replication
 from .replies import Error, err
 from .store import J_DEL
 from .requeue import Requeue
 
-__all__ = ["Node", "BLOCKED"]
+__all__ = ["Node", "BLOCKED", "CORE_COMMANDS", "OOM_COMMANDS"]
 
 QUEUE_GC_PERIOD_MS = 1000  # queue eviction and lease expiry run this often
 
 Handler = Callable[[int, list], Any]
+
+#: The Node attribute holding the machine that answers each module's ``COMMANDS``; the
+#: node itself answers its own (HELLO). One declaration per command (commandspec.py):
+#: the dispatch table, the -OOM refusals, COMMAND's reply and the ACL rights derive from it.
+_OWNERS: tuple[tuple[str | None, tuple[CommandSpec, ...]], ...] = (
+    ("replication", replication_mod.COMMANDS),
+    ("blocking", blocking_mod.COMMANDS),
+    ("acks", acks_mod.COMMANDS),
+    ("lifecycle", lifecycle_mod.COMMANDS),
+    ("requeue", requeue_mod.COMMANDS),
+    (None, (CommandSpec(b"hello", "cmd_hello", 1, ("readonly", "fast"), ALWAYS),)),
+)
+#: Every command of the core, each declared once.
+CORE_COMMANDS: tuple[CommandSpec, ...] = check_unique(spec for _, specs in _OWNERS for spec in specs)
+#: What memory level 3 refuses with -OOM (memory.py): Disque's "m" commands, the ``denyoom`` ones.
+OOM_COMMANDS: frozenset[bytes] = frozenset(spec.name for spec in CORE_COMMANDS if "denyoom" in spec.flags)
 
 
 def _shared(name: str, doc: str) -> property:
@@ -161,25 +185,10 @@ class Node:
         # OOM_COMMANDS, so no command pays for the check.
         self.memory = memory = Memory(ctx, lambda: len(acks.tombstones))
         memory.on_level = self._memory_level_changed
-        self.commands: dict[bytes, tuple[Handler, int]] = {
-            b"addjob": (replication.cmd_addjob, -4),
-            b"getjob": (blocking.cmd_getjob, -2),
-            b"ackjob": (acks.cmd_ackjob, -1),
-            b"fastack": (acks.cmd_fastack, -1),
-            b"deljob": (lifecycle.cmd_deljob, -1),
-            b"show": (lifecycle.cmd_show, 2),
-            b"qlen": (blocking.cmd_qlen, 2),
-            b"qpeek": (blocking.cmd_qpeek, 3),
-            b"qstat": (blocking.cmd_qstat, 2),
-            b"qscan": (blocking.cmd_qscan, -1),
-            b"jscan": (lifecycle.cmd_jscan, -1),
-            b"enqueue": (requeue.cmd_enqueue, -1),
-            b"nack": (requeue.cmd_nack, -1),
-            b"dequeue": (requeue.cmd_dequeue, -1),
-            b"working": (requeue.cmd_working, 2),
-            b"pause": (blocking.cmd_pause, -3),
-            b"hello": (self.cmd_hello, 1),
-        }
+        self.commands: dict[bytes, tuple[Handler, int]] = {}
+        for attr, specs in _OWNERS:
+            owner = self if attr is None else getattr(self, attr)
+            self.commands.update(bind(specs, lambda name, owner=owner: getattr(owner, name)))
         self._commands_ok = self.commands
         self._oom = False
         self._disk_error: Error | None = None

@@ -43,6 +43,7 @@ import heapq
 from typing import Any
 
 from .commands import RETRY0_NEEDS_REPLICATE1, parse_addjob
+from .commandspec import QUEUE, CommandSpec
 from .context import Context
 from .effects import BLOCKED, Reply, Send
 from .job import ACKED, ACTIVE, F_BCAST_QUEUED, F_BCAST_WILLQUEUE, WAIT_REPL, Job
@@ -58,6 +59,11 @@ REPL_ADD_NODE_MS = 50
 REPL_RESEND_MAX_MS = 1000
 DEFAULT_REPLICATE_MAX = 3
 _TIMEOUT = 1  # timer kind: the ADDJOB timeout (any other kind: add a node)
+
+#: The commands this machine answers (commandspec.py; Node dispatches them).
+COMMANDS = (
+    CommandSpec(b"addjob", "cmd_addjob", -4, ("write", "denyoom", "fast"), ("produce",), QUEUE),
+)
 
 
 class Replication:

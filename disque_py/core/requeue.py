@@ -37,6 +37,7 @@ from __future__ import annotations
 from typing import Any
 
 from .commands import check_job_ids
+from .commandspec import JOB_IDS, CommandSpec
 from .context import Context
 from .job import ACKED, ACTIVE, F_BCAST_QUEUED, F_BCAST_WILLQUEUE, F_DELIVERED, QUEUED, Job
 from .lifecycle import WILLQUEUE_ADVANCE_MS
@@ -56,6 +57,16 @@ def compare_ids_by_job(a: str, b: str, job_id: bytes) -> int:
     xa = bytes(ord(c) ^ mix[i % 24] for i, c in enumerate(a))
     xb = bytes(ord(c) ^ mix[i % 24] for i, c in enumerate(b))
     return (xa > xb) - (xa < xb)
+
+
+#: The commands this machine answers (commandspec.py; Node dispatches them). ENQUEUE and
+#: NACK queue a job again, so they are refused at memory level 3 (denyoom), as Disque's.
+COMMANDS = (
+    CommandSpec(b"enqueue", "cmd_enqueue", -1, ("write", "denyoom", "fast"), ("admin",), JOB_IDS),
+    CommandSpec(b"nack", "cmd_nack", -1, ("write", "denyoom", "fast"), ("consume",), JOB_IDS),
+    CommandSpec(b"dequeue", "cmd_dequeue", -1, ("write", "fast"), ("admin",), JOB_IDS),
+    CommandSpec(b"working", "cmd_working", 2, ("write", "fast"), ("consume",), JOB_IDS),
+)
 
 
 class Requeue:

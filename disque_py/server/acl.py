@@ -28,21 +28,25 @@ ACL SETUSER or DELUSER the config's ``user`` value becomes those lines, so
 CONFIG REWRITE saves the users as they are (until then it keeps the file's
 ``user`` lines as written).
 
-The categories (:data:`CATEGORIES`; ``ACL CAT`` lists them) overlap as
+The categories (:data:`CATEGORY_NAMES`; ``ACL CAT`` lists them) overlap as
 Redis's do: a command is allowed when any granted category holds it and no
 later ``-`` rule took it away. Commands every authenticated connection may
-run whatever its rights (:data:`ALWAYS`) are in no category: AUTH, HELLO,
+run whatever its rights (``ALWAYS``) are in no category: AUTH, HELLO,
 QUIT, PING, ECHO, TIME, COMMAND, the CLIENT subcommands about the connection
-itself, ACL WHOAMI and ACL CAT.
+itself, ACL WHOAMI and ACL CAT. Which command is in which category, and where
+it names queues or job IDs, is said by the command's own declaration
+(``core/commandspec.py``); :class:`Rights` reads them once, when the node's
+:class:`Acl` is made, so this module names no command.
 
-Queues: a command naming queues (ADDJOB, GETJOB ... FROM q1 q2, QLEN, QSTAT,
-QPEEK, PAUSE) is refused if any of them matches none of the user's patterns. A
-command naming job IDs (ACKJOB, FASTACK, NACK, WORKING, SHOW, ENQUEUE, DEQUEUE,
-DELJOB) is checked against the queue of each job this node holds; an ID the
-node does not hold (or a malformed one) is refused to a user without
-``allkeys``: an ACKJOB of an unknown ID would otherwise spread an
-acknowledgement through the cluster for a job of any queue. QSCAN and JSCAN
-walk every queue and job, so they need ``allkeys``.
+Queues: a command naming queues (``QUEUE``: ADDJOB, QLEN, QSTAT, QPEEK, PAUSE;
+``FROM_QUEUES``: GETJOB ... FROM q1 q2) is refused if any of them matches none
+of the user's patterns. A command naming job IDs (``JOB_IDS``: ACKJOB, FASTACK,
+NACK, WORKING, SHOW, ENQUEUE, DEQUEUE, DELJOB) is checked against the queue of
+each job this node holds; an ID the node does not hold (or a malformed one) is
+refused to a user without ``allkeys``: an ACKJOB of an unknown ID would
+otherwise spread an acknowledgement through the cluster for a job of any queue.
+QSCAN and JSCAN (``EVERY_QUEUE``) walk every queue and job, so they need
+``allkeys``.
 
 The ``default`` user always exists. ``requirepass`` is its password (no
 ``requirepass``: ``nopass``), unless a ``user default ...`` line says
@@ -63,7 +67,7 @@ the last one, so guessing costs a new connection every few attempts.
 
 Called by: the admin commands (:mod:`.admin`: AUTH, HELLO, ACL) and the
 dispatcher (:mod:`.dispatch`: :meth:`Acl.check`). It imports only the
-glob matcher (:mod:`disque_py.globmatch`).
+glob matcher (:mod:`disque_py.globmatch`) and the command declarations' type.
 """
 
 from __future__ import annotations
@@ -72,62 +76,90 @@ import hashlib
 import hmac
 from typing import Callable, Iterable
 
+from ..core.commandspec import ALWAYS, EVERY_QUEUE, FROM_QUEUES, JOB_IDS, QUEUE, CommandSpec
 from ..globmatch import glob_match
 
 __all__ = [
     "Acl",
     "AclError",
     "User",
-    "CATEGORIES",
-    "ALWAYS",
-    "ALL_COMMANDS",
+    "Rights",
+    "CATEGORY_NAMES",
     "AUTH_FAILURE_LIMIT",
     "WRONGPASS",
-    "command_key",
     "hash_password",
 ]
 
 AUTH_FAILURE_LIMIT = 5  # failed AUTHs in a row before the connection is closed
 WRONGPASS = "WRONGPASS invalid username-password pair or user is disabled."
 
-#: Commands any authenticated connection may run, whatever its rights.
-ALWAYS = frozenset({
-    "auth", "hello", "quit", "ping", "echo", "time", "command",
-    "client|id", "client|getname", "client|setname", "client|setinfo", "client|info", "client",
-    "acl|whoami", "acl|cat",
-})  # fmt: skip
+#: The categories, as ``ACL CAT`` lists them. What each holds is declared by the commands
+#: (``CommandSpec.acl``): produce = add jobs and look at the queues they go to; consume = take
+#: jobs, acknowledge them, give them back or ask for more time; inspect = look without
+#: changing anything (queues, jobs, INFO, the slow log); admin = run the node, and move or
+#: delete jobs by hand.
+CATEGORY_NAMES = ("produce", "consume", "inspect", "admin")
 
-_QUEUE_READS = {"qlen", "qstat", "qpeek", "show"}
-# SLOWLOG and LATENCY: reading is inspecting, emptying is administering
-_MONITOR_READS = {
-    "slowlog|get", "slowlog|len", "slowlog|help",
-    "latency|latest", "latency|history", "latency|doctor", "latency|help",
-}  # fmt: skip
 
-#: Category -> the commands it grants. Every command the node knows is in ALWAYS or here
-#: (tests/server/test_acl.py checks it against the command tables).
-CATEGORIES: dict[str, frozenset[str]] = {
-    # add jobs, and look at the queues they go to
-    "produce": frozenset({"addjob"} | _QUEUE_READS),
-    # take jobs, acknowledge them, give them back or ask for more time
-    "consume": frozenset({"getjob", "ackjob", "fastack", "nack", "working"} | _QUEUE_READS),
-    # look without changing anything: queues, jobs, the node's INFO
-    "inspect": frozenset(_QUEUE_READS | {"qscan", "jscan", "info"} | _MONITOR_READS),
-    # run the node, and move or delete jobs by hand
-    "admin": frozenset({
-        "deljob", "enqueue", "dequeue", "pause",
-        "config", "debug", "shutdown", "cluster", "bgrewriteaof",
-        "client|kill", "client|list", "acl",
-        "slowlog|reset", "latency|reset", "slowlog", "latency",  # the last two: other subcommands
-    } | _MONITOR_READS),  # fmt: skip
-}
-ALL_COMMANDS: frozenset[str] = frozenset().union(*CATEGORIES.values())
+class Rights:
+    """What the ACL knows of the node's commands, read off their declarations, once.
 
-# Where a command names its queues or job IDs.
-_FIRST_ARG_QUEUE = frozenset({b"addjob", b"qlen", b"qstat", b"qpeek", b"pause"})
-_JOB_IDS = frozenset({b"ackjob", b"fastack", b"nack", b"working", b"show", b"enqueue", b"dequeue", b"deljob"})
-_ALL_QUEUES = frozenset({b"qscan", b"jscan"})
-_SUBCOMMANDS = frozenset({b"client", b"acl", b"slowlog", b"latency"})
+    ``categories``: category -> the command keys it grants (``addjob``, or ``client|kill``
+    for a subcommand declared apart); ``always``: the keys every connection may run;
+    ``all_commands``: every key some category grants; ``keys``: command name -> where it
+    names queues or job IDs (``core/commandspec.py``); ``subcommands``: the commands whose
+    subcommands are named apart; ``plain``: the others, name -> (key or None: always allowed,
+    where it names queues), so that checking one costs a single lookup.
+    """
+
+    __slots__ = ("categories", "always", "all_commands", "keys", "subcommands", "plain")
+
+    def __init__(self, specs: Iterable[CommandSpec]) -> None:
+        specs = tuple(specs)
+        categories: dict[str, set[str]] = {name: set() for name in CATEGORY_NAMES}
+        always: set[str] = set()
+
+        def grant(key: str, acl: tuple[str, ...]) -> None:
+            if acl == ALWAYS:
+                always.add(key)
+                return
+            if not acl:
+                raise ValueError("command %r is in no ACL category" % key)
+            for cat in acl:
+                if cat not in categories:
+                    raise ValueError("command %r: no ACL category %r" % (key, cat))
+                categories[cat].add(key)
+
+        keys: dict[bytes, str] = {}
+        subcommands: set[bytes] = set()
+        for spec in specs:
+            name = spec.name.decode()
+            grant(name, spec.acl)
+            for sub, acl in spec.subcommands:
+                grant(name + "|" + sub, acl)
+                subcommands.add(spec.name)
+            if spec.keys is not None:
+                keys[spec.name] = spec.keys
+        self.categories: dict[str, frozenset[str]] = {c: frozenset(v) for c, v in categories.items()}
+        self.always = frozenset(always)
+        self.all_commands: frozenset[str] = frozenset().union(*self.categories.values())
+        self.keys = keys
+        self.subcommands = frozenset(subcommands)
+        # What ``Acl.check`` reads first: name -> (its key, or None if it needs no right; where it
+        # names queues) for every command whose subcommands are not named apart.
+        self.plain: dict[bytes, tuple[str | None, str | None]] = {
+            spec.name: (None if spec.name.decode() in self.always else spec.name.decode(), spec.keys)
+            for spec in specs if spec.name not in self.subcommands
+        }
+
+    def command_key(self, name: bytes, argv: list[bytes]) -> str:
+        """The name rights are given by: ``addjob``, or ``client|kill`` for a checked subcommand."""
+        if name in self.subcommands and len(argv) > 1:
+            key = "%s|%s" % (name.decode(), argv[1].decode("utf-8", "replace").lower())
+            if key in self.always or key in self.all_commands:
+                return key
+            return name.decode()  # other subcommands: as the command
+        return name.decode("utf-8", "replace")
 
 
 class AclError(Exception):
@@ -138,23 +170,15 @@ def hash_password(password: bytes) -> str:
     return hashlib.sha256(password).hexdigest()
 
 
-def command_key(name: bytes, argv: list[bytes]) -> str:
-    """The name rights are given by: ``addjob``, or ``client|kill`` for a checked subcommand."""
-    if name in _SUBCOMMANDS and len(argv) > 1:
-        key = "%s|%s" % (name.decode(), argv[1].decode("utf-8", "replace").lower())
-        if key in ALWAYS or key in ALL_COMMANDS:
-            return key
-        return name.decode()  # other subcommands: as the command
-    return name.decode("utf-8", "replace")
-
-
 class User:
-    """One user. ``commands``: the command keys granted; ``patterns``: queue globs."""
+    """One user. ``commands``: the command keys granted; ``patterns``: queue globs; ``rights``:
+    the node's commands (what ``+@cat`` grants, what ``+cmd`` may name)."""
 
-    __slots__ = ("name", "enabled", "nopass", "passwords", "commands", "patterns", "allkeys")
+    __slots__ = ("name", "enabled", "nopass", "passwords", "commands", "patterns", "allkeys", "rights")
 
-    def __init__(self, name: bytes) -> None:
+    def __init__(self, name: bytes, rights: Rights) -> None:
         self.name = name
+        self.rights = rights
         self.enabled = False
         self.nopass = False
         self.passwords: list[str] = []  # SHA-256 hex digests, in the order added
@@ -163,7 +187,7 @@ class User:
         self.allkeys = False
 
     def copy(self) -> "User":
-        other = User(self.name)
+        other = User(self.name, self.rights)
         other.set_from(self)
         return other
 
@@ -178,7 +202,7 @@ class User:
     @property
     def unrestricted(self) -> bool:
         """Every command on every queue: its connections are never checked."""
-        return self.allkeys and self.commands >= ALL_COMMANDS
+        return self.allkeys and self.commands >= self.rights.all_commands
 
     def apply(self, rule: bytes) -> None:
         """Apply one rule; :class:`AclError` if it is not one."""
@@ -200,7 +224,7 @@ class User:
             self.allkeys = False
             self.patterns = []
         elif low in (b"allcommands", b"+@all"):
-            self.commands = set(ALL_COMMANDS)
+            self.commands = set(self.rights.all_commands)
         elif low in (b"nocommands", b"-@all"):
             self.commands = set()
         elif low == b"reset":
@@ -236,15 +260,16 @@ class User:
                 self.patterns.append(pattern)
         elif rule[:2] in (b"+@", b"-@"):
             cat = low[2:].decode("utf-8", "replace")
-            if cat not in CATEGORIES:
+            categories = self.rights.categories
+            if cat not in categories:
                 raise AclError("Unknown command or category name in ACL")
             if rule[:1] == b"+":
-                self.commands |= CATEGORIES[cat]
+                self.commands |= categories[cat]
             else:
-                self.commands -= CATEGORIES[cat]
+                self.commands -= categories[cat]
         elif rule[:1] in (b"+", b"-"):
             cmd = low[1:].decode("utf-8", "replace")
-            if cmd not in ALL_COMMANDS:
+            if cmd not in self.rights.all_commands:
                 raise AclError("Unknown command or category name in ACL")
             if rule[:1] == b"+":
                 self.commands.add(cmd)
@@ -264,12 +289,12 @@ class User:
         else:
             out.append("resetkeys")
             out.extend("~" + p.decode("utf-8", "surrogateescape") for p in self.patterns)
-        if self.commands >= ALL_COMMANDS:
+        if self.commands >= self.rights.all_commands:
             out.append("+@all")
         else:
             out.append("-@all")
             covered: set[str] = set()
-            for cat, cmds in CATEGORIES.items():
+            for cat, cmds in self.rights.categories.items():
                 if cmds <= self.commands:
                     out.append("+@" + cat)
                     covered |= cmds
@@ -291,10 +316,18 @@ def _check_name(name: bytes) -> None:
 
 
 class Acl:
-    """The user table of a node (always holding ``default``)."""
+    """The user table of a node (always holding ``default``). ``commands``: the declarations
+    of every command the node answers (``core/commandspec.py``), read into :attr:`rights`."""
 
-    def __init__(self, requirepass: str = "", user_lines: Iterable[Iterable[str | bytes]] = ()) -> None:
-        default = User(b"default")
+    def __init__(
+        self,
+        requirepass: str = "",
+        user_lines: Iterable[Iterable[str | bytes]] = (),
+        *,
+        commands: Iterable[CommandSpec],
+    ) -> None:
+        self.rights = rights = Rights(commands)
+        default = User(b"default", rights)
         default.enabled = True
         default.apply(b"allkeys")
         default.apply(b"allcommands")
@@ -308,9 +341,9 @@ class Acl:
             self.setuser(words[0], [b"reset", *words[1:]])  # a configured user starts from nothing (as Redis)
 
     @classmethod
-    def from_config(cls, config) -> "Acl":
+    def from_config(cls, config, commands: Iterable[CommandSpec]) -> "Acl":
         """The table the config describes, following ``requirepass`` as CONFIG SET changes it."""
-        acl = cls(config.requirepass or "", getattr(config, "user", None) or ())
+        acl = cls(config.requirepass or "", getattr(config, "user", None) or (), commands=commands)
         config.on_change.append(acl._config_changed)
         return acl
 
@@ -347,7 +380,7 @@ class Acl:
         Returns the user and whether it existed before."""
         _check_name(name)
         existing = self.users.get(name)
-        draft = existing.copy() if existing is not None else User(name)
+        draft = existing.copy() if existing is not None else User(name, self.rights)
         for rule in rules:
             try:
                 draft.apply(rule)
@@ -389,31 +422,39 @@ class Acl:
         """None if ``user`` may run ``argv``; else (what was refused: "cmd" or "key", the error).
 
         ``queue_of(job_id)``: the queue of a job this node holds, None if it holds none."""
-        key = command_key(name, argv)
-        if key in ALWAYS:
-            return None
+        rights = self.rights
+        entry = rights.plain.get(name)  # one lookup for a command whose subcommands go as it
+        if entry is None:  # named apart by subcommand, or not a command at all
+            key = rights.command_key(name, argv)
+            if key in rights.always:
+                return None
+            kind = rights.keys.get(name)
+        else:
+            key, kind = entry
+            if key is None:  # needs no right
+                return None
         if key not in user.commands:
             return "cmd", "NOPERM this user has no permissions to run the '%s' command" % key
-        if user.allkeys:
+        if kind is None or user.allkeys:
             return None
-        if name in _FIRST_ARG_QUEUE:
+        if kind == QUEUE:
             if len(argv) > 1 and not user.may_use(argv[1]):
                 return "key", _queue_denied(argv[1])
-        elif name == b"getjob":
+        elif kind == FROM_QUEUES:
             for i in range(1, len(argv)):
                 if argv[i].lower() == b"from":
                     for queue in argv[i + 1:]:
                         if not user.may_use(queue):
                             return "key", _queue_denied(queue)
                     break
-        elif name in _JOB_IDS:
+        elif kind == JOB_IDS:
             for job_id in argv[1:]:
                 queue = queue_of(job_id)
                 if queue is None:
                     return "key", "NOPERM this user has no permissions to access the job '%s': it is not known to this node" % job_id.decode("utf-8", "replace")
                 if not user.may_use(queue):
                     return "key", _queue_denied(queue)
-        elif name in _ALL_QUEUES:
+        elif kind == EVERY_QUEUE:
             return "key", "NOPERM this user has no permissions to access every queue, as '%s' needs" % key
         return None
 

@@ -7,12 +7,15 @@ stores the dispatcher feeds: :mod:`.slowlog`, :mod:`.latency`, :mod:`.cmdstats`)
 ``HELLO <protover>`` handshake. Everything about jobs and queues goes to
 the core.
 
-:func:`build_table` makes the name -> (handler, arity) table and
-:func:`hello_handshake` the handshake, both bound to an
-:class:`AdminContext`: the few things of the node they read or call
-(config, core, stats, the open clients, shutdown, CLIENT KILL, CLUSTER,
-ops/s), given by the node (:mod:`.app`). The dispatcher
-(:mod:`.dispatch`) calls the handlers; nothing here calls back into it.
+Each command is declared once in :data:`COMMANDS` (``core/commandspec.py``: name,
+handler, arity, flags, ACL categories); :func:`build_table` binds them into the
+name -> (handler, arity) table the dispatcher reads and :func:`hello_handshake`
+is the handshake, both bound to an :class:`AdminContext`: the few things of the
+node they read or call (config, core, stats, the open clients, shutdown, CLIENT
+KILL, ops/s, and the declarations of every command the node answers, for
+COMMAND), given by the node (:mod:`.app`). CLUSTER is declared and answered by
+the cluster service (:mod:`.cluster`). The dispatcher (:mod:`.dispatch`) calls
+the handlers; nothing here calls back into it.
 """
 
 from __future__ import annotations
@@ -29,10 +32,11 @@ import trio
 
 from .. import DISQUE_COMPAT_VERSION, __version__
 from ..config import ConfigError, config_get, config_set, rewrite_config
+from ..core.commandspec import ALWAYS, CommandSpec, bind
 from ..core.replies import OK, Error, Status, err
 from ..rss import rss_bytes
 from . import faults, gcpolicy
-from .acl import AUTH_FAILURE_LIMIT, CATEGORIES, WRONGPASS, Acl, AclError
+from .acl import AUTH_FAILURE_LIMIT, WRONGPASS, Acl, AclError
 from .cmdstats import CommandStats
 from .connection import PERMS_UNSET
 from .contracts import NO_REPLY
@@ -46,44 +50,40 @@ if TYPE_CHECKING:
     from ..core.node import Node
     from .connection import Connection
 
-# name -> (arity, flags) for COMMAND; the flags are informational, as Disque's.
-CORE_COMMANDS: dict[bytes, tuple[int, list[bytes]]] = {
-    b"addjob": (-4, [b"write", b"denyoom", b"fast"]),
-    b"getjob": (-2, [b"write", b"fast"]),
-    b"ackjob": (-1, [b"write", b"fast"]),
-    b"fastack": (-1, [b"write", b"fast"]),
-    b"deljob": (-1, [b"write", b"fast"]),
-    b"show": (2, [b"readonly", b"fast"]),
-    b"qlen": (2, [b"readonly", b"fast"]),
-    b"qpeek": (3, [b"readonly"]),
-    b"qstat": (2, [b"readonly", b"fast"]),
-    b"qscan": (-1, [b"readonly"]),
-    b"jscan": (-1, [b"readonly"]),
-    b"enqueue": (-1, [b"write", b"denyoom", b"fast"]),
-    b"nack": (-1, [b"write", b"denyoom", b"fast"]),
-    b"dequeue": (-1, [b"write", b"fast"]),
-    b"working": (2, [b"write", b"fast"]),
-    b"pause": (-3, [b"readonly", b"fast"]),
-    b"hello": (1, [b"readonly", b"fast"]),
-}
-ADMIN_FLAGS: dict[bytes, list[bytes]] = {
-    b"auth": [b"readonly", b"loading", b"fast"],
-    b"ping": [b"readonly", b"fast"],
-    b"echo": [b"readonly", b"fast"],
-    b"quit": [b"readonly", b"fast"],
-    b"info": [b"readonly", b"loading"],
-    b"time": [b"readonly", b"fast"],
-    b"command": [b"readonly", b"loading"],
-    b"client": [b"admin", b"readonly"],
-    b"config": [b"admin", b"readonly"],
-    b"shutdown": [b"admin", b"readonly", b"loading"],
-    b"bgrewriteaof": [b"admin", b"readonly"],
-    b"debug": [b"admin"],
-    b"cluster": [b"admin", b"readonly"],
-    b"acl": [b"admin", b"readonly", b"loading"],
-    b"slowlog": [b"admin", b"readonly", b"loading"],
-    b"latency": [b"admin", b"readonly", b"loading"],
-}
+# SLOWLOG and LATENCY: reading is inspecting, emptying is administering.
+_MONITOR_READ = ("inspect", "admin")
+_ADMIN = ("admin",)
+
+#: The shell's commands, each declared once (core/commandspec.py): ``handler`` names a function
+#: of :func:`build_table`. COMMAND lists them in this order, after CLUSTER and before the core's;
+#: the flags are informational, as Disque's.
+COMMANDS: tuple[CommandSpec, ...] = (
+    CommandSpec(b"auth", "auth", -2, ("readonly", "loading", "fast"), ALWAYS),
+    CommandSpec(b"ping", "ping", -1, ("readonly", "fast"), ALWAYS),
+    CommandSpec(b"echo", "echo", 2, ("readonly", "fast"), ALWAYS),
+    CommandSpec(b"quit", "quit_", 1, ("readonly", "fast"), ALWAYS),
+    CommandSpec(b"time", "time_", 1, ("readonly", "fast"), ALWAYS),
+    CommandSpec(b"info", "info", -1, ("readonly", "loading"), ("inspect",)),
+    CommandSpec(b"command", "command", -1, ("readonly", "loading"), ALWAYS),
+    CommandSpec(b"client", "client", -2, ("admin", "readonly"), ALWAYS, subcommands=(
+        ("id", ALWAYS), ("getname", ALWAYS), ("setname", ALWAYS), ("setinfo", ALWAYS), ("info", ALWAYS),
+        ("kill", _ADMIN), ("list", _ADMIN),
+    )),
+    CommandSpec(b"config", "config", -2, ("admin", "readonly"), _ADMIN),
+    CommandSpec(b"shutdown", "shutdown", -1, ("admin", "readonly", "loading"), _ADMIN),
+    CommandSpec(b"bgrewriteaof", "bgrewriteaof", 1, ("admin", "readonly"), _ADMIN),
+    CommandSpec(b"debug", "debug", -2, ("admin",), _ADMIN),
+    CommandSpec(b"acl", "acl_", -2, ("admin", "readonly", "loading"), _ADMIN, subcommands=(
+        ("whoami", ALWAYS), ("cat", ALWAYS),
+    )),
+    CommandSpec(b"slowlog", "slowlog", -2, ("admin", "readonly", "loading"), _ADMIN, subcommands=(
+        ("get", _MONITOR_READ), ("len", _MONITOR_READ), ("help", _MONITOR_READ), ("reset", _ADMIN),
+    )),
+    CommandSpec(b"latency", "latency", -2, ("admin", "readonly", "loading"), _ADMIN, subcommands=(
+        ("latest", _MONITOR_READ), ("history", _MONITOR_READ), ("doctor", _MONITOR_READ),
+        ("help", _MONITOR_READ), ("reset", _ADMIN),
+    )),
+)  # fmt: skip
 
 INFO_SECTIONS = ("server", "clients", "memory", "jobs", "queues", "persistence", "stats", "cpu")
 #: sections only INFO all / everything (or by name) shows, as Redis's commandstats
@@ -137,10 +137,11 @@ class AdminContext:
     start_time: float  # wall clock at start (uptime)
     request_shutdown: Callable[[], None]
     close_client: Callable[["Connection"], None]  # after what is buffered for it has gone out
-    cluster_command: Callable[[list[bytes]], Any]  # CLUSTER <sub> ...
     ops_per_sec: Callable[[], int]
+    # the declarations of every command the node answers, in COMMAND's order (app.NODE_COMMANDS)
+    commands: tuple[CommandSpec, ...]
     aof: "Aof | None" = None  # the node's AOF (server/aof.py): INFO persistence, BGREWRITEAOF
-    acl: Acl | None = None  # the users (server/acl.py); None: made from the config
+    acl: Acl | None = None  # the users (server/acl.py); None: made from the config and ``commands``
     # what the dispatcher measures (server/cmdstats.py, slowlog.py, latency.py); None: empty ones
     cmdstats: CommandStats | None = None
     slowlog: SlowLog | None = None
@@ -148,7 +149,7 @@ class AdminContext:
 
     def __post_init__(self) -> None:
         if self.acl is None:
-            self.acl = Acl.from_config(self.config)
+            self.acl = Acl.from_config(self.config, self.commands)
         if self.cmdstats is None:
             self.cmdstats = CommandStats()
         if self.slowlog is None:
@@ -159,8 +160,9 @@ class AdminContext:
 
 
 def build_table(ctx: AdminContext) -> dict[bytes, tuple[Callable[["Connection", list[bytes]], Any], int]]:
-    """Admin command table bound to ``ctx``: name -> (handler, arity)."""
+    """The shell's commands (:data:`COMMANDS`) bound to ``ctx``: name -> (handler, arity)."""
     peak = [0]
+    reply = _command_reply(ctx.commands)  # COMMAND's entries, made once
 
     def auth(conn: "Connection", argv: list[bytes]) -> Any:
         if len(argv) > 3:
@@ -199,7 +201,7 @@ def build_table(ctx: AdminContext) -> dict[bytes, tuple[Callable[["Connection", 
         return info_text(ctx, section, peak).encode()
 
     def command(conn: "Connection", argv: list[bytes]) -> Any:
-        table = _command_table(handlers)
+        table = reply
         if len(argv) == 1:
             return list(table.values())
         sub = argv[1].lower()
@@ -306,9 +308,6 @@ def build_table(ctx: AdminContext) -> dict[bytes, tuple[Callable[["Connection", 
             return result
         return err("DEBUG subcommand must be one of FLUSHALL, ERROR <text>, SLEEP <seconds>, GC")
 
-    def cluster(conn: "Connection", argv: list[bytes]) -> Any:
-        return ctx.cluster_command(argv)
-
     def bgrewriteaof(conn: "Connection", argv: list[bytes]) -> Any:
         aof = ctx.aof
         if aof is None:
@@ -328,25 +327,8 @@ def build_table(ctx: AdminContext) -> dict[bytes, tuple[Callable[["Connection", 
     def latency(conn: "Connection", argv: list[bytes]) -> Any:
         return latency_command(ctx, argv)
 
-    handlers = {
-        b"cluster": (cluster, -2),
-        b"auth": (auth, -2),
-        b"ping": (ping, -1),
-        b"echo": (echo, 2),
-        b"quit": (quit_, 1),
-        b"time": (time_, 1),
-        b"info": (info, -1),
-        b"command": (command, -1),
-        b"client": (client, -2),
-        b"config": (config, -2),
-        b"shutdown": (shutdown, -1),
-        b"bgrewriteaof": (bgrewriteaof, 1),
-        b"debug": (debug, -2),
-        b"acl": (acl_, -2),
-        b"slowlog": (slowlog, -2),
-        b"latency": (latency, -2),
-    }
-    return handlers
+    handlers = locals()
+    return bind(COMMANDS, handlers.__getitem__)
 
 
 def login(ctx: AdminContext, conn: "Connection", name: bytes, password: bytes, *, deauth: bool = True) -> bool:
@@ -386,13 +368,14 @@ def acl_command(ctx: AdminContext, conn: "Connection", argv: list[bytes]) -> Any
     if sub == b"list" and n == 2:
         return [("user %s %s" % (name.decode("utf-8", "replace"), " ".join(user.describe()))).encode()
                 for name, user in sorted(acl.users.items())]  # fmt: skip
+    categories = acl.rights.categories
     if sub == b"cat" and n == 2:
-        return [c.encode() for c in CATEGORIES]
+        return [c.encode() for c in categories]
     if sub == b"cat" and n == 3:
         cat = argv[2].decode("utf-8", "replace").lower()
-        if cat not in CATEGORIES:
+        if cat not in categories:
             return err("Unknown category '%s'" % cat)
-        return [c.encode() for c in sorted(CATEGORIES[cat])]
+        return [c.encode() for c in sorted(categories[cat])]
     if sub == b"setuser" and n >= 3:
         try:
             user, existed = acl.setuser(argv[2], argv[3:])
@@ -535,14 +518,12 @@ def hello_handshake(ctx: AdminContext, conn: "Connection", argv: list[bytes]) ->
     }
 
 
-def _command_table(admin: dict[bytes, tuple[Any, int]]) -> dict[bytes, list]:
-    """COMMAND replies: [name, arity, flags, first key, last key, step]."""
-    table: dict[bytes, list] = {}
-    for name, (_, arity) in admin.items():
-        table[name] = [name, arity, [Status(f) for f in ADMIN_FLAGS[name]], 0, 0, 0]
-    for name, (arity, flags) in CORE_COMMANDS.items():
-        table[name] = [name, arity, [Status(f) for f in flags], 0, 0, 0]
-    return table
+def _command_reply(commands: tuple[CommandSpec, ...]) -> dict[bytes, list]:
+    """COMMAND's entries, from the declarations: [name, arity, flags, first key, last key, step]."""
+    return {
+        spec.name: [spec.name, spec.arity, [Status(f.encode()) for f in spec.flags], 0, 0, 0]
+        for spec in commands
+    }
 
 
 def _client_line(ctx: AdminContext, c: "Connection") -> str:
@@ -744,5 +725,5 @@ def info_text(ctx: AdminContext, section: str, peak: list[int]) -> str:
 
 __all__ = [
     "AdminContext", "build_table", "hello_handshake", "acl_command", "slowlog_command", "latency_command",
-    "login", "info_text", "NO_REPLY", "CORE_COMMANDS",
+    "login", "info_text", "NO_REPLY", "COMMANDS",
 ]  # fmt: skip

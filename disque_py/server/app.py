@@ -32,11 +32,13 @@ import trio
 
 from .. import __version__
 from ..config import DIRECTIVES, Config, ConfigError, inactive_settings, rewrite_config
-from ..core.node import Node
+from ..core.commandspec import CommandSpec, bind, check_unique
+from ..core.node import CORE_COMMANDS, Node
 from . import admin, gcpolicy, protection
 from .acl import Acl, AclError
 from .aof import Aof, AofLoadError
 from .clients import Acceptor, ClientLoop
+from .cluster import COMMANDS as CLUSTER_COMMANDS
 from .cluster import ClusterService, CoreFeed
 from .contracts import now_ms
 from .dispatch import SENT_BY_KIND, Dispatcher
@@ -46,7 +48,12 @@ from .timers import CoreTimers, Cron
 from .tls import TLS_DIRECTIVES, TlsService
 from .tls import describe as describe_tls
 
-__all__ = ["Server", "run_node", "now_ms"]
+__all__ = ["Server", "run_node", "now_ms", "NODE_COMMANDS"]
+
+#: Every command a node answers, each declared once beside the code that answers it
+#: (core/commandspec.py), in the order COMMAND lists them. The dispatch tables, COMMAND's
+#: reply, the -OOM refusals and the ACL rights are all made from these.
+NODE_COMMANDS: tuple[CommandSpec, ...] = check_unique(CLUSTER_COMMANDS + admin.COMMANDS + CORE_COMMANDS)
 
 
 class Server:
@@ -71,7 +78,7 @@ class Server:
         )
         self.stats: dict[str, int] = {}  # INFO stats: each part adds and counts its own
         try:
-            self.acl = acl = Acl.from_config(config)  # the users: requirepass and the 'user' lines
+            self.acl = acl = Acl.from_config(config, NODE_COMMANDS)  # the users: requirepass and the 'user' lines
         except AclError as exc:
             log.warning("*** FATAL CONFIG FILE ERROR *** in a 'user' directive: %s", exc)
             raise SystemExit(1) from None
@@ -113,15 +120,15 @@ class Server:
             start_time=self.start_time,
             request_shutdown=self.request_shutdown,
             close_client=loop.close_when_sent,
-            cluster_command=cluster.command,
             ops_per_sec=self.cron.instantaneous_ops,
+            commands=NODE_COMMANDS,
             aof=aof,
             acl=acl,
             cmdstats=dispatcher.cmdstats,
             slowlog=dispatcher.slowlog,
             latency=dispatcher.latency,
         )
-        dispatcher.admin = admin.build_table(context)
+        dispatcher.admin = admin.build_table(context) | bind(CLUSTER_COMMANDS, partial(getattr, cluster))
         dispatcher.hello = partial(admin.hello_handshake, context)
         # The admin HTTP port (admin-port; off by default): server/web.py, the app in disque_py/web.
         # Imported only when it is on: a node without it does not carry the HTTP stack.

@@ -53,6 +53,7 @@ from cluster_bus.messages import BUS_PORT_OFFSET, NODE_LEAVING, Data, DataBatch
 from cluster_bus.tls import TlsTransport
 
 from ..config import ConfigError
+from ..core.commandspec import CommandSpec
 from ..core.replies import OK, Error, Status, err
 from .contracts import now_ms
 from .logs import log
@@ -69,6 +70,11 @@ CRON_PERIOD = 0.1
 _LEVELS = {"warning": 30, "notice": 20, "verbose": 15, "debug": 10}
 _NONE: frozenset[str] = frozenset()
 _kind_of = itemgetter(0)
+
+
+#: The command this service answers (core/commandspec.py): the node's shell table binds it to
+#: the service (``server/app.py``).
+COMMANDS = (CommandSpec(b"cluster", "cmd_cluster", -2, ("admin", "readonly"), ("admin",)),)
 
 
 class CoreFeed:
@@ -359,6 +365,10 @@ class ClusterService:
         return self.bus.send_item(link, m.myself.id, item, watch)
 
     # ------------------------------------------------------------ CLUSTER
+    def cmd_cluster(self, conn: Any, argv: list[bytes]) -> Any:
+        """CLUSTER <subcommand> ... from a client (COMMANDS)."""
+        return self.command(argv)
+
     def command(self, argv: list[bytes]) -> Any:
         sub = argv[1].lower()
         n = len(argv)

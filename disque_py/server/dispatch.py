@@ -116,7 +116,8 @@ class Dispatcher:
     """Runs a node's commands and carries out the core's effects.
 
     ``admin``: the shell's commands, name -> (handler, arity) (:func:`.admin.build_table`);
-    ``hello``: the ``HELLO <protover> ...`` handshake (:func:`.admin.hello_handshake`).
+    ``hello``: the ``HELLO <protover> ...`` handshake (:func:`.admin.hello_handshake`);
+    ``acl``: the node's users, whose rights were read off every command's declaration.
     Until :meth:`wire` is called, replies for other clients and bus messages go nowhere.
     """
 
@@ -128,7 +129,7 @@ class Dispatcher:
         *,
         admin: AdminTable | None = None,
         hello: Callable[["Connection", list[bytes]], Any] | None = None,
-        acl: Acl | None = None,
+        acl: Acl,
     ) -> None:
         for key in DISPATCH_STATS:
             stats.setdefault(key, 0)
@@ -137,7 +138,7 @@ class Dispatcher:
         self.stats = stats
         self.admin: AdminTable = admin if admin is not None else {}
         self.hello = hello
-        self.acl = acl if acl is not None else Acl.from_config(config)
+        self.acl = acl
         # What each command costs (cmdstats.py), the slow ones (slowlog.py), slow events (latency.py).
         self.cmdstats = CommandStats(lambda name: name in self.admin or name in node.commands)
         self.slowlog = SlowLog(config.slowlog_max_len)

@@ -10,10 +10,10 @@ from disque_py.core.memory import (
     HYSTERESIS,
     JOB_OVERHEAD,
     QUEUE_OVERHEAD,
-    OOM_COMMANDS,
     OOM_ERROR,
     level_of,
 )
+from disque_py.core.node import OOM_COMMANDS
 from disque_py.core.replies import NULL_ARRAY, Error
 
 PEER = "f" * 40

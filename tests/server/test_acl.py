@@ -8,20 +8,22 @@ import pytest
 
 from disque_py.config import Config, config_set, load_config
 from disque_py.core.node import Node
-from disque_py.server import admin
-from disque_py.server.acl import (
-    ALL_COMMANDS,
-    ALWAYS,
-    CATEGORIES,
-    Acl,
-    AclError,
-    User,
-    command_key,
-)
+from disque_py.server.acl import Acl, AclError, Rights, User
+from disque_py.server.app import NODE_COMMANDS
+
+RIGHTS = Rights(NODE_COMMANDS)  # what a node's users are given rights over
+CATEGORIES = RIGHTS.categories
+ALL_COMMANDS = RIGHTS.all_commands
+ALWAYS = RIGHTS.always
+command_key = RIGHTS.command_key
+
+
+def make_acl(*args) -> Acl:
+    return Acl(*args, commands=NODE_COMMANDS)
 
 
 def user(*rules: str) -> User:
-    u = User(b"u")
+    u = User(b"u", RIGHTS)
     for rule in rules:
         u.apply(rule.encode())
     return u
@@ -34,20 +36,10 @@ def no_jobs(job_id: bytes) -> None:
 # --- every command the node answers has a place ----------------------------
 
 
-def _admin_table() -> dict:
-    cfg = Config()
-    ctx = admin.AdminContext(
-        config=cfg, node=Node("0" * 40, seed=b"s" * 20, now=0), stats={}, clients={}, start_time=0.0,
-        request_shutdown=lambda: None, close_client=lambda c: None, cluster_command=lambda argv: None,
-        ops_per_sec=lambda: 0,
-    )  # fmt: skip
-    return admin.build_table(ctx)
-
-
 def test_every_command_is_in_a_category_or_always_allowed():
     node = Node("0" * 40, seed=b"s" * 20, now=0)
-    names = set(node.commands) | set(_admin_table()) | set(admin.CORE_COMMANDS) | set(admin.ADMIN_FLAGS)
-    assert b"addjob" in names and b"acl" in names and b"config" in names
+    names = {spec.name for spec in NODE_COMMANDS}
+    assert set(node.commands) <= names and {b"addjob", b"acl", b"config", b"cluster"} <= names
     missing = [n.decode() for n in names if n.decode() not in ALWAYS and n.decode() not in ALL_COMMANDS]
     assert missing == []
     # and no category names a command the node does not have
@@ -71,7 +63,7 @@ def test_subcommands_are_named_by_their_own_key():
 
 
 def test_a_new_user_has_nothing():
-    u = User(b"x")
+    u = User(b"x", RIGHTS)
     assert not u.enabled and not u.nopass and u.passwords == [] and u.commands == set()
     assert not u.may_use(b"q") and not u.unrestricted
 
@@ -147,7 +139,7 @@ def test_keys_and_reset():
     (b"a\\*", b"ab", False),
 ])  # fmt: skip
 def test_patterns_are_redis_globs(pattern, queue, ok):
-    assert User(b"x").may_use(queue) is False
+    assert User(b"x", RIGHTS).may_use(queue) is False
     assert user("~" + pattern.decode()).may_use(queue) is ok
 
 
@@ -159,7 +151,7 @@ def test_describe_reads_back_as_the_same_user():
         [],
     ):
         u = user(*rules)
-        again = Acl("", [["u", *u.describe()]]).users[b"u"]
+        again = make_acl("", [["u", *u.describe()]]).users[b"u"]
         assert again.describe() == u.describe()
         assert (again.enabled, again.nopass, again.passwords, again.commands, again.patterns, again.allkeys) == (
             u.enabled, u.nopass, u.passwords, u.commands, u.patterns, u.allkeys)
@@ -169,15 +161,15 @@ def test_describe_reads_back_as_the_same_user():
 
 
 def test_default_user_follows_requirepass():
-    acl = Acl("")
+    acl = make_acl("")
     assert acl.default_open and acl.perms_of(acl.default) is None  # as before: no AUTH, never checked
     assert acl.authenticate(b"default", b"anything") is acl.default
-    acl = Acl("pw")
+    acl = make_acl("pw")
     assert not acl.default_open
     assert acl.authenticate(b"default", b"pw") is acl.default
     assert acl.authenticate(b"default", b"nope") is None
     cfg = load_config(None, ["--requirepass", "first"])
-    acl = Acl.from_config(cfg)
+    acl = Acl.from_config(cfg, NODE_COMMANDS)
     assert acl.authenticate(b"default", b"first")
     config_set(cfg, b"requirepass", b"second")
     assert acl.authenticate(b"default", b"second") and not acl.authenticate(b"default", b"first")
@@ -190,18 +182,18 @@ def test_users_from_config_lines():
                              "--user", "bob", "on", "nopass", "+@consume", "allkeys"])  # fmt: skip
     assert cfg.user == [["alice", "on", ">secret", "~orders.*", "+@produce"],
                         ["bob", "on", "nopass", "+@consume", "allkeys"]]  # fmt: skip
-    acl = Acl.from_config(cfg)
+    acl = Acl.from_config(cfg, NODE_COMMANDS)
     assert sorted(acl.users) == [b"alice", b"bob", b"default"]
     assert acl.authenticate(b"alice", b"secret").name == b"alice"
     assert acl.authenticate(b"alice", b"wrong") is None
     assert acl.authenticate(b"bob", b"whatever").name == b"bob"
     assert acl.authenticate(b"carol", b"secret") is None
     with pytest.raises(AclError, match="modifier 'bogus'"):
-        Acl("", [["x", "on", "bogus"]])
+        make_acl("", [["x", "on", "bogus"]])
 
 
 def test_setuser_is_all_or_nothing_and_keeps_the_object():
-    acl = Acl("")
+    acl = make_acl("")
     u, existed = acl.setuser(b"alice", [b"on", b">pw", b"+@produce", b"~q*"])
     assert not existed
     with pytest.raises(AclError, match="Error in ACL SETUSER modifier '\\+@nosuch'"):
@@ -218,7 +210,7 @@ def test_setuser_is_all_or_nothing_and_keeps_the_object():
 
 
 def test_check_commands_and_queues():
-    acl = Acl("")
+    acl = make_acl("")
     consumer = user("on", "allkeys", "+@consume")
     assert acl.check(consumer, b"addjob", [b"ADDJOB", b"q", b"b", b"0"], no_jobs) == (
         "cmd", "NOPERM this user has no permissions to run the 'addjob' command")
@@ -256,7 +248,7 @@ def test_config_rewrite_keeps_user_lines_and_saves_changed_users(tmp_path):
     original = "# users\nuser alice on >secret ~orders.* +@produce\nport 7711\nuser bob on nopass allkeys +@consume\n"
     path.write_text(original)
     cfg = load_config(str(path))
-    acl = Acl.from_config(cfg)
+    acl = Acl.from_config(cfg, NODE_COMMANDS)
     rewrite_config(cfg)
     assert path.read_text() == original  # unchanged users: the lines as written (plain password included)
     acl.setuser(b"carol", [b"on", b">pw", b"~q*", b"+@inspect"])
@@ -266,14 +258,14 @@ def test_config_rewrite_keeps_user_lines_and_saves_changed_users(tmp_path):
     text = path.read_text()
     assert "secret" not in text and "bob" not in text and "port 7711" in text
     assert text.index("user alice") < text.index("user carol") < text.index("port 7711")  # where they were
-    again = Acl.from_config(load_config(str(path)))
+    again = Acl.from_config(load_config(str(path)), NODE_COMMANDS)
     assert sorted(again.users) == [b"alice", b"carol", b"default"]
     assert again.authenticate(b"alice", b"secret") and again.authenticate(b"carol", b"pw")
     assert again.users[b"carol"].describe() == acl.users[b"carol"].describe()
 
 
 def test_config_lines_leave_out_the_default_user_requirepass_makes():
-    assert Acl("").config_lines() == [] and Acl("pw").config_lines() == []
-    acl = Acl("pw")
+    assert make_acl("").config_lines() == [] and make_acl("pw").config_lines() == []
+    acl = make_acl("pw")
     acl.setuser(b"default", [b"-@admin"])
     assert acl.config_lines()[0][:2] == ["default", "on"]

@@ -11,6 +11,8 @@ import pytest
 from disque_py.config import Config, config_set
 from disque_py.core.node import Node
 from disque_py.server import admin
+from disque_py.server.acl import Acl
+from disque_py.server.app import NODE_COMMANDS
 from disque_py.server.cmdstats import LATENCY_BUCKETS_US, UNKNOWN, CommandStat, CommandStats
 from disque_py.server.connection import Connection
 from disque_py.server.dispatch import Dispatcher
@@ -211,11 +213,11 @@ def _dispatcher(**settings):
     for name, value in settings.items():
         config_set(cfg, name.replace("_", "-").encode(), str(value).encode())
     node = Node("0" * 40, seed=b"s" * 20, now=0)
-    d = Dispatcher(node, cfg, {})
+    d = Dispatcher(node, cfg, {}, acl=Acl.from_config(cfg, NODE_COMMANDS))
     ctx = admin.AdminContext(
         config=cfg, node=node, stats=d.stats, clients={}, start_time=0.0, request_shutdown=lambda: None,
-        close_client=lambda c: None, cluster_command=lambda argv: None, ops_per_sec=lambda: 0,
-        cmdstats=d.cmdstats, slowlog=d.slowlog, latency=d.latency,
+        close_client=lambda c: None, ops_per_sec=lambda: 0, commands=NODE_COMMANDS,
+        acl=d.acl, cmdstats=d.cmdstats, slowlog=d.slowlog, latency=d.latency,
     )  # fmt: skip
     d.admin = admin.build_table(ctx)
     conn = Connection(1, _Sock(), "127.0.0.1:5555", "127.0.0.1:7711", 0.0, None)

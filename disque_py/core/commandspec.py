@@ -1,0 +1,92 @@
+"""What a command is: one declaration per command, next to the code that answers it.
+
+Each command the node answers is declared once, as a :class:`CommandSpec`, in the
+module that owns it: the core's in a ``COMMANDS`` tuple beside their machine
+(``ACKJOB`` in ``acks.py``, ``ADDJOB`` in ``replication.py`` ...), collected by
+``node.py`` (``CORE_COMMANDS``); the shell's in ``server/admin.py`` and
+``server/cluster.py``. Everything else about a command is derived from these
+declarations, once, when a node is made:
+
+* the dispatch tables (``Node.commands``, the shell's admin table): name ->
+  (bound handler, arity), the only thing the dispatch path reads (:func:`bind`);
+* the commands refused at memory level 3 (``denyoom`` in ``flags``);
+* COMMAND's reply (arity and flags);
+* the ACL rights (``server/acl.py``: the categories, the commands every
+  connection may run, and where a command names its queues or job IDs).
+
+A leaf: it imports nothing, so that both the core and the shell may use it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable, NamedTuple
+
+__all__ = [
+    "CommandSpec",
+    "ALWAYS",
+    "QUEUE",
+    "FROM_QUEUES",
+    "JOB_IDS",
+    "EVERY_QUEUE",
+    "KEY_KINDS",
+    "FLAGS",
+    "bind",
+    "check_unique",
+]
+
+#: The ACL "category" of a command any authenticated connection may run, whatever its rights.
+ALWAYS = ("always",)
+
+# Where a command names the queues (or jobs) it touches: what an ACL with queue patterns checks.
+QUEUE = "queue"  # the first argument is a queue name (ADDJOB, QLEN ...)
+FROM_QUEUES = "from"  # every argument after FROM is a queue name (GETJOB)
+JOB_IDS = "ids"  # every argument is a job ID, checked against the queue of the job (ACKJOB ...)
+EVERY_QUEUE = "every"  # walks every queue and job (QSCAN, JSCAN): needs every queue
+KEY_KINDS = frozenset({QUEUE, FROM_QUEUES, JOB_IDS, EVERY_QUEUE})
+
+#: The flags COMMAND shows (Redis's names for Disque's letters: w r m a l F).
+FLAGS = frozenset({"write", "readonly", "denyoom", "admin", "loading", "fast"})
+
+
+class CommandSpec(NamedTuple):
+    """One command, as its owner declares it.
+
+    ``name``: lower case, as looked up. ``handler``: the name of the method (or, in the
+    shell's table, the function) of its owner that answers it, called with
+    ``(client, argv)``. ``arity``: Redis's convention, argv's length with the name
+    itself; negative: at least that many. ``flags``: what COMMAND shows, in its order
+    (``denyoom``: refused with -OOM at memory level 3). ``acl``: the ACL categories
+    that grant it (``ALWAYS``: needs no right). ``keys``: where its queue names or job
+    IDs sit (one of ``KEY_KINDS``; None: none). ``subcommands``: (subcommand, its
+    categories) for those whose rights differ from the command's; the others go as
+    the command.
+    """
+
+    name: bytes
+    handler: str
+    arity: int
+    flags: tuple[str, ...]
+    acl: tuple[str, ...]
+    keys: str | None = None
+    subcommands: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+
+def check_unique(specs: Iterable[CommandSpec]) -> tuple[CommandSpec, ...]:
+    """``specs`` as a tuple; ValueError if a name is declared twice or a spec is malformed."""
+    out = tuple(specs)
+    seen: set[bytes] = set()
+    for spec in out:
+        if spec.name in seen:
+            raise ValueError("command %r is declared twice" % spec.name)
+        seen.add(spec.name)
+        if spec.name != spec.name.lower() or not spec.arity:
+            raise ValueError("command %r: a lower-case name and a non-zero arity" % spec.name)
+        if not set(spec.flags) <= FLAGS or (spec.keys is not None and spec.keys not in KEY_KINDS):
+            raise ValueError("command %r: unknown flag or key kind" % spec.name)
+    return out
+
+
+def bind(specs: Iterable[CommandSpec], lookup: Callable[[str], Any]) -> dict[bytes, tuple[Any, int]]:
+    """A dispatch table, name -> (handler, arity), made once: ``lookup(spec.handler)`` gives
+    the callable (``getattr`` of the owning machine, or the shell's functions by name)."""
+    return {spec.name: (lookup(spec.handler), spec.arity) for spec in check_unique(specs)}
