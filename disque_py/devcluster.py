@@ -5,9 +5,12 @@ log, pid file and cluster config file, and runs detached from the terminal
 so the command returns once every node answers PING. Processes are started,
 awaited and stopped by :mod:`disque_py.launcher`.
 
-    python -m disque_py.devcluster start [N] [--base-port 7711]
-    python -m disque_py.devcluster status
-    python -m disque_py.devcluster stop
+    scripts/cluster start [N] [--base-port 7711]
+    scripts/cluster status
+    scripts/cluster stop
+
+(``scripts/cluster`` runs ``python -m disque_py.devcluster`` in the checkout's venv; its help and
+usage lines name ``scripts/cluster``, the command the README gives.)
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ import click
 from . import launcher
 
 RUN_DIR = Path("run")
+#: The name help and usage lines give: the command a user types (README), not ``python -m ...``.
+PROG_NAME = "scripts/cluster"
 #: The admin HTTP port of a local node (the web page, /metrics, the JSON API): its port + this.
 ADMIN_PORT_OFFSET = 1000
 
@@ -182,9 +187,26 @@ def start(count: int, base_port: int) -> None:
     click.echo("Try: redis-cli -p %d ADDJOB myqueue hello 0   (or .venv/bin/disque-py cli -p %d ...)" % (base_port, base_port))
 
 
+def _node_summary(port: int) -> str:
+    """What a running node says of itself: its admin address and the cluster as it sees it."""
+    try:
+        admin = _command("127.0.0.1", port, "CONFIG", "GET", "admin-port")
+        info = _command("127.0.0.1", port, "CLUSTER", "INFO")
+    except (launcher.ReplyError, OSError) as exc:
+        return "(%s)" % exc
+    admin_port = int(admin[1]) if isinstance(admin, list) and len(admin) == 2 else 0
+    text = info.decode() if isinstance(info, bytes) else str(info)
+    fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+    return "admin %s  cluster_state:%s, %s nodes known (itself included), %s other(s) reachable" % (
+        "http://127.0.0.1:%d/" % admin_port if admin_port else "off",
+        fields.get("cluster_state", "?"), fields.get("cluster_known_nodes", "?"),
+        fields.get("cluster_reachable_nodes", "?"))
+
+
 @main.command()
 def status() -> None:
-    """Show which local nodes are running and answering."""
+    """Show which local nodes are running and answering, each one's admin page, and the cluster
+    as it sees it (CLUSTER INFO: cluster_state, nodes known and reachable)."""
     dirs = _node_dirs()
     if not dirs:
         click.echo("no local nodes (scripts/cluster start)")
@@ -192,8 +214,12 @@ def status() -> None:
     for node_dir in dirs:
         port = int(node_dir.name.split("-", 1)[1])
         pid = _pid(node_dir)
-        state = "up" if _ping(port) else ("starting?" if pid else "down")
-        click.echo("node 127.0.0.1:%d pid=%s %s" % (port, pid or "-", state))
+        up = _ping(port)
+        state = "up" if up else ("starting?" if pid else "down")
+        line = "node 127.0.0.1:%d pid=%s %s" % (port, pid or "-", state)
+        if up:
+            line += "  " + _node_summary(port)
+        click.echo(line)
 
 
 @main.command()
@@ -213,4 +239,4 @@ def stop() -> None:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    main()
+    main(prog_name=PROG_NAME)

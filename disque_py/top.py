@@ -310,9 +310,10 @@ class NodeRow:
     clients: int | None
     blocked_clients: int | None
     ops_per_sec: float | None
-    used_memory: int | None
+    used_memory: int | None  # INFO's used_memory: the estimate of the node's data that maxmemory is checked against
     max_memory: int | None
     truncated: bool
+    used_memory_rss: int | None = None  # the process's resident set size (INFO used_memory_rss)
 
 
 @dataclass(slots=True)
@@ -399,7 +400,7 @@ def compute(current: Sample, previous: Sample | None = None) -> View:
             jobs=info.get("registered_jobs"), queues=info.get("registered_queues"),
             clients=info.get("connected_clients"), blocked_clients=info.get("blocked_clients"),
             ops_per_sec=info.get("instantaneous_ops_per_sec"), used_memory=info.get("used_memory"),
-            max_memory=info.get("maxmemory"), truncated=s.truncated,
+            max_memory=info.get("maxmemory"), truncated=s.truncated, used_memory_rss=info.get("used_memory_rss"),
         ))  # fmt: skip
     interval = max(gaps) if gaps else None
     truncated = any(s.truncated for s in current.nodes)
@@ -493,16 +494,19 @@ def render(view: View | None, *, sort: str = "length", reverse: bool = False, li
     nodes = Table(box=None, header_style="bold reverse", pad_edge=False, collapse_padding=True)
     cells = []
     for n in view.nodes:
-        memory = human_bytes(n.used_memory)
+        data = human_bytes(n.used_memory)  # the estimate the maxmemory policy reads, against its limit
         if n.max_memory:
-            memory += "/" + human_bytes(n.max_memory)
+            data += "/" + human_bytes(n.max_memory)
         note = ",".join(n.flags)
         if n.error:
             note = (note + " " if note else "") + short_error(n.error)
         cells.append([(n.id or "?")[:8], n.address, "yes" if n.reachable else "NO", _num(n.jobs), _num(n.queues),
-                      _num(n.clients), _num(n.ops_per_sec), memory if n.reachable else "-", note])  # fmt: skip
+                      _num(n.clients), _num(n.ops_per_sec), data if n.reachable else "-",
+                      human_bytes(n.used_memory_rss) if n.reachable else "-", note])  # fmt: skip
+    # two memories, each named: the data estimate maxmemory is checked against (INFO used_memory)
+    # and the process's RSS (used_memory_rss), tens of MB for the interpreter alone
     headers = [("NODE", "left"), ("ADDRESS", "left"), ("UP", "left"), ("JOBS", "right"), ("QUEUES", "right"),
-               ("CLIENTS", "right"), ("OPS/s", "right"), ("MEMORY", "right")]  # fmt: skip
+               ("CLIENTS", "right"), ("OPS/s", "right"), ("DATA(est)/MAX", "right"), ("RSS", "right")]  # fmt: skip
     for i, (label, justify) in enumerate(headers):  # these never shrink: the last column gives way
         width = max([len(label)] + [len(row[i]) for row in cells])
         nodes.add_column(label, justify=justify, no_wrap=True, min_width=width)  # type: ignore[arg-type]

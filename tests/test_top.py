@@ -135,3 +135,18 @@ def test_a_table_cell_keeps_the_reason_of_an_error_and_the_json_all_of_it():
     assert short_error("NOAUTH Authentication required.") == "NOAUTH Authentication required"
     view = compute(Sample(0.0, [NodeSample(("127.0.0.1", 7712), 0.0, False, long)]))
     assert view.to_json()["nodes"][0]["error"] == long and "connection refused" in _text(view)
+
+
+def test_the_node_table_names_both_memories_the_data_estimate_and_the_rss():
+    # INFO's used_memory is the estimate maxmemory is checked against, not the process's memory:
+    # the table labels it so and shows the RSS beside it
+    sample = NodeSample(("127.0.0.1", 7711), 0.0, True, None, id="n1",
+                        info={"used_memory": 6 * 1024, "maxmemory": 1024**3, "used_memory_rss": 52 * 1024**2})  # fmt: skip
+    view = compute(Sample(0.0, [sample]))
+    text = _text(view)
+    header = next(line for line in text.splitlines() if "ADDRESS" in line)
+    assert header.split()[-5:-3] == ["DATA(est)/MAX", "RSS"]
+    row = next(line for line in text.splitlines() if "127.0.0.1:7711" in line)
+    assert "6.0K/1.0G" in row and "52.0M" in row
+    assert view.to_json()["nodes"][0]["used_memory"] == 6 * 1024
+    assert view.to_json()["nodes"][0]["used_memory_rss"] == 52 * 1024**2

@@ -43,9 +43,11 @@ LOCAL_KEEP_MIN = 1000  # this node's queues made into rows at least (the longest
 _JOBS = operator.attrgetter("jobs")
 PEEK_JOBS = 10
 _PAUSE = ("none", "in", "out", "all")
+#: INFO's names: used_memory is the estimate of the node's data that maxmemory is checked against,
+#: used_memory_rss the process's resident set size (the page labels them "data (estimate)" and "RSS").
 _INFO_FIELDS = (
     "registered_jobs", "registered_queues", "connected_clients", "blocked_clients", "used_memory",
-    "uptime_in_seconds", "jobs_added", "jobs_delivered", "jobs_acked",
+    "used_memory_rss", "uptime_in_seconds", "jobs_added", "jobs_delivered", "jobs_acked",
 )  # fmt: skip
 
 

@@ -53,6 +53,14 @@ def test_the_page_shows_every_node_of_the_cluster(cluster, open_page):
         expect(row).to_contain_text("connected")
     me = page.locator('[data-testid=node-row][data-node-id="%s"]' % node_id(cluster[0]))
     expect(me).to_contain_text("myself")
+    # two memories, each labelled: INFO used_memory (the estimate maxmemory is checked against, a few
+    # KiB for these nodes) and used_memory_rss (the process: tens of MiB for the interpreter alone)
+    expect(page.get_by_test_id("memory-data-header")).to_have_text("data (estimate)")
+    expect(page.get_by_test_id("memory-rss-header")).to_have_text("RSS")
+    expect(page.get_by_test_id("memory-data-header")).to_have_attribute("title", re.compile("INFO used_memory:.*maxmemory"))
+    expect(page.get_by_test_id("memory-rss-header")).to_have_attribute("title", re.compile("INFO used_memory_rss:"))
+    expect(me.get_by_test_id("node-memory-data")).to_have_text(re.compile(r"^\d+(\.\d)? (B|KiB|MiB)$"))
+    expect(me.get_by_test_id("node-memory-rss")).to_have_text(re.compile(r"^\d+\.\d (MiB|GiB)$"))
     expect(page.get_by_test_id("conn-status")).to_have_attribute("data-state", "connected")
     expect(page.get_by_test_id("error-banner")).to_be_hidden()
 

@@ -11,7 +11,7 @@ import sys
 import pytest
 import redis
 
-from .conftest import consecutive_free_ports, wait_for
+from .conftest import ROOT, consecutive_free_ports, wait_for
 from .test_node_process import raw
 
 pytestmark = pytest.mark.integration
@@ -106,6 +106,15 @@ def test_config_set_loglevel_and_requirepass_at_runtime(node):
     assert r.execute_command("QLEN", "q") == 0  # already authenticated connections stay so
 
 
+def test_scripts_cluster_help_names_scripts_cluster():
+    # the usage line names the command the README gives, not python -m disque_py.devcluster
+    out = subprocess.run([str(ROOT / "scripts" / "cluster"), "start", "--help"], cwd=ROOT, capture_output=True,
+                         text=True, timeout=60)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("Usage: scripts/cluster start [OPTIONS] [COUNT]"), out.stdout
+    assert "--base-port" in out.stdout
+
+
 def test_scripts_cluster_start_status_stop(tmp_path):
     if not shutil.which("bash"):
         pytest.skip("bash not available")
@@ -122,6 +131,10 @@ def test_scripts_cluster_start_status_stop(tmp_path):
             assert r.execute_command("QLEN", "q") == 0
         status = subprocess.run(cmd + ["status"], cwd=tmp_path, capture_output=True, text=True, timeout=30)
         assert status.stdout.count(" up") == 2
+        for port in (base, base + 1):  # each node's admin page and the cluster it sees (CLUSTER INFO)
+            [line] = [line for line in status.stdout.splitlines() if line.startswith("node 127.0.0.1:%d " % port)]
+            assert "admin http://127.0.0.1:%d/" % (port + 1000) in line, line
+            assert "cluster_state:ok, 2 nodes known (itself included), 1 other(s) reachable" in line, line
         again = subprocess.run(cmd + ["start", "2", "--base-port", str(base)], cwd=tmp_path,
                                capture_output=True, text=True, timeout=60)  # fmt: skip
         assert "already running" in again.stdout

@@ -95,6 +95,8 @@ def test_queues_are_summed_over_the_nodes_with_an_in_rate_while_a_producer_runs(
     assert {n["id"] for n in data["nodes"]} == ids and all(n["reachable"] for n in data["nodes"])
     assert {n["address"] for n in data["nodes"]} == {"127.0.0.1:%d" % a.port, "127.0.0.1:%d" % b.port}
     assert sum(n["jobs"] for n in data["nodes"]) >= 46
+    # both memories, as INFO names them: the data estimate (a few KB here) and the process's RSS
+    assert all(0 < n["used_memory"] < n["used_memory_rss"] for n in data["nodes"])
     assert code == 0
     row = next(line for line in table.splitlines() if line.startswith("steady "))
     assert row.split()[1] == "42"

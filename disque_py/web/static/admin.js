@@ -184,7 +184,8 @@
         el("td", { class: "num" }, info ? fmtInt(info.registered_queues) : "–"),
         el("td", { class: "num" }, info ? fmtInt(info.connected_clients) : "–"),
         el("td", { class: "num" }, info ? fmtInt(info.blocked_clients) : "–"),
-        el("td", { class: "num" }, info ? fmtBytes(info.used_memory) : "–"),
+        el("td", { class: "num", "data-testid": "node-memory-data" }, info ? fmtBytes(info.used_memory) : "–"),
+        el("td", { class: "num", "data-testid": "node-memory-rss" }, info ? fmtBytes(info.used_memory_rss) : "–"),
         el("td", { class: "num" }, info ? fmtDuration(info.uptime_in_seconds) : "–"),
         el("td", { class: "error-text", "data-testid": "node-error" }, n.error ? String(n.error) : ""),
       );
