@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.bench_instructions import LOADS, compare, jobs_of, markdown, parse_args, parse_totals, per_job, spread
+from benchmarks.bench_instructions import (
+    LOADS, compare, idle_rate, jobs_of, markdown, parse_args, parse_totals, per_job, spread,
+)  # fmt: skip
 
 CALLGRIND_TAIL = b"""fn=(12) PyEval_EvalFrameDefault
 0 12
@@ -29,6 +31,12 @@ def test_per_job_is_the_difference_over_the_extra_jobs():
     assert per_job(1_500_000_000, 1_900_000_000, 500, 3000) == 160_000
     with pytest.raises(ValueError):
         per_job(1, 2, 3000, 3000)
+    # timers: 4 M instructions per second the nodes were up; the N2 run lasted 10 s longer
+    rate = idle_rate(1_500_000_000, 1_520_000_000, 3.0, 8.0)
+    assert rate == 4_000_000
+    assert per_job(1_500_000_000, 1_940_000_000, 500, 3000, 3.0, 13.0, rate) == 160_000
+    with pytest.raises(ValueError):
+        idle_rate(1, 2, 5.0, 5.0)
     assert spread([100.0, 101.0]) == pytest.approx(1 / 100.5)
     assert spread([5.0]) == 0.0
 
@@ -36,7 +44,7 @@ def test_per_job_is_the_difference_over_the_extra_jobs():
 def test_batched_load_runs_whole_batches_of_110():
     assert jobs_of("cycle-batched", 500) == 440 and jobs_of("cycle-batched", 3000) == 2970
     assert jobs_of("cycle-batched", 50) == 110
-    assert jobs_of("cycle-unpipelined", 500) == 500
+    assert jobs_of("cycle-unpipelined", 500) == 500 and jobs_of("replicate3-cycle", 3000) == 300
 
 
 def test_moves_beyond_the_threshold_are_flagged_both_ways():

@@ -2,7 +2,7 @@
 every change to the hot path can quote (wall-clock rates on a shared 2-core machine move by 5-10 %
 from run to run; this moves by far less).
 
-    scripts/bench instructions                      every load, N1=500 and N2=3000 jobs, twice each
+    scripts/bench instructions                      every load, N1=500 and N2=3000 jobs, twice each (~20 min)
     scripts/bench instructions --quick              N1=200, N2=1000, once each (about a minute)
     scripts/bench instructions --only cycle-batched,replicate3-cycle
     scripts/bench instructions --tree ../other      run the nodes from another checkout's disque_py
@@ -23,7 +23,7 @@ its totals when the process exits, and the ``totals:`` line of each output file 
 over the nodes of the load).
 
 A load is run with N1 and with N2 jobs; instructions per job = (total(N2) - total(N1)) / (N2 - N1),
-so start-up (importing the interpreter and the node's modules, about 1.5 G instructions), the
+so start-up (importing the interpreter and the node's modules, about 1.4 G instructions), the
 join of a cluster and shutdown cancel out. ``--repeat`` (default 2) runs each pair again; the
 figure is the mean of the repeats and the spread (max - min) / mean is printed beside it.
 
@@ -34,17 +34,24 @@ Loads:
   ADDJOB -> GETJOB -> ACKJOB cycles (job counts are rounded down to whole batches).
 * ``cycle-unpipelined``: one node; ADDJOB -> GETJOB -> ACKJOB, one command at a time.
 * ``replicate3-cycle``: three nodes joined with CLUSTER MEET; ``ADDJOB q body 0 REPLICATE 3``,
-  GETJOB, ACKJOB, all on the first node; instructions of the three nodes summed.
+  GETJOB, ACKJOB, all on the first node; instructions of the three nodes summed. It runs a tenth
+  of N1 and N2 (50 and 300 by default): every job takes several bus round trips between three
+  instrumented processes, about half a second each on a busy machine.
 * ``addjob-aof-everysec``: one node with ``--appendonly yes --appendfsync everysec``; unpipelined
   ADDJOB only (the jobs stay queued: the wait for ``registered_jobs:0`` is skipped).
 
 What is not per job: timers (the 100 ms cron, cluster-bus pings, the once-a-second fsync) cost
-instructions in proportion to wall time, and under callgrind a node runs some 50x slower. The
-``idle`` line measures that: a node started, left idle ``--idle`` seconds, stopped, against one
-stopped at once; the difference per second is printed. A 3000-job run lasts a few seconds, so a
-wall-time difference of a second between the N1 and N2 runs moves the per-job figure by roughly
-idle-rate / 2500; the spread of the repeats shows whether that matters (it should stay well
-under 1 %). Nothing is subtracted.
+instructions in proportion to the wall time the nodes are up, and under callgrind a node runs
+some 50x slower, more when the machine is busy: measured at 4-6 M instructions per second for one
+idle node, about 15 unpipelined jobs' worth. Left in, they make the figure follow the machine's
+load (a 3000-job run that takes 10 s instead of 5 s adds 3-8 % per job). So each pair
+gets a third run: N1 jobs, then ``--idle`` seconds (default 5) of waiting before the drain. With
+``up`` = wall time from every node answering PING to SHUTDOWN,
+
+    idle rate        = (total(N1 + idle) - total(N1)) / (up(N1 + idle) - up(N1))
+    instructions/job = (total(N2) - total(N1) - idle rate x (up(N2) - up(N1))) / (N2 - N1)
+
+The uncorrected figure and the idle rate are printed beside it (and kept in the JSON).
 
 The table compares each load with the committed baseline (``instructions-baseline.json`` beside
 this file: the commit, python and command it was measured with) and flags every load that moved
@@ -104,11 +111,22 @@ def parse_totals(text: bytes | str) -> int:
     raise ValueError("no totals: or summary: line in the callgrind output")
 
 
-def per_job(total1: int, total2: int, jobs1: int, jobs2: int) -> float:
-    """Instructions per job from two runs that differ only in the number of jobs."""
+def per_job(total1: int, total2: int, jobs1: int, jobs2: int, seconds1: float = 0.0, seconds2: float = 0.0,
+            idle_rate: float = 0.0) -> float:
+    """Instructions per job from two runs that differ only in the number of jobs (and in how long
+    their nodes ran, ``seconds``: with ``idle_rate``, the instructions timers cost per second of
+    that, the difference is taken off first)."""
     if jobs2 <= jobs1:
         raise ValueError("the second run needs more jobs than the first (%d <= %d)" % (jobs2, jobs1))
-    return (total2 - total1) / (jobs2 - jobs1)
+    return (total2 - total1 - idle_rate * (seconds2 - seconds1)) / (jobs2 - jobs1)
+
+
+def idle_rate(total1: int, total_idle: int, seconds1: float, seconds_idle: float) -> float:
+    """Instructions per wall second of nodes that only wait: a run with the same jobs as run 1 but
+    left idle for a while longer, against run 1."""
+    if seconds_idle <= seconds1:
+        raise ValueError("the idle run must last longer than the run it is compared with")
+    return (total_idle - total1) / (seconds_idle - seconds1)
 
 
 def spread(values: Sequence[float]) -> float:
@@ -143,17 +161,23 @@ def compare(results: dict[str, float | None], baseline: dict[str, float | None],
 
 
 def jobs_of(load: str, n: int) -> int:
-    """The number of jobs a load really runs when asked for ``n`` (cycle-batched: whole batches)."""
+    """The number of jobs a load really runs when asked for ``n`` (cycle-batched: whole batches;
+    replicate3-cycle: a tenth, as each job costs three nodes several bus round trips, each
+    slow under callgrind)."""
     if load == "cycle-batched":
         per = BATCH + UNPIPELINED_PER_BATCH
         return max(1, n // per) * per
+    if load == "replicate3-cycle":
+        return max(1, n // 10)
     return n
 
 
-def markdown(rows: list[Row], spreads: dict[str, float], threshold: float) -> str:
+def markdown(rows: list[Row], spreads: dict[str, float], threshold: float,
+             extra: dict[str, str] | None = None, extra_head: str = "") -> str:
+    extra = extra or {}
     out = [
-        "| load | instructions/job | spread | baseline | change | |",
-        "|---|---:|---:|---:|---:|---|",
+        "| load | instructions/job | spread | baseline | change | |" + (" %s |" % extra_head if extra_head else ""),
+        "|---|---:|---:|---:|---:|---|" + ("---:|" if extra_head else ""),
     ]
     for r in rows:
         value = "n/a" if r.value is None else "{:,.0f}".format(r.value)
@@ -161,7 +185,8 @@ def markdown(rows: list[Row], spreads: dict[str, float], threshold: float) -> st
         change = "–" if r.change is None else "%+.2f %%" % r.change
         sp = "–" if r.load not in spreads else "%.2f %%" % (spreads[r.load] * 100)
         flag = "**%s** (> %g %%)" % (r.flag, threshold) if r.flag else ""
-        out.append("| %s | %s | %s | %s | %s | %s |" % (r.load, value, sp, base, change, flag))
+        more = (" %s |" % extra.get(r.load, "–")) if extra_head else ""
+        out.append("| %s | %s | %s | %s | %s | %s |%s" % (r.load, value, sp, base, change, flag, more))
     return "\n".join(out)
 
 
@@ -234,7 +259,7 @@ def load_cycle_unpipelined(c: Conn, n: int) -> None:
 
 
 def load_replicate3(c: Conn, n: int) -> None:
-    for _ in range(n):
+    for _ in range(jobs_of("replicate3-cycle", n)):
         _cycle(c, replicate=3)
 
 
@@ -273,6 +298,7 @@ class Run:
     total: int  # instructions, summed over the nodes
     seconds: float  # wall time from the first spawn to the last exit
     load_seconds: float
+    window: float  # wall time from every node answering PING to SHUTDOWN: when its timers run
     per_node: list[int] = field(default_factory=list)
 
 
@@ -318,10 +344,10 @@ class Harness:
         proc = launcher.spawn(argv, output=d / "node.log", cwd=d, env=env)
         return proc, port, d
 
-    def run(self, load: str, n: int, *, idle: float | None = None) -> Run:
-        """One run: start the load's nodes under callgrind, drive ``n`` jobs (or, with ``idle``, sit
-        idle that many seconds), drain, SHUTDOWN, read the totals."""
-        spec = SPECS[load] if idle is None else LoadSpec(1, lambda c, n: None)
+    def run(self, load: str, n: int, *, idle: float = 0.0) -> Run:
+        """One run: start the load's nodes under callgrind, drive ``n`` jobs, then sit idle ``idle``
+        seconds, drain, SHUTDOWN, read the totals."""
+        spec = SPECS[load]
         self.count += 1
         where = self.scratch / ("%02d-%s-%d" % (self.count, load, n))
         started = time.monotonic()
@@ -337,20 +363,21 @@ class Harness:
                         raise NotSupported("the node refused %s: %s" % (" ".join(spec.directives), exc)) from exc
                     raise
             ports = [port for _, port, _ in nodes]
+            ready = time.monotonic()
             if len(ports) > 1:
                 launcher.join([(launcher.HOST, p) for p in ports], timeout=START_TIMEOUT)
             load_started = time.monotonic()
             c = Conn(ports[0])
             try:
-                if idle is not None:
+                spec.run(c, n)
+                if idle:
                     time.sleep(idle)
-                else:
-                    spec.run(c, n)
             finally:
                 c.close()
             load_seconds = time.monotonic() - load_started
-            if spec.drain and idle is None:
+            if spec.drain:
                 _wait_drained(ports, DRAIN_TIMEOUT)
+            window = time.monotonic() - ready
             for _, port, _ in nodes:
                 launcher.shutdown(port, timeout=30)
             for proc, port, d in nodes:
@@ -363,10 +390,10 @@ class Harness:
                 if proc.poll() is None:
                     launcher.stop(proc, timeout=10)
         totals = [parse_totals((d / "callgrind.out").read_bytes()) for _, _, d in nodes]
-        run = Run(load, jobs_of(load, n) if idle is None else 0, sum(totals), time.monotonic() - started,
-                  load_seconds, totals)  # fmt: skip
-        self.log("  %-20s %5d jobs  %15s instructions  %5.1f s (load %.1f s)"
-                 % (load if idle is None else "idle %gs" % idle, run.jobs, "{:,}".format(run.total), run.seconds, load_seconds))  # fmt: skip
+        run = Run(load, jobs_of(load, n), sum(totals), time.monotonic() - started, load_seconds, window, totals)
+        self.log("  %-20s %5d jobs%s  %15s instructions  %5.1f s (load %.1f s, nodes up %.1f s)"
+                 % (load, run.jobs, " + idle %gs" % idle if idle else "", "{:,}".format(run.total), run.seconds,
+                    load_seconds, window))  # fmt: skip
         return run
 
 
@@ -426,6 +453,7 @@ def main(argv: list[str] | None = None) -> int:
     a = parse_args(argv)
     tree = Path(a.tree).resolve()
     commit = _git(tree, "rev-parse", "--short", "HEAD")
+    code_commit = _git(tree, "log", "-1", "--format=%h", "--", "disque_py", "cluster_bus")  # the node's code last changed
     status = _git(tree, "status", "--porcelain", "--untracked-files=no", "--", "disque_py", "cluster_bus")
     dirty = status not in ("", "unknown")
     command = "scripts/bench instructions " + " ".join(argv if argv is not None else sys.argv[1:])
@@ -437,22 +465,23 @@ def main(argv: list[str] | None = None) -> int:
     h.log("tree %s at %s%s, python %s, N1=%d N2=%d, %d repeat(s); scratch %s"
           % (tree, commit, " (modified)" if dirty else "", pyver, a.n1, a.n2, a.repeat, scratch))  # fmt: skip
     started = time.monotonic()
-    raw: dict = {"commit": commit, "dirty": dirty, "tree": str(tree), "python": pyver, "command": command,
-                 "n1": a.n1, "n2": a.n2, "repeat": a.repeat, "runs": [], "loads": {}, "spread": {}}  # fmt: skip
+    raw: dict = {"commit": commit, "code_commit": code_commit, "dirty": dirty, "tree": str(tree), "python": pyver, "command": command,
+                 "n1": a.n1, "n2": a.n2, "repeat": a.repeat, "idle": a.idle, "runs": [], "loads": {}, "spread": {}, "raw": {}, "raw_spread": {},
+                 "idle_rate": {}, "repeats": {}}  # fmt: skip
     results: dict[str, float | None] = {}
     spreads: dict[str, float] = {}
     try:
-        if a.idle > 0:
-            r0, r1 = h.run("cycle-unpipelined", 0, idle=0.0), h.run("cycle-unpipelined", 0, idle=a.idle)
-            raw["idle_instructions_per_second"] = (r1.total - r0.total) / (r1.seconds - r0.seconds)
-            raw["runs"] += [asdict(r0), asdict(r1)]
         for load in a.loads:
-            values = []
+            values, raws, rates = [], [], []
             try:
                 for _ in range(a.repeat):
                     r1, r2 = h.run(load, a.n1), h.run(load, a.n2)
-                    raw["runs"] += [asdict(r1), asdict(r2)]
-                    values.append(per_job(r1.total, r2.total, r1.jobs, r2.jobs))
+                    r3 = h.run(load, a.n1, idle=a.idle) if a.idle > 0 else None
+                    raw["runs"] += [asdict(r) for r in (r1, r2, r3) if r is not None]
+                    rate = idle_rate(r1.total, r3.total, r1.window, r3.window) if r3 is not None else 0.0
+                    rates.append(rate)
+                    raws.append(per_job(r1.total, r2.total, r1.jobs, r2.jobs))
+                    values.append(per_job(r1.total, r2.total, r1.jobs, r2.jobs, r1.window, r2.window, rate))
             except NotSupported as exc:
                 h.log("  %s: n/a (%s)" % (load, str(exc).splitlines()[0]))
                 results[load] = None
@@ -460,7 +489,10 @@ def main(argv: list[str] | None = None) -> int:
             results[load] = sum(values) / len(values)
             spreads[load] = spread(values)
             raw["spread"][load] = spreads[load]
-            raw.setdefault("repeats", {})[load] = values
+            raw["raw"][load] = sum(raws) / len(raws)
+            raw["raw_spread"][load] = spread(raws)
+            raw["idle_rate"][load] = sum(rates) / len(rates)
+            raw["repeats"][load] = {"corrected": values, "raw": raws, "idle_rate": rates}
     finally:
         if not a.keep and not a.scratch:
             shutil.rmtree(scratch, ignore_errors=True)
@@ -478,16 +510,17 @@ def main(argv: list[str] | None = None) -> int:
         print("Baseline: %s at %s (python %s): %s" % (Path(a.baseline).name, baseline.get("commit"),
                                                       baseline.get("python"), baseline.get("command")))  # fmt: skip
     print()
-    print(markdown(rows, spreads, a.threshold))
-    if "idle_instructions_per_second" in raw:
-        print()
-        print("An idle node under callgrind: {:,.0f} instructions per wall second (timers; not subtracted)."
-              .format(raw["idle_instructions_per_second"]))  # fmt: skip
+    extra = {k: "{:,.0f} ({:.2f} %) / {:,.1f} M".format(raw["raw"][k], raw["raw_spread"][k] * 100, raw["idle_rate"][k] / 1e6)
+             for k in raw["raw"]}  # fmt: skip
+    print(markdown(rows, spreads, a.threshold, extra, "uncorrected/job (spread) / idle instr. per s"))
+    print()
+    print("instructions/job: (total(N2) - total(N1) - idle rate x (time up(N2) - time up(N1))) / (N2 - N1); the idle rate")
+    print("(timers: cron, bus pings, fsync) is measured per load by a third run of N1 jobs left idle %g s longer." % a.idle)
     if a.json:
         Path(a.json).write_text(json.dumps(raw, indent=2) + "\n")
     if a.save_baseline:
-        keep = {k: raw[k] for k in ("commit", "dirty", "python", "command", "n1", "n2", "repeat", "loads", "spread")}
-        keep["idle_instructions_per_second"] = raw.get("idle_instructions_per_second")
+        keep = {k: raw[k] for k in ("commit", "code_commit", "dirty", "python", "command", "n1", "n2", "repeat", "idle", "loads",
+                                    "spread", "raw", "raw_spread", "idle_rate")}  # fmt: skip
         keep["platform"] = platform.machine()
         Path(a.baseline).write_text(json.dumps(keep, indent=2) + "\n")
         print("\nBaseline written to %s" % a.baseline)
