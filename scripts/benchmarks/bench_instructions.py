@@ -385,6 +385,10 @@ class Harness:
                     raise RuntimeError("node on port %d did not exit after SHUTDOWN:\n%s" % (port, launcher.tail([d / "node.log"])))
                 if proc.returncode != 0:
                     raise RuntimeError("node on port %d exited with %s:\n%s" % (port, proc.returncode, launcher.tail([d / "node.log"])))
+        except BaseException:
+            for _, port, d in nodes:
+                self.log("node on port %d, the end of its log:\n%s" % (port, launcher.tail([d / "node.log"])))
+            raise
         finally:
             for proc, port, _ in nodes:
                 if proc.poll() is None:
