@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from benchmarks.bench_instructions import (
-    LOADS, compare, idle_rate, jobs_of, markdown, parse_args, parse_totals, per_job, spread,
+    LOADS, compare, fit, idle_rate, jobs_of, markdown, parse_args, parse_totals, per_job, spread,
 )  # fmt: skip
 
 CALLGRIND_TAIL = b"""fn=(12) PyEval_EvalFrameDefault
@@ -71,3 +71,14 @@ def test_options_defaults_quick_and_refused(tmp_path):
         with pytest.raises(SystemExit) as exc:
             parse_args(bad)
         assert exc.value.code == 2, bad
+
+
+def test_least_squares_recovers_start_up_per_job_and_rate():
+    def total(n, w):
+        return 1_400_000_000 + 150_000 * n + 5_000_000 * w
+
+    runs = [(n, w, total(n, w)) for n, w in ((500, 3.0), (3000, 12.0), (500, 8.5), (500, 1.5), (3000, 30.0))]
+    start, job, rate = fit(runs)
+    assert (start, job, rate) == (pytest.approx(1.4e9), pytest.approx(150_000), pytest.approx(5e6))
+    with pytest.raises(ValueError):
+        fit([(500, 1.0, 10), (500, 1.0, 11), (500, 1.0, 12)])

@@ -129,6 +129,26 @@ def idle_rate(total1: int, total_idle: int, seconds1: float, seconds_idle: float
     return (total_idle - total1) / (seconds_idle - seconds1)
 
 
+def fit(runs: Sequence[tuple[int, float, int]]) -> tuple[float, float, float]:
+    """Least squares of total = start-up + per-job x jobs + rate x seconds up over every run of a load
+    (``(jobs, seconds, total)``); returns (start-up, per-job, rate). With the three runs of one
+    repeat it is the per-pair figure; over several repeats it uses every run at once."""
+    rows = [(1.0, float(n), float(w)) for n, w, _ in runs]
+    ys = [float(t) for _, _, t in runs]
+    m = [[sum(r[i] * r[j] for r in rows) for j in range(3)] + [sum(r[i] * y for r, y in zip(rows, ys))] for i in range(3)]
+    for col in range(3):  # Gauss-Jordan with partial pivoting on the normal equations
+        piv = max(range(col, 3), key=lambda r: abs(m[r][col]))
+        if abs(m[piv][col]) < 1e-12:
+            raise ValueError("the runs do not tell jobs from seconds apart")
+        m[col], m[piv] = m[piv], m[col]
+        for r in range(3):
+            if r != col:
+                f = m[r][col] / m[col][col]
+                m[r] = [a - f * b for a, b in zip(m[r], m[col])]
+    a, b, c = (m[i][3] / m[i][i] for i in range(3))
+    return a, b, c
+
+
 def spread(values: Sequence[float]) -> float:
     """(max - min) / mean, as a fraction; 0 for fewer than two values."""
     if len(values) < 2:
@@ -497,6 +517,9 @@ def main(argv: list[str] | None = None) -> int:
             raw["raw_spread"][load] = spread(raws)
             raw["idle_rate"][load] = sum(rates) / len(rates)
             raw["repeats"][load] = {"corrected": values, "raw": raws, "idle_rate": rates}
+            if a.idle > 0:
+                runs = [(r["jobs"], r["window"], r["total"]) for r in raw["runs"] if r["load"] == load]
+                raw.setdefault("fit", {})[load] = fit(runs)[1]
     finally:
         if not a.keep and not a.scratch:
             shutil.rmtree(scratch, ignore_errors=True)
@@ -514,9 +537,11 @@ def main(argv: list[str] | None = None) -> int:
         print("Baseline: %s at %s (python %s): %s" % (Path(a.baseline).name, baseline.get("commit"),
                                                       baseline.get("python"), baseline.get("command")))  # fmt: skip
     print()
-    extra = {k: "{:,.0f} ({:.2f} %) / {:,.1f} M".format(raw["raw"][k], raw["raw_spread"][k] * 100, raw["idle_rate"][k] / 1e6)
+    extra = {k: "{:,.0f} ({:.2f} %) / {:,.1f} M / {:,.0f}".format(raw["raw"][k], raw["raw_spread"][k] * 100,
+                                                                 raw["idle_rate"][k] / 1e6, raw.get("fit", {}).get(k, 0))
              for k in raw["raw"]}  # fmt: skip
-    print(markdown(rows, spreads, a.threshold, extra, "uncorrected/job (spread) / idle instr. per s"))
+    print(markdown(rows, spreads, a.threshold, extra,
+                   "uncorrected/job (spread) / idle instr. per s / least-squares over all runs"))
     print()
     print("instructions/job: (total(N2) - total(N1) - idle rate x (time up(N2) - time up(N1))) / (N2 - N1); the idle rate")
     print("(timers: cron, bus pings, fsync) is measured per load by a third run of N1 jobs left idle %g s longer." % a.idle)
@@ -524,7 +549,8 @@ def main(argv: list[str] | None = None) -> int:
         Path(a.json).write_text(json.dumps(raw, indent=2) + "\n")
     if a.save_baseline:
         keep = {k: raw[k] for k in ("commit", "code_commit", "dirty", "python", "command", "n1", "n2", "repeat", "idle", "loads",
-                                    "spread", "raw", "raw_spread", "idle_rate")}  # fmt: skip
+                                    "spread", "raw", "raw_spread", "idle_rate", "fit")
+                if k in raw}  # fmt: skip
         keep["platform"] = platform.machine()
         Path(a.baseline).write_text(json.dumps(keep, indent=2) + "\n")
         print("\nBaseline written to %s" % a.baseline)
