@@ -51,7 +51,16 @@ gets a third run: N1 jobs, then ``--idle`` seconds (default 5) of waiting before
     idle rate        = (total(N1 + idle) - total(N1)) / (up(N1 + idle) - up(N1))
     instructions/job = (total(N2) - total(N1) - idle rate x (up(N2) - up(N1))) / (N2 - N1)
 
-The uncorrected figure and the idle rate are printed beside it (and kept in the JSON).
+The uncorrected figure and the idle rate are printed beside it (and kept in the JSON), and so is a
+least-squares fit of start-up + per-job x jobs + rate x up over every run of the load (``fit``).
+
+Limits: the correction assumes the timers cost the same per second whether the node is busy or
+idle, which holds only roughly (a busy event loop wakes more often). On a quiet machine the runs
+are short and the correction small; on a machine loaded by other work (load average 10-15 on two
+cores) a 3000-job run took 5-40 s and the spread between repeats after correction was ~1 % for
+cycle-batched but up to 10 % for cycle-unpipelined and far more for replicate3-cycle, whose three
+nodes spend most of their instructions on timers while they wait for each other. Run it on a
+quiet machine, check the spread column, and rerun a load whose spread is over 1 %.
 
 The table compares each load with the committed baseline (``instructions-baseline.json`` beside
 this file: the commit, python and command it was measured with) and flags every load that moved
