@@ -57,6 +57,14 @@ def server(args: tuple[str, ...]) -> None:
 
     path = None
     rest = list(args)
+    # where an option may start: first, or after the config file (later words may be values, "-1" or not)
+    heads = rest[:1] if not rest or rest[0].startswith("-") else rest[1:2]
+    short = next((a for a in heads if len(a) >= 2 and a[0] == "-" and a[1] != "-" and not _is_number(a)), None)
+    if short is not None:  # directives are --name value, as redis-server's: no one-letter options
+        hint = _SHORT_HINTS.get(short[:2], "write directives as --name value, e.g. --port 7711")
+        click.echo("Unknown option '%s': disque-py server takes a config file and/or directives as --name "
+                   "value; %s" % (short, hint), err=True)  # fmt: skip
+        sys.exit(1)
     if rest and not rest[0].startswith("--"):
         path = rest.pop(0)
     try:
@@ -88,6 +96,22 @@ def server(args: tuple[str, ...]) -> None:
             sys.exit(1)
     except KeyboardInterrupt:
         pass
+
+
+_SHORT_HINTS = {
+    "-p": "did you mean --port?",
+    "-h": "did you mean --bind? (--help for help)",
+    "-a": "did you mean --requirepass?",
+    "-c": "give the config file as the first argument, without an option",
+}
+
+
+def _is_number(arg: str) -> bool:
+    try:
+        float(arg)
+    except ValueError:
+        return False
+    return True
 
 
 @main.command(
