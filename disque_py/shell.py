@@ -350,6 +350,23 @@ def _answers_resp(host: str, port: int, timeout: float) -> bool:
     return data[:1] in (b"+", b"-")
 
 
+def _speaks_tls(host: str, port: int, timeout: float) -> bool:
+    """Does ``host:port`` answer a TLS ClientHello with TLS (whatever it thinks of our certificate)?"""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as sock:
+            with context.wrap_socket(sock, server_hostname=host):
+                return True
+    except (ssl.SSLEOFError, ssl.SSLZeroReturnError):
+        return False
+    except ssl.SSLError:  # an alert or a record we did not like: TLS all the same
+        return True
+    except OSError:
+        return False
+
+
 def _admin_port_of(host: str, port: int, timeout: float) -> int | None:
     """The admin-port of the node at ``host:port`` (None: not known, or no node)."""
     try:
@@ -436,12 +453,12 @@ class Connection:
             self.close()
             raise WrongPort("%s accepted the connection but did not answer PING in %.1f s: is it a disque-py "
                             "client port? (--timeout to wait longer)" % (self.where, self.timeout)) from None
+        except (ConnectionResetError, ProtocolError, ReplyLost) as exc:
+            self.close()
+            raise WrongPort(self._what_answered(exc)) from None
         except OSError as exc:
             self.close()
             raise ConnectFailed("Could not connect to disque-py at %s: %s" % (self.where, exc.strerror or exc)) from None
-        except (ProtocolError, ReplyLost) as exc:
-            self.close()
-            raise WrongPort(self._what_answered(exc)) from None
         if isinstance(reply, ErrorReply) and reply.startswith(b"DENIED"):
             self.close()
             raise ConnectFailed("%s refused us: %s" % (self.where, reply.decode("utf-8", "replace")))
@@ -461,7 +478,9 @@ class Connection:
             if self.tls:
                 return "%s answered with a TLS alert inside TLS: not a disque-py client port" % self.where
             return "%s answered TLS: it is a TLS port (a node's tls-port?): add --tls (and --cacert ...)" % self.where
-        if isinstance(exc, ReplyLost) and not self._buf:
+        if not self._buf and not self.tls and _speaks_tls(host, port, timeout):
+            return "%s speaks TLS: it is a TLS port (a node's tls-port?): add --tls (and --cacert ...)" % self.where
+        if not self._buf:
             client = port - _BUS_OFFSET
             if client > 0 and _answers_resp(host, client, timeout):
                 return ("%s closed the connection without answering: it is a node's cluster bus port; its client "
