@@ -97,10 +97,11 @@ class Acks:
         ``schedule_gc=False`` is for a caller that runs ``try_gc`` at once,
         which schedules the next attempt itself (or deletes the job).
         """
-        if job.state == ACKED:
+        state = job.state
+        if state == ACKED:
             return
         ctx = self.ctx
-        if job.state == QUEUED:
+        if state == QUEUED:
             ctx.dequeue_job(job)
         job.set_state(ACKED)
         job.confirmed = None

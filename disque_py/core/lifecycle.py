@@ -93,11 +93,12 @@ class Lifecycle:
             return
         ctx = self.ctx
         ctx.bury(job.id)
-        if job.state == QUEUED:
+        state = job.state
+        if state == QUEUED:
             q = self._queues.get(job.queue)
             if q is not None:
                 q.remove(job)
-        elif job.state == WAIT_REPL:  # e.g. its TTL ended while replicating
+        elif state == WAIT_REPL:  # e.g. its TTL ended while replicating
             ctx.replication_dropped(job)
 
     # -- restoring from the AOF ----------------------------------------------------------

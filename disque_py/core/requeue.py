@@ -79,11 +79,12 @@ class Requeue:
         is refused."""
         if job.state == QUEUED or not (job.next_at or fresh):
             return False
-        if job.retry == 0 and job.flags & F_DELIVERED:
+        retry = job.retry
+        if not retry and job.flags & F_DELIVERED:
             return False
         ctx = self.ctx
         now = ctx.now
-        if job.retry:
+        if retry:
             if len(job.delivered) > 1:
                 job.flags |= F_BCAST_WILLQUEUE
             job.next_at = retry_deadline(job, now, ctx.randbits)
@@ -104,7 +105,7 @@ class Requeue:
         if not q.blocked and leases and q.name in leases and ctx.push_if_wanted(q, job):
             # A consumer waits on another node: sent there, never queued here (active, see
             # push_if_wanted); a RETRY 0 job left this node with its only copy.
-            if job.retry:
+            if retry:
                 ctx.reschedule(job)
             return True
         job.set_state(QUEUED)
