@@ -202,7 +202,7 @@ class Acks:
                 # holder either: once acked here nobody needs this copy, so it goes now, and
                 # the GOTACK says so; the sender then sends no DELJOB (one message less for
                 # every job with two copies: REPLICATE 2, or a moved REPLICATE 1 job).
-                self.acknowledge(job, False)  # schedule_gc: deleted next
+                self.acknowledge(job, schedule_gc=False)
                 ctx.delete_job(job)
                 ctx.send_lazy((sender,), got_ack_deleted(job_id))
                 return
@@ -289,7 +289,7 @@ class Acks:
                     job.etime = ctx.now + ids_mod.ttl_minutes_from_id(job_id) * 60_000
                     store.register(job)
             elif job.state != ACKED:
-                self.acknowledge(job, False)  # schedule_gc: try_gc runs next
+                self.acknowledge(job, schedule_gc=False)
                 known += 1
             if job is not None:
                 self.try_gc(job)  # schedules the next attempt, or deletes the job
