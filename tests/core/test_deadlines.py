@@ -9,7 +9,7 @@ import pytest
 
 from disque_py.core.job import (
     ACKED, ACTIVE, GC_RETRY_MAX_MS, GC_RETRY_MIN_MS, QUEUED, STATE_NAMES, TIME_ERROR_MS, TRANSITIONS, WAIT_REPL,
-    IllegalTransition, Job, gc_deadline, retry_deadline,
+    IllegalTransition, Job, gc_deadline, illegal_transitions, retry_deadline,
 )  # fmt: skip
 
 from .conftest import Harness
@@ -42,7 +42,8 @@ def test_gc_attempts_back_off_from_one_second_doubling_up_to_three_minutes():
     assert waits[:4] == [GC_RETRY_MIN_MS, 2 * GC_RETRY_MIN_MS, 4 * GC_RETRY_MIN_MS, 8 * GC_RETRY_MIN_MS]
     assert waits[-1] == GC_RETRY_MAX_MS and max(waits) == GC_RETRY_MAX_MS
     job.gc_retry = 0
-    assert extremes(gc_deadline, job, 0) == (GC_RETRY_MIN_MS - TIME_ERROR_MS // 2, GC_RETRY_MIN_MS + TIME_ERROR_MS // 2 - 1)
+    half = TIME_ERROR_MS // 2
+    assert extremes(gc_deadline, job, 0) == (GC_RETRY_MIN_MS - half, GC_RETRY_MIN_MS + half - 1)
 
 
 def test_next_at_reads_as_the_requeue_or_the_gc_attempt_by_state():
@@ -73,8 +74,6 @@ def test_set_state_refuses_every_move_the_table_lacks(src):
             with pytest.raises(IllegalTransition):
                 job.set_state(to)
             assert job.state == src
-    from disque_py.core.job import illegal_transitions
-
     illegal_transitions.clear()  # made on purpose here, on jobs of no node
 
 
