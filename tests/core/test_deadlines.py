@@ -65,16 +65,19 @@ def test_the_table_covers_every_state_and_acked_is_never_left():
 
 @pytest.mark.parametrize("src", [WAIT_REPL, ACTIVE, QUEUED, ACKED])
 def test_set_state_refuses_every_move_the_table_lacks(src):
-    for to in range(len(STATE_NAMES)):
-        job = Job(ID, src)
-        if to in TRANSITIONS[src]:
-            job.set_state(to)
-            assert job.state == to
-        else:
-            with pytest.raises(IllegalTransition):
+    try:
+        for to in range(len(STATE_NAMES)):
+            job = Job(ID, src)
+            if to in TRANSITIONS[src]:
                 job.set_state(to)
-            assert job.state == src
-    illegal_transitions.clear()  # made on purpose here, on jobs of no node
+                assert job.state == to
+            else:
+                with pytest.raises(IllegalTransition):
+                    job.set_state(to)
+                assert job.state == src
+                assert illegal_transitions[-1].startswith("job %r: %s -> %s" % (ID, STATE_NAMES[src], STATE_NAMES[to]))
+    finally:
+        illegal_transitions.clear()  # made on purpose here, on jobs of no node
 
 
 def test_a_retry0_job_dequeued_is_not_queued_again_but_a_handed_over_one_is(h: Harness):
