@@ -18,8 +18,8 @@ Acks (ACKJOB anywhere):
   message less per job). A holder that knows a third runs the GC itself, as
   above. A DELJOB receiver that knows holders missing from the list passes
   it on to them (FASTACK's DELJOB alike).
-* ``try_gc`` is one attempt; ``gc_at`` (``job.py``) is the next one, with
-  exponential backoff (1 s .. 3 min) while some holder is unreachable; the
+* ``try_gc`` is one attempt; the acked job's ``next_at`` (``job.py``,
+  ``gc_deadline``) is the next one, with exponential backoff (1 s .. 3 min) while some holder is unreachable; the
   job's wake-up (``lifecycle.py``) calls ``gc_due`` then. A holder absent
   from the node table from the third attempt on (CLUSTER FORGET) counts as
   confirmed.
@@ -52,7 +52,7 @@ from .ids import valid_job_id
 from .commands import check_job_ids
 from .commandspec import JOB_IDS, CommandSpec
 from .context import Context
-from .job import ACKED, QUEUED, WAIT_REPL, Job
+from .job import ACKED, QUEUED, WAIT_REPL, Job, gc_deadline
 from .messages import (
     DelJob,
     DelJobHolders,
@@ -72,8 +72,6 @@ from .store import J_ACKED
 
 __all__ = ["Acks", "TOMBSTONE_MS", "TOMBSTONES_MAX"]
 
-GC_RETRY_MIN_MS = 1000
-GC_RETRY_MAX_MS = 180_000
 GC_RETRY_COUNT_MAX = 10
 # From this GC attempt of an ack on (about 6 s after it), a holder that is not in this node's
 # table at all (forgotten with CLUSTER FORGET) counts as confirmed; see try_gc.
@@ -106,12 +104,13 @@ class Acks:
         ``schedule_gc=False`` is for a caller that runs ``try_gc`` at once,
         which schedules the next attempt itself (or deletes the job).
         """
-        if job.state == ACKED:
+        state = job.state
+        if state == ACKED:
             return
         ctx = self.ctx
-        if job.state == QUEUED:
+        if state == QUEUED:
             ctx.dequeue_job(job)
-        job.state = ACKED
+        job.set_state(ACKED)
         job.confirmed = None
         self._stats["jobs_acked"] += 1
         if ctx.journal is not None:
@@ -119,7 +118,7 @@ class Acks:
         if schedule_gc:
             # Always schedule a GC attempt: a node acked through SETACK may never hear the final
             # DELJOB (lost message), and only its own GC attempts will collect the ack.
-            job.gc_at = ctx.now + min(GC_RETRY_MIN_MS << job.gc_retry, GC_RETRY_MAX_MS) + ctx.time_error()
+            job.next_at = gc_deadline(job, ctx.now, ctx.randbits)
             ctx.reschedule(job)
 
     def _dummy_unknown_everywhere(self, job: Job) -> bool:
@@ -162,8 +161,7 @@ class Acks:
         else:
             message = set_ack(bytes(job.id), len(delivered))
         ctx.send_lazy([n for n in targets if n not in confirmed], message)
-        period = min(GC_RETRY_MIN_MS << job.gc_retry, GC_RETRY_MAX_MS)
-        job.gc_at = ctx.now + period + ctx.time_error()
+        job.next_at = gc_deadline(job, ctx.now, ctx.randbits)
         ctx.reschedule(job)
 
     # -- tombstones ----------------------------------------------------------------------

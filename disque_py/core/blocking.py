@@ -96,7 +96,7 @@ class Blocking:
     def fetch(self, q: Queue) -> Job | None:
         job = q.pop()
         if job is not None:
-            job.state = ACTIVE
+            job.set_state(ACTIVE)
             job.flags |= F_DELIVERED
             ctx = self.ctx
             q.atime = ctx.now

@@ -325,7 +325,8 @@ class Federation:
 
     def push_if_wanted(self, q: Queue, job: Job) -> bool:
         """A job is being queued: push it to a node with a valid lease instead. True if pushed
-        (counted in and out of ``q``, which it never entered); False: the caller queues it."""
+        (counted in and out of ``q``, which it never entered, and active here: the peer's to
+        queue); False: the caller queues it."""
         leases = self.leases.get(q.name)
         if not leases or q.blocked or q.flags & PAUSED_OUT or self._importing:
             return False
@@ -343,7 +344,8 @@ class Federation:
                 continue  # RETRY 0: its only copy must not wait in a link that may be torn down
             q.jobs_in += 1
             q.jobs_out += 1
-            job.state = 1  # ACTIVE: it is now the peer's to queue
+            if job.state != ACTIVE:  # never queued here: a new job (wait-repl), pushed at once
+                job.set_state(ACTIVE)
             job.flags |= F_DELIVERED
             lease[1] -= 1
             if lease[1] <= 0:
@@ -421,14 +423,10 @@ class Federation:
                     job.delivered = tuple(job.delivered) + (me,)
                 store.register(job)
             job.flags &= ~F_BCAST_QUEUED  # a move, not a requeue: no QUEUED broadcast
-            if job.retry == 0:
-                if job.flags & F_DELIVERED:
-                    continue  # delivered here once already: at most once
-                job.requeue_at = now  # lets enqueue_job queue it this one time
-            elif not job.requeue_at:
-                job.requeue_at = now
+            if job.retry == 0 and job.flags & F_DELIVERED:
+                continue  # delivered here once already: at most once
             q = ctx.get_queue(job.queue)
-            if not ctx.enqueue_job(job):
+            if not ctx.enqueue_job(job, False, True):  # fresh: moved in, queued here this one time
                 continue
             self._stats["jobs_imported"] += 1
             touched[q.name] = q
@@ -462,8 +460,7 @@ class Federation:
             if job is None or ctx.is_buried(job.id):
                 continue
             store.register(job)
-            job.requeue_at = now  # lets enqueue_job queue it this one time
-            if ctx.enqueue_job(job):
+            if ctx.enqueue_job(job, fresh=True):  # as never delivered: queued this one time
                 self._stats["jobs_returned"] += 1
             else:
                 store.unregister(job)

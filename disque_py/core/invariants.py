@@ -6,18 +6,26 @@ the core tests run it after every command, message and tick they feed a
 node (``tests/core/conftest.py``), and both simulations after every event
 (``tests/sim/cluster_model.py``, ``tests/sim/netsim.py``). It reads the
 machines' state and changes nothing, but costs a walk over every job, so the
-shell does not run it.
+shell does not run it. Importing this module turns on the check of every
+state change (``job.watch_transitions``), which TRANSITIONS reports; the
+shell never imports it, so a node's ``Job.set_state`` checks nothing.
+
+TRANSITIONS
+    Every change of a job's state since the last check was one that
+    ``job.TRANSITIONS`` lists (``Job.set_state`` raised at the site of any
+    other and recorded it; this reports it even where the error was caught,
+    as the shell's bus feed catches a handler's).
 
 AT_MOST_ONCE
     A RETRY 0 job is queued at most once, ever, on a node: one that is
-    queued has ``requeue_at`` 0 (it can never be queued again) and was never
+    queued has ``next_at`` 0 (it can never be queued again) and was never
     delivered here (F_DELIVERED); one delivered here is never queued again.
 ACK_ONCE
     A job goes to ``acked`` at most once and never leaves it: a job object
     seen acked by an earlier check and still registered is still acked (the
     check remembers them per node), and an acked job is in no queue.
 ACK_GC_PENDING
-    Every acked job still here has a next GC attempt (``gc_at`` > 0): an
+    Every acked job still here has a next GC attempt (``next_at`` > 0): an
     ack is never stranded without a collector.
 ONE_TIMER
     Every registered job has exactly one pending wake-up (``awake`` > 0), at
@@ -50,7 +58,7 @@ from typing import TYPE_CHECKING, Any
 from weakref import WeakKeyDictionary
 
 from .acks import TOMBSTONES_MAX
-from .job import ACKED, ACTIVE, F_BCAST_WILLQUEUE, F_DELIVERED, QUEUED, WAIT_REPL, Job
+from .job import ACKED, F_BCAST_WILLQUEUE, F_DELIVERED, QUEUED, WAIT_REPL, Job, illegal_transitions, watch_transitions
 from .lifecycle import WILLQUEUE_ADVANCE_MS
 from .queues import PAUSED_OUT
 
@@ -60,7 +68,7 @@ if TYPE_CHECKING:
 __all__ = ["check", "InvariantViolation", "INVARIANTS"]
 
 INVARIANTS = (
-    "AT_MOST_ONCE", "ACK_ONCE", "ACK_GC_PENDING", "ONE_TIMER", "QUEUED_ONCE", "WAITERS", "SERVED",
+    "TRANSITIONS", "AT_MOST_ONCE", "ACK_ONCE", "ACK_GC_PENDING", "ONE_TIMER", "QUEUED_ONCE", "WAITERS", "SERVED",
     "REPL_CLIENTS", "LEASES", "TOMBSTONES",
 )  # fmt: skip
 
@@ -77,13 +85,16 @@ def _fail(name: str, detail: str) -> None:
 _acked_seen: "WeakKeyDictionary[Any, set[Job]]" = WeakKeyDictionary()
 
 
+watch_transitions()
+
+
 def _expected_awake(job: Job) -> int:
     at = job.etime
     state = job.state
     if state == ACKED:
         if job.gc_at and job.gc_at < at:
             at = job.gc_at
-    elif (state == ACTIVE or state == QUEUED) and job.requeue_at:
+    elif state != WAIT_REPL and job.requeue_at:
         t = job.requeue_at - (WILLQUEUE_ADVANCE_MS if job.flags & F_BCAST_WILLQUEUE else 0)
         if t < at:
             at = t
@@ -92,6 +103,10 @@ def _expected_awake(job: Job) -> int:
 
 def check(node: "Node") -> None:
     """Raise InvariantViolation naming the first invariant ``node`` breaks."""
+    if illegal_transitions:
+        what = "; ".join(illegal_transitions)
+        illegal_transitions.clear()  # reported once
+        _fail("TRANSITIONS", what)
     store = node.store
     queues = node.queues
     jobs = store.values()
@@ -101,8 +116,8 @@ def check(node: "Node") -> None:
     for job in jobs:
         state = job.state
         if job.retry == 0 and state == QUEUED:
-            if job.requeue_at != 0:
-                _fail("AT_MOST_ONCE", "RETRY 0 job %r queued with requeue_at %d" % (job.id, job.requeue_at))
+            if job.next_at != 0:
+                _fail("AT_MOST_ONCE", "RETRY 0 job %r queued with next_at %d" % (job.id, job.next_at))
             if job.flags & F_DELIVERED:
                 _fail("AT_MOST_ONCE", "RETRY 0 job %r queued again after its delivery" % job.id)
         if not job.awake:

@@ -1,4 +1,4 @@
-"""The Job record and its states.
+"""The Job record, its states, the legal moves between them, and its deadlines.
 
 A job moves through four states on a node::
 
@@ -8,17 +8,44 @@ A job moves through four states on a node::
 
 ``wait-repl`` exists only on the node that created the job while its
 synchronous replication is in progress. ``acked`` jobs are kept until the
-acknowledgement has been garbage-collected cluster-wide.
+acknowledgement has been garbage-collected cluster-wide. ``TRANSITIONS`` is
+the whole list of moves, each with its reason; ``Job.set_state`` is the one
+way a state changes (a job is created in its first state).
 
 Times inside a Job are milliseconds on the node's monotonic clock (the one
 the shell feeds into the core), except ``ctime``, which is wall-clock
 milliseconds * 1_000_000 plus a per-node tie breaker, as in Disque, and is
 used to order queues and to report creation time.
+
+``next_at``: one slot, whose meaning the state decides
+-----------------------------------------------------
+A job has at most one pending deadline besides its expiry, so one slot holds
+it (a slot is 8 bytes per job: a million jobs, 8 MB):
+
+* ``wait-repl``: when it is first queued once its copies are made, the end
+  of ADDJOB's DELAY (without one it is queued at once; until then it reads a
+  RETRY from ADDJOB, which SHOW reports as Disque does);
+* ``active``: when it is queued again (the end of its RETRY period, or of a
+  DELAY); 0: never again (AT_MOST_ONCE, a RETRY 0 job queued once here);
+* ``queued``: when its RETRY period ends while it waits (a new one starts);
+  0 for a RETRY 0 job, never queued again;
+* ``acked``: its next garbage-collection attempt (ACK_GC_PENDING: never 0
+  once ``Acks.acknowledge`` ran). An acked job is never queued (ACK_ONCE).
+
+``requeue_at`` and ``gc_at`` read it under the state's name (0 in the other
+states). Writers set ``next_at`` from ``retry_deadline`` (the end of a RETRY
+period: ``enqueue_job``, the requeue timers, WORKING, QUEUED/WORKING from a
+peer, a received copy, a restart) or ``gc_deadline`` (the next GC attempt);
+the hot paths read ``next_at`` itself.
+
+Both deadlines carry a random error of +-``TIME_ERROR_MS``/2, as Disque's do,
+so that the holders of one job do not requeue it (or ask for its acks) at
+the same instant.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Callable
 
 __all__ = [
     "Job",
@@ -31,6 +58,15 @@ __all__ = [
     "F_BCAST_QUEUED",
     "F_BCAST_WILLQUEUE",
     "F_DELIVERED",
+    "TRANSITIONS",
+    "IllegalTransition",
+    "watch_transitions",
+    "illegal_transitions",
+    "TIME_ERROR_MS",
+    "GC_RETRY_MIN_MS",
+    "GC_RETRY_MAX_MS",
+    "retry_deadline",
+    "gc_deadline",
 ]
 
 WAIT_REPL = 0
@@ -46,8 +82,70 @@ F_BCAST_WILLQUEUE = 2  # announce WILLQUEUE shortly before requeueing
 F_DELIVERED = 4  # this node handed the job to a client at least once
 
 
+# Every move of a job's state on one node, and why it happens. A move not here is a bug:
+# tests and simulations raise on it (``watch_transitions``); ``acked`` is never left (ACK_ONCE).
+TRANSITIONS: dict[int, dict[int, str]] = {
+    WAIT_REPL: {
+        QUEUED: "ADDJOB without synchronous replication nor DELAY: queued at once",
+        ACTIVE: "its copies are made (GOTJOB, SETACK), ADDJOB ASYNC with a DELAY, or pushed at "
+        "once to a node whose consumer waits; or its replication failed or its client left, "
+        "and it is deleted next",
+    },
+    ACTIVE: {
+        QUEUED: "enqueue_job: its DELAY or RETRY ended, ENQUEUE or NACK, moved in (YOURJOBS), "
+        "or queued again at a restart (aof-enqueue-jobs-once)",
+        ACKED: "acknowledged: ACKJOB, SETACK, or restored acked (AOF)",
+    },
+    QUEUED: {
+        ACTIVE: "taken out of its queue: fetched by GETJOB, DEQUEUE, QUEUED or WORKING from a "
+        "peer, acked (dequeued first), or restored (AOF: delivered, or requeued by RETRY "
+        "after the restart)",
+        ACKED: "restored (AOF): written queued, then acked (a live ack dequeues first)",
+    },
+    ACKED: {},
+}
+
+
+class IllegalTransition(RuntimeError):
+    """A job's state was set to one ``TRANSITIONS`` does not allow from where it was."""
+
+
+# What ``watch_transitions`` recorded and ``invariants.check`` has not reported yet.
+illegal_transitions: list[str] = []
+
+
 def state_from_name(name: bytes) -> int | None:
     return _STATE_BY_NAME.get(name.lower())
+
+
+TIME_ERROR_MS = 500  # deadlines are desynchronised by +-250 ms
+_HALF_ERROR_MS = TIME_ERROR_MS // 2
+GC_RETRY_MIN_MS = 1000  # the GC of an ack backs off from 1 s ...
+GC_RETRY_MAX_MS = 180_000  # ... doubling up to 3 min
+
+
+def retry_deadline(job: "Job", start: int, randbits: Callable[[int], int]) -> int:
+    """The end of a RETRY period of ``job`` that starts at ``start`` (ms), give or take
+    TIME_ERROR_MS/2 (``randbits``: the node's seeded source, ``Context.randbits``; the error
+    is drawn as Disque draws it, a random integer modulo TIME_ERROR_MS).
+
+    The one place it is computed: ``enqueue_job`` (a period starts with every queueing), the
+    requeue timers (a period ran out while queued, or while the queue was paused), WORKING
+    and the QUEUED/WORKING messages (postponed by a period), a copy received (its first
+    period starts after its DELAY) and a restart. Only for a job with a RETRY: one with
+    RETRY 0 has no period (``next_at`` 0 once queued)."""
+    return start + job.retry * 1000 + randbits(32) % TIME_ERROR_MS - _HALF_ERROR_MS
+
+
+def gc_deadline(job: "Job", now: int, randbits: Callable[[int], int]) -> int:
+    """The next garbage-collection attempt of an acked ``job``: 1 s after ``now`` before its
+    first attempt, doubling with each attempt made (``gc_retry``) up to 3 min, give or take
+    TIME_ERROR_MS/2. Used by the ack machine after an ack and after each attempt, and for
+    an acked job restored from the AOF (its GC starts again)."""
+    backoff = GC_RETRY_MIN_MS << job.gc_retry
+    if backoff > GC_RETRY_MAX_MS:
+        backoff = GC_RETRY_MAX_MS
+    return now + backoff + randbits(32) % TIME_ERROR_MS - _HALF_ERROR_MS
 
 
 class Job:
@@ -68,9 +166,9 @@ class Job:
         "body",  # bytes, or None for a dummy ack
         "delivered",  # tuple/set of node IDs that may have a copy
         "confirmed",  # set of node IDs, or None (replication / GC tracking)
-        # next (re)queue time, monotonic ms, of a job not acked; 0 = never queued again
-        # (AT_MOST_ONCE). Shares its slot with ``gc_at`` (see below).
-        "requeue_at",
+        # monotonic ms: the next requeue, or the next GC attempt of an acked job (the state
+        # decides; see the module docstring); 0 = none
+        "next_at",
         "awake",  # when the scheduler must look at the job; 0 = not scheduled
         "gc_retry",  # GC attempts, drives exponential backoff
         "seq",  # registration order, used by JSCAN cursors
@@ -87,7 +185,7 @@ class Job:
         etime: int = 0,
         delay: int = 0,
         retry: int = 0,
-        requeue_at: int = 0,
+        next_at: int = 0,
         delivered: tuple = (),
     ) -> None:
         # One constructor call sets everything ADDJOB knows (hot path).
@@ -100,7 +198,7 @@ class Job:
         self.etime = etime
         self.delay = delay
         self.retry = retry
-        self.requeue_at = requeue_at
+        self.next_at = next_at
         self.delivered = delivered
         self.flags = 0
         self.nacks = 0
@@ -109,6 +207,25 @@ class Job:
         self.awake = 0
         self.gc_retry = 0
         self.seq = 0
+
+    def set_state(self, to: int) -> None:
+        """Move the job to state ``to``: the one way a job's state changes (``TRANSITIONS``).
+
+        It sets the slot and checks nothing: the moves are checked where a wrong one can be
+        caught, in tests and simulations, which swap in ``_set_state_checked`` (see
+        ``watch_transitions``). A check here would cost every job several dict lookups on
+        the hot path (``enqueue_job``, ``fetch``, ``acknowledge``), on every node."""
+        self.state = to
+
+    @property
+    def requeue_at(self) -> int:
+        """The next requeue of a job not acked (0: none, or never again); 0 for an acked one."""
+        return self.next_at if self.state != ACKED else 0
+
+    @property
+    def gc_at(self) -> int:
+        """The next GC attempt of an acked job; 0 for one not acked."""
+        return self.next_at if self.state == ACKED else 0
 
     @property
     def state_name(self) -> str:
@@ -122,13 +239,28 @@ class Job:
     def __repr__(self) -> str:
         return f"<Job {self.id.decode()} {self.state_name} q={self.queue!r}>"
 
-    if TYPE_CHECKING:
-        gc_at: int
+
+def _set_state_checked(self: Job, to: int) -> None:
+    """``Job.set_state`` under ``watch_transitions``: refuses a move ``TRANSITIONS`` lacks."""
+    if to not in TRANSITIONS[self.state]:
+        what = "job %r: %s -> %s is not a legal transition (from %s: %s)" % (
+            self.id, STATE_NAMES[self.state], STATE_NAMES[to], STATE_NAMES[self.state],
+            ", ".join(STATE_NAMES[s] for s in TRANSITIONS[self.state]) or "none",
+        )  # fmt: skip
+        illegal_transitions.append(what)
+        raise IllegalTransition(what)
+    self.state = to
 
 
-# ``gc_at``: the next garbage-collection attempt (monotonic ms) of an *acked* job. An acked job
-# is never requeued (ACK_ONCE: it never leaves ``acked``), so the two times never coexist and
-# share one slot: ``gc_at`` is a second name for the ``requeue_at`` slot (the same descriptor,
-# as fast as any slot), read and written only once the job is acked (``Acks.acknowledge`` sets
-# it first). A job costs no more memory than with one attribute.
-Job.gc_at = Job.__dict__["requeue_at"]  # type: ignore[misc]
+_set_state_plain = Job.set_state
+
+
+def watch_transitions(on: bool = True) -> None:
+    """Check every state change against ``TRANSITIONS`` from now on (``on``), or stop.
+
+    Checked, an illegal move raises ``IllegalTransition`` at its site and is recorded in
+    ``illegal_transitions``, which ``invariants.check`` reports (TRANSITIONS) after the
+    input, even where a handler's error is caught and logged (the shell's bus feed).
+    ``core/invariants.py`` turns it on when imported (tests, simulations, fuzzing); the
+    node's shell never imports it, so a node runs the plain setter."""
+    Job.set_state = _set_state_checked if on else _set_state_plain  # type: ignore[method-assign]

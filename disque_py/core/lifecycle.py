@@ -4,11 +4,11 @@ Theory of operation
 -------------------
 Every job this node knows sits in ``ctx.store`` with at most one pending
 wake-up (``Job.awake``, ONE_TIMER). ``reschedule(job)`` is the only place that
-wake-up is computed: the earliest of the job's expiry (``etime``), its next
-requeue (``requeue_at``, minus ``WILLQUEUE_ADVANCE_MS`` while a WILLQUEUE is
-to be announced) for a job not acked, and its next GC attempt (``gc_at``) for
-an acked one. Every machine that changes one of those times calls
-``ctx.reschedule``.
+wake-up is computed: the earliest of the job's expiry (``etime``) and its
+``next_at`` (``job.py``), which is its next requeue for a job active or
+queued (minus ``WILLQUEUE_ADVANCE_MS`` while a WILLQUEUE is to be
+announced) and its next GC attempt for an acked one. Every machine that
+changes one of those times calls ``ctx.reschedule``.
 
 ``run_due(now)`` (from ``Node.tick``) takes the jobs whose time came, earliest
 first, and for each:
@@ -35,7 +35,10 @@ from typing import Any
 from .commands import check_job_ids, parse_jscan
 from .commandspec import EVERY_QUEUE, JOB_IDS, CommandSpec
 from .context import Context
-from .job import ACKED, ACTIVE, F_BCAST_QUEUED, F_BCAST_WILLQUEUE, F_DELIVERED, QUEUED, STATE_NAMES, WAIT_REPL, Job
+from .job import (
+    ACKED, ACTIVE, F_BCAST_QUEUED, F_BCAST_WILLQUEUE, F_DELIVERED, QUEUED, STATE_NAMES, WAIT_REPL, Job, gc_deadline,
+    retry_deadline,
+)  # fmt: skip
 from .replies import Error, Status
 from .store import scan
 
@@ -63,17 +66,14 @@ class Lifecycle:
     def reschedule(self, job: Job) -> None:
         """Recompute the job's single wake-up time from its state (ONE_TIMER)."""
         at = job.etime
-        state = job.state
-        if state == ACKED:
-            gc_at = job.gc_at
-            if gc_at and gc_at < at:
-                at = gc_at
-        elif (state == ACTIVE or state == QUEUED) and job.requeue_at:
-            requeue_at = job.requeue_at
-            if job.flags & F_BCAST_WILLQUEUE:
-                requeue_at -= WILLQUEUE_ADVANCE_MS
-            if requeue_at < at:
-                at = requeue_at
+        next_at = job.next_at  # the next GC attempt if acked, else the next requeue
+        if next_at:
+            state = job.state
+            if state != WAIT_REPL:
+                if state != ACKED and job.flags & F_BCAST_WILLQUEUE:
+                    next_at -= WILLQUEUE_ADVANCE_MS
+                if next_at < at:
+                    at = next_at
         self._store.schedule(job, at if at > 0 else 1)
 
     def run_due(self, now: int) -> None:
@@ -101,11 +101,12 @@ class Lifecycle:
             return
         ctx = self.ctx
         ctx.bury(job.id)
-        if job.state == QUEUED:
+        state = job.state
+        if state == QUEUED:
             q = self._queues.get(job.queue)
             if q is not None:
                 q.remove(job)
-        elif job.state == WAIT_REPL:  # e.g. its TTL ended while replicating
+        elif state == WAIT_REPL:  # e.g. its TTL ended while replicating
             ctx.replication_dropped(job)
 
     # -- restoring from the AOF ----------------------------------------------------------
@@ -127,6 +128,7 @@ class Lifecycle:
         state = r.state
         if state == WAIT_REPL:  # not written by us (the AOF skips it), but harmless as active
             state = ACTIVE
+        # r.requeue: the job's next_at (its next requeue, or GC attempt if acked), wall-clock
         job = Job(r.id, state, r.queue, r.body, r.repl, r.ctime, etime, r.delay, r.retry,
                   r.requeue - offset if r.requeue else 0, r.nodes)  # fmt: skip
         job.flags = r.flags
@@ -139,21 +141,22 @@ class Lifecycle:
         """A RETRY 0 job was delivered (``store.J_ACTIVE``): it is never queued again."""
         job = self._store.get(job_id)
         if job is not None and job.state != ACKED:
-            job.state = ACTIVE
+            if job.state != ACTIVE:
+                job.set_state(ACTIVE)
             if job.retry == 0:
                 job.flags |= F_DELIVERED
-                job.requeue_at = 0
+                job.next_at = 0  # never queued again
 
     def restore_queued(self, job_id: bytes) -> None:
         job = self._store.get(job_id)
-        if job is not None and job.state != ACKED:
-            job.state = QUEUED
+        if job is not None and job.state == ACTIVE:
+            job.set_state(QUEUED)
 
     def restore_acked(self, job_id: bytes) -> None:
         job = self._store.get(job_id)
         if job is not None and job.state != ACKED:
-            job.state = ACKED
-            job.gc_at = 0  # its GC starts again (restore_finish)
+            job.set_state(ACKED)
+            job.next_at = 0  # no GC attempt yet: restore_finish schedules the first
 
     def restore_deleted(self, job_id: bytes) -> None:
         job = self._store.get(job_id)
@@ -179,18 +182,18 @@ class Lifecycle:
             state = job.state
             if state == ACKED:
                 counts["acked"] += 1
-                if job.gc_at <= now:
-                    job.gc_at = now + ctx.time_error() % 1000  # spread the GC of many
+                if job.next_at <= now:  # its GC attempt was due while it was down, or never set
+                    job.next_at = gc_deadline(job, now, ctx.randbits)  # the first one, in about 1 s
             else:
                 if state == QUEUED:
-                    job.state = ACTIVE
+                    job.set_state(ACTIVE)  # in no queue: queued again below, or by its RETRY
                     if enqueue_once:
                         to_queue.append(job)
                 if job.retry and not (enqueue_once and state == QUEUED):
                     # As a copy received from a peer: a whole RETRY from now, announced with
                     # WILLQUEUE first, so that a node that acknowledged the job while this one
                     # was down answers SETACK before it comes back as a duplicate.
-                    job.requeue_at = max(job.requeue_at, now + job.retry * 1000 + ctx.time_error())
+                    job.next_at = max(job.next_at, retry_deadline(job, now, ctx.randbits))
                     job.flags |= F_BCAST_WILLQUEUE
             self.reschedule(job)
         to_queue.sort(key=lambda j: j.ctime)
@@ -198,11 +201,7 @@ class Lifecycle:
             if job.retry == 0 and job.flags & F_DELIVERED:
                 continue  # AT_MOST_ONCE: delivered once (a damaged or foreign file says queued)
             job.flags &= ~F_BCAST_QUEUED  # a restore, not a requeue: nobody is told, nothing counted
-            if job.retry == 0:
-                job.requeue_at = now  # lets enqueue_job queue it this one time
-            elif not job.requeue_at:
-                job.requeue_at = now
-            if ctx.enqueue_job(job):
+            if ctx.enqueue_job(job, fresh=True):  # a RETRY 0 one too, this one time
                 counts["queued"] += 1
         return counts
 
@@ -246,10 +245,8 @@ class Lifecycle:
     def job_info(self, job: Job) -> list:
         now = self.ctx.now
         ttl = max(0, (job.etime - now) // 1000)
-        if job.state == ACKED or not job.requeue_at:
-            next_requeue = None
-        else:
-            next_requeue = max(0, job.requeue_at - now)
+        requeue_at = job.requeue_at  # 0 for an acked job
+        next_requeue = max(0, requeue_at - now) if requeue_at else None
         next_awake = max(0, job.awake - now) if job.awake else None
         return [
             b"id", job.id,

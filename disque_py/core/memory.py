@@ -213,7 +213,7 @@ class Memory:
             if job.state == ACKED:
                 # Its GC can end: one attempt now (it deletes the job if every holder has
                 # confirmed, or asks them again) instead of waiting for its backoff.
-                if job.requeue_at - now > GC_SOONER_MS:  # requeue_at is gc_at for an acked job
+                if job.next_at - now > GC_SOONER_MS:  # an acked job's next_at: its next GC attempt
                     self.gc_attempts += 1
                     before = len(store)
                     ctx.gc_due(job)

@@ -46,7 +46,7 @@ from .commands import RETRY0_NEEDS_REPLICATE1, parse_addjob
 from .commandspec import QUEUE, CommandSpec
 from .context import Context
 from .effects import BLOCKED, Reply, Send
-from .job import ACKED, ACTIVE, F_BCAST_QUEUED, F_BCAST_WILLQUEUE, WAIT_REPL, Job
+from .job import ACKED, ACTIVE, F_BCAST_QUEUED, F_BCAST_WILLQUEUE, WAIT_REPL, Job, retry_deadline
 from .messages import GotJob, ReplJob, del_job, enqueue, got_job, repl_job
 from .queues import PAUSED_IN
 from .replies import Error, Status, err
@@ -125,6 +125,8 @@ class Replication:
             now + req.ttl * 1000,
             req.delay,
             req.retry,
+            # next_at in wait-repl: queued at the end of its DELAY; without one it is queued at
+            # once (fresh) and meanwhile reads a RETRY from now, as Disque's SHOW says
             now + (req.delay or req.retry) * 1000,
             ctx.myself_only,
         )
@@ -155,9 +157,9 @@ class Replication:
                 additional = 0
             if req.delay == 0:
                 if not extrepl:
-                    ctx.enqueue_job(job)
+                    ctx.enqueue_job(job, False, True)  # fresh: a RETRY 0 one is queued once too
             else:
-                job.state = ACTIVE
+                job.set_state(ACTIVE)
                 if not discard_local:
                     ctx.reschedule(job)
             reply = Status(job.id)
@@ -246,7 +248,7 @@ class Replication:
         if client is not None:
             self.client_jobs.pop(client, None)
             ctx.effects.append(Reply(client, reply))
-        job.state = ACTIVE
+        job.set_state(ACTIVE)  # no longer replicating: delete_job leaves its client alone
         ctx.send(job.delivered, del_job(bytes(job.id)))
         ctx.delete_job(job)
 
@@ -267,7 +269,7 @@ class Replication:
         self.clients.pop(job_id, None)
         job = self._store.get(job_id)
         if job is not None and job.state == WAIT_REPL:
-            job.state = ACTIVE
+            job.set_state(ACTIVE)  # no longer replicating: delete_job leaves its client alone
             ctx = self.ctx
             ctx.send(job.delivered, del_job(bytes(job.id)))
             ctx.delete_job(job)
@@ -283,7 +285,7 @@ class Replication:
     def achieved(self, job: Job) -> bool:
         """Enough copies: answer the client, queue here (or hand over). False if forgotten here."""
         ctx = self.ctx
-        job.state = ACTIVE
+        job.set_state(ACTIVE)
         client = self.clients.pop(job.id, None)
         if client is not None:
             self.client_jobs.pop(client, None)
@@ -299,7 +301,7 @@ class Replication:
         if ctx.journal is not None:  # registered in wait-repl, which the AOF skips: now it counts
             ctx.journal.append((J_LOAD, job))
         if job.delay == 0:
-            ctx.enqueue_job(job)
+            ctx.enqueue_job(job, False, True)  # fresh: a RETRY 0 one is queued once too
         else:
             ctx.reschedule(job)
         return True
@@ -329,9 +331,10 @@ class Replication:
             job.flags |= F_BCAST_QUEUED
             if job.retry:
                 job.flags |= F_BCAST_WILLQUEUE
-                job.requeue_at = ctx.now + (job.delay + job.retry) * 1000 + ctx.time_error()
-            else:
-                job.requeue_at = 0
+                # its first RETRY period starts when its DELAY ends
+                job.next_at = retry_deadline(job, ctx.now + job.delay * 1000, ctx.randbits)
+            # else next_at stays 0 (job_from_wire): a RETRY 0 copy is never queued by a
+            # timer; only a hand-over (ENQUEUE) or a move queues it, as a fresh one
             store.register(job)
             ctx.reschedule(job)
         if not m.noreply:

@@ -4,8 +4,10 @@ Theory of operation
 -------------------
 ``enqueue_job`` is the one way a job enters a queue (from ADDJOB, a requeue,
 ENQUEUE/NACK, a handed-over or imported job). It refuses a job queued already
-and one never to be queued again (AT_MOST_ONCE: ``requeue_at`` 0, or a RETRY 0
-job delivered once), starts the next RETRY period (``requeue_at``), announces
+and one never to be queued again (AT_MOST_ONCE: ``next_at`` 0, or a RETRY 0
+job delivered once; a copy queued here for the first time, ``fresh``, is not
+refused for its ``next_at``), starts the next RETRY period (``next_at``, from
+``retry_deadline`` in ``job.py``), announces
 the requeue with QUEUED when it is one, and either pushes the job to a node
 holding a lease on its queue (``ctx.push_if_wanted``, ``federation.py``) or adds
 it to the queue and marks the queue ``ready`` for blocked consumers.
@@ -16,7 +18,7 @@ job's wake-up in ``lifecycle.py``):
 * 500 ms before requeueing (``WILLQUEUE_ADVANCE_MS``), a holder with other
   holders sends WILLQUEUE; a node that has the job queued answers with
   QUEUED, one that has it acked answers SETACK.
-* At ``requeue_at`` an active job is queued again (a RETRY later if its queue
+* At ``next_at`` an active job is queued again (a RETRY later if its queue
   is paused in input); a job still queued then just starts a new period.
 * On requeue a holder broadcasts QUEUED (carrying "count a nack" / "count a
   delivery"); receivers push their own requeue time one RETRY further, and
@@ -39,7 +41,7 @@ from typing import Any
 from .commands import check_job_ids
 from .commandspec import JOB_IDS, CommandSpec
 from .context import Context
-from .job import ACKED, ACTIVE, F_BCAST_QUEUED, F_BCAST_WILLQUEUE, F_DELIVERED, QUEUED, Job
+from .job import ACKED, ACTIVE, F_BCAST_QUEUED, F_BCAST_WILLQUEUE, F_DELIVERED, QUEUED, Job, retry_deadline
 from .lifecycle import WILLQUEUE_ADVANCE_MS
 from .messages import Enqueue, Queued, WillQueue, Working, queued, set_ack, will_queue, working
 from .queues import PAUSED_IN, PAUSED_OUT
@@ -79,21 +81,26 @@ class Requeue:
         self._leases = ctx.push_leases
 
     # -- into and out of queues ---------------------------------------------------------
-    def enqueue_job(self, job: Job, nack: bool = False) -> bool:
-        """Put a job in its queue. False if already queued or never again (AT_MOST_ONCE)."""
-        if job.state == QUEUED or job.requeue_at == 0:
+    def enqueue_job(self, job: Job, nack: bool = False, fresh: bool = False) -> bool:
+        """Put a job in its queue. False if already queued or never again (AT_MOST_ONCE).
+
+        ``fresh``: a copy queued here for the first time (made by ADDJOB, moved in, handed
+        over by ENQUEUE, restored at a restart): a ``next_at`` of 0 does not refuse it, as it
+        does a RETRY 0 job queued here once already; one delivered here (F_DELIVERED) still
+        is refused."""
+        if job.state == QUEUED or not (job.next_at or fresh):
             return False
-        if job.retry == 0 and job.flags & F_DELIVERED:
+        retry = job.retry
+        if not retry and job.flags & F_DELIVERED:
             return False
         ctx = self.ctx
-        job.state = QUEUED
         now = ctx.now
-        if job.retry:
+        if retry:
             if len(job.delivered) > 1:
                 job.flags |= F_BCAST_WILLQUEUE
-            job.requeue_at = now + job.retry * 1000 + ctx.time_error()
+            job.next_at = retry_deadline(job, now, ctx.randbits)
         else:
-            job.requeue_at = 0  # AT_MOST_ONCE: never again
+            job.next_at = 0  # AT_MOST_ONCE: never again
         if job.flags & F_BCAST_QUEUED or nack:
             ctx.send(job.delivered, queued(bytes(job.id), QUEUED_INCR_NACKS if nack else QUEUED_INCR_DELIV))
             if nack:
@@ -103,12 +110,17 @@ class Requeue:
                 self._stats["jobs_requeued"] += 1
         else:
             job.flags |= F_BCAST_QUEUED
-        ctx.reschedule(job)
         q = self._queues.get(job.queue) or ctx.get_queue(job.queue)
         q.atime = now
         leases = self._leases
         if not q.blocked and leases and q.name in leases and ctx.push_if_wanted(q, job):
-            return True  # a consumer waits on another node: sent there, never in the queue here
+            # A consumer waits on another node: sent there, never queued here (active, see
+            # push_if_wanted); a RETRY 0 job left this node with its only copy.
+            if retry:
+                ctx.reschedule(job)
+            return True
+        job.set_state(QUEUED)
+        ctx.reschedule(job)
         q.add(job)
         if q.blocked and not q.flags & PAUSED_OUT:
             self._ready[q.name] = q
@@ -120,35 +132,40 @@ class Requeue:
         q = self._queues.get(job.queue)
         if q is not None:
             q.remove(job)
-        job.state = ACTIVE
+        job.set_state(ACTIVE)
         return True
 
     # -- timers -----------------------------------------------------------------------
     def requeue_due(self, job: Job) -> None:
         """The wake-up of an active or queued job came (called by ``Lifecycle.run_due``)."""
-        now = self.ctx.now
+        ctx = self.ctx
+        now = ctx.now
         state = job.state
-        if job.flags & F_BCAST_WILLQUEUE and job.requeue_at - WILLQUEUE_ADVANCE_MS <= now:
+        at = job.next_at  # its next requeue (0: never again)
+        if job.flags & F_BCAST_WILLQUEUE and at - WILLQUEUE_ADVANCE_MS <= now:
             if state != QUEUED:
-                self.ctx.send(job.delivered, will_queue(bytes(job.id)))
+                ctx.send(job.delivered, will_queue(bytes(job.id)))
             job.flags &= ~F_BCAST_WILLQUEUE
-        if state == ACTIVE and job.requeue_at and job.requeue_at <= now:
+        if not at or at > now:
+            return
+        if state == ACTIVE:
             q = self._queues.get(job.queue)
             if job.retry and q is not None and q.flags & PAUSED_IN:
-                job.requeue_at = now + job.retry * 1000 + self.ctx.time_error()
-            else:
-                self.enqueue_job(job)
-        if job.state == QUEUED and job.requeue_at and job.requeue_at <= now and job.retry:
+                job.next_at = retry_deadline(job, now, ctx.randbits)
+                return
+            self.enqueue_job(job)  # starts a new period
+        elif state == QUEUED and job.retry:
             # Still queued at requeue time: nobody fetched it; just move on.
             if len(job.delivered) > 1:
                 job.flags |= F_BCAST_WILLQUEUE
-            job.requeue_at = now + job.retry * 1000 + self.ctx.time_error()
+            job.next_at = retry_deadline(job, now, ctx.randbits)
 
     def _postpone(self, job: Job) -> None:
-        if job.retry and job.requeue_at:
+        if job.retry and job.next_at:
+            ctx = self.ctx
             job.flags |= F_BCAST_WILLQUEUE
-            job.requeue_at = self.ctx.now + job.retry * 1000 + self.ctx.time_error()
-            self.ctx.reschedule(job)
+            job.next_at = retry_deadline(job, ctx.now, ctx.randbits)
+            ctx.reschedule(job)
 
     # -- messages -----------------------------------------------------------------------
     def on_enqueue(self, sender: str, m: Enqueue) -> None:
@@ -161,11 +178,11 @@ class Requeue:
         job.flags &= ~F_BCAST_QUEUED
         delay = m.delay
         if delay <= 0:
-            if job.requeue_at == 0 and job.retry == 0:
-                job.requeue_at = self.ctx.now  # an at-most-once job handed over: queue it once
-            self.enqueue_job(job)
-        elif job.retry and job.requeue_at:
-            job.requeue_at = self.ctx.now + delay * 1000
+            # Handed over by the node that replicated it here (queued there never): queued here
+            # for the first time, an at-most-once one too (unless delivered here already).
+            self.enqueue_job(job, fresh=True)
+        elif job.retry and job.next_at:
+            job.next_at = self.ctx.now + delay * 1000  # queued at the end of its DELAY
             self.ctx.reschedule(job)
 
     def on_queued(self, sender: str, m: Queued) -> None:
@@ -247,10 +264,10 @@ class Requeue:
             )
         if job.state == QUEUED:
             self.dequeue_job(job)
-        if job.retry and job.requeue_at:
+        if job.retry and job.next_at:
             if len(job.delivered) > 1:
                 job.flags |= F_BCAST_WILLQUEUE
-            job.requeue_at = now + job.retry * 1000 + ctx.time_error()
+            job.next_at = retry_deadline(job, now, ctx.randbits)
             ctx.reschedule(job)
         ctx.send(job.delivered, working(bytes(job.id)))
         return job.retry

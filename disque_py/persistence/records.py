@@ -248,7 +248,7 @@ def load_job_record(job: Job, wall_offset: int) -> LoadJob:
 
     ``wall_offset`` is wall-clock ms minus the core's clock (``Node.wall_offset``).
     """
-    requeue = job.requeue_at  # the gc_at slot for an acked job
+    requeue = job.next_at  # its next requeue, or its next GC attempt if acked (job.py)
     return LoadJob(
         job.id, job.state, job.repl, job.flags, job.ctime, job.etime + wall_offset, job.delay,
         job.retry, job.nacks, job.deliveries, requeue + wall_offset if requeue else 0,
@@ -266,7 +266,7 @@ def encode_job(job: Job, wall_offset: int, _crc=zlib.crc32) -> bytes:
 
     The AOF's hot path (every job written goes through it): no intermediate record, one
     format for the framing, the holders' element cached by tuple (BENCHMARKS.md, "AOF")."""
-    requeue = job.requeue_at
+    requeue = job.next_at
     numbers = b"%d %d %d %d %d %d %d %d %d" % (
         job.repl, job.flags, job.ctime, job.etime + wall_offset, job.delay, job.retry, job.nacks,
         job.deliveries, requeue + wall_offset if requeue else 0,

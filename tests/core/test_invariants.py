@@ -11,7 +11,7 @@ import pytest
 
 from disque_py.core import invariants
 from disque_py.core.effects import BLOCKED
-from disque_py.core.job import ACKED, ACTIVE, F_DELIVERED, QUEUED
+from disque_py.core.job import ACKED, ACTIVE, F_DELIVERED, QUEUED, IllegalTransition
 
 from .conftest import Harness
 
@@ -36,7 +36,7 @@ def clustered() -> Harness:
 
 
 def test_every_invariant_is_named_and_a_healthy_node_passes(h):
-    assert len(set(invariants.INVARIANTS)) == len(invariants.INVARIANTS) == 10
+    assert len(set(invariants.INVARIANTS)) == len(invariants.INVARIANTS) == 11
     h.add("q", "a")
     h.add("q", "b", "RETRY", 0)
     assert h.cmd("GETJOB", "FROM", "empty", client=2) is BLOCKED
@@ -45,7 +45,7 @@ def test_every_invariant_is_named_and_a_healthy_node_passes(h):
 
 def test_at_most_once_a_delivered_retry0_job_queued_again(h):
     job = h.node.store.get(h.add("q", "once", "RETRY", 0))
-    assert job.state == QUEUED and job.requeue_at == 0
+    assert job.state == QUEUED and job.next_at == 0
     invariants.check(h.node)
     job.flags |= F_DELIVERED  # as if delivered once, yet in the queue
     assert broken(h.node) == "AT_MOST_ONCE"
@@ -53,7 +53,7 @@ def test_at_most_once_a_delivered_retry0_job_queued_again(h):
 
 def test_at_most_once_a_queued_retry0_job_that_could_be_queued_again(h):
     job = h.node.store.get(h.add("q", "once", "RETRY", 0))
-    job.requeue_at = h.now + 1000
+    job.next_at = h.now + 1000
     h.node.lifecycle.reschedule(job)  # its timer agrees: only AT_MOST_ONCE is broken
     assert broken(h.node) == "AT_MOST_ONCE"
 
@@ -72,8 +72,8 @@ def acked_here() -> tuple[Harness, object]:
 
 def test_ack_once_an_acked_job_leaving_acked():
     h, job = acked_here()
-    job.state = ACTIVE
-    job.requeue_at = 0
+    job.state = ACTIVE  # written past Job.set_state, which would refuse it (TRANSITIONS)
+    job.next_at = 0
     h.node.lifecycle.reschedule(job)
     assert broken(h.node) == "ACK_ONCE"
 
@@ -86,9 +86,25 @@ def test_ack_once_an_acked_job_in_a_queue():
 
 def test_ack_gc_pending_an_ack_without_a_collector():
     h, job = acked_here()
-    job.gc_at = 0
+    job.next_at = 0  # an acked job's next GC attempt
     h.node.lifecycle.reschedule(job)
     assert broken(h.node) == "ACK_GC_PENDING"
+
+
+def test_transitions_an_acked_job_set_queued_again():
+    h, job = acked_here()
+    with pytest.raises(IllegalTransition, match="acked -> queued"):
+        job.set_state(QUEUED)  # refused at its site ...
+    assert job.state == ACKED
+    assert broken(h.node) == "TRANSITIONS"  # ... and reported after the input
+    invariants.check(h.node)  # once
+
+
+def test_transitions_a_queued_job_set_queued_again(h):
+    job = h.node.store.get(h.add("q", "body"))
+    with pytest.raises(IllegalTransition, match="queued -> queued"):
+        job.set_state(QUEUED)
+    assert broken(h.node) == "TRANSITIONS"
 
 
 def test_one_timer_a_job_without_a_wakeup(h):
@@ -99,7 +115,7 @@ def test_one_timer_a_job_without_a_wakeup(h):
 
 def test_one_timer_a_requeue_time_changed_without_rescheduling(h):
     job = h.node.store.get(h.add("q", "body"))
-    job.requeue_at -= 10_000
+    job.next_at -= 10_000
     assert broken(h.node) == "ONE_TIMER"
 
 

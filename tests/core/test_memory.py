@@ -220,7 +220,7 @@ def test_at_level_2_an_acked_job_gets_a_gc_attempt_now(h):
     h.effects()
     h.advance(10)
     h.effects()
-    job.requeue_at = h.now + 60_000  # its next GC attempt, far away
+    job.next_at = h.now + 60_000  # its next GC attempt, far away
     set_level(h, 2)
     h.node.memory.free(h.now)
     sent = h.advance(10)  # the held-back SETACK leaves

@@ -117,7 +117,7 @@ def test_load_job_record_takes_every_field_to_the_wall_clock():
     rec = load_job_record(job, wall_offset=WALL)
     assert rec == LoadJob(ID1, ACTIVE, 2, 4, WALL * 1_000_000, WALL + 5_000, 10, 60, 1, 2, WALL + 3_000,
                           b"q", NODES, b"body")  # fmt: skip
-    job.state, job.requeue_at = ACKED, 0
+    job.state, job.next_at = ACKED, 0
     assert load_job_record(job, WALL).requeue == 0
     (_, back), = RecordReader().feed(encode(rec))  # fmt: skip
     assert back == rec
