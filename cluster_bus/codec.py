@@ -175,11 +175,30 @@ _KEY_INFO_R2I = b"disque-py bus v1 r->i"
 
 
 class BusProtocolError(Exception):
-    """The peer sent something malformed; the link must be closed."""
+    """The peer sent something malformed; the link must be closed. ``foreign``: the protocol
+    the first bytes of the link were in, when they were recognisably not the bus's ("RESP",
+    "HTTP", "TLS": a client on the wrong port; see :func:`foreign_protocol`), else None."""
 
-    def __init__(self, reason: str) -> None:
+    def __init__(self, reason: str, foreign: str | None = None) -> None:
         super().__init__(reason)
         self.reason = reason
+        self.foreign = foreign
+
+
+def foreign_protocol(head: bytes) -> str | None:
+    """Which client protocol ``head``, the first bytes a peer sent, is in, if it is one a person
+    points at a wrong port: RESP (``*`` and a digit, or an inline command such as ``PING``),
+    HTTP (a request line) or TLS (a handshake record). None for anything else."""
+    if len(head) >= 2 and head[:1] == b"*" and head[1:2].isdigit():
+        return "RESP"
+    if len(head) >= 3 and head[0] == 0x16 and head[1] == 0x03:
+        return "TLS"
+    word = head.split(b" ", 1)[0].split(b"\r", 1)[0].upper()
+    if word in (b"GET", b"POST", b"HEAD", b"PUT", b"DELETE", b"OPTIONS", b"PATCH") and b" " in head:
+        return "HTTP"
+    if word in (b"PING", b"INFO", b"HELLO", b"AUTH", b"QUIT", b"ADDJOB", b"GETJOB", b"CLUSTER", b"COMMAND"):
+        return "RESP"
+    return None
 
 
 class AuthError(BusProtocolError):
@@ -530,7 +549,7 @@ class FrameDecoder:
     error the decoder is failed and every later ``feed`` raises too.
     """
 
-    __slots__ = ("_buf", "_max", "_error")
+    __slots__ = ("_buf", "_max", "_error", "_started", "_foreign")
 
     def __init__(self, max_frame: int = MAX_FRAME_DEFAULT) -> None:
         if not 0 < max_frame <= 0xFFFFFFFF:
@@ -538,6 +557,8 @@ class FrameDecoder:
         self._buf = bytearray()
         self._max = max_frame
         self._error: str | None = None
+        self._started = False  # a frame came through: later bytes are the bus's, or garbage
+        self._foreign: str | None = None
 
     @property
     def buffered(self) -> int:
@@ -546,7 +567,7 @@ class FrameDecoder:
 
     def feed(self, data: bytes) -> list[bytes]:
         if self._error is not None:
-            raise BusProtocolError(self._error)
+            raise BusProtocolError(self._error, self._foreign)
         buf = self._buf
         buf += data
         avail = len(buf)
@@ -559,6 +580,8 @@ class FrameDecoder:
                 n = unpack_from(buf, pos)[0]
                 if n == 0 or n > maxf:
                     self._error = "zero-length frame" if n == 0 else "frame too large"
+                    if pos == 0 and not self._started:
+                        self._foreign = foreign_protocol(bytes(buf[:16]))
                     break
                 end = pos + 4 + n
                 if end > avail:
@@ -567,8 +590,9 @@ class FrameDecoder:
                 pos = end
         if self._error is not None:
             buf.clear()
-            raise BusProtocolError(self._error)
+            raise BusProtocolError(self._error, self._foreign)
         if pos:
+            self._started = True
             del buf[:pos]
         return out
 

@@ -557,6 +557,15 @@ class Bus:
         self.links[link.id] = link
         return link
 
+    def _report_bad(self, link: _Link, exc: BusProtocolError) -> None:
+        """A malformed frame: kind "frame" with the reason, or "foreign" with the protocol when the
+        link's first bytes were a client's (RESP, HTTP, TLS: someone used the bus port as a client
+        port, which the handler's log can say with the port to use instead)."""
+        if exc.foreign:
+            self._report("foreign", link, exc.foreign)
+        else:
+            self._report("frame", link, str(exc))
+
     def _report(self, kind: str, link: _Link, reason: str) -> None:
         """Tell the handler; with the reason (to log) only if this address and kind had none
         reported for REPORT_EVERY seconds, else with an empty one (to count)."""
@@ -738,7 +747,7 @@ class Bus:
             self._report("auth", link, str(exc))
             return False
         except BusProtocolError as exc:
-            self._report("frame", link, str(exc))
+            self._report_bad(link, exc)
             return False
         except trio.TooSlowError:
             self._report("auth", link, "handshake timed out")
@@ -790,7 +799,7 @@ class Bus:
         except AuthError as exc:
             self._report("auth", link, str(exc))
         except BusProtocolError as exc:
-            self._report("frame", link, str(exc))
+            self._report_bad(link, exc)
         finally:
             self.release()
         return False

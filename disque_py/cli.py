@@ -57,6 +57,14 @@ def server(args: tuple[str, ...]) -> None:
 
     path = None
     rest = list(args)
+    # where an option may start: first, or after the config file (later words may be values, "-1" or not)
+    heads = rest[:1] if not rest or rest[0].startswith("-") else rest[1:2]
+    short = next((a for a in heads if len(a) >= 2 and a[0] == "-" and a[1] != "-" and not _is_number(a)), None)
+    if short is not None:  # directives are --name value, as redis-server's: no one-letter options
+        hint = _SHORT_HINTS.get(short[:2], "write directives as --name value, e.g. --port 7711")
+        click.echo("Unknown option '%s': disque-py server takes a config file and/or directives as --name "
+                   "value; %s" % (short, hint), err=True)  # fmt: skip
+        sys.exit(1)
     if rest and not rest[0].startswith("--"):
         path = rest.pop(0)
     try:
@@ -90,94 +98,195 @@ def server(args: tuple[str, ...]) -> None:
         pass
 
 
-def _format_reply(value, indent: int = 0) -> str:
-    """redis-cli style rendering."""
-    import redis
-
-    pad = " " * indent
-    if isinstance(value, redis.ResponseError):
-        return "(error) %s" % value
-    if value is None:
-        return "(nil)"
-    if isinstance(value, int):
-        return "(integer) %d" % value
-    if isinstance(value, bytes):
-        text = value.decode("utf-8", "backslashreplace")
-        return '"%s"' % text.replace("\\", "\\\\").replace('"', '\\"').replace("\r", "\\r").replace("\n", "\\n")
-    if isinstance(value, (list, tuple)):
-        if not value:
-            return "(empty array)"
-        width = len(str(len(value)))
-        lines = []
-        for i, item in enumerate(value, 1):
-            prefix = "%*d) " % (width, i)
-            body = _format_reply(item, indent + len(prefix))
-            lines.append((pad if i > 1 else "") + prefix + body)
-        return "\n".join(lines)
-    return str(value)
+_SHORT_HINTS = {
+    "-p": "did you mean --port?",
+    "-h": "did you mean --bind? (--help for help)",
+    "-a": "did you mean --requirepass?",
+    "-c": "give the config file as the first argument, without an option",
+}
 
 
-@main.command(context_settings={**CONTEXT, "ignore_unknown_options": True}, short_help="Send commands to a node.")
+def _is_number(arg: str) -> bool:
+    try:
+        float(arg)
+    except ValueError:
+        return False
+    return True
+
+
+@main.command(
+    context_settings={**CONTEXT, "ignore_unknown_options": True, "allow_interspersed_args": False},
+    short_help="Send commands to a node (as redis-cli).",
+)
 @click.option("-h", "--host", default="127.0.0.1", show_default=True, help="Node address.")
-@click.option("-p", "--port", default=7711, show_default=True, help="Node client port.")
-@click.option("-a", "--password", default=None, help="Password (requirepass) to AUTH with.")
-@click.option("--raw", is_flag=True, help="Print replies raw, one item per line (for scripts).")
+@click.option("-p", "--port", default=7711, show_default=True, help="Node client port (or its tls-port with --tls).")
+@click.option("-a", "--password", default=None, envvar="DISQUE_PASSWORD",
+              help="Password (requirepass, or the --user's) to AUTH with [$DISQUE_PASSWORD].")  # fmt: skip
+@click.option("--user", "username", default=None, help="AUTH as this user (with --password).")
+@click.option("--raw/--no-raw", default=None,
+              help="Print replies raw (one item a line, strings unquoted), or formatted as on a terminal. "
+                   "Default: formatted on a terminal, raw when piped.")  # fmt: skip
+@click.option("-r", "repeat", default=1, show_default=True, type=int, metavar="N",
+              help="Send COMMAND N times (-1: until interrupted).")  # fmt: skip
+@click.option("-i", "interval", default=0.0, type=click.FloatRange(0), metavar="SECONDS",
+              help="With -r: wait SECONDS between the commands (decimals allowed).")  # fmt: skip
+@click.option("-t", "--timeout", default=5.0, show_default=True, type=click.FloatRange(0.1, 3600), metavar="SECONDS",
+              help="Bound on connecting and on the node's first answer (a blocking GETJOB still waits).")  # fmt: skip
 @click.option("--tls", is_flag=True, help="Connect with TLS (the node's tls-port).")
 @click.option("--cacert", default=None, type=click.Path(dir_okay=False), help="CA to check the node's certificate with.")
 @click.option("--cert", default=None, type=click.Path(dir_okay=False), help="Client certificate (tls-auth-clients).")
 @click.option("--key", default=None, type=click.Path(dir_okay=False), help="Private key of --cert.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def cli(host: str, port: int, password: str | None, raw: bool, tls: bool, cacert: str | None, cert: str | None,
-        key: str | None, command: tuple[str, ...]) -> None:  # fmt: skip
-    """Send one COMMAND to a node and print the reply, or start a prompt.
+def cli(host: str, port: int, password: str | None, username: str | None, raw: bool | None, repeat: int,
+        interval: float, timeout: float, tls: bool, cacert: str | None, cert: str | None, key: str | None,
+        command: tuple[str, ...]) -> None:  # fmt: skip
+    """Send one COMMAND to a node and print the reply as redis-cli does, or start a prompt.
+
+    On a terminal replies are formatted ((integer) 1, quoted strings, numbered
+    arrays); piped they are raw, one item a line, so that
+    `id=$(disque-py cli ADDJOB q body 0)` holds the bare ID. INFO, CLUSTER NODES,
+    CLIENT LIST and the like print their text as it is in both modes. Exit
+    status: 0, 1 if the node could not be reached, 2 after an error reply.
 
     \b
     Examples:
       disque-py cli ADDJOB myqueue "hello world" 0
       disque-py cli -p 7712 GETJOB TIMEOUT 1000 FROM myqueue
+      disque-py cli -r 5 -i 1 QLEN myqueue
       disque-py cli INFO jobs
-      disque-py cli            (interactive; 'quit' or Ctrl-D to leave)
+      disque-py cli            (a prompt with line editing and history; 'quit' or Ctrl-D to leave)
       disque-py cli -p 7712 --tls --cacert ca.crt --cert client.crt --key client.key PING
     """
-    import redis
+    from . import shell
 
-    tls_options = {}
-    if tls or cacert or cert:
-        tls_options = {"ssl": True, "ssl_ca_certs": cacert, "ssl_certfile": cert, "ssl_keyfile": key}
-    conn = redis.Redis(host=host, port=port, password=password, socket_connect_timeout=3, **tls_options)
+    if username and password is None:
+        raise click.BadParameter("--user needs --password (-a)", param_hint="--user")
+    context = _connection(password, username, tls, cacert, cert, key)["ssl_context"]
+    if raw is None:
+        raw = not sys.stdout.isatty()
+    out = sys.stdout.buffer
 
-    def run(argv: list[str]) -> int:
-        try:
-            reply = conn.execute_command(*argv)
-        except redis.ResponseError as exc:
-            reply = exc
-        except redis.ConnectionError as exc:
-            click.echo("Could not connect to disque-py at %s:%d: %s" % (host, port, exc), err=True)
-            return 1
-        if raw:
-            click.echo(_format_raw(reply))
-        else:
-            click.echo(_format_reply(reply))
-        return 2 if isinstance(reply, redis.ResponseError) else 0
+    def connect() -> "shell.Connection":
+        return shell.Connection(host, port, timeout=timeout, ssl_context=context, password=password,
+                                username=username)  # fmt: skip
 
     if command:
-        sys.exit(run(list(command)))
-    while True:
         try:
-            line = input("%s:%d> " % (host, port))
-        except EOFError:
-            click.echo()
-            return
+            conn = connect()
+        except shell.ConnectFailed as exc:
+            click.echo(str(exc), err=True)
+            sys.exit(1)
+        status = 0
+        n = 0
         try:
-            argv = shlex.split(line)
-        except ValueError as exc:
-            click.echo("Invalid argument(s): %s" % exc)
-            continue
-        if not argv:
-            continue
-        if argv[0].lower() in ("quit", "exit"):
-            return
-        run(argv)
+            while repeat < 0 or n < repeat:
+                if n and interval:
+                    shell.sleep(interval)
+                n += 1
+                try:
+                    reply = conn.request(command)
+                except shell.ReplyLost as exc:
+                    click.echo(str(exc), err=True)
+                    sys.exit(1)
+                out.write(shell.render(reply, raw=raw, verbatim=shell.is_verbatim_command(command)))
+                out.flush()
+                if isinstance(reply, shell.ErrorReply):
+                    status = 2
+        except KeyboardInterrupt:
+            sys.exit(130)
+        finally:
+            conn.close()
+        sys.exit(status)
+    _prompt(host, port, connect, raw)
+
+
+def _prompt(host: str, port: int, connect, raw: bool) -> None:
+    """The interactive loop: readline's line editing and history when stdin is a terminal; lines
+    read one by one (no prompt) when it is not, as redis-cli does."""
+    import os
+
+    from . import shell
+
+    interactive = sys.stdin.isatty()
+    history = None
+    if interactive:
+        try:
+            import readline
+        except ImportError:  # pragma: no cover - Python built without it: a plain prompt
+            readline = None  # type: ignore[assignment]
+        if readline is not None:
+            history = os.environ.get("DISQUE_CLI_HISTFILE") or os.path.join(os.path.expanduser("~"),
+                                                                             ".disque-py-cli_history")  # fmt: skip
+            if history != os.devnull:
+                try:
+                    readline.read_history_file(history)
+                except OSError:
+                    pass
+                readline.set_history_length(1000)
+            else:
+                history = None
+    out = sys.stdout.buffer
+    conn = None
+    try:
+        conn = connect()
+    except shell.ConnectFailed as exc:
+        click.echo(str(exc), err=True)
+        if not interactive:
+            sys.exit(1)
+    try:
+        while True:
+            prompt = "%s:%d> " % (host, port) if conn is not None else "not connected> "
+            try:
+                line = input(prompt if interactive else "")
+            except EOFError:
+                if interactive:
+                    click.echo()
+                return
+            except KeyboardInterrupt:
+                click.echo()
+                continue
+            try:
+                argv = shlex.split(line)
+            except ValueError as exc:
+                click.echo("Invalid argument(s): %s" % exc)
+                continue
+            if not argv:
+                continue
+            if argv[0].lower() in ("quit", "exit"):
+                return
+            times = 1
+            if len(argv) > 1 and argv[0].isdigit():  # "3 QLEN q", as redis-cli: the command 3 times
+                times, argv = int(argv[0]), argv[1:]
+            for _ in range(times):
+                if conn is None:
+                    try:
+                        conn = connect()
+                    except shell.ConnectFailed as exc:
+                        click.echo(str(exc), err=True)
+                        break
+                try:
+                    reply = conn.request(argv)
+                except shell.ReplyLost as exc:
+                    click.echo(str(exc), err=True)
+                    conn = None
+                    break
+                except KeyboardInterrupt:  # a blocking command given up: its reply would come later
+                    click.echo()
+                    conn.close()
+                    conn = None
+                    break
+                out.write(shell.render(reply, raw=raw, verbatim=shell.is_verbatim_command(argv)))
+                out.flush()
+    finally:
+        if conn is not None:
+            conn.close()
+        if history is not None:
+            try:
+                import readline
+
+                readline.write_history_file(history)
+            except OSError:
+                pass
 
 
 @main.group(context_settings=CONTEXT, short_help="Create and join clusters.")
@@ -557,16 +666,6 @@ def top(nodes: str, no_discover: bool, password: str | None, username: str | Non
     if not any(n.reachable for n in view.nodes):
         click.echo("no node answered (%s)" % ", ".join(n.address for n in view.nodes), err=True)
         sys.exit(1)
-
-
-def _format_raw(value) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "backslashreplace")
-    if isinstance(value, (list, tuple)):
-        return "\n".join(_format_raw(v) for v in value)
-    return str(value)
 
 
 from .client.cli_worker import worker as _worker_command  # noqa: E402

@@ -37,6 +37,25 @@ def load_handler(spec: str) -> Any:
     return target
 
 
+def _unreachable(seeds: list[str], timeout: float) -> list[str]:
+    """Why each seed cannot be used, in one line each (empty: every seed answers RESP). The
+    shell's probe tells a refused port from an admin (HTTP) port or a cluster bus port."""
+    from ..shell import Connection, ConnectFailed
+    from .cluster import parse_address
+
+    out = []
+    for seed in seeds:
+        try:
+            host, port = parse_address(seed)
+        except ValueError:
+            continue  # the client has said so already
+        try:
+            Connection(host, port, timeout=timeout).close()
+        except ConnectFailed as exc:
+            out.append(str(exc))
+    return out
+
+
 @click.command(
     "worker",
     context_settings={"help_option_names": ["--help"], "max_content_width": 100},
@@ -92,6 +111,14 @@ def load_handler(spec: str) -> Any:
     type=click.IntRange(1),
     help="GETJOB TIMEOUT in ms (also bounds how long a stop waits for it).",
 )
+@click.option(
+    "-t",
+    "--timeout",
+    default=5.0,
+    show_default=True,
+    type=click.FloatRange(0.1, 3600),
+    help="Seconds to connect, and to find a node before a failed fetch is logged (then retried).",
+)
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False))  # fmt: skip
 def worker(
@@ -111,6 +138,7 @@ def worker(
     fast_ack: bool,
     grace_period: float,
     fetch_timeout: int,
+    timeout: float,
     log_level: str,
 ) -> None:
     """Run HANDLER (MODULE:FUNCTION) on jobs from the queues until SIGTERM/SIGINT.
@@ -134,7 +162,8 @@ def worker(
     fn = load_handler(handler)
     seeds = [s for item in nodes for s in item.replace(",", " ").split()] or ["127.0.0.1:7711"]
     try:
-        client = Client(seeds, password=password, tls=tls, ssl_ca_certs=cacert, ssl_certfile=cert, ssl_keyfile=key)
+        client = Client(seeds, password=password, tls=tls, ssl_ca_certs=cacert, ssl_certfile=cert, ssl_keyfile=key,
+                        connect_timeout=timeout, failover_timeout=timeout)  # fmt: skip
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--nodes") from None
     w = Worker(
@@ -155,6 +184,11 @@ def worker(
         % (handler, ", ".join(w.queues), ", ".join(seeds), w.concurrency, w.max_in_flight),
         err=True,
     )
-    stats = w.run_sync(handle_signals=True)
+    if not (tls or any(s.lower().startswith("rediss://") for s in seeds)):
+        unreachable = _unreachable(seeds, timeout)
+        if len(unreachable) == len(seeds):  # said at once; the worker keeps trying, with a log line each time
+            click.echo("worker: cannot reach any node (%s); trying again until one answers (Ctrl-C to stop)"
+                       % "; ".join(unreachable), err=True)  # fmt: skip
+        stats = w.run_sync(handle_signals=True)
     click.echo("worker stopped: processed=%d failed=%d retried=%d dead=%d"
                % (stats.processed, stats.failed, stats.retried, stats.dead), err=True)  # fmt: skip

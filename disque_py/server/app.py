@@ -246,6 +246,11 @@ class Server:
             except (OSError, ValueError) as exc:
                 log.warning("Creating the admin HTTP port %d: %s", cfg.admin_port, getattr(exc, "strerror", None) or exc)
                 raise SystemExit(1) from exc
+        try:  # every port is taken before anything is written (pidfile, AOF, nodes.conf)
+            self.cluster.check_bus_port()
+        except OSError as exc:
+            log.warning("%s", exc.strerror or exc)
+            raise SystemExit(1) from exc
         pidfile = cfg.pidfile_path
         if pidfile:
             try:

@@ -32,6 +32,7 @@ from __future__ import annotations
 import os
 import random
 import secrets
+import socket
 from collections import Counter
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any, Callable, Iterable
@@ -134,6 +135,7 @@ class ClusterService:
         # The port this node is known by, its bus at that + BUS_PORT_OFFSET: the client port, or
         # with "port 0" (TLS clients only) tls-port, so a TLS-only node still has a usable address.
         self.announce_port = config.port or getattr(config, "tls_port", 0) or 0
+        self._fresh = False  # no nodes.conf yet: the new identity is written in run()
         self.membership = self._load(advertised_ip, now, wall_offset)
         secret = getattr(config, "cluster_secret", "") or ""
         self.secret = secret.encode() if secret else None
@@ -171,8 +173,9 @@ class ClusterService:
         node_id = secrets.token_hex(20)
         m = Membership(node_id, ip, self.announce_port, node_timeout=cfg.cluster_node_timeout, now=now, rng=self.rng,
                        wall_offset=wall_offset)  # fmt: skip
-        log.info("No cluster configuration found, I'm %s", node_id)
-        self._write(m.save_text())
+        # Written once the bus port is bound (run): a node that cannot start leaves no nodes.conf behind,
+        # so the next start does not take a stale identity.
+        self._fresh = True
         return m
 
     def _write(self, text: str) -> None:
@@ -190,6 +193,27 @@ class ClusterService:
         except OSError as exc:
             log.warning("Could not save the cluster configuration to %s: %s", self.path, exc)
             raise
+
+    def check_bus_port(self) -> None:
+        """Raise OSError (naming the port) if the bus port cannot be bound now: called by the node's
+        startup with the client ports, before anything is written to disk. The bus binds it for
+        good in :meth:`run`; a port taken in between still fails there, with the same message."""
+        if self.transport is not None:
+            return
+        port = self.announce_port + BUS_PORT_OFFSET
+        for host in list(self.config.bind) or ["0.0.0.0"]:
+            try:
+                infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+            except OSError:
+                continue  # the bus's own bind says what is wrong with the address
+            for family, kind, proto, _, address in infos:
+                with socket.socket(family, kind, proto) as sock:
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as trio's listeners
+                    try:
+                        sock.bind(address)
+                    except OSError as exc:
+                        raise OSError(exc.errno, "Creating cluster bus listening socket %s:%d: %s"
+                                      % (host, port, exc.strerror or exc)) from None  # fmt: skip
 
     # ----------------------------------------------------------------- run
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
@@ -229,6 +253,10 @@ class ClusterService:
                 ) from exc
             log.info("Cluster bus listening on %s port %d%s", ", ".join(hosts), bus_port,
                      " (mutual TLS)" if tls else "")  # fmt: skip
+            if self._fresh:
+                self._fresh = False
+                log.info("No cluster configuration found, I'm %s", self.my_id)
+                self._write(self.membership.save_text())
             self.sync()
             task_status.started()
             while True:
@@ -286,6 +314,11 @@ class ClusterService:
         if reason:  # the bus gives a reason at most once a minute per address and kind (links.REPORT_EVERY)
             if kind == "auth":
                 log.warning("Cluster bus: %s failed authentication (%s); link closed", peer, reason)
+            elif kind == "foreign":  # reason: the protocol (RESP, HTTP, TLS), then maybe "; N more ..."
+                protocol, _, more = reason.partition("; ")
+                log.warning("Cluster bus: a client spoke %s on the cluster bus port %d (from %s): clients use "
+                            "port %d; link closed%s", protocol, self.announce_port + BUS_PORT_OFFSET, peer,
+                            self.config.port or self.announce_port, " (%s)" % more if more else "")  # fmt: skip
             else:
                 log.warning("Cluster bus: bad frame from %s (%s); link closed", peer, reason)
 

@@ -24,6 +24,7 @@ from cluster_bus.codec import (
     ResponderHandshake,
     data_batch_body,
     decode_message,
+    foreign_protocol,
     encode_data_item,
     encode_message,
     frame,
@@ -827,3 +828,37 @@ def test_encode_data_item_checks_like_data():
 def test_decode_rejects_bad_batches(fields, reason):
     with pytest.raises(BusProtocolError, match=f"^{reason}$"):
         decode_message(raw(*fields))
+
+
+# --------------------------------------------------------------------------- clients on the bus port
+
+
+@pytest.mark.parametrize(
+    "head, protocol",
+    [
+        (b"*1\r\n$4\r\nPING\r\n", "RESP"),
+        (b"PING\r\n", "RESP"),
+        (b"info\r\n", "RESP"),
+        (b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", "HTTP"),
+        (b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", "TLS"),
+        (b"\xff\xff\xff\xff", None),
+        (b"GETAWAY", None),
+    ],
+)
+def test_a_clients_first_bytes_are_recognised(head, protocol):
+    assert foreign_protocol(head) == protocol
+    d = FrameDecoder()
+    with pytest.raises(BusProtocolError, match="frame too large") as caught:
+        d.feed(head)
+    assert caught.value.foreign == protocol
+    with pytest.raises(BusProtocolError) as again:  # failed for good, the same way
+        d.feed(b"more")
+    assert again.value.foreign == protocol
+
+
+def test_bad_bytes_after_a_good_frame_are_not_called_a_client():
+    d = FrameDecoder()
+    assert d.feed(frame(b"ok")) == [b"ok"]
+    with pytest.raises(BusProtocolError) as caught:
+        d.feed(b"*1\r\n$4\r\nPING\r\n")
+    assert caught.value.foreign is None and caught.value.reason == "frame too large"

@@ -346,7 +346,7 @@ def test_cli_with_tls_options(start_node, certs):
          "--cert", str(certs.client_cert), "--key", str(certs.client_key), "ADDJOB", "q", "from our cli", "0"],
         capture_output=True, text=True, timeout=30, cwd=ROOT,
     )  # fmt: skip
-    assert out.returncode == 0 and out.stdout.startswith('"D-'), out
+    assert out.returncode == 0 and out.stdout.startswith("D-"), out  # piped: raw, as redis-cli
     assert node.client().execute_command("QLEN", "q") == 1
     out = subprocess.run(
         [sys.executable, "-m", "disque_py.cli", "cli", "-p", str(node.tls_port), "--tls", "--cacert", str(certs.ca),
