@@ -288,7 +288,6 @@ class Dispatcher:
             stat = by_wire.get(name)
             if stat is None:
                 stat = cmdstats.stat_for(name)
-            stat.calls += 1
             stat.usec += usec
             stat.buckets[small[usec] if usec < 1001 else bisect_left(LATENCY_BUCKETS_US, usec)] += 1
             if type(reply) is Error:
