@@ -22,7 +22,7 @@ Queues are created on demand (``Context.get_queue``) and evicted here
 (``gc_queues``, every second from ``Node.tick``) once empty, unwatched,
 unpaused and idle for ``QUEUE_MAX_IDLE_MS`` (a 30th of it at memory level 1,
 ``QUEUE_OOM_IDLE_MS`` from level 2, ``ctx.memory_level``); an empty queue idle for
-``QUEUE_SHRINK_IDLE_MS`` gives back its sorted list first.
+``QUEUE_SHRINK_IDLE_MS`` gives back its job container first.
 
 Commands: GETJOB, QLEN, QPEEK, QSTAT, QSCAN, PAUSE. Message: PAUSE. Called by
 ``Node``; the other machines reach it through the context (``fetch``) and
@@ -51,7 +51,7 @@ __all__ = ["Blocking", "CLIENTS_WAITING", "REACHED_ZERO", "job_item"]
 QUEUE_MAX_IDLE_MS = 300_000
 QUEUE_GC_BATCH = 1000  # queues checked per pass at least; more when there are many (QUEUE_GC_ROUND_S)
 QUEUE_GC_ROUND_S = 60  # every queue is checked at least this often
-QUEUE_SHRINK_IDLE_MS = 10_000  # an empty queue idle this long gives back its sorted list
+QUEUE_SHRINK_IDLE_MS = 10_000  # an empty queue idle this long gives back its job container
 # At memory level 1 the idle time is divided by 30 (10 s); from level 2 on it is this (as Disque).
 QUEUE_OOM_IDLE_MS = 2000
 
@@ -300,12 +300,7 @@ class Blocking:
         q = self._queues.get(argv[1])
         if q is None or count == 0 or not q.jobs:
             return []
-        jobs = q.jobs
-        if count > 0:
-            picked = jobs.islice(0, count)
-        else:
-            picked = jobs.islice(max(0, len(jobs) + count), len(jobs), reverse=True)
-        return [[j.queue, j.id, j.body] for j in picked]
+        return [[j.queue, j.id, j.body] for j in q.peek(count)]
 
     def cmd_qstat(self, client: int, argv: list[bytes]) -> Any:
         q = self._queues.get(argv[1])

@@ -19,8 +19,8 @@ memory, but the policy does not read RSS:
 
 The estimate's per-item costs were measured with ``tracemalloc`` on the core
 (a queued job of REPLICATE 1 with its table, timer heap and queue entries:
-about 590 bytes plus its body; an empty queue with its sorted list: about
-650 bytes). The bytes of the bodies and queue names are counted exactly by the
+about 590 bytes plus its body; a queue with its sorted list: about 650
+bytes, with the deque it now keeps its jobs in: 390 more). The bytes of the bodies and queue names are counted exactly by the
 job table as jobs come and go (``JobStore.item_bytes``: two ``len`` per
 registration), so an estimate is a few multiplications, and a measure that
 finds the level unchanged costs two comparisons (``_down_at``, ``_up_at``:
@@ -85,7 +85,7 @@ THRESHOLDS = (75, 95, 100)
 HYSTERESIS = 2
 #: Measured per-item costs in bytes (see the module docstring).
 JOB_OVERHEAD = 560  # plus len(body) + len(queue name)
-QUEUE_OVERHEAD = 650  # plus len(name)
+QUEUE_OVERHEAD = 1040  # plus len(name)
 TOMBSTONE_OVERHEAD = 120
 FREE_BATCH = 1000  # jobs looked at per ``free`` call
 GC_SOONER_MS = 1000  # an acked job whose next GC attempt is further than this gets one now

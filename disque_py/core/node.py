@@ -236,8 +236,12 @@ class Node:
     # =====================================================================
     def execute(self, client: int, argv: list[bytes], now: int) -> Any:
         """Run one client command; returns its reply or ``BLOCKED``."""
+        return self.execute_named(client, argv[0].lower(), argv, now)
+
+    def execute_named(self, client: int, name: bytes, argv: list[bytes], now: int) -> Any:
+        """:meth:`execute` for a caller that has lowered the command's name already (the shell's
+        dispatcher, once per command)."""
         self.ctx.now = now
-        name = argv[0].lower()
         entry = self.commands.get(name)
         if entry is None:
             return err("unknown command '%s'" % argv[0].decode("utf-8", "replace")[:128])

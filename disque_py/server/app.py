@@ -40,7 +40,7 @@ from .aof import Aof, AofLoadError
 from .clients import Acceptor, ClientLoop
 from .cluster import COMMANDS as CLUSTER_COMMANDS
 from .cluster import ClusterService, CoreFeed
-from .contracts import now_ms
+from .contracts import bind_clock, now_ms
 from .dispatch import SENT_BY_KIND, Dispatcher
 from .fdlimit import fit_maxclients
 from .logs import log, set_format, set_level, set_node_id
@@ -326,4 +326,8 @@ async def run_node(config: Config, *, task_status=trio.TASK_STATUS_IGNORED) -> N
     """Run one node until SHUTDOWN or SIGTERM."""
     gcpolicy.install_from_env()
     server = Server(config)
-    await server.run(task_status=task_status)
+    unbind = bind_clock()  # now_ms reads this run's clock directly
+    try:
+        await server.run(task_status=task_status)
+    finally:
+        unbind()

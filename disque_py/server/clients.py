@@ -507,9 +507,11 @@ class ClientLoop:
                 self._serve(ready)  # 1
             if timers_due is not None:
                 limit = timers_due()  # 2
+            commit = self.commit
             while True:
-                self._run_held()  # 3
-                ticket = self.commit.commit() if self.commit is not None else 0  # 4
+                if self._runnable:
+                    self._run_held()  # 3
+                ticket = commit.commit() if commit is not None else 0  # 4
                 self._release(ticket)  # 5
                 if not self._touched and not self._runnable:
                     break  # (a client closed while releasing can wake another)
@@ -583,10 +585,19 @@ class ClientLoop:
         that did) and the commit left a ticket, or when earlier output of its waits already
         (order). Others leave now, whatever the disk does."""
         touched = self._touched
-        depends = self._depends
         self._touched = {}
-        self._depends = set()
         held = self.held
+        depends = self._depends
+        if not depends and not held:  # nothing waits for the disk: every client's output leaves
+            for conn in touched.values():
+                if conn.out:
+                    self._send_now(conn)
+                elif conn.closing and not conn.closed and not conn.waiting_write:
+                    self.close(conn)
+            if self._bus_held:
+                self._release_bus(ticket)
+            return
+        self._depends = set()
         for conn in touched.values():
             if conn.closed:
                 continue
@@ -603,8 +614,14 @@ class ClientLoop:
                 self._send_now(conn)
             elif conn.closing and not conn.waiting_write:
                 self.close(conn)
+        if self._bus_held:
+            self._release_bus(ticket)
+
+    def _release_bus(self, ticket: int) -> None:
+        """The bus's part of stage 6: messages made while records were pending wait for the
+        pass's ticket (or the one before them on their link)."""
         bus_held = self._bus_held
-        if bus_held and bus_held[-1][0] is None:  # this pass's messages made while records were pending
+        if bus_held[-1][0] is None:  # this pass's messages made while records were pending
             floor = 0
             for entry in bus_held:
                 if entry[0] is None:

@@ -4,7 +4,8 @@ The dispatcher (:mod:`.dispatch`) owns one :class:`CommandStats`
 (``Dispatcher.cmdstats``) and counts every command it runs in
 ``run_commands``: one dict lookup by the command's name as it came off the
 wire (``by_wire``), the bucket (:data:`SMALL_BUCKETS` up to a millisecond,
-a ``bisect`` into :data:`LATENCY_BUCKETS_US` above) and a few integer adds. INFO commandstats (:mod:`.admin`) and the admin port's
+a ``bisect`` into :data:`LATENCY_BUCKETS_US` above) and a few integer adds (a
+stat's ``calls`` is the sum of its buckets). INFO commandstats (:mod:`.admin`) and the admin port's
 ``/metrics`` read ``by_name``.
 
 Names are the lower-case command names the node knows; any other name is
@@ -39,13 +40,17 @@ class CommandStat:
     ``LATENCY_BUCKETS_US[i]`` microseconds (and more than the bound before it); the last
     bucket the calls above every bound."""
 
-    __slots__ = ("calls", "errors", "usec", "buckets")
+    __slots__ = ("errors", "usec", "buckets")
 
     def __init__(self) -> None:
-        self.calls = 0
         self.errors = 0
         self.usec = 0  # total microseconds
         self.buckets: list[int] = [0] * (len(LATENCY_BUCKETS_US) + 1)
+
+    @property
+    def calls(self) -> int:
+        """Every call lands in one bucket: their sum is the count (one add fewer per command)."""
+        return sum(self.buckets)
 
     def __repr__(self) -> str:
         return "CommandStat(calls=%d, errors=%d, usec=%d)" % (self.calls, self.errors, self.usec)
@@ -82,7 +87,6 @@ class CommandStats:
     def record(self, wire_name: bytes, usec: int, error: bool = False) -> None:
         """Count one call (what the dispatcher does inline; for tests and other callers)."""
         stat = self.by_wire.get(wire_name) or self.stat_for(wire_name)
-        stat.calls += 1
         stat.usec += usec
         stat.buckets[bisect_left(LATENCY_BUCKETS_US, usec)] += 1
         if error:

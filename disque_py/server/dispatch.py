@@ -239,6 +239,9 @@ class Dispatcher:
         if now >= self._mem_next:
             self.measure_memory(now)
         dispatch = self.dispatch
+        execute = self.node.execute_named
+        admin = self.admin
+        cid = conn.id
         journal = self.node.ctx.journal  # with an AOF: a reply waits for the records it made
         before = len(journal) if journal is not None else 0
         # What each command costs (cmdstats.py): from its start to its reply encoded, one clock
@@ -249,13 +252,32 @@ class Dispatcher:
         by_wire = cmdstats.by_wire
         small = SMALL_BUCKETS
         watch_us = self._watch_us
+        fast = 0  # commands run on the fast path (dispatch counts its own)
         start = perf_counter_ns()
         for i, argv in enumerate(commands):
             if conn.blocked or conn.closing or len(out) >= OUT_HOLD:
                 if not conn.closing or conn.blocked:
                     conn.pending.extend(commands[i:])
                 break
-            reply = dispatch(conn, argv, now)
+            # The fast path: an authenticated client with every right, a core command. It does
+            # what dispatch does for one, without the checks that cannot apply.
+            try:
+                name = argv[0].lower()
+            except IndexError:  # an empty command (the parser skips them): an internal error below
+                name = b""
+            if conn.perms is None and conn.authenticated and name not in admin:
+                conn.last_cmd = name
+                fast += 1
+                try:
+                    reply = execute(cid, name, argv, now)
+                except Exception:
+                    reply = self._internal_error(argv)
+            else:
+                if fast:  # INFO (or anything else the shell answers) reads an exact count
+                    self.stats["total_commands_processed"] += fast
+                    fast = 0
+                reply = dispatch(conn, argv, now)
+                name = conn.last_cmd
             if reply is BLOCKED:
                 conn.blocked = True
             elif reply is not NO_REPLY:
@@ -263,10 +285,9 @@ class Dispatcher:
             end = perf_counter_ns()
             usec = (end - start + 500) // 1000
             start = end
-            stat = by_wire.get(conn.last_cmd)
+            stat = by_wire.get(name)
             if stat is None:
-                stat = cmdstats.stat_for(conn.last_cmd)
-            stat.calls += 1
+                stat = cmdstats.stat_for(name)
             stat.usec += usec
             stat.buckets[small[usec] if usec < 1001 else bisect_left(LATENCY_BUCKETS_US, usec)] += 1
             if type(reply) is Error:
@@ -274,6 +295,8 @@ class Dispatcher:
             if usec >= watch_us:
                 self._slow_command(conn, argv, usec)
                 start = perf_counter_ns()
+        if fast:
+            self.stats["total_commands_processed"] += fast
         # (a command may turn the AOF on or off: the journal it ran with is the one compared)
         return journal is not None and len(journal) != before
 
@@ -315,11 +338,16 @@ class Dispatcher:
                 if (arity > 0 and n != arity) or n < -arity:
                     return Error("ERR wrong number of arguments for '%s' command" % name.decode())
                 return handler(conn, argv)
-            return self.node.execute(conn.id, argv, now)
+            return self.node.execute_named(conn.id, name, argv, now)
         except Exception:  # a bug must never take the node down
-            self.stats["internal_errors"] += 1
-            log.exception("Internal error running %r", argv[:1])
-            return Error("ERR internal error, check the server logs")
+            return self._internal_error(argv)
+
+    def _internal_error(self, argv: list[bytes]) -> Error:
+        """A command raised: a bug. Logged with its traceback and counted; the client gets an
+        error and the node serves on."""
+        self.stats["internal_errors"] += 1
+        log.exception("Internal error running %r", argv[:1])
+        return Error("ERR internal error, check the server logs")
 
     def _queue_of(self, job_id: bytes) -> bytes | None:
         job = self.node.store.get(job_id)

@@ -74,10 +74,16 @@ class CoreTimers:
         """Run the core's timers if one is due; the seconds left until the next one."""
         node = self.node
         nxt = node.next_wakeup()
-        if nxt is not None and nxt <= now_ms():
+        if nxt is None:
+            return math.inf
+        now = now_ms()
+        if nxt <= now:
             self._tick()
             nxt = node.next_wakeup()
-        return math.inf if nxt is None else (nxt - now_ms()) / 1000.0
+            if nxt is None:
+                return math.inf
+            now = now_ms()
+        return (nxt - now) / 1000.0
 
     def _tick(self) -> None:
         glue = self.glue

@@ -305,11 +305,81 @@ def test_an_idle_empty_queue_gives_back_its_job_list_and_works_on(h):
     jid = h.add("q")
     h.cmd("ACKJOB", jid)
     h.advance(5_000)
-    assert type(h.node.queues[b"q"].jobs) is not tuple  # still the sorted list: not idle for long yet
+    assert type(h.node.queues[b"q"].jobs) is not tuple  # still its deque: not idle for long yet
     h.advance(7_000)
-    assert h.node.queues[b"q"].jobs == ()  # the ~370 bytes of an empty sorted list given back
+    assert h.node.queues[b"q"].jobs == ()  # the 760 bytes of an empty deque given back
     assert h.cmd("QPEEK", "q", 1) == [] and h.cmd("QLEN", "q") == 0
     ids = [h.add("q", "b%d" % i) for i in range(3)]
     assert [row[1] for row in h.cmd("QPEEK", "q", -2)] == ids[:0:-1]
     assert h.cmd("GETJOB", "NOHANG", "FROM", "q")[0][1] == ids[0]
     assert qstat(h, "q")["len"] == 2
+
+
+# -- the queue's container: a deque while cheap, a sorted list past SMALL_QUEUE -------------------
+
+
+def _jobs(ctimes):
+    from disque_py.core.job import Job
+
+    return [Job(b"D-%038d" % i, QUEUED, b"q", b"x", ctime=c) for i, c in enumerate(ctimes)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    ops=st.lists(st.tuples(st.sampled_from(["add", "pop", "remove"]), st.integers(0, 50)), max_size=120),
+    small=st.sampled_from([2, 8, 10_000]),
+)
+def test_a_queue_is_always_in_ctime_order_whatever_its_container(ops, small):
+    """Adds out of order, pops and removes from the middle, in a deque (small queues) and past the
+    switch to a sorted list: the queue always hands out its jobs oldest first, as a sorted model."""
+    from disque_py.core import queues
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(queues, "SMALL_QUEUE", small)
+        _check_against_a_sorted_model(queues.Queue(b"q", 0, 1), ops)
+
+
+def _check_against_a_sorted_model(q, ops) -> None:
+    model: list = []
+    seq = 0
+    for op, n in ops:
+        if op == "add":
+            (job,) = _jobs([n * 10 + seq % 10])
+            job.id = b"D-%038d" % seq
+            seq += 1
+            q.add(job)
+            model.append(job)
+            model.sort(key=lambda j: j.ctime)  # stable: equal ctimes keep their arrival order
+        elif op == "pop":
+            assert q.pop() is (model.pop(0) if model else None)
+        elif model:
+            victim = model.pop(n % len(model))
+            q.remove(victim)
+        assert list(q.jobs) == model
+        assert len(q) == len(model)
+        assert list(q.peek(3)) == model[:3]
+        assert list(q.peek(-3)) == model[::-1][:3]
+        q.release()
+        assert (q.jobs == ()) == (not model)
+
+
+def test_a_long_queue_turns_into_a_sorted_list_only_when_it_must(monkeypatch):
+    from disque_py.core import queues
+
+    monkeypatch.setattr(queues, "SMALL_QUEUE", 4)
+    q = queues.Queue(b"q", 0, 1)
+    jobs = _jobs([10, 20, 30, 40, 50, 60])
+    for job in jobs:
+        q.add(job)  # in order: appends, however long
+    assert type(q.jobs).__name__ == "deque"
+    q.remove(jobs[0])  # the head: a popleft
+    assert type(q.jobs).__name__ == "deque"
+    (late,) = _jobs([15])
+    q.add(late)  # older than the tail of a queue past SMALL_QUEUE: a sorted list from now on
+    assert type(q.jobs).__name__ == "SortedKeyList"
+    assert [j.ctime for j in q.jobs] == [15, 20, 30, 40, 50, 60]
+    while q.pop() is not None:
+        pass
+    q.release()
+    q.add(late)
+    assert type(q.jobs).__name__ == "deque"  # empty, released: a deque again
