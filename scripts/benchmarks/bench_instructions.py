@@ -88,6 +88,7 @@ from typing import Callable, Sequence
 import hiredis
 
 from disque_py import launcher
+from disque_py.protocol.resp import encode_request
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -222,14 +223,6 @@ def markdown(rows: list[Row], spreads: dict[str, float], threshold: float,
 # --------------------------------------------------------------------------- client
 
 
-def _encode(args: Sequence[str | bytes | int]) -> bytes:
-    out = [b"*%d\r\n" % len(args)]
-    for a in args:
-        b = a if isinstance(a, bytes) else str(a).encode()
-        out.append(b"$%d\r\n%s\r\n" % (len(b), b))
-    return b"".join(out)
-
-
 class Conn:
     """One blocking connection that waits for every reply (error replies raise)."""
 
@@ -251,11 +244,11 @@ class Conn:
             self.reader.feed(data)
 
     def call(self, *args: str | bytes | int) -> object:
-        self.sock.sendall(_encode(args))
+        self.sock.sendall(encode_request(args))
         return self._reply()
 
     def pipeline(self, commands: list[Sequence[str | bytes | int]]) -> list[object]:
-        self.sock.sendall(b"".join(_encode(c) for c in commands))
+        self.sock.sendall(b"".join(encode_request(c) for c in commands))
         return [self._reply() for _ in commands]
 
     def close(self) -> None:
