@@ -136,7 +136,7 @@ class Dispatcher:
         self.node = node
         self.config = config
         self.stats = stats
-        self.admin: AdminTable = admin if admin is not None else {}
+        self.admin = admin if admin is not None else {}
         self.hello = hello
         self.acl = acl
         # What each command costs (cmdstats.py), the slow ones (slowlog.py), slow events (latency.py).
@@ -155,6 +155,18 @@ class Dispatcher:
         self._mem_next = 0
         self._rss_next = 0
         config.on_change.append(self._config_changed)
+
+    @property
+    def admin(self) -> AdminTable:
+        """The shell's commands: name -> (handler, arity)."""
+        return self._admin
+
+    @admin.setter
+    def admin(self, table: AdminTable) -> None:
+        self._admin = table
+        # What run_commands' fast path leaves to dispatch: the shell's commands, and HELLO (with
+        # a protocol version the handshake is the dispatcher's; bare, the core answers it).
+        self._not_fast = frozenset(table) | {b"hello"}
 
     def wire(self, output: "ClientOutput") -> None:
         """Where effects go: the client loop (its clients, ``woken``, ``send_item``)."""
@@ -240,7 +252,7 @@ class Dispatcher:
             self.measure_memory(now)
         dispatch = self.dispatch
         execute = self.node.execute_named
-        admin = self.admin
+        not_fast = self._not_fast
         cid = conn.id
         journal = self.node.ctx.journal  # with an AOF: a reply waits for the records it made
         before = len(journal) if journal is not None else 0
@@ -265,7 +277,7 @@ class Dispatcher:
                 name = argv[0].lower()
             except IndexError:  # an empty command (the parser skips them): an internal error below
                 name = b""
-            if conn.perms is None and conn.authenticated and name not in admin:
+            if conn.perms is None and conn.authenticated and name not in not_fast:
                 conn.last_cmd = name
                 fast += 1
                 try:
@@ -331,7 +343,7 @@ class Dispatcher:
                     if denied is not None:
                         self.stats["acl_access_denied_" + denied[0]] += 1
                         return Error(denied[1])
-            entry = self.admin.get(name)
+            entry = self._admin.get(name)
             if entry is not None:
                 handler, arity = entry
                 n = len(argv)

@@ -310,3 +310,12 @@ async def test_a_slow_cron_step_and_a_slow_core_tick_are_latency_events():
     mon.reset()
     timers._tick()
     assert mon.latest() == []
+
+
+async def test_info_in_a_pipeline_counts_every_command_before_it():
+    """Core commands run on the dispatcher's fast path are counted in total_commands_processed
+    before anything the shell answers reads it, as when each went through dispatch."""
+    d, conn = _dispatcher()
+    out = _run(d, conn, [b"ADDJOB", b"q", b"a", b"0"], [b"QLEN", b"q"], [b"INFO", b"stats"], [b"PING"])
+    assert b"total_commands_processed:3\r\n" in out
+    assert d.stats["total_commands_processed"] == 4
