@@ -316,6 +316,10 @@ async def test_info_in_a_pipeline_counts_every_command_before_it():
     """Core commands run on the dispatcher's fast path are counted in total_commands_processed
     before anything the shell answers reads it, as when each went through dispatch."""
     d, conn = _dispatcher()
+    for key in ("total_connections_received", "rejected_connections", "total_net_input_bytes",
+                "total_net_output_bytes", "accept_errors", "protocol_errors",
+                "client_output_buffer_limit_disconnections"):  # the client loop's own (INFO stats)
+        d.stats.setdefault(key, 0)
     out = _run(d, conn, [b"ADDJOB", b"q", b"a", b"0"], [b"QLEN", b"q"], [b"INFO", b"stats"], [b"PING"])
     assert b"total_commands_processed:3\r\n" in out
     assert d.stats["total_commands_processed"] == 4
