@@ -96,7 +96,7 @@ def test_thresholds_are_crossed_up_and_down_as_jobs_come_and_go(h):
     # Alone, at level 1 it cannot replicate externally: NOREPL, saying why.
     assert reply == Error(
         "NOREPL Not enough reachable nodes for the requested replication level, since I'm unable to hold "
-        "a copy of the message for the following reason: I'm out of memory"
+        "a copy of the message for the following reason: I'm out of memory (0 other nodes reachable, 1 asked)"
     )
     assert seen == [(0, 1)]
     assert h.node.ctx.memory_level == 1
