@@ -104,7 +104,8 @@ def parse_addjob(argv: list[bytes]) -> AddJob | Error:
     else:
         timeout_error = None
     if len(argv[2]) + len(argv[1]) > MAX_JOB_BYTES:
-        return err("Job too big: %d bytes of body and queue name, at most %d can be replicated or moved"
+        return err("Job too big: %d bytes of body and queue name, at most %d can be replicated or moved "
+                   "(a fixed limit: one cluster bus message carries a job)"
                    % (len(argv[2]) + len(argv[1]), MAX_JOB_BYTES))  # fmt: skip
     req = AddJob(argv[1], argv[2], timeout)
     n = len(argv)
@@ -159,7 +160,8 @@ def parse_addjob(argv: list[bytes]) -> AddJob | Error:
     if req.retry == 0 and (req.replicate or 1) > 1:  # again with the default factor in Node
         return RETRY0_NEEDS_REPLICATE1
     if req.delay >= req.ttl:
-        return err("The specified DELAY is greater than TTL. Job refused since would never be delivered")
+        return err("The specified DELAY is greater than TTL. Job refused since would never be delivered "
+                   "(DELAY %d s, TTL %d s)" % (req.delay, req.ttl))  # fmt: skip
     if req.retry == -1:
         req.retry = max(1, min(req.ttl // 10, 300))
     return req

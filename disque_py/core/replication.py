@@ -115,7 +115,9 @@ class Replication:
         ctx = self.ctx
         replicate = req.replicate or min(DEFAULT_REPLICATE_MAX, ctx.cluster_size)
         if req.retry == 0 and replicate > 1:  # the default factor counts too, as in Disque
-            return RETRY0_NEEDS_REPLICATE1
+            if req.replicate:
+                return RETRY0_NEEDS_REPLICATE1
+            return Error("%s (REPLICATE is %d by default here)" % (RETRY0_NEEDS_REPLICATE1, replicate))
         # A leaving node, or one at memory level 1 or more (memory.py), keeps no copy.
         extrepl = ctx.leaving or ctx.memory_level
         additional = replicate if extrepl else replicate - 1
@@ -125,7 +127,8 @@ class Replication:
         q = ctx.queues.get(req.queue)
         if q is not None:
             if req.maxlen and len(q.jobs) >= req.maxlen:
-                return Error("MAXLEN Queue is already longer than the specified MAXLEN count")
+                return Error("MAXLEN Queue is already longer than the specified MAXLEN count "
+                             "(%d jobs queued, MAXLEN %d)" % (len(q.jobs), req.maxlen))  # fmt: skip
             if q.flags & PAUSED_IN:
                 return Error("PAUSED Queue paused in input, try later")
         now = ctx.now

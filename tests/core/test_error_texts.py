@@ -78,3 +78,31 @@ def test_timeout_0_waits_with_no_limit_as_disque(h):
     effects = h.advance(1_500)
     replies = [e.value for e in effects if getattr(e, "client", None) == 1]
     assert len(replies) == 1 and replies[0].startswith("NOREPL job removed (expired?)"), replies
+
+
+def test_maxlen_says_how_many_are_queued_and_the_maxlen_asked(h):
+    for _ in range(3):
+        h.add("q", "x")
+    assert h.cmd("ADDJOB", "q", "x", 0, "MAXLEN", 3) == Error(
+        "MAXLEN Queue is already longer than the specified MAXLEN count (3 jobs queued, MAXLEN 3)"
+    )
+    assert isinstance(h.cmd("ADDJOB", "q", "x", 0, "MAXLEN", 4), bytes)
+
+
+def test_delay_over_ttl_says_both(h):
+    assert h.cmd("ADDJOB", "q", "x", 0, "DELAY", 20, "TTL", 10) == (
+        "ERR The specified DELAY is greater than TTL. Job refused since would never be delivered (DELAY 20 s, TTL 10 s)"
+    )
+
+
+def test_retry_0_with_the_default_replicate_says_the_default(h):
+    h.node.cluster_size = 3
+    h.node.reachable = [PEER, LOST]
+    h.node.live_nodes = 2
+    assert h.cmd("ADDJOB", "q", "x", 0, "RETRY", 0) == (
+        "ERR With RETRY set to 0 please explicitly set REPLICATE to 1 (at-most-once delivery) "
+        "(REPLICATE is 3 by default here)"
+    )
+    assert h.cmd("ADDJOB", "q", "x", 0, "RETRY", 0, "REPLICATE", 2) == (
+        "ERR With RETRY set to 0 please explicitly set REPLICATE to 1 (at-most-once delivery)"
+    )

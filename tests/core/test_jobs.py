@@ -417,7 +417,10 @@ def test_a_job_too_big_for_one_bus_message_is_refused_at_addjob(h):
     reply = h.cmd("ADDJOB", "q", b"x" * (MAX_JOB_BYTES - 1), 0)  # with the queue name: MAX_JOB_BYTES
     assert isinstance(reply, bytes) and len(reply) == 40
     reply = h.cmd("ADDJOB", "q", b"x" * MAX_JOB_BYTES, 0)
-    assert str(reply).startswith("ERR Job too big: %d bytes" % (MAX_JOB_BYTES + 1)), reply
+    assert reply == (
+        "ERR Job too big: %d bytes of body and queue name, at most %d can be replicated or moved "
+        "(a fixed limit: one cluster bus message carries a job)" % (MAX_JOB_BYTES + 1, MAX_JOB_BYTES)
+    )
     assert h.cmd("QLEN", "q") == 1
 
 
