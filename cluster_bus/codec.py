@@ -579,7 +579,8 @@ class FrameDecoder:
             while avail - pos >= 4:
                 n = unpack_from(buf, pos)[0]
                 if n == 0 or n > maxf:
-                    self._error = "zero-length frame" if n == 0 else "frame too large"
+                    self._error = ("zero-length frame" if n == 0
+                                   else "frame too large: %d bytes declared, at most %d" % (n, maxf))  # fmt: skip
                     if pos == 0 and not self._started:
                         self._foreign = foreign_protocol(bytes(buf[:16]))
                     break

@@ -36,14 +36,14 @@ from bisect import bisect_left
 from itertools import islice
 from typing import Any
 
-from .commands import NOT_AN_INTEGER, SYNTAX_ERROR, parse_getjob, parse_int, parse_qscan
+from .commands import NOT_AN_INTEGER, parse_getjob, parse_int, parse_qscan
 from .commandspec import EVERY_QUEUE, FROM_QUEUES, QUEUE, CommandSpec
 from .context import Context
 from .effects import BLOCKED, Reply
 from .job import ACTIVE, F_DELIVERED, Job
 from .messages import Pause, pause
 from .queues import PAUSED_ALL, PAUSED_IN, PAUSED_OUT, Queue, Waiter, pause_name
-from .replies import NULL_ARRAY, Error, Status
+from .replies import NULL_ARRAY, Error, Status, syntax_error
 from .store import J_ACTIVE, scan, seq_of
 
 __all__ = ["Blocking", "CLIENTS_WAITING", "REACHED_ZERO", "job_item"]
@@ -345,8 +345,8 @@ class Blocking:
         bcast = False
         update = False
         new_flags = 0
-        for opt in argv[2:]:
-            opt = opt.lower()
+        for word in argv[2:]:
+            opt = word.lower()
             if opt == b"none":
                 new_flags = 0
                 update = True
@@ -364,7 +364,7 @@ class Blocking:
             elif opt == b"bcast":
                 bcast = True
             else:
-                return SYNTAX_ERROR
+                return syntax_error(word, "PAUSE takes IN, OUT, ALL, NONE, STATE, BCAST")
         ctx = self.ctx
         q = self._queues.get(argv[1])
         if update:

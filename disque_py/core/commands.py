@@ -10,7 +10,7 @@ from collections.abc import Container
 
 from .ids import valid_job_id
 from .job import state_from_name
-from .replies import Error, err
+from .replies import Error, err, syntax_error
 
 __all__ = [
     "AddJob",
@@ -29,6 +29,7 @@ __all__ = [
 ]
 
 SYNTAX_ERROR = err("syntax error")
+_NEEDS_VALUE = "a value must follow it"
 NOT_AN_INTEGER = err("value is not an integer or out of range")
 BADID = Error("BADID Invalid Job ID format.")
 RETRY0_NEEDS_REPLICATE1 = err("With RETRY set to 0 please explicitly set REPLICATE to 1 (at-most-once delivery)")
@@ -91,6 +92,7 @@ class AddJob:
 #: other fields (its holders' IDs included) and the framing fit in the rest.
 #: Disque has no such limit below the protocol's 512 MB, but its jobs meant to be small.
 MAX_JOB_BYTES = 60 * 1024 * 1024
+_ADDJOB_VALUED = (b"replicate", b"ttl", b"retry", b"delay", b"maxlen")
 
 
 def parse_addjob(argv: list[bytes]) -> AddJob | Error:
@@ -102,7 +104,8 @@ def parse_addjob(argv: list[bytes]) -> AddJob | Error:
     else:
         timeout_error = None
     if len(argv[2]) + len(argv[1]) > MAX_JOB_BYTES:
-        return err("Job too big: %d bytes of body and queue name, at most %d can be replicated or moved"
+        return err("Job too big: %d bytes of body and queue name, at most %d can be replicated or moved "
+                   "(a fixed limit: one cluster bus message carries a job)"
                    % (len(argv[2]) + len(argv[1]), MAX_JOB_BYTES))  # fmt: skip
     req = AddJob(argv[1], argv[2], timeout)
     n = len(argv)
@@ -148,14 +151,17 @@ def parse_addjob(argv: list[bytes]) -> AddJob | Error:
         elif opt == b"async":
             req.async_ = True
             i += 1
+        elif opt in _ADDJOB_VALUED:
+            return syntax_error(argv[i], _NEEDS_VALUE)
         else:
-            return SYNTAX_ERROR
+            return syntax_error(argv[i])
     if timeout_error is not None:  # options are validated first, as Disque
         return timeout_error
     if req.retry == 0 and (req.replicate or 1) > 1:  # again with the default factor in Node
         return RETRY0_NEEDS_REPLICATE1
     if req.delay >= req.ttl:
-        return err("The specified DELAY is greater than TTL. Job refused since would never be delivered")
+        return err("The specified DELAY is greater than TTL. Job refused since would never be delivered "
+                   "(DELAY %d s, TTL %d s)" % (req.delay, req.ttl))  # fmt: skip
     if req.retry == -1:
         req.retry = max(1, min(req.ttl // 10, 300))
     return req
@@ -199,10 +205,14 @@ def parse_getjob(argv: list[bytes]) -> GetJob | Error:
                 return err("COUNT must be a number greater than zero")
             req.count = v
             i += 2
+        elif opt in (b"timeout", b"count"):
+            return syntax_error(argv[i], _NEEDS_VALUE)
         else:
-            return SYNTAX_ERROR
+            return syntax_error(argv[i], "the queues must follow FROM")
     if not req.queues:
-        return SYNTAX_ERROR
+        if n == 1 or req.queues is None:
+            return syntax_error(argv[-1], "FROM and at least one queue must follow")
+        return syntax_error(argv[-1], "at least one queue must follow it")
     return req
 
 
@@ -219,6 +229,10 @@ class ScanArgs:
         self.queue: bytes | None = None
         self.states: set[int] = set()
         self.reply_all = False
+
+
+_QSCAN_VALUED = (b"count", b"minlen", b"maxlen", b"importrate")
+_JSCAN_VALUED = (b"count", b"queue", b"state", b"reply")
 
 
 def _parse_scan(argv: list[bytes], jobs: bool) -> ScanArgs | Error:
@@ -262,9 +276,11 @@ def _parse_scan(argv: list[bytes], jobs: bool) -> ScanArgs | Error:
             else:
                 return err("Invalid REPLY type, try ID or ALL")
             i += 2
+        elif opt in (_JSCAN_VALUED if jobs else _QSCAN_VALUED):  # an option, its value missing
+            return syntax_error(argv[i], _NEEDS_VALUE)
         else:
             if cursor_set:
-                return SYNTAX_ERROR
+                return syntax_error(argv[i], "the cursor was given already")
             raw = argv[i]
             if not raw.isdigit() or len(raw) > 20 or int(raw) >= 1 << 64:
                 return err("invalid cursor")

@@ -191,6 +191,11 @@ class Memory:
         up = 1 << 62 if level >= len(THRESHOLDS) else -(-limit * THRESHOLDS[level] // 100)
         return down, up
 
+    def oom_error(self) -> Error:
+        """``OOM_ERROR`` (Redis's text, which clients match) with the two numbers behind it."""
+        return Error("%s (used_memory %d, the estimate of the node's data; maxmemory %d)"
+                     % (OOM_ERROR, self.used, self.limit))  # fmt: skip
+
     def threshold_bytes(self, level: int) -> int:
         return self.limit * THRESHOLDS[level - 1] // 100
 

@@ -66,7 +66,7 @@ from .context import Context
 from .effects import BLOCKED
 from .federation import Federation
 from .lifecycle import Lifecycle
-from .memory import OOM_ERROR, Memory
+from .memory import Memory
 from .messages import receivers
 from .replication import Replication
 from .replies import Error, err
@@ -215,7 +215,7 @@ class Node:
 
             def refuse(client: int, argv: list[bytes]) -> Any:
                 memory.refused += 1
-                return OOM_ERROR
+                return memory.oom_error()
 
             for name in OOM_COMMANDS:
                 table[name] = (refuse, table[name][1])

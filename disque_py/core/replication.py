@@ -66,6 +66,30 @@ COMMANDS = (
 )
 
 
+def _not_enough_nodes(replicate: int, others: int, extrepl: Any, leaving: bool) -> Error:
+    """NOREPL for a REPLICATE that cannot be honoured: Disque's text, then the numbers.
+
+    ``others``: the other nodes reachable now. This node counts as one more unless it
+    keeps no copy (leaving, or at a memory level; then Disque's text says why).
+    """
+    text = "NOREPL Not enough reachable nodes for the requested replication level"
+    if extrepl:
+        if replicate - 1 == others:
+            text += (", since I'm unable to hold a copy of the message for the following reason: "
+                     + ("I'm leaving the cluster" if leaving else "I'm out of memory"))  # fmt: skip
+        return Error("%s (%d other nodes reachable, %d asked)" % (text, others, replicate))
+    return Error("%s (%d reachable, %d asked)" % (text, others + 1, replicate))
+
+
+def _repl_timeout(job: Job) -> Error:
+    """NOREPL for an ADDJOB whose timeout came first: Disque's text, then the copies confirmed."""
+    confirmed = len(job.confirmed or ())
+    return Error(
+        "NOREPL Timeout reached before replicating to the requested number of nodes "
+        "(%d of %d copies confirmed)" % (confirmed, job.repl)
+    )
+
+
 class Replication:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
@@ -91,23 +115,20 @@ class Replication:
         ctx = self.ctx
         replicate = req.replicate or min(DEFAULT_REPLICATE_MAX, ctx.cluster_size)
         if req.retry == 0 and replicate > 1:  # the default factor counts too, as in Disque
-            return RETRY0_NEEDS_REPLICATE1
+            if req.replicate:
+                return RETRY0_NEEDS_REPLICATE1
+            return Error("%s (REPLICATE is %d by default here)" % (RETRY0_NEEDS_REPLICATE1, replicate))
         # A leaving node, or one at memory level 1 or more (memory.py), keeps no copy.
         extrepl = ctx.leaving or ctx.memory_level
         additional = replicate if extrepl else replicate - 1
         available = max(len(ctx.reachable), ctx.live_nodes)
         if additional > available:
-            if extrepl and additional - 1 == available:
-                return Error(
-                    "NOREPL Not enough reachable nodes for the requested replication level, "
-                    "since I'm unable to hold a copy of the message for the following reason: "
-                    + ("I'm leaving the cluster" if ctx.leaving else "I'm out of memory")
-                )
-            return Error("NOREPL Not enough reachable nodes for the requested replication level")
+            return _not_enough_nodes(replicate, available, extrepl, ctx.leaving)
         q = ctx.queues.get(req.queue)
         if q is not None:
             if req.maxlen and len(q.jobs) >= req.maxlen:
-                return Error("MAXLEN Queue is already longer than the specified MAXLEN count")
+                return Error("MAXLEN Queue is already longer than the specified MAXLEN count "
+                             "(%d jobs queued, MAXLEN %d)" % (len(q.jobs), req.maxlen))  # fmt: skip
             if q.flags & PAUSED_IN:
                 return Error("PAUSED Queue paused in input, try later")
         now = ctx.now
@@ -227,7 +248,7 @@ class Replication:
                     period = min(2 * max(kind, REPL_ADD_NODE_MS), REPL_RESEND_MAX_MS)
                 self._timer(now + period, period, job_id)
             else:
-                self.failed(job, Error("NOREPL Timeout reached before replicating to the requested number of nodes"))
+                self.failed(job, _repl_timeout(job))
 
     def next_wakeup(self) -> int | None:
         timers = self.timers

@@ -63,3 +63,16 @@ OK = Status(b"OK")
 def err(text: str) -> Error:
     """``err("syntax error")`` -> ``Error("ERR syntax error")``."""
     return Error("ERR " + text)
+
+
+def shown(word: bytes, limit: int = 40) -> str:
+    """A client's argument as an error line may quote it: printable ASCII kept, any other
+    byte as ``\\xHH`` (so no CR or LF can end the line early), cut at ``limit`` characters."""
+    text = "".join(chr(b) if 0x20 <= b < 0x7F and b != 0x5C else "\\x%02x" % b for b in word[: limit + 1])
+    return text[:limit] + "..." if len(text) > limit else text
+
+
+def syntax_error(word: bytes, why: str = "") -> Error:
+    """``ERR syntax error near 'RETY'``: Redis's prefix and text, then the argument it stopped
+    at (and, with ``why``, what was wrong there), so that a typo is found without the docs."""
+    return Error("ERR syntax error near '%s'%s" % (shown(word), ": " + why if why else ""))

@@ -320,6 +320,10 @@ class RequestParser:
         "_count_digits",
         "_short_counts_ok",
         "_join_max",
+        "_e_args",
+        "_e_bulk",
+        "_e_inline",
+        "_e_querybuf",
     )
 
     def __init__(
@@ -348,6 +352,12 @@ class RequestParser:
         self._count_digits = len(str(max_args))
         self._short_counts_ok = max_args >= 99
         self._join_max = min(_JOIN_MAX, self._check_over)
+        # Over a limit: Redis's text, then the limit and the directive that sets it (in a
+        # node; tests make parsers of their own). A malformed length keeps the bare text.
+        self._e_args = _E_MULTIBULK + " (over proto-max-multibulk-len %d)" % max_args
+        self._e_bulk = _E_BULK + " (over proto-max-bulk-len %d)" % max_bulk_len
+        self._e_inline = _E_INLINE + " (a line over %d bytes; longer requests go as multibulk)" % max_inline_len
+        self._e_querybuf = _E_QUERYBUF + " (client-query-buffer-limit %d)" % max_query_buffer
 
     # -- public API ---------------------------------------------------------
 
@@ -372,7 +382,7 @@ class RequestParser:
                     if data.find(b"\n") < 0:
                         inline += data
                         if self._inline_too_long(inline, 0):
-                            self._fail(_E_INLINE)
+                            self._fail(self._e_inline)
                         return
                     data = inline + data
                     self._inline = bytearray()
@@ -387,7 +397,7 @@ class RequestParser:
                 or len(data) - pos < 4
                 or (data[pos + 2] != 13 and data[pos + 3] != 13)
             ) and self._header_too_big(data, pos):
-                self._fail(_E_MULTIBULK)
+                self._fail(self._e_args)
                 return
         reader = self._reader
         reader.feed(data, pos)
@@ -444,9 +454,9 @@ class RequestParser:
         self._mid = True
         self._pending = pending = n if len(ready) > start else pending
         if reader.len() > self.max_bulk_len + BULK_SLACK:
-            self._fail(_E_BULK)
+            self._fail(self._e_bulk)
         elif pending > self.max_query_buffer:
-            self._fail(_E_QUERYBUF)
+            self._fail(self._e_querybuf)
 
     def commands(self) -> list[list[bytes]]:
         """Return and forget the commands completed so far.
@@ -526,13 +536,13 @@ class RequestParser:
             nl = data.find(b"\n", pos)
             if nl < 0:
                 if self._inline_too_long(data, pos):
-                    self._fail(_E_INLINE)
+                    self._fail(self._e_inline)
                 else:
                     self._inline = bytearray(data[pos:])
                 return -1
             end = nl - 1 if nl > pos and data[nl - 1] == 13 else nl
             if end - pos > limit:
-                self._fail(_E_INLINE)
+                self._fail(self._e_inline)
                 return -1
             line = bytes(data[pos:end])
             pos = nl + 1
@@ -545,10 +555,10 @@ class RequestParser:
                 # Same guarantees as for multibulk requests (only reachable
                 # when max_inline_len is configured above them).
                 if len(argv) > self.max_args:
-                    self._fail(_E_MULTIBULK)
+                    self._fail(self._e_args)
                     return -1
                 if limit > self.max_bulk_len and max(map(len, argv)) > self.max_bulk_len:
-                    self._fail(_E_BULK)
+                    self._fail(self._e_bulk)
                     return -1
                 ready.append(argv)
         return -1
@@ -582,13 +592,13 @@ class RequestParser:
         if not msg:  # *0
             return None
         if len(msg) > self.max_args:
-            return _E_MULTIBULK
+            return self._e_args
         max_bulk = self.max_bulk_len
         for arg in msg:
             if type(arg) is not bytes:
                 return _element_error(arg)
             if len(arg) > max_bulk:
-                return _E_BULK
+                return self._e_bulk
         self._ready.append(msg)
         return None
 

@@ -33,7 +33,7 @@ import trio
 from .. import DISQUE_COMPAT_VERSION, __version__
 from ..config import ConfigError, config_get, config_set, rewrite_config
 from ..core.commandspec import ALWAYS, CommandSpec, bind
-from ..core.replies import OK, Error, Status, err
+from ..core.replies import OK, Error, Status, err, syntax_error
 from ..rss import rss_bytes
 from . import faults, gcpolicy
 from .acl import AUTH_FAILURE_LIMIT, WRONGPASS, Acl, AclError
@@ -166,7 +166,7 @@ def build_table(ctx: AdminContext) -> dict[bytes, tuple[Callable[["Connection", 
 
     def auth(conn: "Connection", argv: list[bytes]) -> Any:
         if len(argv) > 3:
-            return err("syntax error")
+            return syntax_error(argv[3])
         if len(argv) == 2:  # AUTH <password>: the default user, as Disque's requirepass
             acl = ctx.acl
             if acl.default.nopass and not acl.default.passwords:
@@ -196,7 +196,7 @@ def build_table(ctx: AdminContext) -> dict[bytes, tuple[Callable[["Connection", 
 
     def info(conn: "Connection", argv: list[bytes]) -> Any:
         if len(argv) > 2:
-            return err("syntax error")
+            return syntax_error(argv[2], "INFO takes one section")
         section = argv[1].decode("utf-8", "replace").lower() if len(argv) == 2 else "default"
         return info_text(ctx, section, peak).encode()
 
@@ -273,7 +273,8 @@ def build_table(ctx: AdminContext) -> dict[bytes, tuple[Callable[["Connection", 
 
     def shutdown(conn: "Connection", argv: list[bytes]) -> Any:
         if len(argv) > 2 or (len(argv) == 2 and argv[1].lower() not in (b"save", b"nosave", b"rewrite-aof")):
-            return err("syntax error")
+            bad = argv[1] if argv[1].lower() not in (b"save", b"nosave", b"rewrite-aof") else argv[2]
+            return syntax_error(bad, "SHUTDOWN takes SAVE, NOSAVE or REWRITE-AOF")
         if len(argv) == 2 and argv[1].lower() == b"rewrite-aof" and ctx.aof is not None:
             ctx.aof.shutdown_rewrite = True  # a fresh AOF from the table, AOF on or off (Aof.close)
         log.warning("SHUTDOWN%s requested by client id=%d addr=%s", " REWRITE-AOF" if len(argv) == 2 and
@@ -558,7 +559,7 @@ def _client_kill(ctx: AdminContext, me: "Connection", argv: list[bytes]) -> Any:
                 return OK
         return err("No such client")
     if len(argv) < 4 or len(argv) % 2 != 0:
-        return err("syntax error")
+        return syntax_error(argv[-1], "CLIENT KILL takes ip:port, or pairs of ID, ADDR, LADDR or SKIPME and its value")
     want_id = want_addr = want_laddr = None
     skipme = True
     for i in range(2, len(argv), 2):
@@ -574,10 +575,10 @@ def _client_kill(ctx: AdminContext, me: "Connection", argv: list[bytes]) -> Any:
             want_laddr = value.decode("utf-8", "replace")
         elif key == b"skipme":
             if value.lower() not in (b"yes", b"no"):
-                return err("syntax error")
+                return syntax_error(value, "SKIPME takes YES or NO")
             skipme = value.lower() == b"yes"
         else:
-            return err("syntax error")
+            return syntax_error(argv[i])
     killed = 0
     for c in list(ctx.clients.values()):
         if want_id is not None and c.id != want_id:

@@ -304,8 +304,11 @@ class ClientLoop:
         if conn is self.current or conn.closed:
             return False
         self.stats["client_output_buffer_limit_disconnections"] += 1
+        limit = ("%d bytes" % hard if which == "hard"
+                 else "%d bytes for over %d s" % (soft, self.limit_soft_seconds))  # fmt: skip
         log.warning("Closing client id=%d addr=%s: %d bytes of replies not read, over its %s output "
-                    "buffer limit (client-output-buffer-limit)", conn.id, conn.addr, held, which)  # fmt: skip
+                    "buffer limit of %s (client-output-buffer-limit normal %d %d %d)", conn.id, conn.addr,
+                    held, which, limit, hard, soft, self.limit_soft_seconds)  # fmt: skip
         self.close(conn)
         return True
 
@@ -752,7 +755,8 @@ class Acceptor:
             return
         if len(self.loop.clients) >= cfg.maxclients:
             self.stats["rejected_connections"] += 1
-            self._refuse(sock, b"-ERR max number of clients reached\r\n")
+            # Disque's text, which clients match whole at its start, then the directive.
+            self._refuse(sock, b"-ERR max number of clients reached (maxclients %d)\r\n" % cfg.maxclients)
             return
         conn = self._new_connection(sock, addr, laddr)
         conn.authenticated = not cfg.requirepass

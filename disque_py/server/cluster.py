@@ -55,7 +55,7 @@ from cluster_bus.tls import TlsTransport
 
 from ..config import ConfigError
 from ..core.commandspec import CommandSpec
-from ..core.replies import OK, Error, Status, err
+from ..core.replies import OK, Error, Status, err, syntax_error
 from .contracts import now_ms
 from .logs import log
 from .tls import build_bus_contexts
@@ -446,7 +446,7 @@ class ClusterService:
             if sub == b"reset" and n in (2, 3):
                 mode = argv[2].lower() if n == 3 else b"soft"
                 if mode not in (b"soft", b"hard"):
-                    return err("syntax error")
+                    return syntax_error(argv[2], "RESET takes SOFT or HARD")
                 hard = mode == b"hard"
                 m.reset(hard, now, secrets.token_hex(20) if hard else None)
                 self.node.flushall()

@@ -861,4 +861,7 @@ def test_bad_bytes_after_a_good_frame_are_not_called_a_client():
     assert d.feed(frame(b"ok")) == [b"ok"]
     with pytest.raises(BusProtocolError) as caught:
         d.feed(b"*1\r\n$4\r\nPING\r\n")
-    assert caught.value.foreign is None and caught.value.reason == "frame too large"
+    assert caught.value.foreign is None
+    # the length the bytes declared, and the limit
+    assert caught.value.reason == "frame too large: %d bytes declared, at most %d" % (
+        int.from_bytes(b"*1\r\n", "big"), MAX_FRAME_DEFAULT)

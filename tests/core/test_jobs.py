@@ -61,8 +61,10 @@ def test_addjob_defaults_as_disque(h):
         (["RETRY", -1], "ERR RETRY time must be a non negative number"),
         (["DELAY", -1], "ERR DELAY time must be a non negative number"),
         (["MAXLEN", 0], "ERR MAXLEN must be a positive number"),
-        (["BOGUS"], "ERR syntax error"),
-        (["TTL"], "ERR syntax error"),
+        (["BOGUS"], "ERR syntax error near 'BOGUS'"),
+        (["RETY", 10], "ERR syntax error near 'RETY'"),
+        (["TTL"], "ERR syntax error near 'TTL': a value must follow it"),
+        (["ASYNC", "retry"], "ERR syntax error near 'retry': a value must follow it"),
         (["RETRY", 0, "REPLICATE", 2], "ERR With RETRY set to 0 please explicitly set REPLICATE to 1"),
         (["DELAY", 10, "TTL", 10], "ERR The specified DELAY is greater than TTL"),
     ],
@@ -72,6 +74,14 @@ def test_addjob_validation_errors(h, opts, message):
     assert isinstance(reply, Error)
     assert reply.startswith(message)
     assert h.cmd("QLEN", "q") == 0
+
+
+def test_addjob_syntax_error_quotes_the_word_safely(h):
+    # The word is a client's bytes: no CR/LF may reach the error line, and a long one is cut.
+    reply = h.cmd("ADDJOB", "q", "b", 0, b"RE\r\nTRY")
+    assert reply == "ERR syntax error near 'RE\\x0d\\x0aTRY'"
+    reply = h.cmd("ADDJOB", "q", "b", 0, "x" * 1000)
+    assert reply == "ERR syntax error near '%s...'" % ("x" * 40)
 
 
 def test_addjob_bad_timeout(h):
@@ -123,8 +133,11 @@ def test_getjob_count_and_withcounters(h):
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["GETJOB", "q"], "ERR syntax error"),
-        (["GETJOB", "FROM"], "ERR syntax error"),
+        (["GETJOB", "q"], "ERR syntax error near 'q': the queues must follow FROM"),
+        (["GETJOB", "NOHANG"], "ERR syntax error near 'NOHANG': FROM and at least one queue must follow"),
+        (["GETJOB", "FROM"], "ERR syntax error near 'FROM': at least one queue must follow it"),
+        (["GETJOB", "NOHANG", "TIMEOUT"], "ERR syntax error near 'TIMEOUT': a value must follow it"),
+        (["GETJOB", "COUNTS", 2, "FROM", "q"], "ERR syntax error near 'COUNTS': the queues must follow FROM"),
         (["GETJOB", "COUNT", 0, "FROM", "q"], "ERR COUNT must be a number greater than zero"),
         (["GETJOB", "TIMEOUT", "x", "FROM", "q"], "ERR timeout is not an integer or out of range"),
         (["GETJOB", "TIMEOUT", -5, "FROM", "q"], "ERR timeout is negative"),
@@ -404,7 +417,10 @@ def test_a_job_too_big_for_one_bus_message_is_refused_at_addjob(h):
     reply = h.cmd("ADDJOB", "q", b"x" * (MAX_JOB_BYTES - 1), 0)  # with the queue name: MAX_JOB_BYTES
     assert isinstance(reply, bytes) and len(reply) == 40
     reply = h.cmd("ADDJOB", "q", b"x" * MAX_JOB_BYTES, 0)
-    assert str(reply).startswith("ERR Job too big: %d bytes" % (MAX_JOB_BYTES + 1)), reply
+    assert reply == (
+        "ERR Job too big: %d bytes of body and queue name, at most %d can be replicated or moved "
+        "(a fixed limit: one cluster bus message carries a job)" % (MAX_JOB_BYTES + 1, MAX_JOB_BYTES)
+    )
     assert h.cmd("QLEN", "q") == 1
 
 

@@ -60,7 +60,8 @@ def test_pause_options(h):
     assert h.cmd("PAUSE", "q", "all") == b"all"
     assert h.cmd("PAUSE", "q", "none", "in") == b"in"
     assert h.cmd("PAUSE", "q", "bcast", "state") == b"in"
-    assert h.cmd("PAUSE", "q", "sideways") == "ERR syntax error"
+    assert h.cmd("PAUSE", "q", "sideways") == (
+        "ERR syntax error near 'sideways': PAUSE takes IN, OUT, ALL, NONE, STATE, BCAST")
     assert h.cmd("PAUSE", "q") == "ERR wrong number of arguments for 'pause' command"
     assert isinstance(h.cmd("PAUSE", "q", "none"), Status)
 
@@ -101,7 +102,10 @@ def test_qscan_iterates_everything_with_filters(h):
     assert len(names) == 249
     assert h.cmd("QSCAN", "BUSYLOOP", "IMPORTRATE", 1) == [b"0", []]
     assert h.cmd("QSCAN", "abc") == "ERR invalid cursor"
-    assert h.cmd("QSCAN", "0", "1") == "ERR syntax error"
+    assert h.cmd("QSCAN", "0", "1") == "ERR syntax error near '1': the cursor was given already"
+    assert h.cmd("QSCAN", "0", "MINLEN") == "ERR syntax error near 'MINLEN': a value must follow it"
+    assert h.cmd("JSCAN", "0", "STATE") == "ERR syntax error near 'STATE': a value must follow it"
+    assert h.cmd("JSCAN", "0", "7") == "ERR syntax error near '7': the cursor was given already"
     assert h.cmd("QSCAN", "COUNT", "x") == "ERR value is not an integer or out of range"
 
 

@@ -39,8 +39,27 @@ def test_info_sections_and_fields(node):
     assert reply == b"$27\r\n# Jobs\r\nregistered_jobs:1\r\n\r\n"
     assert r.info("server")["run_id"] == r.execute_command("HELLO")[1].decode()
     assert r.info("server")["tcp_port"] == node.port
-    with pytest.raises(redis.ResponseError, match="^syntax error$"):
+    with pytest.raises(redis.ResponseError, match="^syntax error near 'b': INFO takes one section$"):
         r.execute_command("INFO", "a", "b")
+
+
+def test_the_shell_commands_syntax_errors_name_the_word(node):
+    r = node.client()
+    cases = [
+        (("SHUTDOWN", "nosve"), "syntax error near 'nosve': SHUTDOWN takes SAVE, NOSAVE or REWRITE-AOF"),
+        (("SHUTDOWN", "nosave", "now"), "syntax error near 'now': SHUTDOWN takes SAVE, NOSAVE or REWRITE-AOF"),
+        (("CLIENT", "KILL", "ID", "7", "SKIPME"),
+         "syntax error near 'SKIPME': CLIENT KILL takes ip:port, or pairs of ID, ADDR, LADDR or SKIPME and its value"),
+        (("CLIENT", "KILL", "SKIPME", "maybe"), "syntax error near 'maybe': SKIPME takes YES or NO"),
+        (("CLIENT", "KILL", "USER", "x"), "syntax error near 'USER'"),
+        (("CLUSTER", "RESET", "medium"), "syntax error near 'medium': RESET takes SOFT or HARD"),
+        (("AUTH", "user", "pass", "more"), "syntax error near 'more'"),
+    ]
+    for argv, text in cases:
+        with pytest.raises(redis.ResponseError) as exc:
+            r.execute_command(*argv)
+        assert str(exc.value) == text, argv
+    assert r.ping()  # none of them shut the node down or cut the connection
 
 
 def test_client_kill_forms_and_setinfo(node):

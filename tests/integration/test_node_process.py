@@ -206,9 +206,9 @@ def test_bad_input_never_hurts_other_clients(start_node):
     # oversized body and too many arguments
     big = b"x" * 1025
     reply = raw(node.port, b"*4\r\n$6\r\nADDJOB\r\n$1\r\nq\r\n$1025\r\n" + big + b"\r\n$1\r\n0\r\n")
-    assert reply.startswith(b"-ERR Protocol error: invalid bulk length")
+    assert reply == b"-ERR Protocol error: invalid bulk length (over proto-max-bulk-len 1024)\r\n", reply
     reply = raw(node.port, b"*17\r\n" + b"$4\r\nPING\r\n" * 17)
-    assert reply.startswith(b"-ERR Protocol error: invalid multibulk length")
+    assert reply == b"-ERR Protocol error: invalid multibulk length (over proto-max-multibulk-len 16)\r\n", reply
     ok = b"x" * 1024
     assert raw(node.port, b"*4\r\n$6\r\nADDJOB\r\n$1\r\nq\r\n$1024\r\n" + ok + b"\r\n$1\r\n0\r\n").startswith(b"+D-")
     # garbage
@@ -239,7 +239,8 @@ def test_maxclients(start_node):
     node = start_node(maxclients=2)
     a, b = node.client(), node.client()
     assert a.ping() and b.ping()
-    assert raw(node.port, b"PING\r\n", expect=10).startswith(b"-ERR max number of clients reached")
+    reply = raw(node.port, b"PING\r\n", expect=10)
+    assert reply.startswith(b"-ERR max number of clients reached (maxclients 2)\r\n"), reply
     assert a.info("stats")["rejected_connections"] == 1
 
 
@@ -264,7 +265,7 @@ def test_maxclients_fits_the_open_files_limit(start_node):
         for s in socks:
             s.close()
     assert replies.count(b"+PONG\r\n") == 95  # r holds the 96th slot
-    assert all(x.startswith(b"-ERR max number of clients reached") for x in replies if x != b"+PONG\r\n")
+    assert all(x == b"-ERR max number of clients reached (maxclients 96)\r\n" for x in replies if x != b"+PONG\r\n")
     stats = r.info("stats")
     assert stats["rejected_connections"] == 25 and stats["accept_errors"] == 0
 
@@ -643,7 +644,7 @@ def test_output_buffer_hard_limit_closes_a_client_that_does_not_read(start_node)
     assert _closed_by_peer(s)
     s.close()
     assert r.info()["client_output_buffer_limit_disconnections"] == 1
-    assert "over its hard output buffer limit" in node.log()
+    assert "over its hard output buffer limit of 4194304 bytes (client-output-buffer-limit normal 4194304 0 0)" in node.log()
     assert r.ping() and r.info()["connected_clients"] == 1
 
 

@@ -134,3 +134,32 @@ def test_a_stopped_holder_gets_one_copy_of_a_big_job_not_one_per_resend(created,
     assert ids == [[], [], []]
     wait_for(lambda: all(int(dict(redis.Redis(port=p).info())["registered_jobs"]) == 0 for p in ports),
              timeout=20, what="no copy left on any node")  # fmt: skip
+
+
+def test_norepl_says_how_many_nodes_were_reachable_and_copies_confirmed(created, tmp_path):  # noqa: F811
+    """One node of three lost: every default ADDJOB (REPLICATE 3, the cluster's size) answers
+    NOREPL with the numbers once the node is flagged failing; a holder that never answers makes
+    the ADDJOB timeout say how many copies were confirmed of how many."""
+    ports = created(3, "--node-timeout", "1000")
+    origin = redis.Redis(port=ports[0], socket_timeout=10)
+    pids = [int((tmp_path / "run" / ("node-%d" % p) / "disque.pid").read_text()) for p in ports]
+    # a holder stopped: the other node confirms, the stopped one cannot
+    os.kill(pids[2], signal.SIGSTOP)
+    try:
+        with pytest.raises(redis.ResponseError) as exc:
+            origin.execute_command("ADDJOB", "q", "body", 500)
+    finally:
+        os.kill(pids[2], signal.SIGCONT)
+    assert str(exc.value) == (
+        "NOREPL Timeout reached before replicating to the requested number of nodes (2 of 3 copies confirmed)")
+    # killed: once flagged failing (PFAIL, as Disque counts), no ADDJOB waits for it
+    dead_id = redis.Redis(port=ports[2]).execute_command("CLUSTER", "MYID").decode()
+    os.kill(pids[2], signal.SIGKILL)
+    wait_for(lambda: any(line.startswith(dead_id) and "fail" in line.split()[2]
+                         for line in origin.execute_command("CLUSTER", "NODES").decode().splitlines()),
+             timeout=15, what="the killed node flagged failing")  # fmt: skip
+    for p in ports[:2]:
+        with pytest.raises(redis.ResponseError) as exc:
+            redis.Redis(port=p, socket_timeout=10).execute_command("ADDJOB", "q", "body", 0)
+        assert str(exc.value) == "NOREPL Not enough reachable nodes for the requested replication level (2 reachable, 3 asked)"
+    assert len(origin.execute_command("ADDJOB", "q", "body", 5000, "REPLICATE", 2)) == 40

@@ -81,7 +81,9 @@ def split_at(data: bytes, cuts) -> list[bytes]:
 def expect_error(chunks, text, **limits):
     cmds, error = feed_chunks(chunks, **limits)
     assert isinstance(error, ProtocolError), (cmds, error)
-    assert error.reply_text == text
+    # Over a limit, Redis's text is followed by the limit in parentheses
+    # (test_limit_errors_name_the_limit_and_its_directive has them whole).
+    assert error.reply_text == text or error.reply_text.startswith(text + " ("), error.reply_text
     return cmds
 
 
@@ -343,7 +345,7 @@ def test_max_query_buffer_incomplete_request():
     p.feed(data)
     assert p.error is None
     p.feed(b"a")
-    assert p.error is not None and p.error.reply_text == E_QUERYBUF
+    assert p.error is not None and p.error.reply_text == E_QUERYBUF + " (client-query-buffer-limit %d)" % limit
     # byte by byte too
     assert expect_error([(data + b"a")[i : i + 1] for i in range(limit + 1)], E_QUERYBUF, max_query_buffer=limit) == []
 
@@ -760,3 +762,21 @@ def test_other_junk_between_requests_is_still_an_error():
     p.feed(encode_request([b"PING"]) + b"x\r\n")
     assert p.commands() == [[b"PING"]]
     assert p.error is not None
+
+
+def test_limit_errors_name_the_limit_and_its_directive():
+    def error_of(data, **limits):
+        cmds, error = feed_chunks([data], **limits)
+        assert isinstance(error, ProtocolError), (cmds, error)
+        return error.reply_text
+
+    assert error_of(b"*5\r\n", max_args=4) == E_MULTIBULK + " (over proto-max-multibulk-len 4)"
+    assert error_of(b"*1\r\n$5\r\nhello\r\n", max_bulk_len=4) == E_BULK + " (over proto-max-bulk-len 4)"
+    assert error_of(b"a b c d e\n", max_args=4) == E_MULTIBULK + " (over proto-max-multibulk-len 4)"
+    assert error_of(b"x" * 20, max_inline_len=16) == (
+        E_INLINE + " (a line over 16 bytes; longer requests go as multibulk)")
+    assert error_of(b"*2\r\n$3\r\nabc\r\n$100\r\n" + b"y" * 40, max_query_buffer=32) == (
+        E_QUERYBUF + " (client-query-buffer-limit 32)")
+    # A malformed length is no limit: Redis's bare text.
+    assert error_of(b"*1\r\n$x\r\n") == E_BULK
+    assert error_of(b"*abc\r\n") == E_MULTIBULK

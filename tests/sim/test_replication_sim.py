@@ -309,6 +309,7 @@ def test_replicate_more_than_the_cluster_is_noreply_at_once():
     c = SimCluster(5, 201)
     reply = c.client(0).cmd("ADDJOB", "q", "body", 5000, "REPLICATE", 6)
     assert isinstance(reply, Error) and reply.prefix == "NOREPL", reply
+    assert reply == "NOREPL Not enough reachable nodes for the requested replication level (5 reachable, 6 asked)"
     assert c.jobs_everywhere() == {i: {} for i in range(5)}
     assert c.stats["sent"] == 0
 
@@ -319,9 +320,22 @@ def test_minority_partition_knows_it_cannot_replicate():
     c.partition([0, 1, 2], [3, 4])
     reply = c.client(0).cmd("ADDJOB", "q", "body", 5000, "REPLICATE", 4)
     assert isinstance(reply, Error) and reply.prefix == "NOREPL", reply
+    assert reply == "NOREPL Not enough reachable nodes for the requested replication level (3 reachable, 4 asked)"
     assert c.jobs_everywhere()[0] == {}
     job = addjob(c, 0, "REPLICATE", 3)
     assert sorted(c.holders(job)) == [0, 1, 2]
+
+
+@replication
+def test_norepl_with_one_node_of_three_cut_says_2_reachable_3_asked():
+    c = SimCluster(3, 205)
+    c.partition([0, 1], [2])  # node 2 is lost; it stays a member: the default REPLICATE is 3
+    for i in (0, 1):
+        reply = c.client(i).cmd("ADDJOB", "q", "body", 0)
+        assert reply == "NOREPL Not enough reachable nodes for the requested replication level (2 reachable, 3 asked)", reply
+    assert c.jobs_everywhere() == {i: {} for i in range(3)}
+    job = addjob(c, 0, "REPLICATE", 2)  # what the two nodes left can honour
+    assert sorted(c.holders(job)) == [0, 1]
 
 
 @replication
@@ -351,6 +365,8 @@ def test_replication_timeout_is_noreply_and_copies_are_deleted():
     assert sorted(c.holders(job)) == [0, 1, 2]  # 3 copies, one short
     reply = cl.wait_reply(2000)
     assert isinstance(reply, Error) and reply.prefix == "NOREPL", reply
+    assert reply == (
+        "NOREPL Timeout reached before replicating to the requested number of nodes (3 of 4 copies confirmed)")
     assert 1000 <= c.now - start <= 1010
     c.run_until(gone_everywhere(c, job), 1000, "DELJOB of the copies after the NOREPL timeout")
     c.heal()
