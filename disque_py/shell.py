@@ -193,24 +193,17 @@ def is_verbatim_command(argv: Sequence[bytes | str]) -> bool:
     return enough and sub in subs
 
 
+#: redis-cli's escapes inside a quoted string; other bytes outside printable ASCII are \xNN
+_ESCAPES = {0x5C: b"\\\\", 0x22: b'\\"', 0x0A: b"\\n", 0x0D: b"\\r", 0x09: b"\\t", 0x07: b"\\a", 0x08: b"\\b"}
+
+
 def quote(data: bytes) -> bytes:
     """A string as redis-cli shows it on a terminal: in double quotes, C escapes for the rest."""
     out = bytearray(b'"')
     for byte in data:
-        if byte == 0x5C:
-            out += b"\\\\"
-        elif byte == 0x22:
-            out += b'\\"'
-        elif byte == 0x0A:
-            out += b"\\n"
-        elif byte == 0x0D:
-            out += b"\\r"
-        elif byte == 0x09:
-            out += b"\\t"
-        elif byte == 0x07:
-            out += b"\\a"
-        elif byte == 0x08:
-            out += b"\\b"
+        escaped = _ESCAPES.get(byte)
+        if escaped is not None:
+            out += escaped
         elif 0x20 <= byte < 0x7F:
             out.append(byte)
         else:
