@@ -76,6 +76,20 @@ def consecutive_free_ports(n: int) -> int:
     raise RuntimeError("no free port range")
 
 
+def read_reply(sock: socket.socket) -> bytes:
+    """Read one whole RESP reply from ``sock``, byte for byte as the node wrote it."""
+    import hiredis
+
+    reader, data = hiredis.Reader(), b""
+    while True:
+        chunk = sock.recv(65536)
+        assert chunk, "connection closed before the reply ended"
+        data += chunk
+        reader.feed(chunk)
+        if reader.gets() is not False:
+            return data
+
+
 def wait_for(predicate, timeout: float = 10.0, interval: float = 0.02, what: str = "condition"):
     deadline = time.monotonic() + timeout
     last_exc = None

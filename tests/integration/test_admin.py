@@ -11,7 +11,7 @@ import sys
 import pytest
 import redis
 
-from .conftest import ROOT, consecutive_free_ports, wait_for
+from .conftest import ROOT, consecutive_free_ports, read_reply, wait_for
 from .test_node_process import raw
 
 pytestmark = pytest.mark.integration
@@ -184,20 +184,6 @@ def test_scripts_cluster_start_status_stop(tmp_path):
 
 
 
-def _read_reply(sock: socket.socket) -> bytes:
-    """Read one whole reply, byte for byte."""
-    import hiredis
-
-    reader, data = hiredis.Reader(), b""
-    while True:
-        chunk = sock.recv(65536)
-        assert chunk, "connection closed"
-        data += chunk
-        reader.feed(chunk)
-        if reader.gets() is not False:
-            return data
-
-
 def test_net_output_bytes_counts_every_reply_the_socket_took(node):
     # A blocked GETJOB is answered from the job layer's effects, not right after its own
     # command; those bytes are counted too (they were not). Exact: every byte the node sent
@@ -209,25 +195,25 @@ def test_net_output_bytes_counts_every_reply_the_socket_took(node):
           socket.create_connection(("127.0.0.1", node.port), timeout=5) as consumer,
           socket.create_connection(("127.0.0.1", node.port), timeout=5) as producer):  # fmt: skip
         info.sendall(b"INFO stats\r\n")
-        first = _read_reply(info)
+        first = read_reply(info)
         seen = len(first)
         consumer.sendall(b"GETJOB TIMEOUT 5000 FROM q\r\n")
 
         def blocked() -> bool:
             nonlocal seen
             info.sendall(b"INFO clients\r\n")
-            reply = _read_reply(info)
+            reply = read_reply(info)
             seen += len(reply)
             return b"blocked_clients:1\r\n" in reply
 
         wait_for(blocked, what="GETJOB blocked")
         producer.sendall(b"ADDJOB q body 0\r\n")
-        seen += len(_read_reply(producer))
-        got = _read_reply(consumer)
+        seen += len(read_reply(producer))
+        got = read_reply(consumer)
         assert b"body" in got
         seen += len(got)
         info.sendall(b"INFO stats\r\n")
-        assert stat(_read_reply(info)) - stat(first) == seen
+        assert stat(read_reply(info)) - stat(first) == seen
 
 
 def test_a_directive_without_effect_is_named_in_the_log(start_node):

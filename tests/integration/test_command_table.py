@@ -12,6 +12,9 @@ import socket
 
 import hiredis
 
+from .conftest import read_reply
+
+
 #: name, arity, flags: the entries COMMAND has always given, in the order COMMAND INFO is asked.
 EXPECTED = (
     (b"cluster", -2, (b"admin", b"readonly")),
@@ -61,15 +64,7 @@ def raw_reply(node, *argv: bytes) -> bytes:
     request = b"*%d\r\n" % len(argv) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in argv)
     with socket.create_connection((node.host, node.port), timeout=10) as sock:
         sock.sendall(request)
-        reader = hiredis.Reader()
-        data = b""
-        while True:
-            chunk = sock.recv(65536)
-            assert chunk, "connection closed before the reply ended"
-            data += chunk
-            reader.feed(chunk)
-            if reader.gets() is not False:
-                return data
+        return read_reply(sock)
 
 
 def test_command_info_of_every_command_is_byte_identical(node):
