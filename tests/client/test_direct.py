@@ -245,10 +245,24 @@ async def test_an_unreadable_reply_on_the_direct_connection_loses_nothing(node, 
             return replies
 
     monkeypatch.setattr(worker_module, "_Connection", Mangling)
-    ids = Client(addr(node)).add_jobs(queue, [b"%d" % i for i in range(2000)], retry=1)
+    client = Client(addr(node))
+    ids = client.add_jobs(queue, [b"%d" % i for i in range(2000)], retry=1)
     seen = Seen()
     w = Worker(addr(node), queue, seen.handler, concurrency=2, fetch_timeout_ms=100)
-    await run_until(w, lambda: len(set(seen.handled)) == len(ids) and not w.stats().in_flight, timeout=30)
-    assert len(mangled) == 2 and rounds(w) > 10
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(w.run)
+            while len(mangled) < 2:
+                await trio.sleep(0.005)
+            # direct mode comes back after the second bad round: more jobs until it has done
+            # a round trip of its own (on a slow machine the trio fetcher may take the rest)
+            after = rounds(w)
+            while rounds(w) <= after:
+                ids += await trio.to_thread.run_sync(lambda: client.add_jobs(queue, [b"more"] * 50, retry=1))
+                await trio.sleep(0.05)
+            while len(set(seen.handled)) < len(ids) or w.stats().in_flight:
+                await trio.sleep(0.005)
+            w.stop()
+    assert len(mangled) == 2
     assert sorted(seen.handled) == sorted(ids) and not seen.overlaps  # nothing lost, nothing twice
     wait_for(lambda: jobs_on_node(node, queue) == 0, timeout=10, what="every job acknowledged")
