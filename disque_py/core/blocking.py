@@ -40,6 +40,7 @@ from .commands import NOT_AN_INTEGER, parse_getjob, parse_int, parse_qscan
 from .commandspec import EVERY_QUEUE, FROM_QUEUES, QUEUE, CommandSpec
 from .context import Context
 from .effects import BLOCKED, Reply
+from .delivery import extra_fields
 from .job import ACTIVE, F_DELIVERED, Job
 from .messages import Pause, pause
 from .queues import PAUSED_ALL, PAUSED_IN, PAUSED_OUT, Queue, Waiter, pause_name
@@ -63,7 +64,10 @@ REACHED_ZERO = 1
 
 def job_item(job: Job, withcounters: bool) -> list:
     if withcounters:
-        return [job.queue, job.id, job.body, b"nacks", job.nacks, b"additional-deliveries", job.deliveries]
+        item = [job.queue, job.id, job.body, b"nacks", job.nacks, b"additional-deliveries", job.deliveries]
+        if job.extra is not None:  # its delivery policy or dead-letter facts (delivery.py)
+            item += extra_fields(job)
+        return item
     return [job.queue, job.id, job.body]
 
 
@@ -103,6 +107,8 @@ class Blocking:
             self._stats["jobs_delivered"] += 1
             if job.retry == 0 and ctx.journal is not None:  # the AOF must know: never again
                 ctx.journal.append((J_ACTIVE, job))
+            if job.extra is not None:  # counted for MAXDELIVER, here and by the other holders
+                ctx.delivered(job)
         return job
 
     def cmd_getjob(self, client: int, argv: list[bytes]) -> Any:

@@ -6,6 +6,7 @@ see the same replies. Nothing here touches node state.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Container
 
 from .ids import valid_job_id
@@ -14,9 +15,13 @@ from .replies import Error, err, syntax_error
 
 __all__ = [
     "AddJob",
+    "Nack",
     "GetJob",
     "ScanArgs",
     "parse_addjob",
+    "parse_nack",
+    "parse_seconds_ms",
+    "NACK_OPTIONS",
     "parse_getjob",
     "parse_qscan",
     "parse_jscan",
@@ -72,8 +77,21 @@ def check_job_ids(ids: list[bytes], known: Container[bytes] = ()) -> Error | Non
     return None
 
 
+_SECONDS_RE = re.compile(rb"(0|[1-9][0-9]{0,9})(?:\.([0-9]{1,3}))?")
+
+
+def parse_seconds_ms(raw: bytes) -> int | None:
+    """Non-negative decimal seconds with up to three decimals (``2``, ``0.5``, ``1.25``) as
+    milliseconds; None for anything else (a sign, an exponent, nan, more decimals)."""
+    m = _SECONDS_RE.fullmatch(raw)
+    if m is None:
+        return None
+    frac = m[2] or b""
+    return int(m[1]) * 1000 + (int(frac.ljust(3, b"0")) if frac else 0)
+
+
 class AddJob:
-    __slots__ = ("queue", "body", "timeout", "replicate", "ttl", "retry", "delay", "maxlen", "async_")
+    __slots__ = ("queue", "body", "timeout", "replicate", "ttl", "retry", "delay", "maxlen", "async_", "extra")
 
     def __init__(self, queue: bytes, body: bytes, timeout: int) -> None:
         self.queue = queue
@@ -85,6 +103,8 @@ class AddJob:
         self.delay = 0
         self.maxlen = 0
         self.async_ = False
+        # (backoff min ms, max ms, maxdeliver, deadletter queue): BACKOFF, MAXDELIVER, DEADLETTER
+        self.extra: list | None = None
 
 
 #: The most body + queue name bytes a job may have. Replicating or moving a job sends
@@ -96,7 +116,8 @@ _ADDJOB_VALUED = (b"replicate", b"ttl", b"retry", b"delay", b"maxlen")
 
 
 def parse_addjob(argv: list[bytes]) -> AddJob | Error:
-    """ADDJOB queue body ms-timeout [REPLICATE n] [DELAY s] [RETRY s] [TTL s] [MAXLEN n] [ASYNC]"""
+    """ADDJOB queue body ms-timeout [REPLICATE n] [DELAY s] [RETRY s] [TTL s] [MAXLEN n] [ASYNC]
+    [BACKOFF min max] [MAXDELIVER n] [DEADLETTER queue] (the last three: delivery.py)"""
     timeout = parse_timeout(argv[3])
     if type(timeout) is Error:
         timeout_error = timeout
@@ -151,6 +172,11 @@ def parse_addjob(argv: list[bytes]) -> AddJob | Error:
         elif opt == b"async":
             req.async_ = True
             i += 1
+        elif opt in _DELIVERY_OPTIONS:
+            got = _delivery_option(req, opt, argv, i)
+            if type(got) is Error:
+                return got
+            i = got
         elif opt in _ADDJOB_VALUED:
             return syntax_error(argv[i], _NEEDS_VALUE)
         else:
@@ -164,6 +190,118 @@ def parse_addjob(argv: list[bytes]) -> AddJob | Error:
                    "(DELAY %d s, TTL %d s)" % (req.delay, req.ttl))  # fmt: skip
     if req.retry == -1:
         req.retry = max(1, min(req.ttl // 10, 300))
+    if req.extra is not None:
+        bad = _check_delivery_options(req)
+        if bad is not None:
+            return bad
+    return req
+
+
+_DELIVERY_OPTIONS = (b"backoff", b"maxdeliver", b"deadletter")
+
+
+def _delivery_option(req: AddJob, opt: bytes, argv: list[bytes], i: int) -> int | Error:
+    """BACKOFF min max, MAXDELIVER n, DEADLETTER queue at ``argv[i]``: the index after it."""
+    extra = req.extra
+    if extra is None:
+        extra = req.extra = [None, None, None, None]
+    n = len(argv)
+    if opt == b"backoff":
+        if i + 2 >= n:
+            return syntax_error(argv[i], "two values must follow it (min and max seconds)")
+        if extra[0] is not None:
+            return err("BACKOFF given twice")
+        lo, hi = parse_seconds_ms(argv[i + 1]), parse_seconds_ms(argv[i + 2])
+        if lo is None or hi is None:
+            return err("BACKOFF min and max must be non negative numbers of seconds (up to 3 decimals)")
+        if lo > hi:
+            return err("BACKOFF min is above max (%s s > %s s)" % (argv[i + 1].decode(), argv[i + 2].decode()))
+        if hi == 0:
+            return err("BACKOFF max must be above 0")
+        extra[0], extra[1] = lo, hi
+        return i + 3
+    if i + 1 >= n:
+        return syntax_error(argv[i], _NEEDS_VALUE)
+    if opt == b"maxdeliver":
+        if extra[2] is not None:
+            return err("MAXDELIVER given twice")
+        v = parse_int(argv[i + 1])
+        if v is None or v <= 0:
+            return err("MAXDELIVER must be a number of deliveries >= 1")
+        extra[2] = v
+    else:
+        if extra[3] is not None:
+            return err("DEADLETTER given twice")
+        if not argv[i + 1]:
+            return err("DEADLETTER needs a queue name")
+        extra[3] = argv[i + 1]
+    return i + 2
+
+
+def _check_delivery_options(req: AddJob) -> Error | None:
+    lo, hi, maxdeliver, deadletter = req.extra  # type: ignore[misc]
+    if req.retry == 0 and (hi is not None or maxdeliver is not None):
+        return err("BACKOFF and MAXDELIVER need a RETRY above 0: a RETRY 0 job is never delivered twice")
+    if hi is not None and hi > req.ttl * 1000:
+        return err("BACKOFF max is beyond the job's TTL (%d s)" % req.ttl)
+    if deadletter is not None and deadletter == req.queue:
+        return err("DEADLETTER must name another queue than the job's own")
+    return None
+
+
+class Nack:
+    """NACK's options: DELAY (ms, or None), REASON (or None), DEAD."""
+
+    __slots__ = ("ids", "delay", "reason", "dead")
+
+    def __init__(self, ids: list[bytes]) -> None:
+        self.ids = ids
+        self.delay: int | None = None
+        self.reason: bytes | None = None
+        self.dead = False
+
+
+NACK_OPTIONS = frozenset((b"delay", b"reason", b"dead"))
+MAX_REASON = 1024
+
+
+def parse_nack(argv: list[bytes]) -> Nack | Error:
+    """NACK id ... [DELAY seconds] [REASON text] [DEAD]: the job IDs come first; the first
+    argument that is an option's name ends them."""
+    n = len(argv)
+    i = 1
+    while i < n and argv[i].lower() not in NACK_OPTIONS:
+        i += 1
+    req = Nack(argv[1:i])
+    if i == 1:
+        return err("wrong number of arguments for 'nack' command")
+    seen: set[bytes] = set()
+    while i < n:
+        opt = argv[i].lower()
+        if opt not in NACK_OPTIONS:
+            return syntax_error(argv[i])
+        if opt in seen:
+            return err("%s given twice" % opt.decode().upper())
+        seen.add(opt)
+        if opt == b"dead":
+            req.dead = True
+            i += 1
+            continue
+        if i + 1 >= n:
+            return syntax_error(argv[i], _NEEDS_VALUE)
+        value = argv[i + 1]
+        if opt == b"delay":
+            ms = parse_seconds_ms(value)
+            if ms is None:
+                return err("DELAY must be a non negative number of seconds (up to 3 decimals)")
+            req.delay = ms
+        else:
+            if len(value) > MAX_REASON:
+                return err("REASON is %d bytes, at most %d" % (len(value), MAX_REASON))
+            req.reason = value
+        i += 2
+    if req.dead and req.delay is not None:
+        return err("DEAD and DELAY together: a job dead-lettered is not queued again")
     return req
 
 

@@ -2,8 +2,8 @@
 
 Theory of operation
 -------------------
-A node is six machines (``lifecycle``, ``requeue``, ``acks``, ``replication``,
-``federation``, ``blocking``) composed by ``node.Node``. They share one
+A node is seven machines (``lifecycle``, ``requeue``, ``acks``, ``replication``,
+``federation``, ``blocking``, ``delivery``) composed by ``node.Node``. They share one
 ``Context``, made first and handed to each machine's constructor:
 
 * plain state every machine reads: the node's ID and clock (``now``, set by
@@ -73,6 +73,10 @@ class Context:
     replication_achieved: Callable[["Job"], bool]  # enough copies; False if forgotten here
     replication_failed: Callable[["Job", Any], None]  # tell the client, delete every copy
     replication_dropped: Callable[["Job"], None]  # a wait-repl job is being deleted here
+    replicate_job: Callable[["Job", int, bool], int]  # (job, more holders, noreply): send copies
+    # delivery: delivery limits and dead letters (jobs with an Extra only)
+    delivered: Callable[["Job"], None]  # a job with an Extra was handed to a consumer
+    timed_out: Callable[["Job"], bool]  # its RETRY ended while active: True if dead-lettered
     # blocking: delivery to consumers
     fetch: Callable[[Queue], "Job | None"]  # take the queue's first job for delivery
     # federation: moving jobs between nodes

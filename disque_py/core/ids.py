@@ -33,6 +33,7 @@ __all__ = [
     "ttl_minutes_from_id",
     "is_at_most_once_id",
     "node_prefix_from_id",
+    "dead_letter_id",
     "NODE_ID_LEN",
     "NODE_IDS_SEEN",
     "valid_node_ids",
@@ -103,6 +104,15 @@ def valid_job_id(job_id: bytes) -> bool:
     It also guarantees that an ID is safe to echo as a status reply.
     """
     return len(job_id) == JOB_ID_LEN and _ID_RE.fullmatch(job_id) is not None
+
+
+def dead_letter_id(job_id: bytes) -> bytes:
+    """The ID of ``job_id``'s dead letter: the same node prefix and TTL field, and 144 bits
+    of SHA1 of the original ID. The same on every node, so two holders that dead-letter one
+    job at once (a race, or both sides of a partition) make copies of one job, which the
+    holders merge, never two jobs."""
+    digest = hashlib.sha1(b"dead-letter:" + bytes(job_id)).digest()
+    return bytes(job_id[:11]) + binascii.b2a_base64(digest[:18], newline=False) + bytes(job_id[35:])
 
 
 def ttl_minutes_from_id(job_id: bytes) -> int:

@@ -58,6 +58,8 @@ __all__ = [
     "F_BCAST_QUEUED",
     "F_BCAST_WILLQUEUE",
     "F_DELIVERED",
+    "F_NACK_DELAYED",
+    "Extra",
     "TRANSITIONS",
     "IllegalTransition",
     "watch_transitions",
@@ -80,6 +82,9 @@ _STATE_BY_NAME = {name.encode(): i for i, name in enumerate(STATE_NAMES)}
 F_BCAST_QUEUED = 1  # the next (re)queue is announced with QUEUED
 F_BCAST_WILLQUEUE = 2  # announce WILLQUEUE shortly before requeueing
 F_DELIVERED = 4  # this node handed the job to a client at least once
+# Active and waiting for the end of a NACK's delay (NACK DELAY, or a BACKOFF): the requeue
+# that ends it is not a failed delivery (nothing counted, no dead letter; delivery.py).
+F_NACK_DELAYED = 8
 
 
 # Every move of a job's state on one node, and why it happens. A move not here is a bug:
@@ -172,6 +177,7 @@ class Job:
         "awake",  # when the scheduler must look at the job; 0 = not scheduled
         "gc_retry",  # GC attempts, drives exponential backoff
         "seq",  # registration order, used by JSCAN cursors
+        "extra",  # None, or an Extra: the delivery policy and dead-letter facts (rarely set)
     )
 
     def __init__(
@@ -207,6 +213,7 @@ class Job:
         self.awake = 0
         self.gc_retry = 0
         self.seq = 0
+        self.extra: Extra | None = None
 
     def set_state(self, to: int) -> None:
         """Move the job to state ``to``: the one way a job's state changes (``TRANSITIONS``).
@@ -238,6 +245,58 @@ class Job:
 
     def __repr__(self) -> str:
         return f"<Job {self.id.decode()} {self.state_name} q={self.queue!r}>"
+
+
+class Extra:
+    """What a job carries beyond Disque's fields, in one optional slot (``Job.extra``), so
+    that a job without any of it costs one ``None``. Made by ADDJOB's BACKOFF, MAXDELIVER
+    and DEADLETTER, by a NACK with a REASON, and for a dead letter (``origin``); carried by
+    the wire codec (``wire.py``) and the AOF (a JOBEXTRA record). ``delivery.py`` owns what
+    it means.
+
+    Times are milliseconds. ``count``: the deliveries of the job this node knows of (its
+    own GETJOBs and the DELIVERED messages of the other holders); a lower bound of the
+    true count, so MAXDELIVER never dead-letters a job early. ``origin`` (a dead letter
+    only): (original ID, original queue, deliveries, reason or None, the original's
+    delivery options as ADDJOB arguments)."""
+
+    __slots__ = ("backoff_min", "backoff_max", "maxdeliver", "deadletter", "count", "reason", "origin")
+
+    def __init__(self) -> None:
+        self.backoff_min = 0  # ms; backoff_max 0: no BACKOFF
+        self.backoff_max = 0
+        self.maxdeliver = 0  # 0: no limit
+        self.deadletter: bytes | None = None  # None: <queue>.dead
+        self.count = 0
+        self.reason: bytes | None = None  # the last NACK's REASON
+        self.origin: tuple | None = None
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not Extra:
+            return NotImplemented
+        return all(getattr(self, f) == getattr(other, f) for f in Extra.__slots__)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return "Extra(%s)" % ", ".join("%s=%r" % (f, getattr(self, f)) for f in Extra.__slots__)
+
+    def options(self) -> list[bytes]:
+        """The delivery options as ADDJOB arguments (a dead letter requeued gets them back)."""
+        out: list[bytes] = []
+        if self.backoff_max:
+            out += [b"BACKOFF", _seconds(self.backoff_min), _seconds(self.backoff_max)]
+        if self.maxdeliver:
+            out += [b"MAXDELIVER", b"%d" % self.maxdeliver]
+        if self.deadletter is not None:
+            out += [b"DEADLETTER", self.deadletter]
+        return out
+
+
+def _seconds(ms: int) -> bytes:
+    """Milliseconds as the shortest decimal seconds (1500 -> b"1.5", 2000 -> b"2")."""
+    whole, frac = divmod(ms, 1000)
+    return b"%d" % whole if not frac else (b"%d.%03d" % (whole, frac)).rstrip(b"0")
 
 
 def _set_state_checked(self: Job, to: int) -> None:

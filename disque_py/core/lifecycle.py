@@ -35,6 +35,7 @@ from typing import Any
 from .commands import check_job_ids, parse_jscan
 from .commandspec import EVERY_QUEUE, JOB_IDS, CommandSpec
 from .context import Context
+from .delivery import extra_fields
 from .job import (
     ACKED, ACTIVE, F_BCAST_QUEUED, F_BCAST_WILLQUEUE, F_DELIVERED, QUEUED, STATE_NAMES, WAIT_REPL, Job, gc_deadline,
     retry_deadline,
@@ -136,6 +137,12 @@ class Lifecycle:
         job.deliveries = r.deliveries
         store.register(job)
         return True
+
+    def restore_extra(self, job_id: bytes, extra: Any) -> None:
+        """A JOBEXTRA: the delivery policy and dead-letter facts of the job just restored."""
+        job = self._store.get(job_id)
+        if job is not None:
+            job.extra = extra
 
     def restore_active(self, job_id: bytes) -> None:
         """A RETRY 0 job was delivered (``store.J_ACTIVE``): it is never queued again."""
@@ -264,4 +271,4 @@ class Lifecycle:
             b"next-requeue-within", next_requeue,
             b"next-awake-within", next_awake,
             b"body", job.body,
-        ]  # fmt: skip
+        ] + (extra_fields(job) if job.extra is not None else [])  # fmt: skip

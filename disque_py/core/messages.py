@@ -4,7 +4,7 @@ Theory of operation
 -------------------
 Every message a node receives on the bus's DATA channel (REPLJOB, GOTJOB,
 ENQUEUE, QUEUED, WORKING, WILLQUEUE, SETACK, GOTACK, DELJOB, PAUSE, NEEDJOBS,
-YOURJOBS) reaches its handler as a tuple subclass with named fields
+YOURJOBS, and ours: NACKED, DELIVERED) reaches its handler as a tuple subclass with named fields
 (``_Message``: a ``typing.NamedTuple`` but for its constructor) whose first
 field is its kind, so that its tuple form *is* the wire form ``(kind,
 *fields)``. A type is made from its tuple form, ``SetAck(("SETACK", id, n))``:
@@ -75,6 +75,7 @@ from .wire import RETRY_FIELD
 __all__ = [
     "ReplJob", "GotJob", "Enqueue", "Queued", "Working", "WillQueue", "SetAck", "SetAckTwoCopies",
     "GotAck", "GotAckDeleted", "DelJob", "DelJobHolders", "Pause", "NeedJobs", "YourJobs",
+    "Nacked", "Delivered", "nacked", "delivered",
     "repl_job", "got_job", "enqueue", "queued", "working", "will_queue", "set_ack", "set_ack_two_copies",
     "got_ack", "got_ack_deleted", "del_job", "del_job_holders", "pause", "need_jobs", "your_jobs",
     "receivers", "KINDS", "moves_to_watch",
@@ -236,6 +237,36 @@ class YourJobs(_Message):
 
 
 # -- builders (what the machines send: the plain wire tuple, see the module docstring) ---------
+class Nacked(_Message):
+    """A NACK with a delay here (NACK DELAY, or the job's BACKOFF): count a nack, take it out
+    of your queue, and queue it no sooner than ``delay`` ms plus a RETRY from now (the node
+    that took the NACK queues it at the end of the delay). ``reason``: the NACK's REASON,
+    or empty. delivery.py."""
+
+    __slots__ = ()
+    kind: str
+    job_id: bytes
+    delay: int
+    reason: bytes
+
+
+class Delivered(_Message):
+    """I handed ``job_id`` to a consumer: count a delivery (jobs with a delivery policy
+    only, so that MAXDELIVER is judged on every holder; delivery.py)."""
+
+    __slots__ = ()
+    kind: str
+    job_id: bytes
+
+
+def nacked(job_id: bytes, delay: int, reason: bytes) -> tuple:  # Nacked
+    return ("NACKED", job_id, delay, reason)
+
+
+def delivered(job_id: bytes) -> tuple:  # Delivered
+    return ("DELIVERED", job_id)
+
+
 def repl_job(job: list, noreply: bool) -> tuple:  # ReplJob
     return ("REPLJOB", job, noreply)
 
@@ -455,6 +486,19 @@ def _yourjobs(handle: Handler) -> Receiver:
     return receive
 
 
+def _nacked(handle: Handler) -> Receiver:
+    def receive(sender: str, b: list) -> Any:
+        if len(b) < 3:
+            return False
+        job_id, delay, reason = b[0], b[1], b[2]
+        if type(job_id) is bytes and len(job_id) == _ID_LEN and type(delay) is int and 0 <= delay < 1 << 40:
+            if type(reason) is bytes and len(reason) <= 65536:
+                return handle(sender, Nacked(("NACKED", job_id, delay, reason)))
+        return False
+
+    return receive
+
+
 _RECEIVERS: dict[str, Callable[[Handler], Receiver]] = {
     "REPLJOB": _repljob,
     "GOTJOB": _id_only("GOTJOB", GotJob),
@@ -468,6 +512,8 @@ _RECEIVERS: dict[str, Callable[[Handler], Receiver]] = {
     "PAUSE": _pause,
     "NEEDJOBS": _needjobs,
     "YOURJOBS": _yourjobs,
+    "NACKED": _nacked,
+    "DELIVERED": _id_only("DELIVERED", Delivered),
 }
 KINDS = tuple(_RECEIVERS)
 

@@ -33,7 +33,9 @@ table once, at construction. Which file decides what:
 ``lifecycle.py``   the job table's schedule (ONE_TIMER), expiry, deletion;
                    DELJOB, SHOW, JSCAN
 ``requeue.py``     queueing, RETRY requeues, WILLQUEUE/QUEUED/WORKING/ENQUEUE;
-                   ENQUEUE, NACK, DEQUEUE, WORKING
+                   ENQUEUE, DEQUEUE, WORKING
+``delivery.py``    NACK (DELAY, REASON, DEAD), BACKOFF, MAXDELIVER, dead letters;
+                   NACKED/DELIVERED
 ``acks.py``        ACK_ONCE, ack GC (SETACK/GOTACK/DELJOB), dummy acks,
                    tombstones; ACKJOB, FASTACK
 ``replication.py`` ADDJOB and its copies (REPLJOB/GOTJOB, NOREPL)
@@ -56,6 +58,7 @@ from typing import Any, Callable
 
 from . import acks as acks_mod
 from . import blocking as blocking_mod
+from . import delivery as delivery_mod
 from . import lifecycle as lifecycle_mod
 from . import replication as replication_mod
 from . import requeue as requeue_mod
@@ -63,6 +66,7 @@ from .acks import Acks
 from .blocking import Blocking
 from .commandspec import ALWAYS, CommandSpec, bind, check_unique
 from .context import Context
+from .delivery import Delivery
 from .effects import BLOCKED
 from .federation import Federation
 from .lifecycle import Lifecycle
@@ -88,6 +92,7 @@ _OWNERS: tuple[tuple[str | None, tuple[CommandSpec, ...]], ...] = (
     ("acks", acks_mod.COMMANDS),
     ("lifecycle", lifecycle_mod.COMMANDS),
     ("requeue", requeue_mod.COMMANDS),
+    ("delivery", delivery_mod.COMMANDS),
     (None, (CommandSpec(b"hello", "cmd_hello", 1, ("readonly", "fast"), ALWAYS),)),
 )
 #: Every command of the core, each declared once.
@@ -142,6 +147,7 @@ class Node:
         self.blocking = blocking = Blocking(ctx)
         self.federation = federation = Federation(ctx)
         self.replication = replication = Replication(ctx)
+        self.delivery = delivery = Delivery(ctx)
         # What the machines lend each other (see context.py).
         ctx.reschedule = lifecycle.reschedule
         ctx.delete_job = lifecycle.delete_job
@@ -155,6 +161,9 @@ class Node:
         ctx.replication_achieved = replication.achieved
         ctx.replication_failed = replication.failed
         ctx.replication_dropped = replication.dropped
+        ctx.replicate_job = replication.replicate_job
+        ctx.delivered = delivery.delivered
+        ctx.timed_out = delivery.timed_out
         ctx.fetch = blocking.fetch
         ctx.need_jobs = federation.need_jobs
         ctx.renew_on_take = federation.renew_on_take
@@ -180,6 +189,8 @@ class Node:
             "PAUSE": blocking.on_pause,
             "NEEDJOBS": federation.on_needjobs,
             "YOURJOBS": federation.on_yourjobs,
+            "NACKED": delivery.on_nacked,
+            "DELIVERED": delivery.on_delivered,
         })  # fmt: skip
         # The memory level (memory.py); while it is 3 ``commands`` is a copy that refuses
         # OOM_COMMANDS, so no command pays for the check.
@@ -374,6 +385,7 @@ class Node:
                 "registered_queues": len(self.ctx.queues),
                 # (queue, peer) pairs this node may push jobs to (federation leases)
                 "push_leases": sum(map(len, self.federation.leases.values())),
+                **self.delivery.info_fields(),
             },
         }
 

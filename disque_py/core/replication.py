@@ -46,7 +46,7 @@ from .commands import RETRY0_NEEDS_REPLICATE1, parse_addjob
 from .commandspec import QUEUE, CommandSpec
 from .context import Context
 from .effects import BLOCKED, Reply, Send
-from .job import ACKED, ACTIVE, F_BCAST_QUEUED, F_BCAST_WILLQUEUE, WAIT_REPL, Job, retry_deadline
+from .job import ACKED, ACTIVE, F_BCAST_QUEUED, F_BCAST_WILLQUEUE, WAIT_REPL, Extra, Job, retry_deadline
 from .messages import GotJob, ReplJob, del_job, enqueue, got_job, repl_job
 from .queues import PAUSED_IN
 from .replies import Error, Status, err
@@ -151,6 +151,13 @@ class Replication:
             now + (req.delay or req.retry) * 1000,
             ctx.myself_only,
         )
+        if req.extra is not None:  # BACKOFF, MAXDELIVER, DEADLETTER (delivery.py)
+            job.extra = extra = Extra()
+            lo, hi, maxdeliver, deadletter = req.extra
+            if hi is not None:
+                extra.backoff_min, extra.backoff_max = lo, hi
+            extra.maxdeliver = maxdeliver or 0
+            extra.deadletter = deadletter
         if extrepl:
             job.delivered = ()
         elif replicate > 1:

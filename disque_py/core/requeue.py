@@ -28,7 +28,8 @@ job's wake-up in ``lifecycle.py``):
 * ENQUEUE (from a node that replicated a job externally, or a FASTACK-less
   hand-over) queues the job here now, or after its delay.
 
-Commands: ENQUEUE, NACK, DEQUEUE, WORKING. Messages: QUEUED, WORKING,
+Commands: ENQUEUE, DEQUEUE, WORKING (NACK is ``delivery.py``'s, and comes
+here through ``enqueue_job(job, nack=True)``). Messages: QUEUED, WORKING,
 WILLQUEUE, ENQUEUE. Called by ``Node`` (commands and messages) and, through
 the context (``enqueue_job``, ``dequeue_job``, ``requeue_due``), by the other
 machines.
@@ -41,7 +42,7 @@ from typing import Any
 from .commands import check_job_ids
 from .commandspec import JOB_IDS, CommandSpec
 from .context import Context
-from .job import ACKED, ACTIVE, F_BCAST_QUEUED, F_BCAST_WILLQUEUE, F_DELIVERED, QUEUED, Job, retry_deadline
+from .job import ACKED, ACTIVE, F_BCAST_QUEUED, F_BCAST_WILLQUEUE, F_DELIVERED, F_NACK_DELAYED, QUEUED, Job, retry_deadline
 from .lifecycle import WILLQUEUE_ADVANCE_MS
 from .messages import Enqueue, Queued, WillQueue, Working, queued, set_ack, will_queue, working
 from .queues import PAUSED_IN, PAUSED_OUT
@@ -61,11 +62,11 @@ def compare_ids_by_job(a: str, b: str, job_id: bytes) -> int:
     return (xa > xb) - (xa < xb)
 
 
-#: The commands this machine answers (commandspec.py; Node dispatches them). ENQUEUE and
-#: NACK queue a job again, so they are refused at memory level 3 (denyoom), as Disque's.
+#: The commands this machine answers (commandspec.py; Node dispatches them). ENQUEUE
+#: queues a job again, so it is refused at memory level 3 (denyoom), as Disque's. NACK, which
+#: enqueue_job serves too, is delivery.py's (its DELAY, REASON and DEAD).
 COMMANDS = (
     CommandSpec(b"enqueue", "cmd_enqueue", -1, ("write", "denyoom", "fast"), ("admin",), JOB_IDS),
-    CommandSpec(b"nack", "cmd_nack", -1, ("write", "denyoom", "fast"), ("consume",), JOB_IDS),
     CommandSpec(b"dequeue", "cmd_dequeue", -1, ("write", "fast"), ("admin",), JOB_IDS),
     CommandSpec(b"working", "cmd_working", 2, ("write", "fast"), ("consume",), JOB_IDS),
 )
@@ -153,6 +154,15 @@ class Requeue:
             if job.retry and q is not None and q.flags & PAUSED_IN:
                 job.next_at = retry_deadline(job, now, ctx.randbits)
                 return
+            if job.flags & F_NACK_DELAYED:
+                # The end of a NACK's delay (delivery.py): not a failure. Queued without a
+                # count; the QUEUED that says so carries none either.
+                job.flags &= ~(F_NACK_DELAYED | F_BCAST_QUEUED)
+                if self.enqueue_job(job):
+                    ctx.send(job.delivered, queued(bytes(job.id), 0))
+                return
+            if job.extra is not None and ctx.timed_out(job):
+                return  # its last delivery failed: dead-lettered (MAXDELIVER)
             self.enqueue_job(job)  # starts a new period
         elif state == QUEUED and job.retry:
             # Still queued at requeue time: nobody fetched it; just move on.
@@ -194,6 +204,7 @@ class Requeue:
             return
         if job.state == QUEUED and compare_ids_by_job(sender, self.ctx.id, job.id) > 0:
             self.dequeue_job(job)
+        job.flags &= ~F_NACK_DELAYED  # a NACK's delay ended there: queued by the sender
         self._postpone(job)
         flags = m.flags
         if flags & QUEUED_INCR_NACKS:
@@ -224,19 +235,13 @@ class Requeue:
             self.ctx.send_lazy((sender,), set_ack(bytes(job.id), len(job.delivered)))
 
     # -- commands -----------------------------------------------------------------------
-    def _enqueue_many(self, argv: list[bytes], nack: bool) -> Any:
+    def cmd_enqueue(self, client: int, argv: list[bytes]) -> Any:
         ids = argv[1:]
         bad = check_job_ids(ids)
         if bad:
             return bad
         enqueue_job = self.enqueue_job
-        return self._store.count_done(ids, lambda job: job.state == ACTIVE and enqueue_job(job, nack))
-
-    def cmd_enqueue(self, client: int, argv: list[bytes]) -> Any:
-        return self._enqueue_many(argv, False)
-
-    def cmd_nack(self, client: int, argv: list[bytes]) -> Any:
-        return self._enqueue_many(argv, True)
+        return self._store.count_done(ids, lambda job: job.state == ACTIVE and enqueue_job(job))
 
     def cmd_dequeue(self, client: int, argv: list[bytes]) -> Any:
         ids = argv[1:]

@@ -4,7 +4,10 @@ A job travels as a fixed array (``job_to_wire``): id, queue, body, repl, ttl,
 ctime, delay, retry, nacks, deliveries, nodes. It packs, unpacks and checks in
 half the time of a map with named fields (the receiver of a REPLJOB spent a
 quarter of its time there). Extra trailing fields are ignored, so a later
-version may append some.
+version may append some. One is appended already, only for a job whose
+``extra`` is set (delivery policy, dead-letter facts): a map with short keys
+(``extra_to_wire``), which the AOF's JOBEXTRA record stores too; a node that
+does not know it ignores it, and a job without it travels as before.
 
 ``job_from_wire`` checks a peer's array and builds the ``Job`` in one pass
 (one unpack of the array), where the job is needed: a REPLJOB's handler
@@ -19,9 +22,9 @@ from __future__ import annotations
 from typing import Any
 
 from .ids import NODE_IDS_SEEN, valid_job_id, valid_node_ids
-from .job import ACTIVE, Job
+from .job import ACTIVE, Extra, Job
 
-__all__ = ["JOB_WIRE_FIELDS", "RETRY_FIELD", "job_from_wire", "job_to_wire"]
+__all__ = ["JOB_WIRE_FIELDS", "RETRY_FIELD", "job_from_wire", "job_to_wire", "extra_to_wire", "extra_from_wire"]
 
 JOB_WIRE_FIELDS = 11
 RETRY_FIELD = 7  # index of RETRY in the array (moves_to_watch reads it)
@@ -33,18 +36,86 @@ _NODE_IDS_SEEN = NODE_IDS_SEEN
 
 def job_to_wire(job: Job, now: int) -> list:
     """The job as sent to peers (see the module docstring for the field order)."""
-    return [
+    wire = [
         bytes(job.id), job.queue, job.body, job.repl, max(0, job.etime - now), job.ctime,
         job.delay, job.retry, job.nacks, job.deliveries, list(job.delivered),
     ]  # fmt: skip
+    if job.extra is not None:
+        wire.append(extra_to_wire(job.extra))
+    return wire
+
+
+_MAX_NAME = 1 << 20  # a queue name or a reason in an Extra, at most
+
+
+def extra_to_wire(e: Extra) -> dict:
+    """An Extra as a map with short keys, only the fields set (msgpack packs it)."""
+    d: dict = {}
+    if e.backoff_max:
+        d["bm"] = e.backoff_min
+        d["bx"] = e.backoff_max
+    if e.maxdeliver:
+        d["md"] = e.maxdeliver
+    if e.deadletter is not None:
+        d["dl"] = e.deadletter
+    if e.count:
+        d["c"] = e.count
+    if e.reason is not None:
+        d["r"] = e.reason
+    if e.origin is not None:
+        d["o"] = list(e.origin)
+    return d
+
+
+def _small_int(v: Any) -> bool:
+    return type(v) is _INT and 0 <= v <= _MAX_I64
+
+
+def _name(v: Any) -> bool:
+    return type(v) is bytes and len(v) <= _MAX_NAME
+
+
+def extra_from_wire(d: Any) -> Extra | None:
+    """An Extra from ``extra_to_wire``'s map, or None when anything is off (unknown keys
+    are ignored, for a later version)."""
+    if type(d) is not dict:
+        return None
+    e = Extra()
+    get = d.get
+    bm, bx, md, dl, c, r, o = get("bm", 0), get("bx", 0), get("md", 0), get("dl"), get("c", 0), get("r"), get("o")
+    if not (_small_int(bm) and _small_int(bx) and bm <= bx and _small_int(md) and _small_int(c)):
+        return None
+    if (dl is not None and not _name(dl)) or (r is not None and not _name(r)):
+        return None
+    if o is not None:
+        if type(o) is not list or len(o) != 5:
+            return None
+        oid, oqueue, odeliv, oreason, oopts = o
+        if not (type(oid) is bytes and valid_job_id(oid) and _name(oqueue) and _small_int(odeliv)):
+            return None
+        if (oreason is not None and not _name(oreason)) or type(oopts) is not list or len(oopts) > 16:
+            return None
+        if not all(_name(x) for x in oopts):
+            return None
+        o = (oid, oqueue, odeliv, oreason, oopts)
+    e.backoff_min, e.backoff_max, e.maxdeliver, e.deadletter, e.count, e.reason, e.origin = bm, bx, md, dl, c, r, o
+    return e
 
 
 def job_from_wire(d: Any, now: int) -> Job | None:
     """A Job from a peer's array, or None when anything is off (extra trailing fields are ignored)."""
     if type(d) is not list or len(d) < JOB_WIRE_FIELDS:
         return None
+    extra = None
     if len(d) > JOB_WIRE_FIELDS:
+        extra = d[JOB_WIRE_FIELDS]
         d = d[:JOB_WIRE_FIELDS]
+        if type(extra) is dict:
+            extra = extra_from_wire(extra)
+            if extra is None:
+                return None
+        else:
+            extra = None  # not ours: a later version's field
     job_id, queue, body, repl, ttl, ctime, delay, retry, nacks, deliv, nodes = d
     # Plain inline checks (no helper calls): this runs for every replicated or moved job.
     if not (type(job_id) is bytes and valid_job_id(job_id) and type(queue) is bytes and type(body) is bytes):
@@ -68,4 +139,6 @@ def job_from_wire(d: Any, now: int) -> Job | None:
     job = Job(job_id, ACTIVE, queue, body, repl, ctime, now + ttl, delay, retry, 0, tuple(dict.fromkeys(nodes)))
     job.nacks = nacks
     job.deliveries = deliv
+    if extra is not None:
+        job.extra = extra
     return job

@@ -23,7 +23,7 @@ from collections.abc import Iterable, Iterator
 
 from ..core.job import WAIT_REPL, Job
 from ..core.store import J_ACKED, J_ACTIVE, J_DEL, J_LOAD
-from .records import encode_acked, encode_active, encode_deljob, encode_job
+from .records import encode_acked, encode_active, encode_deljob, encode_extra, encode_job
 
 __all__ = ["encode_entries", "snapshot"]
 
@@ -38,6 +38,8 @@ def encode_entries(entries: Iterable[tuple[int, Job]], wall_offset: int) -> byte
         if kind == J_LOAD:
             if job.state != WAIT_REPL:
                 add(encode_job(job, wall_offset))
+                if job.extra is not None:
+                    add(encode_extra(job))
         elif kind == J_DEL:
             add(encode_deljob(job.id))
         elif kind == J_ACKED:
@@ -54,6 +56,8 @@ def snapshot(jobs: Iterable[Job], wall_offset: int, chunk: int = 4096) -> Iterat
         if job.body is None or job.state == WAIT_REPL:
             continue
         out.append(encode_job(job, wall_offset))
+        if job.extra is not None:
+            out.append(encode_extra(job))
         if len(out) >= chunk:
             yield b"".join(out)
             out = []

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .records import Acked, Active, DelJob, LoadJob, Queued, RecordReader, Truncated
+from .records import Acked, Active, DelJob, JobExtra, LoadJob, Queued, RecordReader, Truncated
 
 if TYPE_CHECKING:
     from ..core.node import Node
@@ -58,12 +58,15 @@ class Loader:
 
     def _apply(self, got: list) -> None:
         restore_job = self._restore_job
+        restore_extra = self.node.lifecycle.restore_extra
         by_kind = self._by_kind
         expired = 0
         for _, record in got:
             if type(record) is LoadJob:
                 if not restore_job(record):
                     expired += 1
+            elif type(record) is JobExtra:
+                restore_extra(record.id, record.extra)
             else:
                 by_kind[type(record)](record.id)
         self.records += len(got)

@@ -38,6 +38,11 @@ Disque's commands where one exists:
   A job without a queue or body (a dummy ack) is written with empty ones.
 * ``QUEUED id``, ``ACTIVE id`` (delivered or dequeued), ``ACKED id``,
   ``DELJOB id``: the state changes that matter, and the end of a job.
+* ``JOBEXTRA id extra``: what a job carries beyond Disque's fields (its
+  delivery policy, counted deliveries, last NACK reason, a dead letter's
+  origin: ``core.job.Extra``), written right after the job's LOADJOB, only for
+  a job that has it. ``extra`` is the wire codec's map (``core.wire.
+  extra_to_wire``) packed with msgpack; a job without it writes nothing new.
 
 Why the numbers share one element: a bulk string per field would make a
 LOADJOB 16 elements long, and decoding costs a few hundred nanoseconds of
@@ -78,8 +83,11 @@ import zlib
 from dataclasses import dataclass
 from typing import Any, Callable, NamedTuple
 
+import msgpack
+
 from ..core.ids import JOB_ID_LEN, NODE_ID_LEN, NODE_IDS_SEEN, valid_job_id, valid_node_ids
 from ..core.job import STATE_NAMES, Job
+from ..core.wire import extra_from_wire, extra_to_wire
 
 __all__ = [
     "AofError",
@@ -90,6 +98,7 @@ __all__ = [
     "Active",
     "Acked",
     "DelJob",
+    "JobExtra",
     "Record",
     "KINDS",
     "MAX_BULK_LEN",
@@ -102,6 +111,7 @@ __all__ = [
     "encode_active",
     "encode_acked",
     "encode_deljob",
+    "encode_extra",
     "load_job_record",
 ]
 
@@ -182,7 +192,13 @@ class DelJob:
     id: bytes
 
 
-Record = LoadJob | Queued | Active | Acked | DelJob
+@dataclass(frozen=True, slots=True)
+class JobExtra:
+    id: bytes
+    extra: Any  # core.job.Extra
+
+
+Record = LoadJob | Queued | Active | Acked | DelJob | JobExtra
 
 
 # --- encoding -------------------------------------------------------------------------
@@ -219,12 +235,25 @@ def encode_acked(job_id: bytes) -> bytes:
     return _finish([b"ACKED", bytes(job_id)])
 
 
+def encode_extra(job: Job) -> bytes:
+    """The JOBEXTRA record of a job whose ``extra`` is set."""
+    return _finish([b"JOBEXTRA", bytes(job.id), _packb(extra_to_wire(job.extra))])  # type: ignore[arg-type]
+
+
+def _encode_jobextra(r: JobExtra) -> bytes:
+    return _finish([b"JOBEXTRA", bytes(r.id), _packb(extra_to_wire(r.extra))])
+
+
+_packb = msgpack.Packer(use_bin_type=True).pack
+
+
 def encode_deljob(job_id: bytes) -> bytes:
     return _finish([b"DELJOB", bytes(job_id)])
 
 
 _ENCODERS: dict[type, Callable[[Any], bytes]] = {
     LoadJob: encode_loadjob,
+    JobExtra: _encode_jobextra,
     Queued: lambda r: encode_queued(r.id),
     Active: lambda r: encode_active(r.id),
     Acked: lambda r: encode_acked(r.id),
@@ -359,6 +388,23 @@ def _id_decoder(kind: type) -> Callable[[list[bytes]], Any]:
     return decode
 
 
+_MAX_EXTRA = 1 << 22
+
+
+def _decode_jobextra(e: list[bytes]) -> JobExtra:
+    if not valid_job_id(e[1]):
+        raise _Bad("JOBEXTRA: malformed job ID")
+    try:
+        d = msgpack.unpackb(e[2], raw=False, strict_map_key=True, max_ext_len=0, max_str_len=_MAX_EXTRA,
+                            max_bin_len=_MAX_EXTRA, max_array_len=1024, max_map_len=64)  # fmt: skip
+    except Exception:
+        raise _Bad("JOBEXTRA: malformed map") from None
+    extra = extra_from_wire(d)
+    if extra is None:
+        raise _Bad("JOBEXTRA: malformed map")
+    return JobExtra(bytes(e[1]), extra)
+
+
 class Kind(NamedTuple):
     count: int  # elements, the kind and the checksum included
     decode: Callable[[list[bytes]], Any]  # the elements before the checksum -> record; raises _Bad
@@ -375,6 +421,7 @@ KINDS: dict[bytes, Kind] = {
     b"ACTIVE": Kind(3, _id_decoder(Active), _ID_LIMITS),
     b"ACKED": Kind(3, _id_decoder(Acked), _ID_LIMITS),
     b"DELJOB": Kind(3, _id_decoder(DelJob), _ID_LIMITS),
+    b"JOBEXTRA": Kind(4, _decode_jobextra, (16, JOB_ID_LEN, _MAX_EXTRA)),
 }  # fmt: skip
 _COUNTS = frozenset(k.count for k in KINDS.values())
 _KIND_LIMIT = 16

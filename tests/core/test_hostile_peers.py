@@ -165,6 +165,9 @@ MALFORMED = {
     "PAUSE": [[b"q"], [b"q", "x"], ["q", 1]],
     "NEEDJOBS": [[b"q"], [b"q", -1], [b"q", "5"], ["q", 5]],
     "YOURJOBS": [[], ["x"], [5], [{"jobs": []}]],
+    "NACKED": [[GOOD_ID], [GOOD_ID, 100], [GOOD_ID, -1, b""], [GOOD_ID, 100, "why"], [b"x", 100, b""],
+               [GOOD_ID, 1.5, b""], [GOOD_ID, 100, b"x" * 70000]],
+    "DELIVERED": [[], [None], [b"bad"]],
 }  # fmt: skip
 
 

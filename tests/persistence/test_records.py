@@ -9,9 +9,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from disque_py.core.ids import JobIdGenerator
-from disque_py.core.job import ACKED, ACTIVE, QUEUED, WAIT_REPL, Job
+from disque_py.core.job import ACKED, ACTIVE, QUEUED, WAIT_REPL, Extra, Job
 from disque_py.persistence import records
 from disque_py.persistence.records import (
+    JobExtra,
     KINDS,
     MAX_BULK_LEN,
     Acked,
@@ -45,8 +46,16 @@ def loadjob(job_id: bytes = ID1, body: bytes = b"hello\r\nworld", **kw) -> LoadJ
     return LoadJob(**fields)
 
 
+def _extra() -> Extra:
+    e = Extra()
+    e.backoff_min, e.backoff_max, e.maxdeliver, e.deadletter, e.count, e.reason = 500, 30_000, 3, b"q.dl", 2, b"boom"
+    e.origin = (ID3, b"q", 3, None, [b"MAXDELIVER", b"3"])
+    return e
+
+
 SAMPLE = [
     loadjob(),
+    JobExtra(ID1, _extra()),
     Queued(ID1),
     Active(ID1),
     loadjob(ID2, body=b"", queue=b"", nodes=(), state=WAIT_REPL, requeue=0, retry=0),
@@ -125,8 +134,9 @@ def test_load_job_record_takes_every_field_to_the_wall_clock():
 
 def test_the_fast_path_takes_plain_records_and_agrees_with_the_full_parser():
     odd_node = ("x" * 39 + "!",)  # outside the fast path's node alphabet
-    plain = [loadjob(queue=b"q1"), loadjob(body=b"\x00\r\n" * 300, queue=b""), *SAMPLE[1:]]
-    left = [SAMPLE[0], loadjob(nodes=odd_node, queue=b"q")]  # a queue name with CR LF, an odd node
+    plain = [loadjob(queue=b"q1"), loadjob(body=b"\x00\r\n" * 300, queue=b""), *SAMPLE[2:]]
+    # a queue name with CR LF, a JOBEXTRA (rare: the full parser's), an odd node
+    left = [SAMPLE[0], SAMPLE[1], loadjob(nodes=odd_node, queue=b"q")]
     for rec in plain + left:
         raw = bytearray(encode(rec))
         full = RecordReader._parse(raw, 0, len(raw))

@@ -1,0 +1,284 @@
+"""Jobs that fail well: NACK with a delay, BACKOFF, MAXDELIVER and dead letters.
+
+Theory of operation
+-------------------
+Disque carries a job's policy in the job (RETRY, TTL); so do these. ADDJOB's
+``BACKOFF min max``, ``MAXDELIVER n`` and ``DEADLETTER queue`` are kept in
+``job.extra`` (``job.Extra``, one optional slot: a job without them costs one
+``None`` and one test where a delivery or a failure is handled) and travel with
+every copy (``wire.py``) and in the AOF (a JOBEXTRA record).
+
+A failure is a NACK or the end of a RETRY period of a job that was delivered
+(``Requeue.requeue_due``). At a failure a holder decides, alone, what comes
+next, from what it knows:
+
+* dead letter: the job has a MAXDELIVER and has been delivered that many times
+  (``Extra.count``), or the NACK said DEAD. ``dead_letter`` makes the dead
+  letter, a new job with the same body in ``DEADLETTER`` (default
+  ``<queue>.dead``) whose ``Extra.origin`` names the original ID, queue,
+  deliveries, the reason and the original's options; copies go to the
+  original's holders (REPLJOB, no reply awaited, as ADDJOB ASYNC) and it is
+  queued here. The original is acknowledged at once (SETACK to every holder
+  now, so none of them queues it meanwhile). The dead letter's ID is derived
+  from the original's (``ids.dead_letter_id``): two holders that dead-letter
+  one job (a race, or both sides of a partition) make copies of one job,
+  merged like any copies, never two jobs.
+* later: a NACK with DELAY, or without one for a job with a BACKOFF (min x
+  2^(nacks-1), capped at max, +-10 % jitter within [min, max]). The job stays
+  active here until the delay ends (``F_NACK_DELAYED``, ``next_at``), and the
+  other holders are told with NACKED: they count the nack, take the job out
+  of their queue if it was queued there, and set their own requeue a RETRY
+  past the delay, so that no holder queues it earlier and the job still comes
+  back if this node dies. The requeue at the end of the delay is not a
+  failure: nothing is counted, nothing dead-lettered, and its QUEUED carries
+  no counter.
+* now: a plain NACK, Disque's (``Requeue.enqueue_job(job, nack=True)``).
+
+Counting deliveries: the node that hands a job with a policy to a consumer
+(``Blocking.fetch``) counts it and tells the other holders (DELIVERED), who
+count it too. A holder's count is never above the true number (a lost
+message only lowers it), so MAXDELIVER never dead-letters a job before its
+n-th delivery; a holder cut from the deliverer may let it be delivered a few
+more times. Disque's own counters (nacks, additional-deliveries) are left as
+they are.
+
+Commands: NACK. Messages: NACKED, DELIVERED. Called by ``Node`` and, through
+the context (``delivered``, ``timed_out``), by ``Blocking`` and ``Requeue``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .commands import check_job_ids, parse_nack
+from .commandspec import JOB_IDS, CommandSpec
+from .context import Context
+from .ids import dead_letter_id
+from .job import ACKED, ACTIVE, F_BCAST_WILLQUEUE, F_DELIVERED, F_NACK_DELAYED, QUEUED, Extra, Job, retry_deadline
+from .messages import Delivered, Nacked, delivered, nacked, set_ack
+from .replies import Error, err
+from .store import J_LOAD
+
+__all__ = ["Delivery", "COMMANDS", "DEAD_SUFFIX", "backoff_ms"]
+
+#: A job's dead letters go to its queue's name with this appended, unless DEADLETTER names one.
+DEAD_SUFFIX = b".dead"
+
+#: The commands this machine answers (commandspec.py; Node dispatches them). NACK queues a
+#: job again, so it is refused at memory level 3 (denyoom), as Disque's.
+COMMANDS = (CommandSpec(b"nack", "cmd_nack", -1, ("write", "denyoom", "fast"), ("consume",), JOB_IDS),)
+
+
+def backoff_ms(extra: Extra, nacks: int, randbits: Any) -> int:
+    """The delay of a job's next NACK under its BACKOFF: min x 2^(nacks-1) for its
+    ``nacks``-th nack, capped at max, then +-10 % of jitter kept within [min, max]."""
+    lo, hi = extra.backoff_min, extra.backoff_max
+    base = lo << min(max(nacks - 1, 0), 40)
+    if base > hi:
+        base = hi
+    spread = base // 10
+    if spread:
+        base += randbits(32) % (2 * spread + 1) - spread
+    return lo if base < lo else hi if base > hi else base
+
+
+class Delivery:
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self._store = ctx.store
+        self._stats = ctx.stats
+        ctx.stats["jobs_dead_lettered"] = 0
+        ctx.stats["jobs_nack_delayed"] = 0
+        #: original queue -> jobs dead-lettered here from it (INFO, /metrics)
+        self.dead_by_queue: dict[bytes, int] = {}
+
+    def _journal(self, job: Job) -> None:
+        journal = self.ctx.journal
+        if journal is not None:
+            journal.append((J_LOAD, job))
+
+    # -- NACK ---------------------------------------------------------------------------
+    def cmd_nack(self, client: int, argv: list[bytes]) -> Any:
+        if len(argv) == 1:
+            return 0  # Disque's: no IDs, none nacked
+        req = parse_nack(argv)
+        if type(req) is Error:
+            return req
+        ids = req.ids
+        bad = check_job_ids(ids)
+        if bad:
+            return bad
+        store = self._store
+        delay, reason, dead = req.delay, req.reason, req.dead
+        if delay is None and reason is None and not dead:  # Disque's NACK
+            nack = self.nack
+            return store.count_done(ids, lambda job: job.state == ACTIVE and nack(job, None, None))
+        now = self.ctx.now
+        if delay:
+            for job_id in ids:  # refused as a whole, before anything is done
+                job = store.get(job_id)
+                if job is not None and job.state == ACTIVE and now + delay >= job.etime:
+                    return err("DELAY %g s is beyond the TTL left to job %s (%d s)"
+                               % (delay / 1000, job_id.decode(), max(0, job.etime - now) // 1000))  # fmt: skip
+        if dead:
+            dead_letter = self.dead_letter
+
+            def act(job: Job) -> bool:
+                if job.state != ACTIVE:
+                    return False
+                if reason is not None:
+                    _extra(job).reason = reason
+                dead_letter(job, reason)
+                return True
+
+            return store.count_done(ids, act)
+        nack = self.nack
+        return store.count_done(ids, lambda job: job.state == ACTIVE and nack(job, delay, reason))
+
+    def nack(self, job: Job, delay: int | None, reason: bytes | None) -> bool:
+        """One active job NACKed: dead-lettered (MAXDELIVER reached), queued again after a
+        delay (DELAY, or its BACKOFF), or queued again now (Disque's). False if refused (a
+        RETRY 0 job delivered here: never queued again)."""
+        ctx = self.ctx
+        extra = job.extra
+        if extra is not None:
+            if reason is not None:
+                extra.reason = reason
+            if extra.maxdeliver and extra.count >= extra.maxdeliver:
+                self.dead_letter(job, extra.reason)
+                return True
+            if delay is None and extra.backoff_max:
+                delay = backoff_ms(extra, job.nacks + 1, ctx.randbits)
+        elif reason is not None:
+            _extra(job).reason = reason
+        if not delay:
+            return ctx.enqueue_job(job, True)
+        if not job.retry and job.flags & F_DELIVERED:
+            return False  # AT_MOST_ONCE, as enqueue_job refuses it
+        job.nacks += 1
+        job.flags |= F_NACK_DELAYED
+        job.next_at = ctx.now + delay
+        ctx.reschedule(job)
+        ctx.send(job.delivered, nacked(bytes(job.id), delay, reason or b""))
+        if job.extra is not None:
+            self._journal(job)
+        self._stats["jobs_nack_delayed"] += 1
+        return True
+
+    # -- hooks of the other machines -------------------------------------------------------
+    def delivered(self, job: Job) -> None:
+        """``Blocking.fetch`` handed a job with an Extra to a consumer: count it, here and on
+        the other holders."""
+        extra = job.extra
+        extra.count += 1  # type: ignore[union-attr]
+        job.flags &= ~F_NACK_DELAYED
+        if len(job.delivered) > 1:
+            self.ctx.send(job.delivered, delivered(bytes(job.id)))
+        self._journal(job)
+
+    def timed_out(self, job: Job) -> bool:
+        """The RETRY period of an active job with an Extra ended (``Requeue.requeue_due``):
+        True if it was dead-lettered instead of queued again."""
+        extra = job.extra
+        if extra is None or not extra.maxdeliver or extra.count < extra.maxdeliver:
+            return False
+        reason = extra.reason
+        if reason is None:
+            reason = b"not acknowledged within its RETRY (%d s)" % job.retry
+        self.dead_letter(job, reason)
+        return True
+
+    # -- dead letters --------------------------------------------------------------------
+    def dead_letter(self, job: Job, reason: bytes | None) -> None:
+        """Make ``job``'s dead letter (unless a copy of it is here already) and acknowledge
+        ``job`` everywhere."""
+        ctx = self.ctx
+        store = self._store
+        extra = job.extra
+        count = extra.count if extra is not None and extra.count else job.nacks + job.deliveries + 1
+        queue = extra.deadletter if extra is not None and extra.deadletter is not None else None
+        if queue is None:
+            queue = bytes(job.queue or b"") + DEAD_SUFFIX
+        dl_id = dead_letter_id(job.id)
+        if store.get(dl_id) is None and not ctx.is_buried(dl_id):
+            now = ctx.now
+            created = job.ctime // 1_000_000 - ctx.wall_offset
+            ttl = max(job.etime - created, 1000)  # the original's whole TTL, from now
+            reachable = ctx.reachable
+            holders = (ctx.id,) + tuple(n for n in job.delivered if n != ctx.id and n in reachable)
+            dl = Job(dl_id, ACTIVE, queue, job.body, job.repl, (now + ctx.wall_offset) * 1_000_000 + (job.ctime % 1_000_000),
+                     now + ttl, 0, job.retry, 0, holders)  # fmt: skip
+            dl.extra = e = Extra()
+            e.origin = (bytes(job.id), bytes(job.queue or b""), count, reason, extra.options() if extra is not None else [])
+            store.register(dl)
+            if dl.repl > 1:
+                ctx.replicate_job(dl, max(0, dl.repl - len(holders)), True)
+            ctx.enqueue_job(dl, False, True)  # fresh: queued here once, whatever its RETRY
+        self._stats["jobs_dead_lettered"] += 1
+        name = bytes(job.queue or b"")
+        self.dead_by_queue[name] = self.dead_by_queue.get(name, 0) + 1
+        ctx.acknowledge(job, False)
+        ctx.gc_due(job)  # SETACK to every holder now: none queues it again meanwhile
+
+    # -- messages -----------------------------------------------------------------------
+    def on_nacked(self, sender: str, m: Nacked) -> None:
+        job = self._store.get(m.job_id)
+        if job is None:
+            return
+        ctx = self.ctx
+        if job.state == ACKED:
+            ctx.send_lazy((sender,), set_ack(bytes(job.id), len(job.delivered)))
+            return
+        if job.state == QUEUED:
+            ctx.dequeue_job(job)
+        job.nacks += 1
+        if m.reason:
+            _extra(job).reason = m.reason
+        job.flags |= F_NACK_DELAYED
+        if job.retry and job.next_at:
+            # A RETRY past the end of the delay: the NACK's node queues it first, and if that
+            # node is gone, this one does.
+            job.flags |= F_BCAST_WILLQUEUE
+            job.next_at = retry_deadline(job, ctx.now + m.delay, ctx.randbits)
+            ctx.reschedule(job)
+        if job.extra is not None:
+            self._journal(job)
+
+    def on_delivered(self, sender: str, m: Delivered) -> None:
+        job = self._store.get(m.job_id)
+        if job is None or job.state == ACKED:
+            return
+        _extra(job).count += 1
+        self._journal(job)
+
+    # -- introspection -----------------------------------------------------------------------
+    def info_fields(self) -> dict[str, Any]:
+        return {"dead_letter_queues": len(self.dead_by_queue)}
+
+
+def _extra(job: Job) -> Extra:
+    extra = job.extra
+    if extra is None:
+        extra = job.extra = Extra()
+    return extra
+
+
+def extra_fields(job: Job) -> list:
+    """SHOW's fields for a job with an Extra (after Disque's; none for a job without)."""
+    e = job.extra
+    if e is None:
+        return []
+    out: list = [b"deliveries", e.count]
+    if e.backoff_max:
+        out += [b"backoff-min-ms", e.backoff_min, b"backoff-max-ms", e.backoff_max]
+    if e.maxdeliver:
+        out += [b"maxdeliver", e.maxdeliver]
+    if e.maxdeliver or e.deadletter is not None:
+        out += [b"deadletter", e.deadletter if e.deadletter is not None else bytes(job.queue or b"") + DEAD_SUFFIX]
+    if e.reason is not None:
+        out += [b"last-nack-reason", e.reason]
+    if e.origin is not None:
+        oid, oqueue, odeliv, oreason, oopts = e.origin
+        out += [b"dead-letter-of", oid, b"original-queue", oqueue, b"original-deliveries", odeliv,
+                b"dead-letter-reason", oreason, b"original-options", list(oopts)]  # fmt: skip
+    return out
