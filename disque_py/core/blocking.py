@@ -107,8 +107,6 @@ class Blocking:
             self._stats["jobs_delivered"] += 1
             if job.retry == 0 and ctx.journal is not None:  # the AOF must know: never again
                 ctx.journal.append((J_ACTIVE, job))
-            if job.extra is not None:  # counted for MAXDELIVER, here and by the other holders
-                ctx.delivered(job)
         return job
 
     def cmd_getjob(self, client: int, argv: list[bytes]) -> Any:
@@ -130,6 +128,8 @@ class Blocking:
                     continue
                 job = fetch(q)
                 q.ltime = ctx.now
+                if job.extra is not None:  # a delivery counted for MAXDELIVER (delivery.py)
+                    ctx.delivered(job)
                 items.append(job_item(job, withcounters))
                 if federated:
                     if not q.jobs:
@@ -208,6 +208,8 @@ class Blocking:
                     job = self.fetch(q)
                     if job is None:
                         break
+                    if job.extra is not None:  # a delivery counted for MAXDELIVER (delivery.py)
+                        ctx.delivered(job)
                     items.append(job_item(job, waiter.withcounters))
                 self._unblock(waiter)
                 q.ltime = ctx.now

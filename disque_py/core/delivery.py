@@ -35,7 +35,7 @@ next, from what it knows:
 * now: a plain NACK, Disque's (``Requeue.enqueue_job(job, nack=True)``).
 
 Counting deliveries: the node that hands a job with a policy to a consumer
-(``Blocking.fetch``) counts it and tells the other holders (DELIVERED), who
+(GETJOB, ``Blocking``; a job moved to another node is not delivered) counts it and tells the other holders (DELIVERED), who
 count it too. A holder's count is never above the true number (a lost
 message only lowers it), so MAXDELIVER never dead-letters a job before its
 n-th delivery; a holder cut from the deliverer may let it be delivered a few
@@ -167,7 +167,7 @@ class Delivery:
 
     # -- hooks of the other machines -------------------------------------------------------
     def delivered(self, job: Job) -> None:
-        """``Blocking.fetch`` handed a job with an Extra to a consumer: count it, here and on
+        """GETJOB (``Blocking``) handed a job with an Extra to a consumer: count it, here and on
         the other holders."""
         extra = job.extra
         extra.count += 1  # type: ignore[union-attr]
@@ -250,10 +250,6 @@ class Delivery:
             return
         _extra(job).count += 1
         self._journal(job)
-
-    # -- introspection -----------------------------------------------------------------------
-    def info_fields(self) -> dict[str, Any]:
-        return {"dead_letter_queues": len(self.dead_by_queue)}
 
 
 def _extra(job: Job) -> Extra:

@@ -385,7 +385,6 @@ class Node:
                 "registered_queues": len(self.ctx.queues),
                 # (queue, peer) pairs this node may push jobs to (federation leases)
                 "push_leases": sum(map(len, self.federation.leases.values())),
-                **self.delivery.info_fields(),
             },
         }
 
