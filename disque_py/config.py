@@ -206,9 +206,9 @@ def _d(name: str, kind: Kind, default: Any, **kw: Any) -> Directive:
 
 
 _BOOL_ERR = "argument must be 'yes' or 'no'"
-#: Smallest protocol limits: a 1 KiB argument and 16 arguments (ADDJOB with every option is 15).
+#: Smallest protocol limits: a 1 KiB argument and 32 arguments (ADDJOB with every option is 24).
 PROTO_MIN_BULK = 1024
-PROTO_MIN_MULTIBULK = 16
+PROTO_MIN_MULTIBULK = 32
 _LOGLEVELS = ("debug", "verbose", "notice", "warning")
 _FACILITIES = ("user",) + tuple(f"local{i}" for i in range(8))
 
@@ -295,6 +295,10 @@ _TABLE: tuple[Directive, ...] = (
        help="accept a truncated AOF at startup"),
     _d("aof-enqueue-jobs-once", Kind.BOOL, False, runtime=True, implemented=True,
        help="requeue jobs when loading the AOF next time"),
+    # --- jobs (disque-py's own) --------------------------------------------
+    _d("dedup-window", Kind.INT, 600, runtime=True, implemented=True, minimum=0,
+       error="dedup-window must be a number of seconds, 0 or more",
+       help="seconds an ADDJOB DEDUP key is remembered after its job is acknowledged or deleted"),
     # --- cluster -----------------------------------------------------------
     _d("cluster-config-file", Kind.STRING, "nodes.conf", implemented=True,
        help="cluster state file (inside dir)"),
@@ -356,7 +360,7 @@ _TABLE: tuple[Directive, ...] = (
     _d("proto-max-bulk-len", Kind.MEMORY, 512 * 1024**2, runtime=True, implemented=True,
        minimum=PROTO_MIN_BULK, help="largest accepted bulk string (at least 1kb)"),
     _d("proto-max-multibulk-len", Kind.INT, 1024 * 1024, runtime=True, implemented=True,
-       minimum=PROTO_MIN_MULTIBULK, help="largest accepted number of arguments (at least 16)"),
+       minimum=PROTO_MIN_MULTIBULK, help="largest accepted number of arguments (at least 32)"),
     _d("client-query-buffer-limit", Kind.MEMORY, 1024**3, runtime=True, implemented=True,
        minimum=PROTO_MIN_BULK, help="largest unparsed input buffer per client (at least 1kb)"),
 )

@@ -91,7 +91,7 @@ def parse_seconds_ms(raw: bytes) -> int | None:
 
 
 class AddJob:
-    __slots__ = ("queue", "body", "timeout", "replicate", "ttl", "retry", "delay", "maxlen", "async_", "extra")
+    __slots__ = ("queue", "body", "timeout", "replicate", "ttl", "retry", "delay", "maxlen", "async_", "extra", "dedup")
 
     def __init__(self, queue: bytes, body: bytes, timeout: int) -> None:
         self.queue = queue
@@ -105,6 +105,7 @@ class AddJob:
         self.async_ = False
         # (backoff min ms, max ms, maxdeliver, deadletter queue): BACKOFF, MAXDELIVER, DEADLETTER
         self.extra: list | None = None
+        self.dedup: bytes | None = None  # DEDUP key (dedup.py)
 
 
 #: The most body + queue name bytes a job may have. Replicating or moving a job sends
@@ -112,12 +113,14 @@ class AddJob:
 #: other fields (its holders' IDs included) and the framing fit in the rest.
 #: Disque has no such limit below the protocol's 512 MB, but its jobs meant to be small.
 MAX_JOB_BYTES = 60 * 1024 * 1024
-_ADDJOB_VALUED = (b"replicate", b"ttl", b"retry", b"delay", b"maxlen")
+_ADDJOB_VALUED = (b"replicate", b"ttl", b"retry", b"delay", b"maxlen", b"dedup")
+#: The longest DEDUP key (bytes).
+MAX_DEDUP_KEY = 512
 
 
 def parse_addjob(argv: list[bytes]) -> AddJob | Error:
     """ADDJOB queue body ms-timeout [REPLICATE n] [DELAY s] [RETRY s] [TTL s] [MAXLEN n] [ASYNC]
-    [BACKOFF min max] [MAXDELIVER n] [DEADLETTER queue] (the last three: delivery.py)"""
+    [BACKOFF min max] [MAXDELIVER n] [DEADLETTER queue] (delivery.py) [DEDUP key] (dedup.py)"""
     timeout = parse_timeout(argv[3])
     if type(timeout) is Error:
         timeout_error = timeout
@@ -172,6 +175,16 @@ def parse_addjob(argv: list[bytes]) -> AddJob | Error:
         elif opt == b"async":
             req.async_ = True
             i += 1
+        elif opt == b"dedup" and has_value:
+            if req.dedup is not None:
+                return err("DEDUP given twice")
+            key = argv[i + 1]
+            if not key:
+                return err("DEDUP key must not be empty")
+            if len(key) > MAX_DEDUP_KEY:
+                return err("DEDUP key is %d bytes, at most %d" % (len(key), MAX_DEDUP_KEY))
+            req.dedup = key
+            i += 2
         elif opt in _DELIVERY_OPTIONS:
             got = _delivery_option(req, opt, argv, i)
             if type(got) is Error:

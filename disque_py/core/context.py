@@ -2,8 +2,8 @@
 
 Theory of operation
 -------------------
-A node is seven machines (``lifecycle``, ``requeue``, ``acks``, ``replication``,
-``federation``, ``blocking``, ``delivery``) composed by ``node.Node``. They share one
+A node is eight machines (``lifecycle``, ``requeue``, ``acks``, ``replication``,
+``federation``, ``blocking``, ``delivery``, ``dedup``) composed by ``node.Node``. They share one
 ``Context``, made first and handed to each machine's constructor:
 
 * plain state every machine reads: the node's ID and clock (``now``, set by
@@ -77,6 +77,14 @@ class Context:
     # delivery: delivery limits and dead letters (jobs with an Extra only)
     delivered: Callable[["Job"], None]  # a job with an Extra was handed to a consumer
     timed_out: Callable[["Job"], bool]  # its RETRY ended while active: True if dead-lettered
+    # replication: ADDJOB's work once parsed (dedup.py calls it when a DEDUP job is to be made)
+    replication_add: Callable[[int, Any, "bytes | None"], Any]
+    # dedup: DEDUP keys
+    dedup_addjob: Callable[[int, Any], Any]  # ADDJOB with a DEDUP key: a hit, BLOCKED, or made
+    dedup_merge: Callable[["Job", str], None]  # a copy of a DEDUP job held here came from its other maker
+    dedup_gone: Callable[[bytes], bool]  # a DEDUP job's ID within its window after deletion here
+    dedup_deleted: Callable[["Job"], None]  # a DEDUP job is deleted here: remember its ID
+    dedup_remember: Callable[[bytes, int], None]  # (ID, until): remember a deleted DEDUP job's ID (AOF)
     # blocking: delivery to consumers
     fetch: Callable[[Queue], "Job | None"]  # take the queue's first job for delivery
     # federation: moving jobs between nodes

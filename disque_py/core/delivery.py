@@ -265,6 +265,8 @@ def extra_fields(job: Job) -> list:
     if e is None:
         return []
     out: list = [b"deliveries", e.count]
+    if e.dedup is not None:
+        out += [b"dedup", e.dedup]
     if e.backoff_max:
         out += [b"backoff-min-ms", e.backoff_min, b"backoff-max-ms", e.backoff_max]
     if e.maxdeliver:

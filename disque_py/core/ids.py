@@ -34,6 +34,7 @@ __all__ = [
     "is_at_most_once_id",
     "node_prefix_from_id",
     "dead_letter_id",
+    "dedup_job_id",
     "NODE_ID_LEN",
     "NODE_IDS_SEEN",
     "valid_node_ids",
@@ -113,6 +114,19 @@ def dead_letter_id(job_id: bytes) -> bytes:
     holders merge, never two jobs."""
     digest = hashlib.sha1(b"dead-letter:" + bytes(job_id)).digest()
     return bytes(job_id[:11]) + binascii.b2a_base64(digest[:18], newline=False) + bytes(job_id[35:])
+
+
+def dedup_job_id(queue: bytes, key: bytes, retry: int) -> bytes:
+    """The ID of the job that ADDJOB ... DEDUP ``key`` adds to ``queue`` (dedup.py): a function
+    of the queue, the key and at-most-once-ness alone, so that every node that takes the same
+    ADDJOB makes the same job, whatever its other options. The node part and the random part
+    are SHA-256 of queue and key (no node made it alone); the TTL field is the largest (the
+    job's TTL is its own, the ID says only that it is long), with the usual parity: odd for a
+    job with a RETRY, even for an at-most-once one (RETRY 0: another ID than the same key's
+    with a RETRY)."""
+    digest = hashlib.sha256(b"dedup:%d:%s:%s" % (len(queue), bytes(queue), bytes(key))).digest()
+    minutes = 0xFFFF if retry > 0 else 0xFFFE
+    return b"D-%s-%s-%04x" % (digest[:4].hex().encode(), binascii.b2a_base64(digest[4:22], newline=False), minutes)
 
 
 def ttl_minutes_from_id(job_id: bytes) -> int:

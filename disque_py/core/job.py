@@ -59,6 +59,7 @@ __all__ = [
     "F_BCAST_WILLQUEUE",
     "F_DELIVERED",
     "F_NACK_DELAYED",
+    "F_YIELD",
     "Extra",
     "TRANSITIONS",
     "IllegalTransition",
@@ -85,6 +86,9 @@ F_DELIVERED = 4  # this node handed the job to a client at least once
 # Active and waiting for the end of a NACK's delay (NACK DELAY, or a BACKOFF): the requeue
 # that ends it is not a failed delivery (nothing counted, no dead letter; delivery.py).
 F_NACK_DELAYED = 8
+# A DEDUP job made here and on another node at once, whose other maker keeps it queued: when its
+# copies are made it is not queued here (dedup.py).
+F_YIELD = 16
 
 
 # Every move of a job's state on one node, and why it happens. A move not here is a bug:
@@ -249,18 +253,18 @@ class Job:
 
 class Extra:
     """What a job carries beyond Disque's fields, in one optional slot (``Job.extra``), so
-    that a job without any of it costs one ``None``. Made by ADDJOB's BACKOFF, MAXDELIVER
-    and DEADLETTER, by a NACK with a REASON, and for a dead letter (``origin``); carried by
-    the wire codec (``wire.py``) and the AOF (a JOBEXTRA record). ``delivery.py`` owns what
-    it means.
+    that a job without any of it costs one ``None``. Made by ADDJOB's BACKOFF, MAXDELIVER,
+    DEADLETTER and DEDUP, by a NACK with a REASON, and for a dead letter (``origin``); carried
+    by the wire codec (``wire.py``) and the AOF (a JOBEXTRA record). ``delivery.py`` owns what
+    the delivery fields mean, ``dedup.py`` the key.
 
     Times are milliseconds. ``count``: the deliveries of the job this node knows of (its
     own GETJOBs and the DELIVERED messages of the other holders); a lower bound of the
     true count, so MAXDELIVER never dead-letters a job early. ``origin`` (a dead letter
     only): (original ID, original queue, deliveries, reason or None, the original's
-    delivery options as ADDJOB arguments)."""
+    delivery options as ADDJOB arguments). ``dedup``: ADDJOB's DEDUP key (``dedup.py``)."""
 
-    __slots__ = ("backoff_min", "backoff_max", "maxdeliver", "deadletter", "count", "reason", "origin")
+    __slots__ = ("backoff_min", "backoff_max", "maxdeliver", "deadletter", "count", "reason", "origin", "dedup")
 
     def __init__(self) -> None:
         self.backoff_min = 0  # ms; backoff_max 0: no BACKOFF
@@ -270,6 +274,7 @@ class Extra:
         self.count = 0
         self.reason: bytes | None = None  # the last NACK's REASON
         self.origin: tuple | None = None
+        self.dedup: bytes | None = None  # ADDJOB's DEDUP key (dedup.py)
 
     def __eq__(self, other: object) -> bool:
         if type(other) is not Extra:

@@ -102,6 +102,8 @@ class Lifecycle:
             return
         ctx = self.ctx
         ctx.bury(job.id)
+        if job.extra is not None and job.extra.dedup is not None:
+            ctx.dedup_deleted(job)  # its ID is remembered for the dedup window (dedup.py)
         state = job.state
         if state == QUEUED:
             q = self._queues.get(job.queue)
@@ -137,6 +139,10 @@ class Lifecycle:
         job.deliveries = r.deliveries
         store.register(job)
         return True
+
+    def restore_gone(self, job_id: bytes, until: int) -> None:
+        """A DEDUPGONE: a DEDUP job deleted, its ID remembered until ``until`` (wall-clock ms)."""
+        self.ctx.dedup_remember(job_id, until - self.ctx.wall_offset)
 
     def restore_extra(self, job_id: bytes, extra: Any) -> None:
         """A JOBEXTRA: the delivery policy and dead-letter facts of the job just restored."""

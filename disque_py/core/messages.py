@@ -4,7 +4,7 @@ Theory of operation
 -------------------
 Every message a node receives on the bus's DATA channel (REPLJOB, GOTJOB,
 ENQUEUE, QUEUED, WORKING, WILLQUEUE, SETACK, GOTACK, DELJOB, PAUSE, NEEDJOBS,
-YOURJOBS, and ours: NACKED, DELIVERED) reaches its handler as a tuple subclass with named fields
+YOURJOBS, and ours: NACKED, DELIVERED, HASJOB, HAVEJOB) reaches its handler as a tuple subclass with named fields
 (``_Message``: a ``typing.NamedTuple`` but for its constructor) whose first
 field is its kind, so that its tuple form *is* the wire form ``(kind,
 *fields)``. A type is made from its tuple form, ``SetAck(("SETACK", id, n))``:
@@ -75,7 +75,7 @@ from .wire import RETRY_FIELD
 __all__ = [
     "ReplJob", "GotJob", "Enqueue", "Queued", "Working", "WillQueue", "SetAck", "SetAckTwoCopies",
     "GotAck", "GotAckDeleted", "DelJob", "DelJobHolders", "Pause", "NeedJobs", "YourJobs",
-    "Nacked", "Delivered", "nacked", "delivered",
+    "Nacked", "Delivered", "nacked", "delivered", "HasJob", "HaveJob", "has_job", "have_job",
     "repl_job", "got_job", "enqueue", "queued", "working", "will_queue", "set_ack", "set_ack_two_copies",
     "got_ack", "got_ack_deleted", "del_job", "del_job_holders", "pause", "need_jobs", "your_jobs",
     "receivers", "KINDS", "moves_to_watch",
@@ -257,6 +257,31 @@ class Delivered(_Message):
     __slots__ = ()
     kind: str
     job_id: bytes
+
+
+class HasJob(_Message):
+    """Do you hold ``job_id``, or remember it (a DEDUP job's window)? Answer HAVEJOB (dedup.py)."""
+
+    __slots__ = ()
+    kind: str
+    job_id: bytes
+
+
+class HaveJob(_Message):
+    """The answer to HASJOB: ``have`` True if held or remembered here."""
+
+    __slots__ = ()
+    kind: str
+    job_id: bytes
+    have: bool
+
+
+def has_job(job_id: bytes) -> tuple:  # HasJob
+    return ("HASJOB", job_id)
+
+
+def have_job(job_id: bytes, have: bool) -> tuple:  # HaveJob
+    return ("HAVEJOB", job_id, have)
 
 
 def nacked(job_id: bytes, delay: int, reason: bytes) -> tuple:  # Nacked
@@ -499,6 +524,18 @@ def _nacked(handle: Handler) -> Receiver:
     return receive
 
 
+def _havejob(handle: Handler) -> Receiver:
+    def receive(sender: str, b: list) -> Any:
+        if len(b) < 2:
+            return False
+        job_id, have = b[0], b[1]
+        if type(job_id) is bytes and len(job_id) == _ID_LEN and type(have) is bool:
+            return handle(sender, HaveJob(("HAVEJOB", job_id, have)))
+        return False
+
+    return receive
+
+
 _RECEIVERS: dict[str, Callable[[Handler], Receiver]] = {
     "REPLJOB": _repljob,
     "GOTJOB": _id_only("GOTJOB", GotJob),
@@ -514,6 +551,8 @@ _RECEIVERS: dict[str, Callable[[Handler], Receiver]] = {
     "YOURJOBS": _yourjobs,
     "NACKED": _nacked,
     "DELIVERED": _id_only("DELIVERED", Delivered),
+    "HASJOB": _id_only("HASJOB", HasJob),
+    "HAVEJOB": _havejob,
 }
 KINDS = tuple(_RECEIVERS)
 

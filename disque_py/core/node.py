@@ -36,6 +36,7 @@ table once, at construction. Which file decides what:
                    ENQUEUE, DEQUEUE, WORKING
 ``delivery.py``    NACK (DELAY, REASON, DEAD), BACKOFF, MAXDELIVER, dead letters;
                    NACKED/DELIVERED
+``dedup.py``       ADDJOB's DEDUP keys, their window; HASJOB/HAVEJOB
 ``acks.py``        ACK_ONCE, ack GC (SETACK/GOTACK/DELJOB), dummy acks,
                    tombstones; ACKJOB, FASTACK
 ``replication.py`` ADDJOB and its copies (REPLJOB/GOTJOB, NOREPL)
@@ -66,6 +67,7 @@ from .acks import Acks
 from .blocking import Blocking
 from .commandspec import ALWAYS, CommandSpec, bind, check_unique
 from .context import Context
+from .dedup import Dedup
 from .delivery import Delivery
 from .effects import BLOCKED
 from .federation import Federation
@@ -148,6 +150,7 @@ class Node:
         self.federation = federation = Federation(ctx)
         self.replication = replication = Replication(ctx)
         self.delivery = delivery = Delivery(ctx)
+        self.dedup = dedup = Dedup(ctx)
         # What the machines lend each other (see context.py).
         ctx.reschedule = lifecycle.reschedule
         ctx.delete_job = lifecycle.delete_job
@@ -164,6 +167,12 @@ class Node:
         ctx.replicate_job = replication.replicate_job
         ctx.delivered = delivery.delivered
         ctx.timed_out = delivery.timed_out
+        ctx.replication_add = replication.add
+        ctx.dedup_addjob = dedup.addjob
+        ctx.dedup_merge = dedup.merge
+        ctx.dedup_gone = dedup.is_gone
+        ctx.dedup_deleted = dedup.deleted
+        ctx.dedup_remember = dedup.remember
         ctx.fetch = blocking.fetch
         ctx.need_jobs = federation.need_jobs
         ctx.renew_on_take = federation.renew_on_take
@@ -191,6 +200,8 @@ class Node:
             "YOURJOBS": federation.on_yourjobs,
             "NACKED": delivery.on_nacked,
             "DELIVERED": delivery.on_delivered,
+            "HASJOB": dedup.on_hasjob,
+            "HAVEJOB": dedup.on_havejob,
         })  # fmt: skip
         # The memory level (memory.py); while it is 3 ``commands`` is a copy that refuses
         # OOM_COMMANDS, so no command pays for the check.
@@ -300,6 +311,9 @@ class Node:
         if replication.timers:
             replication.tick(now)
         self.lifecycle.run_due(now)
+        dedup = self.dedup
+        if dedup.queries or dedup._gone_order:
+            dedup.tick(now)
         blocking = self.blocking
         blocking.tick(now)
         self.acks.tick(now)
@@ -320,6 +334,8 @@ class Node:
     def client_closed(self, client: int) -> None:
         self.blocking.client_closed(client)
         self.replication.client_closed(client)
+        if self.dedup.queries:
+            self.dedup.client_closed(client)
 
     def take_effects(self) -> list[Any]:
         effects = self.ctx.effects
@@ -344,6 +360,11 @@ class Node:
         at = ctx.lazy_at
         if at and (best is None or at < best):
             best = at
+        dedup = self.dedup
+        if dedup.queries or dedup._gone_order:
+            at = dedup.next_wakeup()
+            if at is not None and (best is None or at < best):
+                best = at
         replication = self.replication
         if replication.timers:
             at = replication.next_wakeup()
@@ -360,15 +381,17 @@ class Node:
     # =====================================================================
     @property
     def blocked_clients(self) -> int:
-        return len(self.blocking.blocked) + len(self.replication.client_jobs)
+        return len(self.blocking.blocked) + len(self.replication.client_jobs) + len(self.dedup._client_queries)
 
     def is_blocked(self, client: int) -> bool:
-        return client in self.blocking.blocked or client in self.replication.client_jobs
+        return (client in self.blocking.blocked or client in self.replication.client_jobs
+                or client in self.dedup._client_queries)  # fmt: skip
 
     def flushall(self) -> None:
         """DEBUG FLUSHALL: forget every job and queue; waiters get a timeout reply."""
         self.blocking.flushall()
         self.replication.flushall()
+        self.dedup.flushall()
         ctx = self.ctx
         journal = ctx.journal
         if journal is not None:  # the AOF forgets them too, in this pass's write
@@ -380,7 +403,7 @@ class Node:
 
     def info_fields(self) -> dict[str, dict[str, Any]]:
         return {
-            "jobs": {"registered_jobs": len(self.ctx.store)},
+            "jobs": {"registered_jobs": len(self.ctx.store), "dedup_ids_remembered": len(self.dedup.gone)},
             "queues": {
                 "registered_queues": len(self.ctx.queues),
                 # (queue, peer) pairs this node may push jobs to (federation leases)

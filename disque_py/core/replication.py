@@ -46,8 +46,8 @@ from .commands import RETRY0_NEEDS_REPLICATE1, parse_addjob
 from .commandspec import QUEUE, CommandSpec
 from .context import Context
 from .effects import BLOCKED, Reply, Send
-from .job import ACKED, ACTIVE, F_BCAST_QUEUED, F_BCAST_WILLQUEUE, WAIT_REPL, Extra, Job, retry_deadline
-from .messages import GotJob, ReplJob, del_job, enqueue, got_job, repl_job
+from .job import ACKED, ACTIVE, F_BCAST_QUEUED, F_BCAST_WILLQUEUE, F_YIELD, WAIT_REPL, Extra, Job, retry_deadline
+from .messages import GotJob, ReplJob, del_job, enqueue, got_job, repl_job, set_ack
 from .queues import PAUSED_IN
 from .replies import Error, Status, err
 from .store import J_LOAD
@@ -112,6 +112,14 @@ class Replication:
         req = parse_addjob(argv)
         if type(req) is Error:
             return req
+        if req.dedup is not None:  # the job may exist already (dedup.py); add() when it does not
+            return self.ctx.dedup_addjob(client, req)
+        return self.add(client, req, None)
+
+    def add(self, client: int, req: Any, job_id: bytes | None) -> Any:
+        """ADDJOB's work once parsed (``req``: a ``commands.AddJob``): checks, the job, its
+        copies; ``job_id``: the ID to give it (a DEDUP job's), None for a new one. The reply,
+        or BLOCKED while its copies are made."""
         ctx = self.ctx
         replicate = req.replicate or min(DEFAULT_REPLICATE_MAX, ctx.cluster_size)
         if req.retry == 0 and replicate > 1:  # the default factor counts too, as in Disque
@@ -137,7 +145,7 @@ class Replication:
             ctime = self._prev_ctime + 1
         self._prev_ctime = ctime
         job = Job(
-            ctx.ids.new_id(req.ttl, req.retry),
+            job_id or ctx.ids.new_id(req.ttl, req.retry),
             WAIT_REPL,
             req.queue,
             req.body,
@@ -151,20 +159,24 @@ class Replication:
             now + (req.delay or req.retry) * 1000,
             ctx.myself_only,
         )
-        if req.extra is not None:  # BACKOFF, MAXDELIVER, DEADLETTER (delivery.py)
+        if req.extra is not None or job_id is not None:  # BACKOFF, MAXDELIVER, DEADLETTER, DEDUP
             job.extra = extra = Extra()
-            lo, hi, maxdeliver, deadletter = req.extra
-            if hi is not None:
-                extra.backoff_min, extra.backoff_max = lo, hi
-            extra.maxdeliver = maxdeliver or 0
-            extra.deadletter = deadletter
+            extra.dedup = req.dedup
+            if req.extra is not None:
+                lo, hi, maxdeliver, deadletter = req.extra
+                if hi is not None:
+                    extra.backoff_min, extra.backoff_max = lo, hi
+                extra.maxdeliver = maxdeliver or 0
+                extra.deadletter = deadletter
         if extrepl:
             job.delivered = ()
         elif replicate > 1:
             job.delivered = (ctx.id,)  # its own tuple: holders get added to it
         discard_local = req.async_ and extrepl
-        if not discard_local and not self._store.register(job):  # 144 random bits colliding: a bug
-            return err("Internal error creating the job, check server logs")
+        if not discard_local and not self._store.register(job):
+            if job_id is not None:  # a DEDUP job made here meanwhile: that one
+                return Status(job_id)
+            return err("Internal error creating the job, check server logs")  # 144 random bits colliding: a bug
         ctx.stats["jobs_added"] += 1
         reply: Any
         if (replicate > 1 or extrepl) and not req.async_:
@@ -273,12 +285,36 @@ class Replication:
         """Replication did not complete: tell the client, delete every copy."""
         ctx = self.ctx
         client = self.clients.pop(job.id, None)
+        dedup = job.extra is not None and job.extra.dedup is not None
         if client is not None:
             self.client_jobs.pop(client, None)
+            if dedup and type(reply) is Error:
+                reply = Error("%s; the DEDUP job is kept with the copies made (ADDJOB again with the "
+                              "same key answers its ID)" % reply)  # fmt: skip
             ctx.effects.append(Reply(client, reply))
+        if dedup:
+            self._keep(job)
+            return
         job.set_state(ACTIVE)  # no longer replicating: delete_job leaves its client alone
         ctx.send(job.delivered, del_job(bytes(job.id)))
         ctx.delete_job(job)
+
+    def _keep(self, job: Job) -> None:
+        """A DEDUP job whose copies were not all made, or whose client left: kept and queued,
+        never withdrawn. Another node may have answered its ID to a producer's retry already
+        (it holds a copy), so deleting the copies could lose a job a producer was told
+        exists (dedup.py)."""
+        ctx = self.ctx
+        job.set_state(ACTIVE)
+        job.confirmed = None
+        if ctx.id not in job.delivered:
+            job.delivered = tuple(job.delivered) + (ctx.id,)
+        if ctx.journal is not None:
+            ctx.journal.append((J_LOAD, job))
+        if job.delay == 0:
+            ctx.enqueue_job(job, False, True)
+        else:
+            ctx.reschedule(job)
 
     def dropped(self, job: Job) -> None:
         """A wait-repl job is being deleted here (its TTL ended, say): NOREPL for its client."""
@@ -297,6 +333,9 @@ class Replication:
         self.clients.pop(job_id, None)
         job = self._store.get(job_id)
         if job is not None and job.state == WAIT_REPL:
+            if job.extra is not None and job.extra.dedup is not None:
+                self._keep(job)
+                return
             job.set_state(ACTIVE)  # no longer replicating: delete_job leaves its client alone
             ctx = self.ctx
             ctx.send(job.delivered, del_job(bytes(job.id)))
@@ -328,7 +367,11 @@ class Replication:
         job.confirmed = None
         if ctx.journal is not None:  # registered in wait-repl, which the AOF skips: now it counts
             ctx.journal.append((J_LOAD, job))
-        if job.delay == 0:
+        if job.flags & F_YIELD:  # a DEDUP job another node made too, and queues (dedup.py)
+            job.flags &= ~F_YIELD
+            job.next_at = retry_deadline(job, ctx.now, ctx.randbits) if job.retry else 0
+            ctx.reschedule(job)
+        elif job.delay == 0:
             ctx.enqueue_job(job, False, True)  # fresh: a RETRY 0 one is queued once too
         else:
             ctx.reschedule(job)
@@ -353,6 +396,13 @@ class Replication:
             merged = tuple(dict.fromkeys(tuple(existing.delivered) + job.delivered))
             if existing.delivered or existing.state != ACKED:
                 existing.delivered = merged
+            extra = existing.extra
+            if extra is not None and extra.dedup is not None and existing.state != ACKED:
+                ctx.dedup_merge(existing, sender)  # made there too: one of the two queues it
+        elif job.extra is not None and job.extra.dedup is not None and ctx.dedup_gone(job.id):
+            # a DEDUP job done and forgotten here within its window: the sender's is a repeat
+            ctx.send((sender,), set_ack(bytes(job.id), len(job.delivered)))
+            return
         else:
             if ctx.id not in job.delivered:
                 job.delivered = job.delivered + (ctx.id,)

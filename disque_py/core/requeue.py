@@ -42,7 +42,7 @@ from typing import Any
 from .commands import check_job_ids
 from .commandspec import JOB_IDS, CommandSpec
 from .context import Context
-from .job import ACKED, ACTIVE, F_BCAST_QUEUED, F_BCAST_WILLQUEUE, F_DELIVERED, F_NACK_DELAYED, QUEUED, Job, retry_deadline
+from .job import ACKED, ACTIVE, F_BCAST_QUEUED, F_BCAST_WILLQUEUE, F_DELIVERED, F_NACK_DELAYED, F_YIELD, QUEUED, WAIT_REPL, Job, retry_deadline
 from .lifecycle import WILLQUEUE_ADVANCE_MS
 from .messages import Enqueue, Queued, WillQueue, Working, queued, set_ack, will_queue, working
 from .queues import PAUSED_IN, PAUSED_OUT
@@ -204,6 +204,9 @@ class Requeue:
             return
         if job.state == QUEUED and compare_ids_by_job(sender, self.ctx.id, job.id) > 0:
             self.dequeue_job(job)
+        elif job.state == WAIT_REPL and job.extra is not None and job.extra.dedup is not None:
+            if compare_ids_by_job(sender, self.ctx.id, job.id) > 0:
+                job.flags |= F_YIELD  # a DEDUP job made there too and queued there (dedup.py)
         job.flags &= ~F_NACK_DELAYED  # a NACK's delay ended there: queued by the sender
         self._postpone(job)
         flags = m.flags

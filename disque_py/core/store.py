@@ -39,7 +39,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 from .job import Job
 
-__all__ = ["JobStore", "SHARDS", "REBUILD_SLICE", "seq_of", "scan", "J_LOAD", "J_ACTIVE", "J_ACKED", "J_DEL"]
+__all__ = ["JobStore", "SHARDS", "REBUILD_SLICE", "seq_of", "scan", "J_LOAD", "J_ACTIVE", "J_ACKED", "J_DEL", "J_GONE"]
 
 # The journal (``JobStore.journal``, ``Context.journal``): what the AOF must learn, as
 # (kind, job) pairs appended by the machines while a node has an AOF, None otherwise. The
@@ -49,6 +49,7 @@ J_LOAD = 0  # a job's whole state: registered here, or its replication achieved
 J_ACTIVE = 1  # a RETRY 0 job was delivered: never to be queued again
 J_ACKED = 2  # acknowledged
 J_DEL = 3  # forgotten here
+J_GONE = 4  # a DEDUP job forgotten here: its ID is remembered until job.next_at (dedup.py)
 
 SHARDS = 64  # a power of two
 _MASK = SHARDS - 1

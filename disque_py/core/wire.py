@@ -64,6 +64,8 @@ def extra_to_wire(e: Extra) -> dict:
         d["r"] = e.reason
     if e.origin is not None:
         d["o"] = list(e.origin)
+    if e.dedup is not None:
+        d["k"] = e.dedup
     return d
 
 
@@ -83,6 +85,9 @@ def extra_from_wire(d: Any) -> Extra | None:
     e = Extra()
     get = d.get
     bm, bx, md, dl, c, r, o = get("bm", 0), get("bx", 0), get("md", 0), get("dl"), get("c", 0), get("r"), get("o")
+    k = get("k")
+    if k is not None and not (type(k) is bytes and 0 < len(k) <= 512):
+        return None
     if not (_small_int(bm) and _small_int(bx) and bm <= bx and _small_int(md) and _small_int(c)):
         return None
     if (dl is not None and not _name(dl)) or (r is not None and not _name(r)):
@@ -99,6 +104,7 @@ def extra_from_wire(d: Any) -> Extra | None:
             return None
         o = (oid, oqueue, odeliv, oreason, oopts)
     e.backoff_min, e.backoff_max, e.maxdeliver, e.deadletter, e.count, e.reason, e.origin = bm, bx, md, dl, c, r, o
+    e.dedup = k
     return e
 
 

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import Callable
 
-from .records import KINDS, Acked, Active, CorruptRecord, DelJob, JobExtra, LoadJob, Queued, RecordReader
+from .records import KINDS, Acked, Active, CorruptRecord, DedupGone, DelJob, JobExtra, LoadJob, Queued, RecordReader
 
 __all__ = ["CHUNK", "PROGRESS_MIN_SIZE", "Problem", "Report", "check", "cut", "run"]
 
@@ -48,7 +48,8 @@ CHUNK = 256 << 10  # smaller pieces decode no faster, larger ones slower (cache)
 #: Files from this size on get a progress bar (on a terminal only).
 PROGRESS_MIN_SIZE = 16 << 20
 
-_NAMES = {LoadJob: "LOADJOB", Queued: "QUEUED", Active: "ACTIVE", Acked: "ACKED", DelJob: "DELJOB", JobExtra: "JOBEXTRA"}
+_NAMES = {LoadJob: "LOADJOB", Queued: "QUEUED", Active: "ACTIVE", Acked: "ACKED", DelJob: "DELJOB", JobExtra: "JOBEXTRA",
+          DedupGone: "DEDUPGONE"}
 #: Kind names in the order of the format's table.
 KIND_NAMES = tuple(k.decode() for k in KINDS)
 

@@ -22,8 +22,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 
 from ..core.job import WAIT_REPL, Job
-from ..core.store import J_ACKED, J_ACTIVE, J_DEL, J_LOAD
-from .records import encode_acked, encode_active, encode_deljob, encode_extra, encode_job
+from ..core.store import J_ACKED, J_ACTIVE, J_DEL, J_GONE, J_LOAD
+from .records import encode_acked, encode_active, encode_deljob, encode_extra, encode_gone, encode_job
 
 __all__ = ["encode_entries", "snapshot"]
 
@@ -46,12 +46,18 @@ def encode_entries(entries: Iterable[tuple[int, Job]], wall_offset: int) -> byte
             add(encode_acked(job.id))
         elif kind == J_ACTIVE:
             add(encode_active(job.id))
+        elif kind == J_GONE:  # next_at: the end of its dedup window (dedup.py)
+            add(encode_gone(job.id, job.next_at + wall_offset))
     return b"".join(out)
 
 
-def snapshot(jobs: Iterable[Job], wall_offset: int, chunk: int = 4096) -> Iterator[bytes]:
-    """Every job's LOADJOB, ``chunk`` jobs to a string (a rewrite writes them one by one)."""
+def snapshot(jobs: Iterable[Job], wall_offset: int, chunk: int = 4096,
+             gone: Iterable[tuple[bytes, int]] = ()) -> Iterator[bytes]:  # fmt: skip
+    """Every job's LOADJOB, ``chunk`` jobs to a string (a rewrite writes them one by one), then
+    the DEDUP IDs remembered (``gone``: (ID, until on the core's clock), ``Dedup.gone``)."""
     out: list[bytes] = []
+    for job_id, until in gone:
+        out.append(encode_gone(job_id, until + wall_offset))
     for job in jobs:
         if job.body is None or job.state == WAIT_REPL:
             continue

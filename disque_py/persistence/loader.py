@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .records import Acked, Active, DelJob, JobExtra, LoadJob, Queued, RecordReader, Truncated
+from .records import Acked, Active, DedupGone, DelJob, JobExtra, LoadJob, Queued, RecordReader, Truncated
 
 if TYPE_CHECKING:
     from ..core.node import Node
@@ -67,6 +67,8 @@ class Loader:
                     expired += 1
             elif type(record) is JobExtra:
                 restore_extra(record.id, record.extra)
+            elif type(record) is DedupGone:
+                self.node.lifecycle.restore_gone(record.id, record.until)
             else:
                 by_kind[type(record)](record.id)
         self.records += len(got)

@@ -43,6 +43,9 @@ Disque's commands where one exists:
   origin: ``core.job.Extra``), written right after the job's LOADJOB, only for
   a job that has it. ``extra`` is the wire codec's map (``core.wire.
   extra_to_wire``) packed with msgpack; a job without it writes nothing new.
+* ``DEDUPGONE id until``: a DEDUP job was deleted here; its ID is remembered
+  (a repeat ADDJOB answers it, adding nothing) until ``until``, wall-clock ms
+  (``core/dedup.py``).
 
 Why the numbers share one element: a bulk string per field would make a
 LOADJOB 16 elements long, and decoding costs a few hundred nanoseconds of
@@ -99,6 +102,7 @@ __all__ = [
     "Acked",
     "DelJob",
     "JobExtra",
+    "DedupGone",
     "Record",
     "KINDS",
     "MAX_BULK_LEN",
@@ -112,6 +116,7 @@ __all__ = [
     "encode_acked",
     "encode_deljob",
     "encode_extra",
+    "encode_gone",
     "load_job_record",
 ]
 
@@ -198,7 +203,13 @@ class JobExtra:
     extra: Any  # core.job.Extra
 
 
-Record = LoadJob | Queued | Active | Acked | DelJob | JobExtra
+@dataclass(frozen=True, slots=True)
+class DedupGone:
+    id: bytes
+    until: int  # wall-clock ms
+
+
+Record = LoadJob | Queued | Active | Acked | DelJob | JobExtra | DedupGone
 
 
 # --- encoding -------------------------------------------------------------------------
@@ -247,6 +258,15 @@ def _encode_jobextra(r: JobExtra) -> bytes:
 _packb = msgpack.Packer(use_bin_type=True).pack
 
 
+def encode_gone(job_id: bytes, until: int) -> bytes:
+    """The DEDUPGONE record: ``job_id`` remembered until ``until`` (wall-clock ms)."""
+    return _finish([b"DEDUPGONE", bytes(job_id), b"%d" % until])
+
+
+def _encode_dedupgone(r: DedupGone) -> bytes:
+    return encode_gone(r.id, r.until)
+
+
 def encode_deljob(job_id: bytes) -> bytes:
     return _finish([b"DELJOB", bytes(job_id)])
 
@@ -254,6 +274,7 @@ def encode_deljob(job_id: bytes) -> bytes:
 _ENCODERS: dict[type, Callable[[Any], bytes]] = {
     LoadJob: encode_loadjob,
     JobExtra: _encode_jobextra,
+    DedupGone: _encode_dedupgone,
     Queued: lambda r: encode_queued(r.id),
     Active: lambda r: encode_active(r.id),
     Acked: lambda r: encode_acked(r.id),
@@ -405,6 +426,17 @@ def _decode_jobextra(e: list[bytes]) -> JobExtra:
     return JobExtra(bytes(e[1]), extra)
 
 
+_DIGITS_RE = re.compile(rb"\d{1,19}")
+
+
+def _decode_dedupgone(e: list[bytes]) -> DedupGone:
+    if not valid_job_id(e[1]):
+        raise _Bad("DEDUPGONE: malformed job ID")
+    if _DIGITS_RE.fullmatch(e[2]) is None or int(e[2]) > _MAX_I64:
+        raise _Bad("DEDUPGONE: expected a decimal number")
+    return DedupGone(bytes(e[1]), int(e[2]))
+
+
 class Kind(NamedTuple):
     count: int  # elements, the kind and the checksum included
     decode: Callable[[list[bytes]], Any]  # the elements before the checksum -> record; raises _Bad
@@ -422,6 +454,7 @@ KINDS: dict[bytes, Kind] = {
     b"ACKED": Kind(3, _id_decoder(Acked), _ID_LIMITS),
     b"DELJOB": Kind(3, _id_decoder(DelJob), _ID_LIMITS),
     b"JOBEXTRA": Kind(4, _decode_jobextra, (16, JOB_ID_LEN, _MAX_EXTRA)),
+    b"DEDUPGONE": Kind(4, _decode_dedupgone, (16, JOB_ID_LEN, 20)),
 }  # fmt: skip
 _COUNTS = frozenset(k.count for k in KINDS.values())
 _KIND_LIMIT = 16

@@ -535,7 +535,8 @@ class Aof:
         incremental = self.config.aof_rewrite_incremental_fsync
         unsynced = 0
         try:
-            for data in snapshot(self.node.store.values(), self.node.wall_offset):
+            gone = list(self.node.dedup.gone.items())
+            for data in snapshot(self.node.store.values(), self.node.wall_offset, gone=gone):
                 _write_all(fd, data)
                 unsynced += len(data)
                 if incremental and unsynced >= INCREMENTAL_FSYNC_BYTES:  # no burst of dirty pages at the end

@@ -76,6 +76,7 @@ class Server:
             wall_offset=wall_offset,
             address=(bind_ip, config.port),
         )
+        node.dedup.window_ms = config.dedup_window * 1000
         self.stats: dict[str, int] = {}  # INFO stats: each part adds and counts its own
         try:
             self.acl = acl = Acl.from_config(config, NODE_COMMANDS)  # the users: requirepass and the 'user' lines
@@ -176,6 +177,8 @@ class Server:
                 self.aof.turn_off()
         elif name == "appendfsync":
             self.aof.settings_changed()
+        elif name == "dedup-window":
+            self.node.dedup.window_ms = new * 1000  # IDs already remembered keep their end
 
     def _load_aof(self) -> None:
         """At start, before anyone is served: the jobs of the AOF, then append to it."""

@@ -39,6 +39,10 @@ Loads:
   instrumented processes, about half a second each on a busy machine.
 * ``addjob-aof-everysec``: one node with ``--appendonly yes --appendfsync everysec``; unpipelined
   ADDJOB only (the jobs stay queued: the wait for ``registered_jobs:0`` is skipped).
+* ``cycle-batched-policy``: ``cycle-batched`` with ``BACKOFF 1 60 MAXDELIVER 5`` on every ADDJOB
+  (what a job with a delivery policy costs; the issue's budget is 10 % over ``cycle-batched``).
+* ``replicate3-cycle-policy`` (only with ``--only``): ``replicate3-cycle`` with the same policy,
+  whose deliveries are told to the other holders (DELIVERED).
 
 What is not per job: timers (the 100 ms cron, cluster-bus pings, the once-a-second fsync) cost
 instructions in proportion to the wall time the nodes are up, and under callgrind a node runs
@@ -93,7 +97,12 @@ from disque_py.protocol.resp import encode_request
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 BASELINE = HERE / "instructions-baseline.json"
-LOADS = ("cycle-batched", "cycle-unpipelined", "replicate3-cycle", "addjob-aof-everysec")
+LOADS = ("cycle-batched", "cycle-unpipelined", "replicate3-cycle", "addjob-aof-everysec", "cycle-batched-policy")
+#: Loads run only when named with --only (slow, or for one question).
+OPTIONAL_LOADS = ("replicate3-cycle-policy",)
+#: The delivery policy the *-policy loads give every job (core/delivery.py): what a job that uses
+#: it costs beside one that does not.
+POLICY = ("BACKOFF", "1", "60", "MAXDELIVER", "5")
 QUEUE = "instructions-q"
 BODY = b"instructions-benchmark-body-0032"[:32].ljust(32, b".")
 BATCH = 100
@@ -194,10 +203,10 @@ def jobs_of(load: str, n: int) -> int:
     """The number of jobs a load really runs when asked for ``n`` (cycle-batched: whole batches;
     replicate3-cycle: a tenth, as each job costs three nodes several bus round trips, each
     slow under callgrind)."""
-    if load == "cycle-batched":
+    if load.startswith("cycle-batched"):
         per = BATCH + UNPIPELINED_PER_BATCH
         return max(1, n // per) * per
-    if load == "replicate3-cycle":
+    if load.startswith("replicate3-cycle"):
         return max(1, n // 10)
     return n
 
@@ -255,24 +264,33 @@ class Conn:
         self.sock.close()
 
 
-def _cycle(c: Conn, replicate: int | None = None) -> None:
+def _cycle(c: Conn, replicate: int | None = None, opts: tuple = ()) -> None:
     extra = ("REPLICATE", replicate) if replicate else ()
-    jid = c.call("ADDJOB", QUEUE, BODY, 0, *extra)
+    jid = c.call("ADDJOB", QUEUE, BODY, 0, *extra, *opts)
     got = c.call("GETJOB", "FROM", QUEUE)
     if not got or got[0][1] != jid:
         raise RuntimeError("GETJOB returned %r, not the job just added (%r)" % (got, jid))
     c.call("ACKJOB", jid)
 
 
-def load_cycle_batched(c: Conn, n: int) -> None:
+def load_cycle_batched(c: Conn, n: int, opts: tuple = ()) -> None:
     for _ in range(jobs_of("cycle-batched", n) // (BATCH + UNPIPELINED_PER_BATCH)):
-        c.pipeline([("ADDJOB", QUEUE, BODY, 0)] * BATCH)
+        c.pipeline([("ADDJOB", QUEUE, BODY, 0, *opts)] * BATCH)
         got = c.call("GETJOB", "COUNT", BATCH, "FROM", QUEUE)
         if len(got) != BATCH:
             raise RuntimeError("GETJOB COUNT %d returned %d jobs" % (BATCH, len(got)))
         c.call("ACKJOB", *[job[1] for job in got])
         for _ in range(UNPIPELINED_PER_BATCH):
-            _cycle(c)
+            _cycle(c, None, opts)
+
+
+def load_cycle_batched_policy(c: Conn, n: int) -> None:
+    load_cycle_batched(c, n, POLICY)
+
+
+def load_replicate3_policy(c: Conn, n: int) -> None:
+    for _ in range(jobs_of("replicate3-cycle", n)):
+        _cycle(c, 3, POLICY)
 
 
 def load_cycle_unpipelined(c: Conn, n: int) -> None:
@@ -303,6 +321,8 @@ SPECS = {
     "cycle-unpipelined": LoadSpec(1, load_cycle_unpipelined),
     "replicate3-cycle": LoadSpec(3, load_replicate3),
     "addjob-aof-everysec": LoadSpec(1, load_addjob, ("--appendonly", "yes", "--appendfsync", "everysec"), drain=False),
+    "cycle-batched-policy": LoadSpec(1, load_cycle_batched_policy),
+    "replicate3-cycle-policy": LoadSpec(3, load_replicate3_policy),
 }
 
 
@@ -440,7 +460,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         epilog=__doc__.split("\n\n", 1)[1],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--only", default=",".join(LOADS), help="comma-separated loads (default: all): " + ", ".join(LOADS))
+    p.add_argument("--only", default=",".join(LOADS), help="comma-separated loads (default: all of %s; also: %s)" % (", ".join(LOADS), ", ".join(OPTIONAL_LOADS)))
     p.add_argument("--n1", type=int, default=None, help="jobs of the smaller run (default 500; --quick 200)")
     p.add_argument("--n2", type=int, default=None, help="jobs of the larger run (default 3000; --quick 1000)")
     p.add_argument("--repeat", type=int, default=None, help="pairs of runs per load (default 2; --quick 1)")

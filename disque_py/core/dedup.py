@@ -1,0 +1,227 @@
+"""Deduplication keys: ADDJOB ... DEDUP key adds a job once per queue and key, cluster-wide.
+
+Theory of operation
+-------------------
+A producer that times out does not know whether its ADDJOB was taken. With a
+DEDUP key it asks again, on any node, and gets the same job ID, and nothing is
+added twice. There is no leader to ask, so the design makes the answer the
+same wherever it is computed:
+
+* The job's ID is a function of the queue, the key and at-most-once-ness
+  (``ids.dedup_job_id``), not of the node or the moment: two nodes that take
+  the same ADDJOB make one job, whose copies meet and merge like any copies
+  (``Replication.on_repljob``). The body and options of later ADDJOBs are
+  ignored, as SQS does.
+* A node answers the ID, adding nothing (a hit, ``dedup_hits`` in INFO),
+  when it holds the job in any state (queued, active, acked), or remembers
+  it: a DEDUP job deleted here (acknowledged and collected, expired,
+  DELJOB) leaves its ID in ``gone`` for ``dedup-window`` seconds (default
+  600; CONFIG SET), written to the AOF (DEDUPGONE) so a restart keeps it.
+  The window thus covers the whole life of the job and ``dedup-window``
+  after it.
+* A node that holds nothing of the ID asks the others (HASJOB, answered by
+  HAVEJOB) before it creates the job, unless every node of the cluster holds
+  a copy of every job of that replication factor (REPLICATE >= cluster size:
+  what this node lacks, nobody has). The client waits at most
+  ``QUERY_TIMEOUT_MS``; a node that does not answer in time is taken for one
+  that has nothing (it is cut off, or slow).
+* A DEDUP job is never withdrawn once made: when its copies are not all made
+  in time (NOREPL) or its client leaves, it is kept and queued with the
+  copies it has (``Replication._keep``); another node holding one of those
+  copies may have answered its ID to a retry already.
+* Two nodes that create it at once (neither knew of the other's): the copies
+  merge into one job, and of the two creators the one that wins Disque's
+  per-job node comparison (``requeue.compare_ids_by_job``) keeps it queued;
+  the other takes it out of its queue, or does not queue it when its copies
+  are made (``F_YIELD``). A copy that arrives for an ID in ``gone`` is not
+  kept: its sender is told SETACK (the job ran already).
+
+Under a partition each side can make the job once (it cannot ask the other):
+at most one per side, which merge when the cut heals, and none is lost.
+
+Commands: ADDJOB's DEDUP (``Replication.cmd_addjob`` hands it here). Messages:
+HASJOB, HAVEJOB. Called through the context by ``Replication`` (``dedup_addjob``,
+``dedup_merge``, ``dedup_gone``) and ``Lifecycle`` (``dedup_deleted``).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+from .context import Context
+from .effects import BLOCKED, Reply
+from .ids import dedup_job_id
+from .job import F_YIELD, QUEUED, WAIT_REPL, Job
+from .messages import HasJob, HaveJob, has_job, have_job, queued
+from .replies import Error, Status
+from .requeue import compare_ids_by_job
+from .store import J_GONE
+
+__all__ = ["Dedup", "QUERY_TIMEOUT_MS", "DEFAULT_WINDOW_MS"]
+
+QUERY_TIMEOUT_MS = 200  # how long a node waits for the others' HAVEJOB before it creates the job
+DEFAULT_WINDOW_MS = 600_000  # dedup-window's default (600 s)
+GONE_GC_BATCH = 1024  # tombstones dropped per tick at most
+
+
+class _Query:
+    """An ADDJOB DEDUP waiting for the other nodes' HAVEJOB (one per job ID; later ADDJOBs of
+    the same ID wait with it)."""
+
+    __slots__ = ("waiters", "missing", "deadline")
+
+    def __init__(self, waiters: list, missing: set, deadline: int) -> None:
+        self.waiters = waiters  # [(client, AddJob)]
+        self.missing = missing  # nodes not answered yet
+        self.deadline = deadline
+
+
+class Dedup:
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self._store = ctx.store
+        ctx.stats["dedup_hits"] = 0
+        self.window_ms = DEFAULT_WINDOW_MS
+        #: dedup job ID -> end of its window (monotonic ms), for a job deleted here
+        self.gone: dict[bytes, int] = {}
+        self._gone_order: deque[tuple[int, bytes]] = deque()
+        self.queries: dict[bytes, _Query] = {}
+        self._client_queries: dict[int, bytes] = {}
+
+    # -- ADDJOB DEDUP ---------------------------------------------------------------------
+    def addjob(self, client: int, req: Any) -> Any:
+        ctx = self.ctx
+        job_id = dedup_job_id(req.queue, req.dedup, req.retry)
+        if self._store.get(job_id) is not None or job_id in self.gone:
+            ctx.stats["dedup_hits"] += 1
+            return Status(job_id)
+        query = self.queries.get(job_id)
+        if query is not None:
+            query.waiters.append((client, req))
+            self._client_queries[client] = job_id
+            return BLOCKED
+        others = [n for n in ctx.reachable if n != ctx.id]
+        replicate = req.replicate or min(3, ctx.cluster_size)
+        if not others or replicate >= ctx.cluster_size:
+            # Every node holds a copy of such a job: what this one lacks, nobody has.
+            return ctx.replication_add(client, req, job_id)
+        self.queries[job_id] = _Query([(client, req)], set(others), ctx.now + QUERY_TIMEOUT_MS)
+        self._client_queries[client] = job_id
+        ctx.send(others, has_job(job_id))
+        return BLOCKED
+
+    def _answer(self, job_id: bytes, found: bool) -> None:
+        """The query of ``job_id`` is over: a hit for everyone waiting (``found``), or the job
+        is made for the first waiter and the others find it made."""
+        query = self.queries.pop(job_id, None)
+        if query is None:
+            return
+        ctx = self.ctx
+        effects = ctx.effects
+        for client, req in query.waiters:
+            self._client_queries.pop(client, None)
+            if found or self._store.get(job_id) is not None:
+                ctx.stats["dedup_hits"] += 1
+                effects.append(Reply(client, Status(job_id)))
+                continue
+            reply = ctx.replication_add(client, req, job_id)
+            if reply is not BLOCKED:
+                effects.append(Reply(client, reply))
+            found = False
+
+    def client_closed(self, client: int) -> None:
+        job_id = self._client_queries.pop(client, None)
+        if job_id is None:
+            return
+        query = self.queries.get(job_id)
+        if query is not None:
+            query.waiters = [w for w in query.waiters if w[0] != client]
+            if not query.waiters:
+                del self.queries[job_id]
+
+    # -- hooks of the other machines ---------------------------------------------------------
+    def merge(self, job: Job, sender: str) -> None:
+        """A copy of DEDUP ``job``, held here, arrived from ``sender``, which made the job too
+        (REPLJOB comes from the node that took the ADDJOB): of the two, the winner of the
+        per-job comparison keeps it queued."""
+        if compare_ids_by_job(sender, self.ctx.id, job.id) <= 0:
+            if job.state == QUEUED:
+                self.ctx.send((sender,), queued(bytes(job.id), 0))  # the sender yields (Requeue.on_queued)
+            return
+        if job.state == QUEUED:
+            self.ctx.dequeue_job(job)
+        elif job.state == WAIT_REPL:
+            job.flags |= F_YIELD  # not queued here when its copies are made
+
+    def is_gone(self, job_id: bytes) -> bool:
+        return job_id in self.gone
+
+    def deleted(self, job: Job) -> None:
+        """A DEDUP job is deleted here (``Lifecycle.delete_job``): its ID is remembered for the
+        window. ``job.next_at`` carries the window's end to the AOF (the journal's J_GONE)."""
+        ctx = self.ctx
+        until = ctx.now + self.window_ms
+        self.remember(job.id, until)
+        journal = ctx.journal
+        if journal is not None:
+            job.next_at = until
+            journal.append((J_GONE, job))
+
+    def remember(self, job_id: bytes, until: int) -> None:
+        if until <= self.ctx.now:
+            return
+        self.gone[job_id] = until
+        self._gone_order.append((until, job_id))
+
+    # -- messages -----------------------------------------------------------------------
+    def on_hasjob(self, sender: str, m: HasJob) -> None:
+        job_id = m.job_id
+        self.ctx.send((sender,), have_job(job_id, self._store.get(job_id) is not None or job_id in self.gone))
+
+    def on_havejob(self, sender: str, m: HaveJob) -> None:
+        query = self.queries.get(m.job_id)
+        if query is None:
+            return
+        if m.have:
+            self._answer(m.job_id, True)
+            return
+        query.missing.discard(sender)
+        if not query.missing:
+            self._answer(m.job_id, False)
+
+    # -- time ---------------------------------------------------------------------------
+    def tick(self, now: int) -> None:
+        if self.queries:
+            for job_id in [i for i, q in self.queries.items() if q.deadline <= now]:
+                self._answer(job_id, False)  # the silent ones have nothing we can wait for
+        order = self._gone_order
+        gone = self.gone
+        n = 0
+        while order and order[0][0] <= now and n < GONE_GC_BATCH:
+            until, job_id = order.popleft()
+            if gone.get(job_id) == until:
+                del gone[job_id]
+            n += 1
+
+    def next_wakeup(self) -> int | None:
+        best = None
+        for q in self.queries.values():
+            if best is None or q.deadline < best:
+                best = q.deadline
+        if self._gone_order:
+            at = self._gone_order[0][0]
+            if best is None or at < best:
+                best = at
+        return best
+
+    def flushall(self) -> None:
+        effects = self.ctx.effects
+        for query in self.queries.values():
+            for client, _ in query.waiters:
+                effects.append(Reply(client, Error("NOREPL job removed by DEBUG FLUSHALL")))
+        self.queries.clear()
+        self._client_queries.clear()
+        self.gone.clear()
+        self._gone_order.clear()
+
