@@ -639,6 +639,7 @@ async def dead_action(request: Request, h: NodeHandle, caller: Caller) -> Respon
     peers = {p.id: p for p in _members(h)}
     done: list[str] = []
     errors: dict[str, str] = {}
+    requeued_as: dict[str, str] = {}
     for node_id, held in deadletters.by_node(chosen).items():
         for batch in deadletters.chunks(held):
             peer = peers.get(node_id)
@@ -652,5 +653,6 @@ async def dead_action(request: Request, h: NodeHandle, caller: Caller) -> Respon
                 got = deadletters.StepResult(errors={d.id: "node %s: %s" % (node_id[:8], exc) for d in batch})
             done += got.done
             errors.update(got.errors)
+            requeued_as.update((k, v) for k, v in got.new_ids.items() if k in got.done)
     return _json({"name": _text(name), "action": action, "done": len(done), "ids": done, "errors": errors,
-                  "unreachable": unreachable})  # fmt: skip
+                  "requeued_as": requeued_as, "unreachable": unreachable})  # fmt: skip
