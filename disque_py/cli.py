@@ -5,6 +5,7 @@
     disque-py check-aof [--fix [--yes]] FILE
     disque-py gen-certs DIR [--dns NAME ...] [--ip ADDRESS ...] [--force]
     disque-py top [--nodes HOST:PORT,...] [--sort length|in|out|blocked|name] [--once [--json]]
+    disque-py dead list|show|requeue|purge [QUEUE] [JOB_ID... | --all] [--nodes HOST:PORT,...]
 """
 
 from __future__ import annotations
@@ -669,7 +670,10 @@ def top(nodes: str, no_discover: bool, password: str | None, username: str | Non
 
 
 from .client.cli_worker import worker as _worker_command  # noqa: E402
+from .deadcmd import dead as _dead_command  # noqa: E402
+
 main.add_command(_worker_command)
+main.add_command(_dead_command)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -10,7 +10,8 @@ does not answer in time is shown as unreachable with the error, never waited for
 
 Actions (pause, ack, nack, dequeue) are the commands clients use: ``PAUSE q mode BCAST``
 here, ``ACKJOB`` here (it spreads through the cluster as a client's does), ``NACK`` and
-``DEQUEUE`` on every node that holds the job.
+``DEQUEUE`` on every node that holds the job. Dead letters (list, show, requeue, purge) are
+``deadletters.py``'s steps, the ones ``disque-py dead`` runs, driven here over the same asks.
 """
 
 from __future__ import annotations
@@ -26,12 +27,14 @@ import trio
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from .. import deadletters
 from ..core.ids import valid_job_id
 from ..core.replies import Error, NullArray, Status
 from .access import Caller
 from .handle import NodeHandle, Peer
 
-__all__ = ["ApiError", "readiness", "cluster", "queues", "queue", "pause", "job_get", "job_action", "PEER_TIMEOUT"]
+__all__ = ["ApiError", "readiness", "cluster", "queues", "queue", "pause", "job_get", "job_action", "dead_queues",
+           "dead_queue", "dead_action", "PEER_TIMEOUT"]
 
 #: Longest wait for one peer's answers (connect included), in seconds.
 PEER_TIMEOUT = 1.5
@@ -548,3 +551,108 @@ async def job_action(request: Request, h: NodeHandle, caller: Caller) -> Respons
             raise ApiError(502, "node %s: %s" % (node_id[:8], exc)) from None
         result += _int(_check(reply))
     return _json({"id": _text(job_id), "action": action, "result": result})
+
+
+# ---------------------------------------------------------------- dead letters
+# The steps are deadletters.py's, shared with `disque-py dead`; here they are driven over
+# ``ask`` (this node in process, peers on their client ports).
+async def _drive(h: NodeHandle, caller: Caller, peer: Peer, steps: Any) -> Any:
+    try:
+        argvs = next(steps)
+        while True:
+            argvs = steps.send(await ask(h, caller, peer, argvs))
+    except StopIteration as stop:
+        return stop.value
+
+
+async def _dead_letters(h: NodeHandle, caller: Caller, queue: bytes | None) -> tuple[dict[str, Any], list[dict[str, str]]]:
+    """Every node's dead letters (of ``queue``), merged by job ID; and the nodes that could not say."""
+    found: list[list[Any]] = []
+    unreachable: list[dict[str, str]] = []
+
+    async def one(peer: Peer) -> None:
+        try:
+            found.append(await _drive(h, caller, peer, deadletters.scan(queue, peer.id)))
+        except trio.TooSlowError:
+            unreachable.append({"id": peer.id, "error": "no answer in %.1f s" % PEER_TIMEOUT})
+        except Exception as exc:  # noqa: BLE001 - one node's failure is shown, not raised
+            unreachable.append({"id": peer.id, "error": str(exc) or type(exc).__name__})
+
+    async with trio.open_nursery() as nursery:
+        for peer in _members(h):
+            nursery.start_soon(one, peer)
+    denied = [u["error"] for u in unreachable if u["error"].startswith(("NOPERM", "NOAUTH"))]
+    if denied:
+        raise ApiError(403, denied[0])
+    return deadletters.merge(found), unreachable
+
+
+async def dead_queues(request: Request, h: NodeHandle, caller: Caller) -> Response:
+    found, unreachable = await _dead_letters(h, caller, None)
+    now = time.time()
+    queues = [q.as_json(now) for q in deadletters.summarize(found.values())]
+    return _json({"time": now, "queues": queues, "unreachable": unreachable})
+
+
+def _dead_name(request: Request) -> bytes:
+    name = request.path_params["name"]
+    if not name:
+        raise ApiError(400, "a queue name is needed")
+    return name.encode("utf-8", "surrogateescape")
+
+
+async def dead_queue(request: Request, h: NodeHandle, caller: Caller) -> Response:
+    name = _dead_name(request)
+    limit = _limit(request)
+    found, unreachable = await _dead_letters(h, caller, name)
+    now = time.time()
+    jobs = deadletters.sort_jobs(found.values())
+    return _json({"time": now, "name": _text(name), "count": len(jobs), "truncated": len(jobs) > limit,
+                  "jobs": [j.as_json(now) for j in jobs[:limit]], "unreachable": unreachable})  # fmt: skip
+
+
+_DEAD_ACTIONS = {"requeue": deadletters.requeue_steps, "purge": deadletters.purge_steps}
+
+
+async def dead_action(request: Request, h: NodeHandle, caller: Caller) -> Response:
+    """POST /api/dead/{name}/requeue|purge with ``{"ids": [...]}`` or ``{"all": true}``."""
+    action = request.url.path.rsplit("/", 1)[-1]
+    steps_of = _DEAD_ACTIONS.get(action)
+    if steps_of is None:
+        raise ApiError(404, "not found")
+    name = _dead_name(request)
+    body = await _json_body(request)
+    ids = body.get("ids")
+    every = body.get("all") is True
+    if every == (ids is not None):
+        raise ApiError(400, 'give "ids" (a list of job IDs) or "all": true')
+    if ids is not None and (not isinstance(ids, list) or not ids or not all(isinstance(i, str) for i in ids)):
+        raise ApiError(400, '"ids" must be a non-empty list of job IDs')
+    found, unreachable = await _dead_letters(h, caller, name)
+    if every:
+        chosen = deadletters.sort_jobs(found.values())
+    else:
+        missing = [i for i in ids if i not in found]
+        if missing:
+            raise ApiError(404, "not a dead letter of %s: %s" % (_text(name), ", ".join(missing[:10])))
+        chosen = [found[i] for i in dict.fromkeys(ids)]
+    peers = {p.id: p for p in _members(h)}
+    done: list[str] = []
+    errors: dict[str, str] = {}
+    requeued_as: dict[str, str] = {}
+    for node_id, held in deadletters.by_node(chosen).items():
+        for batch in deadletters.chunks(held):
+            peer = peers.get(node_id)
+            try:
+                if peer is None:
+                    raise ConnectionError("node %s is not in the node table any more" % node_id[:8])
+                got = await _drive(h, caller, peer, steps_of(batch))
+            except trio.TooSlowError:
+                got = deadletters.StepResult(errors={d.id: "node %s did not answer" % node_id[:8] for d in batch})
+            except Exception as exc:  # noqa: BLE001 - said per job, the others go on
+                got = deadletters.StepResult(errors={d.id: "node %s: %s" % (node_id[:8], exc) for d in batch})
+            done += got.done
+            errors.update(got.errors)
+            requeued_as.update((k, v) for k, v in got.new_ids.items() if k in got.done)
+    return _json({"name": _text(name), "action": action, "done": len(done), "ids": done, "errors": errors,
+                  "requeued_as": requeued_as, "unreachable": unreachable})  # fmt: skip

@@ -103,11 +103,14 @@ class NodeCollector:
             ("needjobs_received", "NEEDJOBS messages received"),
             ("yourjobs_sent", "YOURJOBS messages sent"),
             ("yourjobs_received", "YOURJOBS messages received"),
+            ("jobs_dead_lettered", "Jobs made dead letters here (MAXDELIVER reached, or NACK ... DEAD)"),
+            ("jobs_nack_delayed", "NACKs with a delay (DELAY, or the job's BACKOFF) handled here"),
         ):
             yield counter("disque_" + key, doc, nstats.get(key, 0))
 
         yield from self._commands()
         yield from self._queues(node, cfg, vals, lens)
+        yield self._dead_letters(node, cfg)
         yield from self._bus(h)
         yield from self._memory(node, cfg)
         yield from self._aof(h)
@@ -206,6 +209,23 @@ class NodeCollector:
         yield jout
         yield rate
         yield paused
+
+    def _dead_letters(self, node: Any, cfg: Any) -> Metric:
+        """Jobs dead-lettered here, by their original queue (``Delivery.dead_by_queue``): the
+        ``admin-metrics-max-queues`` queues with the most, the rest summed under ``_other``."""
+        fam = CounterMetricFamily("disque_queue_jobs_dead_lettered", "Jobs of the queue made dead letters here",
+                                  labels=["queue"])  # fmt: skip
+        delivery = getattr(node, "delivery", None)
+        counts = dict(getattr(delivery, "dead_by_queue", None) or {})
+        cap = int(getattr(cfg, "admin_metrics_max_queues", 1000))
+        names = list(counts)
+        if len(names) > cap:
+            names = heapq.nlargest(cap, names, key=counts.__getitem__)
+        for name in names:
+            fam.add_metric([_name(name)], counts.pop(name))
+        if counts:
+            fam.add_metric([OTHER], sum(counts.values()))
+        return fam
 
     def _bus(self, h: NodeHandle) -> Iterator[Metric]:
         peers = h.peers()

@@ -1,5 +1,5 @@
-// The admin page of a disque-py node: the cluster map, the queues with their live rates and a
-// job inspector, all read from the node's JSON API (/api/...). No framework and no build step.
+// The admin page of a disque-py node: the cluster map, the queues with their live rates, the
+// dead letters and a job inspector, all read from the node's JSON API (/api/...). No framework and no build step.
 // Every value from the API reaches the page through textContent or an attribute, never as HTML.
 "use strict";
 
@@ -454,6 +454,105 @@
     }
   }
 
+  // ---- dead letters ---------------------------------------------------------------------------
+  // /api/dead lists the dead-letter queues, /api/dead/{name} their jobs; requeue and purge are the
+  // steps `disque-py dead` runs (ADDJOB to the original queue then ACKJOB; ACKJOB).
+
+  const DEAD_EVERY = 5; // refreshed every this many ticks (a scan of every node's jobs)
+  let deadTicks = 0;
+  let deadShown = null; // the queue whose jobs are shown
+
+  function renderDead(data) {
+    const list = Array.isArray(data.queues) ? data.queues : [];
+    setText($("dead-count"), "(" + list.length + ")");
+    const rows = list.map((q) => {
+      const name = String(q.name);
+      const from = Object.entries(q.original_queues || {}).map(([k, v]) => k + " (" + fmtInt(v) + ")").join(", ");
+      return el("tr", { "data-testid": "dead-row", "data-queue": name },
+        el("td", { class: "mono qname" }, el("button", { type: "button", class: "link", "data-testid": "dead-name", title: "show its jobs", onclick: () => showDead(name) }, name)),
+        el("td", { class: "num", "data-testid": "dead-jobs" }, fmtInt(q.count)),
+        el("td", { class: "mono", "data-testid": "dead-from" }, from),
+        el("td", { class: "num" }, fmtDuration(q.oldest_age)),
+        el("td", {}, el("div", { class: "actions-cell" },
+          el("button", { type: "button", class: "small", "data-testid": "dead-requeue-all", onclick: () => deadAction(name, "requeue", null) }, "Requeue all"),
+          el("button", { type: "button", class: "small danger", "data-testid": "dead-purge-all", onclick: () => deadAction(name, "purge", null) }, "Purge all"))));
+    });
+    $("dead-body").replaceChildren(...rows);
+    $("dead-empty").hidden = list.length > 0;
+    const unreachable = Array.isArray(data.unreachable) ? data.unreachable : [];
+    if (unreachable.length) showError("dead-nodes", "dead letters: not asked: " + unreachable.map((u) => String(u.id).slice(0, 8) + " (" + String(u.error) + ")").join(", "));
+    else clearError("dead-nodes");
+  }
+
+  async function refreshDead() {
+    try {
+      renderDead(await api("GET", "/api/dead"));
+      clearError("dead");
+    } catch (exc) {
+      showError("dead", String(exc.message || exc));
+    }
+    if (deadShown !== null) await showDead(deadShown, true);
+  }
+
+  async function showDead(name, quiet) {
+    const panel = $("dead-detail");
+    try {
+      const q = await api("GET", "/api/dead/" + enc(name));
+      clearError("dead-queue");
+      deadShown = name;
+      const jobs = Array.isArray(q.jobs) ? q.jobs : [];
+      const close = el("button", { type: "button", class: "small", "data-testid": "dead-detail-close", onclick: () => { panel.hidden = true; deadShown = null; } }, "close");
+      panel.replaceChildren(
+        el("h3", {}, "Dead letters of ", el("span", { class: "mono", text: String(q.name) }), " ", close),
+        el("p", { class: "muted" }, fmtInt(q.count) + " job" + (q.count === 1 ? "" : "s") + (q.truncated ? " (the oldest shown)" : "")),
+        jobs.length
+          ? el("table", { class: "jobs", "data-testid": "dead-jobs-table" },
+            el("thead", {}, el("tr", {}, el("th", {}, "job"), el("th", {}, "original queue"), el("th", { class: "num" }, "deliveries"),
+              el("th", {}, "reason"), el("th", { class: "num" }, "age"), el("th", {}, "body"), el("th", {}, "actions"))),
+            el("tbody", {}, ...jobs.map((j) => el("tr", { "data-testid": "dead-job", "data-id": String(j.id) },
+              el("td", { class: "mono" }, el("button", { type: "button", class: "link", title: "original job " + String(j.original_id), onclick: () => inspect(String(j.id)) }, String(j.id))),
+              el("td", { class: "mono", "data-testid": "dead-job-origin" }, String(j.original_queue)),
+              el("td", { class: "num", "data-testid": "dead-job-deliveries" }, fmtInt(j.deliveries)),
+              el("td", { "data-testid": "dead-job-reason" }, j.reason === null || j.reason === undefined ? "–" : String(j.reason)),
+              el("td", { class: "num" }, fmtDuration(j.age)),
+              el("td", { class: "body-preview" }, String(j.body === undefined ? "" : j.body).slice(0, 80)),
+              el("td", {}, el("div", { class: "actions-cell" },
+                el("button", { type: "button", class: "small", "data-testid": "dead-job-requeue", onclick: () => deadAction(name, "requeue", String(j.id)) }, "Requeue"),
+                el("button", { type: "button", class: "small danger", "data-testid": "dead-job-purge", onclick: () => deadAction(name, "purge", String(j.id)) }, "Purge")))))))
+          : el("p", { class: "muted", "data-testid": "dead-detail-empty" }, "No dead letters in this queue."),
+      );
+      panel.hidden = false;
+    } catch (exc) {
+      if (!quiet) showError("dead-queue", String(exc.message || exc));
+    }
+  }
+
+  async function deadAction(name, action, id) {
+    const what = id === null ? "every dead letter of “" + name + "”" : "dead letter " + id;
+    const text = action === "requeue"
+      ? "Requeue " + what + " to its original queue (ADDJOB, then ACKJOB of the dead letter)?"
+      : "Purge " + what + " (ACKJOB)? It cannot be recovered.";
+    if (!(await confirmAction(text))) return;
+    const out = $("dead-result");
+    try {
+      const r = await api("POST", "/api/dead/" + enc(name) + "/" + action, id === null ? { all: true } : { ids: [id] });
+      const failed = Object.keys(r.errors || {}).length;
+      setText(out, action + " " + name + ": " + fmtInt(r.done) + " done" + (failed ? ", " + failed + " failed" : ""));
+      out.dataset.action = action;
+      out.dataset.done = String(r.done);
+      out.hidden = false;
+      if (failed) showError("dead-action", action + ": " + Object.entries(r.errors).map(([k, v]) => k + ": " + v).join("; "));
+      else clearError("dead-action");
+    } catch (exc) {
+      setText(out, action + " " + name + " failed");
+      out.dataset.action = action;
+      out.dataset.done = "error";
+      out.hidden = false;
+      showError("dead-action", String(exc.message || exc));
+    }
+    await refreshDead();
+  }
+
   // ---- the refresh loop -----------------------------------------------------------------------
 
   function setStatus(ok, text) {
@@ -495,7 +594,8 @@
     timer = null;
     if (ticking) return;
     ticking = true;
-    const [a, b] = await Promise.all([refreshCluster(), refreshQueues()]);
+    const dead = deadTicks++ % DEAD_EVERY === 0 ? refreshDead() : null;
+    const [a, b] = await Promise.all([refreshCluster(), refreshQueues(), dead]);
     if (a && b) setStatus(true, "connected");
     else if (!a && !b) setStatus(false, "node unreachable");
     else setStatus(false, "partial");
@@ -507,6 +607,7 @@
   function init() {
     $("error-dismiss").addEventListener("click", () => { errors.clear(); renderErrors(); });
     $("queue-filter").addEventListener("input", () => renderQueueOrder(lastOrder));
+    $("dead-refresh").addEventListener("click", () => refreshDead());
     $("job-form").addEventListener("submit", (ev) => { ev.preventDefault(); inspect($("job-id").value); });
     for (const b of document.querySelectorAll("#job-view [data-action]")) {
       b.addEventListener("click", () => jobAction(b.dataset.action));

@@ -1,0 +1,102 @@
+"""`disque-py dead list|show|requeue|purge` against a real 3-node cluster."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from disque_py import launcher
+
+from .conftest import ROOT, wait_for
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def cluster3(start_node):
+    nodes = [start_node() for _ in range(3)]
+    launcher.join([(n.host, n.port) for n in nodes], timeout=30)
+    return nodes
+
+
+def dead(node, *args: str, input: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "disque_py.cli", "dead", *args, "--nodes", "127.0.0.1:%d" % node.port],
+                          capture_output=True, text=True, timeout=60, cwd=ROOT, input=input)  # fmt: skip
+
+
+def dead_letter(c, queue: str, body: str, reason: str) -> str:
+    job_id = c.execute_command("ADDJOB", queue, body, 0, "RETRY", 1, "MAXDELIVER", 1, "REPLICATE", 2).decode()
+    assert c.execute_command("GETJOB", "NOHANG", "FROM", queue)[0][1].decode() == job_id
+    assert c.execute_command("NACK", job_id, "REASON", reason) == 1
+    return job_id
+
+
+def qlen(nodes, queue: str) -> int:
+    return sum(n.client().execute_command("QLEN", queue) for n in nodes)
+
+
+def test_dead_list_show_requeue_purge(cluster3):
+    a, b, c = cluster3
+    originals = [dead_letter(b.client(), "orders", "o-%d" % i, "timeout") for i in range(3)]
+    dead_letter(c.client(), "mail", "m-0", "bounced")
+
+    # list asks a only; b and c are found through HELLO, and copies on two nodes count once
+    got = wait_for(lambda: json.loads(dead(a, "list", "--json").stdout), what="a listing")
+    assert [(q["name"], q["count"], q["original_queues"]) for q in got] == [
+        ("orders.dead", 3, {"orders": 3}), ("mail.dead", 1, {"mail": 1})]
+    out = dead(a, "list")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[0].split() == ["QUEUE", "JOBS", "FROM", "OLDEST"]
+
+    out = dead(a, "show", "orders.dead", "--json")
+    jobs = json.loads(out.stdout)
+    assert sorted(j["original_id"] for j in jobs) == sorted(originals)
+    assert {(j["original_queue"], j["deliveries"], j["reason"]) for j in jobs} == {("orders", 1, "timeout")}
+    text = dead(a, "show", "orders.dead").stdout
+    assert "timeout" in text and jobs[0]["id"] in text
+
+    # requeue one: back in orders, the dead letter gone
+    out = dead(a, "requeue", "orders.dead", jobs[0]["id"])
+    assert (out.returncode, out.stdout.strip()) == (0, "requeued 1 dead letter of orders.dead"), out.stderr
+    assert qlen(cluster3, "orders") == 1
+    assert len(json.loads(dead(a, "show", "orders.dead", "--json").stdout)) == 2
+
+    # an ID that is not a dead letter of the queue, or neither IDs nor --all: nothing done
+    out = dead(a, "requeue", "orders.dead", "D-00000000-000000000000000000000000-05a1")
+    assert out.returncode == 1 and "not a dead letter" in out.stderr
+    assert dead(a, "purge", "orders.dead").returncode == 2
+    # purge asks first: "n" keeps them
+    out = dead(a, "purge", "orders.dead", "--all", input="n\n")
+    assert out.returncode == 1
+    assert len(json.loads(dead(a, "show", "orders.dead", "--json").stdout)) == 2
+
+    out = dead(a, "purge", "orders.dead", "--all", "--yes", "--progress")
+    assert (out.returncode, out.stdout.strip()) == (0, "purged 2 dead letters of orders.dead"), out.stderr
+    assert json.loads(dead(a, "show", "orders.dead", "--json").stdout) == []
+    assert qlen(cluster3, "orders.dead") == 0
+    assert [q["name"] for q in json.loads(dead(a, "list", "--json").stdout)] == ["mail.dead"]
+
+    # requeue --all with a progress bar
+    out = dead(a, "requeue", "mail.dead", "--all", "--progress")
+    assert out.returncode == 0 and "requeued 1 dead letter of mail.dead" in out.stdout, out.stderr
+    assert qlen(cluster3, "mail") == 1 and qlen(cluster3, "mail.dead") == 0
+
+
+def test_dead_help_teaches_with_examples():
+    out = subprocess.run([sys.executable, "-m", "disque_py.cli", "dead", "--help"], capture_output=True, text=True,
+                         timeout=60, cwd=ROOT)  # fmt: skip
+    assert out.returncode == 0
+    assert "disque-py dead requeue orders.dead --all" in out.stdout
+    for sub in ("list", "show", "requeue", "purge"):
+        assert sub in out.stdout
+
+
+def test_no_node_answering_is_said(tmp_path):
+    from .conftest import free_port
+
+    out = subprocess.run([sys.executable, "-m", "disque_py.cli", "dead", "list", "--nodes", "127.0.0.1:%d" % free_port(),
+                          "--timeout", "1"], capture_output=True, text=True, timeout=60, cwd=ROOT)  # fmt: skip
+    assert out.returncode == 1 and "no node answered" in out.stderr
