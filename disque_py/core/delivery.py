@@ -211,7 +211,7 @@ class Delivery:
             dl.extra = e = Extra()
             e.origin = (bytes(job.id), bytes(job.queue or b""), count, reason, extra.options() if extra is not None else [])
             store.register(dl)
-            if dl.repl > 1:
+            if len(holders) > 1 or dl.repl > 1:  # every holder named gets its copy
                 ctx.replicate_job(dl, max(0, dl.repl - len(holders)), True)
             ctx.enqueue_job(dl, False, True)  # fresh: queued here once, whatever its RETRY
         self._stats["jobs_dead_lettered"] += 1

@@ -64,6 +64,7 @@ from cluster_bus.codec import decode_message, encode_message
 from cluster_bus.messages import Data
 from disque_py.core import invariants
 from disque_py.core.effects import BLOCKED, Reply, Send
+from disque_py.core.ids import dead_letter_id
 from disque_py.core.messages import moves_to_watch
 from disque_py.core.job import ACKED, ACTIVE, QUEUED, STATE_NAMES, WAIT_REPL
 from disque_py.core.node import Node
@@ -893,6 +894,7 @@ def _short(value: Any, limit: int = 120) -> str:
 # Randomised workload with faults, then heal and drain (test_random_faults.py)
 # ---------------------------------------------------------------------------
 QUEUES = (b"q0", b"q1", b"q2")
+DEAD_QUEUES = tuple(q + b".dead" for q in QUEUES)  # where failing jobs go (``failing``)
 _histories_left = 20  # failing runs per process whose job history is replayed into the message
 
 
@@ -908,7 +910,10 @@ class RandomRun:
     ``faults`` switches loss/dup/partitions/crashes on; ``replace``: one node
     crashes for good during the run and, a moment later, every other node
     forgets it (CLUSTER FORGET), as an operator replacing a lost machine
-    would. Everything derives from ``seed``.
+    would; ``failing``: jobs that fail (``core/delivery.py``): some ADDJOBs
+    carry MAXDELIVER and BACKOFF, a "poison" job is never acked (NACKed, with
+    a DELAY or a REASON, or left to time out) until it is dead-lettered, dead
+    letters are acked, and checks (g)-(i) hold. Everything derives from ``seed``.
     """
 
     def __init__(
@@ -920,6 +925,7 @@ class RandomRun:
         dummy_acks: bool = True,
         faults: bool = True,
         replace: bool = False,
+        failing: bool = False,
         fault_ms: int = 15_000,
         drain_max_ms: int = 400_000,
         replay: str | None = None,
@@ -927,7 +933,7 @@ class RandomRun:
     ) -> None:
         self.seed = seed
         self._args = dict(n_nodes=n_nodes, replicate=replicate, dummy_acks=dummy_acks, faults=faults,
-                          replace=replace, fault_ms=fault_ms, drain_max_ms=drain_max_ms, replay=replay)  # fmt: skip
+                          replace=replace, failing=failing, fault_ms=fault_ms, drain_max_ms=drain_max_ms, replay=replay)  # fmt: skip
         self.wrng = random.Random(seed * 7919 + 1)  # workload decisions, separate from the network's RNG
         w = self.wrng
         self.replicate = replicate
@@ -958,6 +964,14 @@ class RandomRun:
             self.replace_at = self.cluster.now + w.randint(0, fault_ms // 2)
             self.forget_after = w.randint(100, 3000)
         self.counter = 0
+        # failing: the workload's draws for it come from their own RNG, so that the other
+        # variants' seeds replay as before
+        self.failing = failing
+        self.frng = random.Random(seed * 104729 + 46)
+        self.maxdeliver: dict[bytes, int] = {}  # job id -> its MAXDELIVER (0: none)
+        self.poison: set[bytes] = set()  # never acked by a consumer: must end dead-lettered
+        self.dead_ids: dict[bytes, set[bytes]] = defaultdict(set)  # original id -> dead letters delivered
+        self.fail_problems: list[str] = []
         self.drain_ms = 0
 
     # -- helpers ---------------------------------------------------------------
@@ -988,11 +1002,74 @@ class RandomRun:
             ok = type(value) is int or (isinstance(value, Error) and value.prefix in ("NOJOB", "ACKED", "TOOLATE"))
         if not ok:
             self.cluster.fail("unexpected reply on node %d to %r: %r" % (client.node, _short(argv), value))
+        if self.failing:
+            self._failing_reply(client, argv, value)
         if name == b"GETJOB" and isinstance(value, list):
             for item in value:
                 job_id = bytes(item[1])
                 if job_id not in self.cluster.ledger.acked:
                     self.outstanding[job_id] = client.node
+
+    def _failing_reply(self, client: SimClient, argv: list[bytes], value: Any) -> None:
+        """``failing``: note each job's MAXDELIVER and poison; at each delivery of a dead letter,
+        check (g) against the true deliveries of its original (the ledger's) and note (h)."""
+        name = argv[0].upper()
+        if name == b"ADDJOB" and isinstance(value, Status):
+            job_id = bytes(value)
+            upper = [a.upper() for a in argv]
+            self.maxdeliver[job_id] = int(argv[upper.index(b"MAXDELIVER") + 1]) if b"MAXDELIVER" in upper else 0
+            if argv[2].startswith(b"poison"):
+                self.poison.add(job_id)
+        elif name == b"GETJOB" and isinstance(value, list):
+            node = self.cluster.nodes[client.node]
+            delivered = self.cluster.ledger.delivered
+            for item in value:
+                if not bytes(item[0]).endswith(b".dead"):
+                    continue
+                dl_id = bytes(item[1])
+                job = node.store.get(dl_id) if node is not None else None
+                origin = job.extra.origin if job is not None and job.extra is not None else None
+                if origin is None:
+                    self.fail_problems.append("(g) %s delivered from %r is no dead letter" % (dl_id.decode(), item[0]))
+                    continue
+                oid, oqueue, odeliv, reason, options = origin
+                self.dead_ids[oid].add(dl_id)
+                true = delivered[oid]
+                limit = self.maxdeliver.get(oid, 0)
+                if true < limit or odeliv > true or odeliv < 1:
+                    self.fail_problems.append(
+                        "(g) %s dead-lettered after %d true deliveries (MAXDELIVER %d, it says %d), seen on node %d"
+                        % (oid.decode(), true, limit, odeliv, client.node)
+                    )  # fmt: skip
+
+    def _failing_options(self, args: list, retry: int) -> None:
+        """``failing``: delivery options for an ADDJOB (a RETRY 0 job takes none)."""
+        f = self.frng
+        if not retry or f.random() < 0.3:
+            return
+        if f.random() < 0.5:
+            args[2] = b"poison-%d" % self.counter
+            args += [b"MAXDELIVER", f.randint(1, 3)]
+        elif f.random() < 0.5:
+            args += [b"MAXDELIVER", f.randint(2, 6)]
+        if f.random() < 0.5:
+            args += [b"BACKOFF", f.choice([b"0.05", b"0.1", b"0.2"]), f.choice([b"0.5", b"1", b"2"])]
+
+    def _failing_consume(self, i: int, job_id: bytes) -> bool:
+        """``failing``: what a consumer does with a poison job or a dead letter (True if done)."""
+        if job_id in self.poison:
+            f = self.frng
+            a = f.random()
+            if a < 0.4:
+                self._free_client(i).cmd(b"NACK", job_id, b"DELAY", f.choice([b"0.1", b"0.5", b"1.5"]))
+            elif a < 0.7:
+                self._free_client(i).cmd(b"NACK", job_id, b"REASON", b"poison on node %d" % i)
+            elif a < 0.85:
+                self._free_client(i).cmd(b"NACK", job_id)
+            else:
+                del self.outstanding[job_id]  # the consumer died: a RETRY timeout
+            return True
+        return False
 
     # -- phases ----------------------------------------------------------------
     def run(self) -> "RandomRun":
@@ -1062,6 +1139,8 @@ class RandomRun:
                     b"REPLICATE", repl, b"RETRY", retry, b"TTL", 3600]  # fmt: skip
             if repl > 1 and w.random() < 0.1:
                 args.append(b"ASYNC")
+            if self.failing:
+                self._failing_options(args, retry)
             self._free_client(i).cmd(*args)
         elif r < 0.62:
             i = w.choice(live)
@@ -1077,6 +1156,8 @@ class RandomRun:
             elif c.alive[where]:
                 i = where
             else:
+                return
+            if self.failing and self._failing_consume(i, job_id):
                 return
             a = w.random()
             if a < 0.55:
@@ -1125,10 +1206,16 @@ class RandomRun:
             for i in range(c.n):
                 if not c.alive[i]:
                     continue  # replaced: gone for good
-                reply = consumers[i].cmd(b"GETJOB", b"NOHANG", b"COUNT", 100, b"FROM", *QUEUES)
+                queues = QUEUES + DEAD_QUEUES if self.failing else QUEUES
+                reply = consumers[i].cmd(b"GETJOB", b"NOHANG", b"COUNT", 100, b"FROM", *queues)
                 if isinstance(reply, list):
                     ids = [bytes(item[1]) for item in reply]
-                    consumers[i].cmd(b"ACKJOB", *ids)
+                    poison = [j for j in ids if j in self.poison]
+                    if poison:
+                        consumers[i].cmd(b"NACK", *poison)
+                        ids = [j for j in ids if j not in self.poison]
+                    if ids:
+                        consumers[i].cmd(b"ACKJOB", *ids)
                     for job_id in ids:
                         self.outstanding.pop(job_id, None)
             c.run_for(250)
@@ -1187,6 +1274,24 @@ class RandomRun:
                 if acked_at is not None and t > acked_at + ACK_SETTLE_MS:
                     problems.append("(f) job %s delivered on node %d %d ms after its first ack, with no fault"
                                     % (job_id.decode(), i, t - acked_at))  # fmt: skip
+        if self.failing:
+            problems += self.fail_problems
+            # (h) one dead-letter ID per original, the one derived from its ID
+            for oid, dls in self.dead_ids.items():
+                if dls != {dead_letter_id(oid)}:
+                    problems.append("(h) job %s has dead letters %s" % (oid.decode(), sorted(d.decode() for d in dls)))
+            # (i) none lost: every job of (a) with a RETRY was acked by a consumer or its dead letter delivered;
+            # a poison job never acked
+            for rec in self.expected_delivered():
+                jid = rec.job_id
+                if rec.retry == 0:
+                    continue  # at most once: (a) and (b) say it all
+                if jid in self.poison and jid in ledger.acked:
+                    problems.append("(i) poison job %s acked by a consumer" % jid.decode())
+                if jid not in ledger.acked and not self.dead_ids.get(jid):
+                    problems.append("(i) job %s (MAXDELIVER %d%s, %d deliveries) neither acked nor dead-lettered; now on %s"
+                                    % (jid.decode(), self.maxdeliver.get(jid, 0), ", poison" if jid in self.poison else "",
+                                       ledger.delivered[jid], c.states(jid)))  # fmt: skip
         # (e) liveness: the drain emptied the cluster (only delivered RETRY 0 jobs may stay)
         for i, node in enumerate(c.nodes):
             if node is None:

@@ -17,6 +17,15 @@ Checks (see ``RandomRun.check``):
   (f) with no fault at all (``test_random_traffic_healthy``), no job is
       delivered again more than ``ACK_SETTLE_MS`` after its first ack.
 
+Jobs that fail (``test_random_faults_failing_jobs``, ``RandomRun(failing=True)``): some
+ADDJOBs carry MAXDELIVER and BACKOFF; poison jobs are never acked (NACK, NACK DELAY, NACK
+REASON, or a consumer that dies) until they are dead-lettered; dead letters are acked.
+  (g) no job is dead-lettered before its MAXDELIVER-th true delivery (the ledger counts
+      what consumers got), nor says more deliveries than it had;
+  (h) one dead-letter ID per original (``ids.dead_letter_id``);
+  (i) none lost: every job of (a) with a RETRY was acked by a consumer or its dead letter
+      delivered.
+
 Seeds: ``SIM_SEEDS=N`` runs seeds 0..N-1 (``SIM_SEED_START`` shifts them);
 ``SIM_SEED=x`` runs only x. A failure prints the command replaying it, e.g.
 ``SIM_SEED=1234 .venv/bin/pytest tests/sim/test_random_faults.py -k replay_faults -s``
@@ -40,6 +49,7 @@ DEFAULT_SEEDS = 2000  # ~0.03 s per passing seed: about a minute on the 2-core C
 DEFAULT_SEEDS_R1 = 60
 DEFAULT_SEEDS_HEALTHY = 200
 DEFAULT_SEEDS_REPLACE = 200
+DEFAULT_SEEDS_FAILING = 300
 
 
 def _seeds(default: int) -> list[int]:
@@ -100,12 +110,43 @@ def test_random_traffic_healthy(seed):
     run_healthy(seed).check()
 
 
+def run_failing(seed: int, **kw) -> RandomRun:
+    """The full run (replication, dummy acks, every fault) with jobs that fail."""
+    return RandomRun(seed, failing=True, replay=_replay("failing", seed), **kw).run()
+
+
+def run_failing_healthy(seed: int, **kw) -> RandomRun:
+    """Jobs that fail, no fault at all."""
+    return RandomRun(seed, failing=True, faults=False, replay=_replay("failing_healthy", seed), **kw).run()
+
+
+@pytest.mark.replication
+@pytest.mark.xfail(
+    reason="known, not fixed yet: a duplicated DELIVERED is counted twice (MAXDELIVER reached early, "
+    "check (g)); a dead letter's copies (REPLJOB, no reply awaited) lost before the node that made it "
+    "crashes lose the job, its original acked (check (i))",
+    strict=False,
+)
+@pytest.mark.parametrize("seed", _seeds(DEFAULT_SEEDS_FAILING))
+def test_random_faults_failing_jobs(seed):
+    run = run_failing(seed)
+    run.check()
+    assert run.poison  # the workload has some
+
+
+@pytest.mark.parametrize("seed", _seeds(DEFAULT_SEEDS_HEALTHY // 2))
+def test_random_traffic_healthy_failing_jobs(seed):
+    run_failing_healthy(seed).check()
+
+
 def _replay_seed(variant: str) -> None:
     if not os.environ.get("SIM_SEED"):
         pytest.skip("set SIM_SEED=<seed> to replay one seed")
     seed = int(os.environ["SIM_SEED"])
     trace = bool(os.environ.get("SIM_TRACE"))
-    run = {"faults": run_faults, "r1": run_r1, "healthy": run_healthy, "replace": run_replace}[variant](
+    variants = {"faults": run_faults, "r1": run_r1, "healthy": run_healthy, "replace": run_replace,
+                "failing": run_failing, "failing_healthy": run_failing_healthy}  # fmt: skip
+    run = variants[variant](
         seed, record_trace=trace
     )
     print("seed %d (%s): %s" % (seed, variant, run.summary()))
@@ -131,6 +172,15 @@ def test_replay_healthy():
 @pytest.mark.replication
 def test_replay_replace():
     _replay_seed("replace")
+
+
+@pytest.mark.replication
+def test_replay_failing():
+    _replay_seed("failing")
+
+
+def test_replay_failing_healthy():
+    _replay_seed("failing_healthy")
 
 
 # ---------------------------------------------------------------------------
