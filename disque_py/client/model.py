@@ -47,6 +47,20 @@ class Job:
     ``nacks`` and ``additional_deliveries`` are the server's counters (zero
     when the command did not ask for them). ``attempt`` numbers this
     delivery: 1 for a job delivered for the first time.
+
+    The other fields are set only for jobs that use disque-py's delivery
+    options (``ADDJOB ... BACKOFF / MAXDELIVER / DEADLETTER``, a ``NACK ...
+    REASON``, a dead letter) and only when GETJOB was asked for counters
+    (``WITHCOUNTERS``, the clients' default); they are None otherwise, and
+    always for Disque's own jobs:
+
+    * ``deliveries``: deliveries counted by the cluster, this one included;
+    * ``maxdeliver``, ``deadletter``, ``backoff`` (``(min_s, max_s)``): the
+      job's own policy (``deadletter`` is the effective queue, e.g. ``q.dead``);
+    * ``last_nack_reason``: the REASON of the job's last NACK;
+    * for a dead letter: ``dead_letter_of`` (the original job's ID),
+      ``original_queue``, ``original_deliveries``, ``dead_letter_reason`` and
+      ``original_options`` (the ADDJOB options to give it back to its queue).
     """
 
     queue: str
@@ -54,6 +68,16 @@ class Job:
     body: bytes
     nacks: int = 0
     additional_deliveries: int = 0
+    deliveries: int | None = None
+    maxdeliver: int | None = None
+    deadletter: str | None = None
+    backoff: tuple[float, float] | None = None
+    last_nack_reason: str | None = None
+    dead_letter_of: str | None = None
+    original_queue: str | None = None
+    original_deliveries: int | None = None
+    dead_letter_reason: str | None = None
+    original_options: tuple[str, ...] | None = None
 
     @property
     def node_prefix(self) -> str:
@@ -62,8 +86,22 @@ class Job:
 
     @property
     def attempt(self) -> int:
-        """``nacks + additional_deliveries + 1``: which delivery this is."""
+        """Which delivery this is: ``deliveries`` when the node counts them (jobs with
+        delivery options), else ``nacks + additional_deliveries + 1``."""
+        if self.deliveries is not None:
+            return self.deliveries
         return self.nacks + self.additional_deliveries + 1
+
+    @property
+    def is_dead_letter(self) -> bool:
+        """True for a job the cluster dead-lettered (``dead_letter_of`` names the original)."""
+        return self.dead_letter_of is not None
+
+    @property
+    def last_delivery(self) -> bool:
+        """True when the job's own MAXDELIVER makes this delivery its last: a failure now
+        dead-letters it."""
+        return self.maxdeliver is not None and self.deliveries is not None and self.deliveries >= self.maxdeliver
 
     def text(self, encoding: str = "utf-8", errors: str = "strict") -> str:
         return self.body.decode(encoding, errors)
@@ -115,7 +153,8 @@ class HelloInfo:
 
 @dataclass(frozen=True, slots=True)
 class DeadLetter:
-    """The body of a job the worker moved to ``<queue>.dead``.
+    """The JSON body of a dead letter written by a client (the worker did this before
+    dead letters were kept by the cluster; see :attr:`Job.dead_letter_of` for those).
 
     Stored as JSON: the original body goes in ``"body"`` when it is valid
     UTF-8, else base64-encoded in ``"body_base64"``. ``DeadLetter.parse``
