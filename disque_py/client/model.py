@@ -86,11 +86,12 @@ class Job:
 
     @property
     def attempt(self) -> int:
-        """Which delivery this is: ``deliveries`` when the node counts them (jobs with
-        delivery options), else ``nacks + additional_deliveries + 1``."""
-        if self.deliveries is not None:
-            return self.deliveries
-        return self.nacks + self.additional_deliveries + 1
+        """Which delivery this is: ``nacks + additional_deliveries + 1``, or the node's
+        ``deliveries`` when that is more (it also counts deliveries on other nodes; a job
+        given no delivery option at ADDJOB is counted only from its first NACK REASON on)."""
+        attempt = self.nacks + self.additional_deliveries + 1
+        deliveries = self.deliveries
+        return deliveries if deliveries is not None and deliveries > attempt else attempt
 
     @property
     def is_dead_letter(self) -> bool:

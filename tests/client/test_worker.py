@@ -14,7 +14,7 @@ import time
 import pytest
 import trio
 
-from disque_py import Backoff, Client, DeadLetter, Job, Worker, WorkerStats, current_worker
+from disque_py import Backoff, Client, Job, Worker, WorkerStats, current_worker
 from disque_py.aio import Client as AioClient
 from disque_py.client.worker import describe_error
 
@@ -91,22 +91,33 @@ async def test_flow_control_never_exceeds_max_in_flight(node, queue):
 
 
 async def test_dead_letter_after_max_attempts(node, queue):
-    [jid] = Client(addr(node)).add_jobs(queue, [b"\xff payload"])
+    """Retries are NACKs with a growing DELAY and the error as REASON; the last attempt's
+    failure is a NACK DEAD: the node dead-letters the job into <queue>.dead."""
+    c = Client(addr(node))
+    [jid] = c.add_jobs(queue, [b"\xff payload"])
     calls = []
+    reasons = []
 
     def handler(job):
-        calls.append(job.attempt)
+        calls.append((job.attempt, time.monotonic()))
+        reasons.append(job.last_nack_reason)
         raise ValueError("boom %d" % job.attempt)
 
-    w = Worker(addr(node), queue, handler, max_attempts=3, backoff_after=100, fetch_timeout_ms=100)
-    stats = await run_until(w, lambda: w.stats().dead == 1)
-    assert calls == [1, 2, 3]
+    retry = Backoff(initial=0.3, maximum=0.6, jitter=0.0)
+    w = Worker(addr(node), queue, handler, max_attempts=3, retry_backoff=retry, fetch_timeout_ms=100)
+    stats = await run_until(w, lambda: w.stats().dead == 1 and w.stats().in_flight == 0)
+    assert [a for a, _ in calls] == [1, 2, 3]
+    gaps = [b - a for (_, a), (_, b) in zip(calls, calls[1:])]
+    assert gaps[0] >= 0.3 and gaps[1] >= 0.6  # NACK DELAY: not back before its delay
+    assert reasons == [None, "ValueError: boom 1", "ValueError: boom 2"]  # NACK REASON, kept by the node
     assert (stats.failed, stats.retried, stats.dead, stats.processed) == (3, 2, 1, 0)
-    c = Client(addr(node))
     [dead] = c.get_jobs(queue + ".dead", nohang=True)
-    letter = DeadLetter.parse(dead)
-    assert letter.id == jid and letter.queue == queue and letter.body == b"\xff payload"
-    assert letter.error == "ValueError: boom 3" and letter.attempt == 3 and letter.nacks == 2
+    assert dead.body == b"\xff payload" and dead.is_dead_letter
+    assert (dead.dead_letter_of, dead.original_queue) == (jid, queue)
+    assert dead.dead_letter_reason == "ValueError: boom 3"
+    shown = c.show(dead.id)
+    assert shown["dead-letter-of"] == jid and shown["original-queue"] == queue
+    assert shown["dead-letter-reason"] == "ValueError: boom 3"
     c.ack(dead.id)
     wait_for(lambda: c.show(jid) is None, what="original acknowledged")
 
@@ -134,11 +145,13 @@ async def test_dead_letter_at_fetch_and_custom_handlers(node, queue):
     def broken(job, error):
         raise RuntimeError("dead letter store is down")
 
+    # (backoff_after=1: the one job failing is "most recent jobs": the worker pauses for 60 s)
     w = Worker(addr(node), queue, lambda job: 1 / 0, max_attempts=1, dead_letter=broken, fetch_timeout_ms=100,
-               backoff=Backoff(initial=60.0, maximum=60.0), backoff_after=2)  # fmt: skip
-    await run_until(w, lambda: w.stats().backoffs == 1)  # handler failed, then the dead letter failed (twice)
+               backoff=Backoff(initial=60.0, maximum=60.0), backoff_after=1)  # fmt: skip
+    # handler failed (pause), then the dead letter failed: NACKed
+    await run_until(w, lambda: w.stats().backoffs == 1 and w.stats().retried >= 1 and w.stats().in_flight == 0)
     stats = w.stats()
-    assert stats.dead == 0 and stats.retried >= 2 and stats.failed == 1 and stats.in_flight == 0
+    assert stats.dead == 0 and stats.retried >= 1 and stats.failed == 1 and stats.in_flight == 0
     # (a GETJOB already waiting when the backoff starts may still get the job once more)
     assert c.show(jid)["nacks"] == stats.retried and c.show(jid)["state"] == "queued"  # kept, not lost
 
@@ -211,9 +224,10 @@ async def test_handler_exceptions_of_every_kind(node, queue, kind):
     w = Worker(addr(node), queue, handler, concurrency=3, max_attempts=1, backoff_after=100, fetch_timeout_ms=100)
     stats = await run_until(w, lambda: w.stats().processed + w.stats().dead == 8)
     letters = {}
+    wait_for(lambda: c.qlen(queue + ".dead") == stats.dead, what="dead letters queued")
     for job in c.get_jobs(queue + ".dead", count=20, nohang=True):
-        letter = DeadLetter.parse(job)
-        letters[letter.body] = letter.error
+        assert job.dead_letter_of in ids and job.body == ids[job.dead_letter_of]
+        letters[job.body] = job.dead_letter_reason
         c.ack(job.id)
     if kind == "sync-returning-coroutine":
         assert stats.processed == 0 and stats.dead == 8
@@ -494,8 +508,9 @@ class FakeClient:
             if name == b"GETJOB":
                 count = call.argv[call.argv.index(b"COUNT") + 1] if b"COUNT" in call.argv else 1
                 results.append(await self.get_jobs("q", count=count, timeout_ms=None, with_counters=True))
-            elif name == b"NACK":
-                results.append(await self.nack(*[a.decode() for a in call.argv[1:]]))
+            elif name == b"NACK":  # NACK id... [DELAY s] [REASON text] [DEAD]: the IDs
+                ids = [a.decode() for a in call.argv[1:] if isinstance(a, bytes) and a.startswith(b"D-")]
+                results.append(await self.nack(*ids))
             else:
                 results.append(await self.ack(*[a.decode() for a in call.argv[1:]]))
         return results
