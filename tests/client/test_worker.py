@@ -712,3 +712,75 @@ def test_cli_worker_bad_handler(tmp_path):
         proc = subprocess.run([sys.executable, "-m", "disque_py.cli", "worker", spec, "-q", "q"], cwd=str(tmp_path),
                               env=env, capture_output=True, timeout=30)  # fmt: skip
         assert proc.returncode == 2 and message in proc.stderr.decode(), proc.stderr
+
+
+def test_cli_worker_poison_jobs_are_retried_apart_and_dead_lettered_by_the_node(node, queue, tmp_path):
+    """Issue 46's scenario: 190 good jobs and 10 that always fail, RETRY 2, `disque-py worker
+    --max-attempts 3`. The good ones are all done while the poison ones are still being retried
+    (each with its own NACK DELAY, nobody waits for them: no consumer-wide pause), and every
+    poison job ends in <queue>.dead, kept by the node, with its SHOW naming the original."""
+    (tmp_path / "handlers.py").write_text(
+        textwrap.dedent("""
+        import os, time
+        def work(job):
+            body = job.body.decode()
+            with open(os.environ["MARKS"], "a") as f:
+                f.write("%s %s %d %.6f\\n" % ("fail" if body.startswith("poison") else "done",
+                                              body, job.attempt, time.time()))
+            if body.startswith("poison"):
+                raise RuntimeError("cannot handle " + body)
+    """)
+    )
+    marks = tmp_path / "marks.txt"
+    c = Client(addr(node))
+    bodies = ["poison-%d" % i if i % 20 == 7 else "good-%d" % i for i in range(200)]
+    ids = dict(zip(c.add_jobs(queue, bodies, retry=2), bodies))
+    poison = {i: b for i, b in ids.items() if b.startswith("poison")}
+    assert len(poison) == 10
+    env = dict(os.environ, MARKS=str(marks), PYTHONPATH=str(ROOT))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "disque_py.cli", "worker", "handlers:work", "--queue", queue,
+         "--nodes", addr(node), "--max-attempts", "3", "--fetch-timeout", "100"],
+        cwd=str(tmp_path), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+
+    def lines() -> list[list[str]]:
+        return [line.split() for line in marks.read_text().splitlines()] if marks.exists() else []
+
+    try:
+        wait_for(lambda: sum(m[0] == "done" for m in lines()) >= 190 and c.qlen(queue + ".dead") >= 10,
+                 timeout=60, interval=0.1, what="190 good jobs done and 10 poison jobs dead-lettered")  # fmt: skip
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    text = out.decode()
+    assert proc.returncode == 0, text
+    marked = lines()
+    done = [m for m in marked if m[0] == "done"]
+    failed = [m for m in marked if m[0] == "fail"]
+    assert sorted(m[1] for m in done) == sorted(b for b in bodies if b.startswith("good"))  # each once
+    # each poison job ran exactly 3 times (attempts 1, 2, 3), then never again
+    assert sorted((m[1], int(m[2])) for m in failed) == sorted((b, a) for b in poison.values() for a in (1, 2, 3))
+    # retried apart: each poison job waited for its NACK DELAY (1 s, then 2 s, jittered by <= 25 %)
+    for body in poison.values():
+        times = sorted(float(m[3]) for m in failed if m[1] == body)
+        assert times[1] - times[0] >= 0.75 - 0.05 and times[2] - times[1] >= 1.5 - 0.05, (body, times)
+    # the good jobs did not wait for them: all done before the poison jobs' last attempts
+    last_good = max(float(m[3]) for m in done)
+    last_poison = max(float(m[3]) for m in failed)
+    assert last_good < last_poison
+    assert "fetching paused" not in text, text  # a few poison jobs never pause the consumer
+    assert "processed=190" in text and "dead=10" in text, text
+    # dead letters kept by the node: in <queue>.dead, naming their original; originals gone
+    letters = c.get_jobs(queue + ".dead", count=20, nohang=True)
+    assert sorted(j.dead_letter_of for j in letters) == sorted(poison)
+    for job in letters:
+        shown = c.show(job.id)
+        assert shown["dead-letter-of"] == job.dead_letter_of and shown["original-queue"] == queue
+        assert shown["body"] == poison[job.dead_letter_of].encode()
+        assert shown["dead-letter-reason"] == "RuntimeError: cannot handle " + poison[job.dead_letter_of]
+        assert c.show(job.dead_letter_of) is None
+        c.ack(job.id)
+    assert all(c.show(i) is None for i in ids)
