@@ -45,25 +45,40 @@ A :class:`Worker` is a trio program built on the trio client
   fails by raising anything.
 * **acker** - sends the outcomes the fetcher cannot carry (while its
   GETJOB blocks, during a backoff, after a stop) on another connection,
-  one ``ACKJOB id id ...`` (or FASTACK / NACK) per batch.
+  one ``ACKJOB id id ...`` (or FASTACK / NACK) per batch, and the NACKs
+  with options (one command per job) in one pipeline.
 
 Outcomes:
 
 * success: ACKJOB (``fast_ack=True``: FASTACK);
-* failure: NACK, so the job comes back at once with ``nacks`` + 1; the
-  error text is logged;
-* a failure on attempt ``max_attempts`` (``attempt = nacks +
-  additional_deliveries + 1``), or a job *fetched* with an attempt above
-  it (it failed elsewhere, or timed out): the dead-letter handler gets it,
-  then it is acknowledged. The default handler ADDs a JSON
-  :class:`~.model.DeadLetter` (original body, error text, counters) to
-  ``<queue>.dead``. If dead-lettering fails the job is NACKed instead.
+* failure: ``NACK <id> DELAY <s> REASON <error>``: the job is retried by
+  the cluster after ``retry_backoff.delay(attempt - 1)`` seconds
+  (exponential, jittered; the node holds it meanwhile, so the other jobs
+  go on), and its next delivery carries the error as
+  ``last_nack_reason``. No DELAY when ``retry_backoff`` is None or the
+  job has a BACKOFF of its own (the node's backoff decides). A NACK the
+  node refuses (a DELAY beyond the job's TTL) is sent again plain;
+* a failure on attempt ``max_attempts`` (:attr:`~.model.Job.attempt`), or
+  a job *fetched* with an attempt above it (it failed elsewhere, or timed
+  out): the dead-letter handler gets it. The default,
+  :data:`DEFAULT_DEAD_LETTER`, is ``NACK <id> DEAD REASON <error>``: the
+  node dead-letters it (a new job in ``<queue>.dead`` or the job's
+  DEADLETTER queue, whose SHOW names the original). A custom handler runs,
+  then the job is acknowledged; if it fails the job is NACKed instead;
+* a failure on the delivery the job's own MAXDELIVER makes its last:
+  ``NACK <id> REASON <error>``, and the node dead-letters it.
 
-Failure backoff (:class:`FailureGate`): after ``backoff_after`` consecutive
-failures the fetcher stops for ``backoff.delay(n)`` seconds (exponential,
-jittered), then fetches a single *probe* job and waits for its outcome:
-success goes back to full speed, failure backs off longer. Jobs already in
-hand keep running meanwhile.
+On a node that refuses NACK's options (Disque's own), the first refusal
+switches the worker back to plain NACKs and to dead letters it ADDs itself:
+a JSON :class:`~.model.DeadLetter` in ``<queue>.dead``.
+
+Consumer-wide pause (:class:`FailureGate`), for an outage: when at least
+``backoff_ratio`` of the last ``backoff_after`` distinct jobs failed (a
+job failing again counts once, so a few poison jobs never trip it), the
+fetcher stops for ``backoff.delay(n)`` seconds (exponential, jittered,
+bounded by ``backoff.maximum``), then fetches a single *probe* job and
+waits for its outcome: success goes back to full speed, failure pauses
+longer. Jobs already in hand keep running meanwhile.
 
 Heartbeats (off by default): ``heartbeat=<seconds>`` sends WORKING for a
 job every that many seconds while its handler runs; ``heartbeat=True``
@@ -175,7 +190,7 @@ class WorkerStats:
     ``processed``: handler succeeded (the job is acknowledged, or about
     to be); ``failed``: handler raised; ``retried``: jobs NACKed (failures
     below ``max_attempts``, and jobs handed back at shutdown); ``dead``:
-    jobs dead-lettered; ``in_flight``: fetched and not yet ACKed/NACKed
+    jobs dead-lettered (NACK DEAD sent, or the custom handler done); ``in_flight``: fetched and not yet ACKed/NACKed
     (the node's answer counts); ``running``: handlers running (a handler
     thread counts from taking its job); ``backoffs``: failure backoffs
     started; ``ack_errors``: ACK/NACK commands that failed;
@@ -766,13 +781,18 @@ class Worker:
     ``concurrency``: handlers at once. ``max_in_flight``: jobs fetched and
     not yet acknowledged, at most (default ``2 * concurrency``).
     ``max_attempts``: dead-letter on a failure of this attempt (None:
-    never). ``dead_letter``: :data:`DEFAULT_DEAD_LETTER`, a callable
-    ``(job, error_text)`` (sync or async), or None to drop such jobs (ACK
-    and log). ``heartbeat``: False, True (auto) or seconds between WORKING
-    commands. ``fast_ack``: FASTACK instead of ACKJOB. ``backoff`` and
-    ``backoff_after``: the failure backoff (default 1 s doubling up to 60 s,
-    after 3 consecutive failures). ``grace_period``: seconds running
-    handlers get after a stop. ``fetch_timeout_ms``: how long one GETJOB
+    never; the job's own MAXDELIVER still applies). ``dead_letter``:
+    :data:`DEFAULT_DEAD_LETTER` (the cluster's dead letter, ``NACK ...
+    DEAD``), a callable ``(job, error_text)`` (sync or async; the job is
+    then acknowledged), or None to drop such jobs (ACK and log).
+    ``retry_backoff``: the delay before a failed job comes back (NACK
+    DELAY; default :data:`DEFAULT_RETRY_BACKOFF`, 1 s doubling up to 5
+    min; None: at once). ``heartbeat``: False, True (auto) or seconds
+    between WORKING commands. ``fast_ack``: FASTACK instead of ACKJOB.
+    ``backoff``, ``backoff_after`` and ``backoff_ratio``: the consumer-wide
+    pause, when ``backoff_ratio`` (0.9) of the last ``backoff_after`` (20)
+    jobs failed (default :data:`DEFAULT_PAUSE_BACKOFF`, 0.5 s doubling up
+    to 5 s). ``grace_period``: seconds running handlers get after a stop. ``fetch_timeout_ms``: how long one GETJOB
     blocks (it also bounds how long a stop waits for the fetcher).
     ``rng``: the random generator for the backoff jitter.
     """
