@@ -327,3 +327,36 @@ def test_public_names_and_lazy_imports():
     probe = "import sys, disque_py.cli; print('redis' in sys.modules, 'disque_py.client.sync' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, check=True, timeout=30)
     assert out.stdout.split() == [b"False", b"False"]
+
+
+def test_disque_calls_send_what_they_sent_and_new_options_only_when_given():
+    assert cmd.addjob_argv("q", b"b") == (b"ADDJOB", b"q", b"b", 5000)
+    assert cmd.addjob_argv("q", b"b", retry=3, ttl=60) == (b"ADDJOB", b"q", b"b", 5000, b"RETRY", 3, b"TTL", 60)
+    assert cmd.nack(["D-1", "D-2"]).argv == (b"NACK", b"D-1", b"D-2")
+    assert cmd.addjob_argv("q", b"b", backoff=(0.5, 30), maxdeliver=3, deadletter="q.x")[4:] == (
+        b"BACKOFF", b"0.5", b"30", b"MAXDELIVER", 3, b"DEADLETTER", b"q.x")  # fmt: skip
+    assert cmd.nack_argv(["D-1"], delay=1.23456, reason="boom") == (b"NACK", b"D-1", b"DELAY", b"1.235", b"REASON", b"boom")
+    assert cmd.nack_argv(["D-1"], delay=0.0001) == (b"NACK", b"D-1", b"DELAY", b"0")
+    assert cmd.nack_argv(["D-1"], dead=True) == (b"NACK", b"D-1", b"DEAD")
+    for bad in (dict(delay=-1), dict(delay=float("nan")), dict(delay=1, dead=True)):
+        with pytest.raises(ValueError):
+            cmd.nack_argv(["D-1"], **bad)
+    with pytest.raises(TypeError):
+        cmd.nack_argv(["D-1"], delay="1")
+    with pytest.raises(TypeError):
+        cmd.addjob_argv("q", b"b", backoff=1)
+    # REASON: at most 1024 bytes, never half a character
+    assert cmd.cut_reason("é" * 600) == ("é" * 512).encode() and len(cmd.cut_reason("a" + "é" * 600)) == 1023
+    assert cmd.cut_reason(b"\xff" * 2000) == b"\xff" * 1024
+
+
+def test_job_extras_from_withcounters():
+    plain = [[b"q", b"D-1", b"b", b"nacks", 2, b"additional-deliveries", 1]]
+    [job] = cmd.parse_getjob(plain)
+    assert job == Job("q", "D-1", b"b", 2, 1) and job.attempt == 4 and job.deliveries is None
+    rich = [[b"q", b"D-1", b"b", b"nacks", 1, b"additional-deliveries", 0, b"deliveries", 5,
+             b"backoff-min-ms", 500, b"backoff-max-ms", 2000, b"maxdeliver", 5, b"deadletter", b"q.dead",
+             b"last-nack-reason", b"boom"]]  # fmt: skip
+    [job] = cmd.parse_getjob(rich)
+    assert (job.deliveries, job.maxdeliver, job.deadletter, job.backoff) == (5, 5, "q.dead", (0.5, 2.0))
+    assert job.attempt == 5 and job.last_delivery and job.last_nack_reason == "boom" and not job.is_dead_letter
