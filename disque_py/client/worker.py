@@ -128,7 +128,7 @@ import trio
 from . import commands as cmd
 from .aio import Client as AioClient
 from .cluster import Backoff
-from .errors import AckedError, AuthError, DisqueError, NoJobError, TooLateError
+from .errors import AckedError, AuthError, BadIdError, DisqueError, NoJobError, TooLateError
 from .model import DeadLetter, Job
 from .sync import Client as SyncClient
 from .sync import _Connection
@@ -1106,7 +1106,8 @@ class Worker:
             return
         kind, job, argv = entry
         self._ack_errors += 1
-        if "syntax error" in str(error) and not self._legacy:
+        # Disque's NACK takes every argument for a job ID (-BADID); ours refuses unknown words
+        if (isinstance(error, BadIdError) or "syntax error" in str(error)) and not self._legacy:
             self._legacy = True
             log.warning("the node does not know NACK's DELAY/REASON/DEAD (a Disque node?): failed jobs are "
                         "NACKed at once and dead letters written by the worker from now on")  # fmt: skip

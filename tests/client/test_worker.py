@@ -14,8 +14,9 @@ import time
 import pytest
 import trio
 
-from disque_py import Backoff, Client, Job, Worker, WorkerStats, current_worker
+from disque_py import Backoff, Client, DeadLetter, Job, Worker, WorkerStats, current_worker
 from disque_py.aio import Client as AioClient
+from disque_py.client.errors import BadIdError
 from disque_py.client.worker import describe_error
 
 from .conftest import ROOT, addr, run_until, sample_in_flight, wait_for
@@ -784,3 +785,50 @@ def test_cli_worker_poison_jobs_are_retried_apart_and_dead_lettered_by_the_node(
         assert c.show(job.dead_letter_of) is None
         c.ack(job.id)
     assert all(c.show(i) is None for i in ids)
+
+
+class DisqueLikeClient(FakeClient):
+    """A node that knows only Disque's NACK: it takes DELAY/REASON/DEAD for job IDs (-BADID)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.refused: list[tuple] = []
+        self.added: list[tuple[str, bytes]] = []
+
+    async def add_job(self, queue, body, **opts):
+        await trio.sleep(0)
+        self.added.append((queue, body))
+        return "D-00000000-%024d-05a1" % (10**6 + len(self.added))
+
+    async def pipeline(self, calls):
+        results = []
+        for call in calls:
+            if call.argv[0] == b"NACK" and any(not a.startswith(b"D-") for a in call.argv[1:]):
+                self.refused.append(call.argv)
+                results.append(BadIdError("Invalid Job ID format."))
+            else:
+                results += await super().pipeline([call])
+        return results
+
+
+async def test_a_node_without_nack_options_gets_plain_nacks_and_worker_dead_letters(autojump_clock):
+    fake = DisqueLikeClient()
+
+    async def handler(job):
+        if len(fake.added) >= 3:
+            w.stop()
+        raise ValueError("bad %s" % job.body.decode())
+
+    w = Worker(fake, "q", handler, max_in_flight=1, max_attempts=1, backoff_after=1000)
+    with trio.fail_after(60):
+        stats = await w.run()
+    # the first dead letter (NACK DEAD) was refused: NACKed plainly, nothing lost
+    first = "D-00000000-%024d-05a1" % 1
+    assert fake.refused[0][:2] == (b"NACK", first.encode()) and b"DEAD" in fake.refused[0]
+    assert len(fake.refused) == 1 and first in fake.nacked
+    # from then on the worker writes the dead letters itself, as before NACK DEAD existed
+    letters = [DeadLetter.parse(body) for queue, body in fake.added]
+    assert all(queue == "q.dead" for queue, _ in fake.added) and len(letters) >= 3
+    assert [letter.id for letter in letters] == ["D-00000000-%024d-05a1" % n for n in range(2, 2 + len(letters))]
+    assert letters[0].error == "ValueError: bad 2" and letters[0].body == b"2"
+    assert stats.dead == len(letters) and stats.ack_errors == 1
