@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from .model import HelloInfo, Job, NodeInfo, decode_name, encode_body, encode_name
+from .model import DeliveryInfo, HelloInfo, Job, NodeInfo, decode_name, encode_body, encode_name
 
 __all__ = [
     "Call",
@@ -230,7 +230,8 @@ def parse_getjob(reply: Any) -> list[Job]:
             nacks = int(fields.get(b"nacks", 0))
             additional = int(fields.get(b"additional-deliveries", 0))
             if len(fields) > 2:  # a job with delivery options, or a dead letter
-                jobs.append(Job(name, item[1].decode("ascii"), item[2], nacks, additional, **_job_extras(fields)))
+                info = DeliveryInfo(**_job_extras(fields))
+                jobs.append(Job(name, item[1].decode("ascii"), item[2], nacks, additional, info))
                 continue
         else:
             nacks = additional = 0
@@ -247,7 +248,7 @@ def _opt_text(value: Any) -> str | None:
 
 
 def _job_extras(fields: dict[bytes, Any]) -> dict[str, Any]:
-    """WITHCOUNTERS' fields beyond Disque's two -> :class:`Job`'s keyword arguments."""
+    """WITHCOUNTERS' fields beyond Disque's two -> :class:`DeliveryInfo`'s keyword arguments."""
     get = fields.get
     out: dict[str, Any] = {
         "deliveries": _opt_int(get(b"deliveries")),

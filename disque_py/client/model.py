@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Job", "NodeInfo", "HelloInfo", "DeadLetter", "encode_body", "encode_name", "decode_name"]
+__all__ = ["Job", "DeliveryInfo", "NodeInfo", "HelloInfo", "DeadLetter", "encode_body", "encode_name", "decode_name"]
 
 
 def encode_body(body: bytes | bytearray | memoryview | str) -> bytes:
@@ -41,6 +41,26 @@ def decode_name(raw: bytes) -> str:
 
 
 @dataclass(frozen=True, slots=True)
+class DeliveryInfo:
+    """What the node reports about a job with disque-py's delivery options, or a dead
+    letter (see :class:`Job`, whose properties of the same names read it)."""
+
+    deliveries: int | None = None
+    maxdeliver: int | None = None
+    deadletter: str | None = None
+    backoff: tuple[float, float] | None = None
+    last_nack_reason: str | None = None
+    dead_letter_of: str | None = None
+    original_queue: str | None = None
+    original_deliveries: int | None = None
+    dead_letter_reason: str | None = None
+    original_options: tuple[str, ...] | None = None
+
+
+_NO_DELIVERY_INFO = DeliveryInfo()
+
+
+@dataclass(frozen=True, slots=True)
 class Job:
     """One job as delivered by GETJOB (or listed by QPEEK).
 
@@ -48,11 +68,11 @@ class Job:
     when the command did not ask for them). ``attempt`` numbers this
     delivery: 1 for a job delivered for the first time.
 
-    The other fields are set only for jobs that use disque-py's delivery
-    options (``ADDJOB ... BACKOFF / MAXDELIVER / DEADLETTER``, a ``NACK ...
-    REASON``, a dead letter) and only when GETJOB was asked for counters
-    (``WITHCOUNTERS``, the clients' default); they are None otherwise, and
-    always for Disque's own jobs:
+    ``delivery`` is set only for jobs that use disque-py's delivery options
+    (``ADDJOB ... BACKOFF / MAXDELIVER / DEADLETTER``, a ``NACK ... REASON``,
+    a dead letter) and only when GETJOB was asked for counters
+    (``WITHCOUNTERS``, the clients' default); None for Disque's own jobs.
+    Its fields read as properties of the job (None when not reported):
 
     * ``deliveries``: deliveries counted by the cluster, this one included;
     * ``maxdeliver``, ``deadletter``, ``backoff`` (``(min_s, max_s)``): the
@@ -68,16 +88,47 @@ class Job:
     body: bytes
     nacks: int = 0
     additional_deliveries: int = 0
-    deliveries: int | None = None
-    maxdeliver: int | None = None
-    deadletter: str | None = None
-    backoff: tuple[float, float] | None = None
-    last_nack_reason: str | None = None
-    dead_letter_of: str | None = None
-    original_queue: str | None = None
-    original_deliveries: int | None = None
-    dead_letter_reason: str | None = None
-    original_options: tuple[str, ...] | None = None
+    delivery: DeliveryInfo | None = None
+
+    @property
+    def deliveries(self) -> int | None:
+        return (self.delivery or _NO_DELIVERY_INFO).deliveries
+
+    @property
+    def maxdeliver(self) -> int | None:
+        return (self.delivery or _NO_DELIVERY_INFO).maxdeliver
+
+    @property
+    def deadletter(self) -> str | None:
+        return (self.delivery or _NO_DELIVERY_INFO).deadletter
+
+    @property
+    def backoff(self) -> tuple[float, float] | None:
+        return (self.delivery or _NO_DELIVERY_INFO).backoff
+
+    @property
+    def last_nack_reason(self) -> str | None:
+        return (self.delivery or _NO_DELIVERY_INFO).last_nack_reason
+
+    @property
+    def dead_letter_of(self) -> str | None:
+        return (self.delivery or _NO_DELIVERY_INFO).dead_letter_of
+
+    @property
+    def original_queue(self) -> str | None:
+        return (self.delivery or _NO_DELIVERY_INFO).original_queue
+
+    @property
+    def original_deliveries(self) -> int | None:
+        return (self.delivery or _NO_DELIVERY_INFO).original_deliveries
+
+    @property
+    def dead_letter_reason(self) -> str | None:
+        return (self.delivery or _NO_DELIVERY_INFO).dead_letter_reason
+
+    @property
+    def original_options(self) -> tuple[str, ...] | None:
+        return (self.delivery or _NO_DELIVERY_INFO).original_options
 
     @property
     def node_prefix(self) -> str:
@@ -90,7 +141,9 @@ class Job:
         ``deliveries`` when that is more (it also counts deliveries on other nodes; a job
         given no delivery option at ADDJOB is counted only from its first NACK REASON on)."""
         attempt = self.nacks + self.additional_deliveries + 1
-        deliveries = self.deliveries
+        if self.delivery is None:
+            return attempt
+        deliveries = self.delivery.deliveries
         return deliveries if deliveries is not None and deliveries > attempt else attempt
 
     @property
@@ -102,7 +155,8 @@ class Job:
     def last_delivery(self) -> bool:
         """True when the job's own MAXDELIVER makes this delivery its last: a failure now
         dead-letters it."""
-        return self.maxdeliver is not None and self.deliveries is not None and self.deliveries >= self.maxdeliver
+        info = self.delivery
+        return info is not None and None not in (info.maxdeliver, info.deliveries) and info.deliveries >= info.maxdeliver
 
     def text(self, encoding: str = "utf-8", errors: str = "strict") -> str:
         return self.body.decode(encoding, errors)
