@@ -123,6 +123,28 @@ async def test_dead_letter_after_max_attempts(node, queue):
     wait_for(lambda: c.show(jid) is None, what="original acknowledged")
 
 
+async def test_a_jobs_own_maxdeliver_and_backoff_decide(node, queue):
+    """A job with MAXDELIVER 2 and a BACKOFF of its own, under a worker that never gives up
+    (max_attempts=None): retried (the worker sends no DELAY: its BACKOFF decides), and the failure of its
+    2nd delivery makes the node dead-letter it into its DEADLETTER queue."""
+    c = Client(addr(node))
+    jid = c.add_job(queue, b"doomed", retry=5, backoff=(0.1, 0.2), maxdeliver=2, deadletter=queue + ".bad")
+    seen = []
+
+    async def handler(job):
+        seen.append((job.attempt, job.last_delivery, job.last_nack_reason))
+        raise KeyError(job.attempt)
+
+    w = Worker(addr(node), queue, handler, max_attempts=None, fetch_timeout_ms=100)
+    stats = await run_until(w, lambda: w.stats().dead == 1 and w.stats().in_flight == 0)
+    assert seen == [(1, False, None), (2, True, "KeyError: 1")]
+    assert (stats.failed, stats.retried, stats.dead) == (2, 1, 1)
+    [dead] = c.get_jobs(queue + ".bad", timeout_ms=5000)
+    assert (dead.dead_letter_of, dead.original_deliveries, dead.dead_letter_reason) == (jid, 2, "KeyError: 2")
+    c.ack(dead.id)
+    assert c.show(jid) is None
+
+
 async def test_dead_letter_at_fetch_and_custom_handlers(node, queue):
     c = Client(addr(node))
     jid = c.add_job(queue, b"tired")
