@@ -156,7 +156,9 @@ class Job:
         """True when the job's own MAXDELIVER makes this delivery its last: a failure now
         dead-letters it."""
         info = self.delivery
-        return info is not None and None not in (info.maxdeliver, info.deliveries) and info.deliveries >= info.maxdeliver
+        if info is None or info.maxdeliver is None or info.deliveries is None:
+            return False
+        return info.deliveries >= info.maxdeliver
 
     def text(self, encoding: str = "utf-8", errors: str = "strict") -> str:
         return self.body.decode(encoding, errors)

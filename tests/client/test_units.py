@@ -335,7 +335,8 @@ def test_disque_calls_send_what_they_sent_and_new_options_only_when_given():
     assert cmd.nack(["D-1", "D-2"]).argv == (b"NACK", b"D-1", b"D-2")
     assert cmd.addjob_argv("q", b"b", backoff=(0.5, 30), maxdeliver=3, deadletter="q.x")[4:] == (
         b"BACKOFF", b"0.5", b"30", b"MAXDELIVER", 3, b"DEADLETTER", b"q.x")  # fmt: skip
-    assert cmd.nack_argv(["D-1"], delay=1.23456, reason="boom") == (b"NACK", b"D-1", b"DELAY", b"1.235", b"REASON", b"boom")
+    assert cmd.nack_argv(["D-1"], delay=1.23456, reason="boom") == (
+        b"NACK", b"D-1", b"DELAY", b"1.235", b"REASON", b"boom")  # fmt: skip
     assert cmd.nack_argv(["D-1"], delay=0.0001) == (b"NACK", b"D-1", b"DELAY", b"0")
     assert cmd.nack_argv(["D-1"], dead=True) == (b"NACK", b"D-1", b"DEAD")
     for bad in (dict(delay=-1), dict(delay=float("nan")), dict(delay=1, dead=True)):
