@@ -381,11 +381,21 @@ class Client:
         ttl: int | None = None,
         maxlen: int | None = None,
         async_: bool = False,
+        backoff: tuple[float, float] | None = None,
+        maxdeliver: int | None = None,
+        deadletter: str | bytes | None = None,
     ) -> str:
-        """ADDJOB: queue a job, return its ID. Times are in seconds except ``timeout_ms``."""
+        """ADDJOB: queue a job, return its ID. Times are in seconds except ``timeout_ms``.
+
+        disque-py's delivery options (sent only when given): ``backoff=(min_s, max_s)``
+        requeues the job after min x 2^(nacks-1) seconds (capped at max) on each plain
+        NACK; ``maxdeliver=n`` dead-letters it on a failure of its n-th delivery, into
+        ``deadletter`` (default ``<queue>.dead``). Disque's nodes refuse them.
+        """
         return await self._call(cmd.addjob(
             queue, body, timeout_ms=timeout_ms, replicate=replicate, delay=delay,
             retry=retry, ttl=ttl, maxlen=maxlen, async_=async_,
+            backoff=backoff, maxdeliver=maxdeliver, deadletter=deadletter,
         ))  # fmt: skip
 
     async def add_jobs(
@@ -440,8 +450,16 @@ class Client:
     async def fast_ack(self, *ids: str | bytes) -> int:
         return await self._call(cmd.ids_command(b"FASTACK", ids))
 
-    async def nack(self, *ids: str | bytes) -> int:
-        return await self._call(cmd.ids_command(b"NACK", ids))
+    async def nack(
+        self, *ids: str | bytes, delay: float | None = None, reason: str | bytes | None = None, dead: bool = False
+    ) -> int:
+        """NACK: put the jobs back now, counting a failed attempt (plain ``NACK id...``, as Disque).
+
+        disque-py's options: ``delay`` seconds before they are queued again
+        (cluster-wide); ``reason`` kept as the jobs' last failure (cut to 1024
+        bytes); ``dead=True`` dead-letters them now, whatever their MAXDELIVER.
+        """
+        return await self._call(cmd.nack(ids, delay=delay, reason=reason, dead=dead))
 
     async def enqueue(self, *ids: str | bytes) -> int:
         return await self._call(cmd.ids_command(b"ENQUEUE", ids))

@@ -87,9 +87,39 @@ def _unreachable(seeds: list[str], timeout: float) -> list[str]:
     default=5,
     show_default=True,
     type=click.IntRange(0),
-    help="Dead-letter a job after this many failed attempts (0: never).",
+    help="Dead-letter a job when its attempt number N fails (NACK DEAD: the node moves it to its "
+    "dead-letter queue, <queue>.dead by default; 0: never, the job's own MAXDELIVER still applies).",
 )
 @click.option("--no-dead-letter", is_flag=True, help="Drop (ACK and log) jobs over --max-attempts instead.")
+@click.option(
+    "--retry-delay",
+    default=1.0,
+    show_default=True,
+    type=click.FloatRange(0),
+    help="Seconds before a failed job comes back (NACK DELAY), doubling with each attempt, "
+    "jittered by up to 25%; 0: back at once, or after the job's own BACKOFF.",
+)
+@click.option(
+    "--retry-delay-max", default=300.0, show_default=True, type=click.FloatRange(0), help="Cap of --retry-delay."
+)
+@click.option(
+    "--pause-after",
+    default=20,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Pause fetching when --pause-ratio of the last N jobs failed (a downstream outage).",
+)
+@click.option(
+    "--pause-ratio", default=0.9, show_default=True, type=click.FloatRange(0, 1, min_open=True),
+    help="Share of failed jobs among the last --pause-after that pauses fetching.",
+)  # fmt: skip
+@click.option(
+    "--max-pause",
+    default=5.0,
+    show_default=True,
+    type=click.FloatRange(0.01),
+    help="Longest pause (s) between probes while most jobs fail (0.5 s doubling up to this).",
+)
 @click.option(
     "--heartbeat",
     default=None,
@@ -134,6 +164,11 @@ def worker(
     max_in_flight: int | None,
     max_attempts: int,
     no_dead_letter: bool,
+    retry_delay: float,
+    retry_delay_max: float,
+    pause_after: int,
+    pause_ratio: float,
+    max_pause: float,
     heartbeat: float | None,
     fast_ack: bool,
     grace_period: float,
@@ -144,11 +179,17 @@ def worker(
     """Run HANDLER (MODULE:FUNCTION) on jobs from the queues until SIGTERM/SIGINT.
 
     The handler gets a disque_py.Job (queue, id, body as bytes, nacks,
-    additional_deliveries). Returning acknowledges the job; raising NACKs it
-    (after --max-attempts it goes to <queue>.dead). `async def` handlers run
-    as trio tasks, plain functions in threads. SIGTERM stops fetching and
-    gives running handlers --grace-period seconds; a second signal ends the
-    grace period at once. Unstarted or unfinished jobs are NACKed.
+    additional_deliveries, attempt). Returning acknowledges the job. Raising
+    NACKs it with the error as REASON and a DELAY (--retry-delay, doubling
+    with each attempt), so other jobs go on meanwhile; when attempt
+    --max-attempts fails, the job is dead-lettered by the node (NACK DEAD:
+    into <queue>.dead, or the job's DEADLETTER queue; SHOW on it names the
+    original job, queue and error). Fetching pauses only when most recent
+    jobs fail (--pause-ratio of the last --pause-after), for at most
+    --max-pause seconds between probes. `async def` handlers run as trio
+    tasks, plain functions in threads. SIGTERM stops fetching and gives
+    running handlers --grace-period seconds; a second signal ends the grace
+    period at once. Unstarted or unfinished jobs are NACKed.
 
     \b
     Examples:
@@ -156,6 +197,7 @@ def worker(
       disque-py worker myapp.tasks:resize -q images -n 10.0.0.1:7711 -n 10.0.0.2:7711 -c 8
     """
     from .sync import Client
+    from .cluster import Backoff
     from .worker import DEFAULT_DEAD_LETTER, Worker
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -174,6 +216,11 @@ def worker(
         max_in_flight=max_in_flight,
         max_attempts=max_attempts or None,
         dead_letter=None if no_dead_letter else DEFAULT_DEAD_LETTER,
+        retry_backoff=Backoff(initial=retry_delay, maximum=max(retry_delay, retry_delay_max), jitter=0.25)
+        if retry_delay > 0 else None,
+        backoff=Backoff(initial=min(0.5, max_pause), maximum=max_pause, jitter=0.5),
+        backoff_after=pause_after,
+        backoff_ratio=pause_ratio,
         heartbeat=False if heartbeat is None else (True if heartbeat == 0 else heartbeat),
         fast_ack=fast_ack,
         grace_period=grace_period,

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from .model import HelloInfo, Job, NodeInfo, decode_name, encode_body, encode_name
+from .model import DeliveryInfo, HelloInfo, Job, NodeInfo, decode_name, encode_body, encode_name
 
 __all__ = [
     "Call",
@@ -27,6 +27,7 @@ __all__ = [
     "addjob",
     "getjob",
     "ids_command",
+    "nack",
     "working",
     "show",
     "qlen",
@@ -112,6 +113,9 @@ def addjob_argv(
     ttl: int | None = None,
     maxlen: int | None = None,
     async_: bool = False,
+    backoff: tuple[float, float] | None = None,
+    maxdeliver: int | None = None,
+    deadletter: str | bytes | None = None,
 ) -> tuple[Any, ...]:
     _check_int("timeout_ms", timeout_ms, 0)
     _check_int("replicate", replicate, 1)
@@ -132,7 +136,71 @@ def addjob_argv(
         argv += [b"MAXLEN", maxlen]
     if async_:
         argv.append(b"ASYNC")
+    # disque-py's options (issue 46): sent only when given, so Disque's calls are unchanged
+    if backoff is not None:
+        try:
+            low, high = backoff
+        except (TypeError, ValueError):
+            raise TypeError("backoff must be a (min_seconds, max_seconds) pair") from None
+        low, high = _seconds("backoff min", low), _seconds("backoff max", high)
+        if low > high:
+            raise ValueError("backoff min (%s) is above its max (%s)" % (low, high))
+        argv += [b"BACKOFF", low, high]
+    if maxdeliver is not None:
+        _check_int("maxdeliver", maxdeliver, 1)
+        argv += [b"MAXDELIVER", maxdeliver]
+    if deadletter is not None:
+        argv += [b"DEADLETTER", encode_name(deadletter)]
     return tuple(argv)
+
+
+def _seconds(name: str, value: float) -> bytes:
+    """Seconds for BACKOFF / NACK DELAY: a number >= 0, sent with at most 3 decimals."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError("%s must be a number of seconds, not %s" % (name, type(value).__name__))
+    if not value >= 0 or value == float("inf"):
+        raise ValueError("%s must be a finite number >= 0, got %r" % (name, value))
+    if isinstance(value, int):
+        return b"%d" % value
+    text = ("%.3f" % value).rstrip("0").rstrip(".")
+    return text.encode("ascii")
+
+
+#: NACK's REASON is kept by the node up to this many bytes.
+MAX_REASON_BYTES = 1024
+
+
+def cut_reason(reason: str | bytes) -> bytes:
+    """A failure reason as NACK's REASON takes it: UTF-8, at most 1024 bytes (cut on a
+    character boundary)."""
+    raw = reason.encode("utf-8", "surrogateescape") if isinstance(reason, str) else bytes(reason)
+    if len(raw) <= MAX_REASON_BYTES:
+        return raw
+    cut = raw[:MAX_REASON_BYTES]
+    return cut.decode("utf-8", "ignore").encode("utf-8") if isinstance(reason, str) else cut
+
+
+def nack_argv(
+    ids: Iterable[str | bytes], *, delay: float | None = None, reason: str | bytes | None = None, dead: bool = False
+) -> tuple[Any, ...]:
+    """``NACK id... [DELAY s] [REASON text] [DEAD]``; plain ``NACK id...`` without options."""
+    argv: list[Any] = [b"NACK", *_ids(ids)]
+    if dead and delay is not None:
+        raise ValueError("a NACK is either DEAD or DELAYed, not both")
+    if delay is not None:
+        argv += [b"DELAY", _seconds("delay", delay)]
+    if reason is not None:
+        argv += [b"REASON", cut_reason(reason)]
+    if dead:
+        argv.append(b"DEAD")
+    return tuple(argv)
+
+
+def nack(
+    ids: Iterable[str | bytes], *, delay: float | None = None, reason: str | bytes | None = None, dead: bool = False
+) -> Call[int]:
+    """NACK: put the jobs back (after ``delay`` seconds), or dead-letter them (``dead``)."""
+    return Call(nack_argv(ids, delay=delay, reason=reason, dead=dead), _int)
 
 
 def addjob(queue: str | bytes, body: bytes | str, **opts: Any) -> Call[str]:
@@ -161,10 +229,45 @@ def parse_getjob(reply: Any) -> list[Job]:
             fields = {item[i]: item[i + 1] for i in range(3, n - 1, 2)}
             nacks = int(fields.get(b"nacks", 0))
             additional = int(fields.get(b"additional-deliveries", 0))
+            if len(fields) > 2:  # a job with delivery options, or a dead letter
+                info = DeliveryInfo(**_job_extras(fields))
+                jobs.append(Job(name, item[1].decode("ascii"), item[2], nacks, additional, info))
+                continue
         else:
             nacks = additional = 0
         jobs.append(Job(name, item[1].decode("ascii"), item[2], nacks, additional))
     return jobs
+
+
+def _opt_int(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+def _opt_text(value: Any) -> str | None:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+
+
+def _job_extras(fields: dict[bytes, Any]) -> dict[str, Any]:
+    """WITHCOUNTERS' fields beyond Disque's two -> :class:`DeliveryInfo`'s keyword arguments."""
+    get = fields.get
+    out: dict[str, Any] = {
+        "deliveries": _opt_int(get(b"deliveries")),
+        "maxdeliver": _opt_int(get(b"maxdeliver")),
+        "last_nack_reason": _opt_text(get(b"last-nack-reason")),
+        "dead_letter_of": _opt_text(get(b"dead-letter-of")),
+        "original_deliveries": _opt_int(get(b"original-deliveries")),
+        "dead_letter_reason": _opt_text(get(b"dead-letter-reason")),
+    }
+    if get(b"deadletter") is not None:
+        out["deadletter"] = decode_name(get(b"deadletter"))
+    if get(b"original-queue") is not None:
+        out["original_queue"] = decode_name(get(b"original-queue"))
+    if get(b"backoff-min-ms") is not None and get(b"backoff-max-ms") is not None:
+        out["backoff"] = (int(get(b"backoff-min-ms")) / 1000.0, int(get(b"backoff-max-ms")) / 1000.0)
+    options = get(b"original-options")
+    if isinstance(options, list):
+        out["original_options"] = tuple(_opt_text(o) for o in options)
+    return out
 
 
 def getjob(

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Job", "NodeInfo", "HelloInfo", "DeadLetter", "encode_body", "encode_name", "decode_name"]
+__all__ = ["Job", "DeliveryInfo", "NodeInfo", "HelloInfo", "DeadLetter", "encode_body", "encode_name", "decode_name"]
 
 
 def encode_body(body: bytes | bytearray | memoryview | str) -> bytes:
@@ -41,12 +41,46 @@ def decode_name(raw: bytes) -> str:
 
 
 @dataclass(frozen=True, slots=True)
+class DeliveryInfo:
+    """What the node reports about a job with disque-py's delivery options, or a dead
+    letter (see :class:`Job`, whose properties of the same names read it)."""
+
+    deliveries: int | None = None
+    maxdeliver: int | None = None
+    deadletter: str | None = None
+    backoff: tuple[float, float] | None = None
+    last_nack_reason: str | None = None
+    dead_letter_of: str | None = None
+    original_queue: str | None = None
+    original_deliveries: int | None = None
+    dead_letter_reason: str | None = None
+    original_options: tuple[str, ...] | None = None
+
+
+_NO_DELIVERY_INFO = DeliveryInfo()
+
+
+@dataclass(frozen=True, slots=True)
 class Job:
     """One job as delivered by GETJOB (or listed by QPEEK).
 
     ``nacks`` and ``additional_deliveries`` are the server's counters (zero
     when the command did not ask for them). ``attempt`` numbers this
     delivery: 1 for a job delivered for the first time.
+
+    ``delivery`` is set only for jobs that use disque-py's delivery options
+    (``ADDJOB ... BACKOFF / MAXDELIVER / DEADLETTER``, a ``NACK ... REASON``,
+    a dead letter) and only when GETJOB was asked for counters
+    (``WITHCOUNTERS``, the clients' default); None for Disque's own jobs.
+    Its fields read as properties of the job (None when not reported):
+
+    * ``deliveries``: deliveries counted by the cluster, this one included;
+    * ``maxdeliver``, ``deadletter``, ``backoff`` (``(min_s, max_s)``): the
+      job's own policy (``deadletter`` is the effective queue, e.g. ``q.dead``);
+    * ``last_nack_reason``: the REASON of the job's last NACK;
+    * for a dead letter: ``dead_letter_of`` (the original job's ID),
+      ``original_queue``, ``original_deliveries``, ``dead_letter_reason`` and
+      ``original_options`` (the ADDJOB options to give it back to its queue).
     """
 
     queue: str
@@ -54,6 +88,47 @@ class Job:
     body: bytes
     nacks: int = 0
     additional_deliveries: int = 0
+    delivery: DeliveryInfo | None = None
+
+    @property
+    def deliveries(self) -> int | None:
+        return (self.delivery or _NO_DELIVERY_INFO).deliveries
+
+    @property
+    def maxdeliver(self) -> int | None:
+        return (self.delivery or _NO_DELIVERY_INFO).maxdeliver
+
+    @property
+    def deadletter(self) -> str | None:
+        return (self.delivery or _NO_DELIVERY_INFO).deadletter
+
+    @property
+    def backoff(self) -> tuple[float, float] | None:
+        return (self.delivery or _NO_DELIVERY_INFO).backoff
+
+    @property
+    def last_nack_reason(self) -> str | None:
+        return (self.delivery or _NO_DELIVERY_INFO).last_nack_reason
+
+    @property
+    def dead_letter_of(self) -> str | None:
+        return (self.delivery or _NO_DELIVERY_INFO).dead_letter_of
+
+    @property
+    def original_queue(self) -> str | None:
+        return (self.delivery or _NO_DELIVERY_INFO).original_queue
+
+    @property
+    def original_deliveries(self) -> int | None:
+        return (self.delivery or _NO_DELIVERY_INFO).original_deliveries
+
+    @property
+    def dead_letter_reason(self) -> str | None:
+        return (self.delivery or _NO_DELIVERY_INFO).dead_letter_reason
+
+    @property
+    def original_options(self) -> tuple[str, ...] | None:
+        return (self.delivery or _NO_DELIVERY_INFO).original_options
 
     @property
     def node_prefix(self) -> str:
@@ -62,8 +137,28 @@ class Job:
 
     @property
     def attempt(self) -> int:
-        """``nacks + additional_deliveries + 1``: which delivery this is."""
-        return self.nacks + self.additional_deliveries + 1
+        """Which delivery this is: ``nacks + additional_deliveries + 1``, or the node's
+        ``deliveries`` when that is more (it also counts deliveries on other nodes; a job
+        given no delivery option at ADDJOB is counted only from its first NACK REASON on)."""
+        attempt = self.nacks + self.additional_deliveries + 1
+        if self.delivery is None:
+            return attempt
+        deliveries = self.delivery.deliveries
+        return deliveries if deliveries is not None and deliveries > attempt else attempt
+
+    @property
+    def is_dead_letter(self) -> bool:
+        """True for a job the cluster dead-lettered (``dead_letter_of`` names the original)."""
+        return self.dead_letter_of is not None
+
+    @property
+    def last_delivery(self) -> bool:
+        """True when the job's own MAXDELIVER makes this delivery its last: a failure now
+        dead-letters it."""
+        info = self.delivery
+        if info is None or info.maxdeliver is None or info.deliveries is None:
+            return False
+        return info.deliveries >= info.maxdeliver
 
     def text(self, encoding: str = "utf-8", errors: str = "strict") -> str:
         return self.body.decode(encoding, errors)
@@ -115,7 +210,8 @@ class HelloInfo:
 
 @dataclass(frozen=True, slots=True)
 class DeadLetter:
-    """The body of a job the worker moved to ``<queue>.dead``.
+    """The JSON body of a dead letter written by a client (the worker did this before
+    dead letters were kept by the cluster; see :attr:`Job.dead_letter_of` for those).
 
     Stored as JSON: the original body goes in ``"body"`` when it is valid
     UTF-8, else base64-encoded in ``"body_base64"``. ``DeadLetter.parse``

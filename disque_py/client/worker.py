@@ -45,25 +45,40 @@ A :class:`Worker` is a trio program built on the trio client
   fails by raising anything.
 * **acker** - sends the outcomes the fetcher cannot carry (while its
   GETJOB blocks, during a backoff, after a stop) on another connection,
-  one ``ACKJOB id id ...`` (or FASTACK / NACK) per batch.
+  one ``ACKJOB id id ...`` (or FASTACK / NACK) per batch, and the NACKs
+  with options (one command per job) in one pipeline.
 
 Outcomes:
 
 * success: ACKJOB (``fast_ack=True``: FASTACK);
-* failure: NACK, so the job comes back at once with ``nacks`` + 1; the
-  error text is logged;
-* a failure on attempt ``max_attempts`` (``attempt = nacks +
-  additional_deliveries + 1``), or a job *fetched* with an attempt above
-  it (it failed elsewhere, or timed out): the dead-letter handler gets it,
-  then it is acknowledged. The default handler ADDs a JSON
-  :class:`~.model.DeadLetter` (original body, error text, counters) to
-  ``<queue>.dead``. If dead-lettering fails the job is NACKed instead.
+* failure: ``NACK <id> DELAY <s> REASON <error>``: the job is retried by
+  the cluster after ``retry_backoff.delay(attempt - 1)`` seconds
+  (exponential, jittered; the node holds it meanwhile, so the other jobs
+  go on), and its next delivery carries the error as
+  ``last_nack_reason``. No DELAY when ``retry_backoff`` is None or the
+  job has a BACKOFF of its own (the node's backoff decides). A NACK the
+  node refuses (a DELAY beyond the job's TTL) is sent again plain;
+* a failure on attempt ``max_attempts`` (:attr:`~.model.Job.attempt`), or
+  a job *fetched* with an attempt above it (it failed elsewhere, or timed
+  out): the dead-letter handler gets it. The default,
+  :data:`DEFAULT_DEAD_LETTER`, is ``NACK <id> DEAD REASON <error>``: the
+  node dead-letters it (a new job in ``<queue>.dead`` or the job's
+  DEADLETTER queue, whose SHOW names the original). A custom handler runs,
+  then the job is acknowledged; if it fails the job is NACKed instead;
+* a failure on the delivery the job's own MAXDELIVER makes its last:
+  ``NACK <id> REASON <error>``, and the node dead-letters it.
 
-Failure backoff (:class:`FailureGate`): after ``backoff_after`` consecutive
-failures the fetcher stops for ``backoff.delay(n)`` seconds (exponential,
-jittered), then fetches a single *probe* job and waits for its outcome:
-success goes back to full speed, failure backs off longer. Jobs already in
-hand keep running meanwhile.
+On a node that refuses NACK's options (Disque's own), the first refusal
+switches the worker back to plain NACKs and to dead letters it ADDs itself:
+a JSON :class:`~.model.DeadLetter` in ``<queue>.dead``.
+
+Consumer-wide pause (:class:`FailureGate`), for an outage: when at least
+``backoff_ratio`` of the last ``backoff_after`` distinct jobs failed (a
+job failing again counts once, so a few poison jobs never trip it), the
+fetcher stops for ``backoff.delay(n)`` seconds (exponential, jittered,
+bounded by ``backoff.maximum``), then fetches a single *probe* job and
+waits for its outcome: success goes back to full speed, failure pauses
+longer. Jobs already in hand keep running meanwhile.
 
 Heartbeats (off by default): ``heartbeat=<seconds>`` sends WORKING for a
 job every that many seconds while its handler runs; ``heartbeat=True``
@@ -113,12 +128,21 @@ import trio
 from . import commands as cmd
 from .aio import Client as AioClient
 from .cluster import Backoff
-from .errors import AckedError, AuthError, DisqueError, NoJobError, TooLateError
+from .errors import AckedError, AuthError, BadIdError, DisqueError, NoJobError, TooLateError
 from .model import DeadLetter, Job
 from .sync import Client as SyncClient
 from .sync import _Connection
 
-__all__ = ["Worker", "WorkerStats", "FailureGate", "current_worker", "describe_error", "DEFAULT_DEAD_LETTER"]
+__all__ = [
+    "Worker",
+    "WorkerStats",
+    "FailureGate",
+    "current_worker",
+    "describe_error",
+    "DEFAULT_DEAD_LETTER",
+    "DEFAULT_RETRY_BACKOFF",
+    "DEFAULT_PAUSE_BACKOFF",
+]
 
 log = logging.getLogger("disque_py.worker")
 
@@ -137,10 +161,12 @@ def current_worker() -> "Worker":
 
 
 class _Default(enum.Enum):
-    DEAD_LETTER = "ADDJOB to <queue>.dead"
+    DEAD_LETTER = "NACK ... DEAD: the cluster's dead letter"
 
 
-#: ``dead_letter=`` default: ADDJOB a :class:`DeadLetter` JSON body to ``<queue>.dead``.
+#: ``dead_letter=`` default: ``NACK <id> DEAD REASON <error>``: the cluster dead-letters the job
+#: (into its DEADLETTER queue, ``<queue>.dead`` by default). On a node that does not know NACK's
+#: options (Disque's), the worker ADDs a JSON :class:`DeadLetter` to ``<queue>.dead`` instead.
 DEFAULT_DEAD_LETTER = _Default.DEAD_LETTER
 
 
@@ -164,7 +190,7 @@ class WorkerStats:
     ``processed``: handler succeeded (the job is acknowledged, or about
     to be); ``failed``: handler raised; ``retried``: jobs NACKed (failures
     below ``max_attempts``, and jobs handed back at shutdown); ``dead``:
-    jobs dead-lettered; ``in_flight``: fetched and not yet ACKed/NACKed
+    jobs dead-lettered (NACK DEAD sent, or the custom handler done); ``in_flight``: fetched and not yet ACKed/NACKed
     (the node's answer counts); ``running``: handlers running (a handler
     thread counts from taking its job); ``backoffs``: failure backoffs
     started; ``ack_errors``: ACK/NACK commands that failed;
@@ -186,22 +212,32 @@ class WorkerStats:
 class FailureGate:
     """When the fetcher may fetch, after failures (no I/O: the caller passes ``now``).
 
-    States: ``open`` (fetch freely), ``backing-off`` (fetch nothing until
-    ``until``), ``probing`` (fetch one job and wait for its outcome).
+    It looks at the last ``window`` distinct jobs that ended (a job failing
+    again counts once, with its latest outcome) and trips when at least
+    ``ratio`` of them failed, i.e. when most jobs fail, whatever they are: a
+    downstream outage, not a few poison jobs (those are retried one by one
+    with NACK delays). States: ``open`` (fetch freely), ``backing-off``
+    (fetch nothing until ``until``), ``probing`` (fetch one job and wait for
+    its outcome: a success opens the gate and forgets the window, a failure
+    backs off longer, up to ``backoff.maximum``).
     """
 
     OPEN = "open"
     BACKING_OFF = "backing-off"
     PROBING = "probing"
 
-    def __init__(self, backoff: Backoff, threshold: int, rng: random.Random) -> None:
-        if threshold < 1:
+    def __init__(self, backoff: Backoff, window: int, rng: random.Random, ratio: float = 0.9) -> None:
+        if window < 1:
             raise ValueError("backoff_after must be >= 1")
+        if not 0.0 < ratio <= 1.0:
+            raise ValueError("backoff_ratio must be in (0, 1]")
         self.backoff = backoff
-        self.threshold = threshold
+        self.window = window
+        self.ratio = ratio
         self.rng = rng
         self.state = self.OPEN
-        self.consecutive = 0
+        self.recent: OrderedDict[str, bool] = OrderedDict()  # job ID -> failed, oldest first
+        self.failing = 0  # failed jobs in ``recent``
         self.level = 0
         self.until = 0.0
         self.probe: str | None = None
@@ -220,22 +256,44 @@ class FailureGate:
     def took_probe(self, job_id: str) -> None:
         self.probe = job_id
 
+    def _record(self, job_id: str, failed: bool) -> None:
+        recent = self.recent
+        before = recent.pop(job_id, None)
+        if before:
+            self.failing -= 1
+        recent[job_id] = failed
+        if failed:
+            self.failing += 1
+        if len(recent) > self.window and recent.popitem(last=False)[1]:
+            self.failing -= 1
+        if not self.failing:
+            recent.clear()  # only successes: nothing to remember (keeps success() cheap)
+
     def success(self, job_id: str) -> None:
-        if self.state is self.OPEN and not self.consecutive:
+        if self.state is self.OPEN and not self.failing:
             return  # the common case, kept cheap
+        if self.state != self.OPEN and (self.state == self.BACKING_OFF or job_id != self.probe):
+            self._record(job_id, False)  # an older job: the probe decides
+            return
+        if self.state == self.PROBING:  # the probe worked: full speed, window forgotten
+            self.recent.clear()
+            self.failing = 0
+        else:
+            self._record(job_id, False)
         self.state = self.OPEN
-        self.consecutive = 0
         self.level = 0
         self.probe = None
 
     def failure(self, job_id: str, now: float) -> float | None:
         """Record a failure; returns the backoff delay if one starts now."""
-        self.consecutive += 1
+        self._record(job_id, True)
         if self.state == self.BACKING_OFF:
             return None
         if self.state == self.PROBING and job_id != self.probe:
             return None  # an older job: the probe decides
-        if self.state == self.PROBING or self.consecutive >= self.threshold:
+        if self.state == self.PROBING or (
+            len(self.recent) >= self.window and self.failing >= self.ratio * len(self.recent)
+        ):
             delay = self.backoff.delay(self.level, self.rng)
             self.level += 1
             self.state = self.BACKING_OFF
@@ -251,6 +309,17 @@ class FailureGate:
 
 
 _OPS = {"ack": b"ACKJOB", "fast_ack": b"FASTACK", "nack": b"NACK"}
+
+#: A NACK with options waiting to be sent: ("retry" or "dead", the job, the command).
+_Retry = tuple[str, Job, tuple[Any, ...]]
+
+#: ``retry_backoff=`` default: a failed job comes back after 1 s, 2 s, 4 s... (at most 5
+#: minutes), jittered by up to 25 % (NACK's DELAY).
+DEFAULT_RETRY_BACKOFF = Backoff(initial=1.0, maximum=300.0, factor=2.0, jitter=0.25)
+
+#: ``backoff=`` default: the consumer-wide pause when most recent jobs fail (an outage):
+#: 0.5 s doubling up to 5 s between probes.
+DEFAULT_PAUSE_BACKOFF = Backoff(initial=0.5, maximum=5.0, factor=2.0, jitter=0.5)
 
 #: Seconds an outcome (ACK/NACK) may wait to travel with a bigger batch.
 OUTCOME_LINGER = 0.005
@@ -712,13 +781,18 @@ class Worker:
     ``concurrency``: handlers at once. ``max_in_flight``: jobs fetched and
     not yet acknowledged, at most (default ``2 * concurrency``).
     ``max_attempts``: dead-letter on a failure of this attempt (None:
-    never). ``dead_letter``: :data:`DEFAULT_DEAD_LETTER`, a callable
-    ``(job, error_text)`` (sync or async), or None to drop such jobs (ACK
-    and log). ``heartbeat``: False, True (auto) or seconds between WORKING
-    commands. ``fast_ack``: FASTACK instead of ACKJOB. ``backoff`` and
-    ``backoff_after``: the failure backoff (default 1 s doubling up to 60 s,
-    after 3 consecutive failures). ``grace_period``: seconds running
-    handlers get after a stop. ``fetch_timeout_ms``: how long one GETJOB
+    never; the job's own MAXDELIVER still applies). ``dead_letter``:
+    :data:`DEFAULT_DEAD_LETTER` (the cluster's dead letter, ``NACK ...
+    DEAD``), a callable ``(job, error_text)`` (sync or async; the job is
+    then acknowledged), or None to drop such jobs (ACK and log).
+    ``retry_backoff``: the delay before a failed job comes back (NACK
+    DELAY; default :data:`DEFAULT_RETRY_BACKOFF`, 1 s doubling up to 5
+    min; None: at once). ``heartbeat``: False, True (auto) or seconds
+    between WORKING commands. ``fast_ack``: FASTACK instead of ACKJOB.
+    ``backoff``, ``backoff_after`` and ``backoff_ratio``: the consumer-wide
+    pause, when ``backoff_ratio`` (0.9) of the last ``backoff_after`` (20)
+    jobs failed (default :data:`DEFAULT_PAUSE_BACKOFF`, 0.5 s doubling up
+    to 5 s). ``grace_period``: seconds running handlers get after a stop. ``fetch_timeout_ms``: how long one GETJOB
     blocks (it also bounds how long a stop waits for the fetcher).
     ``rng``: the random generator for the backoff jitter.
     """
@@ -736,7 +810,9 @@ class Worker:
         heartbeat: bool | float = False,
         fast_ack: bool = False,
         backoff: Backoff | None = None,
-        backoff_after: int = 3,
+        backoff_after: int = 20,
+        backoff_ratio: float = 0.9,
+        retry_backoff: Backoff | None = DEFAULT_RETRY_BACKOFF,
         grace_period: float = 30.0,
         fetch_timeout_ms: int = 1000,
         password: str | None = None,
@@ -765,7 +841,9 @@ class Worker:
         self.grace_period = grace_period
         self.fetch_timeout_ms = fetch_timeout_ms
         self._rng = rng or random.Random()
-        self._gate = FailureGate(backoff or Backoff(initial=1.0, maximum=60.0), backoff_after, self._rng)
+        self._gate = FailureGate(backoff or DEFAULT_PAUSE_BACKOFF, backoff_after, self._rng, backoff_ratio)
+        self.retry_backoff = retry_backoff
+        self._legacy = False  # the node refused NACK's options (a Disque node): plain NACKs, ADDJOB dead letters
         self._fetch_backoff = Backoff(initial=0.1, maximum=5.0)
 
         self._owns_client = False
@@ -820,7 +898,8 @@ class Worker:
         self._nursery: trio.Nursery | None = None
         self._token: trio.lowlevel.TrioToken | None = None
         self._acks: list[str] = []  # IDs to ACKJOB (or FASTACK)
-        self._nacks: list[str] = []  # IDs to NACK
+        self._nacks: list[str] = []  # IDs to NACK (plain: handed back)
+        self._retries: list[_Retry] = []  # NACKs with options (DELAY, REASON, DEAD), one command each
         self._carrying = False  # the fetcher will send outcomes with its next GETJOB
         self._work_done = False
         self._batch_min = max(1, (max_in_flight + 1) // 2)
@@ -956,7 +1035,7 @@ class Worker:
             self._ack_wake.fire()
             self._fetch_wake.fire()
         elif self._fetch_wake.task is not None:
-            pending = len(self._acks) + len(self._nacks)
+            pending = len(self._acks) + len(self._nacks) + len(self._retries)
             if (
                 pending == 1
                 or not self._buffer
@@ -969,15 +1048,75 @@ class Worker:
         (self._nacks if op == "nack" else self._acks).append(job.id)
         self._queued()
 
-    def _take_outcomes(self) -> list[tuple[str, list[str]]]:
-        groups = []
+    def _send_retry(self, kind: str, job: Job, argv: tuple[Any, ...]) -> None:
+        """Queue one NACK with options for a job (``kind``: "retry" or "dead")."""
+        self._retries.append((kind, job, argv))
+        self._queued()
+
+    def _take_outcomes(self) -> list[tuple[str, list[Any]]]:
+        """Pending outcomes as ``(op, ids)`` groups (one command each) and ``("retry",
+        [(kind, job, argv)...])`` (one command per job)."""
+        groups: list[tuple[str, list[Any]]] = []
         if self._acks:
             groups.append((self._ack_op, self._acks))
             self._acks = []
         if self._nacks:
             groups.append(("nack", self._nacks))
             self._nacks = []
+        if self._retries:
+            groups.append(("retry", self._retries))
+            self._retries = []
         return groups
+
+    @staticmethod
+    def _outcome_calls(outcomes: list[tuple[str, list[Any]]]) -> list[cmd.Call[Any]]:
+        calls: list[cmd.Call[Any]] = []
+        for op, items in outcomes:
+            if op == "retry":
+                calls += [cmd.Call(argv, int) for _, _, argv in items]
+            else:
+                calls.append(cmd.Call((_OPS[op], *[i.encode() for i in items]), int))
+        return calls
+
+    def _outcomes_settled(self, outcomes: list[tuple[str, list[Any]]], results: list[Any]) -> None:
+        """Replies to :meth:`_outcome_calls`' commands, in order (a DisqueError for a failed one)."""
+        it = iter(results)
+        for op, items in outcomes:
+            if op == "retry":
+                for entry in items:
+                    result = next(it)
+                    self._retry_settled(entry, result if isinstance(result, BaseException) else None)
+            else:
+                result = next(it)
+                self._settled(op, len(items), result if isinstance(result, BaseException) else None)
+
+    def _put_back(self, outcomes: list[tuple[str, list[Any]]]) -> None:
+        """Outcomes maybe not sent (cancelled): the acker sends them (again: twice is harmless)."""
+        for op, items in outcomes:
+            if op == "retry":
+                self._retries.extend(items)
+            else:
+                (self._nacks if op == "nack" else self._acks).extend(items)
+
+    def _retry_settled(self, entry: _Retry, error: BaseException | None) -> None:
+        """A NACK with options answered. Refused (a DELAY beyond the job's TTL, a node without
+        these options): the job is NACKed plainly instead, so it is never lost."""
+        if error is None:
+            self._settled("nack", 1, None)
+            return
+        kind, job, argv = entry
+        self._ack_errors += 1
+        # Disque's NACK takes every argument for a job ID (-BADID); ours refuses unknown words
+        if (isinstance(error, BadIdError) or "syntax error" in str(error)) and not self._legacy:
+            self._legacy = True
+            log.warning("the node does not know NACK's DELAY/REASON/DEAD (a Disque node?): failed jobs are "
+                        "NACKed at once and dead letters written by the worker from now on")  # fmt: skip
+        log.error("%s for job %s failed (%s): plain NACK instead", argv[0].decode(), job.id, error)
+        if kind == "dead":
+            self._dead -= 1
+            self._retried += 1
+        self._nacks.append(job.id)  # its slot stays taken until this NACK is answered
+        self._queued()
 
     @staticmethod
     async def _in_scope(scope: trio.CancelScope, fn: Callable[[], Awaitable[Any]]) -> None:
@@ -1011,7 +1150,7 @@ class Worker:
         """Whether the fetcher will send pending outcomes itself (else the acker does)."""
         if self._carrying != carrying:
             self._carrying = carrying
-            if not carrying and (self._acks or self._nacks):
+            if not carrying and (self._acks or self._nacks or self._retries):
                 self._ack_wake.fire()
 
     async def _fetch_loop(self) -> None:
@@ -1040,7 +1179,7 @@ class Worker:
                     with trio.move_on_at(wait_until):
                         await self._stop_event.wait()
                     continue
-                pending = len(self._acks) + len(self._nacks)
+                pending = len(self._acks) + len(self._nacks) + len(self._retries)
                 free = self.max_in_flight - self._in_flight + pending
                 if limit is not None:
                     free = min(free, limit)
@@ -1105,7 +1244,7 @@ class Worker:
         threads = self._threads
         assert threads is not None
         gate = self._gate
-        if gate.consecutive or gate.state is not FailureGate.OPEN:
+        if gate.failing or gate.state is not FailureGate.OPEN:
             return False
         address = self.client.current_address
         longest = OUTCOME_LINGER if self.concurrency == 1 else HELPER_DELAY
@@ -1159,20 +1298,17 @@ class Worker:
             return await self.client.get_jobs(
                 *self.queues, count=count, timeout_ms=self.fetch_timeout_ms, with_counters=True
             )
-        calls: list[cmd.Call[Any]] = [cmd.Call((_OPS[op], *[i.encode() for i in ids]), int) for op, ids in outcomes]
+        calls = self._outcome_calls(outcomes)
         calls.append(self._getjob_call(count))
         try:
             results = await self.client.pipeline(calls)
         except DisqueError as exc:
-            for op, ids in outcomes:
-                self._settled(op, len(ids), exc)
+            self._outcomes_settled(outcomes, [exc] * (len(calls) - 1))
             raise
         except BaseException:  # cancelled: the acker sends them (again: ACK twice is harmless)
-            for op, ids in outcomes:
-                (self._nacks if op == "nack" else self._acks).extend(ids)
+            self._put_back(outcomes)
             raise
-        for (op, ids), result in zip(outcomes, results):
-            self._settled(op, len(ids), result if isinstance(result, DisqueError) else None)
+        self._outcomes_settled(outcomes, results[:-1])
         got = results[-1]
         if isinstance(got, DisqueError):
             raise got
@@ -1386,7 +1522,7 @@ class Worker:
     def _succeeded(self, job: Job) -> None:
         self._processed += 1
         gate = self._gate
-        if gate.consecutive or gate.state is not FailureGate.OPEN:
+        if gate.failing or gate.state is not FailureGate.OPEN:
             gate.success(job.id)
         self._acks.append(job.id)
         self._queued()
@@ -1409,22 +1545,42 @@ class Worker:
         dead = self.max_attempts is not None and job.attempt >= self.max_attempts and not fatal
         if dead:
             log.warning("job %s failed on its last attempt (%d): %s", job.id, job.attempt, text)
-        else:
+        elif fatal or self._legacy:
             log.warning("job %s failed (attempt %d): %s", job.id, job.attempt, text)
             self._remember_error(job.id, text)
             self._retried += 1
-            self._outcome("nack", job)
+            self._outcome("nack", job)  # back at once
+        elif job.last_delivery:  # its own MAXDELIVER: the node dead-letters it on this NACK
+            log.warning("job %s failed on its last delivery (%d, MAXDELIVER): %s", job.id, job.attempt, text)
+            self._dead += 1
+            self._send_retry("dead", job, cmd.nack_argv([job.id], reason=text))
+        else:
+            delay = self._retry_delay(job)
+            log.warning("job %s failed (attempt %d)%s: %s", job.id, job.attempt,
+                        "" if delay is None else ", again in %.3f s" % delay, text)  # fmt: skip
+            self._retried += 1
+            self._send_retry("retry", job, cmd.nack_argv([job.id], delay=delay, reason=text))
         if fatal:  # KeyboardInterrupt, SystemExit...: stop gracefully, re-raise from run()
             if self._fatal is None:
                 self._fatal = error
             self._stop_now(None)
         return text if dead else None
 
+    def _retry_delay(self, job: Job) -> float | None:
+        """Seconds before a failed job comes back (NACK's DELAY): exponential in its attempt,
+        from ``retry_backoff``; None (the node decides) without it, or when the job has a
+        BACKOFF of its own."""
+        if self.retry_backoff is None or job.backoff is not None:
+            return None
+        return round(self.retry_backoff.delay(job.attempt - 1, self._rng), 3)
+
     def _record_failure(self, job: Job) -> None:
         delay = self._gate.failure(job.id, trio.current_time())
         if delay is not None:
             self._backoffs += 1
-            log.warning("%d consecutive failures: fetching paused for %.2f s", self._gate.consecutive, delay)
+            gate = self._gate
+            log.warning("%d of the last %d jobs failed: fetching paused for %.2f s",
+                        gate.failing, len(gate.recent), delay)  # fmt: skip
         self._fetch_wake.fire()
 
     def _remember_error(self, job_id: str, text: str) -> None:
@@ -1435,8 +1591,13 @@ class Worker:
 
     async def _dead_letter(self, job: Job, error: str, *, failure_counted: bool) -> None:
         handler = self.dead_letter
+        if handler is DEFAULT_DEAD_LETTER and not self._legacy:  # the cluster's dead letter
+            self._dead += 1
+            self._last_errors.pop(job.id, None)
+            self._send_retry("dead", job, cmd.nack_argv([job.id], reason=error, dead=True))
+            return
         try:
-            if handler is DEFAULT_DEAD_LETTER:
+            if handler is DEFAULT_DEAD_LETTER:  # a node without NACK DEAD: a JSON DeadLetter
                 await self.client.add_job(job.queue + ".dead", DeadLetter.from_job(job, error).encode())
             elif handler is None:
                 log.error("job %s discarded after %d attempts: %s", job.id, job.attempt, error)
@@ -1485,15 +1646,23 @@ class Worker:
     async def _ack_loop(self) -> None:
         """Send the outcomes the fetcher cannot carry; returns once the work is over and all are sent."""
         while True:
-            if (self._acks or self._nacks) and not self._carrying:
-                for op, ids in self._take_outcomes():
+            if (self._acks or self._nacks or self._retries) and not self._carrying:
+                for op, items in self._take_outcomes():
+                    if op == "retry":  # one command per job, in one round trip
+                        group = [(op, items)]
+                        try:
+                            results = await self.client.pipeline(self._outcome_calls(group))
+                        except DisqueError as exc:
+                            results = [exc] * len(items)
+                        self._outcomes_settled(group, results)
+                        continue
                     try:
-                        await getattr(self.client, op)(*ids)
+                        await getattr(self.client, op)(*items)
                     except DisqueError as exc:
-                        self._settled(op, len(ids), exc)
+                        self._settled(op, len(items), exc)
                     else:
-                        self._settled(op, len(ids), None)
+                        self._settled(op, len(items), None)
                 continue
-            if self._work_done and not (self._acks or self._nacks):
+            if self._work_done and not (self._acks or self._nacks or self._retries):
                 return
             await self._ack_wake.wait()

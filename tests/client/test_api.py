@@ -251,6 +251,53 @@ async def test_every_call(flavor, nodes):
         await c.aclose()
 
 
+async def test_delivery_options_and_dead_letters(flavor, node):
+    """ADDJOB BACKOFF/MAXDELIVER/DEADLETTER, NACK DELAY/REASON/DEAD, and the Job's counters."""
+    c = make_client(flavor, addr(node))
+    q = "dlq-" + uuid.uuid4().hex[:10]
+    try:
+        jid = await c.add_job(q, b"payload", retry=5, backoff=(0.2, 1), maxdeliver=2, deadletter=q + ".failed")
+        [job] = await c.get_jobs(q)
+        assert (job.id, job.deliveries, job.maxdeliver, job.deadletter) == (jid, 1, 2, q + ".failed")
+        assert job.backoff == (0.2, 1.0) and job.attempt == 1 and not job.last_delivery
+        assert job.last_nack_reason is None and not job.is_dead_letter
+        assert await c.nack(jid, delay=0.3, reason="x" * 2000) == 1  # REASON cut to 1024 bytes
+        shown = await c.show(jid)
+        assert shown["last-nack-reason"] == "x" * 1024 and 0 < shown["next-requeue-within"] <= 300
+        assert await c.get_jobs(q, nohang=True) == []  # delayed: not back yet
+        [job] = await c.get_jobs(q, timeout_ms=5000)
+        assert job.deliveries == 2 and job.attempt == 2 and job.last_delivery
+        assert job.last_nack_reason == "x" * 1024
+        assert await c.nack(jid, reason="second failure") == 1  # its MAXDELIVER: dead-lettered
+        [dead] = await c.get_jobs(q + ".failed", timeout_ms=5000)
+        assert dead.body == b"payload" and dead.is_dead_letter
+        assert (dead.dead_letter_of, dead.original_queue, dead.original_deliveries) == (jid, q, 2)
+        assert dead.dead_letter_reason == "second failure"
+        assert dead.original_options == ("BACKOFF", "0.2", "1", "MAXDELIVER", "2", "DEADLETTER", q + ".failed")
+        assert await c.show(jid) is None  # the original is acknowledged
+        await c.ack(dead.id)
+
+        # NACK DEAD: now, whatever MAXDELIVER; a Disque job shows none of the new fields
+        jid = await c.add_job(q, "plain")
+        [job] = await c.get_jobs(q)
+        assert job.deliveries is None and job.maxdeliver is None and job.backoff is None and not job.last_delivery
+        assert await c.nack(jid, dead=True, reason="never retry") == 1
+        [dead] = await c.get_jobs(q + ".dead", timeout_ms=5000)
+        assert dead.dead_letter_of == jid and dead.dead_letter_reason == "never retry" and dead.body == b"plain"
+        await c.ack(dead.id)
+
+        with pytest.raises(CommandError, match="RETRY 0"):  # the node's checks: MAXDELIVER on a RETRY 0 job
+            await c.add_job(q, b"x", maxdeliver=2, retry=0)
+        with pytest.raises(ValueError):
+            await c.nack(jid, delay=1, dead=True)
+        with pytest.raises(ValueError):
+            await c.add_job(q, b"x", backoff=(2, 1))
+        with pytest.raises(ValueError):
+            await c.add_job(q, b"x", maxdeliver=0)
+    finally:
+        await c.aclose()
+
+
 async def test_non_utf8_queue_and_body(flavor, node):
     c = make_client(flavor, addr(node))
     q = b"bin-\xff\xfe-" + uuid.uuid4().hex[:6].encode()

@@ -228,16 +228,18 @@ def test_affinity_suggests_the_dominant_other_node():
 
 
 def test_failure_gate_backs_off_then_probes():
-    gate = FailureGate(Backoff(initial=1.0, maximum=4.0, jitter=0.0), threshold=2, rng=random.Random())
+    gate = FailureGate(Backoff(initial=1.0, maximum=4.0, jitter=0.0), window=2, rng=random.Random())
     assert gate.allowance(0.0) == (None, None)
-    assert gate.failure("a", 0.0) is None  # one failure: keep going
-    assert gate.failure("b", 0.0) == 1.0  # threshold: back off 1 s
+    assert gate.failure("a", 0.0) is None  # one job failed: keep going
+    assert gate.failure("b", 0.0) == 1.0  # every job of the window failed: back off 1 s
     assert gate.allowance(0.5) == (0, 1.0)
     assert gate.failure("c", 0.6) is None  # in-hand jobs failing do not extend it
     assert gate.allowance(1.0) == (1, None)  # probe one job
     gate.took_probe("p1")
     assert gate.allowance(1.1) == (0, None)  # wait for its outcome
     assert gate.failure("old", 1.2) is None  # an older job failing is not the probe
+    gate.success("old2")  # nor is an older job succeeding
+    assert gate.allowance(1.25) == (0, None)
     assert gate.failure("p1", 1.3) == 2.0  # probe failed: longer
     assert gate.allowance(3.3) == (1, None)
     gate.took_probe("p2")
@@ -251,7 +253,32 @@ def test_failure_gate_backs_off_then_probes():
     gate.allowance(12.0)
     gate.took_probe("p5")
     gate.success("p5")
-    assert gate.allowance(12.1) == (None, None) and gate.level == 0 and gate.consecutive == 0
+    assert gate.allowance(12.1) == (None, None) and gate.level == 0 and gate.failing == 0
+
+
+def test_failure_gate_trips_on_most_jobs_failing_not_on_a_few_poison_jobs():
+    gate = FailureGate(Backoff(initial=1.0, maximum=4.0, jitter=0.0), window=20, rng=random.Random(), ratio=0.9)
+    # 10 poison jobs failing again and again among good jobs: never a pause
+    for round_ in range(5):
+        for i in range(40):
+            if i % 4 == 0:
+                assert gate.failure("poison-%d" % (i // 4), float(round_)) is None
+            else:
+                gate.success("good-%d-%d" % (round_, i))
+    assert gate.state == FailureGate.OPEN
+    # a job failing again counts once: 10 failing jobs, 20 attempts each, cannot fill a window of 20
+    for _ in range(20):
+        for i in range(10):
+            assert gate.failure("poison-%d" % i, 6.0) is None
+    assert gate.state == FailureGate.OPEN and gate.failing == 10
+    # an outage: every new job fails; at 18 of the last 20, pause
+    delays = [gate.failure("new-%d" % i, 7.0) for i in range(10)]
+    assert delays[:7] == [None] * 7 and delays[7] == 1.0  # the 8th new one: 18 of the last 20 failed
+    assert gate.state == FailureGate.BACKING_OFF
+    with pytest.raises(ValueError):
+        FailureGate(Backoff(), window=0, rng=random.Random())
+    with pytest.raises(ValueError):
+        FailureGate(Backoff(), window=5, rng=random.Random(), ratio=0.0)
 
 
 class Unprintable(Exception):
@@ -300,3 +327,37 @@ def test_public_names_and_lazy_imports():
     probe = "import sys, disque_py.cli; print('redis' in sys.modules, 'disque_py.client.sync' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, check=True, timeout=30)
     assert out.stdout.split() == [b"False", b"False"]
+
+
+def test_disque_calls_send_what_they_sent_and_new_options_only_when_given():
+    assert cmd.addjob_argv("q", b"b") == (b"ADDJOB", b"q", b"b", 5000)
+    assert cmd.addjob_argv("q", b"b", retry=3, ttl=60) == (b"ADDJOB", b"q", b"b", 5000, b"RETRY", 3, b"TTL", 60)
+    assert cmd.nack(["D-1", "D-2"]).argv == (b"NACK", b"D-1", b"D-2")
+    assert cmd.addjob_argv("q", b"b", backoff=(0.5, 30), maxdeliver=3, deadletter="q.x")[4:] == (
+        b"BACKOFF", b"0.5", b"30", b"MAXDELIVER", 3, b"DEADLETTER", b"q.x")  # fmt: skip
+    assert cmd.nack_argv(["D-1"], delay=1.23456, reason="boom") == (
+        b"NACK", b"D-1", b"DELAY", b"1.235", b"REASON", b"boom")  # fmt: skip
+    assert cmd.nack_argv(["D-1"], delay=0.0001) == (b"NACK", b"D-1", b"DELAY", b"0")
+    assert cmd.nack_argv(["D-1"], dead=True) == (b"NACK", b"D-1", b"DEAD")
+    for bad in (dict(delay=-1), dict(delay=float("nan")), dict(delay=1, dead=True)):
+        with pytest.raises(ValueError):
+            cmd.nack_argv(["D-1"], **bad)
+    with pytest.raises(TypeError):
+        cmd.nack_argv(["D-1"], delay="1")
+    with pytest.raises(TypeError):
+        cmd.addjob_argv("q", b"b", backoff=1)
+    # REASON: at most 1024 bytes, never half a character
+    assert cmd.cut_reason("é" * 600) == ("é" * 512).encode() and len(cmd.cut_reason("a" + "é" * 600)) == 1023
+    assert cmd.cut_reason(b"\xff" * 2000) == b"\xff" * 1024
+
+
+def test_job_extras_from_withcounters():
+    plain = [[b"q", b"D-1", b"b", b"nacks", 2, b"additional-deliveries", 1]]
+    [job] = cmd.parse_getjob(plain)
+    assert job == Job("q", "D-1", b"b", 2, 1) and job.attempt == 4 and job.deliveries is None
+    rich = [[b"q", b"D-1", b"b", b"nacks", 1, b"additional-deliveries", 0, b"deliveries", 5,
+             b"backoff-min-ms", 500, b"backoff-max-ms", 2000, b"maxdeliver", 5, b"deadletter", b"q.dead",
+             b"last-nack-reason", b"boom"]]  # fmt: skip
+    [job] = cmd.parse_getjob(rich)
+    assert (job.deliveries, job.maxdeliver, job.deadletter, job.backoff) == (5, 5, "q.dead", (0.5, 2.0))
+    assert job.attempt == 5 and job.last_delivery and job.last_nack_reason == "boom" and not job.is_dead_letter

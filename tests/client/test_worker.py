@@ -16,6 +16,7 @@ import trio
 
 from disque_py import Backoff, Client, DeadLetter, Job, Worker, WorkerStats, current_worker
 from disque_py.aio import Client as AioClient
+from disque_py.client.errors import BadIdError
 from disque_py.client.worker import describe_error
 
 from .conftest import ROOT, addr, run_until, sample_in_flight, wait_for
@@ -91,24 +92,57 @@ async def test_flow_control_never_exceeds_max_in_flight(node, queue):
 
 
 async def test_dead_letter_after_max_attempts(node, queue):
-    [jid] = Client(addr(node)).add_jobs(queue, [b"\xff payload"])
+    """Retries are NACKs with a growing DELAY and the error as REASON; the last attempt's
+    failure is a NACK DEAD: the node dead-letters the job into <queue>.dead."""
+    c = Client(addr(node))
+    [jid] = c.add_jobs(queue, [b"\xff payload"])
     calls = []
+    reasons = []
 
     def handler(job):
-        calls.append(job.attempt)
+        calls.append((job.attempt, time.monotonic()))
+        reasons.append(job.last_nack_reason)
         raise ValueError("boom %d" % job.attempt)
 
-    w = Worker(addr(node), queue, handler, max_attempts=3, backoff_after=100, fetch_timeout_ms=100)
-    stats = await run_until(w, lambda: w.stats().dead == 1)
-    assert calls == [1, 2, 3]
+    retry = Backoff(initial=0.3, maximum=0.6, jitter=0.0)
+    w = Worker(addr(node), queue, handler, max_attempts=3, retry_backoff=retry, fetch_timeout_ms=100)
+    stats = await run_until(w, lambda: w.stats().dead == 1 and w.stats().in_flight == 0)
+    assert [a for a, _ in calls] == [1, 2, 3]
+    gaps = [b - a for (_, a), (_, b) in zip(calls, calls[1:])]
+    assert gaps[0] >= 0.3 and gaps[1] >= 0.6  # NACK DELAY: not back before its delay
+    assert reasons == [None, "ValueError: boom 1", "ValueError: boom 2"]  # NACK REASON, kept by the node
     assert (stats.failed, stats.retried, stats.dead, stats.processed) == (3, 2, 1, 0)
-    c = Client(addr(node))
     [dead] = c.get_jobs(queue + ".dead", nohang=True)
-    letter = DeadLetter.parse(dead)
-    assert letter.id == jid and letter.queue == queue and letter.body == b"\xff payload"
-    assert letter.error == "ValueError: boom 3" and letter.attempt == 3 and letter.nacks == 2
+    assert dead.body == b"\xff payload" and dead.is_dead_letter
+    assert (dead.dead_letter_of, dead.original_queue) == (jid, queue)
+    assert dead.dead_letter_reason == "ValueError: boom 3"
+    shown = c.show(dead.id)
+    assert shown["dead-letter-of"] == jid and shown["original-queue"] == queue
+    assert shown["dead-letter-reason"] == "ValueError: boom 3"
     c.ack(dead.id)
     wait_for(lambda: c.show(jid) is None, what="original acknowledged")
+
+
+async def test_a_jobs_own_maxdeliver_and_backoff_decide(node, queue):
+    """A job with MAXDELIVER 2 and a BACKOFF of its own, under a worker that never gives up
+    (max_attempts=None): retried (the worker sends no DELAY: its BACKOFF decides), and the failure of its
+    2nd delivery makes the node dead-letter it into its DEADLETTER queue."""
+    c = Client(addr(node))
+    jid = c.add_job(queue, b"doomed", retry=5, backoff=(0.1, 0.2), maxdeliver=2, deadletter=queue + ".bad")
+    seen = []
+
+    async def handler(job):
+        seen.append((job.attempt, job.last_delivery, job.last_nack_reason))
+        raise KeyError(job.attempt)
+
+    w = Worker(addr(node), queue, handler, max_attempts=None, fetch_timeout_ms=100)
+    stats = await run_until(w, lambda: w.stats().dead == 1 and w.stats().in_flight == 0)
+    assert seen == [(1, False, None), (2, True, "KeyError: 1")]
+    assert (stats.failed, stats.retried, stats.dead) == (2, 1, 1)
+    [dead] = c.get_jobs(queue + ".bad", timeout_ms=5000)
+    assert (dead.dead_letter_of, dead.original_deliveries, dead.dead_letter_reason) == (jid, 2, "KeyError: 2")
+    c.ack(dead.id)
+    assert c.show(jid) is None
 
 
 async def test_dead_letter_at_fetch_and_custom_handlers(node, queue):
@@ -134,11 +168,13 @@ async def test_dead_letter_at_fetch_and_custom_handlers(node, queue):
     def broken(job, error):
         raise RuntimeError("dead letter store is down")
 
+    # (backoff_after=1: the one job failing is "most recent jobs": the worker pauses for 60 s)
     w = Worker(addr(node), queue, lambda job: 1 / 0, max_attempts=1, dead_letter=broken, fetch_timeout_ms=100,
-               backoff=Backoff(initial=60.0, maximum=60.0), backoff_after=2)  # fmt: skip
-    await run_until(w, lambda: w.stats().backoffs == 1)  # handler failed, then the dead letter failed (twice)
+               backoff=Backoff(initial=60.0, maximum=60.0), backoff_after=1)  # fmt: skip
+    # handler failed (pause), then the dead letter failed: NACKed
+    await run_until(w, lambda: w.stats().backoffs == 1 and w.stats().retried >= 1 and w.stats().in_flight == 0)
     stats = w.stats()
-    assert stats.dead == 0 and stats.retried >= 2 and stats.failed == 1 and stats.in_flight == 0
+    assert stats.dead == 0 and stats.retried >= 1 and stats.failed == 1 and stats.in_flight == 0
     # (a GETJOB already waiting when the backoff starts may still get the job once more)
     assert c.show(jid)["nacks"] == stats.retried and c.show(jid)["state"] == "queued"  # kept, not lost
 
@@ -211,9 +247,10 @@ async def test_handler_exceptions_of_every_kind(node, queue, kind):
     w = Worker(addr(node), queue, handler, concurrency=3, max_attempts=1, backoff_after=100, fetch_timeout_ms=100)
     stats = await run_until(w, lambda: w.stats().processed + w.stats().dead == 8)
     letters = {}
+    wait_for(lambda: c.qlen(queue + ".dead") == stats.dead, what="dead letters queued")
     for job in c.get_jobs(queue + ".dead", count=20, nohang=True):
-        letter = DeadLetter.parse(job)
-        letters[letter.body] = letter.error
+        assert job.dead_letter_of in ids and job.body == ids[job.dead_letter_of]
+        letters[job.body] = job.dead_letter_reason
         c.ack(job.id)
     if kind == "sync-returning-coroutine":
         assert stats.processed == 0 and stats.dead == 8
@@ -494,8 +531,9 @@ class FakeClient:
             if name == b"GETJOB":
                 count = call.argv[call.argv.index(b"COUNT") + 1] if b"COUNT" in call.argv else 1
                 results.append(await self.get_jobs("q", count=count, timeout_ms=None, with_counters=True))
-            elif name == b"NACK":
-                results.append(await self.nack(*[a.decode() for a in call.argv[1:]]))
+            elif name == b"NACK":  # NACK id... [DELAY s] [REASON text] [DEAD]: the IDs
+                ids = [a.decode() for a in call.argv[1:] if isinstance(a, bytes) and a.startswith(b"D-")]
+                results.append(await self.nack(*ids))
             else:
                 results.append(await self.ack(*[a.decode() for a in call.argv[1:]]))
         return results
@@ -697,3 +735,122 @@ def test_cli_worker_bad_handler(tmp_path):
         proc = subprocess.run([sys.executable, "-m", "disque_py.cli", "worker", spec, "-q", "q"], cwd=str(tmp_path),
                               env=env, capture_output=True, timeout=30)  # fmt: skip
         assert proc.returncode == 2 and message in proc.stderr.decode(), proc.stderr
+
+
+def test_cli_worker_poison_jobs_are_retried_apart_and_dead_lettered_by_the_node(node, queue, tmp_path):
+    """Issue 46's scenario: 190 good jobs and 10 that always fail, RETRY 2, `disque-py worker
+    --max-attempts 3`. The good ones are all done while the poison ones are still being retried
+    (each with its own NACK DELAY, nobody waits for them: no consumer-wide pause), and every
+    poison job ends in <queue>.dead, kept by the node, with its SHOW naming the original."""
+    (tmp_path / "handlers.py").write_text(
+        textwrap.dedent("""
+        import os, time
+        def work(job):
+            body = job.body.decode()
+            with open(os.environ["MARKS"], "a") as f:
+                f.write("%s %s %d %.6f\\n" % ("fail" if body.startswith("poison") else "done",
+                                              body, job.attempt, time.time()))
+            if body.startswith("poison"):
+                raise RuntimeError("cannot handle " + body)
+    """)
+    )
+    marks = tmp_path / "marks.txt"
+    c = Client(addr(node))
+    bodies = ["poison-%d" % i if i % 20 == 7 else "good-%d" % i for i in range(200)]
+    ids = dict(zip(c.add_jobs(queue, bodies, retry=2), bodies))
+    poison = {i: b for i, b in ids.items() if b.startswith("poison")}
+    assert len(poison) == 10
+    env = dict(os.environ, MARKS=str(marks), PYTHONPATH=str(ROOT))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "disque_py.cli", "worker", "handlers:work", "--queue", queue,
+         "--nodes", addr(node), "--max-attempts", "3", "--fetch-timeout", "100"],
+        cwd=str(tmp_path), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+
+    def lines() -> list[list[str]]:
+        return [line.split() for line in marks.read_text().splitlines()] if marks.exists() else []
+
+    try:
+        wait_for(lambda: sum(m[0] == "done" for m in lines()) >= 190 and c.qlen(queue + ".dead") >= 10,
+                 timeout=60, interval=0.1, what="190 good jobs done and 10 poison jobs dead-lettered")  # fmt: skip
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    text = out.decode()
+    assert proc.returncode == 0, text
+    marked = lines()
+    done = [m for m in marked if m[0] == "done"]
+    failed = [m for m in marked if m[0] == "fail"]
+    assert sorted(m[1] for m in done) == sorted(b for b in bodies if b.startswith("good"))  # each once
+    # each poison job ran exactly 3 times (attempts 1, 2, 3), then never again
+    assert sorted((m[1], int(m[2])) for m in failed) == sorted((b, a) for b in poison.values() for a in (1, 2, 3))
+    # retried apart: each poison job waited for its NACK DELAY (1 s, then 2 s, jittered by <= 25 %)
+    for body in poison.values():
+        times = sorted(float(m[3]) for m in failed if m[1] == body)
+        assert times[1] - times[0] >= 0.75 - 0.05 and times[2] - times[1] >= 1.5 - 0.05, (body, times)
+    # the good jobs did not wait for them: all done before the poison jobs' last attempts
+    last_good = max(float(m[3]) for m in done)
+    last_poison = max(float(m[3]) for m in failed)
+    assert last_good < last_poison
+    assert "fetching paused" not in text, text  # a few poison jobs never pause the consumer
+    assert "processed=190" in text and "dead=10" in text, text
+    # dead letters kept by the node: in <queue>.dead, naming their original; originals gone
+    letters = c.get_jobs(queue + ".dead", count=20, nohang=True)
+    assert sorted(j.dead_letter_of for j in letters) == sorted(poison)
+    for job in letters:
+        shown = c.show(job.id)
+        assert shown["dead-letter-of"] == job.dead_letter_of and shown["original-queue"] == queue
+        assert shown["body"] == poison[job.dead_letter_of].encode()
+        assert shown["dead-letter-reason"] == "RuntimeError: cannot handle " + poison[job.dead_letter_of]
+        assert c.show(job.dead_letter_of) is None
+        c.ack(job.id)
+    assert all(c.show(i) is None for i in ids)
+
+
+class DisqueLikeClient(FakeClient):
+    """A node that knows only Disque's NACK: it takes DELAY/REASON/DEAD for job IDs (-BADID)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.refused: list[tuple] = []
+        self.added: list[tuple[str, bytes]] = []
+
+    async def add_job(self, queue, body, **opts):
+        await trio.sleep(0)
+        self.added.append((queue, body))
+        return "D-00000000-%024d-05a1" % (10**6 + len(self.added))
+
+    async def pipeline(self, calls):
+        results = []
+        for call in calls:
+            if call.argv[0] == b"NACK" and any(not a.startswith(b"D-") for a in call.argv[1:]):
+                self.refused.append(call.argv)
+                results.append(BadIdError("Invalid Job ID format."))
+            else:
+                results += await super().pipeline([call])
+        return results
+
+
+async def test_a_node_without_nack_options_gets_plain_nacks_and_worker_dead_letters(autojump_clock):
+    fake = DisqueLikeClient()
+
+    async def handler(job):
+        if len(fake.added) >= 3:
+            w.stop()
+        raise ValueError("bad %s" % job.body.decode())
+
+    w = Worker(fake, "q", handler, max_in_flight=1, max_attempts=1, backoff_after=1000)
+    with trio.fail_after(60):
+        stats = await w.run()
+    # the first dead letter (NACK DEAD) was refused: NACKed plainly, nothing lost
+    first = "D-00000000-%024d-05a1" % 1
+    assert fake.refused[0][:2] == (b"NACK", first.encode()) and b"DEAD" in fake.refused[0]
+    assert len(fake.refused) == 1 and first in fake.nacked
+    # from then on the worker writes the dead letters itself, as before NACK DEAD existed
+    letters = [DeadLetter.parse(body) for queue, body in fake.added]
+    assert all(queue == "q.dead" for queue, _ in fake.added) and len(letters) >= 3
+    assert [letter.id for letter in letters] == ["D-00000000-%024d-05a1" % n for n in range(2, 2 + len(letters))]
+    assert letters[0].error == "ValueError: bad 2" and letters[0].body == b"2"
+    assert stats.dead == len(letters) and stats.ack_errors == 1
