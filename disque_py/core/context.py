@@ -77,6 +77,7 @@ class Context:
     # delivery: delivery limits and dead letters (jobs with an Extra only)
     delivered: Callable[["Job"], None]  # a job with an Extra was handed to a consumer
     timed_out: Callable[["Job"], bool]  # its RETRY ended while active: True if dead-lettered
+    dead_letter_copied: Callable[["Job", str], None]  # a GOTJOB for a dead letter made here
     # replication: ADDJOB's work once parsed (dedup.py calls it when a DEDUP job is to be made)
     replication_add: Callable[[int, Any, "bytes | None"], Any]
     # dedup: DEDUP keys

@@ -55,9 +55,10 @@ from .commandspec import JOB_IDS, CommandSpec
 from .context import Context
 from .ids import dead_letter_id
 from .job import ACKED, ACTIVE, F_BCAST_WILLQUEUE, F_DELIVERED, F_NACK_DELAYED, QUEUED, Extra, Job, retry_deadline
-from .messages import Delivered, Nacked, delivered, nacked, set_ack
+from .messages import Delivered, Nacked, delivered, nacked, repl_job, set_ack
 from .replies import Error, err
 from .store import J_LOAD
+from .wire import job_to_wire
 
 __all__ = ["Delivery", "COMMANDS", "DEAD_SUFFIX", "backoff_ms"]
 
@@ -91,6 +92,9 @@ class Delivery:
         ctx.stats["jobs_nack_delayed"] = 0
         #: original queue -> jobs dead-lettered here from it (INFO, /metrics)
         self.dead_by_queue: dict[bytes, int] = {}
+        #: dead letter ID -> [original job, nodes that confirmed its copy, copies needed]: the
+        #: original is acknowledged once they are all confirmed (``dead_letter``)
+        self.pending: dict[bytes, list] = {}
 
     def _journal(self, job: Job) -> None:
         journal = self.ctx.journal
@@ -173,13 +177,17 @@ class Delivery:
         extra.count += 1  # type: ignore[union-attr]
         job.flags &= ~F_NACK_DELAYED
         if len(job.delivered) > 1:
-            self.ctx.send(job.delivered, delivered(bytes(job.id)))
+            self.ctx.send(job.delivered, delivered(bytes(job.id), extra.count))  # type: ignore[union-attr]
         self._journal(job)
 
     def timed_out(self, job: Job) -> bool:
         """The RETRY period of an active job with an Extra ended (``Requeue.requeue_due``):
-        True if it was dead-lettered instead of queued again."""
+        True if it was dead-lettered instead of queued again (or its dead letter, made here,
+        still waits for its copies)."""
         extra = job.extra
+        if self.pending and dead_letter_id(job.id) in self.pending:
+            self.dead_letter(job, extra.reason if extra is not None else None)
+            return True
         if extra is None or not extra.maxdeliver or extra.count < extra.maxdeliver:
             return False
         reason = extra.reason
@@ -190,17 +198,20 @@ class Delivery:
 
     # -- dead letters --------------------------------------------------------------------
     def dead_letter(self, job: Job, reason: bytes | None) -> None:
-        """Make ``job``'s dead letter (unless a copy of it is here already) and acknowledge
-        ``job`` everywhere."""
+        """Make ``job``'s dead letter (unless a copy of it is here already), and acknowledge
+        ``job`` everywhere once the dead letter's copies are confirmed (GOTJOB): until then the
+        original stays active here and on its holders, so that a crash of this node before the
+        copies are made loses nothing (a holder dead-letters it again, to the same ID)."""
         ctx = self.ctx
         store = self._store
-        extra = job.extra
-        count = extra.count if extra is not None and extra.count else job.nacks + job.deliveries + 1
-        queue = extra.deadletter if extra is not None and extra.deadletter is not None else None
-        if queue is None:
-            queue = bytes(job.queue or b"") + DEAD_SUFFIX
+        extra = _extra(job)
         dl_id = dead_letter_id(job.id)
-        if store.get(dl_id) is None and not ctx.is_buried(dl_id):
+        dl = store.get(dl_id)
+        if dl is None and dl_id in self.pending:  # made here, then acknowledged and forgotten
+            del self.pending[dl_id]
+        elif dl is None and not ctx.is_buried(dl_id):
+            count = extra.count
+            queue = extra.deadletter if extra.deadletter is not None else bytes(job.queue or b"") + DEAD_SUFFIX
             now = ctx.now
             created = job.ctime // 1_000_000 - ctx.wall_offset
             ttl = max(job.etime - created, 1000)  # the original's whole TTL, from now
@@ -209,16 +220,53 @@ class Delivery:
             dl = Job(dl_id, ACTIVE, queue, job.body, job.repl, (now + ctx.wall_offset) * 1_000_000 + (job.ctime % 1_000_000),
                      now + ttl, 0, job.retry, 0, holders)  # fmt: skip
             dl.extra = e = Extra()
-            e.origin = (bytes(job.id), bytes(job.queue or b""), count, reason, extra.options() if extra is not None else [])
+            e.origin = (bytes(job.id), bytes(job.queue or b""), count, reason, extra.options())
             store.register(dl)
-            if len(holders) > 1 or dl.repl > 1:  # every holder named gets its copy
-                ctx.replicate_job(dl, max(0, dl.repl - len(holders)), True)
+            if len(holders) > 1:  # every holder named gets its copy, and confirms it
+                ctx.send(holders, repl_job(job_to_wire(dl, now), False))
+            if dl.repl > len(holders):  # more holders, as ADDJOB would pick them
+                ctx.replicate_job(dl, dl.repl - len(holders), False)
             ctx.enqueue_job(dl, False, True)  # fresh: queued here once, whatever its RETRY
-        self._stats["jobs_dead_lettered"] += 1
-        name = bytes(job.queue or b"")
-        self.dead_by_queue[name] = self.dead_by_queue.get(name, 0) + 1
-        ctx.acknowledge(job, False)
-        ctx.gc_due(job)  # SETACK to every holder now: none queues it again meanwhile
+            self._stats["jobs_dead_lettered"] += 1
+            name = bytes(job.queue or b"")
+            self.dead_by_queue[name] = self.dead_by_queue.get(name, 0) + 1
+            if len(dl.delivered) > 1:
+                self.pending[dl_id] = [job, {ctx.id}, min(dl.repl, len(dl.delivered))]
+                # not queued again meanwhile: a RETRY from now, its timer dead-letters it again
+                # (the copies are asked for again) if they are still not confirmed
+                job.flags &= ~F_NACK_DELAYED
+                if job.retry:
+                    job.next_at = retry_deadline(job, now, ctx.randbits)
+                    ctx.reschedule(job)
+                self._journal(job)
+                return
+        elif dl is not None and dl_id in self.pending:
+            confirmed = self.pending[dl_id][1]
+            ctx.send([n for n in dl.delivered if n not in confirmed], repl_job(job_to_wire(dl, ctx.now), False))
+            if job.retry:
+                job.next_at = retry_deadline(job, ctx.now, ctx.randbits)
+                ctx.reschedule(job)
+            return
+        self._ack_original(job)
+
+    def _ack_original(self, job: Job) -> None:
+        ctx = self.ctx
+        if job.state != ACKED:
+            ctx.acknowledge(job, False)
+            ctx.gc_due(job)  # SETACK to every holder now: none queues it again meanwhile
+
+    def copied(self, dl: Job, sender: str) -> None:
+        """A GOTJOB for a dead letter made here (``Replication.on_gotjob``): once its copies
+        are confirmed, the original is acknowledged."""
+        entry = self.pending.get(dl.id)
+        if entry is None:
+            return
+        job, confirmed, needed = entry
+        confirmed.add(sender)
+        if len(confirmed) >= needed:
+            del self.pending[dl.id]
+            if self._store.get(job.id) is job:
+                self._ack_original(job)
 
     # -- messages -----------------------------------------------------------------------
     def on_nacked(self, sender: str, m: Nacked) -> None:
@@ -245,17 +293,27 @@ class Delivery:
             self._journal(job)
 
     def on_delivered(self, sender: str, m: Delivered) -> None:
+        """A holder handed the job out, and counts ``m.count`` deliveries with it: the larger
+        of that and our own count. Never above the true number (a message lost or repeated
+        changes nothing; two deliveries at once on two nodes count one: late, never early)."""
         job = self._store.get(m.job_id)
         if job is None or job.state == ACKED:
             return
-        _extra(job).count += 1
-        self._journal(job)
+        extra = _extra(job, 0)
+        if m.count > extra.count:
+            extra.count = m.count
+            self._journal(job)
 
 
-def _extra(job: Job) -> Extra:
+def _extra(job: Job, delivering: int = 1) -> Extra:
+    """The job's Extra, made now if it has none (a NACK's REASON, a DELIVERED or NACKED for a
+    job whose Extra is new here): its delivery count then starts from Disque's counters, each
+    requeue (nack or RETRY) having followed a delivery, plus ``delivering``, the delivery the
+    caller is about (1: the one being NACKed; 0: one the caller counts itself)."""
     extra = job.extra
     if extra is None:
         extra = job.extra = Extra()
+        extra.count = job.nacks + job.deliveries + delivering
     return extra
 
 

@@ -251,12 +251,14 @@ class Nacked(_Message):
 
 
 class Delivered(_Message):
-    """I handed ``job_id`` to a consumer: count a delivery (jobs with a delivery policy
-    only, so that MAXDELIVER is judged on every holder; delivery.py)."""
+    """I handed ``job_id`` to a consumer, and count ``count`` deliveries of it with this one
+    (jobs with a delivery policy only, so that MAXDELIVER is judged on every holder;
+    delivery.py)."""
 
     __slots__ = ()
     kind: str
     job_id: bytes
+    count: int
 
 
 class HasJob(_Message):
@@ -288,8 +290,8 @@ def nacked(job_id: bytes, delay: int, reason: bytes) -> tuple:  # Nacked
     return ("NACKED", job_id, delay, reason)
 
 
-def delivered(job_id: bytes) -> tuple:  # Delivered
-    return ("DELIVERED", job_id)
+def delivered(job_id: bytes, count: int) -> tuple:  # Delivered
+    return ("DELIVERED", job_id, count)
 
 
 def repl_job(job: list, noreply: bool) -> tuple:  # ReplJob
@@ -550,7 +552,7 @@ _RECEIVERS: dict[str, Callable[[Handler], Receiver]] = {
     "NEEDJOBS": _needjobs,
     "YOURJOBS": _yourjobs,
     "NACKED": _nacked,
-    "DELIVERED": _id_only("DELIVERED", Delivered),
+    "DELIVERED": _id_int("DELIVERED", Delivered),
     "HASJOB": _id_only("HASJOB", HasJob),
     "HAVEJOB": _havejob,
 }

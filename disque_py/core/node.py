@@ -167,6 +167,7 @@ class Node:
         ctx.replicate_job = replication.replicate_job
         ctx.delivered = delivery.delivered
         ctx.timed_out = delivery.timed_out
+        ctx.dead_letter_copied = delivery.copied
         ctx.replication_add = replication.add
         ctx.dedup_addjob = dedup.addjob
         ctx.dedup_merge = dedup.merge

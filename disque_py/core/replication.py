@@ -420,7 +420,11 @@ class Replication:
 
     def on_gotjob(self, sender: str, m: GotJob) -> None:
         job = self._store.get(m.job_id)
-        if job is None or job.state != WAIT_REPL or job.confirmed is None:
+        if job is None:
+            return
+        if job.state != WAIT_REPL or job.confirmed is None:
+            if job.extra is not None and job.extra.origin is not None:
+                self.ctx.dead_letter_copied(job, sender)  # a dead letter's copy (delivery.py)
             return
         job.confirmed.add(sender)
         if len(job.confirmed) >= job.repl:

@@ -244,7 +244,14 @@ class Requeue:
         if bad:
             return bad
         enqueue_job = self.enqueue_job
-        return self._store.count_done(ids, lambda job: job.state == ACTIVE and enqueue_job(job))
+
+        def act(job: Job) -> bool:
+            if job.state != ACTIVE:
+                return False
+            job.flags &= ~F_NACK_DELAYED  # queued now: a NACK's delay is over (delivery.py)
+            return enqueue_job(job)
+
+        return self._store.count_done(ids, act)
 
     def cmd_dequeue(self, client: int, argv: list[bytes]) -> Any:
         ids = argv[1:]

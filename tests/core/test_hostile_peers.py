@@ -167,7 +167,7 @@ MALFORMED = {
     "YOURJOBS": [[], ["x"], [5], [{"jobs": []}]],
     "NACKED": [[GOOD_ID], [GOOD_ID, 100], [GOOD_ID, -1, b""], [GOOD_ID, 100, "why"], [b"x", 100, b""],
                [GOOD_ID, 1.5, b""], [GOOD_ID, 100, b"x" * 70000]],
-    "DELIVERED": [[], [None], [b"bad"]],
+    "DELIVERED": [[], [None], [b"bad", 1], [GOOD_ID], [GOOD_ID, "1"]],
     "HASJOB": [[], [None], [b"bad"]],
     "HAVEJOB": [[GOOD_ID], [GOOD_ID, 1], [b"x", True], [GOOD_ID, None]],
 }  # fmt: skip

@@ -1289,6 +1289,8 @@ class RandomRun:
                 if jid in self.poison and jid in ledger.acked:
                     problems.append("(i) poison job %s acked by a consumer" % jid.decode())
                 if jid not in ledger.acked and not self.dead_ids.get(jid):
+                    if len(ledger.lost.get(dead_letter_id(jid), ())) >= rec.replicate:
+                        continue  # its dead letter was made, then lost on as many nodes as (a) allows
                     problems.append("(i) job %s (MAXDELIVER %d%s, %d deliveries) neither acked nor dead-lettered; now on %s"
                                     % (jid.decode(), self.maxdeliver.get(jid, 0), ", poison" if jid in self.poison else "",
                                        ledger.delivered[jid], c.states(jid)))  # fmt: skip

@@ -121,12 +121,6 @@ def run_failing_healthy(seed: int, **kw) -> RandomRun:
 
 
 @pytest.mark.replication
-@pytest.mark.xfail(
-    reason="known, not fixed yet: a duplicated DELIVERED is counted twice (MAXDELIVER reached early, "
-    "check (g)); a dead letter's copies (REPLJOB, no reply awaited) lost before the node that made it "
-    "crashes lose the job, its original acked (check (i))",
-    strict=False,
-)
 @pytest.mark.parametrize("seed", _seeds(DEFAULT_SEEDS_FAILING))
 def test_random_faults_failing_jobs(seed):
     run = run_failing(seed)
