@@ -91,7 +91,7 @@ def parse_seconds_ms(raw: bytes) -> int | None:
 
 
 class AddJob:
-    __slots__ = ("queue", "body", "timeout", "replicate", "ttl", "retry", "delay", "maxlen", "async_", "extra", "dedup")
+    __slots__ = ("queue", "body", "timeout", "replicate", "ttl", "retry", "delay", "maxlen", "async_", "extra")
 
     def __init__(self, queue: bytes, body: bytes, timeout: int) -> None:
         self.queue = queue
@@ -103,9 +103,14 @@ class AddJob:
         self.delay = 0
         self.maxlen = 0
         self.async_ = False
-        # (backoff min ms, max ms, maxdeliver, deadletter queue): BACKOFF, MAXDELIVER, DEADLETTER
+        # [backoff min ms, max ms, maxdeliver, deadletter queue, dedup key]: BACKOFF, MAXDELIVER,
+        # DEADLETTER (delivery.py), DEDUP (dedup.py); None without any (one slot: ADDJOB's hot path)
         self.extra: list | None = None
-        self.dedup: bytes | None = None  # DEDUP key (dedup.py)
+
+    @property
+    def dedup(self) -> bytes | None:
+        """DEDUP's key, or None."""
+        return None if self.extra is None else self.extra[4]
 
 
 #: The most body + queue name bytes a job may have. Replicating or moving a job sends
@@ -183,7 +188,9 @@ def parse_addjob(argv: list[bytes]) -> AddJob | Error:
                 return err("DEDUP key must not be empty")
             if len(key) > MAX_DEDUP_KEY:
                 return err("DEDUP key is %d bytes, at most %d" % (len(key), MAX_DEDUP_KEY))
-            req.dedup = key
+            if req.extra is None:
+                req.extra = [None, None, None, None, None]
+            req.extra[4] = key
             i += 2
         elif opt in _DELIVERY_OPTIONS:
             got = _delivery_option(req, opt, argv, i)
@@ -217,7 +224,7 @@ def _delivery_option(req: AddJob, opt: bytes, argv: list[bytes], i: int) -> int 
     """BACKOFF min max, MAXDELIVER n, DEADLETTER queue at ``argv[i]``: the index after it."""
     extra = req.extra
     if extra is None:
-        extra = req.extra = [None, None, None, None]
+        extra = req.extra = [None, None, None, None, None]
     n = len(argv)
     if opt == b"backoff":
         if i + 2 >= n:
@@ -252,7 +259,7 @@ def _delivery_option(req: AddJob, opt: bytes, argv: list[bytes], i: int) -> int 
 
 
 def _check_delivery_options(req: AddJob) -> Error | None:
-    lo, hi, maxdeliver, deadletter = req.extra  # type: ignore[misc]
+    lo, hi, maxdeliver, deadletter, _ = req.extra  # type: ignore[misc]
     if req.retry == 0 and (hi is not None or maxdeliver is not None):
         return err("BACKOFF and MAXDELIVER need a RETRY above 0: a RETRY 0 job is never delivered twice")
     if hi is not None and hi > req.ttl * 1000:

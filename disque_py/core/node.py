@@ -168,7 +168,7 @@ class Node:
         ctx.delivered = delivery.delivered
         ctx.timed_out = delivery.timed_out
         ctx.dead_letter_copied = delivery.copied
-        ctx.replication_add = replication.add
+        ctx.replication_add = lambda client, req, job_id: replication.cmd_addjob(client, None, req, job_id)
         ctx.dedup_addjob = dedup.addjob
         ctx.dedup_merge = dedup.merge
         ctx.dedup_gone = dedup.is_gone

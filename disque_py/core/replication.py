@@ -108,18 +108,16 @@ class Replication:
         heapq.heappush(self.timers, (at, self._seq, kind, job_id))
 
     # -- ADDJOB ------------------------------------------------------------------------
-    def cmd_addjob(self, client: int, argv: list[bytes]) -> Any:
-        req = parse_addjob(argv)
-        if type(req) is Error:
-            return req
-        if req.dedup is not None:  # the job may exist already (dedup.py); add() when it does not
-            return self.ctx.dedup_addjob(client, req)
-        return self.add(client, req, None)
-
-    def add(self, client: int, req: Any, job_id: bytes | None) -> Any:
-        """ADDJOB's work once parsed (``req``: a ``commands.AddJob``): checks, the job, its
-        copies; ``job_id``: the ID to give it (a DEDUP job's), None for a new one. The reply,
-        or BLOCKED while its copies are made."""
+    def cmd_addjob(self, client: int, argv: list[bytes] | None, req: Any = None, job_id: bytes | None = None) -> Any:
+        """ADDJOB: checks, the job, its copies; the reply, or BLOCKED while its copies are made.
+        ``dedup.py`` calls it again for a DEDUP job that is to be made (``ctx.replication_add``),
+        with the parsed ``req`` (a ``commands.AddJob``) and the ``job_id`` to give it."""
+        if req is None:
+            req = parse_addjob(argv)  # type: ignore[arg-type]
+            if type(req) is Error:
+                return req
+            if req.extra is not None and req.extra[4] is not None:
+                return self.ctx.dedup_addjob(client, req)  # made here (job_id) unless it exists
         ctx = self.ctx
         replicate = req.replicate or min(DEFAULT_REPLICATE_MAX, ctx.cluster_size)
         if req.retry == 0 and replicate > 1:  # the default factor counts too, as in Disque
@@ -159,15 +157,13 @@ class Replication:
             now + (req.delay or req.retry) * 1000,
             ctx.myself_only,
         )
-        if req.extra is not None or job_id is not None:  # BACKOFF, MAXDELIVER, DEADLETTER, DEDUP
+        if req.extra is not None:  # BACKOFF, MAXDELIVER, DEADLETTER, DEDUP
             job.extra = extra = Extra()
-            extra.dedup = req.dedup
-            if req.extra is not None:
-                lo, hi, maxdeliver, deadletter = req.extra
-                if hi is not None:
-                    extra.backoff_min, extra.backoff_max = lo, hi
-                extra.maxdeliver = maxdeliver or 0
-                extra.deadletter = deadletter
+            lo, hi, maxdeliver, deadletter, extra.dedup = req.extra
+            if hi is not None:
+                extra.backoff_min, extra.backoff_max = lo, hi
+            extra.maxdeliver = maxdeliver or 0
+            extra.deadletter = deadletter
         if extrepl:
             job.delivered = ()
         elif replicate > 1:
