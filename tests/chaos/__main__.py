@@ -55,7 +55,8 @@ AOF_CYCLE = ("off", "everysec", "always")
 @click.option("--settle-timeout", type=float, default=120.0, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Also print each run's counts as one JSON line.")
 def main(nemesis, seconds, interval, minutes, seed, nodes, replicate, retry, retry0_pct, async_pct, failing_pct,
-         maxdeliver, rate, producers, consumers, aof, node_timeout, server, no_netns, save_dir, keep, settle_timeout, as_json):
+         maxdeliver, rate, producers, consumers, aof, node_timeout, server, no_netns, save_dir, keep, settle_timeout,
+         as_json):
     """Run producers and consumers against NODES real node processes while a nemesis kills, pauses,
     partitions, jumps clocks or fills disks, then heal, settle and check the history: lost jobs,
     duplicated deliveries, RETRY 0 jobs delivered twice, acknowledged jobs left behind.

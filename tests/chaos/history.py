@@ -192,7 +192,8 @@ class Report:
         ] + ([
             ("poison jobs / dead-lettered jobs", "%s / %s" % (n(self.poison_jobs), n(self.dead_lettered)),
              "every poison job dead-lettered (else lost)"),
-            ("dead-lettered early", n(self.dead_early), "must be 0; %s with unseen GETJOB replies" % n(self.dead_early_excused)),
+            ("dead-lettered early", n(self.dead_early),
+             "must be 0; %s with unseen GETJOB replies" % n(self.dead_early_excused)),
             ("dead letters under a wrong ID", n(self.dead_wrong_id), "must be 0"),
             ("dead letters delivered again", n(self.dead_duplicates),
              "%s with no fault: must be 0" % n(self.dead_duplicates_unexcused)),
@@ -298,8 +299,11 @@ def check(history: History, *, run_prefix: str, acked_left: int | None, settle_s
     return r
 
 
-def _check_dead_letters(r: Report, history: History, by_body: dict[str, dict[str, Any]],
-                        deliveries: dict[str, list[dict[str, Any]]], dead: dict[str, list[dict[str, Any]]]) -> None:  # fmt: skip
+Deliveries = dict[str, list[dict[str, Any]]]  # a job's body -> its deliveries
+
+
+def _check_dead_letters(r: Report, history: History, by_body: dict[str, dict[str, Any]], deliveries: Deliveries,
+                        dead: Deliveries) -> None:  # fmt: skip
     """The promises of jobs that fail (module docstring)."""
     r.failing = any("maxdeliver" in a for a in by_body.values())
     r.poison_jobs = sum(1 for a in by_body.values() if "p" in body_flags(a["body"]) and a["result"] == "ok")

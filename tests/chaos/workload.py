@@ -18,7 +18,7 @@ from typing import Any, Sequence
 import hiredis
 import trio
 
-from .history import History
+from .history import History, body_flags
 
 
 class ReplyError(Exception):
@@ -227,7 +227,7 @@ class Workload:
                 by_action: dict[str, list[str]] = {}
                 for item in reply:
                     job_id, body = item[1].decode(), item[2].decode("utf-8", "replace")
-                    poison = o.failing and "p" in _flags(body)
+                    poison = o.failing and "p" in body_flags(body)
                     fields = _counters(item) if o.failing else {}
                     dead_of = fields.get("dead-letter-of")
                     if dead_of is not None:
@@ -280,11 +280,6 @@ class Workload:
             nursery.start_soon(self.producer, p)
         for c in range(self.opts.consumers):
             nursery.start_soon(self.consumer, c)
-
-
-def _flags(body: str) -> set[str]:
-    parts = body.split(":")
-    return set(parts[3].split(",")) if len(parts) == 4 else set()
 
 
 def _counters(item: list) -> dict[str, Any]:

@@ -56,7 +56,7 @@ def all_holders(ports: list[int], job_id: bytes) -> None:
     wait_for(lambda: all(show(p, job_id) is not None for p in ports), timeout=10, what="a copy on every node")
 
 
-def test_a_job_nacked_on_a_different_node_each_time_is_dead_lettered_once_after_its_third_delivery(created):  # noqa: F811
+def test_a_job_nacked_on_another_node_each_time_is_dead_lettered_once_after_its_3rd_delivery(created):  # noqa: F811
     ports = created(3, "--node-timeout", "3000")
     job_id = client(ports[0]).execute_command("ADDJOB", "q", "poison", 5000, "REPLICATE", 3, "RETRY", 60,
                                               "MAXDELIVER", 3)  # fmt: skip

@@ -137,7 +137,7 @@ def test_delivery_policy_counts_and_dead_letters_survive_a_restart(start_node, t
 
 @pytest.mark.parametrize("policy,how", [("plain", "kill9"), ("with-policy", "kill9"),
                                         ("plain", "shutdown-enqueue-once")])  # fmt: skip
-def test_a_nack_delayed_job_stays_out_of_its_queue_across_a_restart_until_its_delay_ends(start_node, policy, how):  # noqa: F811
+def test_a_nack_delayed_job_waits_out_its_delay_across_a_restart(start_node, policy, how):  # noqa: F811
     """NACK DELAY 6 on a RETRY 1 job, then a restart: a restored active job comes back a RETRY
     after the restart, so it must know it was NACKed with a delay to wait for it (and a
     controlled restart that queues the queued jobs at once must not take it for one)."""
