@@ -164,8 +164,7 @@ class Delivery:
         job.next_at = ctx.now + delay
         ctx.reschedule(job)
         ctx.send(job.delivered, nacked(bytes(job.id), delay, reason or b""))
-        if job.extra is not None:
-            self._journal(job)
+        self._journal(job)  # its nacks and the end of its delay: a restart must not queue it sooner
         self._stats["jobs_nack_delayed"] += 1
         return True
 
@@ -289,8 +288,7 @@ class Delivery:
             job.flags |= F_BCAST_WILLQUEUE
             job.next_at = retry_deadline(job, ctx.now + m.delay, ctx.randbits)
             ctx.reschedule(job)
-        if job.extra is not None:
-            self._journal(job)
+        self._journal(job)
 
     def on_delivered(self, sender: str, m: Delivered) -> None:
         """A holder handed the job out, and counts ``m.count`` deliveries with it: the larger

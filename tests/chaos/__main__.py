@@ -33,6 +33,10 @@ AOF_CYCLE = ("off", "everysec", "always")
 @click.option("--retry", type=int, default=1, show_default=True, help="ADDJOB RETRY of at-least-once jobs.")
 @click.option("--retry0-pct", type=float, default=None, help="Percent of jobs added RETRY 0 [default: 0, in a soak 10].")
 @click.option("--async-pct", type=float, default=None, help="Percent of jobs added ASYNC [default: 0, in a soak 5].")
+@click.option("--failing-pct", type=float, default=0.0, show_default=True,
+              help="Jobs that fail: every at-least-once job gets BACKOFF and MAXDELIVER, this percent of them "
+                   "always NACKed (plainly, with DELAY, with REASON) until dead-lettered.")  # fmt: skip
+@click.option("--maxdeliver", type=int, default=3, show_default=True, help="MAXDELIVER of those jobs.")
 @click.option("--rate", type=float, default=400.0, show_default=True, help="Jobs added per second, in all.")
 @click.option("--producers", type=int, default=4, show_default=True)
 @click.option("--consumers", type=int, default=6, show_default=True)
@@ -50,8 +54,9 @@ AOF_CYCLE = ("off", "everysec", "always")
 @click.option("--keep", is_flag=True, help="Keep every run under --save-dir, not only failing ones.")
 @click.option("--settle-timeout", type=float, default=120.0, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Also print each run's counts as one JSON line.")
-def main(nemesis, seconds, interval, minutes, seed, nodes, replicate, retry, retry0_pct, async_pct, rate,
-         producers, consumers, aof, node_timeout, server, no_netns, save_dir, keep, settle_timeout, as_json):
+def main(nemesis, seconds, interval, minutes, seed, nodes, replicate, retry, retry0_pct, async_pct, failing_pct,
+         maxdeliver, rate, producers, consumers, aof, node_timeout, server, no_netns, save_dir, keep, settle_timeout,
+         as_json):
     """Run producers and consumers against NODES real node processes while a nemesis kills, pauses,
     partitions, jumps clocks or fills disks, then heal, settle and check the history: lost jobs,
     duplicated deliveries, RETRY 0 jobs delivered twice, acknowledged jobs left behind.
@@ -74,7 +79,8 @@ def main(nemesis, seconds, interval, minutes, seed, nodes, replicate, retry, ret
     if async_pct is None:
         async_pct = 5.0 if soak else 0.0
     opts = Options(producers=producers, consumers=consumers, rate=rate, replicate=replicate, retry=retry,
-                   retry0_pct=retry0_pct / 100, async_pct=async_pct / 100)  # fmt: skip
+                   retry0_pct=retry0_pct / 100, async_pct=async_pct / 100, failing_pct=failing_pct / 100,
+                   maxdeliver=maxdeliver)  # fmt: skip
     aof = aof or ("cycle" if soak else "off")
     results = []
     t_end = time.monotonic() + minutes * 60

@@ -30,6 +30,23 @@ expire in a run (their TTL is far longer).
 A delivery is a **duplicate** when an earlier delivery of the same job was
 acknowledged by its consumer (ACKJOB or FASTACK sent); a redelivery after a
 consumer dropped or NACKed the job is what was asked for, not a duplicate.
+
+Jobs that fail (the workload's ``failing_pct``): ``add`` events carry the
+job's ``maxdeliver``, ``get`` events the node's counted ``deliveries`` and,
+for a dead letter, ``dead_of`` (the original's ID) and ``orig_deliveries``;
+``getfail`` events (``t``, ``node``) are GETJOBs sent whose reply never came
+(the node may have delivered jobs nobody saw). Then:
+
+* a poison job (flag ``p``) is **lost** unless its dead letter was delivered
+  (the loss excuses above apply); any other job is delivered or dead-lettered;
+* a dead letter's ID is the one derived from its original's
+  (``ids.dead_letter_id``): one dead letter per job, never two;
+* **dead-lettered early**: the node counted fewer than MAXDELIVER deliveries
+  (``orig_deliveries``), or the workload saw fewer, more fewer than the
+  GETJOBs without a reply between the ADDJOB and the dead letter's delivery;
+* a dead letter delivered again after an acknowledged delivery is a
+  duplicate like any, allowed only when a fault came between the original's
+  ADDJOB and that delivery (holders on both sides of a split may each make it).
 """
 
 from __future__ import annotations
@@ -77,6 +94,12 @@ def body_flags(body: str) -> set[str]:
     return set(parts[3].split(",")) - {""} if len(parts) == 4 else set()
 
 
+def _dead_letter_id(job_id: str) -> str:
+    from disque_py.core.ids import dead_letter_id
+
+    return dead_letter_id(job_id.encode()).decode()
+
+
 @dataclass
 class Report:
     attempted: int = 0
@@ -99,6 +122,14 @@ class Report:
     settle_s: float | None = None
     memory_losses: int = 0
     faults: int = 0
+    failing: bool = False  # jobs that fail: the rows below are reported
+    poison_jobs: int = 0
+    dead_lettered: int = 0  # jobs whose dead letter was delivered
+    dead_early: int = 0
+    dead_early_excused: int = 0
+    dead_wrong_id: int = 0
+    dead_duplicates: int = 0
+    dead_duplicates_unexcused: int = 0
     error_kinds: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # ADDJOB errors by prefix
     examples: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
 
@@ -119,6 +150,15 @@ class Report:
             out.append("%d deliveries of jobs never attempted" % self.unexpected)
         if self.wrong_id:
             out.append("%d deliveries under another ID than ADDJOB returned" % self.wrong_id)
+        if self.dead_early:
+            out.append("%d jobs dead-lettered before their MAXDELIVER-th delivery (e.g. %s)"
+                       % (self.dead_early, ", ".join(self.examples["dead_early"][:3])))  # fmt: skip
+        if self.dead_wrong_id:
+            out.append("%d dead letters under another ID than their original's (e.g. %s)"
+                       % (self.dead_wrong_id, ", ".join(self.examples["dead_wrong_id"][:3])))  # fmt: skip
+        if self.dead_duplicates_unexcused:
+            out.append("%d dead letters delivered again with no fault to split their holders (e.g. %s)"
+                       % (self.dead_duplicates_unexcused, ", ".join(self.examples["dead_duplicates"][:3])))  # fmt: skip
         if self.acked_left:
             out.append("%d acknowledged jobs left on the nodes after settling" % self.acked_left)
         if self.acked_left is None or self.settle_s is None:
@@ -149,7 +189,15 @@ class Report:
              "at most once allows it"),
             ("acked jobs left after settling", n(self.acked_left), "must be 0"),
             ("time to settle", "-" if self.settle_s is None else "%.1f s" % self.settle_s, "after the heal"),
-        ]  # fmt: skip
+        ] + ([
+            ("poison jobs / dead-lettered jobs", "%s / %s" % (n(self.poison_jobs), n(self.dead_lettered)),
+             "every poison job dead-lettered (else lost)"),
+            ("dead-lettered early", n(self.dead_early),
+             "must be 0; %s with unseen GETJOB replies" % n(self.dead_early_excused)),
+            ("dead letters under a wrong ID", n(self.dead_wrong_id), "must be 0"),
+            ("dead letters delivered again", n(self.dead_duplicates),
+             "%s with no fault: must be 0" % n(self.dead_duplicates_unexcused)),
+        ] if self.failing else [])  # fmt: skip
 
     def _kinds(self) -> str:
         if not self.error_kinds:
@@ -195,6 +243,7 @@ def check(history: History, *, run_prefix: str, acked_left: int | None, settle_s
         else:
             r.add_unknown += 1
     deliveries: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    dead: dict[str, list[dict[str, Any]]] = defaultdict(list)  # original's body -> its dead letter's deliveries
     for g in gets:
         r.deliveries += 1
         body = g["body"]
@@ -202,6 +251,9 @@ def check(history: History, *, run_prefix: str, acked_left: int | None, settle_s
         if a is None or not body.startswith(run_prefix + ":"):
             r.unexpected += 1
             r.examples["unexpected"].append(body[:60])
+            continue
+        if g.get("dead_of") is not None:
+            dead[body].append(g)
             continue
         if a["result"] == "ok" and a["id"] != g["id"]:
             r.wrong_id += 1
@@ -223,13 +275,17 @@ def check(history: History, *, run_prefix: str, acked_left: int | None, settle_s
         if by_body[body]["retry"] == 0 and len(ds) > 1:
             r.retry0_twice += 1
             r.examples["retry0_twice"].append(body)
+    _check_dead_letters(r, history, by_body, deliveries, dead)
     for a in adds:
         if a["retry"] == 0:
             r.retry0_jobs += 1
             if a["body"] not in deliveries:
                 r.retry0_undelivered += 1
             continue
-        if a["result"] != "ok" or a["body"] in deliveries:
+        if a["body"] in dead:
+            continue  # dead-lettered: its dead letter was delivered
+        poison = "p" in body_flags(a["body"])
+        if a["result"] != "ok" or (a["body"] in deliveries and not poison):
             continue
         after = [e for e in losses if e["t"] >= a["t0"]]
         gone = {n for e in after for n in e["nodes"]}
@@ -241,6 +297,49 @@ def check(history: History, *, run_prefix: str, acked_left: int | None, settle_s
             r.lost += 1
             r.examples["lost"].append("%s (%s)" % (a["id"], a["body"]))
     return r
+
+
+Deliveries = dict[str, list[dict[str, Any]]]  # a job's body -> its deliveries
+
+
+def _check_dead_letters(r: Report, history: History, by_body: dict[str, dict[str, Any]], deliveries: Deliveries,
+                        dead: Deliveries) -> None:  # fmt: skip
+    """The promises of jobs that fail (module docstring)."""
+    r.failing = any("maxdeliver" in a for a in by_body.values())
+    r.poison_jobs = sum(1 for a in by_body.values() if "p" in body_flags(a["body"]) and a["result"] == "ok")
+    r.dead_lettered = len(dead)
+    unseen = sorted(e["t"] for e in history.of("getfail"))
+    nemeses = sorted(e["t"] for e in history.of("nemesis"))
+    for body, ds in dead.items():
+        ds.sort(key=lambda g: g["t"])
+        a = by_body[body]
+        original = ds[0]["dead_of"]
+        if (a["result"] == "ok" and original != a["id"]) or any(
+                g["dead_of"] != original or g["id"] != _dead_letter_id(original) for g in ds):  # fmt: skip
+            r.dead_wrong_id += 1
+            r.examples["dead_wrong_id"].append("%s (%s)" % (ds[0]["id"], body))
+        n = a.get("maxdeliver") or 0
+        first = ds[0]
+        seen = sum(1 for g in deliveries.get(body, ()) if g["t"] <= first["t"])
+        if min(g.get("orig_deliveries") or 0 for g in ds) < n:
+            r.dead_early += 1
+            r.examples["dead_early"].append("%s: the node counted %s of %d" % (body, first.get("orig_deliveries"), n))
+        elif seen < n:
+            blind = sum(1 for t in unseen if a["t0"] <= t <= first["t"])
+            if n - seen <= blind:
+                r.dead_early_excused += 1
+            else:
+                r.dead_early += 1
+                r.examples["dead_early"].append("%s: delivered %d times of %d" % (body, seen, n))
+        acked_before = False
+        for i, g in enumerate(ds):
+            if i and acked_before:
+                r.dead_duplicates += 1
+                if not any(a["t0"] <= t <= g["t"] for t in nemeses):
+                    r.dead_duplicates_unexcused += 1
+                    r.examples["dead_duplicates"].append(g["id"])
+            if g["action"] in ("ack", "fastack"):
+                acked_before = True
 
 
 def merge_counts(reports: Iterable[Report]) -> dict[str, int]:

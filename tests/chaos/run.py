@@ -65,6 +65,8 @@ class RunConfig:
             args += ["--retry0-pct", "%g" % (o.retry0_pct * 100)]
         if o.async_pct:
             args += ["--async-pct", "%g" % (o.async_pct * 100)]
+        if o.failing_pct:
+            args += ["--failing-pct", "%g" % (o.failing_pct * 100), "--maxdeliver", str(o.maxdeliver)]
         if self.appendonly:
             args += ["--aof", self.appendfsync]
         if self.server:
@@ -218,7 +220,7 @@ def run(cfg: RunConfig, *, workdir: Path | None = None, log: Callable[[str], Non
                                 continue  # the consumers are still catching up
                             try:
                                 done, acked, left = await trio.to_thread.run_sync(_settled, cluster,
-                                                                                  workload.queue_names)  # fmt: skip
+                                                                                  workload.all_queues)  # fmt: skip
                             except (OSError, ReplyError, Exception) as exc:  # noqa: BLE001 - a node may be slow
                                 left = repr(exc)
                                 continue
@@ -230,7 +232,7 @@ def run(cfg: RunConfig, *, workdir: Path | None = None, log: Callable[[str], Non
                         problems.append("did not settle within %.0f s: %s" % (cfg.settle_timeout, left or
                                         "%d acknowledged jobs undelivered" % _undelivered(history, prefix)))  # fmt: skip
                         try:
-                            _, acked_left, _ = await trio.to_thread.run_sync(_settled, cluster, workload.queue_names)
+                            _, acked_left, _ = await trio.to_thread.run_sync(_settled, cluster, workload.all_queues)
                         except Exception:  # noqa: BLE001
                             acked_left = None
                     history.add(op="phase", t=time.monotonic(), name="settled")

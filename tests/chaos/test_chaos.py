@@ -33,12 +33,12 @@ INTERVAL = 4.0
 
 
 def chaos(tmp_path: Path, nemesis: str, *, aof: str = "off", retry0_pct: float = 0.0, async_pct: float = 0.0,
-          seconds: float = SECONDS):  # fmt: skip
+          seconds: float = SECONDS, failing_pct: float = 0.0):  # fmt: skip
     seed = int(os.environ.get("CHAOS_SEED") or random.SystemRandom().randrange(1, 10**6))
     cfg = RunConfig(
         nemesis=nemesis, seconds=seconds, interval=INTERVAL, seed=seed,
         appendonly=aof != "off", appendfsync=aof if aof != "off" else "everysec",
-        workload=Options(rate=300, retry0_pct=retry0_pct, async_pct=async_pct),
+        workload=Options(rate=300, retry0_pct=retry0_pct, async_pct=async_pct, failing_pct=failing_pct),
         save_dir=tmp_path / "failed", settle_timeout=90,
     )  # fmt: skip
     print("chaos: nemesis %s, seed %d (CHAOS_SEED=%d replays it)" % (nemesis, seed, seed), flush=True)
@@ -98,3 +98,13 @@ def test_a_failed_fsync_with_aof_always_stops_the_node_and_loses_nothing(tmp_pat
 
 def test_every_nemesis_mixed(tmp_path):
     chaos(tmp_path, "all", aof="everysec", retry0_pct=0.1, async_pct=0.05, seconds=16.0)
+
+
+def test_jobs_that_fail_are_dead_lettered_once_never_early_under_kills_and_partitions(tmp_path):
+    """BACKOFF and MAXDELIVER 3 on every job, a tenth of them always NACKed (plainly, with DELAY,
+    with REASON): each reaches its dead-letter queue as the job derived from it, after its 3rd
+    delivery at the soonest; a dead letter delivered twice only across a fault."""
+    r = chaos(tmp_path, "kill+partition", failing_pct=0.1)
+    rep = r.report
+    assert rep.failing and rep.poison_jobs >= 20
+    assert rep.dead_lettered >= rep.poison_jobs - rep.lost_excused - rep.lost_async

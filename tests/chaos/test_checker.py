@@ -239,3 +239,92 @@ def test_a_failing_run_keeps_its_history_logs_and_replay_command(tmp_path):
     assert "replay: scripts/chaos --nemesis pause --seconds 9 --interval 3 --seed 4" in text
     assert "saved: %s" % saved in text
     assert "pause" in (saved / "report.txt").read_text().split("schedule:")[1]
+
+
+# --------------------------------------------------------------------------- jobs that fail
+
+
+def add_failing(h: History, seq: int, t0: float, *, poison: bool = True, maxdeliver: int = 3) -> str:
+    body = "%s:0:%d:%s" % (P, seq, "p" if poison else "")
+    h.add(op="add", t0=t0, t1=t0 + 0.01, node=0, body=body, replicate=3, retry=1, result="ok", id="D-%d" % seq,
+          maxdeliver=maxdeliver, **{"async": False})  # fmt: skip
+    return body
+
+
+def get_dead(h: History, body: str, t: float, *, orig_deliveries: int = 3, action: str = "ack",
+             job_id: str | None = None) -> None:  # fmt: skip
+    from tests.chaos.history import _dead_letter_id
+
+    original = "D-%d" % int(body.split(":")[2])
+    h.add(op="get", t=t, node=2, consumer=1, id=job_id or _dead_letter_id(original), body=body, action=action,
+          dead_of=original, orig_deliveries=orig_deliveries, deliveries=1)  # fmt: skip
+
+
+def poison_run(h: History, seq: int, t0: float, deliveries: int = 3) -> str:
+    body = add_failing(h, seq, t0)
+    for k in range(deliveries):
+        get(h, body, t0 + 0.1 * (k + 1), action="nack")
+    return body
+
+
+def test_poison_jobs_dead_lettered_once_after_their_maxdeliver_are_clean():
+    h = History()
+    for i in range(4):
+        get_dead(h, poison_run(h, i, i), i + 0.9)
+    get(h, add_failing(h, 9, 0.0, poison=False), 0.5)
+    r = judge(h)
+    assert r.ok, r.problems
+    assert (r.failing, r.poison_jobs, r.dead_lettered, r.lost, r.dead_early) == (True, 4, 4, 0, 0)
+    assert "poison jobs / dead-lettered jobs" in r.table()
+
+
+def test_a_poison_job_delivered_but_never_dead_lettered_is_lost():
+    h = History()
+    poison_run(h, 1, 0.0)
+    r = judge(h)
+    assert r.lost == 1 and not r.ok and "D-1" in r.problems[0]
+
+
+def test_a_job_dead_lettered_before_its_maxdeliver_th_delivery_is_caught():
+    h = History()
+    get_dead(h, poison_run(h, 1, 0.0, deliveries=2), 1.0)  # the workload saw 2 of 3
+    get_dead(h, poison_run(h, 2, 0.0), 1.0, orig_deliveries=2)  # the node counted 2 of 3
+    r = judge(h)
+    assert r.dead_early == 2 and not r.ok
+    assert any("dead-lettered before their MAXDELIVER-th delivery" in p for p in r.problems)
+
+
+def test_a_getjob_reply_never_seen_excuses_one_delivery_the_workload_missed():
+    h = History()
+    body = poison_run(h, 1, 0.0, deliveries=2)
+    h.add(op="getfail", t=0.5, node=1, error="TooSlowError")
+    get_dead(h, body, 1.0)
+    r = judge(h)
+    assert r.ok, r.problems
+    assert (r.dead_early, r.dead_early_excused) == (0, 1)
+
+
+def test_a_dead_letter_delivered_again_is_allowed_only_after_a_fault():
+    h = History()
+    body = poison_run(h, 1, 0.0)
+    get_dead(h, body, 1.0)
+    get_dead(h, body, 2.0)
+    r = judge(h)
+    assert (r.dead_duplicates, r.dead_duplicates_unexcused) == (1, 1) and not r.ok
+    h.add(op="nemesis", t=1.5, what="partition", nodes=[0, 1], memory_lost=False)
+    r = judge(h)
+    assert (r.dead_duplicates, r.dead_duplicates_unexcused) == (1, 0) and r.ok, r.problems
+
+
+def test_a_dead_letter_under_another_id_than_its_originals_is_caught():
+    h = History()
+    get_dead(h, poison_run(h, 1, 0.0), 1.0, job_id="D-other")
+    r = judge(h)
+    assert r.dead_wrong_id == 1 and not r.ok
+
+
+def test_a_history_without_failing_jobs_reports_no_failing_rows():
+    h = History()
+    get(h, add(h, 1, 0.0), 0.5)
+    r = judge(h)
+    assert r.ok and not r.failing and "poison" not in r.table()

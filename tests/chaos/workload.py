@@ -18,7 +18,7 @@ from typing import Any, Sequence
 import hiredis
 import trio
 
-from .history import History
+from .history import History, body_flags
 
 
 class ReplyError(Exception):
@@ -96,6 +96,14 @@ class Options:
     short_timeout: float = 1.5  # ... on the reply of GETJOB (beyond its TIMEOUT), ACKJOB, NACK
     avoid_s: float = 2.0  # a task that failed on a node picks others for this long (as a client fails over)
     mix: dict[str, float] = field(default_factory=lambda: {"ack": 0.90, "fastack": 0.04, "drop": 0.03, "nack": 0.03})
+    failing_pct: float = 0.0  # share of poison jobs; above 0, every at-least-once job has a delivery policy
+    maxdeliver: int = 3
+    backoff: tuple[float, float] = (0.05, 0.4)  # BACKOFF min max, seconds
+    nack_delay: float = 0.3  # NACK DELAY of a poison job, one NACK in three
+
+    @property
+    def failing(self) -> bool:
+        return self.failing_pct > 0
 
 
 class Picker:
@@ -130,6 +138,8 @@ class Workload:
         self.consuming = True
         self.draining = False
         self.queue_names = ["chaos%d" % i for i in range(opts.queues)]
+        #: every queue consumers read and the settle phase waits on: the dead-letter ones too
+        self.all_queues = self.queue_names + ([q + ".dead" for q in self.queue_names] if opts.failing else [])
         self.counts = {"added": 0, "delivered": 0, "add_failures": 0, "get_failures": 0}
 
     # ------------------------------------------------------------------ producers
@@ -154,15 +164,21 @@ class Workload:
                 seq += 1
                 retry = 0 if rng.random() < o.retry0_pct else o.retry
                 asynchronous = rng.random() < o.async_pct
-                flags = ",".join(f for f, on in (("r0", retry == 0), ("a", asynchronous)) if on)
+                policy = o.failing and retry > 0
+                poison = policy and rng.random() < o.failing_pct
+                flags = ",".join(f for f, on in (("r0", retry == 0), ("a", asynchronous), ("p", poison)) if on)
                 body = "%s:%d:%d:%s" % (self.prefix, pid, seq, flags)
                 args: list[Any] = ["ADDJOB", rng.choice(self.queue_names), body, o.add_timeout_ms,
                                    "REPLICATE", o.replicate, "RETRY", retry]  # fmt: skip
                 if asynchronous:
                     args.append("ASYNC")
+                if policy:
+                    args += ["BACKOFF", "%g" % o.backoff[0], "%g" % o.backoff[1], "MAXDELIVER", o.maxdeliver]
                 ev = self.history.add(op="add", t0=self.clock(), node=node, body=body, replicate=o.replicate,
                                       retry=retry, result="unknown", id=None)  # fmt: skip
                 ev["async"] = asynchronous
+                if policy:
+                    ev["maxdeliver"] = o.maxdeliver
                 try:
                     reply = await conns[node].call(*args, timeout=o.request_timeout)
                     ev["result"], ev["id"] = "ok", reply.decode()
@@ -193,12 +209,16 @@ class Workload:
         try:
             while self.consuming:
                 node = picker.pick()
+                counters = ("WITHCOUNTERS",) if o.failing else ()
                 try:
-                    reply = await conns[node].call("GETJOB", "TIMEOUT", o.getjob_timeout_ms, "COUNT", 10, "FROM",
-                                                   *self.queue_names,
+                    reply = await conns[node].call("GETJOB", "TIMEOUT", o.getjob_timeout_ms, "COUNT", 10, *counters,
+                                                   "FROM", *self.all_queues,
                                                    timeout=o.getjob_timeout_ms / 1000 + o.short_timeout)  # fmt: skip
-                except (ReplyError, *FAILURES):
+                except (ReplyError, *FAILURES) as exc:
                     self.counts["get_failures"] += 1
+                    if o.failing and not isinstance(exc, (ReplyError, NotSent)):
+                        # sent, no reply: the node may have delivered (and counted) jobs nobody saw
+                        self.history.add(op="getfail", t=self.clock(), node=node, error=type(exc).__name__)
                     picker.failed(node)
                     await trio.sleep(0.01)
                     continue
@@ -207,13 +227,31 @@ class Workload:
                 by_action: dict[str, list[str]] = {}
                 for item in reply:
                     job_id, body = item[1].decode(), item[2].decode("utf-8", "replace")
-                    action = "ack" if self.draining else rng.choices(actions, weights)[0]
-                    self.history.add(op="get", t=self.clock(), node=node, consumer=cid, id=job_id, body=body,
-                                     action=action)  # fmt: skip
+                    poison = o.failing and "p" in body_flags(body)
+                    fields = _counters(item) if o.failing else {}
+                    dead_of = fields.get("dead-letter-of")
+                    if dead_of is not None:
+                        action = "ack" if self.draining else rng.choices(actions, weights)[0]
+                    elif poison:
+                        action = "nack"  # always fails, until dead-lettered
+                    else:
+                        action = "ack" if self.draining else rng.choices(actions, weights)[0]
+                    ev = self.history.add(op="get", t=self.clock(), node=node, consumer=cid, id=job_id, body=body,
+                                          action=action)  # fmt: skip
+                    if o.failing:
+                        ev["deliveries"] = fields.get("deliveries")
+                        if dead_of is not None:
+                            ev["dead_of"] = dead_of.decode()
+                            ev["orig_deliveries"] = fields.get("original-deliveries")
                     self.counts["delivered"] += 1
-                    by_action.setdefault(action, []).append(job_id)
+                    key = "nack-poison" if poison and dead_of is None else action
+                    by_action.setdefault(key, []).append(job_id)
                 for action, ids in by_action.items():
                     if action == "drop":
+                        continue
+                    if action == "nack-poison":
+                        extra = rng.choice(((), ("DELAY", "%g" % o.nack_delay), ("REASON", "poison")))
+                        await self._settle_jobs(conns, node, "NACK", ids, rng, extra)
                         continue
                     command = {"ack": "ACKJOB", "fastack": "FASTACK", "nack": "NACK"}[action]
                     await self._settle_jobs(conns, node, command, ids, rng)
@@ -222,7 +260,7 @@ class Workload:
                 await c.close()
 
     async def _settle_jobs(self, conns: list[Conn], node: int, command: str, ids: list[str],
-                           rng: random.Random) -> None:  # fmt: skip
+                           rng: random.Random, options: tuple[str, ...] = ()) -> None:  # fmt: skip
         """ACKJOB/FASTACK/NACK at the node that gave the jobs; ACKJOB and FASTACK at another node if it
         fails (any node takes an acknowledgement)."""
         tries = [node]
@@ -230,7 +268,7 @@ class Workload:
             tries.append(rng.choice([i for i in range(len(conns)) if i != node]))
         for n in tries:
             try:
-                await conns[n].call(command, *ids, timeout=self.opts.short_timeout)
+                await conns[n].call(command, *ids, *options, timeout=self.opts.short_timeout)
             except (ReplyError, *FAILURES):
                 continue
             self.history.add(op="ack", t=self.clock(), node=n, ids=ids, command=command, ok=True)
@@ -242,3 +280,8 @@ class Workload:
             nursery.start_soon(self.producer, p)
         for c in range(self.opts.consumers):
             nursery.start_soon(self.consumer, c)
+
+
+def _counters(item: list) -> dict[str, Any]:
+    """GETJOB WITHCOUNTERS' fields after queue, ID and body, by name."""
+    return {item[i].decode(): item[i + 1] for i in range(3, len(item) - 1, 2)}
