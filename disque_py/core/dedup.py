@@ -69,12 +69,13 @@ class _Query:
     """An ADDJOB DEDUP waiting for the other nodes' HAVEJOB (one per job ID; later ADDJOBs of
     the same ID wait with it)."""
 
-    __slots__ = ("waiters", "missing", "deadline")
+    __slots__ = ("waiters", "missing", "deadline", "rivals")
 
     def __init__(self, waiters: list, missing: set, deadline: int) -> None:
         self.waiters = waiters  # [(client, AddJob)]
         self.missing = missing  # nodes not answered yet
         self.deadline = deadline
+        self.rivals: list[str] = []  # nodes that asked for this ID while we were asking too
 
 
 class Dedup:
@@ -128,7 +129,22 @@ class Dedup:
             reply = ctx.replication_add(client, req, job_id)
             if reply is not BLOCKED:
                 effects.append(Reply(client, reply))
+            if query.rivals:
+                self._copy_to_rivals(job_id, query.rivals)
             found = False
+
+    def _copy_to_rivals(self, job_id: bytes, rivals: list[str]) -> None:
+        """The job was made here after a query during which ``rivals`` asked for it too: each
+        of them may be making it as well, with other holders. Each gets a copy, so that the
+        two jobs meet and merge (``merge``) wherever their holders were chosen."""
+        job = self._store.get(job_id)
+        if job is None:
+            return
+        missing = [n for n in rivals if n not in job.delivered]
+        if not missing:
+            return
+        job.delivered = tuple(job.delivered) + tuple(missing)
+        self.ctx.replicate_job(job, 0, job.state != WAIT_REPL)
 
     def client_closed(self, client: int) -> None:
         job_id = self._client_queries.pop(client, None)
@@ -177,6 +193,9 @@ class Dedup:
     # -- messages -----------------------------------------------------------------------
     def on_hasjob(self, sender: str, m: HasJob) -> None:
         job_id = m.job_id
+        query = self.queries.get(job_id)
+        if query is not None and sender not in query.rivals:
+            query.rivals.append(sender)  # asking at once: it gets a copy of what we make
         self.ctx.send((sender,), have_job(job_id, self._store.get(job_id) is not None or job_id in self.gone))
 
     def on_havejob(self, sender: str, m: HaveJob) -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from disque_py.core.job import STATE_NAMES
-from disque_py.persistence.records import Acked, Active, DelJob, LoadJob, Queued, RecordReader, encode
+from disque_py.core.job import STATE_NAMES, Extra
+from disque_py.persistence.records import Acked, Active, DedupGone, DelJob, JobExtra, LoadJob, Queued, RecordReader, encode
 
 from .fuzz_aof import WALL, T0, check_aof, fix_crcs
 
@@ -24,7 +24,18 @@ loadjob = st.builds(
     st.lists(st.sampled_from(["0123456789abcdef0123456789abcdef01234567", "f" * 40]), max_size=3, unique=True).map(tuple),
     st.binary(max_size=16),
 )  # fmt: skip
-record = st.one_of(loadjob, *(st.builds(k, job_id) for k in (Queued, Active, Acked, DelJob)))
+
+
+def _extra(key: bytes, maxdeliver: int) -> Extra:
+    e = Extra()
+    e.dedup = key  # JOBEXTRA's 'k' (a DEDUP key, core/dedup.py)
+    e.maxdeliver = maxdeliver
+    return e
+
+
+jobextra = st.builds(JobExtra, job_id, st.builds(_extra, st.binary(min_size=1, max_size=512), st.integers(0, 5)))
+dedupgone = st.builds(DedupGone, job_id, wall)
+record = st.one_of(loadjob, jobextra, dedupgone, *(st.builds(k, job_id) for k in (Queued, Active, Acked, DelJob)))
 
 
 @FAST

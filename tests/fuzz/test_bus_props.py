@@ -20,13 +20,16 @@ job_id = st.sampled_from([b"D-01234567-AAAAAAAAAAAAAAAAAAAAAAAA-05a1", b"D-aaaaa
 leaf = st.one_of(st.none(), st.booleans(), st.integers(-(2**63), 2**64 - 1), st.binary(max_size=40), st.text(max_size=20), job_id)
 body = st.recursive(leaf, lambda c: st.lists(c, max_size=5) | st.dictionaries(st.text(max_size=5), c, max_size=4), max_leaves=20)
 kind = st.sampled_from(["REPLJOB", "GOTJOB", "ENQUEUE", "QUEUED", "WORKING", "WILLQUEUE", "SETACK", "GOTACK",
-                        "DELJOB", "PAUSE", "NEEDJOBS", "YOURJOBS", "X"])  # fmt: skip
+                        "DELJOB", "PAUSE", "NEEDJOBS", "YOURJOBS", "HASJOB", "HAVEJOB", "X"])  # fmt: skip
 message = st.one_of(
     st.builds(Ping, node_id, u16, u16, st.lists(gossip, max_size=4).map(tuple)),
     st.builds(Pong, node_id, u16, u16, st.lists(gossip, max_size=4).map(tuple)),
     st.builds(Meet, node_id, u16, u16, st.lists(gossip, max_size=4).map(tuple)),
     st.builds(Fail, node_id, node_id),
     st.builds(Data, node_id, kind, st.lists(body, max_size=4)),
+    # well-formed HASJOB / HAVEJOB (core/dedup.py), and a HAVEJOB's answer of any type
+    st.builds(Data, node_id, st.just("HASJOB"), st.tuples(job_id).map(list)),
+    st.builds(Data, node_id, st.just("HAVEJOB"), st.tuples(job_id, st.one_of(st.booleans(), leaf)).map(list)),
     st.builds(DataBatch, node_id, st.lists(st.tuples(kind, st.lists(body, max_size=3)).map(list), min_size=1, max_size=4)),
 )
 
