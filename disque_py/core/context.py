@@ -82,7 +82,7 @@ class Context:
     replication_add: Callable[[int, Any, "bytes | None"], Any]
     # dedup: DEDUP keys
     dedup_addjob: Callable[[int, Any], Any]  # ADDJOB with a DEDUP key: a hit, BLOCKED, or made
-    dedup_merge: Callable[["Job", str], None]  # a copy of a DEDUP job held here came from its other maker
+    dedup_merge: Callable[["Job", str, bool, bool], None]  # a copy of a DEDUP job held here came (made there?, holders learned?)
     dedup_gone: Callable[[bytes], bool]  # a DEDUP job's ID within its window after deletion here
     dedup_deleted: Callable[["Job"], None]  # a DEDUP job is deleted here: remember its ID
     dedup_remember: Callable[[bytes, int], None]  # (ID, until): remember a deleted DEDUP job's ID (AOF)

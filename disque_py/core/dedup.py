@@ -53,10 +53,11 @@ from .context import Context
 from .effects import BLOCKED, Reply
 from .ids import dedup_job_id
 from .job import F_YIELD, QUEUED, WAIT_REPL, Job
-from .messages import HasJob, HaveJob, has_job, have_job, queued
+from .messages import HasJob, HaveJob, has_job, have_job, queued, repl_job
 from .replies import Error, Status
 from .requeue import compare_ids_by_job
 from .store import J_GONE
+from .wire import job_to_wire
 
 __all__ = ["Dedup", "QUERY_TIMEOUT_MS", "DEFAULT_WINDOW_MS"]
 
@@ -141,10 +142,12 @@ class Dedup:
         if job is None:
             return
         missing = [n for n in rivals if n not in job.delivered]
-        if not missing:
-            return
-        job.delivered = tuple(job.delivered) + tuple(missing)
-        self.ctx.replicate_job(job, 0, job.state != WAIT_REPL)
+        if missing:
+            job.delivered = tuple(job.delivered) + tuple(missing)
+        # to each rival, a holder already or not, and whatever its link holds (replicate_job
+        # skips a backlogged link): its tie-break with this maker needs this copy
+        ctx = self.ctx
+        ctx.send(rivals, repl_job(job_to_wire(job, ctx.now), job.state != WAIT_REPL))
 
     def client_closed(self, client: int) -> None:
         job_id = self._client_queries.pop(client, None)
@@ -157,10 +160,18 @@ class Dedup:
                 del self.queries[job_id]
 
     # -- hooks of the other machines ---------------------------------------------------------
-    def merge(self, job: Job, sender: str) -> None:
-        """A copy of DEDUP ``job``, held here, arrived from ``sender``, which made the job too
-        (REPLJOB comes from the node that took the ADDJOB): of the two, the winner of the
-        per-job comparison keeps it queued."""
+    def merge(self, job: Job, sender: str, made_there: bool, learned: bool) -> None:
+        """A copy of DEDUP ``job``, held here, arrived from ``sender``. ``learned``: its holders
+        named some this node did not know: the union goes to every holder (REPLJOB, no reply),
+        so that each knows all (WILLQUEUE, QUEUED and SETACK reach them all: two makers' copies
+        become one job). ``made_there``: the sender made the job too (a maker lists itself
+        first): of the two, the winner of the per-job comparison keeps it queued."""
+        ctx = self.ctx
+        if learned:
+            me = ctx.id
+            ctx.send([n for n in job.delivered if n != sender and n != me], repl_job(job_to_wire(job, ctx.now), True))
+        if not made_there:
+            return
         if compare_ids_by_job(sender, self.ctx.id, job.id) <= 0:
             if job.state == QUEUED:
                 self.ctx.send((sender,), queued(bytes(job.id), 0))  # the sender yields (Requeue.on_queued)

@@ -364,7 +364,9 @@ class Replication:
         if ctx.journal is not None:  # registered in wait-repl, which the AOF skips: now it counts
             ctx.journal.append((J_LOAD, job))
         if job.flags & F_YIELD:  # a DEDUP job another node made too, and queues (dedup.py)
-            job.flags &= ~F_YIELD
+            # held here as a copy is: requeued by its RETRY timer, announced with WILLQUEUE first
+            # (the node that has it queued answers QUEUED, and this one waits on)
+            job.flags = (job.flags & ~F_YIELD) | F_BCAST_QUEUED | F_BCAST_WILLQUEUE
             job.next_at = retry_deadline(job, ctx.now, ctx.randbits) if job.retry else 0
             ctx.reschedule(job)
         elif job.delay == 0:
@@ -390,11 +392,14 @@ class Replication:
         existing = store.get(job.id)
         if existing is not None:
             merged = tuple(dict.fromkeys(tuple(existing.delivered) + job.delivered))
+            learned = len(merged) != len(existing.delivered)
             if existing.delivered or existing.state != ACKED:
                 existing.delivered = merged
             extra = existing.extra
             if extra is not None and extra.dedup is not None and existing.state != ACKED:
-                ctx.dedup_merge(existing, sender)  # made there too: one of the two queues it
+                # made there too (its maker lists itself first): one of the two queues it, and
+                # every holder learns every other
+                ctx.dedup_merge(existing, sender, bool(job.delivered) and job.delivered[0] == sender, learned)
         elif job.extra is not None and job.extra.dedup is not None and ctx.dedup_gone(job.id):
             # a DEDUP job done and forgotten here within its window: the sender's is a repeat
             ctx.send((sender,), set_ack(bytes(job.id), len(job.delivered)))

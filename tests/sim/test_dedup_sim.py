@@ -94,8 +94,6 @@ def _run(seed: int, faults: bool) -> None:
         assert all(v == 1 for v in deliveries.values()), deliveries
 
 
-@pytest.mark.xfail(reason="open: a key added at once on two nodes is sometimes delivered twice with no fault "
-                   "(SIM_SEED=0); under investigation, the core test of the same case passes", strict=False)
 @pytest.mark.parametrize("seed", _seeds(30))
 def test_dedup_producers_healthy(seed):
     _run(seed, faults=False)
