@@ -712,6 +712,10 @@ def info_text(ctx: AdminContext, section: str, peak: list[int]) -> str:
                 "jobs_exported": node.stats["jobs_exported"],
                 "jobs_pushed": node.stats["jobs_pushed"],
                 "jobs_returned": node.stats["jobs_returned"],
+                # ours: delivery.py, dedup.py
+                "jobs_dead_lettered": node.stats["jobs_dead_lettered"],
+                "jobs_nack_delayed": node.stats["jobs_nack_delayed"],
+                "dedup_hits": node.stats["dedup_hits"],
             })  # fmt: skip
         elif name == "cpu":
             ru = resource.getrusage(resource.RUSAGE_SELF)

@@ -31,10 +31,13 @@ from .common import (
 class ReplicationSuite(BenchBase):
     """The replication suite: three nodes on one core, REPLICATE 3."""
 
-    def redis_benchmark_latency(self, nodes: list[Server], n: int, *command: str) -> dict[str, Any]:
-        """redis-benchmark (not -q: its summary has p99) against nodes[0], CPU of every node."""
+    def redis_benchmark_latency(self, nodes: list[Server], n: int, *command: str,
+                                keyspace: int = 0) -> dict[str, Any]:  # fmt: skip
+        """redis-benchmark (not -q: its summary has p99) against nodes[0], CPU of every node
+        (``keyspace``: ``-r``, what ``__rand_int__`` in the command is drawn from)."""
+        rand = ["-r", str(keyspace)] if keyspace else []
         argv = ["taskset", "-c", CLIENT_CPU, "redis-benchmark", "-h", HOST, "-p", str(nodes[0].port),
-                "-c", str(self.clients), "-n", str(n), *command]  # fmt: skip
+                "-c", str(self.clients), "-n", str(n), *rand, *command]  # fmt: skip
         self.record(argv)
         cpu0, t0 = [node.cpu_seconds() for node in nodes], time.monotonic()
         proc = subprocess.run(argv, capture_output=True, text=True, errors="replace")
@@ -83,6 +86,15 @@ class ReplicationSuite(BenchBase):
             self.results[self.key(kind, "repl_addjob")] = r
             log("replication: %s ADDJOB/s, p50 %s, p99 %s" % (
                 _rate(r["requests_per_s"]), _ms(r["p50_ms"]), _ms(r["p99_ms"])))  # fmt: skip
+            if kind == "disque-py":
+                # The same with a DEDUP key per job, on the same nodes right after (core/dedup.py;
+                # Disque has no DEDUP): keys drawn from 10^8, so nearly each ADDJOB adds a job.
+                d = self.redis_benchmark_latency(nodes, n, "ADDJOB", "dq", self.body, "0", "REPLICATE", "3",
+                                                 "DEDUP", "key:__rand_int__", keyspace=10**8)  # fmt: skip
+                d["ratio_to_plain"] = round(d["requests_per_s"] / r["requests_per_s"], 3)
+                self.results["repl_addjob_dedup"] = d
+                log("replication: DEDUP %s ADDJOB/s (%.2fx without), p50 %s, p99 %s" % (
+                    _rate(d["requests_per_s"]), d["ratio_to_plain"], _ms(d["p50_ms"]), _ms(d["p99_ms"])))  # fmt: skip
         finally:
             self.shutdown_nodes(nodes, label="repl")
         log("replication: ADDJOB -> GETJOB -> ACKJOB cycles (REPLICATE 3, the default), %d connections (%s)"
@@ -128,6 +140,12 @@ def replication_report(bench: BenchBase) -> list[str]:
         out.append("| ADDJOB REPLICATE 3, %d clients, n=%s | %s | %s / %s | %s | %s | %s | %s |" % (
             a["clients"], "{:,}".format(a["n"]), _rate(a["requests_per_s"]), _ms(a["p50_ms"]), _ms(a["p99_ms"]),
             cpus(a), _reference_cell(res.get("ref_repl_addjob"), ref), text, met))  # fmt: skip
+    dd = res.get("repl_addjob_dedup")
+    if dd:
+        met = "yes" if dd["ratio_to_plain"] >= 0.8 else "**NO**"
+        out.append("| ADDJOB REPLICATE 3 DEDUP key, %d clients, n=%s | %s (%.2fx without) | %s / %s | %s | – | >= 0.8x without | %s |" % (
+            dd["clients"], "{:,}".format(dd["n"]), _rate(dd["requests_per_s"]), dd["ratio_to_plain"],
+            _ms(dd["p50_ms"]), _ms(dd["p99_ms"]), cpus(dd), met))  # fmt: skip
     if c:
         ref, target, text = REFERENCE["repl_cycles"]
         out.append("| ADDJOB→GETJOB→ACKJOB cycles, %d conns | %s cycles/s | %s / %s | %s | %s | %s | %s |" % (
