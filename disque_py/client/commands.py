@@ -25,6 +25,8 @@ __all__ = [
     "Call",
     "DEFAULT_ADD_TIMEOUT_MS",
     "addjob",
+    "dedup_key",
+    "dedup_keys",
     "getjob",
     "ids_command",
     "nack",
@@ -62,7 +64,7 @@ class Call(Generic[T]):
     (added to the client's socket timeout); ``None`` means without bound
     (GETJOB without TIMEOUT). ``retry_safe``: sending it again after a lost
     connection cannot do harm beyond what at-least-once delivery allows
-    (only ADDJOB is not: it may create a duplicate).
+    (only ADDJOB without a DEDUP key is not: it may create a duplicate).
     """
 
     argv: tuple[Any, ...]
@@ -116,6 +118,7 @@ def addjob_argv(
     backoff: tuple[float, float] | None = None,
     maxdeliver: int | None = None,
     deadletter: str | bytes | None = None,
+    dedup: str | bytes | None = None,
 ) -> tuple[Any, ...]:
     _check_int("timeout_ms", timeout_ms, 0)
     _check_int("replicate", replicate, 1)
@@ -151,7 +154,28 @@ def addjob_argv(
         argv += [b"MAXDELIVER", maxdeliver]
     if deadletter is not None:
         argv += [b"DEADLETTER", encode_name(deadletter)]
+    if dedup is not None:
+        argv += [b"DEDUP", dedup_key(dedup)]
     return tuple(argv)
+
+
+#: the longest DEDUP key a node takes, in bytes
+MAX_DEDUP_KEY_BYTES = 512
+
+
+def dedup_key(key: str | bytes) -> bytes:
+    """A DEDUP key as sent: ``str`` (UTF-8) or ``bytes``, 1 to 512 bytes."""
+    if isinstance(key, str):
+        raw = key.encode("utf-8", "surrogateescape")
+    elif isinstance(key, (bytes, bytearray, memoryview)):
+        raw = bytes(key)
+    else:
+        raise TypeError("a dedup key must be str or bytes, not %s" % type(key).__name__)
+    if not raw:
+        raise ValueError("a dedup key must not be empty")
+    if len(raw) > MAX_DEDUP_KEY_BYTES:
+        raise ValueError("a dedup key is at most %d bytes, got %d" % (MAX_DEDUP_KEY_BYTES, len(raw)))
+    return raw
 
 
 def _seconds(name: str, value: float) -> bytes:
@@ -204,11 +228,32 @@ def nack(
 
 
 def addjob(queue: str | bytes, body: bytes | str, **opts: Any) -> Call[str]:
-    """``ADDJOB queue body ms-timeout [options]`` -> the new job's ID."""
+    """``ADDJOB queue body ms-timeout [options]`` -> the new job's ID.
+
+    With a ``dedup`` key the call is safe to send again (``retry_safe``): every ADDJOB of the
+    same queue and key, on any node, answers the same ID within the node's dedup window and
+    adds nothing. Without one it is not (a retry may add the job twice)."""
     argv = addjob_argv(queue, body, **opts)
     timeout_ms = argv[3]
     blocks = None if timeout_ms == 0 and not opts.get("async_") else timeout_ms / 1000.0
-    return Call(argv, _str, blocks=blocks, retry_safe=False)
+    return Call(argv, _str, blocks=blocks, retry_safe=opts.get("dedup") is not None)
+
+
+def dedup_keys(bodies: Sequence[Any], dedup: Any) -> list[Any]:
+    """``add_jobs``' ``dedup`` -> one key (or None) per body: a function of the body (called
+    with each body as given; it returns the key, or None for no key), or a sequence of keys of
+    the same length as the bodies (None where a body has no key). A single key is refused: it
+    would make the whole batch one job."""
+    if dedup is None:
+        return [None] * len(bodies)
+    if isinstance(dedup, (str, bytes, bytearray, memoryview)):
+        raise TypeError("add_jobs' dedup is one key per body (a list) or a function of the body, not a single key")
+    if callable(dedup):
+        return [dedup(body) for body in bodies]
+    keys = list(dedup)
+    if len(keys) != len(bodies):
+        raise ValueError("add_jobs got %d dedup keys for %d bodies" % (len(keys), len(bodies)))
+    return keys
 
 
 def parse_getjob(reply: Any) -> list[Job]:
@@ -258,6 +303,8 @@ def _job_extras(fields: dict[bytes, Any]) -> dict[str, Any]:
         "original_deliveries": _opt_int(get(b"original-deliveries")),
         "dead_letter_reason": _opt_text(get(b"dead-letter-reason")),
     }
+    if get(b"dedup") is not None:
+        out["dedup"] = decode_name(get(b"dedup"))
     if get(b"deadletter") is not None:
         out["deadletter"] = decode_name(get(b"deadletter"))
     if get(b"original-queue") is not None:

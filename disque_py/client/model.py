@@ -55,6 +55,7 @@ class DeliveryInfo:
     original_deliveries: int | None = None
     dead_letter_reason: str | None = None
     original_options: tuple[str, ...] | None = None
+    dedup: str | None = None
 
 
 _NO_DELIVERY_INFO = DeliveryInfo()
@@ -69,7 +70,7 @@ class Job:
     delivery: 1 for a job delivered for the first time.
 
     ``delivery`` is set only for jobs that use disque-py's delivery options
-    (``ADDJOB ... BACKOFF / MAXDELIVER / DEADLETTER``, a ``NACK ... REASON``,
+    (``ADDJOB ... BACKOFF / MAXDELIVER / DEADLETTER / DEDUP``, a ``NACK ... REASON``,
     a dead letter) and only when GETJOB was asked for counters
     (``WITHCOUNTERS``, the clients' default); None for Disque's own jobs.
     Its fields read as properties of the job (None when not reported):
@@ -80,7 +81,10 @@ class Job:
     * ``last_nack_reason``: the REASON of the job's last NACK;
     * for a dead letter: ``dead_letter_of`` (the original job's ID),
       ``original_queue``, ``original_deliveries``, ``dead_letter_reason`` and
-      ``original_options`` (the ADDJOB options to give it back to its queue).
+      ``original_options`` (the ADDJOB options to give it back to its queue);
+    * ``dedup``: the job's deduplication key (``ADDJOB ... DEDUP key``, ``add_job(...,
+      dedup=key)``), as ``str`` (bytes that are not UTF-8 round-trip through
+      ``surrogateescape``).
     """
 
     queue: str
@@ -129,6 +133,10 @@ class Job:
     @property
     def original_options(self) -> tuple[str, ...] | None:
         return (self.delivery or _NO_DELIVERY_INFO).original_options
+
+    @property
+    def dedup(self) -> str | None:
+        return (self.delivery or _NO_DELIVERY_INFO).dedup
 
     @property
     def node_prefix(self) -> str:

@@ -23,7 +23,10 @@ Every public method builds a :class:`~.commands.Call` and runs it through
   wait ``backoff.delay`` first. ADDJOB is re-sent only with
   ``retry_writes=True`` (the default): the first one may have been
   executed, so a retried ADDJOB can duplicate a job, the usual
-  at-least-once trade-off;
+  at-least-once trade-off. An ADDJOB with a deduplication key
+  (``add_job(..., dedup=key)``) is always re-sent, whatever
+  ``retry_writes`` says: any node answers the retry with the ID of the job
+  the first one may have added, and adds nothing;
 * with ``affinity=True`` :meth:`get_jobs` feeds an :class:`~.cluster.Affinity`
   and the client moves to the node that created most recent jobs.
 
@@ -441,6 +444,7 @@ class Client:
         backoff: tuple[float, float] | None = None,
         maxdeliver: int | None = None,
         deadletter: str | bytes | None = None,
+        dedup: str | bytes | None = None,
     ) -> str:
         """ADDJOB: queue a job, return its ID. Times are in seconds except ``timeout_ms``.
 
@@ -448,29 +452,47 @@ class Client:
         requeues the job after min x 2^(nacks-1) seconds (capped at max) on each plain
         NACK; ``maxdeliver=n`` dead-letters it on a failure of its n-th delivery, into
         ``deadletter`` (default ``<queue>.dead``). Disque's nodes refuse them.
+
+        ``dedup=key`` (str or bytes, 1 to 512 bytes; ``ADDJOB ... DEDUP key``): every ADDJOB of
+        this queue and key, on any node, returns the same job ID and adds nothing, for the
+        whole life of the job and the node's ``dedup-window`` (600 s by default) after it is
+        acknowledged or deleted; the body and options of the later calls are ignored. Such a
+        call is therefore always sent again after a lost connection or a reply timeout, on
+        another node, even with ``retry_writes=False``: the retry answers the same ID. Without
+        a key the call is sent exactly as before.
         """
         return self._call(cmd.addjob(
             queue, body, timeout_ms=timeout_ms, replicate=replicate, delay=delay,
             retry=retry, ttl=ttl, maxlen=maxlen, async_=async_,
-            backoff=backoff, maxdeliver=maxdeliver, deadletter=deadletter,
+            backoff=backoff, maxdeliver=maxdeliver, deadletter=deadletter, dedup=dedup,
         ))  # fmt: skip
 
     def add_jobs(
-        self, queue: str | bytes, bodies: Iterable[bytes | str], *, batch: int = 100, **opts: Any
+        self, queue: str | bytes, bodies: Iterable[bytes | str], *, batch: int = 100,
+        dedup: Callable[[Any], str | bytes | None] | Iterable[str | bytes | None] | None = None, **opts: Any
     ) -> list[str]:
         """Many ADDJOBs, pipelined ``batch`` at a time; IDs in input order.
+
+        ``dedup``: a deduplication key per body (see :meth:`add_job`), either a function called
+        with each body that returns its key (or None), or a sequence of keys, one per body (None
+        for a body without one). A batch whose jobs all have a key is sent again after a lost
+        connection even with ``retry_writes=False`` (the jobs already added answer their IDs
+        again); run twice, the call adds nothing the second time and returns the same IDs.
 
         Raises :class:`~.errors.BatchError` (with every result) if any failed.
         """
         if batch < 1:
             raise ValueError("batch must be >= 1")
-        argvs = [cmd.addjob_argv(queue, body, **opts) for body in bodies]
+        bodies = list(bodies)
+        keys = cmd.dedup_keys(bodies, dedup)
+        argvs = [cmd.addjob_argv(queue, body, dedup=key, **opts) for body, key in zip(bodies, keys)]
         if not argvs:
             return []
         probe = cmd.addjob(queue, b"", **opts)
         results: list[Any] = []
         for start in range(0, len(argvs), batch):
-            results += self._pipeline(argvs[start : start + batch], probe.blocks, retry_safe=False)
+            safe = all(key is not None for key in keys[start : start + batch])
+            results += self._pipeline(argvs[start : start + batch], probe.blocks, retry_safe=safe)
         if any(isinstance(r, DisqueError) for r in results):
             raise BatchError([r if isinstance(r, DisqueError) else r.decode("ascii") for r in results])
         return [r.decode("ascii") for r in results]

@@ -486,6 +486,8 @@ def _show_object(reply: list, node_id: str) -> dict[str, Any]:
         "nodes_confirmed": [_text(n) for n in f.get("nodes-confirmed") or []],
         "next_requeue_within": f.get("next-requeue-within"),
         "next_awake_within": f.get("next-awake-within"),
+        # ADDJOB's DEDUP key (null for a job without one)
+        "dedup": _text(f["dedup"]) if f.get("dedup") is not None else None,
     }  # fmt: skip
     out.update(_body(f.get("body", b"")))
     out["node"] = node_id

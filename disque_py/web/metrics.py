@@ -105,8 +105,13 @@ class NodeCollector:
             ("yourjobs_received", "YOURJOBS messages received"),
             ("jobs_dead_lettered", "Jobs made dead letters here (MAXDELIVER reached, or NACK ... DEAD)"),
             ("jobs_nack_delayed", "NACKs with a delay (DELAY, or the job's BACKOFF) handled here"),
+            ("dedup_hits", "ADDJOBs with a DEDUP key answered with an existing job's ID (nothing added)"),
         ):
             yield counter("disque_" + key, doc, nstats.get(key, 0))
+        dedup = getattr(node, "dedup", None)
+        yield GaugeMetricFamily("disque_dedup_ids_remembered",
+                                "IDs of deleted DEDUP jobs remembered for their dedup window",
+                                value=len(getattr(dedup, "gone", ()) or ()))  # fmt: skip
 
         yield from self._commands()
         yield from self._queues(node, cfg, vals, lens)

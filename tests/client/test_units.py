@@ -361,3 +361,38 @@ def test_job_extras_from_withcounters():
     [job] = cmd.parse_getjob(rich)
     assert (job.deliveries, job.maxdeliver, job.deadletter, job.backoff) == (5, 5, "q.dead", (0.5, 2.0))
     assert job.attempt == 5 and job.last_delivery and job.last_nack_reason == "boom" and not job.is_dead_letter
+
+
+def test_dedup_key_is_sent_only_when_given_and_makes_addjob_safe_to_resend():
+    assert cmd.addjob_argv("q", b"b", dedup="order-1") == (b"ADDJOB", b"q", b"b", 5000, b"DEDUP", b"order-1")
+    assert cmd.addjob_argv("q", b"b", dedup=b"\xff\x00")[4:] == (b"DEDUP", b"\xff\x00")
+    assert cmd.addjob_argv("q", b"b", dedup="k" * 512)[-1] == b"k" * 512
+    assert not cmd.addjob("q", b"b").retry_safe  # a plain ADDJOB may duplicate when re-sent
+    assert cmd.addjob("q", b"b").argv == (b"ADDJOB", b"q", b"b", 5000)
+    assert cmd.addjob("q", b"b", dedup="k").retry_safe
+    for bad, exc in (("", ValueError), (b"", ValueError), ("k" * 513, ValueError), ("é" * 257, ValueError), (7, TypeError)):
+        with pytest.raises(exc, match="dedup key"):
+            cmd.addjob_argv("q", b"b", dedup=bad)
+
+
+def test_add_jobs_dedup_keys_per_body():
+    bodies = [b"a", b"b", b"c"]
+    assert cmd.dedup_keys(bodies, None) == [None, None, None]
+    assert cmd.dedup_keys(bodies, lambda body: b"k-" + body) == [b"k-a", b"k-b", b"k-c"]
+    assert cmd.dedup_keys(bodies, ["1", None, "3"]) == ["1", None, "3"]
+    assert cmd.dedup_keys(bodies, iter(["1", "2", "3"])) == ["1", "2", "3"]
+    with pytest.raises(ValueError, match="2 dedup keys for 3 bodies"):
+        cmd.dedup_keys(bodies, ["1", "2"])
+    with pytest.raises(TypeError, match="not a single key"):
+        cmd.dedup_keys(bodies, "one-key")
+
+
+def test_job_dedup_from_withcounters_and_its_absence():
+    reply = [[b"q", b"D-1", b"b", b"nacks", 0, b"additional-deliveries", 0, b"deliveries", 1, b"dedup", b"order-\xff"]]
+    [job] = cmd.parse_getjob(reply)
+    assert job.dedup == "order-\udcff" and job.attempt == 1 and job.maxdeliver is None
+    assert job.dedup.encode("utf-8", "surrogateescape") == b"order-\xff"  # round-trips to the key sent
+    [plain] = cmd.parse_getjob([[b"q", b"D-1", b"b", b"nacks", 0, b"additional-deliveries", 0]])
+    assert plain.dedup is None
+    [bare] = cmd.parse_getjob([[b"q", b"D-1", b"b"]])
+    assert bare.dedup is None

@@ -55,6 +55,29 @@ async def test_processes_and_acks(node, queue, kind):
     assert all(show(node, i) is None for i in ids)  # acknowledged (and gone on one node)
 
 
+@pytest.mark.parametrize("kind", ["async", "sync"])
+async def test_handlers_see_the_dedup_key(node, queue, kind):
+    client = Client(addr(node))
+    keyed = client.add_jobs(queue, [b"a", b"b"], dedup=lambda body: "key-" + body.decode())
+    plain = client.add_job(queue, b"c")
+    assert client.add_job(queue, b"a again", dedup="key-a") == keyed[0]  # nothing added
+    seen: dict[str, str | None] = {}
+
+    if kind == "async":
+
+        async def handler(job):
+            seen[job.text()] = job.dedup
+    else:
+
+        def handler(job):
+            seen[job.text()] = job.dedup
+
+    w = Worker(addr(node), queue, handler, concurrency=2, fetch_timeout_ms=100)
+    stats = await run_until(w, lambda: w.stats().processed == 3)
+    assert seen == {"a": "key-a", "b": "key-b", "c": None}
+    assert stats.processed == 3 and all(show(node, i) is None for i in keyed + [plain])
+
+
 async def test_flow_control_never_exceeds_max_in_flight(node, queue):
     max_in_flight, concurrency = 5, 3
     ids = Client(addr(node)).add_jobs(queue, [b"%d" % i for i in range(60)])

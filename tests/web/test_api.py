@@ -79,6 +79,11 @@ def test_queues_job_and_actions_on_one_node(admin_node):
     job = r.json()
     assert (job["id"], job["queue"], job["state"], job["body"]) == (ids[0], "orders", "queued", "body-0")
     assert job["node"] == c.execute_command("CLUSTER", "MYID").decode()
+    assert job["dedup"] is None  # a job without a DEDUP key
+    keyed = c.execute_command("ADDJOB", "orders", "keyed", 0, "DEDUP", "order-9").decode()
+    path = job_path(keyed)
+    assert validated(http(port, "GET", path), "get", path, "/api/jobs/{id}", id=keyed).json()["dedup"] == "order-9"
+    c.execute_command("DELJOB", keyed)
 
     r = validated(http(port, "POST", job_path(ids[1], "dequeue")), "post", job_path(ids[1], "dequeue"),
                   "/api/jobs/{id}/dequeue", id=ids[1])  # fmt: skip

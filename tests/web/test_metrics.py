@@ -126,3 +126,26 @@ def test_bus_messages_are_counted_by_kind(start_node):
     assert value(fams, "disque_cluster_known_nodes") == 2
     assert value(fams, "disque_bus_links") >= 1
     assert value(fams, "disque_bus_bytes_sent_total") > 0 and value(fams, "disque_bus_bytes_received_total") > 0
+
+
+def test_dedup_hits_and_remembered_ids_match_info(admin_node):
+    """ADDJOB ... DEDUP answered with an existing ID counts in disque_dedup_hits_total (INFO
+    stats dedup_hits); a deleted DEDUP job's ID remembered for the window counts in
+    disque_dedup_ids_remembered (INFO jobs dedup_ids_remembered)."""
+    c = admin_node.client()
+    fams = scrape(admin_node)
+    assert value(fams, "disque_dedup_hits_total") == 0 and value(fams, "disque_dedup_ids_remembered") == 0
+    job_id = c.execute_command("ADDJOB", "d", "first", 0, "DEDUP", "order-1")
+    assert c.execute_command("ADDJOB", "d", "second", 0, "DEDUP", "order-1") == job_id
+    assert c.execute_command("ADDJOB", "d", "third", 0, "DEDUP", "order-1") == job_id
+    c.execute_command("ADDJOB", "d", "other", 0, "DEDUP", "order-2")
+    c.execute_command("ADDJOB", "d", "plain", 0)
+    fams = scrape(admin_node)
+    assert value(fams, "disque_dedup_hits_total") == c.info("stats")["dedup_hits"] == 2
+    assert value(fams, "disque_dedup_ids_remembered") == 0
+    assert c.execute_command("ACKJOB", job_id) == 1
+    wait_for(lambda: c.execute_command("SHOW", job_id) is None, timeout=10, what="the acked job deleted")
+    fams = scrape(admin_node)
+    assert value(fams, "disque_dedup_ids_remembered") == c.info("jobs")["dedup_ids_remembered"] == 1
+    assert c.execute_command("ADDJOB", "d", "late", 0, "DEDUP", "order-1") == job_id
+    assert value(scrape(admin_node), "disque_dedup_hits_total") == 3

@@ -360,8 +360,10 @@
     ["ctime", "created"], ["delay", "delay (s)"], ["retry", "retry (s)"], ["nacks", "nacks"],
     ["additional_deliveries", "additional deliveries"], ["nodes_delivered", "nodes delivered"],
     ["nodes_confirmed", "nodes confirmed"], ["next_requeue_within", "next requeue within"],
-    ["next_awake_within", "next awake within"], ["node", "answered by"],
+    ["next_awake_within", "next awake within"], ["dedup", "dedup key"], ["node", "answered by"],
   ];
+  // shown only for the jobs that have them
+  const OPTIONAL_JOB_FIELDS = new Set(["dedup"]);
 
   function fieldValue(key, v) {
     if (v === null || v === undefined) return "–";
@@ -373,6 +375,7 @@
       return isNaN(d.getTime()) ? String(v) : d.toISOString().replace("T", " ").replace(/\.\d+Z$/, " UTC");
     }
     if (key === "node") return String(v).slice(0, 8);
+    if (key === "dedup") return String(v);
     if ((key === "next_requeue_within" || key === "next_awake_within") && typeof v === "number") {
       return v >= 1000 ? (v / 1000).toFixed(1) + " s" : v + " ms";
     }
@@ -383,7 +386,8 @@
   }
 
   function renderJob(job) {
-    const rows = JOB_FIELDS.map(([key, label]) => el("tr", { "data-field": key },
+    const fields = JOB_FIELDS.filter(([key]) => !OPTIONAL_JOB_FIELDS.has(key) || (job[key] !== null && job[key] !== undefined));
+    const rows = fields.map(([key, label]) => el("tr", { "data-field": key },
       el("th", {}, label),
       el("td", { class: key === "id" || key === "queue" ? "mono" : "", "data-testid": "job-field-" + key, title: Array.isArray(job[key]) ? job[key].join("\n") : null }, fieldValue(key, job[key]))));
     const bodyText = job.body === undefined || job.body === null ? "" : String(job.body);
