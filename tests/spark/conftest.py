@@ -90,7 +90,8 @@ class StandaloneCluster:
             return json.load(reply)
 
     def logs(self) -> str:
-        return "\n".join("== %s\n%s" % (p.name, p.read_text(errors="replace")[-2000:]) for p in sorted(self.base.glob("*.log")))
+        logs = sorted(self.base.glob("*.log"))
+        return "\n".join("== %s\n%s" % (p.name, p.read_text(errors="replace")[-2000:]) for p in logs)
 
     def start(self) -> "StandaloneCluster":
         self._spawn("master", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
