@@ -44,11 +44,20 @@ def test_defaults_and_case_insensitive_keys():
         ({"nodes": "h:1", "bodyFormat": "xml", "queue": "q"}, "write", "option 'bodyformat' must be one of raw, json"),
         ({"nodes": "h:1", "connections": "0", "queue": "q"}, "write", "option 'connections' must be between 1 and 256"),
         ({"nodes": "h:1", "queue": "q", "workingInterval": "-1"}, "stream", "option 'workinginterval' must be >= 0.01"),
+        ({"nodes": "h:1", "queue": "q", "dedupColumn": " "}, "write", "option 'dedupcolumn' must name a column"),
+        ({"nodes": "h:1", "queue": "q", "dedupColumn": "k"}, "read", "option 'dedupcolumn' does not apply to a read"),
+        ({"nodes": "h:1", "queue": "q", "dedupColumn": "k"}, "stream", "option 'dedupcolumn' does not apply to a stream"),
     ],
 )  # fmt: skip
 def test_bad_options_name_the_option(raw, use, message):
     with pytest.raises(ValueError, match="^disque: .*" + re.escape(message)):
         opts.parse(raw, use)
+
+
+def test_dedup_column_is_kept_as_given():
+    o = opts.parse({"nodes": "h:1", "queue": "q", "dedupColumn": " orderId "}, "write")
+    assert o.dedup_column == "orderId"
+    assert opts.parse({"nodes": "h:1", "queue": "q"}, "write").dedup_column is None
 
 
 def test_every_option_is_documented():

@@ -48,6 +48,11 @@ OPTIONS: dict[str, tuple[tuple[str, ...], str]] = {
     "timeout": (("write",), "ADDJOB ms-timeout: milliseconds to wait for the copies (default 5000)"),
     "batchsize": (("write", "read", "stream"), "jobs per pipelined round trip (ADDJOB, SHOW, GETJOB COUNT)"),
     "connections": (("write",), "connections per write task, spread over the nodes (default 4)"),
+    "dedupcolumn": (
+        ("write",),
+        "a column (string, binary or integer) whose value is each job's ADDJOB DEDUP key: a retried "
+        "task or a write run again adds nothing twice within the nodes' dedup-window",
+    ),
     # read
     "mode": (("read",), "snapshot (default: read without taking) or consume (take and acknowledge)"),
     "jobsperpartition": (("read",), "jobs per Spark partition of a snapshot (default 20000)"),
@@ -100,6 +105,7 @@ class Options:
     timeout_ms: int = 5000
     batch_size: int = 500
     connections: int = 4
+    dedup_column: str | None = None
     mode: str = "snapshot"
     jobs_per_partition: int = 20000
     max_jobs_per_trigger: int | None = None
@@ -292,4 +298,9 @@ def parse(options: Mapping[str, str], use: str) -> Options:
         "drain_wait": _float(raw, "drainwait", 0.0),
     }
     values.update({k: v for k, v in optional.items() if v is not None})
+    if "dedupcolumn" in raw:
+        column = str(raw["dedupcolumn"] or "").strip()
+        if not column:
+            raise _fail("dedupcolumn", "must name a column of the DataFrame (its values are the DEDUP keys)")
+        values["dedup_column"] = column
     return Options(**values)

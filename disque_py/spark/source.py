@@ -14,7 +14,10 @@ docs/SPARK.md; what runs where:
   every node listed) and failing over as our client does when that node is
   down (``spread.add_batches``). A task's commit message carries its counts; the
   first failed job fails the task with its error. Spark may run a task
-  again: writes are at-least-once.
+  again: writes are at-least-once, or, with ``dedupColumn``, exactly once
+  into the queue within the nodes' dedup window (each ADDJOB carries DEDUP
+  and that column's value: a retried task, a re-sent batch or a write run
+  again gets the IDs of the jobs already made and adds nothing).
 * **read** (``DisqueReader``): ``partitions()`` runs on the driver. A
   snapshot (default) lists the IDs on every node of the cluster (JSCAN,
   IDs only), gives each job to exactly one node (the one where it is
@@ -62,11 +65,22 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
-from pyspark.sql.types import BinaryType, LongType, StringType, StructField, StructType, TimestampType
+from pyspark.sql.types import (
+    BinaryType,
+    ByteType,
+    IntegerType,
+    LongType,
+    ShortType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
 
 from ..client import commands as cmd
 from ..client.cluster import Address
 from ..client.errors import DisqueError, ServerError
+from ..core.commands import MAX_DEDUP_KEY
 from ..core.ids import is_at_most_once_id
 from . import options as opts
 from .links import Links, Unreachable, address_text, parse_address_text
@@ -200,8 +214,12 @@ class DisqueCommitMessage(WriterCommitMessage):
         self.nodes = nodes
 
 
-def _check_write_schema(o: opts.Options, schema: StructType) -> tuple[int | None, int | None]:
-    """(index of the body column or None for json, index of the queue column or None)."""
+_KEY_TYPES = (StringType, BinaryType, ByteType, ShortType, IntegerType, LongType)
+
+
+def _check_write_schema(o: opts.Options, schema: StructType) -> tuple[int | None, int | None, int | None]:
+    """(index of the body column or None for json, index of the queue column or None, index of the
+    dedupColumn or None)."""
     names = schema.fieldNames()
     queue_idx = names.index("queue") if "queue" in names else None
     if queue_idx is not None and not isinstance(schema.fields[queue_idx].dataType, StringType):
@@ -211,8 +229,9 @@ def _check_write_schema(o: opts.Options, schema: StructType) -> tuple[int | None
         )
     if queue_idx is None and o.queue is None:
         raise ValueError("disque: option 'queue' is required (or a string column 'queue' naming each row's queue)")
+    dedup_idx = _dedup_index(o, schema) if o.dedup_column is not None else None
     if o.body_format == "json":
-        return None, queue_idx
+        return None, queue_idx, dedup_idx
     if "body" not in names:
         raise ValueError(
             "disque: no column 'body' (string or binary) to write; columns are %s. "
@@ -225,7 +244,53 @@ def _check_write_schema(o: opts.Options, schema: StructType) -> tuple[int | None
             "disque: column 'body' must be a string or binary, got %s (cast it, or use bodyFormat json)"
             % schema.fields[body_idx].dataType.simpleString()
         )
-    return body_idx, queue_idx
+    return body_idx, queue_idx, dedup_idx
+
+
+def _dedup_index(o: opts.Options, schema: StructType) -> int:
+    """The index of ``dedupColumn`` (exact name, else the one column equal to it ignoring case, as
+    Spark resolves names); its type must make a stable key: string, binary or an integer."""
+    names = schema.fieldNames()
+    wanted = o.dedup_column or ""
+    if wanted in names:
+        idx = names.index(wanted)
+    else:
+        close = [i for i, n in enumerate(names) if n.lower() == wanted.lower()]
+        if len(close) != 1:
+            raise ValueError(
+                "disque: option 'dedupcolumn' names column '%s', which the DataFrame does not have "
+                "(columns: %s)" % (wanted, ", ".join(names))
+            )
+        idx = close[0]
+    kind = schema.fields[idx].dataType
+    if not isinstance(kind, _KEY_TYPES):
+        raise ValueError(
+            "disque: the dedupColumn '%s' must be a string, binary or integer column (a stable key), got %s; "
+            "cast it, e.g. .withColumn(\"%s\", col(\"%s\").cast(\"string\"))"
+            % (names[idx], kind.simpleString(), names[idx], names[idx])
+        )
+    return idx
+
+
+def dedup_key(value: Any) -> bytes:
+    """A dedupColumn value -> the DEDUP key's bytes: a string as UTF-8, binary as is, an integer in
+    decimal (so 42 and "42" are the same key). None or empty raises ValueError (the caller names the
+    row)."""
+    if value is None:
+        raise ValueError("is null")
+    if isinstance(value, str):
+        key = value.encode("utf-8")
+    elif isinstance(value, (bytes, bytearray, memoryview)):
+        key = bytes(value)
+    elif isinstance(value, int) and not isinstance(value, bool):
+        key = str(value).encode("ascii")
+    else:
+        raise ValueError("is a %s, not a string, binary or integer" % type(value).__name__)
+    if not key:
+        raise ValueError("is empty")
+    if len(key) > MAX_DEDUP_KEY:
+        raise ValueError("is %d bytes, at most %d" % (len(key), MAX_DEDUP_KEY))
+    return key
 
 
 def _json_default(value: Any) -> Any:
@@ -241,12 +306,12 @@ def _json_default(value: Any) -> Any:
 
 
 class DisqueWriter(DataSourceWriter):
-    def __init__(self, o: opts.Options, columns: tuple[int | None, int | None]) -> None:
+    def __init__(self, o: opts.Options, columns: tuple[int | None, int | None, int | None]) -> None:
         self.o = o
-        self.body_idx, self.queue_idx = columns
+        self.body_idx, self.queue_idx, self.dedup_idx = columns
 
     def _argvs(self, rows: list, first_row: int) -> list[tuple]:
-        o, body_idx, queue_idx = self.o, self.body_idx, self.queue_idx
+        o, body_idx, queue_idx, dedup_idx = self.o, self.body_idx, self.queue_idx, self.dedup_idx
         extra = cmd.addjob_argv("q", b"", **o.addjob_options())[3:]
         out = []
         for n, row in enumerate(rows):
@@ -261,7 +326,19 @@ class DisqueWriter(DataSourceWriter):
                     raise ValueError("disque: row %d has a null body" % (first_row + n))
             if type(body) is str:
                 body = body.encode("utf-8")
-            out.append((b"ADDJOB", queue.encode("utf-8"), bytes(body), *extra))
+            if dedup_idx is None:
+                out.append((b"ADDJOB", queue.encode("utf-8"), bytes(body), *extra))
+                continue
+            try:
+                key = dedup_key(row[dedup_idx])
+            except ValueError as exc:
+                # A row without a key cannot be added exactly once: fail rather than add it plainly.
+                raise ValueError(
+                    "disque: row %d's DEDUP key (dedupColumn '%s') %s; every row of a write with a "
+                    "dedupColumn needs a non-empty key (filter or fill those rows first)"
+                    % (first_row + n, o.dedup_column, exc)
+                ) from None
+            out.append((b"ADDJOB", queue.encode("utf-8"), bytes(body), *extra, b"DEDUP", key))
         return out
 
     def write(self, iterator: Iterator[Any]) -> DisqueCommitMessage:

@@ -49,6 +49,7 @@ def add_batches(
     is done."""
     nodes = list(o.nodes)
     blocks = cmd.addjob("q", b"", **o.addjob_options()).blocks
+    dedup = o.dedup_column is not None
     # Batch k < connections goes to connection k, so each connection of a task with enough rows
     # adds jobs on its node; the later batches go to whichever connection is free first.
     firsts: list[queue_mod.Queue] = [queue_mod.Queue(maxsize=1) for _ in range(o.connections)]
@@ -60,7 +61,9 @@ def add_batches(
 
     def send(client: Client, first: int, argvs: list[tuple]) -> None:
         try:
-            results = client._pipeline(argvs, blocks, retry_safe=False)
+            # With DEDUP keys a batch whose connection was lost is sent again (its rest, to another
+            # node): the jobs already made answer their IDs. Without keys that could add them twice.
+            results = client._pipeline(argvs, blocks, retry_safe=dedup)
         except DisqueError as exc:
             with lock:
                 errors.append((first, "%s: %s" % (type(exc).__name__, exc)))
