@@ -14,7 +14,7 @@ from __future__ import annotations
 from .app import App, Group, GroupRef, Signature, Task
 from .message import Message, MessageError, Outcome, result_queue
 from .results import NoResult, ResultTimeout, TaskError, TaskRef
-from .runner import Runner, TaskContext, TaskMetrics, TimeLimitExceeded, make_worker
+from .runner import Runner, current_task, TaskContext, TaskMetrics, TimeLimitExceeded, make_worker
 
 __all__ = [
     "App",
@@ -27,6 +27,7 @@ __all__ = [
     "ResultTimeout",
     "NoResult",
     "TimeLimitExceeded",
+    "current_task",
     "TaskContext",
     "TaskMetrics",
     "Runner",

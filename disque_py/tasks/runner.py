@@ -33,6 +33,7 @@ is asked to (``metrics_port``).
 
 from __future__ import annotations
 
+import contextvars
 import ctypes
 import inspect
 import logging
@@ -52,7 +53,7 @@ from .results import result_argv
 if TYPE_CHECKING:
     from .app import App, Task
 
-__all__ = ["Runner", "TaskContext", "TaskMetrics", "TimeLimitExceeded", "TIME_LIMIT_GRACE", "make_worker"]
+__all__ = ["current_task", "Runner", "TaskContext", "TaskMetrics", "TimeLimitExceeded", "TIME_LIMIT_GRACE", "make_worker"]
 
 log = logging.getLogger("disque_py.tasks")
 
@@ -83,6 +84,17 @@ class TaskContext:
     started: float = 0.0  # time.monotonic()
     duration: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)  # for the hooks' own use
+
+
+_current: contextvars.ContextVar[TaskContext] = contextvars.ContextVar("disque_py_task")
+
+
+def current_task() -> TaskContext:
+    """The :class:`TaskContext` of the task running in this thread (or trio task)."""
+    try:
+        return _current.get()
+    except LookupError:
+        raise RuntimeError("current_task() called outside a task") from None
 
 
 class TaskMetrics:
@@ -294,6 +306,7 @@ class Runner:
     # ------------------------------------------------------------ running a task
     async def _run_async(self, task: "Task", ctx: TaskContext) -> Any:
         app = self.app
+        _current.set(ctx)  # the runner (a trio task, its own context) runs one job at a time
         try:
             with trio.fail_after(task.timeout) if task.timeout else _nullcontext():
                 await _acall_hooks(app.before_hooks, ctx, "before", swallow=False)
@@ -316,6 +329,7 @@ class Runner:
         app = self.app
 
         def body() -> Any:
+            _current.set(ctx)  # a thread runs in a copy of trio's context: this stays in it
             try:
                 _call_hooks(app.before_hooks, ctx, "before", swallow=False)
                 value = task.fn(*ctx.args, **ctx.kwargs)
@@ -441,3 +455,35 @@ def make_worker(
                     **worker_options)  # fmt: skip
     runner.worker = worker
     return worker, runner
+
+
+def run_worker(app: "App", worker: Worker, *, handle_signals: bool = True) -> Any:
+    """Run ``worker`` (from :func:`make_worker`) until stopped, and the app's periodic scheduler
+    beside it when the app has periodic tasks (``tasks.periodic.run_scheduler(app, stop_event)``:
+    an ``async def`` runs as a trio task with a ``trio.Event``, a plain function in a thread
+    with a ``threading.Event``); returns the worker's final stats."""
+
+    async def main() -> Any:
+        scheduler = None
+        if app.periodic_tasks:
+            from .periodic import run_scheduler
+
+            scheduler = run_scheduler
+        async with trio.open_nursery() as nursery:
+            thread_stop = threading.Event()
+            trio_stop = trio.Event()
+            if scheduler is not None:
+                if inspect.iscoroutinefunction(scheduler):
+                    nursery.start_soon(scheduler, app, trio_stop)
+                else:
+                    thread = threading.Thread(target=scheduler, args=(app, thread_stop), name="disque-py-periodic",
+                                              daemon=True)  # fmt: skip
+                    thread.start()
+            try:
+                stats = await worker.run(handle_signals=handle_signals)
+            finally:
+                thread_stop.set()
+                trio_stop.set()
+        return stats
+
+    return trio.run(main)
