@@ -16,7 +16,9 @@ A task's options become its job's options: ``retries=N`` is ``MAXDELIVER N+1``
 (the N+1-th failed delivery dead-letters the job, with the error as its reason),
 ``backoff=(min, max)`` is ``BACKOFF min max`` (the node holds a failed job
 ``min * 2^(n-1)`` seconds, at most ``max``), ``ttl``, ``retry``, ``replicate`` are
-ADDJOB's. ``timeout`` is the time limit the worker enforces; ``result_ttl`` how
+ADDJOB's (``retry`` must exceed the time a job may spend in a worker: in its buffer and
+then running; with ``timeout`` and no ``retry`` it is ``max(300, 2 * timeout + 30)``).
+``timeout`` is the time limit the worker enforces; ``result_ttl`` how
 long the result is kept (None: the app's ``result_ttl``; 0: no result).
 """
 
@@ -136,6 +138,10 @@ class Task:
         ttl = options.pop("ttl", None) or self.ttl
         retry = options.pop("retry", None)
         retry = self.retry if retry is None else retry
+        if retry is None and self.timeout is not None:
+            # the job must not come back (RETRY) while a worker may still run it: its time limit
+            # twice over plus some wait in the worker's buffer, and never below the node's 300 s
+            retry = min(max(300, int(math.ceil(2 * self.timeout)) + 30), max(1, int(ttl) - 1))
         replicate = options.pop("replicate", None) or self.replicate
         backoff = options.pop("backoff", None) or self.backoff
         timeout_ms = options.pop("timeout_ms", cmd.DEFAULT_ADD_TIMEOUT_MS)
