@@ -181,7 +181,9 @@ def decode(body: bytes) -> tuple[Message, str]:
         if set(spec) - {"ttl", "queue"}:
             raise MessageError("unknown field(s) in 'result': %s" % ", ".join(sorted(map(str, set(spec) - {"ttl", "queue"}))))
         result = ResultSpec(ttl, queue)
-    meta = obj.get("meta") or {}
+    meta = obj.get("meta")
+    if meta is None:
+        meta = {}
     if not isinstance(meta, dict):
         raise MessageError("'meta' must be a map")
     return Message(task, tuple(args), kwargs, result, meta), serializer
