@@ -22,13 +22,10 @@ until its TTL ends. Many results are awaited with one GETJOB over their queues
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..client import commands as cmd
 from .message import MessageError, Outcome, decode_outcome, encode_outcome, result_queue
-
-if TYPE_CHECKING:
-    from .app import App
 
 __all__ = ["TaskError", "ResultTimeout", "NoResult", "TaskRef", "wait_outcomes", "result_argv", "RESULT_DEDUP"]
 
@@ -112,7 +109,7 @@ class TaskRef:
 
     __slots__ = ("app", "id", "task_name", "result_queue", "_outcome")
 
-    def __init__(self, app: "App", job_id: str, task_name: str, result_queue_name: str | None) -> None:
+    def __init__(self, app: Any, job_id: str, task_name: str, result_queue_name: str | None) -> None:
         self.app = app
         self.id = job_id
         self.task_name = task_name
@@ -123,7 +120,7 @@ class TaskRef:
         return "TaskRef(%r, id=%r)" % (self.task_name, self.id)
 
     @classmethod
-    def for_job(cls, app: "App", job_id: str, task_name: str = "?", queue: str | None = None) -> "TaskRef":
+    def for_job(cls, app: Any, job_id: str, task_name: str = "?", queue: str | None = None) -> "TaskRef":
         """A ref for a job ID got elsewhere (another process, another language)."""
         return cls(app, job_id, task_name, queue or result_queue(job_id))
 

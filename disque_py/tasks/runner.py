@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import contextvars
 import ctypes
+import importlib
 import inspect
 import logging
 import threading
@@ -466,9 +467,9 @@ def run_worker(app: "App", worker: Worker, *, handle_signals: bool = True) -> An
     async def main() -> Any:
         scheduler = None
         if app.periodic_tasks:
-            from .periodic import run_scheduler
-
-            scheduler = run_scheduler
+            # looked up by name: the scheduler is a part of its own (tasks.periodic), which
+            # builds on the app and must never need the runner
+            scheduler = importlib.import_module(__package__ + ".periodic").run_scheduler
         async with trio.open_nursery() as nursery:
             thread_stop = threading.Event()
             trio_stop = trio.Event()
