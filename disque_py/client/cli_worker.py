@@ -242,7 +242,7 @@ def worker(
     target = load_target(handler)
     app = target if _is_app(target) else None
     if app is None and not callable(target):
-        raise click.BadParameter("%s is neither callable nor a disque_py.tasks.App" % handler, param_hint="HANDLER")
+        raise click.BadParameter("%s is not callable (nor a disque_py.tasks.App)" % handler, param_hint="HANDLER")
     fn = target
     queues = tuple(queues) + tuple(q for item in queue_list for q in item.replace(",", " ").split())
     if app is None and not queues:
