@@ -17,6 +17,8 @@
 * The benchmarks (``scripts/benchmarks``, the ``benchmarks`` package) have no circle
   either, and their shared module (``benchmarks.common``) imports none of the suites
   or harnesses built on it.
+* The tasks layer (``disque_py.tasks``) is a client of the cluster: it imports the
+  client (``disque_py.client``), ``core.ids`` at most, and nothing of a node.
 * The admin web app (``disque_py.web``) is handed its node (``web.handle.NodeHandle``):
   it imports no part of the shell, and in the shell only ``server.web`` (which serves
   it) imports it.
@@ -43,6 +45,7 @@ SHELL = "disque_py.server"
 RECORDS = "disque_py.persistence.records"
 SPARK = "disque_py.spark"
 WEB = "disque_py.web"
+TASKS = "disque_py.tasks"
 SHELL_PARTS = frozenset(SHELL + "." + p for p in ("clients", "dispatch", "timers", "cluster", "admin"))
 
 
@@ -158,6 +161,11 @@ def breaches(root: Path, packages=PACKAGES) -> list[str]:
                     out.append(f"the Spark source imports {target}: {mod}")
             if "pyspark" in external[mod] and mod != SPARK + ".source":
                 out.append(f"pyspark imported outside {SPARK}.source: {mod}")
+        if mod == TASKS or mod.startswith(TASKS + "."):
+            # a client of the cluster: the client and itself (core.ids at most), nothing of a node
+            for target in sorted(internal[mod]):
+                if not target.startswith((TASKS, "disque_py.client")) and target not in ("disque_py", "disque_py.core.ids", "disque_py.extras"):
+                    out.append(f"the tasks layer imports {target}: {mod}")
         if mod == WEB or mod.startswith(WEB + "."):
             for target in sorted(internal[mod]):
                 if target.startswith(SHELL + ".") or target == SHELL:
@@ -306,4 +314,21 @@ def test_the_web_app_reaching_for_the_shell_or_a_shell_part_for_it_is_caught(tmp
         "circle: disque_py.server.dispatch <-> disque_py.web.api <-> disque_py.web.app",
         "the shell's disque_py.server.dispatch imports the web app disque_py.web.app",
         "the web app imports disque_py.server.dispatch: disque_py.web.api",
+    ]
+
+
+def test_the_tasks_layer_reaching_for_the_server_is_caught(tmp_path):
+    root = _tree(tmp_path, {
+        "disque_py/tasks/__init__.py": "",
+        "disque_py/tasks/app.py": "from ..client import commands\nfrom ..server.dispatch import Dispatcher\n",
+        "disque_py/tasks/runner.py": "from ..core.node import Node\nfrom ..core.ids import dedup_job_id\n",
+        "disque_py/client/__init__.py": "",
+        "disque_py/client/commands.py": "",
+        "disque_py/server/dispatch.py": "",
+        "disque_py/core/node.py": "",
+        "disque_py/core/ids.py": "",
+    })  # fmt: skip
+    assert breaches(root) == [
+        "the tasks layer imports disque_py.server.dispatch: disque_py.tasks.app",
+        "the tasks layer imports disque_py.core.node: disque_py.tasks.runner",
     ]

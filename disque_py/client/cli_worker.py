@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-__all__ = ["worker", "load_handler"]
+__all__ = ["worker", "load_handler", "load_target"]
 
 
 def load_handler(spec: str) -> Any:
@@ -18,6 +18,20 @@ def load_handler(spec: str) -> Any:
 
     The current directory is importable, as for ``python -m``.
     """
+    target = load_target(spec)
+    if not callable(target):
+        raise click.BadParameter("%s is not callable" % spec, param_hint="HANDLER")
+    return target
+
+
+def _is_app(target: Any) -> bool:
+    """A disque_py.tasks.App (checked without importing the tasks layer for plain handlers)."""
+    module = sys.modules.get("disque_py.tasks.app")
+    return module is not None and isinstance(target, module.App)
+
+
+def load_target(spec: str) -> Any:
+    """``"package.module:name"`` -> the object (a handler, or a tasks App)."""
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise click.BadParameter("expected MODULE:FUNCTION, got %r" % spec, param_hint="HANDLER")
@@ -32,8 +46,6 @@ def load_handler(spec: str) -> Any:
             target = getattr(target, part)
         except AttributeError:
             raise click.BadParameter("%r has no attribute %r" % (module_name, attr), param_hint="HANDLER") from None
-    if not callable(target):
-        raise click.BadParameter("%s is not callable" % spec, param_hint="HANDLER")
     return target
 
 
@@ -62,7 +74,13 @@ def _unreachable(seeds: list[str], timeout: float) -> list[str]:
     short_help="Run a handler on jobs from queues (a worker).",
 )
 @click.argument("handler")
-@click.option("-q", "--queue", "queues", multiple=True, required=True, help="Queue to consume (repeatable).")
+@click.option("-q", "--queue", "queues", multiple=True, help="Queue to consume (repeatable; required with a handler).")
+@click.option(
+    "--queues",
+    "queue_list",
+    multiple=True,
+    help="With an app: the queues to run tasks from, comma separated [default: every task's queue].",
+)
 @click.option(
     "-n",
     "--nodes",
@@ -75,7 +93,10 @@ def _unreachable(seeds: list[str], timeout: float) -> list[str]:
 @click.option("--cacert", default=None, type=click.Path(dir_okay=False), help="CA to check the nodes' certificates with.")
 @click.option("--cert", default=None, type=click.Path(dir_okay=False), help="Client certificate (tls-auth-clients).")
 @click.option("--key", default=None, type=click.Path(dir_okay=False), help="Private key of --cert.")
-@click.option("-c", "--concurrency", default=1, show_default=True, type=click.IntRange(1), help="Handlers at once.")
+@click.option(
+    "-c", "--concurrency", default=None, type=click.IntRange(1),
+    help="Handlers (tasks) at once [default: 1 with a handler, 8 with an app].",
+)  # fmt: skip
 @click.option(
     "--max-in-flight",
     default=None,
@@ -149,18 +170,26 @@ def _unreachable(seeds: list[str], timeout: float) -> list[str]:
     type=click.FloatRange(0.1, 3600),
     help="Seconds to connect, and to find a node before a failed fetch is logged (then retried).",
 )
+@click.option(
+    "--metrics-port",
+    default=None,
+    type=click.IntRange(0, 65535),
+    help="With an app: serve the task counters on http://HOST:PORT/metrics (needs the 'admin' extra).",
+)
+@click.option("--metrics-host", default="127.0.0.1", show_default=True, help="Address for --metrics-port.")
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False))  # fmt: skip
 def worker(
     handler: str,
     queues: tuple[str, ...],
+    queue_list: tuple[str, ...],
     nodes: tuple[str, ...],
     password: str | None,
     tls: bool,
     cacert: str | None,
     cert: str | None,
     key: str | None,
-    concurrency: int,
+    concurrency: int | None,
     max_in_flight: int | None,
     max_attempts: int,
     no_dead_letter: bool,
@@ -174,9 +203,17 @@ def worker(
     grace_period: float,
     fetch_timeout: int,
     timeout: float,
+    metrics_port: int | None,
+    metrics_host: str,
     log_level: str,
 ) -> None:
-    """Run HANDLER (MODULE:FUNCTION) on jobs from the queues until SIGTERM/SIGINT.
+    """Run HANDLER (MODULE:FUNCTION) on jobs from the queues until SIGTERM/SIGINT;
+    or, when HANDLER names a disque_py.tasks.App (MODULE:APP), run its tasks.
+
+    With an app, the queues are every task's (or --queues / --queue), a task
+    that fails is retried as its job says (MAXDELIVER, BACKOFF: the task's
+    retries and backoff) and dead-lettered with its error after the last
+    try; --max-attempts does not apply. See docs/TASKS.md.
 
     The handler gets a disque_py.Job (queue, id, body as bytes, nacks,
     additional_deliveries, attempt). Returning acknowledges the job. Raising
@@ -195,26 +232,40 @@ def worker(
     Examples:
       disque-py worker myapp.tasks:send_email --queue emails
       disque-py worker myapp.tasks:resize -q images -n 10.0.0.1:7711 -n 10.0.0.2:7711 -c 8
+      disque-py worker myapp.tasks:app --queues math,emails -c 16 --metrics-port 9101
     """
     from .sync import Client
     from .cluster import Backoff
     from .worker import DEFAULT_DEAD_LETTER, Worker
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    fn = load_handler(handler)
-    seeds = [s for item in nodes for s in item.replace(",", " ").split()] or ["127.0.0.1:7711"]
+    target = load_target(handler)
+    app = target if _is_app(target) else None
+    if app is None and not callable(target):
+        raise click.BadParameter("%s is not callable (nor a disque_py.tasks.App)" % handler, param_hint="HANDLER")
+    fn = target
+    queues = tuple(queues) + tuple(q for item in queue_list for q in item.replace(",", " ").split())
+    if app is None and not queues:
+        raise click.UsageError("Missing option '-q' / '--queue' (a handler needs its queues).")
+    if app is None and metrics_port is not None:
+        raise click.UsageError("--metrics-port is for apps (MODULE:APP).")
+    if concurrency is None:
+        concurrency = 8 if app is not None else 1
+    if not nodes and app is not None:
+        seeds = list(app.nodes)
+    else:
+        seeds = [s for item in nodes for s in item.replace(",", " ").split()] or ["127.0.0.1:7711"]
     try:
-        client = Client(seeds, password=password, tls=tls, ssl_ca_certs=cacert, ssl_certfile=cert, ssl_keyfile=key,
-                        connect_timeout=timeout, failover_timeout=timeout)  # fmt: skip
+        if app is not None and not (nodes or password or tls or cacert or cert or key):
+            client = Client(seeds, **{"connect_timeout": timeout, "failover_timeout": timeout, **app.client_options})
+        else:
+            client = Client(seeds, password=password, tls=tls, ssl_ca_certs=cacert, ssl_certfile=cert, ssl_keyfile=key,
+                            connect_timeout=timeout, failover_timeout=timeout)  # fmt: skip
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--nodes") from None
-    w = Worker(
-        client,
-        list(queues),
-        fn,
+    options: dict[str, Any] = dict(
         concurrency=concurrency,
         max_in_flight=max_in_flight,
-        max_attempts=max_attempts or None,
         dead_letter=None if no_dead_letter else DEFAULT_DEAD_LETTER,
         retry_backoff=Backoff(initial=retry_delay, maximum=max(retry_delay, retry_delay_max), jitter=0.25)
         if retry_delay > 0 else None,
@@ -226,6 +277,26 @@ def worker(
         grace_period=grace_period,
         fetch_timeout_ms=fetch_timeout,
     )
+    runner = None
+    if app is not None:
+        from ..tasks.runner import make_worker, serve_metrics
+
+        if metrics_port is not None:
+            from ..extras import install_hint
+
+            hint = install_hint("admin", "--metrics-port")
+            if hint:
+                raise click.UsageError(hint)
+        options.pop("concurrency")
+        try:
+            w, runner = make_worker(app, list(queues) or None, concurrency=concurrency, client=client, **options)
+        except ValueError as exc:
+            raise click.UsageError(str(exc)) from None
+        if metrics_port is not None:
+            serve_metrics(runner.metrics, metrics_port, metrics_host, worker=w)
+            click.echo("worker: metrics on http://%s:%d/metrics" % (metrics_host, metrics_port), err=True)
+    else:
+        w = Worker(client, list(queues), fn, max_attempts=max_attempts or None, **options)
     click.echo(
         "worker: %s on %s from %s (concurrency %d, max in flight %d)"
         % (handler, ", ".join(w.queues), ", ".join(seeds), w.concurrency, w.max_in_flight),
@@ -236,6 +307,11 @@ def worker(
         if len(unreachable) == len(seeds):  # said at once; the worker keeps trying, with a log line each time
             click.echo("worker: cannot reach any node (%s); trying again until one answers (Ctrl-C to stop)"
                        % "; ".join(unreachable), err=True)  # fmt: skip
-        stats = w.run_sync(handle_signals=True)
+        if app is not None:
+            from ..tasks.runner import run_worker
+
+            stats = run_worker(app, w, handle_signals=True)
+        else:
+            stats = w.run_sync(handle_signals=True)
     click.echo("worker stopped: processed=%d failed=%d retried=%d dead=%d"
                % (stats.processed, stats.failed, stats.retried, stats.dead), err=True)  # fmt: skip

@@ -42,7 +42,8 @@ A :class:`Worker` is a trio program built on the trio client
   connection of its own, so a round costs no thread hand-over at all.
 
   Either kind of handler succeeds by returning (the value is ignored) and
-  fails by raising anything.
+  fails by raising anything; raising :class:`Reject` dead-letters the job
+  at once (a job that can never succeed), with its message as the reason.
 * **acker** - sends the outcomes the fetcher cannot carry (while its
   GETJOB blocks, during a backoff, after a stop) on another connection,
   one ``ACKJOB id id ...`` (or FASTACK / NACK) per batch, and the NACKs
@@ -139,6 +140,7 @@ __all__ = [
     "FailureGate",
     "current_worker",
     "describe_error",
+    "Reject",
     "DEFAULT_DEAD_LETTER",
     "DEFAULT_RETRY_BACKOFF",
     "DEFAULT_PAUSE_BACKOFF",
@@ -168,6 +170,13 @@ class _Default(enum.Enum):
 #: (into its DEADLETTER queue, ``<queue>.dead`` by default). On a node that does not know NACK's
 #: options (Disque's), the worker ADDs a JSON :class:`DeadLetter` to ``<queue>.dead`` instead.
 DEFAULT_DEAD_LETTER = _Default.DEAD_LETTER
+
+
+class Reject(Exception):
+    """Raised by a handler for a job that can never succeed (a body it cannot read, a task
+    it does not know): the job is dead-lettered at once, whatever attempts it has left,
+    with the exception's message as the reason (``NACK <id> DEAD REASON <message>`` with
+    the default ``dead_letter``)."""
 
 
 def describe_error(exc: BaseException) -> str:
@@ -1539,11 +1548,14 @@ class Worker:
     def _fail(self, job: Job, error: BaseException) -> str | None:
         """Count a handler failure and NACK the job, or return the error text if it must be dead-lettered."""
         self._failed += 1
-        text = describe_error(error)
+        rejected = isinstance(error, Reject)
+        text = (str(error) or describe_error(error)) if rejected else describe_error(error)
         fatal = not isinstance(error, Exception)
         self._record_failure(job)
-        dead = self.max_attempts is not None and job.attempt >= self.max_attempts and not fatal
-        if dead:
+        dead = rejected or (self.max_attempts is not None and job.attempt >= self.max_attempts and not fatal)
+        if rejected:
+            log.warning("job %s rejected (attempt %d): %s", job.id, job.attempt, text)
+        elif dead:
             log.warning("job %s failed on its last attempt (%d): %s", job.id, job.attempt, text)
         elif fatal or self._legacy:
             log.warning("job %s failed (attempt %d): %s", job.id, job.attempt, text)

@@ -1,0 +1,39 @@
+"""Tasks for Python teams: ``@app.task``, ``.send()``, results, retries, time limits, groups.
+
+A layer over the cluster's own primitives (see docs/TASKS.md): a task is a job whose
+body names the task and carries its arguments (:mod:`.message`), retries are the job's
+MAXDELIVER and BACKOFF, a task that fails for good is a dead letter with its error,
+and a result is a job of its own (:mod:`.results`). ``disque-py worker myapp.tasks:app``
+runs them (:mod:`.runner`, on :class:`disque_py.client.worker.Worker`).
+
+A client of the cluster: it imports :mod:`disque_py.client` and nothing of the server.
+"""
+
+from __future__ import annotations
+
+from .app import App, Group, GroupRef, Signature, Task
+from .message import Message, MessageError, Outcome, result_queue
+from .results import NoResult, ResultTimeout, TaskError, TaskRef
+from .runner import Runner, current_task, TaskContext, TaskMetrics, TimeLimitExceeded, make_worker
+
+__all__ = [
+    "App",
+    "Task",
+    "Signature",
+    "Group",
+    "GroupRef",
+    "TaskRef",
+    "TaskError",
+    "ResultTimeout",
+    "NoResult",
+    "TimeLimitExceeded",
+    "current_task",
+    "TaskContext",
+    "TaskMetrics",
+    "Runner",
+    "make_worker",
+    "Message",
+    "MessageError",
+    "Outcome",
+    "result_queue",
+]

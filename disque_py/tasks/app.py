@@ -1,0 +1,397 @@
+"""The app: its tasks (a registry by name), how a task is sent, signatures and groups.
+
+::
+
+    app = App(nodes="127.0.0.1:7711,127.0.0.1:7712")
+
+    @app.task(queue="math", retries=3, backoff=(0.5, 30), timeout=10, result_ttl=300)
+    def add(a, b):
+        return a + b
+
+    ref = add.send(1, 2)             # ADDJOB math {"v":1,"task":"myapp.add","args":[1,2],...}
+    ref.result(timeout=5)            # 3
+    app.group(add.s(1, 2), add.s(3, 4)).send().results(timeout=5)   # [3, 7]
+
+A task's options become its job's options: ``retries=N`` is ``MAXDELIVER N+1``
+(the N+1-th failed delivery dead-letters the job, with the error as its reason),
+``backoff=(min, max)`` is ``BACKOFF min max`` (the node holds a failed job
+``min * 2^(n-1)`` seconds, at most ``max``), ``ttl``, ``retry``, ``replicate`` are
+ADDJOB's (``retry`` must exceed the time a job may spend in a worker: in its buffer and
+then running; with ``timeout`` and no ``retry`` it is ``max(300, 2 * timeout + 30)``).
+``timeout`` is the time limit the worker enforces; ``result_ttl`` how
+long the result is kept (None: the app's ``result_ttl``; 0: no result).
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import os
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from ..client import commands as cmd
+from ..client.sync import Client
+from .message import SERIALIZERS, Message, ResultSpec, encode, result_queue
+from .results import Outcome, ResultTimeout, TaskRef, unwrap, wait_outcomes
+
+__all__ = ["App", "Task", "Signature", "Group", "GroupRef", "Hook"]
+
+Hook = Callable[[Any], Any]
+
+DEFAULT_NODES = "127.0.0.1:7711"
+
+
+class Task:
+    """A function registered with an app (see the module docstring). Calling the task runs
+    the function here and now; :meth:`send` makes it a job."""
+
+    def __init__(
+        self,
+        app: "App",
+        fn: Callable[..., Any],
+        *,
+        name: str,
+        queue: str,
+        retries: int,
+        backoff: tuple[float, float] | None,
+        timeout: float | None,
+        result_ttl: int | None,
+        ttl: int,
+        retry: int | None,
+        replicate: int | None,
+        serializer: str,
+    ) -> None:
+        if not name:
+            raise ValueError("a task needs a name")
+        if not queue:
+            raise ValueError("a task needs a queue")
+        if not isinstance(retries, int) or isinstance(retries, bool) or retries < 0:
+            raise ValueError("retries must be an integer >= 0")
+        if backoff is not None:
+            low, high = backoff
+            if not 0 <= low <= high or high <= 0:
+                raise ValueError("backoff must be (min, max) seconds with 0 <= min <= max and max > 0")
+            backoff = (float(low), float(high))
+        if timeout is not None and not timeout > 0:
+            raise ValueError("timeout must be > 0 seconds (or None)")
+        if result_ttl is not None and result_ttl < 0:
+            raise ValueError("result_ttl must be >= 0 (0: no result)")
+        if serializer not in SERIALIZERS:
+            raise ValueError("serializer must be one of %s" % ", ".join(SERIALIZERS))
+        self.app = app
+        self.fn = fn
+        self.name = name
+        self.queue = queue
+        self.retries = retries
+        self.backoff = backoff
+        self.timeout = timeout
+        self.result_ttl = result_ttl
+        self.ttl = ttl
+        self.retry = retry
+        self.replicate = replicate
+        self.serializer = serializer
+        self.is_async = inspect.iscoroutinefunction(fn)
+        try:
+            self.signature: inspect.Signature | None = inspect.signature(fn)
+        except (TypeError, ValueError):  # a builtin without one: not checked
+            self.signature = None
+        self.__doc__ = fn.__doc__
+        self.__wrapped__ = fn
+
+    def __repr__(self) -> str:
+        return "<Task %s queue=%s>" % (self.name, self.queue)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.fn(*args, **kwargs)
+
+    @property
+    def effective_result_ttl(self) -> int:
+        return self.app.result_ttl if self.result_ttl is None else int(self.result_ttl)
+
+    def check_arguments(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """TypeError when the function cannot be called with these arguments."""
+        if self.signature is not None:
+            self.signature.bind(*args, **kwargs)
+
+    def s(self, *args: Any, **kwargs: Any) -> "Signature":
+        """A signature: this task with these arguments, to send later or in a group."""
+        return Signature(self, args, kwargs)
+
+    def send(self, *args: Any, **kwargs: Any) -> TaskRef:
+        """Queue the task with these arguments; returns its :class:`TaskRef`."""
+        return self.send_with(args=args, kwargs=kwargs)
+
+    def message(self, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None, *,
+                result_ttl: int | None = None, meta: dict[str, Any] | None = None) -> Message:  # fmt: skip
+        ttl = self.effective_result_ttl if result_ttl is None else int(result_ttl)
+        return Message(self.name, tuple(args), dict(kwargs or {}), ResultSpec(ttl) if ttl > 0 else None, meta or {})
+
+    def addjob_argv(self, body: bytes, **options: Any) -> tuple[tuple[Any, ...], str]:
+        """The ADDJOB for a body of this task and the queue it goes to (see :meth:`send_with`)."""
+        queue = options.pop("queue", None) or self.queue
+        retries = options.pop("retries", None)
+        retries = self.retries if retries is None else retries
+        dedup = options.pop("dedup", None)
+        delay = options.pop("delay", None)
+        ttl = options.pop("ttl", None) or self.ttl
+        retry = options.pop("retry", None)
+        retry = self.retry if retry is None else retry
+        if retry is None and self.timeout is not None:
+            # the job must not come back (RETRY) while a worker may still run it: its time limit
+            # twice over plus some wait in the worker's buffer, and never below the node's 300 s
+            retry = min(max(300, int(math.ceil(2 * self.timeout)) + 30), max(1, int(ttl) - 1))
+        replicate = options.pop("replicate", None) or self.replicate
+        backoff = options.pop("backoff", None) or self.backoff
+        timeout_ms = options.pop("timeout_ms", cmd.DEFAULT_ADD_TIMEOUT_MS)
+        if options:
+            raise TypeError("unknown send option(s): %s" % ", ".join(sorted(options)))
+        argv = cmd.addjob_argv(
+            queue,
+            body,
+            timeout_ms=timeout_ms,
+            replicate=replicate,
+            delay=None if delay is None else int(math.ceil(delay)),
+            retry=retry,
+            ttl=ttl,
+            backoff=None if retry == 0 else backoff,
+            maxdeliver=None if retry == 0 else retries + 1,
+        )
+        if dedup is not None:
+            argv = (*argv, b"DEDUP", dedup)
+        return argv, queue
+
+    def send_with(
+        self,
+        args: tuple[Any, ...] | list[Any] = (),
+        kwargs: dict[str, Any] | None = None,
+        *,
+        result_ttl: int | None = None,
+        meta: dict[str, Any] | None = None,
+        **options: Any,
+    ) -> TaskRef:
+        """Queue the task with any job option: ``delay`` (s), ``dedup`` (key: one job per key
+        and queue, whoever sends it), ``ttl``, ``retry``, ``replicate``, ``queue``,
+        ``retries``, ``backoff``, ``timeout_ms`` (ADDJOB's wait for copies), and
+        ``result_ttl`` (0: no result), ``meta`` (a map the hooks see)."""
+        self.check_arguments(tuple(args), dict(kwargs or {}))
+        message = self.message(tuple(args), kwargs, result_ttl=result_ttl, meta=meta)
+        body = encode(message, self.serializer)
+        argv, _ = self.addjob_argv(body, **options)
+        job_id = self.app._addjob(argv, retry_safe=b"DEDUP" in argv)
+        return TaskRef(self.app, job_id, self.name, result_queue(job_id) if message.result else None)
+
+
+class Signature:
+    """A task with its arguments (``task.s(...)``): sent later, or with a group."""
+
+    __slots__ = ("task", "args", "kwargs", "options")
+
+    def __init__(self, task: Task, args: tuple[Any, ...], kwargs: dict[str, Any], options: dict[str, Any] | None = None):
+        task.check_arguments(args, kwargs)
+        self.task = task
+        self.args = args
+        self.kwargs = kwargs
+        self.options = options or {}
+
+    def __repr__(self) -> str:
+        return "%s.s(%s)" % (self.task.name, ", ".join([repr(a) for a in self.args] +
+                                                     ["%s=%r" % kv for kv in self.kwargs.items()]))  # fmt: skip
+
+    def with_options(self, **options: Any) -> "Signature":
+        return Signature(self.task, self.args, self.kwargs, {**self.options, **options})
+
+    def send(self) -> TaskRef:
+        return self.task.send_with(self.args, self.kwargs, **self.options)
+
+
+class GroupRef:
+    """The sent tasks of a group, in order."""
+
+    def __init__(self, refs: list[TaskRef]) -> None:
+        self.refs = refs
+
+    @property
+    def ids(self) -> list[str]:
+        return [r.id for r in self.refs]
+
+    def __len__(self) -> int:
+        return len(self.refs)
+
+    def results(self, timeout: float | None = None, *, return_exceptions: bool = False) -> list[Any]:
+        """Every task's value, in order, waited for together (one GETJOB over their result
+        queues at a time). The first failed task's :class:`TaskError` is raised, or with
+        ``return_exceptions=True`` put in the list in its place. :class:`ResultTimeout` when
+        some are missing after ``timeout`` seconds."""
+        refs = self.refs
+        for ref in refs:
+            if ref.result_queue is None:
+                ref.outcome()  # raises NoResult
+        missing = [r for r in refs if r._outcome is None]
+        if missing:
+            app = refs[0].app
+            got = wait_outcomes(app.client(), [r.result_queue for r in missing], timeout)  # type: ignore[misc]
+            for ref in missing:
+                outcome = got.get(ref.result_queue)  # type: ignore[arg-type]
+                if outcome is not None:
+                    ref._outcome = outcome
+            late = [r for r in refs if r._outcome is None]
+            if late:
+                raise ResultTimeout("%d of %d results missing after %s s (first: %s)"
+                                    % (len(late), len(refs), timeout, late[0].id))  # fmt: skip
+        out = []
+        for ref in refs:
+            outcome: Outcome = ref._outcome  # type: ignore[assignment]
+            try:
+                out.append(unwrap(outcome, ref.id))
+            except Exception as exc:
+                if not return_exceptions:
+                    raise
+                out.append(exc)
+        return out
+
+
+class Group:
+    """Signatures sent together; their results are awaited together."""
+
+    def __init__(self, app: "App", signatures: list[Signature]) -> None:
+        for sig in signatures:
+            if not isinstance(sig, Signature):
+                raise TypeError("a group takes signatures (task.s(...)), not %s" % type(sig).__name__)
+        self.app = app
+        self.signatures = signatures
+
+    def __len__(self) -> int:
+        return len(self.signatures)
+
+    def send(self) -> GroupRef:
+        return GroupRef([sig.send() for sig in self.signatures])
+
+
+class App:
+    """Tasks, the cluster they run on and what the worker needs to run them.
+
+    ``nodes``: seeds, ``"h:p,h:p"`` or a list (default ``$DISQUE_NODES`` or
+    127.0.0.1:7711); ``client_options``: any :class:`disque_py.Client` option
+    (``password``, ``username``, ``tls``, ``ssl_ca_certs``...). ``result_ttl``: the
+    default seconds a result is kept (0: tasks store no result unless they say so).
+    ``serializer``: the default of the tasks (``"json"`` or ``"msgpack"``).
+    """
+
+    def __init__(self, nodes: Any = None, *, result_ttl: int = 600, serializer: str = "json",
+                 **client_options: Any) -> None:  # fmt: skip
+        if serializer not in SERIALIZERS:
+            raise ValueError("serializer must be one of %s" % ", ".join(SERIALIZERS))
+        if result_ttl < 0:
+            raise ValueError("result_ttl must be >= 0")
+        if nodes is None:
+            nodes = os.environ.get("DISQUE_NODES") or DEFAULT_NODES
+        if isinstance(nodes, str):
+            nodes = [s for s in nodes.replace(",", " ").split()]
+        self.nodes = list(nodes)
+        self.client_options = client_options
+        self.result_ttl = int(result_ttl)
+        self.serializer = serializer
+        self.tasks: dict[str, Task] = {}
+        self.periodic_tasks: list[tuple[Task, Any]] = []
+        self.before_hooks: list[Hook] = []
+        self.after_hooks: list[Hook] = []
+        self.failure_hooks: list[Hook] = []
+        self._local = threading.local()
+        self._clients: list[Client] = []
+        self._clients_lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return "<App %d task(s) on %s>" % (len(self.tasks), ",".join(map(str, self.nodes)))
+
+    # ------------------------------------------------------------ clients
+    def client(self) -> Client:
+        """This thread's sync client (one per thread, made on first use)."""
+        client = getattr(self._local, "client", None)
+        if client is None:
+            client = Client(self.nodes, **self.client_options)
+            self._local.client = client
+            with self._clients_lock:
+                self._clients.append(client)
+        return client
+
+    def close(self) -> None:
+        """Close every client the app made."""
+        with self._clients_lock:
+            clients, self._clients = self._clients, []
+        for client in clients:
+            client.close()
+        self._local = threading.local()
+
+    def _addjob(self, argv: tuple[Any, ...], retry_safe: bool) -> str:
+        blocks = int(argv[3]) / 1000.0
+        call = cmd.Call(argv, lambda r: r.decode("ascii"), blocks=blocks, retry_safe=retry_safe)
+        return self.client()._call(call)
+
+    # ------------------------------------------------------------ registry
+    def task(self, fn: Callable[..., Any] | None = None, *, name: str | None = None, queue: str = "default",
+             retries: int = 3, backoff: tuple[float, float] | None = (1, 300), timeout: float | None = None,
+             result_ttl: int | None = None, ttl: int = 86400, retry: int | None = None,
+             replicate: int | None = None, serializer: str | None = None) -> Any:  # fmt: skip
+        """Register ``fn`` as a task (``@app.task`` or ``@app.task(...)``); see the module docstring."""
+
+        def register(fn: Callable[..., Any]) -> Task:
+            if isinstance(fn, Task):
+                raise TypeError("%s is a task already" % fn.name)
+            task = Task(
+                self, fn, name=name or "%s.%s" % (fn.__module__, fn.__qualname__), queue=queue, retries=retries,
+                backoff=backoff, timeout=timeout, result_ttl=result_ttl, ttl=ttl, retry=retry,
+                replicate=replicate, serializer=serializer or self.serializer,
+            )  # fmt: skip
+            if task.name in self.tasks:
+                raise ValueError("a task named %r is registered already" % task.name)
+            self.tasks[task.name] = task
+            return task
+
+        return register if fn is None else register(fn)
+
+    def periodic(self, fn: Callable[..., Any] | None = None, *, every: float | None = None, cron: str | None = None,
+                 **options: Any) -> Any:  # fmt: skip
+        """A task run on a schedule (``every=`` seconds or ``cron=``): registered as
+        :meth:`task` (same options) and listed in ``periodic_tasks`` for the schedulers."""
+        from .cron import Schedule
+
+        if (every is None) == (cron is None):
+            raise ValueError("give exactly one of every= and cron=")
+        schedule = Schedule.every(every) if every is not None else Schedule.cron(cron)  # type: ignore[arg-type]
+
+        def register(fn: Callable[..., Any]) -> Task:
+            task = self.task(**options)(fn)
+            self.periodic_tasks.append((task, schedule))
+            return task
+
+        return register if fn is None else register(fn)
+
+    def queues(self) -> list[str]:
+        """The queues of the app's tasks, sorted."""
+        return sorted({t.queue for t in self.tasks.values()})
+
+    # ------------------------------------------------------------ hooks
+    def before_task(self, fn: Hook) -> Hook:
+        """``fn(ctx)`` before each task runs (in the task's thread, or the trio thread for
+        ``async def`` tasks); raising fails the task."""
+        self.before_hooks.append(fn)
+        return fn
+
+    def after_task(self, fn: Hook) -> Hook:
+        """``fn(ctx)`` after each task that succeeded (``ctx.result`` is its value)."""
+        self.after_hooks.append(fn)
+        return fn
+
+    def on_failure(self, fn: Hook) -> Hook:
+        """``fn(ctx)`` after each failed run (``ctx.error``; ``ctx.final``: no retry follows)."""
+        self.failure_hooks.append(fn)
+        return fn
+
+    # ------------------------------------------------------------ groups
+    def group(self, *signatures: Signature) -> Group:
+        """``app.group(add.s(1, 2), add.s(3, 4)).send().results(timeout=5)``."""
+        if len(signatures) == 1 and isinstance(signatures[0], (list, tuple)):
+            signatures = tuple(signatures[0])
+        return Group(self, list(signatures))

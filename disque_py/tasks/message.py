@@ -1,0 +1,218 @@
+"""The documented job body of a task and of its result, and the serializers.
+
+A task's job body (JSON by default, msgpack per task) is one map::
+
+    {"v": 1,                          # format version (optional; 1 if missing)
+     "task": "myapp.tasks.add",       # the task's name (required)
+     "args": [1, 2],                  # positional arguments (optional, default [])
+     "kwargs": {"x": 3},              # keyword arguments (optional, default {})
+     "result": {"ttl": 300},          # store the result for 300 s (optional; null/missing: none)
+     "meta": {...}}                   # anything the producer wants the hooks to see (optional)
+
+``result`` may also name the queue to write the result to (``{"ttl": 300, "queue":
+"my-results"}``); without it the result goes to the queue ``result:<job ID>``
+(:func:`result_queue`), so a producer that knows only the ID from ADDJOB finds it.
+A producer in another language needs nothing else::
+
+    redis-cli ADDJOB default '{"v":1,"task":"myapp.tasks.add","args":[1,2],"result":{"ttl":60}}' 0
+
+The msgpack form is the same map packed; the worker tells the two apart by the
+first byte (``{``, after any blanks: JSON; a msgpack map header: msgpack), and
+writes the result in the form the task came in.
+
+A result is a job too, in the same serializer::
+
+    {"v": 1, "ok": true,  "value": 3}
+    {"v": 1, "ok": false, "error": {"type": "ValueError", "message": "boom"}}
+
+This module is pure (no I/O): the tests read it directly.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "FORMAT_VERSION",
+    "SERIALIZERS",
+    "RESULT_QUEUE_PREFIX",
+    "MessageError",
+    "ResultSpec",
+    "Message",
+    "Outcome",
+    "detect",
+    "dumps",
+    "loads",
+    "encode",
+    "decode",
+    "encode_outcome",
+    "decode_outcome",
+    "result_queue",
+]
+
+FORMAT_VERSION = 1
+SERIALIZERS = ("json", "msgpack")
+RESULT_QUEUE_PREFIX = "result:"
+#: the longest result TTL a body may ask for (seconds): 30 days
+MAX_RESULT_TTL = 30 * 86400
+
+
+class MessageError(ValueError):
+    """A body that is not a task message of this format (the job can never run)."""
+
+
+def result_queue(job_id: str) -> str:
+    """The queue a task's result goes to when its body names none."""
+    return RESULT_QUEUE_PREFIX + job_id
+
+
+def detect(body: bytes) -> str:
+    """``"json"`` or ``"msgpack"`` from the first byte; MessageError for anything else."""
+    stripped = body.lstrip(b" \t\r\n")
+    if not stripped:
+        raise MessageError("empty body")
+    first = stripped[0]
+    if first == 0x7B:  # '{'
+        return "json"
+    if 0x80 <= first <= 0x8F or first in (0xDE, 0xDF):  # fixmap, map16, map32
+        return "msgpack"
+    raise MessageError("body is neither a JSON object nor a msgpack map (first byte 0x%02x)" % first)
+
+
+def dumps(obj: Any, serializer: str) -> bytes:
+    """``obj`` serialized; TypeError (naming the culprit) for what the serializer cannot carry."""
+    if serializer == "json":
+        try:
+            return json.dumps(obj, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode("utf-8")
+        except (TypeError, ValueError) as exc:
+            raise TypeError("not JSON serializable: %s" % exc) from None
+    if serializer == "msgpack":
+        import msgpack
+
+        try:
+            return msgpack.packb(obj, use_bin_type=True)
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise TypeError("not msgpack serializable: %s" % exc) from None
+    raise ValueError("unknown serializer %r (expected one of %s)" % (serializer, ", ".join(SERIALIZERS)))
+
+
+def loads(body: bytes) -> tuple[Any, str]:
+    """The object in ``body`` and the serializer it was written with."""
+    serializer = detect(body)
+    try:
+        if serializer == "json":
+            return json.loads(body), serializer
+        import msgpack
+
+        return msgpack.unpackb(body, raw=False, strict_map_key=False), serializer
+    except Exception as exc:  # noqa: BLE001 - any decoding failure is a bad body
+        raise MessageError("unreadable %s body: %s" % (serializer, exc)) from None
+
+
+@dataclass(frozen=True, slots=True)
+class ResultSpec:
+    ttl: int
+    queue: str | None = None  # None: result_queue(job id)
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    task: str
+    args: tuple[Any, ...] = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    result: ResultSpec | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+def encode(message: Message, serializer: str = "json") -> bytes:
+    obj: dict[str, Any] = {"v": FORMAT_VERSION, "task": message.task, "args": list(message.args),
+                           "kwargs": message.kwargs}  # fmt: skip
+    if message.result is not None:
+        spec: dict[str, Any] = {"ttl": message.result.ttl}
+        if message.result.queue is not None:
+            spec["queue"] = message.result.queue
+        obj["result"] = spec
+    if message.meta:
+        obj["meta"] = message.meta
+    return dumps(obj, serializer)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def decode(body: bytes) -> tuple[Message, str]:
+    """A task message and its serializer; MessageError saying what is wrong otherwise."""
+    obj, serializer = loads(body)
+    if not isinstance(obj, dict):
+        raise MessageError("the body is not a map")
+    version = obj.get("v", FORMAT_VERSION)
+    if version != FORMAT_VERSION:
+        raise MessageError("unsupported format version %r (this worker reads %d)" % (version, FORMAT_VERSION))
+    unknown = set(obj) - {"v", "task", "args", "kwargs", "result", "meta"}
+    if unknown:
+        raise MessageError("unknown field(s): %s" % ", ".join(sorted(map(str, unknown))))
+    task = obj.get("task")
+    if not isinstance(task, str) or not task:
+        raise MessageError("'task' must be a non-empty string")
+    args = obj.get("args", [])
+    if args is None:
+        args = []
+    if not isinstance(args, list):
+        raise MessageError("'args' must be an array")
+    kwargs = obj.get("kwargs", {})
+    if kwargs is None:
+        kwargs = {}
+    if not isinstance(kwargs, dict) or not all(isinstance(k, str) for k in kwargs):
+        raise MessageError("'kwargs' must be a map with string keys")
+    spec = obj.get("result")
+    result = None
+    if spec is not None:
+        if not isinstance(spec, dict):
+            raise MessageError("'result' must be a map or null")
+        ttl = spec.get("ttl")
+        if not _is_int(ttl) or not 1 <= ttl <= MAX_RESULT_TTL:
+            raise MessageError("'result.ttl' must be an integer of seconds in [1, %d]" % MAX_RESULT_TTL)
+        queue = spec.get("queue")
+        if queue is not None and (not isinstance(queue, str) or not queue):
+            raise MessageError("'result.queue' must be a non-empty string")
+        if set(spec) - {"ttl", "queue"}:
+            raise MessageError("unknown field(s) in 'result': %s" % ", ".join(sorted(map(str, set(spec) - {"ttl", "queue"}))))
+        result = ResultSpec(ttl, queue)
+    meta = obj.get("meta")
+    if meta is None:
+        meta = {}
+    if not isinstance(meta, dict):
+        raise MessageError("'meta' must be a map")
+    return Message(task, tuple(args), kwargs, result, meta), serializer
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What a task's run left: its value, or its error's type name and message."""
+
+    ok: bool
+    value: Any = None
+    error_type: str | None = None
+    error_message: str | None = None
+
+
+def encode_outcome(outcome: Outcome, serializer: str = "json") -> bytes:
+    if outcome.ok:
+        return dumps({"v": FORMAT_VERSION, "ok": True, "value": outcome.value}, serializer)
+    error = {"type": outcome.error_type or "Exception", "message": outcome.error_message or ""}
+    return dumps({"v": FORMAT_VERSION, "ok": False, "error": error}, serializer)
+
+
+def decode_outcome(body: bytes) -> Outcome:
+    obj, _ = loads(body)
+    if not isinstance(obj, dict) or not isinstance(obj.get("ok"), bool):
+        raise MessageError("not a task result")
+    if obj["ok"]:
+        return Outcome(True, obj.get("value"))
+    error = obj.get("error")
+    if not isinstance(error, dict):
+        raise MessageError("a failed result without its 'error' map")
+    return Outcome(False, None, str(error.get("type") or "Exception"), str(error.get("message") or ""))

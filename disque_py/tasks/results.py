@@ -1,0 +1,155 @@
+"""Results as jobs of the cluster.
+
+A task whose message asks for a result (``"result": {"ttl": s}``) gets one job
+written by the worker that ran it, before its own job is acknowledged:
+
+* in the queue ``result:<task job ID>`` (or the queue the message names), so
+  that a waiter needs nothing but the ID ADDJOB gave back;
+* with ``TTL`` = the result TTL: the cluster forgets it after that, on every node;
+* with ``DEDUP result``: a write retried after a lost connection, or a task run
+  twice (at-least-once), adds one result job: the first one written wins, and the
+  later writes get its ID back;
+* replicated as any job (ADDJOB's default), so it outlives the node it was
+  written to.
+
+A waiter (:meth:`TaskRef.result`, on any node) takes it with ``GETJOB TIMEOUT
+... FROM <queue>`` (the node fetches it from the others if it holds no copy)
+and puts it straight back with ``ENQUEUE``, so every waiter, anywhere, reads it
+until its TTL ends. Many results are awaited with one GETJOB over their queues
+(:func:`wait_outcomes`).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from ..client import commands as cmd
+from .message import MessageError, Outcome, decode_outcome, encode_outcome, result_queue
+
+__all__ = ["TaskError", "ResultTimeout", "NoResult", "TaskRef", "wait_outcomes", "result_argv", "RESULT_DEDUP"]
+
+#: the DEDUP key of every result job (its queue is the task's own, so one key is enough)
+RESULT_DEDUP = "result"
+#: longest single GETJOB wait while waiting without a deadline (ms): a failover is noticed
+_WAIT_SLICE_MS = 5000
+
+
+class TaskError(Exception):
+    """The task failed: ``type`` is its error's type name, ``message`` its message.
+
+    ``str()`` reads ``"ValueError: boom"``; ``job_id`` is the task's job.
+    """
+
+    def __init__(self, type_name: str, message: str, job_id: str | None = None) -> None:
+        super().__init__("%s: %s" % (type_name, message) if message else type_name)
+        self.type = type_name
+        self.message = message
+        self.job_id = job_id
+
+
+class ResultTimeout(TimeoutError):
+    """No result within the timeout (the task has not finished, or its result expired)."""
+
+
+class NoResult(Exception):
+    """The task was sent without a result to wait for (``result_ttl=0``)."""
+
+
+def result_argv(queue: str, outcome: Outcome, serializer: str, ttl: int) -> tuple[Any, ...]:
+    """The ADDJOB that writes a result job (see the module docstring)."""
+    body = encode_outcome(outcome, serializer)
+    ttl = max(2, int(ttl))
+    retry = max(1, min(30, ttl // 4))  # a waiter that died between GETJOB and ENQUEUE: back after this
+    return (*cmd.addjob_argv(queue, body, ttl=ttl, retry=retry), b"DEDUP", RESULT_DEDUP)
+
+
+def _outcome_of(job: Any) -> Outcome:
+    try:
+        return decode_outcome(job.body)
+    except MessageError as exc:
+        return Outcome(False, None, "MessageError", "unreadable result in %s: %s" % (job.queue, exc))
+
+
+def wait_outcomes(client: Any, queues: list[str], timeout: float | None) -> dict[str, Outcome]:
+    """Wait for result jobs in ``queues`` (a sync client); ``{queue: outcome}`` for those that
+    came within ``timeout`` seconds (None: until all came). Every one read is put back."""
+    pending = list(dict.fromkeys(queues))
+    got: dict[str, Outcome] = {}
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while pending:
+        if deadline is None:
+            wait_ms: int | None = _WAIT_SLICE_MS
+            nohang = False
+        else:
+            left = deadline - time.monotonic()
+            wait_ms = int(left * 1000)
+            nohang = wait_ms < 1
+            if nohang:
+                wait_ms = None
+        jobs = client.get_jobs(*pending, count=len(pending), timeout_ms=wait_ms, nohang=nohang, with_counters=False)
+        if jobs:
+            try:
+                client.enqueue(*[j.id for j in jobs])  # back for any other waiter, until the TTL ends
+            except Exception:  # noqa: BLE001 - it comes back after its RETRY anyway
+                pass
+        for job in jobs:
+            if job.queue not in got:
+                got[job.queue] = _outcome_of(job)
+        pending = [q for q in pending if q not in got]
+        if pending and nohang:
+            break
+        if pending and deadline is not None and time.monotonic() >= deadline and not jobs:
+            break
+    return got
+
+
+class TaskRef:
+    """A sent task: ``id`` is its job ID; :meth:`result` waits for what it returned."""
+
+    __slots__ = ("app", "id", "task_name", "result_queue", "_outcome")
+
+    def __init__(self, app: Any, job_id: str, task_name: str, result_queue_name: str | None) -> None:
+        self.app = app
+        self.id = job_id
+        self.task_name = task_name
+        self.result_queue = result_queue_name
+        self._outcome: Outcome | None = None
+
+    def __repr__(self) -> str:
+        return "TaskRef(%r, id=%r)" % (self.task_name, self.id)
+
+    @classmethod
+    def for_job(cls, app: Any, job_id: str, task_name: str = "?", queue: str | None = None) -> "TaskRef":
+        """A ref for a job ID got elsewhere (another process, another language)."""
+        return cls(app, job_id, task_name, queue or result_queue(job_id))
+
+    def outcome(self, timeout: float | None = None) -> Outcome:
+        """The raw :class:`Outcome` (value or error), without raising the task's error."""
+        if self._outcome is None:
+            if self.result_queue is None:
+                raise NoResult("task %s (%s) was sent without a result (result_ttl=0)" % (self.task_name, self.id))
+            got = wait_outcomes(self.app.client(), [self.result_queue], timeout)
+            if self.result_queue not in got:
+                raise ResultTimeout("no result for task %s (%s) within %s s" % (self.task_name, self.id, timeout))
+            self._outcome = got[self.result_queue]
+        return self._outcome
+
+    def result(self, timeout: float | None = None) -> Any:
+        """What the task returned; raises :class:`TaskError` (its error's type name and message)
+        if it failed for good, :class:`ResultTimeout` after ``timeout`` seconds (None: wait)."""
+        return unwrap(self.outcome(timeout), self.id)
+
+    def done(self) -> bool:
+        """True when the result is there (does not wait)."""
+        try:
+            self.outcome(0)
+        except ResultTimeout:
+            return False
+        return True
+
+
+def unwrap(outcome: Outcome, job_id: str | None) -> Any:
+    if outcome.ok:
+        return outcome.value
+    raise TaskError(outcome.error_type or "Exception", outcome.error_message or "", job_id)

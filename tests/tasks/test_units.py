@@ -1,0 +1,183 @@
+"""Unit tests with no node: the message format and its serializers, the registry and the
+options a task's job gets, the group logic, the metrics and the thread interrupt of the
+time limit."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import msgpack
+import pytest
+
+from disque_py.tasks import App, GroupRef, MessageError, Outcome, ResultTimeout, TaskError, TaskRef
+from disque_py.tasks import message as m
+from disque_py.tasks.runner import TaskMetrics, TimeLimitExceeded, _ThreadCall
+
+
+def test_json_and_msgpack_round_trip_and_are_told_apart_by_their_first_byte():
+    msg = m.Message("app.add", (1, "é", [2]), {"k": None}, m.ResultSpec(30), {"trace": "x"})
+    for ser in ("json", "msgpack"):
+        body = m.encode(msg, ser)
+        assert m.detect(body) == ser
+        assert m.decode(body) == (msg, ser)
+    assert m.encode(msg) == ('{"v":1,"task":"app.add","args":[1,"é",[2]],"kwargs":{"k":null},'
+                             '"result":{"ttl":30},"meta":{"trace":"x"}}').encode()  # fmt: skip
+    assert m.decode(b'  {"task":"t"}') == (m.Message("t"), "json")  # v, args, kwargs optional
+    assert m.decode(msgpack.packb({"task": "t", "args": None})) == (m.Message("t"), "msgpack")
+    queue_spec = m.decode(b'{"task":"t","result":{"ttl":5,"queue":"mine"}}')[0].result
+    assert queue_spec == m.ResultSpec(5, "mine")
+
+
+@pytest.mark.parametrize(
+    "body, error",
+    [
+        (b"", "empty body"),
+        (b"[1,2]", "neither a JSON object nor a msgpack map"),
+        (b"\x92\x01\x02", "neither a JSON object nor a msgpack map"),
+        (b'{"task":"t"', "unreadable json body"),
+        (b"\x81\xa1", "unreadable msgpack body"),
+        (b'{"v":2,"task":"t"}', "unsupported format version 2"),
+        (b'{"task":""}', "'task' must be a non-empty string"),
+        (b'{"task":"t","args":{}}', "'args' must be an array"),
+        (b'{"task":"t","kwargs":[]}', "'kwargs' must be a map"),
+        (b'{"task":"t","result":{"ttl":0}}', "'result.ttl' must be an integer"),
+        (b'{"task":"t","result":{"ttl":true}}', "'result.ttl' must be an integer"),
+        (b'{"task":"t","result":5}', "'result' must be a map or null"),
+        (b'{"task":"t","result":{"ttl":5,"queue":""}}', "'result.queue' must be a non-empty string"),
+        (b'{"task":"t","meta":[]}', "'meta' must be a map"),
+        (b'{"task":"t","extra":1}', "unknown field(s): extra"),
+    ],
+)
+def test_bad_bodies_say_what_is_wrong(body, error):
+    with pytest.raises(MessageError) as exc:
+        m.decode(body)
+    assert error in str(exc.value)
+
+
+def test_outcomes_and_what_cannot_be_serialized():
+    for ser in ("json", "msgpack"):
+        for outcome in (Outcome(True, {"a": [1]}), Outcome(False, None, "ValueError", "boom")):
+            assert m.decode_outcome(m.encode_outcome(outcome, ser)) == outcome
+    assert json.loads(m.encode_outcome(Outcome(True, 3))) == {"v": 1, "ok": True, "value": 3}
+    with pytest.raises(TypeError, match="not JSON serializable"):
+        m.encode_outcome(Outcome(True, object()))
+    with pytest.raises(TypeError, match="not JSON serializable"):
+        m.dumps(float("nan"), "json")
+    with pytest.raises(MessageError):
+        m.decode_outcome(b'{"v":1}')
+
+
+def test_the_registry_names_checks_and_maps_options_to_the_job():
+    app = App("127.0.0.1:1", result_ttl=60)
+
+    @app.task
+    def plain(a, b=2):
+        return a + b
+
+    @app.task(name="custom", queue="math", retries=2, backoff=(0.5, 30), timeout=10, result_ttl=0, retry=20,
+              replicate=2, serializer="msgpack")  # fmt: skip
+    async def fancy(x):
+        return x
+
+    assert plain.name == "%s.test_the_registry_names_checks_and_maps_options_to_the_job.<locals>.plain" % __name__
+    assert app.tasks == {plain.name: plain, "custom": fancy}
+    assert plain(1) == 3 and not plain.is_async and fancy.is_async
+    assert app.queues() == ["default", "math"]
+    with pytest.raises(ValueError, match="registered already"):
+        app.task(name="custom")(lambda: None)
+    for bad in (dict(retries=-1), dict(backoff=(5, 1)), dict(timeout=0), dict(serializer="pickle"), dict(queue="")):
+        with pytest.raises(ValueError):
+            app.task(name="x", **bad)(lambda: None)
+    argv, queue = fancy.addjob_argv(b"{}")
+    assert queue == "math"
+    assert argv[:3] == (b"ADDJOB", b"math", b"{}")
+    assert argv[argv.index(b"MAXDELIVER") + 1] == 3  # retries=2: three deliveries
+    assert argv[argv.index(b"BACKOFF") + 1 : argv.index(b"BACKOFF") + 3] == (b"0.5", b"30")
+    assert argv[argv.index(b"RETRY") + 1] == 20 and argv[argv.index(b"REPLICATE") + 1] == 2
+    argv, queue = plain.addjob_argv(b"{}", queue="other", dedup="k1", delay=1.5, retries=0, ttl=100)
+    assert queue == "other" and argv[-2:] == (b"DEDUP", "k1")
+    assert argv[argv.index(b"DELAY") + 1] == 2 and argv[argv.index(b"MAXDELIVER") + 1] == 1
+    assert argv[argv.index(b"TTL") + 1] == 100
+    with_limit = app.task(name="limited", timeout=200)(lambda: None)
+    argv, _ = with_limit.addjob_argv(b"{}")
+    assert argv[argv.index(b"RETRY") + 1] == 430  # no retry given: above twice the time limit
+    with pytest.raises(TypeError, match="unknown send option"):
+        plain.addjob_argv(b"{}", colour="red")
+    with pytest.raises(TypeError):
+        plain.s()  # a missing argument is caught at the producer too
+    with pytest.raises(TypeError, match="not JSON serializable"):
+        plain.send_with(args=(object(),))
+    assert plain.message((1,)).result == m.ResultSpec(60) and fancy.message((1,)).result is None
+
+
+def test_group_logic_in_order_with_errors_in_place():
+    app = App("127.0.0.1:1")
+
+    @app.task
+    def add(a, b):
+        return a + b
+
+    with pytest.raises(TypeError, match="signatures"):
+        app.group(add)
+    assert len(app.group([add.s(1, 2), add.s(3, 4)])) == 2
+    refs = [TaskRef(app, "id%d" % i, add.name, "result:id%d" % i) for i in range(3)]
+    refs[0]._outcome = Outcome(True, 3)
+    refs[1]._outcome = Outcome(False, None, "KeyError", "'x'")
+    refs[2]._outcome = Outcome(True, 7)
+    group = GroupRef(refs)
+    assert group.ids == ["id0", "id1", "id2"]
+    with pytest.raises(TaskError) as err:
+        group.results(timeout=0)
+    assert (err.value.type, err.value.job_id, str(err.value)) == ("KeyError", "id1", "KeyError: 'x'")
+    values = group.results(timeout=0, return_exceptions=True)
+    assert values[0] == 3 and values[2] == 7 and isinstance(values[1], TaskError)
+    assert issubclass(ResultTimeout, TimeoutError)
+
+
+def test_metrics_count_per_task():
+    metrics = TaskMetrics()
+    metrics.count("done", "a", 0.002)
+    metrics.count("done", "a", 2.0)
+    metrics.count("retried", "b", 0.5)
+    metrics.count("rejected", "?")
+    snap = metrics.snapshot()
+    assert snap["done"] == {"a": 2} and snap["retried"] == {"b": 1} and metrics.total("rejected") == 1
+    assert snap["duration_sum"]["a"] == pytest.approx(2.002)
+    assert snap["duration_buckets"]["a"][-1] == 2 and snap["duration_buckets"]["a"][0] == 0
+
+
+def test_the_time_limit_is_raised_inside_the_thread_and_never_escapes_it():
+    stop = threading.Event()
+    results: list = []
+
+    def busy():
+        while not stop.is_set():
+            time.sleep(0.001)
+        return "done"
+
+    call = _ThreadCall(busy)
+    thread = threading.Thread(target=lambda: results.append(_capture(call.run)))
+    thread.start()
+    deadline = time.monotonic() + 5
+    while not call.running and time.monotonic() < deadline:
+        time.sleep(0.001)
+    call.interrupt()
+    thread.join(5)
+    stop.set()
+    assert isinstance(results[0], TimeLimitExceeded)
+    late = _ThreadCall(lambda: "never")
+    late.interrupt()  # the limit was over before the thread started
+    assert isinstance(_capture(late.run), TimeLimitExceeded)
+    quick = _ThreadCall(lambda: "ok")
+    assert _capture(quick.run) == "ok"
+    quick.interrupt()  # after the end: nothing is raised anywhere
+    assert sum(range(1000)) == 499500
+
+
+def _capture(fn):
+    try:
+        return fn()
+    except BaseException as exc:  # noqa: BLE001
+        return exc

@@ -1,0 +1,250 @@
+"""Tasks end to end on one real node, with the worker in a thread of the test process:
+results, errors, retries through MAXDELIVER/BACKOFF, dead letters with their reason,
+rejects (bad bodies, unknown tasks, wrong arguments), time limits, hooks, groups,
+msgpack, a producer that speaks only RESP, metrics."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+import urllib.request
+import uuid
+
+import msgpack
+import pytest
+import trio
+
+from disque_py.tasks import App, NoResult, ResultTimeout, TaskError, TaskRef, current_task
+from disque_py.tasks.runner import serve_metrics
+from tests.integration.conftest import free_port
+
+from .conftest import addr, raw, wait_for
+
+
+def dead_letters(node, queue: str, count: int, timeout: float = 10.0) -> list[dict]:
+    """Wait for ``count`` dead letters in ``queue``.dead; their SHOW maps."""
+    r = raw(node)
+
+    def ready():
+        return r.execute_command("QLEN", queue + ".dead") >= count
+
+    wait_for(ready, timeout=timeout, what="%d dead letter(s) in %s.dead" % (count, queue))
+    out = []
+    for job in r.execute_command("QPEEK", queue + ".dead", count):
+        fields = r.execute_command("SHOW", job[1])
+        out.append({fields[i].decode(): fields[i + 1] for i in range(0, len(fields), 2)})
+    return out
+
+
+@pytest.fixture
+def app(node):
+    a = App(addr(node), result_ttl=60)
+    yield a
+    a.close()
+
+
+def test_send_result_error_and_group(app, run_worker):
+    q = "t-" + uuid.uuid4().hex[:8]
+
+    @app.task(queue=q, retries=0)
+    def add(a, b):
+        return a + b
+
+    @app.task(queue=q, retries=0, name="boom")
+    def boom(text):
+        raise ValueError(text)
+
+    @app.task(queue=q, serializer="msgpack")
+    async def double(x):
+        await trio.sleep(0)
+        return {"x": x * 2, "raw": b"\x00\x01"}
+
+    run_worker(app, concurrency=4)
+    ref = add.send(1, 2)
+    assert ref.result(timeout=10) == 3
+    assert ref.result(timeout=0) == 3  # kept by the ref
+    assert TaskRef.for_job(app, ref.id, "add").result(timeout=5) == 3  # any other waiter reads it too
+    with pytest.raises(TaskError) as err:
+        boom.send("no luck").result(timeout=10)
+    assert (err.value.type, err.value.message, str(err.value)) == ("ValueError", "no luck", "ValueError: no luck")
+    assert double.send(21).result(timeout=10) == {"x": 42, "raw": b"\x00\x01"}
+    g = app.group(add.s(1, 2), add.s(3, 4), boom.s("bad"), add.s(5, 6)).send()
+    assert len(g) == 4
+    with pytest.raises(TaskError, match="ValueError: bad"):
+        g.results(timeout=10)
+    values = g.results(timeout=0, return_exceptions=True)
+    assert values[:2] == [3, 7] and values[3] == 11 and isinstance(values[2], TaskError)
+    with pytest.raises(NoResult):
+        add.send_with(args=(1, 1), result_ttl=0).result(timeout=1)
+
+
+def test_result_timeout_and_dedup_send(app, node):
+    q = "t-" + uuid.uuid4().hex[:8]
+
+    @app.task(queue=q)
+    def add(a, b):
+        return a + b
+
+    ref = add.send(1, 2)  # no worker: no result
+    with pytest.raises(ResultTimeout):
+        ref.result(timeout=0.2)
+    assert not ref.done()
+    first = add.send_with(args=(1, 2), dedup="add-1-2", delay=60)
+    again = add.send_with(args=(1, 2), dedup="add-1-2", delay=60)
+    assert first.id == again.id
+    assert raw(node).execute_command("QLEN", q) == 1  # the first one only; the delayed ones are not queued yet
+
+
+def test_retries_then_success_and_then_dead_letter_with_reason(app, node, run_worker):
+    q = "t-" + uuid.uuid4().hex[:8]
+
+    @app.task(queue=q, retries=3, backoff=(0.05, 0.2))
+    def flaky(n):
+        if current_task().attempt <= 2:
+            raise RuntimeError("attempt %d" % current_task().attempt)
+        return n
+
+    @app.task(queue=q, retries=1, backoff=(0.05, 0.2))
+    def hopeless(n):
+        raise KeyError("never %d" % n)
+
+    w = run_worker(app, concurrency=2)
+    assert flaky.send(7).result(timeout=10) == 7
+    ref = hopeless.send(3)
+    with pytest.raises(TaskError) as err:
+        ref.result(timeout=10)
+    assert err.value.type == "KeyError"
+    (dead,) = dead_letters(node, q, 1)
+    assert dead["dead-letter-of"].decode() == ref.id
+    assert dead["dead-letter-reason"].decode() == "KeyError: 'never 3'"
+    assert dead["original-deliveries"] == 2  # retries=1: two tries
+    snap = w.runner.metrics.snapshot()
+    assert snap["done"] == {flaky.name: 1}
+    assert snap["retried"] == {flaky.name: 2, hopeless.name: 1}
+    assert snap["failed"] == {hopeless.name: 1}
+
+
+def test_time_limits_for_threads_and_trio(app, node, run_worker):
+    q = "t-" + uuid.uuid4().hex[:8]
+
+    @app.task(queue=q, retries=0, timeout=0.3)
+    def busy():
+        end = time.monotonic() + 30
+        while time.monotonic() < end:
+            time.sleep(0.01)
+        return "finished"
+
+    @app.task(queue=q, retries=0, timeout=0.3)
+    def stuck():
+        time.sleep(5)  # one C call: interrupted only when it returns; left behind after the grace
+        return "finished"
+
+    @app.task(queue=q, retries=0, timeout=0.3)
+    async def sleepy():
+        await trio.sleep(30)
+
+    run_worker(app, concurrency=4)
+    started = time.monotonic()
+    refs = [busy.send(), stuck.send(), sleepy.send()]
+    for ref in refs:
+        with pytest.raises(TaskError) as err:
+            ref.result(timeout=10)
+        assert err.value.type == "TimeLimitExceeded"
+    assert time.monotonic() - started < 5  # nobody waited for the 30 s (nor the stuck 5 s) tasks
+    reasons = sorted(d["dead-letter-reason"].decode() for d in dead_letters(node, q, 3))
+    assert all(r.startswith("TimeLimitExceeded: task ") and "0.3 s time limit" in r for r in reasons), reasons
+
+
+def test_bad_bodies_unknown_tasks_and_wrong_arguments_are_dead_lettered(app, node, run_worker):
+    q = "t-" + uuid.uuid4().hex[:8]
+
+    @app.task(queue=q)
+    def add(a, b):
+        return a + b
+
+    r = raw(node)
+    w = run_worker(app, concurrency=2)
+    bodies = [
+        b"not json",
+        b'{"v":1,"task":',
+        b'{"v":2,"task":"x"}',
+        b'{"v":1,"args":[1]}',
+        b'{"v":1,"task":"nobody.here","args":[],"result":{"ttl":30}}',
+        json.dumps({"v": 1, "task": add.name, "args": [1, 2, 3], "result": {"ttl": 30}}).encode(),
+        json.dumps({"v": 1, "task": add.name, "args": [1], "kwargs": {"c": 1}}).encode(),
+    ]
+    ids = [r.execute_command("ADDJOB", q, body, 0).decode() for body in bodies]
+    dead = {d["dead-letter-of"].decode(): d["dead-letter-reason"].decode() for d in dead_letters(node, q, len(ids))}
+    reasons = [dead[i] for i in ids]
+    assert reasons[0].startswith("bad task message: body is neither a JSON object nor a msgpack map")
+    assert reasons[1].startswith("bad task message: unreadable json body")
+    assert reasons[2] == "bad task message: unsupported format version 2 (this worker reads 1)"
+    assert reasons[3] == "bad task message: 'task' must be a non-empty string"
+    assert reasons[4] == "UnknownTask: no task named 'nobody.here' in this worker's app"
+    assert reasons[5].startswith("TypeError: wrong arguments for task %s: too many positional" % add.name)
+    assert reasons[6].startswith("TypeError: wrong arguments for task %s:" % add.name)
+    with pytest.raises(TaskError, match="UnknownTask: no task named"):
+        TaskRef.for_job(app, ids[4]).result(timeout=5)
+    assert add.send(2, 2).result(timeout=10) == 4  # the worker is alive and well
+    assert w.runner.metrics.total("rejected") == 7
+
+
+def test_a_task_from_redis_cli_in_the_documented_format_runs(app, node, run_worker, redis_cli):
+    q = "t-" + uuid.uuid4().hex[:8]
+
+    @app.task(queue=q, name="myapp.tasks.add")
+    def add(a, b):
+        return a + b
+
+    run_worker(app)
+    body = '{"v":1,"task":"myapp.tasks.add","args":[1,2],"result":{"ttl":60}}'
+    out = subprocess.run([redis_cli, "-p", str(node.port), "ADDJOB", q, body, "0"],
+                         capture_output=True, text=True, check=True, timeout=10)  # fmt: skip
+    job_id = out.stdout.strip()
+    got = subprocess.run([redis_cli, "-p", str(node.port), "GETJOB", "TIMEOUT", "10000", "FROM", "result:" + job_id],
+                         capture_output=True, text=True, check=True, timeout=20)  # fmt: skip
+    assert '{"v":1,"ok":true,"value":3}' in got.stdout
+    packed = msgpack.packb({"v": 1, "task": "myapp.tasks.add", "kwargs": {"a": 2, "b": 5}, "result": {"ttl": 60}})
+    msg_id = raw(node).execute_command("ADDJOB", q, packed, 0).decode()
+    assert TaskRef.for_job(app, msg_id).result(timeout=10) == 7
+
+
+def test_hooks_and_metrics_endpoint(app, run_worker):
+    q = "t-" + uuid.uuid4().hex[:8]
+    seen: list[tuple] = []
+
+    @app.before_task
+    def before(ctx):
+        if ctx.kwargs.get("refuse"):
+            raise PermissionError("refused by a hook")
+        seen.append(("before", ctx.task.name, ctx.args))
+
+    @app.after_task
+    def after(ctx):
+        seen.append(("after", ctx.result, ctx.duration is None))
+
+    @app.on_failure
+    def failed(ctx):
+        seen.append(("failure", type(ctx.error).__name__, ctx.final))
+
+    @app.task(queue=q, retries=0)
+    def echo(x, refuse=False):
+        return x
+
+    w = run_worker(app)
+    port = free_port()
+    server = serve_metrics(w.runner.metrics, port, worker=w.worker)
+    try:
+        assert echo.send(5).result(timeout=10) == 5
+        with pytest.raises(TaskError, match="PermissionError: refused by a hook"):
+            echo.send(6, refuse=True).result(timeout=10)
+        assert ("before", echo.name, (5,)) in seen and ("after", 5, True) in seen
+        assert ("failure", "PermissionError", True) in seen
+        text = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=5).read().decode()
+    finally:
+        server.shutdown()
+    assert 'disque_py_tasks_done_total{task="%s"} 1.0' % echo.name in text
+    assert 'disque_py_tasks_failed_total{task="%s"} 1.0' % echo.name in text
+    assert 'disque_py_task_duration_seconds_count{task="%s"} 2.0' % echo.name in text
+    assert "disque_py_worker_jobs_processed_total" in text
