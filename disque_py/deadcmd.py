@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -19,7 +19,9 @@ from . import deadletters as dl
 from .client.cluster import Address
 from .client.config import ClientConfig
 from .client.errors import DisqueError
-from .client.sync import _Connection
+
+if TYPE_CHECKING:
+    from .client.sync import _Connection
 
 __all__ = ["dead", "Cluster"]
 
@@ -53,6 +55,8 @@ class Cluster:
         self.timeout = timeout
         self.conns: dict[str, _Connection] = {}  # node ID -> connection
         self.problems: list[str] = []  # nodes that could not be asked, and why
+        from .client.sync import _Connection  # here: `disque-py --help` does not load redis-py
+
         todo = list(seeds)
         seen: set[Address] = set()
         while todo:

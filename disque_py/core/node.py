@@ -404,7 +404,7 @@ class Node:
 
     def info_fields(self) -> dict[str, dict[str, Any]]:
         return {
-            "jobs": {"registered_jobs": len(self.ctx.store), "dedup_ids_remembered": len(self.dedup.gone)},
+            "jobs": {"registered_jobs": len(self.ctx.store)},
             "queues": {
                 "registered_queues": len(self.ctx.queues),
                 # (queue, peer) pairs this node may push jobs to (federation leases)

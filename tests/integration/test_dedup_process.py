@@ -230,12 +230,12 @@ def test_the_window_survives_a_restart_with_the_aof(cluster):
     client.ack(job_id)
     wait_for(lambda: all(r(n).execute_command("SHOW", job_id) is None for n in nodes), timeout=20,
              what="the acknowledged job deleted everywhere")  # fmt: skip
-    assert [info(n, "jobs")["dedup_ids_remembered"] for n in nodes] == [1, 1, 1]
+    assert [info(n, "stats")["dedup_ids_remembered"] for n in nodes] == [1, 1, 1]
     victim = nodes[0]
     assert victim.stop() == 0
     nodes[0] = victim = restart(victim)
     wait_mesh(nodes)
-    assert info(victim, "jobs")["dedup_ids_remembered"] == 1
+    assert info(victim, "stats")["dedup_ids_remembered"] == 1
     again = r(victim).execute_command("ADDJOB", "mail", "welcome again", 5000, "REPLICATE", 3, "DEDUP", "user-42")
     assert again.decode() == job_id
     assert info(victim, "stats")["dedup_hits"] == 1
@@ -261,7 +261,7 @@ def test_config_dedup_window_is_checked_and_applies(cluster):
              what="the acknowledged job deleted everywhere")  # fmt: skip
     # within the window (remembered somewhere) a retry adds nothing; once every node forgot it,
     # the same key makes a new job
-    wait_for(lambda: all(info(n, "jobs")["dedup_ids_remembered"] == 0 for n in nodes), timeout=15,
+    wait_for(lambda: all(info(n, "stats")["dedup_ids_remembered"] == 0 for n in nodes), timeout=15,
              what="the ID forgotten after the 1 s window")  # fmt: skip
     hits = sum(info(n, "stats")["dedup_hits"] for n in nodes)
     assert client.add_job("short", b"second", replicate=3, dedup="once") == job_id

@@ -131,7 +131,7 @@ def test_bus_messages_are_counted_by_kind(start_node):
 def test_dedup_hits_and_remembered_ids_match_info(admin_node):
     """ADDJOB ... DEDUP answered with an existing ID counts in disque_dedup_hits_total (INFO
     stats dedup_hits); a deleted DEDUP job's ID remembered for the window counts in
-    disque_dedup_ids_remembered (INFO jobs dedup_ids_remembered)."""
+    disque_dedup_ids_remembered (INFO stats dedup_ids_remembered)."""
     c = admin_node.client()
     fams = scrape(admin_node)
     assert value(fams, "disque_dedup_hits_total") == 0 and value(fams, "disque_dedup_ids_remembered") == 0
@@ -146,6 +146,6 @@ def test_dedup_hits_and_remembered_ids_match_info(admin_node):
     assert c.execute_command("ACKJOB", job_id) == 1
     wait_for(lambda: c.execute_command("SHOW", job_id) is None, timeout=10, what="the acked job deleted")
     fams = scrape(admin_node)
-    assert value(fams, "disque_dedup_ids_remembered") == c.info("jobs")["dedup_ids_remembered"] == 1
+    assert value(fams, "disque_dedup_ids_remembered") == c.info("stats")["dedup_ids_remembered"] == 1
     assert c.execute_command("ADDJOB", "d", "late", 0, "DEDUP", "order-1") == job_id
     assert value(scrape(admin_node), "disque_dedup_hits_total") == 3
