@@ -8,7 +8,7 @@ start of a slot it adds the slot's job with the deduplication key::
     periodic:<task name>:<slot start, Unix seconds>
 
 The cluster answers every ADDJOB of the same queue and key with the same job ID and adds
-nothing more (``ADDJOB ... DEDUP``, docs/CLIENT.md), so the slot's job is in the queue once
+nothing more (``ADDJOB ... DEDUP``, README.md), so the slot's job is in the queue once
 however many schedulers run, on whichever nodes they are connected to; and it is there as long
 as one scheduler and enough nodes live.
 
@@ -41,8 +41,14 @@ A failed ADDJOB (the node died, a timeout, ``-NOREPL``, a paused queue) is tried
 its node is unreachable. ``-NOREPL Not enough reachable nodes ... (N reachable, M asked)``
 (the task asks for more copies than there are nodes left) is tried again at once with
 ``replicate=N``: a slot runs with fewer copies rather than not at all while a node is down.
-The key stays the same, so a retry never makes a second job (an ADDJOB that timed out
-waiting for its copies keeps the job it made; the next one answers its ID).
+The key stays the same, so a retry never makes a second job. An ADDJOB that timed out
+waiting for its copies (``-NOREPL Timeout reached ...``: a node died and the others do not
+know yet) kept the job it made: it is asked again at once, and answers the job's ID.
+
+Two schedulers whose ADDJOBs reach two nodes at the same moment may both make the job: it
+has the same ID on both, their copies merge into one job, and one of the two nodes keeps it
+queued (README.md, "jobs added once"; ``disque_py/core/dedup.py``). The copies keep the body their
+creator sent, which for a periodic slot is the same task with the same (no) arguments.
 
 Threads
 -------
@@ -151,13 +157,14 @@ class Scheduler:
                     wake = min(wake, e.retry_at)
                     break
                 outcome = self._add(e, start)
+                if outcome is None:  # again at once (fewer copies, or to learn the ID of one kept)
+                    self.failed += 1
+                    outcome = self._add(e, start)
                 if outcome is True:
                     self.added += 1
                     self._next(e, e.schedule.next_after(start))
                     continue
                 self.failed += 1
-                if outcome is None:  # again at once, with fewer copies
-                    continue
                 e.retry_at = self.clock() + RETRY_PAUSE
                 wake = min(wake, e.retry_at)
                 break
@@ -183,6 +190,11 @@ class Scheduler:
                 e.replicate = int(fewer.group(1))
                 log.warning("periodic task %s: %s; adding %s with REPLICATE %d",
                             e.task.name, exc, key, e.replicate)  # fmt: skip
+                return None
+            if fewer is None and "NOREPL" in str(exc) and e.attempts == 1:
+                # its copies were not all made in time: the job is kept with those made, and
+                # the same ADDJOB answers its ID
+                log.info("periodic task %s: %s; asking again for %s", e.task.name, exc, key)
                 return None
             if e.attempts == 1 or e.attempts % 50 == 0:
                 log.warning("periodic task %s: adding %s failed (attempt %d): %s", e.task.name, key, e.attempts, exc)

@@ -69,9 +69,11 @@ def main() -> None:
     parser.add_argument("--every", type=float, default=2)
     parser.add_argument("--name", default="tick")
     parser.add_argument("--queue", default="periodic")
+    parser.add_argument("--prefer", default=None, help="host:port of the node to use while it answers")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(process)d %(levelname)s %(message)s")
-    app = StandinApp(args.nodes, socket_timeout=2.0, connect_timeout=0.5, failover_timeout=5.0)
+    app = StandinApp(args.nodes, socket_timeout=2.0, connect_timeout=0.5, failover_timeout=5.0,
+                     prefer=args.prefer)
     app.periodic(args.name, Schedule.every(args.every), queue=args.queue)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
