@@ -149,7 +149,8 @@ class Scheduler:
                     break
                 if now >= self.deadline(e, start):
                     self.missed += 1
-                    log.warning("periodic task %s: slot %s missed (not added within %.3g s of its start)",
+                    log.warning("periodic task %s: slot %s not added here within %.3g s of its start (missed, "
+                                "unless another worker added it)",
                                 e.task.name, slot_key(e.task.name, start), self.deadline(e, start) - start)  # fmt: skip
                     self._next(e, self._first_slot(e, now))
                     continue
