@@ -236,7 +236,8 @@ def main(argv: list[str] | None = None) -> int:
           % (args.tasks, args.latency, args.concurrency, sys.version.split()[0], os.cpu_count() or 0,
              ", pinned (broker CPU %s, worker and producer CPU %s)" % (BROKER_CPU, LOAD_CPU) if args.pin else ""))  # fmt: skip
     print(text)
-    out = Path(args.write) if args.write else ROOT / "bench-results" / ("tasks-%s.json" % time.strftime("%Y%m%d-%H%M%S"))
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    out = Path(args.write) if args.write else ROOT / "bench-results" / ("tasks-%s.json" % stamp)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"options": vars(args), "results": results}, indent=2))
     print("results: %s" % out, file=sys.stderr)
