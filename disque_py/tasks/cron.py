@@ -211,6 +211,17 @@ class Schedule:
             tz = ZoneInfo(tz)
         return cls(expr=parse_cron(expr), tz=tz)
 
+    @classmethod
+    def of(cls, every: float | None = None, cron: str | None = None, tz: str | _dt.tzinfo | None = None) -> "Schedule":
+        """The schedule of ``@app.periodic(every=... | cron=...)``: exactly one of the two."""
+        if (every is None) == (cron is None):
+            raise ValueError("a periodic task takes every=seconds or cron=\"...\" (one of the two)")
+        if every is not None:
+            if tz is not None:
+                raise ValueError("tz= goes with cron=, not every=")
+            return cls.every(every)
+        return cls.cron(cron, tz=tz)  # type: ignore[arg-type]
+
     def __repr__(self) -> str:
         if self.expr is None:
             return "Schedule.every(%g%s)" % (self.period, ", offset=%g" % self.offset if self.offset else "")

@@ -184,3 +184,12 @@ def test_search_agrees_with_minute_by_minute_matching():
         assert _matches(expr, found), (expr, found)
         back = cron.prev_match(found - dt.timedelta(minutes=1))
         assert back < found and _matches(expr, back) and cron.next_match(back) == found, expr
+
+
+def test_of_takes_one_of_every_and_cron():
+    assert Schedule.of(every=60) == Schedule.every(60)
+    assert Schedule.of(cron="*/5 * * * *") == Schedule.cron("*/5 * * * *")
+    assert repr(Schedule.of(cron="0 9 * * *", tz="Europe/Paris")) == "Schedule.cron('0 9 * * *', tz='Europe/Paris')"
+    for bad in ({}, {"every": 60, "cron": "* * * * *"}, {"every": 60, "tz": "UTC"}):
+        with pytest.raises(ValueError):
+            Schedule.of(**bad)
