@@ -363,6 +363,10 @@ def main(argv: list[str] | None = None) -> int:
         from .dashboard import main as dashboard_main
 
         return dashboard_main(argv[1:])
+    if argv[:1] == ["tasks"]:
+        from .bench_tasks import main as tasks_main
+
+        return tasks_main(argv[1:])
     if argv[:1] == ["client-lib"]:
         from .bench_client import main as client_lib_main
 

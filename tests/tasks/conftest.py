@@ -9,7 +9,7 @@ import pytest
 
 from disque_py.tasks import make_worker
 from tests.client.conftest import addr, cluster3, make_cluster, node, queue, raw  # noqa: F401
-from tests.integration.conftest import redis_cli, wait_for  # noqa: F401
+from tests.integration.conftest import redis_cli, start_node, wait_for  # noqa: F401
 
 
 class RunningWorker:

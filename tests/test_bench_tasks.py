@@ -1,0 +1,53 @@
+"""scripts/bench tasks: the disque-py side runs end to end (tasks sent, results checked) with a
+few tasks. Speed is not asserted; dramatiq's side needs PyPI and is not run here."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _has_app() -> bool:
+    if importlib.util.find_spec("disque_py.tasks") is None:
+        return False
+    try:
+        from disque_py.tasks import App  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(120)
+@pytest.mark.skipif(not _has_app(), reason="disque_py.tasks.App is not in this tree yet")
+def test_the_disque_side_runs_and_checks_every_result(tmp_path):
+    out = tmp_path / "tasks.json"
+    run = subprocess.run(
+        [sys.executable, "-m", "benchmarks.bench", "tasks", "--only", "disque", "--tasks", "200", "--latency", "5",
+         "--concurrency", "2", "--no-pin", "--write", str(out)],
+        cwd=ROOT, env={"PYTHONPATH": "%s/scripts:%s" % (ROOT, ROOT), "PATH": "/usr/bin:/bin"},
+        capture_output=True, text=True, timeout=110,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout + run.stderr
+    result = json.loads(out.read_text())["results"]["disque"]
+    assert isinstance(result, dict), result
+    assert result["tasks"] == 200 and result["tasks_per_s"] > 0 and result["rtt_median_ms"] > 0
+
+
+def test_the_report_puts_both_sides_and_their_ratio():
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from benchmarks.bench_tasks import report
+
+    row = {"tasks_per_s": 2000.0, "send_per_s": 5000.0, "rtt_median_ms": 1.0, "rtt_p99_ms": 2.0,
+           "producer_cpu_us": 100.0, "worker_cpu_us": 200.0, "broker_cpu_us": 50.0, "total_cpu_us": 350.0}  # fmt: skip
+    text = report({"disque": row, "dramatiq": dict(row, tasks_per_s=1000.0, total_cpu_us=500.0)})
+    assert "| disque | 2,000 |" in text and "| dramatiq | 1,000 |" in text
+    assert "2.00x (target >= 1.0: met); CPU per task -150 us" in text
+    assert "skipped: why" in report({"disque": "skipped: why"})
