@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from . import deadletters as dl
-from .client.cluster import Address
+from .client.cluster import Address, parse_node_list as parse_nodes
 from .client.config import ClientConfig
 from .client.errors import DisqueError
 
@@ -28,23 +28,6 @@ __all__ = ["dead", "Cluster"]
 CONTEXT = {"help_option_names": ["--help"], "max_content_width": 100}
 #: from this many dead letters on, a requeue or a purge shows a progress bar (on a terminal)
 PROGRESS_MIN = 200
-
-
-def parse_nodes(text: str) -> list[Address]:
-    out: list[Address] = []
-    for item in text.replace(" ", ",").split(","):
-        if not item:
-            continue
-        if item.startswith("["):
-            host, _, port = item[1:].partition("]:")
-        else:
-            host, _, port = item.rpartition(":")
-        if not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise ValueError("expected HOST:PORT, got %r" % item)
-        out.append((host, int(port)))
-    if not out:
-        raise ValueError("no node given")
-    return list(dict.fromkeys(out))
 
 
 class Cluster:

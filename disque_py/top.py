@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .client import commands as cmd
-from .client.cluster import Address
+from .client.cluster import Address, parse_node_list as parse_nodes
 from .client.config import ClientConfig
 from .client.errors import DisqueError
 from .client.model import decode_name
@@ -90,24 +90,6 @@ class NodeSample:
 class Sample:
     wall: float  # time.time()
     nodes: list[NodeSample]
-
-
-def parse_nodes(text: str) -> list[Address]:
-    """``"h:p,h:p"`` (spaces allowed, ``[v6]:port`` too) -> addresses; ValueError names a bad one."""
-    out: list[Address] = []
-    for item in text.replace(" ", ",").split(","):
-        if not item:
-            continue
-        if item.startswith("["):
-            host, _, port = item[1:].partition("]:")
-        else:
-            host, _, port = item.rpartition(":")
-        if not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise ValueError("expected HOST:PORT, got %r" % item)
-        out.append((host, int(port)))
-    if not out:
-        raise ValueError("no node given")
-    return list(dict.fromkeys(out))
 
 
 def _text(address: Address) -> str:

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 from .model import HelloInfo, NodeInfo
 
-__all__ = ["Address", "Backoff", "Topology", "Affinity", "parse_address", "parse_seeds", "split_url"]
+__all__ = ["Address", "Backoff", "Topology", "Affinity", "parse_address", "parse_node_list", "parse_seeds", "split_url"]
 
 Address = tuple[str, int]
 
@@ -101,6 +101,25 @@ def seed_items(seeds: str | Address | Iterable[str | Address]) -> list:
     for s in seeds:
         items.extend(s.replace(",", " ").split() if isinstance(s, str) else [s])
     return items
+
+
+def parse_node_list(text: str) -> list[Address]:
+    """``"h:p,h:p"`` (spaces allowed, ``[v6]:port`` too) -> addresses, in order, each once;
+    ValueError names a bad one (the command lines' ``--nodes``: ``disque-py top``, ``dead``)."""
+    out: list[Address] = []
+    for item in text.replace(" ", ",").split(","):
+        if not item:
+            continue
+        if item.startswith("["):
+            host, _, port = item[1:].partition("]:")
+        else:
+            host, _, port = item.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError("expected HOST:PORT, got %r" % item)
+        out.append((host, int(port)))
+    if not out:
+        raise ValueError("no node given")
+    return list(dict.fromkeys(out))
 
 
 def parse_seeds(seeds: str | Address | Iterable[str | Address]) -> list[Address]:

@@ -1,11 +1,8 @@
 """Deduplication keys (``core/dedup.py``): ADDJOB ... DEDUP on one core and on a few cores
 wired together with a manual clock.
 
-``Net`` below drives ``n`` nodes in one thread: one clock, every ``Send`` encoded and decoded
-by the real bus codec. Unlike ``test_delivery.Cluster`` it can hold messages back (two
-commands taken "at once", before either node hears of the other), cut the network between
-groups (the nodes' views follow), and mute a node (it stays reachable in the others' view but
-never hears anything: a node that does not answer).
+``Net`` below drives ``n`` nodes in one thread (``wired.Wired``: one clock, the real bus codec,
+messages held back with ``submit``, cuts between groups, muted nodes).
 """
 
 from __future__ import annotations
@@ -25,8 +22,7 @@ from disque_py.core.replies import NULL_ARRAY, Error
 from disque_py.core.store import J_GONE, J_LOAD
 
 from .conftest import T0, Harness
-
-WALL = 1_700_000_000_000 - T0
+from .wired import WALL, Wired
 
 
 def show(h, job_id) -> dict:
@@ -35,100 +31,11 @@ def show(h, job_id) -> dict:
     return {reply[i].decode(): reply[i + 1] for i in range(0, len(reply), 2)}
 
 
-class Net:
+class Net(Wired):
+    """``n`` nodes (``wired.Wired``) and what these tests ask of them."""
+
     def __init__(self, n: int = 3) -> None:
-        self.now = T0
-        self.ids = [("%x" % (i + 1)) * 40 for i in range(n)]
-        self.nodes = [Node(nid, seed=b"dedup-%d" % i, now=self.now, wall_offset=WALL) for i, nid in enumerate(self.ids)]
-        self.index = {nid: i for i, nid in enumerate(self.ids)}
-        self.inbox: deque = deque()
-        self.replies: dict[tuple[int, int], list] = {}
-        self.groups: list[set[int]] | None = None
-        self.muted: set[int] = set()
-        self.sent: list[tuple[int, int, str]] = []  # (src, dst, kind) of every message
-        self._views()
-
-    def linked(self, a: int, b: int) -> bool:
-        return self.groups is None or any(a in g and b in g for g in self.groups)
-
-    def _views(self) -> None:
-        for i, node in enumerate(self.nodes):
-            node.cluster_size = len(self.ids)
-            node.known_nodes = list(self.ids)
-            node.reachable = [self.ids[j] for j in range(len(self.ids)) if j != i and self.linked(i, j)]
-
-    def partition(self, *groups) -> None:
-        self.groups = [set(g) for g in groups]
-        self._views()
-
-    def heal(self) -> None:
-        self.groups = None
-        self._views()
-
-    def _collect(self, i: int) -> None:
-        for e in self.nodes[i].take_effects():
-            if type(e) is Reply:
-                self.replies.setdefault((i, e.client), []).append(e.value)
-            else:
-                assert type(e) is Send, e
-                frame = encode_message(Data(self.ids[i], e.message[0], list(e.message[1:])))
-                self.inbox.append((i, self.index[e.to], frame))
-                self.sent.append((i, self.index[e.to], e.message[0]))
-
-    def settle(self) -> None:
-        while self.inbox:
-            src, dst, frame = self.inbox.popleft()
-            if not self.linked(src, dst) or dst in self.muted or src in self.muted:
-                continue  # lost on the cut
-            m = decode_message(frame)
-            self.nodes[dst].receive_data(m.sender, m.kind, m.body, self.now)
-            assert self.nodes[dst].bus_stats["messages_malformed"] == 0
-            self._collect(dst)
-
-    def submit(self, i: int, *args, client: int = 1):
-        """Run a command without delivering what it sends: its reply, or BLOCKED."""
-        argv = [a if isinstance(a, bytes) else str(a).encode() for a in args]
-        reply = self.nodes[i].execute(client, argv, self.now)
-        self._collect(i)
-        return reply
-
-    def reply(self, i: int, client: int = 1):
-        got = self.replies.get((i, client))
-        return got.pop(0) if got else None
-
-    def cmd(self, i: int, *args, client: int = 1):
-        reply = self.submit(i, *args, client=client)
-        self.settle()
-        if reply is BLOCKED:
-            reply = self.reply(i, client)
-            assert reply is not None, "no reply to %r" % (args,)
-        return reply
-
-    def advance(self, ms: int) -> None:
-        target = self.now + ms
-        while True:
-            due = [(w, i) for i, n in enumerate(self.nodes) if (w := n.next_wakeup()) is not None and w <= target]
-            if not due:
-                break
-            at, i = min(due)
-            self.now = max(self.now, at)
-            self.nodes[i].tick(self.now)
-            self._collect(i)
-            self.settle()
-        self.now = target
-        for i, n in enumerate(self.nodes):
-            n.tick(self.now)
-            self._collect(i)
-        self.settle()
-
-    def job(self, i: int, job_id: bytes) -> Job | None:
-        return self.nodes[i].store.get(bytes(job_id))
-
-    def holders(self, job_id: bytes, among=None) -> list[int]:
-        return [i for i in (among if among is not None else range(len(self.nodes))) if self.job(i, job_id) is not None]
-
-    def queued_on(self, job_id: bytes, among=None) -> list[int]:
-        return [i for i in self.holders(job_id, among) if self.job(i, job_id).state == QUEUED]
+        super().__init__(n, id_digit="%x", seed=b"dedup-%d")
 
     def getjob_everywhere(self, queue="q") -> list[tuple[int, bytes]]:
         """GETJOB NOHANG on every node, round after round (a GETJOB on a node without jobs

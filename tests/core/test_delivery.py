@@ -1,10 +1,8 @@
 """Jobs that fail well (``core/delivery.py``): NACK DELAY/REASON/DEAD, BACKOFF, MAXDELIVER and
 dead letters, on one core and on a few cores wired together with a manual clock.
 
-``Cluster`` below drives three nodes in one thread: one clock, every ``Send`` encoded and
-decoded by the real bus codec and handed to its destination at once, in order; a node can
-be crashed (its memory and links gone). Every node is checked (``core/invariants.py``) after
-each input, as in every core test.
+``Cluster`` below drives three nodes in one thread (``wired.Wired``: one clock, every ``Send``
+through the real bus codec, crashes).
 """
 
 from __future__ import annotations
@@ -26,6 +24,7 @@ from disque_py.core.store import J_LOAD
 from disque_py.core.wire import JOB_WIRE_FIELDS, extra_to_wire, job_from_wire, job_to_wire
 
 from .conftest import T0, Harness
+from .wired import Wired
 
 PEER = "f" * 40
 
@@ -43,88 +42,8 @@ def delivered_one(h, queue="q") -> bytes:
 
 
 # =============================================================== a few nodes, wired
-class Cluster:
-    """``n`` nodes on one manual clock; messages delivered at once, in order, through the
-    bus codec. ``crash(i)``: node i is gone (no ticks, its links cut, the others see it
-    unreachable)."""
-
-    def __init__(self, n: int = 3) -> None:
-        self.now = T0
-        self.ids = [("%d" % (i + 1)) * 40 for i in range(n)]
-        self.nodes: list[Node | None] = [
-            Node(nid, seed=b"seed-%d" % i, now=self.now, wall_offset=1_700_000_000_000 - T0) for i, nid in enumerate(self.ids)
-        ]
-        self.index = {nid: i for i, nid in enumerate(self.ids)}
-        self.inbox: deque = deque()
-        self.replies: dict[tuple[int, int], list] = {}
-        self._views()
-
-    def _views(self) -> None:
-        alive = [self.ids[i] for i, n in enumerate(self.nodes) if n is not None]
-        for i, node in enumerate(self.nodes):
-            if node is not None:
-                node.cluster_size = len(self.ids)
-                node.known_nodes = list(self.ids)
-                node.reachable = [nid for nid in alive if nid != self.ids[i]]
-
-    def node(self, i: int) -> Node:
-        node = self.nodes[i]
-        assert node is not None
-        return node
-
-    def crash(self, i: int) -> None:
-        self.nodes[i] = None
-        self.inbox = deque(m for m in self.inbox if m[0] != i and m[1] != i)
-        self._views()
-
-    def _collect(self, i: int) -> None:
-        for e in self.node(i).take_effects():
-            if type(e) is Reply:
-                self.replies.setdefault((i, e.client), []).append(e.value)
-            else:
-                assert type(e) is Send, e
-                frame = encode_message(Data(self.ids[i], e.message[0], list(e.message[1:])))
-                self.inbox.append((i, self.index[e.to], frame))
-
-    def settle(self) -> None:
-        while self.inbox:
-            src, dst, frame = self.inbox.popleft()
-            if self.nodes[src] is None or self.nodes[dst] is None:
-                continue
-            m = decode_message(frame)
-            self.node(dst).receive_data(m.sender, m.kind, m.body, self.now)
-            assert self.node(dst).bus_stats["messages_malformed"] == 0
-            self._collect(dst)
-
-    def cmd(self, i: int, *args, client: int = 1):
-        argv = [a if isinstance(a, bytes) else str(a).encode() for a in args]
-        reply = self.node(i).execute(client, argv, self.now)
-        self._collect(i)
-        self.settle()
-        if reply is BLOCKED:
-            got = self.replies.get((i, client))
-            assert got, "no reply to %r" % (argv,)
-            reply = got.pop()
-        return reply
-
-    def advance(self, ms: int) -> None:
-        target = self.now + ms
-        while True:
-            wakes = [(n.next_wakeup(), i) for i, n in enumerate(self.nodes) if n is not None]
-            due = [(w, i) for w, i in wakes if w is not None and w <= target]
-            if not due:
-                break
-            at, i = min(due)
-            self.now = max(self.now, at)
-            self.node(i).tick(self.now)
-            self._collect(i)
-            self.settle()
-        self.now = target
-        for i, n in enumerate(self.nodes):
-            if n is not None:
-                n.tick(self.now)
-                self._collect(i)
-        self.settle()
+class Cluster(Wired):
+    """Three nodes (``wired.Wired``) and what these tests ask of them."""
 
     def add(self, i: int, *opts, queue="q", body="body") -> bytes:
         reply = self.cmd(i, "ADDJOB", queue, body, 0, "REPLICATE", len(self.ids), *opts)
@@ -135,19 +54,6 @@ class Cluster:
         reply = self.cmd(i, "GETJOB", "NOHANG", "FROM", queue)
         assert isinstance(reply, list) and len(reply) == 1, (i, reply)
         return bytes(reply[0][1])
-
-    def job(self, i: int, job_id: bytes) -> Job | None:
-        node = self.nodes[i]
-        return None if node is None else node.store.get(bytes(job_id))
-
-    def live(self) -> list[int]:
-        return [i for i, n in enumerate(self.nodes) if n is not None]
-
-    def queued_on(self, job_id: bytes) -> list[int]:
-        return [i for i in self.live() if (j := self.job(i, job_id)) is not None and j.state == QUEUED]
-
-    def holders(self, job_id: bytes) -> list[int]:
-        return [i for i in self.live() if self.job(i, job_id) is not None]
 
     def dead_letters(self) -> dict[bytes, list[int]]:
         """Every dead-letter job anywhere: ID -> nodes holding it."""
