@@ -402,8 +402,12 @@ def test_a_producer_that_does_not_retry_counts_the_jobs_it_gave_up():
     assert "no retry" in r.table()
 
 
-def test_the_producer_options_replay():
+def test_the_producer_options_replay_and_parse_back():
     cfg = RunConfig(nemesis="kill", seed=3)
     cfg.workload.producer = "dedup"
     cfg.workload.mix = {"ack": 0.97, "drop": 0.03}
-    assert "--producer dedup --mix ack=0.97,drop=0.03" in cfg.replay(3)
+    argv = cfg.replay(3).split()[1:]
+    assert "--producer dedup --mix ack=0.97,drop=0.03" in " ".join(argv)
+    p = chaos_cli.make_context("chaos", argv).params
+    assert (p["producer"], p["mix"], p["dedup"]) == ("dedup", "ack=0.97,drop=0.03", False)
+    assert chaos_cli.make_context("chaos", ["--dedup"]).params["dedup"] is True
