@@ -47,6 +47,15 @@ for a dead letter, ``dead_of`` (the original's ID) and ``orig_deliveries``;
 * a dead letter delivered again after an acknowledged delivery is a
   duplicate like any, allowed only when a fault came between the original's
   ADDJOB and that delivery (holders on both sides of a split may each make it).
+
+Producers that retry (the workload's ``producer``, "retry" or "dedup"): one
+``add`` event per job meant, with ``attempts``, ``nodes``, ``errors`` and,
+for "dedup", its ``key``; a delivery under another ID than the one answered
+is then allowed without a key (each try may have made a job). Then
+(:func:`_check_producer_retries`): jobs never delivered, extra jobs made for
+one key (must be 0 with keys), and deliveries after an acknowledged one of
+jobs sent more than once, "whole" when no partition came between the first
+ADDJOB and that delivery (must be 0 with keys).
 """
 
 from __future__ import annotations
