@@ -37,6 +37,14 @@ AOF_CYCLE = ("off", "everysec", "always")
               help="Jobs that fail: every at-least-once job gets BACKOFF and MAXDELIVER, this percent of them "
                    "always NACKed (plainly, with DELAY, with REASON) until dead-lettered.")  # fmt: skip
 @click.option("--maxdeliver", type=int, default=3, show_default=True, help="MAXDELIVER of those jobs.")
+@click.option("--producer", type=click.Choice(("once", "retry", "dedup")), default="once", show_default=True,
+              help="What a producer does when ADDJOB gives no ID (a timeout, a dropped connection, NOREPL...): "
+                   "once: gives the job up; retry: sends it again on any node until it gets an ID (each try "
+                   "may make a job); dedup: the same with ADDJOB ... DEDUP <key>, a key per job.")
+@click.option("--dedup", is_flag=True, help="Same as --producer dedup.")
+@click.option("--mix", default=None, metavar="ACTION=SHARE,...",
+              help="What consumers do with a job: ack, fastack, drop, nack [default: "
+                   "ack=0.9,fastack=0.04,drop=0.03,nack=0.03].")
 @click.option("--rate", type=float, default=400.0, show_default=True, help="Jobs added per second, in all.")
 @click.option("--producers", type=int, default=4, show_default=True)
 @click.option("--consumers", type=int, default=6, show_default=True)
@@ -55,8 +63,8 @@ AOF_CYCLE = ("off", "everysec", "always")
 @click.option("--settle-timeout", type=float, default=120.0, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Also print each run's counts as one JSON line.")
 def main(nemesis, seconds, interval, minutes, seed, nodes, replicate, retry, retry0_pct, async_pct, failing_pct,
-         maxdeliver, rate, producers, consumers, aof, node_timeout, server, no_netns, save_dir, keep, settle_timeout,
-         as_json):
+         maxdeliver, producer, dedup, mix, rate, producers, consumers, aof, node_timeout, server, no_netns, save_dir,
+         keep, settle_timeout, as_json):
     """Run producers and consumers against NODES real node processes while a nemesis kills, pauses,
     partitions, jumps clocks or fills disks, then heal, settle and check the history: lost jobs,
     duplicated deliveries, RETRY 0 jobs delivered twice, acknowledged jobs left behind.
@@ -80,7 +88,14 @@ def main(nemesis, seconds, interval, minutes, seed, nodes, replicate, retry, ret
         async_pct = 5.0 if soak else 0.0
     opts = Options(producers=producers, consumers=consumers, rate=rate, replicate=replicate, retry=retry,
                    retry0_pct=retry0_pct / 100, async_pct=async_pct / 100, failing_pct=failing_pct / 100,
-                   maxdeliver=maxdeliver)  # fmt: skip
+                   maxdeliver=maxdeliver, producer="dedup" if dedup else producer)  # fmt: skip
+    if mix:
+        try:
+            opts.mix = {a: float(v) for a, v in (part.split("=") for part in mix.split(","))}
+        except ValueError:
+            raise click.BadParameter("ACTION=SHARE,... (e.g. ack=0.97,drop=0.03)", param_hint="--mix")
+        if not set(opts.mix) <= {"ack", "fastack", "drop", "nack"} or sum(opts.mix.values()) <= 0:
+            raise click.BadParameter("actions: ack, fastack, drop, nack", param_hint="--mix")
     aof = aof or ("cycle" if soak else "off")
     results = []
     t_end = time.monotonic() + minutes * 60

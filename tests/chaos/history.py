@@ -47,6 +47,15 @@ for a dead letter, ``dead_of`` (the original's ID) and ``orig_deliveries``;
 * a dead letter delivered again after an acknowledged delivery is a
   duplicate like any, allowed only when a fault came between the original's
   ADDJOB and that delivery (holders on both sides of a split may each make it).
+
+Producers that retry (the workload's ``producer``, "retry" or "dedup"): one
+``add`` event per job meant, with ``attempts``, ``nodes``, ``errors`` and,
+for "dedup", its ``key``; a delivery under another ID than the one answered
+is then allowed without a key (each try may have made a job). Then
+(:func:`_check_producer_retries`): jobs never delivered, extra jobs made for
+one key (must be 0 with keys), and deliveries after an acknowledged one of
+jobs sent more than once, "whole" when no partition came between the first
+ADDJOB and that delivery (must be 0 with keys).
 """
 
 from __future__ import annotations
@@ -130,6 +139,16 @@ class Report:
     dead_wrong_id: int = 0
     dead_duplicates: int = 0
     dead_duplicates_unexcused: int = 0
+    producer: str = "once"  # how producers met a failed ADDJOB (workload Options.producer)
+    keys: int = 0  # jobs the producers meant to add (a key each in the "dedup" mode)
+    add_attempts: int = 0  # ADDJOBs sent for them
+    keys_retried: int = 0  # jobs sent more than once
+    keys_undelivered: int = 0  # jobs never delivered, whatever ADDJOB answered
+    keys_given_up: int = 0  # jobs a producer stopped trying without an ID
+    extra_jobs: int = 0  # jobs made beyond the first for one key (distinct IDs delivered, less one)
+    keys_extra: int = 0  # keys delivered under more than one ID
+    retry_duplicates: int = 0  # deliveries after an acknowledged delivery, of jobs sent more than once
+    retry_duplicates_whole: int = 0  # ... of which no partition came between the first ADDJOB and that delivery
     error_kinds: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # ADDJOB errors by prefix
     examples: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
 
@@ -159,6 +178,12 @@ class Report:
         if self.dead_duplicates_unexcused:
             out.append("%d dead letters delivered again with no fault to split their holders (e.g. %s)"
                        % (self.dead_duplicates_unexcused, ", ".join(self.examples["dead_duplicates"][:3])))  # fmt: skip
+        if self.producer == "dedup" and self.extra_jobs:
+            out.append("%d DEDUP keys delivered under more than one ID (e.g. %s)"
+                       % (self.keys_extra, ", ".join(self.examples["keys_extra"][:3])))  # fmt: skip
+        if self.producer == "dedup" and self.retry_duplicates_whole:
+            out.append("%d deliveries of DEDUP keys sent twice delivered again with the network whole (e.g. %s)"
+                       % (self.retry_duplicates_whole, ", ".join(self.examples["retry_duplicates_whole"][:3])))  # fmt: skip
         if self.acked_left:
             out.append("%d acknowledged jobs left on the nodes after settling" % self.acked_left)
         if self.acked_left is None or self.settle_s is None:
@@ -197,7 +222,17 @@ class Report:
             ("dead letters under a wrong ID", n(self.dead_wrong_id), "must be 0"),
             ("dead letters delivered again", n(self.dead_duplicates),
              "%s with no fault: must be 0" % n(self.dead_duplicates_unexcused)),
-        ] if self.failing else [])  # fmt: skip
+        ] if self.failing else []) + ([
+            ("producer retries / jobs retried", "%s / %s" % (n(self.add_attempts - self.keys), n(self.keys_retried)),
+             "%s: after every error, timeout, dropped link" % self.producer),
+            ("jobs never delivered", n(self.keys_undelivered),
+             "of %s meant; %s given up with no ID" % (n(self.keys), n(self.keys_given_up))),
+            ("extra jobs made for one key", n(self.extra_jobs), "%s keys under 2+ IDs%s" % (
+                n(self.keys_extra), "; must be 0" if self.producer == "dedup" else "")),
+            ("duplicates of jobs retried", n(self.retry_duplicates), "%s with the network whole%s" % (
+                n(self.retry_duplicates_whole), ": must be 0" if self.producer == "dedup" else "")),
+        ] if self.producer != "once" else [("jobs never delivered", n(self.keys_undelivered),
+                                            "of %s meant; no retry" % n(self.keys))])  # fmt: skip
 
     def _kinds(self) -> str:
         if not self.error_kinds:
@@ -255,7 +290,8 @@ def check(history: History, *, run_prefix: str, acked_left: int | None, settle_s
         if g.get("dead_of") is not None:
             dead[body].append(g)
             continue
-        if a["result"] == "ok" and a["id"] != g["id"]:
+        # without a key, each try of a job retried may have made a job of its own
+        if a["result"] == "ok" and a["id"] != g["id"] and ("key" in a or a.get("attempts", 1) == 1):
             r.wrong_id += 1
             r.examples["wrong_id"].append("%s %s!=%s" % (body, g["id"], a["id"]))
         deliveries[body].append(g)
@@ -276,6 +312,7 @@ def check(history: History, *, run_prefix: str, acked_left: int | None, settle_s
             r.retry0_twice += 1
             r.examples["retry0_twice"].append(body)
     _check_dead_letters(r, history, by_body, deliveries, dead)
+    _check_producer_retries(r, history, adds, deliveries)
     for a in adds:
         if a["retry"] == 0:
             r.retry0_jobs += 1
@@ -300,6 +337,57 @@ def check(history: History, *, run_prefix: str, acked_left: int | None, settle_s
 
 
 Deliveries = dict[str, list[dict[str, Any]]]  # a job's body -> its deliveries
+
+
+def _split_times(history: History) -> list[tuple[float, float]]:
+    """When the network was cut: (from, to) of every partition, the last one to the run's heal."""
+    out = []
+    start = None
+    for e in history.events:
+        if e["op"] == "nemesis" and e["what"] in ("partition", "partition-one"):
+            start = e["t"]
+        elif start is not None and ((e["op"] == "nemesis" and e["what"] == "heal") or
+                                    (e["op"] == "phase" and e["name"] == "heal")):  # fmt: skip
+            out.append((start, e["t"]))
+            start = None
+    if start is not None:
+        out.append((start, float("inf")))
+    return out
+
+
+def _check_producer_retries(r: Report, history: History, adds: list[dict[str, Any]], deliveries: Deliveries) -> None:
+    """Per job the producers meant to add (one ``add`` event each, its tries inside): never
+    delivered, made more than once (distinct IDs delivered for it), delivered again after an
+    acknowledged delivery when it was sent more than once (a duplicate its producer's retries may
+    have caused; "whole" when no partition came between its first ADDJOB and that delivery)."""
+    r.producer = next((("dedup" if "key" in a else "retry") for a in adds if "attempts" in a), "once")
+    splits = _split_times(history)
+    for a in adds:
+        r.keys += 1
+        tries = a.get("attempts", 1)
+        r.add_attempts += tries
+        ds = deliveries.get(a["body"], [])
+        if not ds:
+            r.keys_undelivered += 1
+            if "attempts" in a and a["result"] != "ok":
+                r.keys_given_up += 1
+        ids = {g["id"] for g in ds}
+        if len(ids) > 1:
+            r.keys_extra += 1
+            r.extra_jobs += len(ids) - 1
+            r.examples["keys_extra"].append("%s (%s)" % (a["body"], " ".join(sorted(ids))))
+        if tries < 2:
+            continue
+        r.keys_retried += 1
+        acked_before = False
+        for g in ds:  # in time order (check sorted them)
+            if acked_before:
+                r.retry_duplicates += 1
+                if not any(s < g["t"] and e > a["t0"] for s, e in splits):
+                    r.retry_duplicates_whole += 1
+                    r.examples["retry_duplicates_whole"].append("%s %s" % (g["id"], a["body"]))
+            if g["action"] in ("ack", "fastack"):
+                acked_before = True
 
 
 def _check_dead_letters(r: Report, history: History, by_body: dict[str, dict[str, Any]], deliveries: Deliveries,

@@ -67,6 +67,10 @@ class RunConfig:
             args += ["--async-pct", "%g" % (o.async_pct * 100)]
         if o.failing_pct:
             args += ["--failing-pct", "%g" % (o.failing_pct * 100), "--maxdeliver", str(o.maxdeliver)]
+        if o.producer != "once":
+            args += ["--producer", o.producer]
+        if o.mix != Options().mix:
+            args += ["--mix", ",".join("%s=%g" % kv for kv in o.mix.items())]
         if self.appendonly:
             args += ["--aof", self.appendfsync]
         if self.server:
@@ -98,6 +102,8 @@ class Result:
                     "disque-py" if not c.server else c.server.split()[0].rsplit("/", 1)[-1],
                     c.appendfsync if c.appendonly else "off", o.replicate, o.retry, c.seconds,
                     len(self.faults)))  # fmt: skip
+        if o.producer != "once":
+            title += ", producers %s" % ("retry with DEDUP keys" if o.producer == "dedup" else "retry without keys")
         text = self.report.table(title)
         extra = [p for p in self.problems if p not in self.report.problems]
         if extra:
@@ -206,6 +212,9 @@ def run(cfg: RunConfig, *, workdir: Path | None = None, log: Callable[[str], Non
                             break
                     workload.producing = False
                     await nemesis.heal_all()
+                    with trio.move_on_after(cfg.workload.give_up_s + cfg.workload.request_timeout):
+                        while workload.adding:  # retrying producers finish the job they are on
+                            await trio.sleep(0.1)
                     workload.draining = True
                     healed = time.monotonic()
                     history.add(op="phase", t=healed, name="heal")

@@ -328,3 +328,86 @@ def test_a_history_without_failing_jobs_reports_no_failing_rows():
     get(h, add(h, 1, 0.0), 0.5)
     r = judge(h)
     assert r.ok and not r.failing and "poison" not in r.table()
+
+
+# ------------------------------------------------------------------ producers that retry
+
+
+def retried(h: History, seq: int, t0: float, *, key: bool, attempts: int = 2, result: str = "ok") -> str:
+    """A job a retrying producer sent ``attempts`` times (``key``: with DEDUP)."""
+    body = add(h, seq, t0, result=result)
+    ev = h.events[-1]
+    ev.update(attempts=attempts, nodes=[0] * attempts, ids=[ev["id"]] if result == "ok" else [], errors=[])
+    if key:
+        ev["key"] = body
+    return body
+
+
+def split(h: History, t: float, until: float) -> None:
+    h.add(op="nemesis", t=t, what="partition", nodes=[0], memory_lost=False)
+    h.add(op="nemesis", t=until, what="heal", nodes=[0], memory_lost=False)
+
+
+def test_a_dedup_job_retried_and_delivered_again_after_its_ack_with_the_network_whole_is_caught():
+    h = History()
+    b = retried(h, 1, 0.0, key=True)
+    get(h, b, 0.5)
+    get(h, b, 0.6)  # the same ID again, after an acknowledged delivery
+    get(h, retried(h, 2, 0.0, key=True, attempts=1), 0.5)
+    r = judge(h)
+    assert (r.producer, r.keys, r.add_attempts, r.keys_retried) == ("dedup", 2, 3, 1)
+    assert r.retry_duplicates == r.retry_duplicates_whole == 1 and not r.ok
+    assert "1 deliveries of DEDUP keys sent twice delivered again with the network whole" in r.problems[0]
+
+
+def test_a_dedup_job_delivered_again_across_a_partition_is_counted_not_failed():
+    h = History()
+    b = retried(h, 1, 0.0, key=True)
+    split(h, 0.2, 3.0)
+    get(h, b, 0.5)
+    get(h, b, 3.5)
+    r = judge(h)
+    assert r.ok, r.problems
+    assert r.retry_duplicates == 1 and r.retry_duplicates_whole == 0
+
+
+def test_a_dedup_key_delivered_under_two_ids_is_caught():
+    h = History()
+    b = retried(h, 1, 0.0, key=True)
+    get(h, b, 0.5, action="drop")
+    get(h, b, 1.5, job_id="D-other")
+    r = judge(h)
+    assert r.extra_jobs == 1 and r.keys_extra == 1 and not r.ok
+    assert any("DEDUP keys delivered under more than one ID" in p for p in r.problems)
+
+
+def test_retries_without_a_key_may_make_more_jobs_counted_apart_from_wrong_ids():
+    h = History()
+    b = retried(h, 1, 0.0, key=False, attempts=3)
+    get(h, b, 0.5, job_id="D-first-try")
+    get(h, b, 0.6)
+    b2 = retried(h, 2, 0.0, key=False, result="unknown", attempts=5)  # given up
+    r = judge(h)
+    assert r.ok, r.problems
+    assert (r.producer, r.wrong_id, r.extra_jobs, r.retry_duplicates, r.retry_duplicates_whole) == ("retry", 0, 1, 1, 1)
+    assert r.keys_undelivered == r.keys_given_up == 1 and b2
+
+
+def test_a_producer_that_does_not_retry_counts_the_jobs_it_gave_up():
+    h = History()
+    add(h, 1, 0.0, result="error")
+    get(h, add(h, 2, 0.0), 0.5)
+    r = judge(h)
+    assert (r.producer, r.keys, r.keys_undelivered) == ("once", 2, 1)
+    assert "no retry" in r.table()
+
+
+def test_the_producer_options_replay_and_parse_back():
+    cfg = RunConfig(nemesis="kill", seed=3)
+    cfg.workload.producer = "dedup"
+    cfg.workload.mix = {"ack": 0.97, "drop": 0.03}
+    argv = cfg.replay(3).split()[1:]
+    assert "--producer dedup --mix ack=0.97,drop=0.03" in " ".join(argv)
+    p = chaos_cli.make_context("chaos", argv).params
+    assert (p["producer"], p["mix"], p["dedup"]) == ("dedup", "ack=0.97,drop=0.03", False)
+    assert chaos_cli.make_context("chaos", ["--dedup"]).params["dedup"] is True

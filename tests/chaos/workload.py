@@ -100,6 +100,16 @@ class Options:
     maxdeliver: int = 3
     backoff: tuple[float, float] = (0.05, 0.4)  # BACKOFF min max, seconds
     nack_delay: float = 0.3  # NACK DELAY of a poison job, one NACK in three
+    #: how a producer meets a failed ADDJOB (no ID: a timeout, a dropped connection, NOREPL...):
+    #: "once" gives the job up; "retry" sends it again, on any node, until it gets an ID (each try may
+    #: make a job); "dedup" does the same with ``DEDUP <key>`` (one job per key)
+    producer: str = "once"
+    give_up_s: float = 30.0  # a retrying producer gives a job up after this long without an ID
+    retry_pause: float = 0.05  # between two tries of one job
+
+    @property
+    def retrying(self) -> bool:
+        return self.producer in ("retry", "dedup")
 
     @property
     def failing(self) -> bool:
@@ -141,6 +151,7 @@ class Workload:
         #: every queue consumers read and the settle phase waits on: the dead-letter ones too
         self.all_queues = self.queue_names + ([q + ".dead" for q in self.queue_names] if opts.failing else [])
         self.counts = {"added": 0, "delivered": 0, "add_failures": 0, "get_failures": 0}
+        self.adding = 0  # jobs a retrying producer is still trying to add
 
     # ------------------------------------------------------------------ producers
 
@@ -179,6 +190,13 @@ class Workload:
                 ev["async"] = asynchronous
                 if policy:
                     ev["maxdeliver"] = o.maxdeliver
+                if o.retrying:
+                    self.adding += 1
+                    try:
+                        await self._add_until_answered(ev, args, conns, picker, node)
+                    finally:
+                        self.adding -= 1
+                    continue
                 try:
                     reply = await conns[node].call(*args, timeout=o.request_timeout)
                     ev["result"], ev["id"] = "ok", reply.decode()
@@ -196,6 +214,47 @@ class Workload:
         finally:
             for c in conns:
                 await c.close()
+
+    async def _add_until_answered(self, ev: dict[str, Any], args: list[Any], conns: list[Conn], picker: Picker,
+                                  node: int) -> None:  # fmt: skip
+        """A retrying producer's job: ADDJOB again (the same body; with ``DEDUP <body>`` in the
+        "dedup" mode) on any node after every error, timeout or dropped connection, until an ID
+        comes or ``give_up_s`` has passed. The event gets ``key`` (dedup), ``attempts``, ``nodes``
+        (one per try), ``errors`` ([sent, failed, error] of each try that failed) and ``ids``
+        (the ID answered)."""
+        o = self.opts
+        if o.producer == "dedup":
+            args = args + ["DEDUP", ev["body"]]
+            ev["key"] = ev["body"]
+        ev["attempts"], ev["nodes"], ev["ids"], ev["errors"] = 0, [], [], []
+        deadline = self.clock() + o.give_up_s
+        while True:
+            ev["attempts"] += 1
+            ev["nodes"].append(node)
+            sent = self.clock()
+            try:
+                reply = await conns[node].call(*args, timeout=o.request_timeout)
+            except ReplyError as exc:
+                ev["error"] = str(exc)[:100]
+                if ev["error"].startswith("ERR"):  # a bad request: no retry makes it good
+                    ev["result"] = "error" if not ev["ids"] and ev["attempts"] == 1 else "unknown"
+                    break
+                picker.failed(node)
+            except FAILURES as exc:
+                ev["error"] = type(exc).__name__
+                picker.failed(node)
+            else:
+                ev["result"], ev["id"] = "ok", reply.decode()
+                ev["ids"].append(ev["id"])
+                self.counts["added"] += 1
+                break
+            self.counts["add_failures"] += 1
+            ev["errors"].append([round(sent, 3), round(self.clock(), 3), ev["error"]])
+            if self.clock() >= deadline:
+                break  # given up: "unknown" (a try may have made the job)
+            await trio.sleep(o.retry_pause)
+            node = picker.pick()
+        ev["t1"] = self.clock()
 
     # ------------------------------------------------------------------ consumers
 
