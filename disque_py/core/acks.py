@@ -259,7 +259,7 @@ class Acks:
         job = self._store.get(m.job_id)
         if job is not None:
             if job.state == WAIT_REPL:  # deleted elsewhere (FASTACK) while replicating
-                ctx.replication_failed(job, Error(_REMOVED_WHILE_REPLICATING))
+                ctx.replication_failed(job, Error(_REMOVED_WHILE_REPLICATING), True)
                 return
             # The sender lists the holders it told: pass the DELJOB on to those we know and it did
             # not (a copy moved on from here, say), or that copy would come back after RETRY.

@@ -71,7 +71,7 @@ class Context:
     is_buried: Callable[[bytes], bool]
     # replication: the client of a job waiting for its copies
     replication_achieved: Callable[["Job"], bool]  # enough copies; False if forgotten here
-    replication_failed: Callable[["Job", Any], None]  # tell the client, delete every copy
+    replication_failed: Callable[..., None]  # (job, reply, deleted_elsewhere=False): tell the client, delete every copy
     replication_dropped: Callable[["Job"], None]  # a wait-repl job is being deleted here
     replicate_job: Callable[["Job", int, bool], int]  # (job, more holders, noreply): send copies
     # delivery: delivery limits and dead letters (jobs with an Extra only)

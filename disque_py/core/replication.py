@@ -277,11 +277,14 @@ class Replication:
         return None
 
     # -- outcomes ------------------------------------------------------------------------
-    def failed(self, job: Job, reply: Any) -> None:
-        """Replication did not complete: tell the client, delete every copy."""
+    def failed(self, job: Job, reply: Any, deleted_elsewhere: bool = False) -> None:
+        """Replication did not complete: tell the client, delete every copy. A DEDUP job is
+        kept instead (``_keep``), unless ``deleted_elsewhere`` (a DELJOB: it was acknowledged
+        with FASTACK or deleted on another node meanwhile, so it is done: deleted here too, its
+        key remembered)."""
         ctx = self.ctx
         client = self.clients.pop(job.id, None)
-        dedup = job.extra is not None and job.extra.dedup is not None
+        dedup = job.extra is not None and job.extra.dedup is not None and not deleted_elsewhere
         if client is not None:
             self.client_jobs.pop(client, None)
             if dedup and type(reply) is Error:

@@ -114,11 +114,10 @@ def test_producers_retrying_with_dedup_keys_add_each_job_once_under_kills_and_pa
     """3 nodes, REPLICATE 3; every producer sends ADDJOB ... DEDUP <key> again, on any node, after
     every error, timeout and dropped connection until it gets an ID: no job lost, one ID per key,
     and no job its producer sent twice delivered again after an acknowledgement unless a partition
-    came in between. Consumers do not FASTACK here: a DEDUP job FASTACKed while its first node
-    still waits for a dead holder's copy comes back (a node bug, see
-    tests/core/test_dedup_fastack.py); put FASTACK back in the mix when it is fixed."""
-    r = chaos(tmp_path, "kill+partition", nodes=3, producer="dedup",
-              mix={"ack": 0.94, "drop": 0.03, "nack": 0.03})  # fmt: skip
+    came in between. Consumers use the usual mix, FASTACK included (a DEDUP job FASTACKed while
+    its first node still waited for a dead holder's copy once came back:
+    tests/core/test_dedup_fastack.py)."""
+    r = chaos(tmp_path, "kill+partition", nodes=3, producer="dedup")
     rep = r.report
     assert rep.producer == "dedup" and rep.keys_retried >= 1, "no producer had to retry: nothing shown"
     assert rep.extra_jobs == 0 and rep.retry_duplicates_whole == 0 and rep.lost == 0

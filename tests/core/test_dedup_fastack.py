@@ -10,8 +10,6 @@ the others still count it reachable.
 
 from __future__ import annotations
 
-import pytest
-
 from disque_py.core.effects import BLOCKED
 from disque_py.core.ids import dedup_job_id
 
@@ -32,9 +30,6 @@ class SilentCluster(Cluster):
             self.inbox = type(self.inbox)(m for m in self.inbox if m[1] not in self.silent)
 
 
-@pytest.mark.xfail(strict=True, reason="node bug: Acks.on_deljob hands a WAIT_REPL job to "
-                   "Replication.failed, which keeps and queues a DEDUP job (Replication._keep) though "
-                   "the DELJOB says it was fastacked elsewhere: delivered again")  # fmt: skip
 def test_a_dedup_job_fastacked_elsewhere_while_waiting_for_copies_is_not_queued_again():
     c = SilentCluster(3)
     c.silent.add(2)
