@@ -7,6 +7,8 @@ start of a slot it adds the slot's job with the deduplication key::
 
     periodic:<task name>:<slot start, Unix seconds>
 
+and the slot's start in the job's ``meta`` (``{"periodic_slot": <slot start>}``), which the
+task reads as ``current_task().meta["periodic_slot"]``.
 The cluster answers every ADDJOB of the same queue and key with the same job ID and adds
 nothing more (``ADDJOB ... DEDUP``, README.md), so the slot's job is in the queue once
 however many schedulers run, on whichever nodes they are connected to; and it is there as long
@@ -179,7 +181,9 @@ class Scheduler:
     def _add(self, e: _Entry, start: float) -> bool | None:
         """True: added (or found added); False: failed, try again later; None: try again now."""
         key = slot_key(e.task.name, start)
-        options: dict[str, Any] = {"dedup": key}
+        # the slot rides in the body too, so that the task knows which run it is
+        # (current_task().meta["periodic_slot"]); every scheduler sends the same body for a slot
+        options: dict[str, Any] = {"dedup": key, "meta": {"periodic_slot": int(start) if start == int(start) else start}}
         if e.replicate is not None:
             options["replicate"] = e.replicate
         try:

@@ -12,10 +12,11 @@ written by the worker that ran it, before its own job is acknowledged:
 * replicated as any job (ADDJOB's default), so it outlives the node it was
   written to.
 
-A waiter (:meth:`TaskRef.result`, on any node) takes it with ``GETJOB TIMEOUT
-... FROM <queue>`` (the node fetches it from the others if it holds no copy)
-and puts it straight back with ``ENQUEUE``, so every waiter, anywhere, reads it
-until its TTL ends. Many results are awaited with one GETJOB over their queues
+A waiter of one result (:meth:`TaskRef.result`) first reads it with ``QPEEK`` where its
+client is: one round trip, and nothing taken. When it is not there (not written yet, on
+another node, held by another waiter), a waiter on any node takes it with ``GETJOB TIMEOUT
+... FROM <queue>`` (the node fetches it from the others if it holds no copy) and puts it
+straight back with ``ENQUEUE``, so every waiter, anywhere, reads it until its TTL ends. Many results are awaited with one GETJOB over their queues
 (:func:`wait_outcomes`).
 """
 
@@ -71,11 +72,31 @@ def _outcome_of(job: Any) -> Outcome:
         return Outcome(False, None, "MessageError", "unreadable result in %s: %s" % (job.queue, exc))
 
 
+def _peek(client: Any, queue: str) -> Outcome | None:
+    try:
+        jobs = client.execute("QPEEK", queue, 1)
+    except Exception:  # noqa: BLE001 - the GETJOB that follows says what is wrong, or fails over
+        return None
+    if not jobs:
+        return None
+    try:
+        return decode_outcome(jobs[0][2])
+    except MessageError as exc:
+        return Outcome(False, None, "MessageError", "unreadable result in %s: %s" % (queue, exc))
+
+
 def wait_outcomes(client: Any, queues: list[str], timeout: float | None) -> dict[str, Outcome]:
     """Wait for result jobs in ``queues`` (a sync client); ``{queue: outcome}`` for those that
     came within ``timeout`` seconds (None: until all came). Every one read is put back."""
     pending = list(dict.fromkeys(queues))
     got: dict[str, Outcome] = {}
+    if len(pending) == 1:
+        # one result, most often there already: QPEEK reads it where the client is, in one round
+        # trip and without taking it (nothing to put back); not there (not written yet, another
+        # node's, or held by another waiter): the GETJOB below waits, and fetches it from others
+        peeked = _peek(client, pending[0])
+        if peeked is not None:
+            return {pending[0]: peeked}
     deadline = None if timeout is None else time.monotonic() + timeout
     while pending:
         if deadline is None:

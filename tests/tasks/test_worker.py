@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import threading
 import time
 import urllib.request
 import uuid
@@ -77,6 +78,36 @@ def test_send_result_error_and_group(app, run_worker):
     assert values[:2] == [3, 7] and values[3] == 11 and isinstance(values[2], TaskError)
     with pytest.raises(NoResult):
         add.send_with(args=(1, 1), result_ttl=0).result(timeout=1)
+
+
+def test_a_result_read_is_left_for_every_other_waiter_on_any_node(cluster3, run_worker):
+    q = "t-" + uuid.uuid4().hex[:8]
+    here, there = App(addr(cluster3[0]), result_ttl=60), App(addr(cluster3[1]), result_ttl=60)
+    try:
+
+        @here.task(queue=q, retries=0, name="inc")
+        def inc(x):
+            return x + 1
+
+        run_worker(here, concurrency=2)
+        ref = inc.send(1)
+        assert ref.result(timeout=10) == 2
+        results = raw(cluster3[0])
+        queue = "result:" + ref.id
+        assert results.execute_command("QLEN", queue) == 1  # read where it is (QPEEK): not taken
+        # another node holds no queued copy: its waiter's GETJOB fetches it (and puts it back there)
+        assert raw(cluster3[1]).execute_command("QLEN", queue) == 0
+        assert TaskRef.for_job(there, ref.id).result(timeout=10) == 2
+        # a result held by a waiter (taken, not yet put back) is waited for, not missed
+        other = raw(cluster3[1])
+        held = other.execute_command("GETJOB", "NOHANG", "FROM", queue)
+        assert held, "the result is queued where the last waiter put it back"
+        threading.Timer(0.3, other.execute_command, ("ENQUEUE", held[0][1])).start()
+        assert TaskRef.for_job(there, ref.id).result(timeout=10) == 2
+        assert other.execute_command("QLEN", queue) == 1
+    finally:
+        here.close()
+        there.close()
 
 
 def test_result_timeout_and_dedup_send(app, node):
