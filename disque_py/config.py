@@ -206,9 +206,11 @@ def _d(name: str, kind: Kind, default: Any, **kw: Any) -> Directive:
 
 
 _BOOL_ERR = "argument must be 'yes' or 'no'"
-#: Smallest protocol limits: a 1 KiB argument and 32 arguments (ADDJOB with every option is 24).
+#: Smallest protocol limits: a 1 KiB argument and 16 arguments (ADDJOB with every option of
+#: Disque's is 15; with ours too, BACKOFF MAXDELIVER DEADLETTER DEDUP, 24: a node set that low
+#: refuses those).
 PROTO_MIN_BULK = 1024
-PROTO_MIN_MULTIBULK = 32
+PROTO_MIN_MULTIBULK = 16
 _LOGLEVELS = ("debug", "verbose", "notice", "warning")
 _FACILITIES = ("user",) + tuple(f"local{i}" for i in range(8))
 
@@ -360,7 +362,7 @@ _TABLE: tuple[Directive, ...] = (
     _d("proto-max-bulk-len", Kind.MEMORY, 512 * 1024**2, runtime=True, implemented=True,
        minimum=PROTO_MIN_BULK, help="largest accepted bulk string (at least 1kb)"),
     _d("proto-max-multibulk-len", Kind.INT, 1024 * 1024, runtime=True, implemented=True,
-       minimum=PROTO_MIN_MULTIBULK, help="largest accepted number of arguments (at least 32)"),
+       minimum=PROTO_MIN_MULTIBULK, help="largest accepted number of arguments (at least 16)"),
     _d("client-query-buffer-limit", Kind.MEMORY, 1024**3, runtime=True, implemented=True,
        minimum=PROTO_MIN_BULK, help="largest unparsed input buffer per client (at least 1kb)"),
 )
