@@ -64,6 +64,8 @@ OURS = ["proto-max-bulk-len", "proto-max-multibulk-len", "client-query-buffer-li
         "cluster-secret", "protected-mode", "user"]
 #: The admin HTTP port (server/web.py); admin-metrics-max-queues at run time.
 OURS += ["admin-port", "admin-bind", "admin-tls", "admin-metrics-max-queues"]
+#: ADDJOB's DEDUP keys (core/dedup.py), at run time.
+OURS += ["dedup-window"]
 #: Redis 6's TLS directives (server/tls.py); all of them but tls-port and tls-cluster at run time.
 TLS = ["tls-port", "tls-cert-file", "tls-key-file", "tls-key-file-pass", "tls-ca-cert-file", "tls-ca-cert-dir",
        "tls-auth-clients", "tls-protocols", "tls-ciphers", "tls-ciphersuites", "tls-prefer-server-ciphers",
@@ -152,7 +154,7 @@ def test_runtime_directives_list():
         "cluster-node-timeout", "hz", "watchdog-period", "maxmemory", "loglevel",
         "maxmemory-policy", "appendfsync", "proto-max-bulk-len",
         "proto-max-multibulk-len", "client-query-buffer-limit", "protected-mode",
-    } | (set(TLS) - {"tls-port", "tls-cluster"}) | {"log-format"}
+    } | (set(TLS) - {"tls-port", "tls-cluster"}) | {"log-format", "dedup-window"}
     assert rt == expected
 
 
