@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import gc
 import shlex
 import signal
 import sys
@@ -68,6 +69,9 @@ def server(args: tuple[str, ...]) -> None:
       disque-py server --port 7712 --dir /tmp/node2 --loglevel verbose
       disque-py server disque.conf --requirepass s3cret --maxclients 500
     """
+    # The node's imports (trio, the core, the bus: about 50k objects) make next to no garbage:
+    # the collector stays off through them, and run_node's policy (server/gcpolicy.py) turns it on.
+    gc.disable()
     import trio
 
     from .config import ConfigError, load_config
