@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import gc
 import shlex
 import signal
 import sys
@@ -21,7 +22,25 @@ from . import __version__
 CONTEXT = {"help_option_names": ["--help"], "max_content_width": 100}
 
 
-@click.group(context_settings=CONTEXT)
+class _Commands(click.Group):
+    """The command group, with the commands that live in other modules imported when asked for (run or
+    listed by --help): `disque-py server` starts a node without loading the client library."""
+
+    LAZY = {"worker": ("disque_py.client.cli_worker", "worker"), "dead": ("disque_py.deadcmd", "dead")}
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*self.commands, *self.LAZY})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in self.LAZY and cmd_name not in self.commands:
+            import importlib
+
+            module, attr = self.LAZY[cmd_name]
+            self.add_command(getattr(importlib.import_module(module), attr), cmd_name)
+        return super().get_command(ctx, cmd_name)
+
+
+@click.group(cls=_Commands, context_settings=CONTEXT)
 @click.version_option(__version__, prog_name="disque-py")
 def main() -> None:
     """disque-py: a distributed, in-memory job broker, compatible with Disque 1.0-rc1.
@@ -50,6 +69,9 @@ def server(args: tuple[str, ...]) -> None:
       disque-py server --port 7712 --dir /tmp/node2 --loglevel verbose
       disque-py server disque.conf --requirepass s3cret --maxclients 500
     """
+    # The node's imports (trio, the core, the bus: about 50k objects) make next to no garbage:
+    # the collector stays off through them, and run_node's policy (server/gcpolicy.py) turns it on.
+    gc.disable()
     import trio
 
     from .config import ConfigError, load_config
@@ -667,13 +689,6 @@ def top(nodes: str, no_discover: bool, password: str | None, username: str | Non
     if not any(n.reachable for n in view.nodes):
         click.echo("no node answered (%s)" % ", ".join(n.address for n in view.nodes), err=True)
         sys.exit(1)
-
-
-from .client.cli_worker import worker as _worker_command  # noqa: E402
-from .deadcmd import dead as _dead_command  # noqa: E402
-
-main.add_command(_worker_command)
-main.add_command(_dead_command)
 
 
 if __name__ == "__main__":  # pragma: no cover

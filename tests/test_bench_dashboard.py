@@ -101,3 +101,15 @@ def test_the_aof_rows_come_from_the_last_run_that_has_them():
     assert _row(text, "AOF load")[1] == "80,000 jobs/s"
     assert "AOF ADDJOB rows: 2026-11-28 14:00 UTC, commit `abcdef0`." in text
     assert "AOF load row: 2026-11-28 13:30 UTC, commit `1f30747`." in text
+
+
+def test_the_start_row_comes_from_a_start_run_with_disques_time_over_ours():
+    start = {"machine": MACHINE, "results": {
+        "script": {"argv": [], "ms": [120.0, 125.0, 130.0], "median_ms": 125.0, "cpu_ms": [1.0], "median_cpu_ms": 110.0},
+        "disque": {"argv": [], "ms": [5.0, 5.0, 5.0], "median_ms": 5.0}}}  # fmt: skip
+    text = dashboard([_main_run(), start])
+    row = _row(text, "Start: exec to first PONG")
+    assert row[1:5] == ["125 ms (CPU 110 ms)", "5.0 ms", "0.04", "not run"]
+    assert row[6] == "`scripts/bench start --disque-server $DISQUE`"
+    assert _row(text, "ADDJOB unpipelined")[1] == "30,000/s"  # the start run is not taken for the main one
+    assert _row(dashboard([_main_run()]), "Start: exec")[1:4] == ["—", "—", "—"]

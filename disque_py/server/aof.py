@@ -52,9 +52,6 @@ from typing import TYPE_CHECKING, Any, Callable
 import trio
 
 from ..core.replies import Error
-from ..persistence.journal import encode_entries, snapshot
-from ..persistence.loader import Loader
-from ..persistence.records import CorruptRecord
 from . import faults
 from .logs import log
 
@@ -188,6 +185,8 @@ class Aof:
 
     def _take_batch(self) -> tuple[int, bytes]:
         """Everything journaled so far as the next batch: its number and its records."""
+        from ..persistence.journal import encode_entries  # a node without the AOF never loads the codec
+
         entries = self.journal[:]
         self.journal.clear()
         data = encode_entries(entries, self.node.wall_offset)
@@ -374,6 +373,9 @@ class Aof:
         except OSError:
             log.info("No append only file at %s yet: starting with no jobs", path)
             return None
+        from ..persistence.loader import Loader
+        from ..persistence.records import CorruptRecord
+
         log.info("Loading the append only file %s (%d bytes)...", path, total)
         self.loading = True
         start = last = time.monotonic()
@@ -495,6 +497,8 @@ class Aof:
             return True
         tmp = self.config.resolve_path("temp-rewriteaof-bg-%d.aof" % os.getpid())
         buf: list[bytes] = []
+        from ..persistence import journal  # noqa: F401 - loaded before the fork: the child imports nothing
+
         try:
             pid = os.fork()
         except OSError as exc:
@@ -531,6 +535,8 @@ class Aof:
         return True
 
     def _write_snapshot(self, tmp: str) -> None:
+        from ..persistence.journal import snapshot
+
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         incremental = self.config.aof_rewrite_incremental_fsync
         unsynced = 0

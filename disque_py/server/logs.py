@@ -29,8 +29,6 @@ import sys
 import time
 from typing import Any
 
-from pythonjsonlogger.json import JsonFormatter
-
 LEVELS = {"debug": logging.DEBUG, "verbose": 15, "notice": logging.INFO, "warning": logging.WARNING}
 _CHARS = {logging.DEBUG: ".", 15: "-", logging.INFO: "*", logging.WARNING: "#", logging.ERROR: "#", logging.CRITICAL: "#"}
 _NAMES = {logging.DEBUG: "debug", 15: "verbose", logging.INFO: "notice", logging.WARNING: "warning",
@@ -53,25 +51,38 @@ class _Formatter(logging.Formatter):
         return text
 
 
-class _JsonFormatter(JsonFormatter):
-    """One JSON object per record: timestamp (ISO 8601, UTC), level, message, pid, role, node_id."""
+def _json_formatter() -> logging.Formatter:
+    """One JSON object per record: timestamp (ISO 8601, UTC), level, message, pid, role, node_id.
 
-    def __init__(self) -> None:
-        super().__init__("%(message)s", json_ensure_ascii=False)
+    The class is made on first use: a node that logs text does not import python-json-logger."""
+    global _JsonFormatter
+    if _JsonFormatter is None:
+        from pythonjsonlogger.json import JsonFormatter
 
-    def add_fields(self, log_data: dict[str, Any], record: logging.LogRecord, message_dict: dict[str, Any]) -> None:
-        log_data["timestamp"] = datetime.datetime.fromtimestamp(record.created, datetime.timezone.utc).isoformat(
-            timespec="milliseconds")  # fmt: skip
-        log_data["level"] = _NAMES.get(record.levelno, "notice")
-        super().add_fields(log_data, record, message_dict)
-        log_data["pid"] = os.getpid()
-        log_data["role"] = "node"
-        if _node_id:
-            log_data["node_id"] = _node_id
+        class JsonLines(JsonFormatter):
+            def __init__(self) -> None:
+                super().__init__("%(message)s", json_ensure_ascii=False)
+
+            def add_fields(self, log_data: dict[str, Any], record: logging.LogRecord,
+                           message_dict: dict[str, Any]) -> None:  # fmt: skip
+                log_data["timestamp"] = datetime.datetime.fromtimestamp(
+                    record.created, datetime.timezone.utc).isoformat(timespec="milliseconds")  # fmt: skip
+                log_data["level"] = _NAMES.get(record.levelno, "notice")
+                super().add_fields(log_data, record, message_dict)
+                log_data["pid"] = os.getpid()
+                log_data["role"] = "node"
+                if _node_id:
+                    log_data["node_id"] = _node_id
+
+        _JsonFormatter = JsonLines
+    return _JsonFormatter()
+
+
+_JsonFormatter: Any = None
 
 
 def _formatter(fmt: str) -> logging.Formatter:
-    return _JsonFormatter() if fmt == "json" else _Formatter()
+    return _json_formatter() if fmt == "json" else _Formatter()
 
 
 def setup_logging(logfile: str, loglevel: str, fmt: str = "text") -> None:

@@ -1,12 +1,12 @@
 """The dashboard at the top of BENCHMARKS.md, printed from the raw results of one or more runs.
 
-    scripts/bench dashboard RESULTS.json [AOF.json]
-    PYTHONPATH=scripts python -m benchmarks.dashboard RESULTS.json [AOF.json]
+    scripts/bench dashboard RESULTS.json [AOF.json] [START.json]
+    PYTHONPATH=scripts python -m benchmarks.dashboard RESULTS.json [AOF.json] [START.json]
 
 RESULTS.json is what ``scripts/bench --only addjob,getjob,cycles,redis,replication --disque-server PATH``
 wrote (into ``bench-results/``, or ``--write FILE``), AOF.json what ``scripts/bench aof --disque-server PATH``
-wrote. Each headline load gets one row: disque-py, Disque 1.0-rc1 and redis-server as they were measured in
-that same run, the ratios, and the ``scripts/bench`` command that gives the row. A figure a run did not
+wrote, START.json what ``scripts/bench start --disque-server PATH --write FILE`` wrote. Each headline load gets
+one row: disque-py, Disque 1.0-rc1 and redis-server as they were measured in that same run, the ratios, and the ``scripts/bench`` command that gives the row. A figure a run did not
 measure shows as "—". Prints Markdown to stdout, ready to paste; the exact load commands (redis-benchmark and
 cycle-client lines) follow the table, from the results' ``commands``.
 """
@@ -75,6 +75,25 @@ def _is_aof(run: dict[str, Any]) -> bool:
     return any(k.startswith(("aof_", "ref_aof_")) for k in run.get("results", {}))
 
 
+def _is_start(run: dict[str, Any]) -> bool:
+    """What ``scripts/bench start --write FILE`` wrote (exec to first PONG)."""
+    return "median_ms" in run.get("results", {}).get("script", {})
+
+
+def start_row(run: dict[str, Any] | None) -> str:
+    """The start row: ``disque-py server`` (the console script) from exec to its first PONG, beside Disque's.
+    Its ratio is Disque's time over ours, so that above 1 still reads "disque-py did better"."""
+    res = (run or {}).get("results", {})
+    ours, ref = res.get("script", {}), res.get("disque", {})
+    o, d = ours.get("median_ms"), ref.get("median_ms")
+    runs = len(ours.get("ms", []))
+    command = "`scripts/bench start%s`" % (" --disque-server $DISQUE" if d is not None else "") if run else "—"
+    return "| Start: exec to first PONG, fresh node, median of %s starts (ratio: Disque's time / ours) | %s | %s | " \
+           "%s | not run | — | %s |" % (
+               runs or "—", "%.0f ms (CPU %.0f ms)" % (o, ours.get("median_cpu_ms", 0)) if o is not None else "—",
+               "%.1f ms" % d if d is not None else "—", _ratio(d, o), command)  # fmt: skip
+
+
 def _bench_command(run: dict[str, Any], only: str) -> str:
     o = run.get("options", {})
     argv = ["scripts/bench"] + (["--quick"] if o.get("quick") else []) + ["--only", only]
@@ -115,6 +134,8 @@ def _when(run: dict[str, Any]) -> str:
 
 def dashboard(runs: list[dict[str, Any]]) -> str:
     """The dashboard table and its header lines, in Markdown."""
+    start = next((r for r in reversed(runs) if _is_start(r)), None)
+    runs = [r for r in runs if not _is_start(r)]
     main = next((r for r in reversed(runs) if not _is_aof(r)), None)
     aofs = [r for r in runs if _is_aof(r)]
     # the throughput rows and the load row each from the last AOF run that has them (a run may be one suite)
@@ -169,6 +190,7 @@ def dashboard(runs: list[dict[str, Any]]) -> str:
     out.append("| AOF load%s, to the last job registered | %s | %s | %s | not run | — | %s |" % (
         " of {:,} jobs".format(jobs) if jobs else "", _num(_rate(ld), " jobs/s"), _num(_rate(rld), " jobs/s"),
         _ratio(_rate(ld), _rate(rld)), _aof_command(lrun, "load") if lrun else "—"))  # fmt: skip
+    out.append(start_row(start))
     out.append(INSTRUCTIONS_ROW)
     used = [r for r in (main, thr, lrun) if r is not None]
     cmds = [c for run in used for c in run.get("commands", [])

@@ -143,3 +143,16 @@ def test_the_periodic_full_collection_backs_off_while_it_finds_nothing():
     assert seen["fulls"][7:] == [6, 7]
     assert seen["freed"] >= 10_000  # FULL_FREED_LOW: the leak is worth sweeping hourly again
     assert seen["periods"][7:] == [day, hour]
+
+
+def test_the_policy_turns_the_collector_on_that_the_start_turned_off():
+    # `disque-py server` keeps the collector off through its imports; the node's policy must turn
+    # it on, or cycles made while it serves would never be freed.
+    seen = run("""
+        gc.disable()
+        policy.install()
+        ref = cycle()
+        churn(3 * YOUNG_THRESHOLD)
+        print(json.dumps({"enabled": gc.isenabled(), "alive": ref() is not None}))
+    """)
+    assert seen == {"enabled": True, "alive": False}
