@@ -14,4 +14,4 @@ def test_a_function_is_named_without_the_tree_it_ran_from():
 
 
 def test_only_single_node_loads_that_drain_are_offered():
-    assert SINGLE_NODE == ["cycle-batched", "cycle-unpipelined"]
+    assert SINGLE_NODE == ["cycle-batched", "cycle-unpipelined", "cycle-batched-policy"]

@@ -204,7 +204,8 @@ def test_stream_consumes_a_queue_fed_concurrently_and_acks_everything(spark, nod
 @pytest.mark.parametrize("working_on_take", ["true", "false"])
 def test_available_now_drains_and_acks_every_job(spark, nodes_option, queue, cluster, tmp_path, working_on_take):
     with client(nodes_option) as c:
-        ids = c.add_jobs(queue, [b"n%d" % i for i in range(2500)])
+        # copies made within 60 s: a machine busy with Spark may take more than the default 5 s
+        ids = c.add_jobs(queue, [b"n%d" % i for i in range(2500)], timeout_ms=60_000)
     seen, sink = collecting_sink()
     query = stream(spark, nodes_option, queue, tmp_path / "ck", sink, {"availableNow": True}, maxJobsPerTrigger=1000,
                    workingOnTake=working_on_take)  # fmt: skip
