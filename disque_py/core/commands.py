@@ -143,6 +143,44 @@ def parse_addjob(argv: list[bytes]) -> AddJob | Error:
             return timeout_error
         req.retry = 300
         return req
+    # The options of an ADDJOB (argv[4:]) parsed once: a producer sends the same ones job after job.
+    key = tuple(argv[4:])
+    seen = _OPTIONS_SEEN.get(key)
+    if seen is None:
+        bad = _parse_options(req, argv, n)
+        if bad is not None:
+            return bad
+        extra = req.extra
+        if extra is None or extra[4] is None:  # a DEDUP key is one job's: not kept
+            if len(_OPTIONS_SEEN) >= _OPTIONS_SEEN_MAX:
+                _OPTIONS_SEEN.clear()
+            _OPTIONS_SEEN[key] = (req.replicate, req.ttl, req.retry, req.delay, req.maxlen, req.async_, extra)
+    else:
+        req.replicate, req.ttl, req.retry, req.delay, req.maxlen, req.async_, req.extra = seen
+    if timeout_error is not None:  # options are validated first, as Disque
+        return timeout_error
+    if req.retry == 0 and (req.replicate or 1) > 1:  # again with the default factor in Node
+        return RETRY0_NEEDS_REPLICATE1
+    if req.delay >= req.ttl:
+        return err("The specified DELAY is greater than TTL. Job refused since would never be delivered "
+                   "(DELAY %d s, TTL %d s)" % (req.delay, req.ttl))  # fmt: skip
+    if req.retry == -1:
+        req.retry = max(1, min(req.ttl // 10, 300))
+    if req.extra is not None:
+        bad = _check_delivery_options(req)
+        if bad is not None:
+            return bad
+    return req
+
+
+#: ADDJOB's options already parsed (``parse_addjob``): argv[4:] -> the fields they set. The
+#: fields are shared (``extra`` too: nothing changes a parsed request's list). Emptied when full.
+_OPTIONS_SEEN: dict[tuple, tuple] = {}
+_OPTIONS_SEEN_MAX = 1024
+
+
+def _parse_options(req: AddJob, argv: list[bytes], n: int) -> Error | None:
+    """ADDJOB's options (``argv[4:]``) into ``req``; the first one wrong as an Error."""
     i = 4
     while i < n:
         opt = argv[i].lower()
@@ -201,20 +239,7 @@ def parse_addjob(argv: list[bytes]) -> AddJob | Error:
             return syntax_error(argv[i], _NEEDS_VALUE)
         else:
             return syntax_error(argv[i])
-    if timeout_error is not None:  # options are validated first, as Disque
-        return timeout_error
-    if req.retry == 0 and (req.replicate or 1) > 1:  # again with the default factor in Node
-        return RETRY0_NEEDS_REPLICATE1
-    if req.delay >= req.ttl:
-        return err("The specified DELAY is greater than TTL. Job refused since would never be delivered "
-                   "(DELAY %d s, TTL %d s)" % (req.delay, req.ttl))  # fmt: skip
-    if req.retry == -1:
-        req.retry = max(1, min(req.ttl // 10, 300))
-    if req.extra is not None:
-        bad = _check_delivery_options(req)
-        if bad is not None:
-            return bad
-    return req
+    return None
 
 
 _DELIVERY_OPTIONS = (b"backoff", b"maxdeliver", b"deadletter")

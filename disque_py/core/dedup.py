@@ -95,7 +95,7 @@ class Dedup:
     def addjob(self, client: int, req: Any) -> Any:
         ctx = self.ctx
         job_id = dedup_job_id(req.queue, req.dedup, req.retry)
-        if self._store.get(job_id) is not None or job_id in self.gone:
+        if self._store.get(job_id) is not None or self.remembers(job_id):
             ctx.stats["dedup_hits"] += 1
             return Status(job_id)
         query = self.queries.get(job_id)
@@ -182,7 +182,7 @@ class Dedup:
             job.flags |= F_YIELD  # not queued here when its copies are made
 
     def is_gone(self, job_id: bytes) -> bool:
-        return job_id in self.gone
+        return self.remembers(job_id)
 
     def deleted(self, job: Job) -> None:
         """A DEDUP job is deleted here (``Lifecycle.delete_job``): its ID is remembered for the
@@ -207,7 +207,7 @@ class Dedup:
         query = self.queries.get(job_id)
         if query is not None and sender not in query.rivals:
             query.rivals.append(sender)  # asking at once: it gets a copy of what we make
-        self.ctx.send((sender,), have_job(job_id, self._store.get(job_id) is not None or job_id in self.gone))
+        self.ctx.send((sender,), have_job(job_id, self._store.get(job_id) is not None or self.remembers(job_id)))
 
     def on_havejob(self, sender: str, m: HaveJob) -> None:
         query = self.queries.get(m.job_id)
@@ -222,9 +222,13 @@ class Dedup:
 
     # -- time ---------------------------------------------------------------------------
     def tick(self, now: int) -> None:
-        if self.queries:
-            for job_id in [i for i, q in self.queries.items() if q.deadline <= now]:
-                self._answer(job_id, False)  # the silent ones have nothing we can wait for
+        """Queries whose time is up (``Node.tick``, while there are queries)."""
+        for job_id in [i for i, q in self.queries.items() if q.deadline <= now]:
+            self._answer(job_id, False)  # the silent ones have nothing we can wait for
+
+    def forget(self, now: int) -> None:
+        """IDs whose window ended (``Node.tick``, once a second at most). Looked up with their
+        end (``remembers``), so one kept a little longer changes no answer."""
         order = self._gone_order
         gone = self.gone
         n = 0
@@ -234,16 +238,14 @@ class Dedup:
                 del gone[job_id]
             n += 1
 
-    def next_wakeup(self) -> int | None:
-        best = None
-        for q in self.queries.values():
-            if best is None or q.deadline < best:
-                best = q.deadline
-        if self._gone_order:
-            at = self._gone_order[0][0]
-            if best is None or at < best:
-                best = at
-        return best
+    def remembers(self, job_id: bytes) -> bool:
+        """Whether ``job_id`` is a deleted DEDUP job's, within its window."""
+        until = self.gone.get(job_id)
+        return until is not None and until > self.ctx.now
+
+    def next_wakeup(self) -> int:
+        """The first query's end (``Node.next_wakeup``, while there are queries)."""
+        return min(q.deadline for q in self.queries.values())
 
     def flushall(self) -> None:
         effects = self.ctx.effects

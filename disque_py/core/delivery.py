@@ -174,10 +174,14 @@ class Delivery:
         the other holders."""
         extra = job.extra
         extra.count += 1  # type: ignore[union-attr]
-        job.flags &= ~F_NACK_DELAYED
+        if job.flags & F_NACK_DELAYED:
+            job.flags &= ~F_NACK_DELAYED
+        ctx = self.ctx
         if len(job.delivered) > 1:
-            self.ctx.send(job.delivered, delivered(bytes(job.id), extra.count))  # type: ignore[union-attr]
-        self._journal(job)
+            ctx.send(job.delivered, delivered(bytes(job.id), extra.count))  # type: ignore[union-attr]
+        journal = ctx.journal
+        if journal is not None:
+            journal.append((J_LOAD, job))
 
     def timed_out(self, job: Job) -> bool:
         """The RETRY period of an active job with an Extra ended (``Requeue.requeue_due``):

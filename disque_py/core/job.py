@@ -266,15 +266,16 @@ class Extra:
 
     __slots__ = ("backoff_min", "backoff_max", "maxdeliver", "deadletter", "count", "reason", "origin", "dedup")
 
-    def __init__(self) -> None:
-        self.backoff_min = 0  # ms; backoff_max 0: no BACKOFF
-        self.backoff_max = 0
-        self.maxdeliver = 0  # 0: no limit
-        self.deadletter: bytes | None = None  # None: <queue>.dead
+    def __init__(self, backoff_min: int = 0, backoff_max: int = 0, maxdeliver: int = 0,
+                 deadletter: bytes | None = None, dedup: bytes | None = None) -> None:  # fmt: skip
+        self.backoff_min = backoff_min  # ms; backoff_max 0: no BACKOFF
+        self.backoff_max = backoff_max
+        self.maxdeliver = maxdeliver  # 0: no limit
+        self.deadletter = deadletter  # None: <queue>.dead
         self.count = 0
         self.reason: bytes | None = None  # the last NACK's REASON
         self.origin: tuple | None = None
-        self.dedup: bytes | None = None  # ADDJOB's DEDUP key (dedup.py)
+        self.dedup = dedup  # ADDJOB's DEDUP key (dedup.py)
 
     def __eq__(self, other: object) -> bool:
         if type(other) is not Extra:

@@ -151,6 +151,7 @@ class Node:
         self.replication = replication = Replication(ctx)
         self.delivery = delivery = Delivery(ctx)
         self.dedup = dedup = Dedup(ctx)
+        self._dedup_queries = dedup.queries  # never rebound: tested on every pass (tick, next_wakeup)
         # What the machines lend each other (see context.py).
         ctx.reschedule = lifecycle.reschedule
         ctx.delete_job = lifecycle.delete_job
@@ -312,14 +313,15 @@ class Node:
         if replication.timers:
             replication.tick(now)
         self.lifecycle.run_due(now)
-        dedup = self.dedup
-        if dedup.queries or dedup._gone_order:
-            dedup.tick(now)
+        if self._dedup_queries:  # ADDJOB DEDUPs waiting for the other nodes (dedup.py)
+            self.dedup.tick(now)
         blocking = self.blocking
         blocking.tick(now)
         self.acks.tick(now)
         if now >= self._next_gc:
             blocking.gc_queues()
+            if self.dedup.gone:
+                self.dedup.forget(now)  # DEDUP IDs whose window ended (looked up with their end)
             if self.federation.leases:
                 self.federation.gc_leases()
             self._next_gc = now + QUEUE_GC_PERIOD_MS
@@ -354,17 +356,16 @@ class Node:
         at = blocking.next_wakeup()
         if at is not None and (best is None or at < best):
             best = at
-        if ctx.queues or self.federation.leases:
+        if ctx.queues or self.federation.leases or self.dedup.gone:
             at = self._next_gc
             if best is None or at < best:
                 best = at
         at = ctx.lazy_at
         if at and (best is None or at < best):
             best = at
-        dedup = self.dedup
-        if dedup.queries or dedup._gone_order:
-            at = dedup.next_wakeup()
-            if at is not None and (best is None or at < best):
+        if self._dedup_queries:
+            at = self.dedup.next_wakeup()
+            if best is None or at < best:
                 best = at
         replication = self.replication
         if replication.timers:

@@ -158,12 +158,8 @@ class Replication:
             ctx.myself_only,
         )
         if req.extra is not None:  # BACKOFF, MAXDELIVER, DEADLETTER, DEDUP
-            job.extra = extra = Extra()
-            lo, hi, maxdeliver, deadletter, extra.dedup = req.extra
-            if hi is not None:
-                extra.backoff_min, extra.backoff_max = lo, hi
-            extra.maxdeliver = maxdeliver or 0
-            extra.deadletter = deadletter
+            lo, hi, maxdeliver, deadletter, key = req.extra
+            job.extra = Extra(lo or 0, hi or 0, maxdeliver or 0, deadletter, key)
         if extrepl:
             job.delivered = ()
         elif replicate > 1:

@@ -103,6 +103,7 @@ class Aof:
         self.latency: "LatencyMonitor | None" = None  # set by the node: slow writes/fsyncs are recorded
         self.state = "off"  # off | on | wait-rewrite (appendonly turned on: its first rewrite runs)
         self.journal: list = []
+        self._encode_entries: Any = None  # persistence.journal.encode_entries, imported with the first batch
         self.fd = -1
         self.size = 0
         self.base_size = 0
@@ -185,11 +186,14 @@ class Aof:
 
     def _take_batch(self) -> tuple[int, bytes]:
         """Everything journaled so far as the next batch: its number and its records."""
-        from ..persistence.journal import encode_entries  # a node without the AOF never loads the codec
+        encode = self._encode_entries
+        if encode is None:  # the first batch: a node without the AOF never loads the codec
+            from ..persistence.journal import encode_entries
 
+            encode = self._encode_entries = encode_entries
         entries = self.journal[:]
         self.journal.clear()
-        data = encode_entries(entries, self.node.wall_offset)
+        data = encode(entries, self.node.wall_offset)
         self.batch_seq += 1
         if self.rewrite_buf is not None:
             self.rewrite_buf.append(data)
