@@ -143,20 +143,22 @@ def parse_addjob(argv: list[bytes]) -> AddJob | Error:
             return timeout_error
         req.retry = 300
         return req
-    # The options of an ADDJOB (argv[4:]) parsed once: a producer sends the same ones job after job.
+    # The options of an ADDJOB (argv[4:]) parsed and checked once: a producer sends the same ones
+    # job after job. Only options that passed every check are kept, so a hit can fail only on
+    # what depends on this job (its timeout, a DEADLETTER equal to its queue).
     key = tuple(argv[4:])
     seen = _OPTIONS_SEEN.get(key)
-    if seen is None:
-        bad = _parse_options(req, argv, n)
-        if bad is not None:
-            return bad
-        extra = req.extra
-        if extra is None or extra[4] is None:  # a DEDUP key is one job's: not kept
-            if len(_OPTIONS_SEEN) >= _OPTIONS_SEEN_MAX:
-                _OPTIONS_SEEN.clear()
-            _OPTIONS_SEEN[key] = (req.replicate, req.ttl, req.retry, req.delay, req.maxlen, req.async_, extra)
-    else:
+    if seen is not None:
+        if timeout_error is not None:
+            return timeout_error
         req.replicate, req.ttl, req.retry, req.delay, req.maxlen, req.async_, req.extra = seen
+        extra = req.extra
+        if extra is not None and extra[3] is not None and extra[3] == req.queue:
+            return DEADLETTER_IS_QUEUE
+        return req
+    bad = _parse_options(req, argv, n)
+    if bad is not None:
+        return bad
     if timeout_error is not None:  # options are validated first, as Disque
         return timeout_error
     if req.retry == 0 and (req.replicate or 1) > 1:  # again with the default factor in Node
@@ -166,10 +168,15 @@ def parse_addjob(argv: list[bytes]) -> AddJob | Error:
                    "(DELAY %d s, TTL %d s)" % (req.delay, req.ttl))  # fmt: skip
     if req.retry == -1:
         req.retry = max(1, min(req.ttl // 10, 300))
-    if req.extra is not None:
+    extra = req.extra
+    if extra is not None:
         bad = _check_delivery_options(req)
         if bad is not None:
             return bad
+    if extra is None or extra[4] is None:  # a DEDUP key is one job's: not kept
+        if len(_OPTIONS_SEEN) >= _OPTIONS_SEEN_MAX:
+            _OPTIONS_SEEN.clear()
+        _OPTIONS_SEEN[key] = (req.replicate, req.ttl, req.retry, req.delay, req.maxlen, req.async_, extra)
     return req
 
 
@@ -243,6 +250,7 @@ def _parse_options(req: AddJob, argv: list[bytes], n: int) -> Error | None:
 
 
 _DELIVERY_OPTIONS = (b"backoff", b"maxdeliver", b"deadletter")
+DEADLETTER_IS_QUEUE = err("DEADLETTER must name another queue than the job's own")
 
 
 def _delivery_option(req: AddJob, opt: bytes, argv: list[bytes], i: int) -> int | Error:
@@ -290,7 +298,7 @@ def _check_delivery_options(req: AddJob) -> Error | None:
     if hi is not None and hi > req.ttl * 1000:
         return err("BACKOFF max is beyond the job's TTL (%d s)" % req.ttl)
     if deadletter is not None and deadletter == req.queue:
-        return err("DEADLETTER must name another queue than the job's own")
+        return DEADLETTER_IS_QUEUE
     return None
 
 
