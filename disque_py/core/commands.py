@@ -146,13 +146,21 @@ def parse_addjob(argv: list[bytes]) -> AddJob | Error:
     # The options of an ADDJOB (argv[4:]) parsed and checked once: a producer sends the same ones
     # job after job. Only options that passed every check are kept, so a hit can fail only on
     # what depends on this job (its timeout, a DEADLETTER equal to its queue).
-    key = tuple(argv[4:])
+    # A DEDUP key last (as our clients send it) is one job's: the options before it are looked up.
+    dedup = None
+    if n >= 6 and argv[n - 2].lower() == b"dedup" and 0 < len(argv[n - 1]) <= MAX_DEDUP_KEY:
+        dedup = argv[n - 1]
+        key = tuple(argv[4 : n - 2])
+    else:
+        key = tuple(argv[4:])
     seen = _OPTIONS_SEEN.get(key)
     if seen is not None:
         if timeout_error is not None:
             return timeout_error
-        req.replicate, req.ttl, req.retry, req.delay, req.maxlen, req.async_, req.extra = seen
-        extra = req.extra
+        req.replicate, req.ttl, req.retry, req.delay, req.maxlen, req.async_, extra = seen
+        if dedup is not None:
+            extra = [None, None, None, None, dedup] if extra is None else extra[:4] + [dedup]
+        req.extra = extra
         if extra is not None and extra[3] is not None and extra[3] == req.queue:
             return DEADLETTER_IS_QUEUE
         return req
@@ -173,9 +181,11 @@ def parse_addjob(argv: list[bytes]) -> AddJob | Error:
         bad = _check_delivery_options(req)
         if bad is not None:
             return bad
-    if extra is None or extra[4] is None:  # a DEDUP key is one job's: not kept
+    if dedup is not None or extra is None or extra[4] is None:  # kept without the job's own key
         if len(_OPTIONS_SEEN) >= _OPTIONS_SEEN_MAX:
             _OPTIONS_SEEN.clear()
+        if dedup is not None:
+            extra = None if extra[:4] == [None, None, None, None] else extra[:4] + [None]  # type: ignore[index]
         _OPTIONS_SEEN[key] = (req.replicate, req.ttl, req.retry, req.delay, req.maxlen, req.async_, extra)
     return req
 
