@@ -596,15 +596,8 @@ async def dead_queues(request: Request, h: NodeHandle, caller: Caller) -> Respon
     return _json({"time": now, "queues": queues, "unreachable": unreachable})
 
 
-def _dead_name(request: Request) -> bytes:
-    name = request.path_params["name"]
-    if not name:
-        raise ApiError(400, "a queue name is needed")
-    return name.encode("utf-8", "surrogateescape")
-
-
 async def dead_queue(request: Request, h: NodeHandle, caller: Caller) -> Response:
-    name = _dead_name(request)
+    name = _queue_name(request)
     limit = _limit(request)
     found, unreachable = await _dead_letters(h, caller, name)
     now = time.time()
@@ -622,7 +615,7 @@ async def dead_action(request: Request, h: NodeHandle, caller: Caller) -> Respon
     steps_of = _DEAD_ACTIONS.get(action)
     if steps_of is None:
         raise ApiError(404, "not found")
-    name = _dead_name(request)
+    name = _queue_name(request)
     body = await _json_body(request)
     ids = body.get("ids")
     every = body.get("all") is True
