@@ -39,6 +39,7 @@ def cluster(tmp_path):
         launcher.join([("127.0.0.1", x.port) for x in nodes], timeout=20, interval=0.05)
         return nodes
 
+    make.started = started  # type: ignore[attr-defined]  # restart() adds the node it starts again
     yield make
     for node in started:
         if node.proc is not None and node.proc.poll() is None:
@@ -77,9 +78,11 @@ def jobs_everywhere(nodes: list[NodeProcess], queue: str) -> set[bytes]:
     return ids
 
 
-def restart(node: NodeProcess) -> NodeProcess:
-    """The same node again: same port, same directory (nodes.conf, AOF)."""
+def restart(node: NodeProcess, cluster) -> NodeProcess:
+    """The same node again: same port, same directory (nodes.conf, AOF); stopped with the
+    ``cluster`` fixture's nodes at the end."""
     again = NodeProcess(node.dir.parent, **{**node.directives, "port": node.port})
+    cluster.started.append(again)
     return again.start()
 
 
@@ -198,7 +201,7 @@ def test_producer_retrying_with_keys_through_kill9_adds_each_job_once(cluster):
                 refused += 1
                 assert time.monotonic() < deadline, "key %s never added" % key
                 if refused == 5 and nodes[2].proc.poll() is not None:
-                    nodes[2] = restart(nodes[2])
+                    nodes[2] = restart(nodes[2], cluster)
                 time.sleep(0.05)
     wait_mesh(nodes)
     expected = {key: dedup_job_id(b"batch", key.encode(), 1).decode() for key in keys}
@@ -233,7 +236,7 @@ def test_the_window_survives_a_restart_with_the_aof(cluster):
     assert [info(n, "stats")["dedup_ids_remembered"] for n in nodes] == [1, 1, 1]
     victim = nodes[0]
     assert victim.stop() == 0
-    nodes[0] = victim = restart(victim)
+    nodes[0] = victim = restart(victim, cluster)
     wait_mesh(nodes)
     assert info(victim, "stats")["dedup_ids_remembered"] == 1
     again = r(victim).execute_command("ADDJOB", "mail", "welcome again", 5000, "REPLICATE", 3, "DEDUP", "user-42")
