@@ -306,8 +306,22 @@ class Replication:
             job.delivered = tuple(job.delivered) + (ctx.id,)
         if ctx.journal is not None:
             ctx.journal.append((J_LOAD, job))
-        if job.delay == 0:
-            ctx.enqueue_job(job, False, True)
+        self._place(job)
+
+    def _place(self, job: Job) -> None:
+        """A job made here whose replication ended (its copies made, or kept without them):
+        queued, or scheduled by its DELAY; a DEDUP job another node made too and queues
+        (``F_YIELD``, dedup.py) is held as a copy is instead, requeued by its RETRY timer
+        and announced with WILLQUEUE first (the node that has it queued answers QUEUED, and
+        this one waits on). So of two makers whose copies were not all made in time (a
+        node died, not flagged yet), one queues the job, as when their copies are made."""
+        ctx = self.ctx
+        if job.flags & F_YIELD:
+            job.flags = (job.flags & ~F_YIELD) | F_BCAST_QUEUED | F_BCAST_WILLQUEUE
+            job.next_at = retry_deadline(job, ctx.now, ctx.randbits) if job.retry else 0
+            ctx.reschedule(job)
+        elif job.delay == 0:
+            ctx.enqueue_job(job, False, True)  # fresh: a RETRY 0 one is queued once too
         else:
             ctx.reschedule(job)
 
@@ -362,16 +376,7 @@ class Replication:
         job.confirmed = None
         if ctx.journal is not None:  # registered in wait-repl, which the AOF skips: now it counts
             ctx.journal.append((J_LOAD, job))
-        if job.flags & F_YIELD:  # a DEDUP job another node made too, and queues (dedup.py)
-            # held here as a copy is: requeued by its RETRY timer, announced with WILLQUEUE first
-            # (the node that has it queued answers QUEUED, and this one waits on)
-            job.flags = (job.flags & ~F_YIELD) | F_BCAST_QUEUED | F_BCAST_WILLQUEUE
-            job.next_at = retry_deadline(job, ctx.now, ctx.randbits) if job.retry else 0
-            ctx.reschedule(job)
-        elif job.delay == 0:
-            ctx.enqueue_job(job, False, True)  # fresh: a RETRY 0 one is queued once too
-        else:
-            ctx.reschedule(job)
+        self._place(job)
         return True
 
     # -- messages -----------------------------------------------------------------------

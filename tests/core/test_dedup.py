@@ -485,3 +485,31 @@ def test_the_key_travels_with_the_copies():
     job_id = _id(net.cmd(0, "ADDJOB", "q", "b", 0, "REPLICATE", 3, "DEDUP", "kk"))
     for i in range(3):
         assert net.job(i, job_id).extra.dedup == b"kk"
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_two_makers_whose_copies_time_out_queue_it_once(seed):
+    # a node killed and not flagged yet: two producers add the same key on two nodes at once,
+    # neither gets the dead node's copy, both are answered NOREPL and keep the job: one of
+    # the two queues it, and it is delivered once
+    net = Net(3)
+    for i, node in enumerate(net.nodes):
+        node.ctx.rng.seed(seed * 100 + i)
+    net.muted = {2}
+    job_id = dedup_job_id(b"q", b"k", 300)
+    for i in (0, 1):
+        assert net.submit(i, "ADDJOB", "q", "b", 100, "REPLICATE", 3, "DEDUP", "k") is BLOCKED
+    net.settle()
+    net.advance(150)
+    for i in (0, 1):
+        reply = net.reply(i)
+        assert isinstance(reply, Error) and reply.prefix == "NOREPL", reply
+        assert "the DEDUP job is kept" in reply
+    net.settle()
+    assert net.holders(job_id) == [0, 1]
+    assert len(net.queued_on(job_id)) == 1, net.queued_on(job_id)
+    got = net.getjob_everywhere()
+    assert [j for _, j in got] == [job_id]
+    assert net.cmd(got[0][0], "ACKJOB", job_id) == 1
+    net.advance(60_000)  # past the RETRY of the copy held by the other maker
+    assert net.getjob_everywhere() == []
