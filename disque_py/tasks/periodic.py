@@ -47,6 +47,12 @@ The key stays the same, so a retry never makes a second job. An ADDJOB that time
 waiting for its copies (``-NOREPL Timeout reached ...``: a node died and the others do not
 know yet) kept the job it made: it is asked again at once, and answers the job's ID.
 
+Such an ADDJOB waits up to the job's ``timeout_ms`` (5 s by default) until the cluster flags
+the dead node (``cluster-node-timeout``), longer than a short period. So the scheduler does not
+add slots itself: it hands each due slot to one of ``ADDERS`` threads (each with its own
+connection), which tries it until it is added or its lateness ends, and goes on to the next
+slot at once; a waiting ADDJOB holds up its own slot only.
+
 Two schedulers whose ADDJOBs reach two nodes at the same moment may both make the job: it
 has the same ID on both, their copies merge into one job, and one of the two nodes keeps it
 queued (README.md, "jobs added once"; ``disque_py/core/dedup.py``). The copies keep the body their
@@ -65,6 +71,7 @@ import math
 import re
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -80,6 +87,9 @@ DEFAULT_LATENESS = 300.0
 RETRY_PAUSE = 0.1
 #: The node's dedup-window when it cannot be read (its default).
 DEFAULT_DEDUP_WINDOW = 600.0
+#: Threads that add slots, per scheduler (and slots of one task in flight at most): a slot whose
+#: ADDJOB waits for a copy does not hold up the slots after it.
+ADDERS = 4
 #: The longest the scheduler sleeps at once (so that a clock jump is noticed).
 MAX_SLEEP = 5.0
 
@@ -94,13 +104,22 @@ def slot_key(task_name: str, start: float) -> str:
 
 
 @dataclass
+class _Slot:
+    """One slot being added: its start and how its attempts went."""
+
+    start: float
+    retry_at: float = 0.0  # no attempt before this (after a failure)
+    replicate: int | None = None  # fewer copies for this slot, after a NOREPL (None: the task's)
+    attempts: int = 0  # failed attempts
+
+
+@dataclass
 class _Entry:
     task: Any
     schedule: Schedule
     next_start: float = math.inf  # the next slot to add (its start)
-    retry_at: float = 0.0  # no attempt before this (after a failure)
-    replicate: int | None = None  # fewer copies for this slot, after a NOREPL (None: the task's)
-    attempts: int = 0  # failed attempts at the current slot
+    slot: _Slot | None = None  # the slot being added in step() (no adder threads)
+    in_flight: int = 0  # slots being added by adder threads
 
 
 class Scheduler:
@@ -110,6 +129,14 @@ class Scheduler:
     Counters: ``added`` (slots whose ADDJOB succeeded, including those another scheduler had
     added already: the cluster does not tell), ``failed`` (failed attempts), ``missed`` (slots
     whose lateness passed before an ADDJOB succeeded, or while no scheduler ran).
+
+    ``adders``: with 0, :meth:`step` adds each due slot itself, trying a failed one again on a
+    later step (what the tests drive with a clock of their own). With ``adders`` > 0 (what
+    :func:`run_scheduler` uses), each due slot is handed to one of that many threads, which tries
+    it until it is added or its lateness ends, and the scheduler goes on to the next slot at once:
+    an ADDJOB that waits for a copy (a node just killed, not flagged yet: up to the job's
+    ``timeout_ms``) holds up its own slot only, not the slots that start while it waits. A
+    task with more than ``adders`` slots in flight waits for one to end.
     """
 
     def __init__(
@@ -118,6 +145,7 @@ class Scheduler:
         *,
         lateness: float = DEFAULT_LATENESS,
         clock: Callable[[], float] = time.time,
+        adders: int = 0,
     ) -> None:
         if lateness <= 0:
             raise ValueError("lateness must be positive")
@@ -125,6 +153,12 @@ class Scheduler:
         self.clock = clock
         self.entries = [_Entry(task, schedule) for task, schedule in entries]
         self.added = self.failed = self.missed = 0
+        self._lock = threading.Lock()  # the counters and in_flight, with adder threads
+        self._pool: ThreadPoolExecutor | None = None
+        self._adders = adders
+        self._stop = threading.Event()
+        if adders > 0:
+            self._pool = ThreadPoolExecutor(max_workers=adders, thread_name_prefix="disque-py-periodic-add")
         now = clock()
         for e in self.entries:
             e.next_start = self._first_slot(e, now)
@@ -139,9 +173,20 @@ class Scheduler:
         start = e.schedule.slot_start(now)
         return start if now < self.deadline(e, start) else e.schedule.next_after(now)
 
+    def _count(self, name: str, n: int = 1) -> None:
+        with self._lock:
+            setattr(self, name, getattr(self, name) + n)
+
+    def _missed(self, e: _Entry, start: float) -> None:
+        self._count("missed")
+        log.warning("periodic task %s: slot %s not added here within %.3g s of its start (missed, "
+                    "unless another worker added it)",
+                    e.task.name, slot_key(e.task.name, start), self.deadline(e, start) - start)  # fmt: skip
+
     # -- one pass ----------------------------------------------------------------------------
     def step(self) -> float:
-        """Add every slot that is due; return when something is due next (clock time)."""
+        """Add every slot that is due (or hand it to an adder thread); return when something
+        is due next (clock time)."""
         wake = math.inf
         for e in self.entries:
             while True:
@@ -150,59 +195,94 @@ class Scheduler:
                 if now < start:
                     break
                 if now >= self.deadline(e, start):
-                    self.missed += 1
-                    log.warning("periodic task %s: slot %s not added here within %.3g s of its start (missed, "
-                                "unless another worker added it)",
-                                e.task.name, slot_key(e.task.name, start), self.deadline(e, start) - start)  # fmt: skip
+                    self._missed(e, start)
                     self._next(e, self._first_slot(e, now))
                     continue
-                if now < e.retry_at:
-                    wake = min(wake, e.retry_at)
-                    break
-                outcome = self._add(e, start)
-                if outcome is None:  # again at once (fewer copies, or to learn the ID of one kept)
-                    self.failed += 1
-                    outcome = self._add(e, start)
-                if outcome is True:
-                    self.added += 1
+                if self._pool is not None:
+                    with self._lock:
+                        full = e.in_flight >= self._adders
+                        if not full:
+                            e.in_flight += 1
+                    if full:  # every adder is busy with this task: look again shortly
+                        wake = min(wake, now + RETRY_PAUSE)
+                        break
+                    self._pool.submit(self._add_slot, e, _Slot(start))
                     self._next(e, e.schedule.next_after(start))
                     continue
-                self.failed += 1
-                e.retry_at = self.clock() + RETRY_PAUSE
-                wake = min(wake, e.retry_at)
+                slot = e.slot if e.slot is not None and e.slot.start == start else _Slot(start)
+                e.slot = slot
+                if now < slot.retry_at:
+                    wake = min(wake, slot.retry_at)
+                    break
+                if self._attempt(e, slot):
+                    self._next(e, e.schedule.next_after(start))
+                    continue
+                wake = min(wake, slot.retry_at)
                 break
-            wake = min(wake, max(e.next_start, e.retry_at))  # retry_at: 0 unless it failed
+            wake = min(wake, max(e.next_start, e.slot.retry_at if e.slot is not None else 0.0))
         return wake
 
     @staticmethod
     def _next(e: _Entry, start: float) -> None:
-        e.next_start, e.retry_at, e.replicate, e.attempts = start, 0.0, None, 0
+        e.next_start, e.slot = start, None
 
-    def _add(self, e: _Entry, start: float) -> bool | None:
+    def _attempt(self, e: _Entry, slot: _Slot) -> bool:
+        """One attempt at a slot (two when the first says to ask again at once): True when
+        it is added; else ``slot.retry_at`` says when to try again."""
+        outcome = self._add(e, slot)
+        if outcome is None:  # again at once (fewer copies, or to learn the ID of one kept)
+            self._count("failed")
+            outcome = self._add(e, slot)
+        if outcome is True:
+            self._count("added")
+            return True
+        self._count("failed")
+        slot.retry_at = self.clock() + RETRY_PAUSE
+        return False
+
+    def _add_slot(self, e: _Entry, slot: _Slot) -> None:
+        """An adder thread: try the slot until it is added, its lateness ends or the scheduler
+        stops."""
+        try:
+            deadline = self.deadline(e, slot.start)
+            while not self._attempt(e, slot):
+                if slot.retry_at >= deadline:
+                    self._missed(e, slot.start)
+                    return
+                if self._stop.wait(max(0.0, slot.retry_at - self.clock())):
+                    return
+        except Exception:  # noqa: BLE001 - never lose the thread's place in the pool silently
+            log.exception("periodic task %s: adding %s", e.task.name, slot_key(e.task.name, slot.start))
+        finally:
+            with self._lock:
+                e.in_flight -= 1
+
+    def _add(self, e: _Entry, slot: _Slot) -> bool | None:
         """True: added (or found added); False: failed, try again later; None: try again now."""
+        start = slot.start
         key = slot_key(e.task.name, start)
         # the slot rides in the body too, so that the task knows which run it is
         # (current_task().meta["periodic_slot"]); every scheduler sends the same body for a slot
         options: dict[str, Any] = {"dedup": key, "meta": {"periodic_slot": int(start) if start == int(start) else start}}
-        if e.replicate is not None:
-            options["replicate"] = e.replicate
+        if slot.replicate is not None:
+            options["replicate"] = slot.replicate
         try:
             job_id = e.task.send_with(**options)
         except Exception as exc:  # noqa: BLE001 - a scheduler outlives any one failure
-            e.attempts += 1
+            slot.attempts += 1
             fewer = _REACHABLE.search(str(exc)) if "NOREPL" in str(exc) else None
-            if fewer is not None and 1 <= int(fewer.group(1)) < (e.replicate or math.inf):
-                e.replicate = int(fewer.group(1))
+            if fewer is not None and 1 <= int(fewer.group(1)) < (slot.replicate or math.inf):
+                slot.replicate = int(fewer.group(1))
                 log.warning("periodic task %s: %s; adding %s with REPLICATE %d",
-                            e.task.name, exc, key, e.replicate)  # fmt: skip
+                            e.task.name, exc, key, slot.replicate)  # fmt: skip
                 return None
-            if fewer is None and "NOREPL" in str(exc) and e.attempts == 1:
+            if fewer is None and "NOREPL" in str(exc) and slot.attempts == 1:
                 # its copies were not all made in time: the job is kept with those made, and
                 # the same ADDJOB answers its ID
                 log.info("periodic task %s: %s; asking again for %s", e.task.name, exc, key)
                 return None
-            if e.attempts == 1 or e.attempts % 50 == 0:
-                log.warning("periodic task %s: adding %s failed (attempt %d): %s", e.task.name, key, e.attempts, exc)
+            if slot.attempts == 1 or slot.attempts % 50 == 0:
+                log.warning("periodic task %s: adding %s failed (attempt %d): %s", e.task.name, key, slot.attempts, exc)
             return False
         log.debug("periodic task %s: slot %s -> %s", e.task.name, key, getattr(job_id, "id", job_id))
         return True
@@ -210,9 +290,18 @@ class Scheduler:
     # -- the loop ----------------------------------------------------------------------------
     def run(self, stop: threading.Event) -> None:
         """Add slots until ``stop`` is set."""
-        while not stop.is_set():
-            wake = self.step()
-            stop.wait(min(max(0.0, wake - self.clock()), MAX_SLEEP))
+        try:
+            while not stop.is_set():
+                wake = self.step()
+                stop.wait(min(max(0.0, wake - self.clock()), MAX_SLEEP))
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Stop the adder threads (a slot being added is given up after its current ADDJOB)."""
+        self._stop.set()
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
 
 
 def dedup_window(client: Any) -> float | None:
@@ -247,7 +336,7 @@ def run_scheduler(
     elif lateness > limit:
         log.warning("periodic lateness %g s lowered to %g s (half of dedup-window)", lateness, limit)
         lateness = limit
-    scheduler = Scheduler(entries, lateness=lateness, clock=clock)
+    scheduler = Scheduler(entries, lateness=lateness, clock=clock, adders=ADDERS)
     log.info("periodic scheduler: %d task(s): %s", len(entries),
              ", ".join("%s %r" % (t.name, s) for t, s in entries))  # fmt: skip
     scheduler.run(stop)

@@ -147,6 +147,63 @@ def test_failed_adds_are_tried_again_until_the_slot_ends(node, caplog):
     assert s.step() == 4_000_200 and s.missed == 1 and s.added == 2
 
 
+def test_with_adder_threads_a_slot_that_waits_does_not_hold_up_the_next(node):
+    # an ADDJOB can wait seconds for a copy (a node killed and not flagged yet): with adder
+    # threads, the slot after it is added on time, and the waiting one when its ADDJOB returns
+    clock = Clock(6_000_000.0)
+    app = app_on(node)
+    task = app.periodic("slow", Schedule.every(2), queue="pq")
+    real = task.send_with
+    release = threading.Event()
+    waiting = threading.Event()
+
+    def send_with(**options):
+        if options["dedup"].endswith(":6000000"):
+            waiting.set()
+            assert release.wait(10)
+        return real(**options)
+
+    task.send_with = send_with
+    s = Scheduler(app.periodic_tasks, clock=clock, adders=2)
+    try:
+        assert s.step() == 6_000_002  # slot 6_000_000 handed to a thread, the next is due at 2
+        assert waiting.wait(5)
+        clock.t = 6_000_002.5
+        assert s.step() == 6_000_004
+        wait_for(lambda: s.added == 1, what="the next slot added while the first waits")
+        assert [b["meta"]["dedup"] for b in bodies(node, "pq")] == ["periodic:slow:6000002"]
+        release.set()
+        wait_for(lambda: s.added == 2, what="the waiting slot added")
+        assert sorted(b["meta"]["dedup"] for b in bodies(node, "pq")) == [
+            "periodic:slow:6000000", "periodic:slow:6000002"]
+        assert s.missed == 0
+    finally:
+        release.set()
+        s.close()
+
+
+def test_an_adder_thread_gives_up_a_slot_when_its_lateness_ends(node):
+    clock = Clock(7_000_000.0)
+    app = app_on(node)
+    task = app.periodic("down", Schedule.every(2), queue="pq")
+    calls = []
+
+    def send_with(**options):
+        calls.append(options["dedup"])
+        if len(calls) == 3:
+            clock.t = 7_000_002.0  # the slot's lateness (2 s, its length) ends meanwhile
+        raise RuntimeError("connection refused")
+
+    task.send_with = send_with
+    s = Scheduler(app.periodic_tasks, clock=clock, adders=1)
+    try:
+        s.step()
+        wait_for(lambda: s.missed == 1, what="the slot given up")
+        assert calls == ["periodic:down:7000000"] * 3 and s.added == 0 and s.failed == 3
+    finally:
+        s.close()
+
+
 def test_norepl_for_too_few_nodes_adds_the_slot_with_fewer_copies(node, caplog):
     clock = Clock(5_000_040.0)
     app = app_on(node)
