@@ -278,6 +278,30 @@ class Client:
         """The node list from the last HELLO."""
         return list(self._topology.nodes.values())
 
+    def on_other_nodes(self, argvs: Sequence[Sequence[Any]]) -> list[tuple[Address, list[Any]]]:
+        """Send ``argvs`` (pipelined) to every node of the last HELLO but the one in use, each
+        over a connection of its own that is closed after: ``[(address, replies)]`` for the
+        nodes that answered (errors as values); a node that does not answer is left out. For
+        the rare look around the cluster (a task's result held on another node); nothing
+        here changes the node the client uses."""
+        with self._lock:
+            self._ensure()
+            current = self._conn.address if self._conn is not None else None
+            addresses = [n.address for n in self._topology.nodes.values() if n.address != current]
+        out: list[tuple[Address, list[Any]]] = []
+        for address in addresses:
+            try:
+                conn = _Connection(address, self.config)
+            except DisqueError:
+                continue
+            try:
+                out.append((address, conn.request_many(argvs, self.config.socket_timeout)))
+            except DisqueError:
+                pass
+            finally:
+                conn.close()
+        return out
+
     # ------------------------------------------------------------ plumbing
     def _drop(self, mark_down: bool = False) -> None:
         if self._conn is not None:

@@ -16,8 +16,12 @@ A waiter of one result (:meth:`TaskRef.result`) first reads it with ``QPEEK`` wh
 client is: one round trip, and nothing taken. When it is not there (not written yet, on
 another node, held by another waiter), a waiter on any node takes it with ``GETJOB TIMEOUT
 ... FROM <queue>`` (the node fetches it from the others if it holds no copy) and puts it
-straight back with ``ENQUEUE``, so every waiter, anywhere, reads it until its TTL ends. Many results are awaited with one GETJOB over their queues
-(:func:`wait_outcomes`).
+straight back with ``ENQUEUE``, so every waiter, anywhere, reads it until its TTL ends.
+A result another waiter took to its node stays there a while: that node, which just
+imported into the queue, does not hand it on (federation's rule against ping-pong), so a
+waiter that got nothing from a GETJOB of ``PEEK_EVERY`` seconds also reads the queue with
+``QPEEK`` on every other node (``Client.on_other_nodes``) before it waits again. Many results
+are awaited with one GETJOB over their queues (:func:`wait_outcomes`).
 """
 
 from __future__ import annotations
@@ -32,8 +36,8 @@ __all__ = ["TaskError", "ResultTimeout", "NoResult", "TaskRef", "wait_outcomes",
 
 #: the DEDUP key of every result job (its queue is the task's own, so one key is enough)
 RESULT_DEDUP = "result"
-#: longest single GETJOB wait while waiting without a deadline (ms): a failover is noticed
-_WAIT_SLICE_MS = 5000
+#: seconds of GETJOB without a result before the other nodes are looked at (QPEEK), and between two looks
+PEEK_EVERY = 1.0
 
 
 class TaskError(Exception):
@@ -85,6 +89,27 @@ def _peek(client: Any, queue: str) -> Outcome | None:
         return Outcome(False, None, "MessageError", "unreadable result in %s: %s" % (queue, exc))
 
 
+def _peek_elsewhere(client: Any, queues: list[str]) -> dict[str, Outcome]:
+    """QPEEK ``queues`` on every other node the client knows (results held there)."""
+    look = getattr(client, "on_other_nodes", None)
+    if look is None:
+        return {}
+    got: dict[str, Outcome] = {}
+    try:
+        answers = look([("QPEEK", q, 1) for q in queues])
+    except Exception:  # noqa: BLE001 - the GETJOB goes on waiting
+        return got
+    for _, replies in answers:
+        for queue, reply in zip(queues, replies):
+            if queue in got or not isinstance(reply, list) or not reply:
+                continue
+            try:
+                got[queue] = decode_outcome(reply[0][2])
+            except (MessageError, IndexError, TypeError) as exc:
+                got[queue] = Outcome(False, None, "MessageError", "unreadable result in %s: %s" % (queue, exc))
+    return got
+
+
 def wait_outcomes(client: Any, queues: list[str], timeout: float | None) -> dict[str, Outcome]:
     """Wait for result jobs in ``queues`` (a sync client); ``{queue: outcome}`` for those that
     came within ``timeout`` seconds (None: until all came). Every one read is put back."""
@@ -98,17 +123,24 @@ def wait_outcomes(client: Any, queues: list[str], timeout: float | None) -> dict
         if peeked is not None:
             return {pending[0]: peeked}
     deadline = None if timeout is None else time.monotonic() + timeout
+    slice_ms = int(PEEK_EVERY * 1000)
     while pending:
         if deadline is None:
-            wait_ms: int | None = _WAIT_SLICE_MS
+            wait_ms: int | None = slice_ms
             nohang = False
         else:
             left = deadline - time.monotonic()
-            wait_ms = int(left * 1000)
+            wait_ms = min(int(left * 1000), slice_ms)
             nohang = wait_ms < 1
             if nohang:
                 wait_ms = None
         jobs = client.get_jobs(*pending, count=len(pending), timeout_ms=wait_ms, nohang=nohang, with_counters=False)
+        if not jobs and wait_ms == slice_ms:
+            # a whole slice without it: held on another node that does not hand it on (above)
+            got.update(_peek_elsewhere(client, pending))
+            pending = [q for q in pending if q not in got]
+            if not pending:
+                break
         if jobs:
             try:
                 client.enqueue(*[j.id for j in jobs])  # back for any other waiter, until the TTL ends

@@ -341,3 +341,17 @@ async def test_affinity_moves_the_consumer_to_the_producing_node(cluster3):
         assert ac.current_node_id == a_id
     assert sorted(j.id for j in jobs) == sorted(ids)
     assert sync.ack(*ids) == 20
+
+
+def test_on_other_nodes_asks_every_node_but_the_one_in_use(cluster3):
+    q = "oon-" + uuid.uuid4().hex[:8]
+    raw(cluster3[1]).execute_command("ADDJOB", q, "here", 0, "REPLICATE", 1)
+    with Client(addr(cluster3[0])) as c:
+        c.ping()
+        assert c.current_address == (cluster3[0].host, cluster3[0].port)
+        answers = dict(c.on_other_nodes([("QLEN", q), ("NOSUCHCOMMAND",)]))
+        assert set(answers) == {(n.host, n.port) for n in cluster3[1:]}
+        one, two = answers[(cluster3[1].host, cluster3[1].port)], answers[(cluster3[2].host, cluster3[2].port)]
+        assert one[0] == 1 and two[0] == 0
+        assert all(isinstance(r[1], Exception) and "unknown command" in str(r[1]) for r in (one, two))
+        assert c.current_address == (cluster3[0].host, cluster3[0].port)  # still on its node

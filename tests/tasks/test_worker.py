@@ -105,6 +105,17 @@ def test_a_result_read_is_left_for_every_other_waiter_on_any_node(cluster3, run_
         threading.Timer(0.3, other.execute_command, ("ENQUEUE", held[0][1])).start()
         assert TaskRef.for_job(there, ref.id).result(timeout=10) == 2
         assert other.execute_command("QLEN", queue) == 1
+        # now held on node 1, which just imported it and does not hand it on for seconds: a
+        # waiter on node 0 and one on node 2 read it there
+        assert results.execute_command("QLEN", queue) == 0
+        third = App(addr(cluster3[2]), result_ttl=60)
+        try:
+            for app in (here, third):
+                assert TaskRef.for_job(app, ref.id).result(timeout=10) == 2
+                # read where it is held (QPEEK there), not moved by federation
+                assert other.execute_command("QLEN", queue) == 1
+        finally:
+            third.close()
     finally:
         here.close()
         there.close()
