@@ -20,7 +20,10 @@ straight back with ``ENQUEUE``, so every waiter, anywhere, reads it until its TT
 A result another waiter took to its node stays there a while: that node, which just
 imported into the queue, does not hand it on (federation's rule against ping-pong), so a
 waiter that got nothing from a GETJOB of ``PEEK_EVERY`` seconds also reads the queue with
-``QPEEK`` on every other node (``Client.on_other_nodes``) before it waits again. Many results
+``QPEEK`` on every other node (``Client.on_other_nodes``) before it waits again. It also
+looks for the task's dead letter then (``SHOW``, its ID derived from the task's): a task whose
+worker died during its last delivery is dead-lettered by the node and no result is written,
+so the waiter gets a ``WorkerLost`` error with the cluster's reason, not a timeout. Many results
 are awaited with one GETJOB over their queues (:func:`wait_outcomes`).
 """
 
@@ -30,7 +33,8 @@ import time
 from typing import Any
 
 from ..client import commands as cmd
-from .message import MessageError, Outcome, decode_outcome, encode_outcome, result_queue
+from ..core.ids import dead_letter_id
+from .message import RESULT_QUEUE_PREFIX, MessageError, Outcome, decode_outcome, encode_outcome, result_queue
 
 __all__ = ["TaskError", "ResultTimeout", "NoResult", "TaskRef", "wait_outcomes", "result_argv", "RESULT_DEDUP"]
 
@@ -89,16 +93,48 @@ def _peek(client: Any, queue: str) -> Outcome | None:
         return Outcome(False, None, "MessageError", "unreadable result in %s: %s" % (queue, exc))
 
 
-def _peek_elsewhere(client: Any, queues: list[str]) -> dict[str, Outcome]:
-    """QPEEK ``queues`` on every other node the client knows (results held there)."""
-    look = getattr(client, "on_other_nodes", None)
-    if look is None:
-        return {}
-    got: dict[str, Outcome] = {}
+def _dead_letter_show(queue: str) -> tuple[Any, ...] | None:
+    """SHOW of the dead letter of the task whose result goes to ``queue`` (None when the queue
+    is not a task's own ``result:<job ID>``)."""
+    if not queue.startswith(RESULT_QUEUE_PREFIX):
+        return None
+    job_id = queue[len(RESULT_QUEUE_PREFIX):].encode("ascii", "replace")
+    if len(job_id) != 40:
+        return None
+    return ("SHOW", dead_letter_id(job_id))
+
+
+def _lost(show: Any) -> Outcome | None:
+    """The outcome of a task whose job is a dead letter without a result written (its worker
+    died on its last delivery): a ``WorkerLost`` error with the cluster's reason."""
     try:
-        answers = look([("QPEEK", q, 1) for q in queues])
+        fields = cmd.parse_flat_map(show) if isinstance(show, list) else None
+    except Exception:  # noqa: BLE001 - not a SHOW reply: nothing learnt
+        return None
+    if not fields:
+        return None
+    reason = fields.get("dead-letter-reason") or "dead-lettered"
+    return Outcome(False, None, "WorkerLost", "the task's job was dead-lettered by the cluster after %s "
+                   "deliveries without a result: %s" % (fields.get("original-deliveries", "?"), reason))  # fmt: skip
+
+
+def _look_around(client: Any, queues: list[str]) -> dict[str, Outcome]:
+    """After a while without a result: QPEEK ``queues`` on every other node the client knows
+    (a result held there), and, for what is still missing, SHOW the task's dead letter here and
+    there (a task whose worker died on its last delivery: the node dead-lettered it, and no
+    result will come)."""
+    argvs: list[tuple[Any, ...]] = [("QPEEK", q, 1) for q in queues]
+    shows = [(q, _dead_letter_show(q)) for q in queues]
+    shows = [(q, argv) for q, argv in shows if argv is not None]
+    argvs += [argv for _, argv in shows]
+    answers: list[tuple[Any, list[Any]]] = []
+    look = getattr(client, "on_other_nodes", None)
+    try:
+        if look is not None:
+            answers = list(look(argvs))
     except Exception:  # noqa: BLE001 - the GETJOB goes on waiting
-        return got
+        answers = []
+    got: dict[str, Outcome] = {}
     for _, replies in answers:
         for queue, reply in zip(queues, replies):
             if queue in got or not isinstance(reply, list) or not reply:
@@ -107,6 +143,21 @@ def _peek_elsewhere(client: Any, queues: list[str]) -> dict[str, Outcome]:
                 got[queue] = decode_outcome(reply[0][2])
             except (MessageError, IndexError, TypeError) as exc:
                 got[queue] = Outcome(False, None, "MessageError", "unreadable result in %s: %s" % (queue, exc))
+    if shows:
+        lost: dict[str, Outcome] = {}
+        try:
+            here = [client.execute(*argv) for _, argv in shows]
+        except Exception:  # noqa: BLE001 - the GETJOB that follows says what is wrong
+            here = [None] * len(shows)
+        for k, (queue, _) in enumerate(shows):
+            seen = [here[k]] + [replies[len(queues) + k] for _, replies in answers if len(replies) > len(queues) + k]
+            for show in seen:
+                outcome = _lost(show)
+                if outcome is not None:
+                    lost[queue] = outcome
+                    break
+        for queue, outcome in lost.items():
+            got.setdefault(queue, outcome)
     return got
 
 
@@ -137,7 +188,7 @@ def wait_outcomes(client: Any, queues: list[str], timeout: float | None) -> dict
         jobs = client.get_jobs(*pending, count=len(pending), timeout_ms=wait_ms, nohang=nohang, with_counters=False)
         if not jobs and wait_ms == slice_ms:
             # a whole slice without it: held on another node that does not hand it on (above)
-            got.update(_peek_elsewhere(client, pending))
+            got.update(_look_around(client, pending))
             pending = [q for q in pending if q not in got]
             if not pending:
                 break

@@ -167,6 +167,28 @@ def test_retries_then_success_and_then_dead_letter_with_reason(app, node, run_wo
     assert snap["failed"] == {hopeless.name: 1}
 
 
+def test_a_worker_lost_on_the_last_delivery_gives_its_waiters_the_dead_letter_reason(app, node):
+    q = "t-" + uuid.uuid4().hex[:8]
+
+    @app.task(queue=q, retries=0)
+    def once():
+        return "never run here"
+
+    ref = once.send_with(retry=1)
+    # a worker that takes the job and dies before it acknowledges or writes anything
+    lost = raw(node)
+    assert lost.execute_command("GETJOB", "TIMEOUT", 5000, "FROM", q)[0][1].decode() == ref.id
+    lost.close()
+    # its RETRY (1 s) ends on its only delivery (retries=0): the node dead-letters it, and the
+    # waiter learns it from the dead letter instead of waiting for a result that cannot come
+    with pytest.raises(TaskError) as err:
+        ref.result(timeout=20)
+    assert err.value.type == "WorkerLost"
+    assert "after 1 deliveries" in err.value.message and "not acknowledged within its RETRY (1 s)" in err.value.message
+    (dead,) = dead_letters(node, q, 1)
+    assert dead["dead-letter-of"].decode() == ref.id
+
+
 def test_time_limits_for_threads_and_trio(app, node, run_worker):
     q = "t-" + uuid.uuid4().hex[:8]
 
