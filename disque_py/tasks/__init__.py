@@ -11,7 +11,7 @@ A client of the cluster: it imports :mod:`disque_py.client` and nothing of the s
 
 from __future__ import annotations
 
-from .app import App, Group, GroupRef, Signature, Task
+from .app import App, Chain, ChainRef, Group, GroupRef, Signature, Task
 from .message import Message, MessageError, Outcome, result_queue
 from .results import NoResult, ResultTimeout, TaskError, TaskRef
 from .runner import Runner, current_task, TaskContext, TaskMetrics, TimeLimitExceeded, make_worker
@@ -22,6 +22,8 @@ __all__ = [
     "Signature",
     "Group",
     "GroupRef",
+    "Chain",
+    "ChainRef",
     "TaskRef",
     "TaskError",
     "ResultTimeout",

@@ -11,6 +11,7 @@
     ref = add.send(1, 2)             # ADDJOB math {"v":1,"task":"myapp.add","args":[1,2],...}
     ref.result(timeout=5)            # 3
     app.group(add.s(1, 2), add.s(3, 4)).send().results(timeout=5)   # [3, 7]
+    (add.s(1, 2) | mul.s(10)).send().result(timeout=5)              # 30
 
 A task's options become its job's options: ``retries=N`` is ``MAXDELIVER N+1``
 (the N+1-th failed delivery dead-letters the job, with the error as its reason),
@@ -28,15 +29,17 @@ import inspect
 import math
 import os
 import threading
+import uuid
 from collections.abc import Callable
 from typing import Any
 
 from ..client import commands as cmd
 from ..client.sync import Client
-from .message import SERIALIZERS, Message, ResultSpec, encode, result_queue
+from ..core.ids import dedup_job_id
+from .message import SERIALIZERS, ChainSpec, ChainStep, Message, ResultSpec, chain_key, encode, result_queue
 from .results import Outcome, ResultTimeout, TaskRef, unwrap, wait_outcomes
 
-__all__ = ["App", "Task", "Signature", "Group", "GroupRef", "Hook"]
+__all__ = ["App", "Task", "Signature", "Group", "GroupRef", "Chain", "ChainRef", "Hook"]
 
 Hook = Callable[[Any], Any]
 
@@ -110,10 +113,14 @@ class Task:
     def effective_result_ttl(self) -> int:
         return self.app.result_ttl if self.result_ttl is None else int(self.result_ttl)
 
-    def check_arguments(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        """TypeError when the function cannot be called with these arguments."""
+    def check_arguments(self, args: tuple[Any, ...], kwargs: dict[str, Any], partial: bool = False) -> None:
+        """TypeError when the function cannot be called with these arguments (``partial``:
+        with these and more)."""
         if self.signature is not None:
-            self.signature.bind(*args, **kwargs)
+            if partial:
+                self.signature.bind_partial(*args, **kwargs)
+            else:
+                self.signature.bind(*args, **kwargs)
 
     def s(self, *args: Any, **kwargs: Any) -> "Signature":
         """A signature: this task with these arguments, to send later or in a group."""
@@ -189,7 +196,8 @@ class Signature:
     __slots__ = ("task", "args", "kwargs", "options")
 
     def __init__(self, task: Task, args: tuple[Any, ...], kwargs: dict[str, Any], options: dict[str, Any] | None = None):
-        task.check_arguments(args, kwargs)
+        # partly: in a chain the previous task's value comes first (checked whole when sent)
+        task.check_arguments(args, kwargs, partial=True)
         self.task = task
         self.args = args
         self.kwargs = kwargs
@@ -204,6 +212,91 @@ class Signature:
 
     def send(self) -> TaskRef:
         return self.task.send_with(self.args, self.kwargs, **self.options)
+
+    def __or__(self, other: Any) -> "Chain":
+        return Chain(self.task.app, [self]) | other
+
+
+class ChainRef(TaskRef):
+    """A sent chain: ``id`` is its first job's ID, ``ids`` every task's (those not added yet
+    included: each is the deduplication ID its worker will add it with); :meth:`result` waits
+    for the last task's value, or raises the error of the first task that failed for good."""
+
+    __slots__ = ("ids",)
+
+    def __init__(self, app: Any, ids: list[str], task_name: str, final_queue: str) -> None:
+        super().__init__(app, ids[0], task_name, final_queue)
+        self.ids = ids
+
+    def __repr__(self) -> str:
+        return "ChainRef(%r, ids=%r)" % (self.task_name, self.ids)
+
+
+class Chain:
+    """Signatures run one after another, each given the previous one's value as its first
+    argument: ``(add.s(1, 2) | mul.s(10)).send().result(timeout=5)`` is 30. The worker that
+    finishes a task adds the next (``message.ChainSpec``): nothing waits in between."""
+
+    def __init__(self, app: "App", signatures: list[Signature]) -> None:
+        for sig in signatures:
+            if not isinstance(sig, Signature):
+                raise TypeError("a chain takes signatures (task.s(...)), not %s" % type(sig).__name__)
+        if not signatures:
+            raise ValueError("a chain needs at least one signature")
+        self.app = app
+        self.signatures = list(signatures)
+
+    def __len__(self) -> int:
+        return len(self.signatures)
+
+    def __or__(self, other: Any) -> "Chain":
+        if isinstance(other, Chain):
+            return Chain(self.app, self.signatures + other.signatures)
+        if isinstance(other, Signature):
+            return Chain(self.app, self.signatures + [other])
+        return NotImplemented
+
+    def send(self) -> ChainRef:
+        sigs = self.signatures
+        name = " | ".join(sig.task.name for sig in sigs)
+        last = sigs[-1]
+        ttl = last.options.get("result_ttl")
+        ttl = last.task.effective_result_ttl if ttl is None else int(ttl)
+        if ttl <= 0:
+            raise ValueError("the last task of a chain needs a result (result_ttl > 0): its waiter reads it")
+        final = "result:chain-" + uuid.uuid4().hex
+        steps: list[ChainStep] = []
+        sigs[0].task.check_arguments(sigs[0].args, sigs[0].kwargs)
+        for sig in sigs[1:]:
+            sig.task.check_arguments((None,) + sig.args, sig.kwargs)  # the value it is given comes first
+            options = dict(sig.options)
+            options.pop("result_ttl", None)
+            options.pop("meta", None)
+            if options.pop("dedup", None) is not None:
+                raise ValueError("a chained task's deduplication key is the chain's (chain:<previous job ID>)")
+            argv, queue = sig.task.addjob_argv(b"", **options)
+            words = tuple(w.decode() if isinstance(w, bytes) else w for w in argv[3:])
+            result = ResultSpec(ttl, final) if sig is last else None
+            steps.append(ChainStep(sig.task.name, queue, sig.args, dict(sig.kwargs), words, result))
+        first = sigs[0]
+        options = dict(first.options)
+        options.pop("result_ttl", None)
+        meta = options.pop("meta", None)
+        if len(sigs) == 1:
+            message = Message(first.task.name, first.args, dict(first.kwargs), ResultSpec(ttl, final), meta or {})
+        else:
+            message = Message(first.task.name, first.args, dict(first.kwargs), None, meta or {},
+                              ChainSpec(tuple(steps), final, ttl))  # fmt: skip
+        argv, _ = first.task.addjob_argv(encode(message, first.task.serializer), **options)
+        first_id = self.app._addjob(argv, retry_safe=b"DEDUP" in argv)
+        ids = [first_id]
+        for step in steps:
+            retry = 1
+            for i, word in enumerate(step.addjob[:-1]):
+                if isinstance(word, str) and word.upper() == "RETRY":
+                    retry = int(step.addjob[i + 1])
+            ids.append(dedup_job_id(step.queue.encode(), chain_key(ids[-1]).encode(), retry).decode())
+        return ChainRef(self.app, ids, name, final)
 
 
 class GroupRef:
@@ -259,6 +352,7 @@ class Group:
         for sig in signatures:
             if not isinstance(sig, Signature):
                 raise TypeError("a group takes signatures (task.s(...)), not %s" % type(sig).__name__)
+            sig.task.check_arguments(sig.args, sig.kwargs)
         self.app = app
         self.signatures = signatures
 
@@ -395,3 +489,9 @@ class App:
         if len(signatures) == 1 and isinstance(signatures[0], (list, tuple)):
             signatures = tuple(signatures[0])
         return Group(self, list(signatures))
+
+    def chain(self, *signatures: Signature) -> Chain:
+        """``app.chain(add.s(1, 2), mul.s(10))``, the same as ``add.s(1, 2) | mul.s(10)``."""
+        if len(signatures) == 1 and isinstance(signatures[0], (list, tuple)):
+            signatures = tuple(signatures[0])
+        return Chain(self, list(signatures))

@@ -7,7 +7,8 @@ A task's job body (JSON by default, msgpack per task) is one map::
      "args": [1, 2],                  # positional arguments (optional, default [])
      "kwargs": {"x": 3},              # keyword arguments (optional, default {})
      "result": {"ttl": 300},          # store the result for 300 s (optional; null/missing: none)
-     "meta": {...}}                   # anything the producer wants the hooks to see (optional)
+     "meta": {...},                   # anything the producer wants the hooks to see (optional)
+     "chain": {...}}                  # the tasks to run after this one (optional; below)
 
 ``result`` may also name the queue to write the result to (``{"ttl": 300, "queue":
 "my-results"}``); without it the result goes to the queue ``result:<job ID>``
@@ -15,6 +16,20 @@ A task's job body (JSON by default, msgpack per task) is one map::
 A producer in another language needs nothing else::
 
     redis-cli ADDJOB default '{"v":1,"task":"myapp.tasks.add","args":[1,2],"result":{"ttl":60}}' 0
+
+A chain (``add.s(1, 2) | mul.s(10)``) rides in its first task's body::
+
+    "chain": {"then": [{"task": "myapp.tasks.mul", "queue": "math", "args": [10],
+                        "kwargs": {}, "addjob": [5000, "RETRY", 300, "MAXDELIVER", 4],
+                        "result": {"ttl": 300}}],
+              "final": "result:D-...",             # the last task's result queue
+              "ttl": 300}                          # its result TTL (errors are written there)
+
+When the task succeeds, the worker adds the first of ``then`` with the value as its first
+argument, the rest of ``then`` as its chain, ADDJOB's options as ``addjob`` lists them
+(its timeout first) and the deduplication key ``chain:<this job's ID>``: a task run twice
+adds its next one once, and the producer knows every ID beforehand (``ids.dedup_job_id``).
+When a task of the chain fails for good, its error is written to ``final`` as well.
 
 The msgpack form is the same map packed; the worker tells the two apart by the
 first byte (``{``, after any blanks: JSON; a msgpack map header: msgpack), and
@@ -40,6 +55,8 @@ __all__ = [
     "RESULT_QUEUE_PREFIX",
     "MessageError",
     "ResultSpec",
+    "ChainStep",
+    "ChainSpec",
     "Message",
     "Outcome",
     "detect",
@@ -50,6 +67,7 @@ __all__ = [
     "encode_outcome",
     "decode_outcome",
     "result_queue",
+    "chain_key",
 ]
 
 FORMAT_VERSION = 1
@@ -61,6 +79,11 @@ MAX_RESULT_TTL = 30 * 86400
 
 class MessageError(ValueError):
     """A body that is not a task message of this format (the job can never run)."""
+
+
+def chain_key(job_id: str) -> str:
+    """The deduplication key of the task a chain adds after the job ``job_id``."""
+    return "chain:" + job_id
 
 
 def result_queue(job_id: str) -> str:
@@ -118,24 +141,54 @@ class ResultSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class ChainStep:
+    """A task to run after another, with the previous one's value as its first argument."""
+
+    task: str
+    queue: str
+    args: tuple[Any, ...] = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    addjob: tuple[Any, ...] = ()  # ADDJOB's words after the body: timeout, then options
+    result: ResultSpec | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ChainSpec:
+    then: tuple[ChainStep, ...]
+    final: str  # the last task's result queue
+    ttl: int  # its result TTL
+
+
+@dataclass(frozen=True, slots=True)
 class Message:
     task: str
     args: tuple[Any, ...] = ()
     kwargs: dict[str, Any] = field(default_factory=dict)
     result: ResultSpec | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    chain: ChainSpec | None = None
+
+
+def _result_obj(spec: ResultSpec) -> dict[str, Any]:
+    obj: dict[str, Any] = {"ttl": spec.ttl}
+    if spec.queue is not None:
+        obj["queue"] = spec.queue
+    return obj
 
 
 def encode(message: Message, serializer: str = "json") -> bytes:
     obj: dict[str, Any] = {"v": FORMAT_VERSION, "task": message.task, "args": list(message.args),
                            "kwargs": message.kwargs}  # fmt: skip
     if message.result is not None:
-        spec: dict[str, Any] = {"ttl": message.result.ttl}
-        if message.result.queue is not None:
-            spec["queue"] = message.result.queue
-        obj["result"] = spec
+        obj["result"] = _result_obj(message.result)
     if message.meta:
         obj["meta"] = message.meta
+    if message.chain is not None:
+        chain = message.chain
+        obj["chain"] = {"then": [{"task": st.task, "queue": st.queue, "args": list(st.args), "kwargs": st.kwargs,
+                                  "addjob": list(st.addjob), "result": None if st.result is None else _result_obj(st.result)}
+                                 for st in chain.then],
+                        "final": chain.final, "ttl": chain.ttl}  # fmt: skip
     return dumps(obj, serializer)
 
 
@@ -151,42 +204,89 @@ def decode(body: bytes) -> tuple[Message, str]:
     version = obj.get("v", FORMAT_VERSION)
     if version != FORMAT_VERSION:
         raise MessageError("unsupported format version %r (this worker reads %d)" % (version, FORMAT_VERSION))
-    unknown = set(obj) - {"v", "task", "args", "kwargs", "result", "meta"}
+    unknown = set(obj) - {"v", "task", "args", "kwargs", "result", "meta", "chain"}
     if unknown:
         raise MessageError("unknown field(s): %s" % ", ".join(sorted(map(str, unknown))))
     task = obj.get("task")
     if not isinstance(task, str) or not task:
         raise MessageError("'task' must be a non-empty string")
-    args = obj.get("args", [])
-    if args is None:
-        args = []
-    if not isinstance(args, list):
-        raise MessageError("'args' must be an array")
-    kwargs = obj.get("kwargs", {})
-    if kwargs is None:
-        kwargs = {}
-    if not isinstance(kwargs, dict) or not all(isinstance(k, str) for k in kwargs):
-        raise MessageError("'kwargs' must be a map with string keys")
-    spec = obj.get("result")
-    result = None
-    if spec is not None:
-        if not isinstance(spec, dict):
-            raise MessageError("'result' must be a map or null")
-        ttl = spec.get("ttl")
-        if not _is_int(ttl) or not 1 <= ttl <= MAX_RESULT_TTL:
-            raise MessageError("'result.ttl' must be an integer of seconds in [1, %d]" % MAX_RESULT_TTL)
-        queue = spec.get("queue")
-        if queue is not None and (not isinstance(queue, str) or not queue):
-            raise MessageError("'result.queue' must be a non-empty string")
-        if set(spec) - {"ttl", "queue"}:
-            raise MessageError("unknown field(s) in 'result': %s" % ", ".join(sorted(map(str, set(spec) - {"ttl", "queue"}))))
-        result = ResultSpec(ttl, queue)
+    args, kwargs = _args(obj, "")
+    result = _result_spec(obj.get("result"), "result")
     meta = obj.get("meta")
     if meta is None:
         meta = {}
     if not isinstance(meta, dict):
         raise MessageError("'meta' must be a map")
-    return Message(task, tuple(args), kwargs, result, meta), serializer
+    chain = _chain_spec(obj.get("chain"))
+    return Message(task, args, kwargs, result, meta, chain), serializer
+
+
+def _args(obj: dict, where: str) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    args = obj.get("args", [])
+    if args is None:
+        args = []
+    if not isinstance(args, list):
+        raise MessageError("'%sargs' must be an array" % where)
+    kwargs = obj.get("kwargs", {})
+    if kwargs is None:
+        kwargs = {}
+    if not isinstance(kwargs, dict) or not all(isinstance(k, str) for k in kwargs):
+        raise MessageError("'%skwargs' must be a map with string keys" % where)
+    return tuple(args), kwargs
+
+
+def _result_spec(spec: Any, name: str) -> ResultSpec | None:
+    if spec is None:
+        return None
+    if not isinstance(spec, dict):
+        raise MessageError("'%s' must be a map or null" % name)
+    ttl = spec.get("ttl")
+    if not _is_int(ttl) or not 1 <= ttl <= MAX_RESULT_TTL:
+        raise MessageError("'%s.ttl' must be an integer of seconds in [1, %d]" % (name, MAX_RESULT_TTL))
+    queue = spec.get("queue")
+    if queue is not None and (not isinstance(queue, str) or not queue):
+        raise MessageError("'%s.queue' must be a non-empty string" % name)
+    if set(spec) - {"ttl", "queue"}:
+        raise MessageError("unknown field(s) in '%s': %s" % (name, ", ".join(sorted(map(str, set(spec) - {"ttl", "queue"})))))
+    return ResultSpec(ttl, queue)
+
+
+def _chain_spec(obj: Any) -> ChainSpec | None:
+    if obj is None:
+        return None
+    if not isinstance(obj, dict):
+        raise MessageError("'chain' must be a map or null")
+    if set(obj) - {"then", "final", "ttl"}:
+        raise MessageError("unknown field(s) in 'chain': %s" % ", ".join(sorted(map(str, set(obj) - {"then", "final", "ttl"}))))
+    then = obj.get("then")
+    if not isinstance(then, list) or not then:
+        raise MessageError("'chain.then' must be a non-empty array")
+    final = obj.get("final")
+    if not isinstance(final, str) or not final:
+        raise MessageError("'chain.final' must be a non-empty string")
+    ttl = obj.get("ttl")
+    if not _is_int(ttl) or not 1 <= ttl <= MAX_RESULT_TTL:
+        raise MessageError("'chain.ttl' must be an integer of seconds in [1, %d]" % MAX_RESULT_TTL)
+    steps = []
+    for i, st in enumerate(then):
+        where = "chain.then[%d]." % i
+        if not isinstance(st, dict):
+            raise MessageError("'chain.then[%d]' must be a map" % i)
+        if set(st) - {"task", "queue", "args", "kwargs", "addjob", "result"}:
+            raise MessageError("unknown field(s) in 'chain.then[%d]': %s" % (
+                i, ", ".join(sorted(map(str, set(st) - {"task", "queue", "args", "kwargs", "addjob", "result"})))))
+        task, queue = st.get("task"), st.get("queue")
+        if not isinstance(task, str) or not task:
+            raise MessageError("'%stask' must be a non-empty string" % where)
+        if not isinstance(queue, str) or not queue:
+            raise MessageError("'%squeue' must be a non-empty string" % where)
+        args, kwargs = _args(st, where)
+        addjob = st.get("addjob", [])
+        if (not isinstance(addjob, list) or not addjob or not _is_int(addjob[0]) or addjob[0] < 0
+                or not all(isinstance(w, str) or _is_int(w) for w in addjob)):  # fmt: skip
+            raise MessageError("'%saddjob' must be an array: a timeout (ms), then ADDJOB's options" % where)
+        steps.append(ChainStep(task, queue, args, kwargs, tuple(addjob), _result_spec(st.get("result"), where + "result")))
+    return ChainSpec(tuple(steps), final, ttl)
 
 
 @dataclass(frozen=True, slots=True)

@@ -48,7 +48,7 @@ import trio
 
 from ..client import commands as cmd
 from ..client.worker import Reject, Worker, describe_error
-from .message import Message, MessageError, Outcome, decode, result_queue
+from .message import ChainSpec, Message, MessageError, Outcome, chain_key, decode, encode, result_queue
 from .results import result_argv
 
 if TYPE_CHECKING:
@@ -296,13 +296,34 @@ class Runner:
             self.metrics.count("failed", task.name, ctx.duration)
             log.warning("task %s (%s) failed for good, attempt %d: %s", task.name, job.id, job.attempt, text)
             type_name = type(exc).__name__
-            await self._write(job, message, serializer, Outcome(False, None, type_name, _message_of(exc)))
+            failed = Outcome(False, None, type_name, _message_of(exc))
+            await self._write(job, message, serializer, failed)
+            if message.chain is not None:  # the chain ends here: its waiter reads the error
+                await self._send(result_argv(message.chain.final, failed, serializer, message.chain.ttl), job)
             if job.maxdeliver is None:
                 raise Reject(text) from exc
             raise  # a NACK on the last delivery: the node dead-letters it with this error
         ctx.duration = time.monotonic() - ctx.started
         await self._write(job, message, serializer, Outcome(True, value), reject_unserializable=True)
+        if message.chain is not None:
+            await self._next_in_chain(job, message, serializer, value)
         self.metrics.count("done", task.name, ctx.duration)
+
+    async def _next_in_chain(self, job: Any, message: Message, serializer: str, value: Any) -> None:
+        """Add the chain's next task (see :mod:`.message`), given ``value`` first, before this
+        job is acknowledged; its key ``chain:<job ID>`` adds it once if this task ran twice."""
+        chain = message.chain
+        assert chain is not None
+        step, rest = chain.then[0], chain.then[1:]
+        nxt = Message(step.task, (value,) + tuple(step.args), step.kwargs, step.result, message.meta,
+                      ChainSpec(rest, chain.final, chain.ttl) if rest else None)  # fmt: skip
+        try:
+            body = encode(nxt, serializer)
+        except TypeError as exc:
+            text = "the value task %s passes down its chain is %s" % (message.task, exc)
+            await self._send(result_argv(chain.final, Outcome(False, None, "TypeError", text), serializer, chain.ttl), job)
+            raise Reject("TypeError: " + text) from None
+        await self._send((b"ADDJOB", step.queue, body, *step.addjob, b"DEDUP", chain_key(job.id)), job)
 
     # ------------------------------------------------------------ running a task
     async def _run_async(self, task: "Task", ctx: TaskContext) -> Any:

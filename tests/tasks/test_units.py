@@ -30,6 +30,15 @@ def test_json_and_msgpack_round_trip_and_are_told_apart_by_their_first_byte():
     assert queue_spec == m.ResultSpec(5, "mine")
 
 
+def test_a_chain_round_trips_in_both_serializers():
+    step = m.ChainStep("app.mul", "math", (10,), {"k": 1}, (5000, "RETRY", 300, "MAXDELIVER", 4), m.ResultSpec(60, "r"))
+    msg = m.Message("app.add", (1, 2), {}, None, {},
+                    m.ChainSpec((m.ChainStep("app.inc", "q", addjob=(0,)), step), "r", 60))  # fmt: skip
+    for ser in ("json", "msgpack"):
+        assert m.decode(m.encode(msg, ser)) == (msg, ser)
+    assert m.chain_key("D-1") == "chain:D-1"
+
+
 @pytest.mark.parametrize(
     "body, error",
     [
@@ -48,6 +57,22 @@ def test_json_and_msgpack_round_trip_and_are_told_apart_by_their_first_byte():
         (b'{"task":"t","result":{"ttl":5,"queue":""}}', "'result.queue' must be a non-empty string"),
         (b'{"task":"t","meta":[]}', "'meta' must be a map"),
         (b'{"task":"t","extra":1}', "unknown field(s): extra"),
+        (b'{"task":"t","chain":[]}', "'chain' must be a map or null"),
+        (b'{"task":"t","chain":{"then":[],"final":"f","ttl":5}}', "'chain.then' must be a non-empty array"),
+        (b'{"task":"t","chain":{"then":[{"task":"u","queue":"q","addjob":[0]}],"final":"","ttl":5}}',
+         "'chain.final' must be a non-empty string"),
+        (b'{"task":"t","chain":{"then":[{"task":"u","queue":"q","addjob":[0]}],"final":"f","ttl":0}}',
+         "'chain.ttl' must be an integer"),
+        (b'{"task":"t","chain":{"then":[{"task":"u","queue":"q","addjob":[]}],"final":"f","ttl":5}}',
+         "'chain.then[0].addjob' must be an array"),
+        (b'{"task":"t","chain":{"then":[{"task":"u","queue":"q","addjob":[0,[1]]}],"final":"f","ttl":5}}',
+         "'chain.then[0].addjob' must be an array"),
+        (b'{"task":"t","chain":{"then":[{"task":"u","addjob":[0]}],"final":"f","ttl":5}}',
+         "'chain.then[0].queue' must be a non-empty string"),
+        (b'{"task":"t","chain":{"then":[{"task":"u","queue":"q","addjob":[0],"args":{}}],"final":"f","ttl":5}}',
+         "'chain.then[0].args' must be an array"),
+        (b'{"task":"t","chain":{"then":[{"task":"u","queue":"q","addjob":[0],"x":1}],"final":"f","ttl":5}}',
+         "unknown field(s) in 'chain.then[0]': x"),
     ],
 )
 def test_bad_bodies_say_what_is_wrong(body, error):
@@ -105,8 +130,13 @@ def test_the_registry_names_checks_and_maps_options_to_the_job():
     assert argv[argv.index(b"RETRY") + 1] == 430  # no retry given: above twice the time limit
     with pytest.raises(TypeError, match="unknown send option"):
         plain.addjob_argv(b"{}", colour="red")
+    sig = plain.s()  # a signature may lack its first arguments (a chain passes a value on)...
     with pytest.raises(TypeError):
-        plain.s()  # a missing argument is caught at the producer too
+        sig.send()  # ... but a missing argument is caught at the producer, before anything is sent
+    with pytest.raises(TypeError):
+        app.group(sig)
+    with pytest.raises(TypeError):
+        plain.s(1, 2, 3, 4, 5)  # too many is caught at once
     with pytest.raises(TypeError, match="not JSON serializable"):
         plain.send_with(args=(object(),))
     assert plain.message((1,)).result == m.ResultSpec(60) and fancy.message((1,)).result is None

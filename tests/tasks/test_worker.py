@@ -121,6 +121,39 @@ def test_a_result_read_is_left_for_every_other_waiter_on_any_node(cluster3, run_
         there.close()
 
 
+def test_chains_pass_each_value_on_and_stop_at_the_first_failure(app, node, run_worker):
+    q = "t-" + uuid.uuid4().hex[:8]
+    seen = []
+
+    @app.task(queue=q)
+    def add(a, b):
+        seen.append(("add", current_task().job_id))
+        return a + b
+
+    @app.task(queue=q + "-other", retry=60)
+    def mul(a, b):
+        seen.append(("mul", current_task().job_id))
+        return a * b
+
+    @app.task(queue=q, retries=0)
+    def boom(x):
+        raise ValueError("no %s" % x)
+
+    run_worker(app, concurrency=2, queues=[q, q + "-other"])
+    ref = (add.s(1, 2) | mul.s(10) | add.s(5)).send()
+    assert ref.result(timeout=10) == 35
+    assert len(ref.ids) == 3 and ref.id == ref.ids[0]
+    # each task ran once, as the job the chain's ref named beforehand
+    assert seen == [("add", ref.ids[0]), ("mul", ref.ids[1]), ("add", ref.ids[2])]
+    assert app.chain(mul.s(2, 3), add.s(1)).send().result(timeout=10) == 7
+    with pytest.raises(TaskError) as err:
+        (add.s(1, 2) | boom.s() | mul.s(2)).send().result(timeout=10)
+    assert (err.value.type, err.value.message) == ("ValueError", "no 3")
+    assert [name for name, _ in seen[5:]] == ["add"]  # the chain stopped at boom: mul never ran
+    with pytest.raises(ValueError, match="needs a result"):
+        (add.s(1, 2) | mul.s(2).with_options(result_ttl=0)).send()
+
+
 def test_result_timeout_and_dedup_send(app, node):
     q = "t-" + uuid.uuid4().hex[:8]
 
