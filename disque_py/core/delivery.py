@@ -64,6 +64,8 @@ __all__ = ["Delivery", "COMMANDS", "DEAD_SUFFIX", "backoff_ms"]
 
 #: A job's dead letters go to its queue's name with this appended, unless DEADLETTER names one.
 DEAD_SUFFIX = b".dead"
+#: how often the copies of a dead letter still short of them are asked for again (ms)
+COPIES_RETRY_MS = 1000
 
 #: The commands this machine answers (commandspec.py; Node dispatches them). NACK queues a
 #: job again, so it is refused at memory level 3 (denyoom), as Disque's.
@@ -233,8 +235,16 @@ class Delivery:
             self._stats["jobs_dead_lettered"] += 1
             name = bytes(job.queue or b"")
             self.dead_by_queue[name] = self.dead_by_queue.get(name, 0) + 1
+            # copies to confirm before the original goes: as many as it has holders (up to its
+            # REPLICATE); and never one alone when the original had more (this node cut off
+            # from the others: the dead letter waits here for a second copy, asked for again at
+            # each RETRY, and the original stays, or a crash of this node would lose both)
             if len(dl.delivered) > 1:
-                self.pending[dl_id] = [job, {ctx.id}, min(dl.repl, len(dl.delivered))]
+                needed = min(dl.repl, len(dl.delivered))
+            else:
+                needed = min(dl.repl, len(set(job.delivered) | {ctx.id}), 2)
+            if needed > 1:
+                self.pending[dl_id] = [job, {ctx.id}, needed, now + COPIES_RETRY_MS]
                 # not queued again meanwhile: a RETRY from now, its timer dead-letters it again
                 # (the copies are asked for again) if they are still not confirmed
                 job.flags &= ~F_NACK_DELAYED
@@ -244,8 +254,7 @@ class Delivery:
                 self._journal(job)
                 return
         elif dl is not None and dl_id in self.pending:
-            confirmed = self.pending[dl_id][1]
-            ctx.send([n for n in dl.delivered if n not in confirmed], repl_job(job_to_wire(dl, ctx.now), False))
+            self._ask_copies(job, dl, self.pending[dl_id])
             if job.retry:
                 job.next_at = retry_deadline(job, ctx.now, ctx.randbits)
                 ctx.reschedule(job)
@@ -258,13 +267,42 @@ class Delivery:
             ctx.acknowledge(job, False)
             ctx.gc_due(job)  # SETACK to every holder now: none queues it again meanwhile
 
+    def _ask_copies(self, job: Job, dl: Job, entry: list) -> None:
+        """Ask again for the copies of a dead letter made here that are not confirmed yet: the
+        original's holders reachable again get theirs too, then other nodes up to ``needed``."""
+        ctx = self.ctx
+        confirmed, needed = entry[1], entry[2]
+        entry[3] = ctx.now + COPIES_RETRY_MS
+        reachable = ctx.reachable
+        more = tuple(n for n in job.delivered if n != ctx.id and n in reachable and n not in dl.delivered)
+        if more:
+            dl.delivered = tuple(dl.delivered) + more
+        if len(dl.delivered) < needed:  # more holders, and every holder asked again
+            ctx.replicate_job(dl, needed - len(dl.delivered), False)
+        else:
+            ctx.send([n for n in dl.delivered if n not in confirmed], repl_job(job_to_wire(dl, ctx.now), False))
+
+    def retry_copies(self, now: int) -> None:
+        """Every second (``Node.tick``): the dead letters made here still short of their
+        copies are asked for again (a partition that healed; a RETRY timer of the original
+        that another node's QUEUED keeps pushing back does not)."""
+        store = self._store
+        for dl_id, entry in list(self.pending.items()):
+            if entry[3] > now:
+                continue
+            dl = store.get(dl_id)
+            job = entry[0]
+            if dl is None or store.get(job.id) is not job:
+                continue
+            self._ask_copies(job, dl, entry)
+
     def copied(self, dl: Job, sender: str) -> None:
         """A GOTJOB for a dead letter made here (``Replication.on_gotjob``): once its copies
         are confirmed, the original is acknowledged."""
         entry = self.pending.get(dl.id)
         if entry is None:
             return
-        job, confirmed, needed = entry
+        job, confirmed, needed = entry[0], entry[1], entry[2]
         confirmed.add(sender)
         if len(confirmed) >= needed:
             del self.pending[dl.id]

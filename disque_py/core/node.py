@@ -324,6 +324,8 @@ class Node:
                 self.dedup.forget(now)  # DEDUP IDs whose window ended (looked up with their end)
             if self.federation.leases:
                 self.federation.gc_leases()
+            if self.delivery.pending:  # dead letters made here still short of their copies
+                self.delivery.retry_copies(now)
             self._next_gc = now + QUEUE_GC_PERIOD_MS
         if blocking.blocked and ctx.cluster_size > 1:
             self.federation.tick(blocking.waited)

@@ -571,3 +571,27 @@ BEFORE_AOF = (
     b"$45\r\n2 0 1700000000123456789 1000060000 0 10 3 4 0\r\n$81\r\n" + b"f" * 40 + b" " + b"e" * 40 + b"\r\n"
     b"$1\r\nq\r\n$4\r\nbody\r\n$8\r\n6eedc12e\r\n"
 )
+
+
+def test_a_node_cut_off_alone_keeps_the_original_until_its_dead_letter_has_a_second_copy():
+    # the node that dead-letters a job cannot reach its other holders: a dead letter held by it
+    # alone would be lost with it, so the original stays until a second copy is confirmed
+    c = Cluster()
+    job_id = c.add(0, "RETRY", 2)
+    assert c.getjob(0) == job_id
+    c.partition({0}, {1, 2})
+    assert c.cmd(0, "NACK", job_id, "DEAD", "REASON", "poison") == 1
+    dl_id = ids_mod.dead_letter_id(job_id)
+    assert c.dead_letters() == {dl_id: [0]}
+    assert c.job(0, job_id).state != ACKED  # kept: the dead letter has one copy
+    c.advance(5000)  # RETRYs go by, still cut off: the original stays, nothing acked
+    assert c.job(0, job_id) is not None and c.job(0, job_id).state != ACKED
+    c.heal()
+    c.advance(5000)  # the next RETRY asks for the copies again: made, then the original goes
+    assert sorted(c.dead_letters()[dl_id]) == [0, 1, 2]
+    c.advance(60_000)
+    assert all(c.job(i, job_id) is None or c.job(i, job_id).state == ACKED for i in range(3))
+    assert len(c.queued_on(dl_id)) == 1
+    # and the node that made it may die now: the dead letter lives on
+    c.crash(0)
+    assert sorted(c.dead_letters()[dl_id]) == [1, 2]
