@@ -104,10 +104,6 @@ import struct
 from typing import Any
 
 import msgpack
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives import hashes
-from cryptography.hazmat.primitives import hmac as crypto_hmac
-from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from .messages import (
     PROTOCOL_VERSION,
@@ -603,7 +599,27 @@ class FrameDecoder:
 # ---------------------------------------------------------------------------
 
 
+# ``cryptography`` (some 5 ms to import) is loaded by the first authenticated link, not by every
+# node's start: a cluster without cluster-secret never needs it.
+crypto_hmac: Any = None
+hashes: Any = None
+HKDF: Any = None
+InvalidSignature: Any = None
+
+
+def _load_crypto() -> None:
+    global crypto_hmac, hashes, HKDF, InvalidSignature
+    if InvalidSignature is None:
+        from cryptography.exceptions import InvalidSignature as invalid
+        from cryptography.hazmat.primitives import hashes as hash_algorithms
+        from cryptography.hazmat.primitives import hmac as hmac_module
+        from cryptography.hazmat.primitives.kdf.hkdf import HKDF as hkdf
+
+        crypto_hmac, hashes, HKDF, InvalidSignature = hmac_module, hash_algorithms, hkdf, invalid
+
+
 def _hmac(key: bytes, *parts: bytes) -> bytes:
+    _load_crypto()
     h = crypto_hmac.HMAC(key, hashes.SHA256())
     for p in parts:
         h.update(p)
@@ -611,6 +627,7 @@ def _hmac(key: bytes, *parts: bytes) -> bytes:
 
 
 def _hmac_verify(key: bytes, expected: bytes, *parts: bytes) -> bool:
+    _load_crypto()
     h = crypto_hmac.HMAC(key, hashes.SHA256())
     for p in parts:
         h.update(p)
@@ -622,6 +639,7 @@ def _hmac_verify(key: bytes, expected: bytes, *parts: bytes) -> bool:
 
 
 def _derive(secret: bytes, salt: bytes, info: bytes) -> bytes:
+    _load_crypto()
     return HKDF(algorithm=hashes.SHA256(), length=32, salt=salt, info=info).derive(secret)
 
 
@@ -766,6 +784,7 @@ class LinkSession:
     def __init__(self, send_key: bytes, recv_key: bytes) -> None:
         if len(send_key) != 32 or len(recv_key) != 32:
             raise ValueError("link keys must be 32 bytes")
+        _load_crypto()  # (open's ``except InvalidSignature`` relies on it too)
         # Pre-keyed contexts, copied per frame (cheaper than re-keying).
         self._send_mac = crypto_hmac.HMAC(bytes(send_key), hashes.SHA256())
         self._recv_mac = crypto_hmac.HMAC(bytes(recv_key), hashes.SHA256())

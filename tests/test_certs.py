@@ -23,7 +23,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from disque_py.certs import FILES, CertError, make_bundle, write_bundle
-from disque_py.cli import main
+from disque_py.commandline import main
 
 
 def generate(directory: Path, **kw) -> Path:

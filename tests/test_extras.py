@@ -72,7 +72,7 @@ def test_the_client_worker_and_cli_import_without_the_http_stack(bare_env):
 import sys
 import disque_py.client, disque_py.client.aio, disque_py.client.cli_worker
 from disque_py import Client, Worker, Job, DisqueError
-import disque_py.cli, disque_py.top
+import disque_py.cli, disque_py.commandline, disque_py.top
 loaded = sorted(m for m in sys.modules if m.partition(".")[0] in %r)
 print("loaded:", loaded)
 """ % (BLOCKED,)

@@ -9,8 +9,10 @@ A job ID is 40 ASCII characters::
     |  first 8 hex digits of the creating node's ID
     fixed "D-"
 
-The random part is the first 18 bytes of SHA1(seed || counter), with a seed
-drawn once per process by the shell and a 64-bit counter. The TTL field is
+The random parts are made ID_BATCH at a time: 18 bytes each of one
+SHAKE-256(seed || counter) output, with a seed drawn once per process by the
+shell and a 64-bit counter of batches (one hash and one base64 encoding per
+batch instead of one of each per ID). The TTL field is
 clamped to 0..65535 minutes and its parity says what kind of job it is: even
 for at-most-once jobs (RETRY 0), odd otherwise. That lets a node that has
 never seen a job decide from the ID alone whether an ACK for it needs a
@@ -41,6 +43,8 @@ __all__ = [
 ]
 
 JOB_ID_LEN = 40
+#: Job IDs whose random parts one hash makes (JobIdGenerator).
+ID_BATCH = 64
 _ID_RE = re.compile(rb"D-[0-9a-fA-F]{8}-[A-Za-z0-9+/]{24}-[0-9a-fA-F]{4}")
 
 NODE_ID_LEN = 40
@@ -67,20 +71,32 @@ def valid_node_ids(nodes: list) -> bool:
 class JobIdGenerator:
     """Makes job IDs for one node. ``seed`` comes from the shell (urandom)."""
 
-    __slots__ = ("_prefix", "_hash", "_counter", "_suffixes")
+    __slots__ = ("_prefix", "_seed", "_counter", "_suffixes", "_batch", "_next")
 
     def __init__(self, node_id: str, seed: bytes) -> None:
         if len(node_id) < 8:
             raise ValueError("node id too short")
         self._prefix = b"D-" + node_id[:8].encode("ascii") + b"-"
-        self._hash = hashlib.sha1(bytes(seed))  # copied, then fed the counter
-        self._counter = 0
+        self._seed = bytes(seed)
+        self._counter = 0  # batches made
         self._suffixes: dict[tuple[int, bool], bytes] = {}
+        self._batch = b""  # the base64 random parts of the current batch, 24 characters each
+        self._next = 0  # where the next ID's random part starts in it
+
+    def _refill(self) -> None:
+        self._counter += 1
+        digest = hashlib.shake_256(self._seed + self._counter.to_bytes(8, "little")).digest(18 * ID_BATCH)
+        # 18 bytes are 24 base64 characters without padding, so the encoding of the whole batch
+        # is the encodings of its 18-byte parts one after the other.
+        self._batch = binascii.b2a_base64(digest, newline=False)
+        self._next = 0
 
     def new_id(self, ttl_seconds: int, retry: int) -> bytes:
-        self._counter += 1
-        h = self._hash.copy()
-        h.update(self._counter.to_bytes(8, "little"))
+        i = self._next
+        if i == len(self._batch):
+            self._refill()
+            i = 0
+        self._next = i + 24
         key = (ttl_seconds, retry > 0)
         suffix = self._suffixes.get(key)
         if suffix is None:
@@ -93,8 +109,7 @@ class JobIdGenerator:
             suffix = b"-%04x" % minutes
             if len(self._suffixes) < 4096:
                 self._suffixes[key] = suffix
-        # b2a_base64 of 18 bytes is exactly 24 characters, no padding.
-        return self._prefix + binascii.b2a_base64(h.digest()[:18], newline=False) + suffix
+        return self._prefix + self._batch[i : i + 24] + suffix
 
 
 def valid_job_id(job_id: bytes) -> bool:

@@ -8,7 +8,7 @@ import pytest
 
 from disque_py.core import invariants
 from disque_py.core.effects import BLOCKED
-from disque_py.core.ids import is_at_most_once_id, ttl_minutes_from_id, valid_job_id
+from disque_py.core.ids import ID_BATCH, JobIdGenerator, is_at_most_once_id, ttl_minutes_from_id, valid_job_id
 from disque_py.core.replies import NULL_ARRAY, Error, Status
 
 from .conftest import NODE_ID
@@ -327,6 +327,25 @@ def test_bad_ids_are_badid(h, cmd, bad):
 def test_valid_job_id_shape():
     assert valid_job_id(b"D-dcb833cf-8YL1NT17e9+wsA/09NqxscQI-05a1")
     assert not valid_job_id(b"D-dcb833cf-8YL1NT17e9+wsA/09NqxscQI-05a1x")
+
+
+def test_ids_made_in_batches_stay_unique_and_well_formed_across_batches():
+    # The random parts are made ID_BATCH at a time: the IDs on either side of a batch's end
+    # are as distinct and as well formed as any others.
+    count = 3 * ID_BATCH + 5
+    gen = JobIdGenerator(NODE_ID, b"seed")
+    made = [gen.new_id(3600 + 60 * (i % 3), i % 2) for i in range(count)]
+    assert len(set(made)) == count
+    assert len({m[11:35] for m in made}) == count  # the random parts themselves never repeat
+    for i, job_id in enumerate(made):
+        assert valid_job_id(job_id) and job_id.startswith(b"D-" + NODE_ID[:8].encode() + b"-")
+        assert is_at_most_once_id(job_id) == (i % 2 == 0)
+        assert ttl_minutes_from_id(job_id) >> 1 == (60 + i % 3) >> 1
+    # one seed, one sequence (simulations replay from their seed); another seed shares none
+    again = JobIdGenerator(NODE_ID, b"seed")
+    assert [again.new_id(3600 + 60 * (i % 3), i % 2) for i in range(count)] == made
+    other = JobIdGenerator(NODE_ID, b"other seed")
+    assert not {m[11:35] for m in made} & {other.new_id(3600, 1)[11:35] for _ in range(count)}
 
 
 # ---------------------------------------------------------------- NACK / ENQUEUE / DEQUEUE / WORKING

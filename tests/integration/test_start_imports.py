@@ -1,9 +1,10 @@
 """What a node imports before its first PONG: nothing that its configuration does not use.
 
 A restart is when every millisecond counts (clients wait, jobs held elsewhere come due), so the
-start loads only what serving needs: no client library or redis-py, no other CLI command, no HTTP
-stack without ``admin-port``, no python-json-logger without ``log-format json``, no AOF codec
-without an AOF to load. Each check starts a real node with the server's own entry (the
+start loads only what serving needs: no client library or redis-py, no other CLI command and no
+click (``disque-py server`` parses its own arguments), no HTTP stack without ``admin-port``, no
+python-json-logger without ``log-format json``, no AOF codec without an AOF to load, no
+``cryptography`` before a link authenticates with ``cluster-secret``. Each check starts a real node with the server's own entry (the
 ``disque-py`` console script, and ``python -m disque_py.cli``) under ``PYTHONPROFILEIMPORTTIME``,
 waits for its first PONG, kills it with SIGKILL (so that nothing of a shutdown is counted) and reads
 the modules it had imported from its stderr. What is measured is which modules load, never how long.
@@ -27,6 +28,9 @@ pytestmark = pytest.mark.integration
 NOT_AT_START = (
     "redis",  # redis-py: the client side only
     "disque_py.client",
+    "disque_py.commandline",  # the click command line: every command but `server` (servercmd)
+    "click",
+    "cryptography",  # the bus's HMAC and HKDF: only once a link authenticates (cluster-secret)
     "disque_py.deadcmd",
     "disque_py.deadletters",
     "disque_py.shell",

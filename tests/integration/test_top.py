@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from disque_py import launcher
-from disque_py.cli import main
+from disque_py.commandline import main
 
 from .conftest import ROOT, wait_for
 
