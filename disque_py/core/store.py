@@ -57,8 +57,9 @@ REBUILD_SLICE = 4  # jobs carried into the new heap per schedule() while rebuild
 DROP_SLICE = 256  # old heap entries let go per schedule() after a rebuild
 
 
-def seq_of(item: Job) -> int:
-    """Registration order of a job (or of a queue: anything with ``seq``), the scan key."""
+def seq_of(item: Any) -> int:
+    """Registration order of a job (or of a queue: anything with ``seq``), the scan key.
+    (``Any``: compiled, an argument typed ``Job`` is checked to be one.)"""
     return item.seq
 
 
