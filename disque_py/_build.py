@@ -131,7 +131,7 @@ class _SourceFirst:
 def select() -> tuple[str, str]:
     global _state
     if os.environ.get(PURE_ENV, "") not in ("", "0"):
-        _state = ("pure", "%s=%s" % (PURE_ENV, os.environ[PURE_ENV]))
+        _state = ("pure", "%s set" % PURE_ENV)  # no "=": INFO parsers split values on it
     else:
         ok, detail = check()
         _state = ("compiled", detail) if ok else ("pure", detail)
