@@ -36,7 +36,11 @@ COMPILED_MODULES: tuple[str, ...] = (
     "disque_py.core.ids",
     "disque_py.core.job",
     "disque_py.core.store",
+    "disque_py.core.queues",
+    "disque_py.core.wire",
     "disque_py.persistence.journal",
+    "disque_py.persistence.records",
+    "disque_py.protocol.resp",
 )
 
 MANIFEST = "_compiled.txt"

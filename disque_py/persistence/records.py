@@ -438,7 +438,7 @@ def _decode_dedupgone(e: list[bytes]) -> DedupGone:
 
 
 class Kind(NamedTuple):
-    count: int  # elements, the kind and the checksum included
+    count: int  # type: ignore[assignment]  # elements, the kind and the checksum included
     decode: Callable[[list[bytes]], Any]  # the elements before the checksum -> record; raises _Bad
     limits: tuple  # the largest length of each element before the checksum
 
