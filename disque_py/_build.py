@@ -27,7 +27,6 @@ from __future__ import annotations
 import os
 import sys
 from importlib.machinery import EXTENSION_SUFFIXES, ModuleSpec
-from importlib.util import spec_from_file_location
 from typing import Sequence
 
 # Hot, annotated, leaf-most modules first. A module joins when mypy checks it clean and the
@@ -124,6 +123,8 @@ class _SourceFirst:
     def find_spec(self, fullname: str, path: Sequence[str] | None, target: object = None) -> ModuleSpec | None:
         if fullname not in self.names:
             return None
+        from importlib.util import spec_from_file_location  # only when pure Python is chosen
+
         leaf = fullname.rpartition(".")[2] + ".py"
         for entry in path or sys.path:
             candidate = os.path.join(entry, leaf)
