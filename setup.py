@@ -37,7 +37,7 @@ _build = _load_build()
 def _why_pure() -> str | None:
     if os.environ.get(_build.PURE_ENV, "") not in ("", "0"):
         return "%s is set" % _build.PURE_ENV
-    if not any(shutil.which(cc) for cc in (os.environ.get("CC", "cc").split()[0], "gcc", "cc")):
+    if not any(shutil.which(cc) for cc in ((os.environ.get("CC") or "cc").split()[0], "gcc", "cc")):
         return "no C compiler (install gcc)"
     include = sysconfig.get_paths()["include"]
     if not os.path.exists(os.path.join(include, "Python.h")):
@@ -67,8 +67,9 @@ def _extensions() -> list:
     from mypyc.build import mypycify
 
     paths = [os.path.relpath(_build.source_path(m, ROOT), ROOT) for m in _build.COMPILED_MODULES]
+    config = os.path.join(ROOT, "mypyc.ini")
     return mypycify(
-        ["--config-file", os.path.join(ROOT, "mypyc.ini"), *paths],
+        (["--config-file", config] if os.path.exists(config) else []) + paths,
         opt_level=os.environ.get("MYPYC_OPT_LEVEL", "3"),
         group_name="disque_py",
     )
