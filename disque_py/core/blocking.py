@@ -111,7 +111,7 @@ class Blocking:
 
     def cmd_getjob(self, client: int, argv: list[bytes]) -> Any:
         req = parse_getjob(argv)
-        if type(req) is Error:
+        if isinstance(req, Error):
             return req
         ctx = self.ctx
         items: list = []
@@ -127,6 +127,8 @@ class Blocking:
                 if q is None or q.flags & PAUSED_OUT or not q.jobs:
                     continue
                 job = fetch(q)
+                if job is None:  # (a queue with jobs gives one)
+                    continue
                 q.ltime = ctx.now
                 if job.extra is not None:  # a delivery counted for MAXDELIVER (delivery.py)
                     ctx.delivered(job)
@@ -203,7 +205,7 @@ class Blocking:
                 waiter = q.first_waiter()
                 if waiter is None:
                     break
-                items = []
+                items: list[Any] = []
                 while len(items) < waiter.count:
                     job = self.fetch(q)
                     if job is None:
@@ -330,7 +332,7 @@ class Blocking:
 
     def cmd_qscan(self, client: int, argv: list[bytes]) -> Any:
         args = parse_qscan(argv)
-        if type(args) is Error:
+        if isinstance(args, Error):
             return args
         now = self.ctx.now
 

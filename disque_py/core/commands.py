@@ -127,7 +127,7 @@ def parse_addjob(argv: list[bytes]) -> AddJob | Error:
     """ADDJOB queue body ms-timeout [REPLICATE n] [DELAY s] [RETRY s] [TTL s] [MAXLEN n] [ASYNC]
     [BACKOFF min max] [MAXDELIVER n] [DEADLETTER queue] (delivery.py) [DEDUP key] (dedup.py)"""
     timeout = parse_timeout(argv[3])
-    if type(timeout) is Error:
+    if isinstance(timeout, Error):
         timeout_error = timeout
         timeout = 0
     else:
@@ -249,7 +249,7 @@ def _parse_options(req: AddJob, argv: list[bytes], n: int) -> Error | None:
             i += 2
         elif opt in _DELIVERY_OPTIONS:
             got = _delivery_option(req, opt, argv, i)
-            if type(got) is Error:
+            if isinstance(got, Error):
                 return got
             i = got
         elif opt in _ADDJOB_VALUED:
@@ -371,15 +371,18 @@ def parse_nack(argv: list[bytes]) -> Nack | Error:
 class GetJob:
     __slots__ = ("queues", "timeout", "count", "nohang", "withcounters")
 
+    def __init__(self) -> None:
+        self.queues: list[bytes] = []  # empty until FROM (a FROM with no queue is refused)
+        self.timeout = 0
+        self.count = 1
+        self.nohang = False
+        self.withcounters = False
+
 
 def parse_getjob(argv: list[bytes]) -> GetJob | Error:
     """GETJOB [NOHANG] [TIMEOUT ms] [COUNT n] [WITHCOUNTERS] FROM q1 ... qN"""
     req = GetJob()
-    req.timeout = 0
-    req.count = 1
-    req.nohang = False
-    req.withcounters = False
-    req.queues = None
+    from_seen = False
     n = len(argv)
     i = 1
     while i < n:
@@ -387,6 +390,7 @@ def parse_getjob(argv: list[bytes]) -> GetJob | Error:
         has_value = i + 1 < n
         if opt == b"from":
             req.queues = argv[i + 1 :]
+            from_seen = True
             break
         elif opt == b"nohang":
             req.nohang = True
@@ -396,7 +400,7 @@ def parse_getjob(argv: list[bytes]) -> GetJob | Error:
             i += 1
         elif opt == b"timeout" and has_value:
             t = parse_timeout(argv[i + 1])
-            if type(t) is Error:
+            if isinstance(t, Error):
                 return t
             req.timeout = t
             i += 2
@@ -411,7 +415,7 @@ def parse_getjob(argv: list[bytes]) -> GetJob | Error:
         else:
             return syntax_error(argv[i], "the queues must follow FROM")
     if not req.queues:
-        if n == 1 or req.queues is None:
+        if n == 1 or not from_seen:
             return syntax_error(argv[-1], "FROM and at least one queue must follow")
         return syntax_error(argv[-1], "at least one queue must follow it")
     return req

@@ -106,7 +106,7 @@ class Delivery:
         if len(argv) == 1:
             return 0  # Disque's: no IDs, none nacked
         req = parse_nack(argv)
-        if type(req) is Error:
+        if isinstance(req, Error):
             return req
         ids = req.ids
         bad = check_job_ids(ids)
@@ -269,7 +269,7 @@ class Delivery:
         if len(confirmed) >= needed:
             del self.pending[dl.id]
             if self._store.get(job.id) is job:
-                self._ack_original(job)
+                self._ack_original(job)  # type: ignore[arg-type]  # the original: a Job
 
     # -- messages -----------------------------------------------------------------------
     def on_nacked(self, sender: str, m: Nacked) -> None:

@@ -425,7 +425,7 @@ class Federation:
             job.flags &= ~F_BCAST_QUEUED  # a move, not a requeue: no QUEUED broadcast
             if job.retry == 0 and job.flags & F_DELIVERED:
                 continue  # delivered here once already: at most once
-            q = ctx.get_queue(job.queue)
+            q = ctx.get_queue(job.queue)  # type: ignore[arg-type]  # a queued job has a queue
             if not ctx.enqueue_job(job, False, True):  # fresh: moved in, queued here this one time
                 continue
             self._stats["jobs_imported"] += 1

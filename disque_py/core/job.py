@@ -216,7 +216,7 @@ class Job:
         self.flags = 0
         self.nacks = 0
         self.deliveries = 0
-        self.confirmed: set[bytes] | None = None
+        self.confirmed: set[str] | None = None
         self.awake = 0
         self.gc_retry = 0
         self.seq = 0
