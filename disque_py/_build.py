@@ -50,6 +50,7 @@ COMPILED_MODULES: tuple[str, ...] = (
     "disque_py.core.lifecycle",
     "disque_py.core.federation",
     "disque_py.core.blocking",
+    "disque_py.core.node",
     "disque_py.persistence.journal",
     "disque_py.persistence.records",
     "disque_py.protocol.resp",
