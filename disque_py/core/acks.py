@@ -45,7 +45,7 @@ Commands: ACKJOB, FASTACK. Messages: SETACK, GOTACK, DELJOB. Called by
 from __future__ import annotations
 
 from collections import deque
-from typing import Any
+from typing import Any, final
 
 from . import ids as ids_mod
 from .ids import valid_job_id
@@ -87,6 +87,7 @@ COMMANDS = (
 )
 
 
+@final
 class Acks:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx

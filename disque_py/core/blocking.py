@@ -34,7 +34,7 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_left
 from itertools import islice
-from typing import Any
+from typing import Any, final
 
 from .commands import NOT_AN_INTEGER, parse_getjob, parse_int, parse_qscan
 from .commandspec import EVERY_QUEUE, FROM_QUEUES, QUEUE, CommandSpec
@@ -84,6 +84,7 @@ COMMANDS = (
 )
 
 
+@final
 class Blocking:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Container
+from typing import final
 
 from .ids import valid_job_id
 from .job import state_from_name
@@ -90,6 +91,7 @@ def parse_seconds_ms(raw: bytes) -> int | None:
     return int(m[1]) * 1000 + (int(frac.ljust(3, b"0")) if frac else 0)
 
 
+@final
 class AddJob:
     __slots__ = ("queue", "body", "timeout", "replicate", "ttl", "retry", "delay", "maxlen", "async_", "extra")
 
@@ -312,6 +314,7 @@ def _check_delivery_options(req: AddJob) -> Error | None:
     return None
 
 
+@final
 class Nack:
     """NACK's options: DELAY (ms, or None), REASON (or None), DEAD."""
 
@@ -368,6 +371,7 @@ def parse_nack(argv: list[bytes]) -> Nack | Error:
     return req
 
 
+@final
 class GetJob:
     __slots__ = ("queues", "timeout", "count", "nohang", "withcounters")
 
@@ -421,6 +425,7 @@ def parse_getjob(argv: list[bytes]) -> GetJob | Error:
     return req
 
 
+@final
 class ScanArgs:
     __slots__ = ("cursor", "count", "busyloop", "minlen", "maxlen", "importrate", "queue", "states", "reply_all")
 

@@ -29,7 +29,7 @@ A node is eight machines (``lifecycle``, ``requeue``, ``acks``, ``replication``,
 from __future__ import annotations
 
 import random
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, final
 
 from . import ids as ids_mod
 from .effects import Send
@@ -63,6 +63,7 @@ PORTS = (
 )  # fmt: skip
 
 
+@final
 class Context:
     # Slots, not a dict: the machines read and set these on every input, and a dict this size
     # (over 30 keys) is past what CPython's attribute caches handle best (see __slots__ below).

@@ -48,7 +48,7 @@ the context (``delivered``, ``timed_out``), by ``Blocking`` and ``Requeue``.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, final
 
 from .commands import check_job_ids, parse_nack
 from .commandspec import JOB_IDS, CommandSpec
@@ -83,6 +83,7 @@ def backoff_ms(extra: Extra, nacks: int, randbits: Any) -> int:
     return lo if base < lo else hi if base > hi else base
 
 
+@final
 class Delivery:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx

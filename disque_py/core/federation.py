@@ -110,7 +110,7 @@ and through the context (``need_jobs``, ``renew_on_take``, ``push_if_wanted``).
 from __future__ import annotations
 
 from itertools import islice
-from typing import Any
+from typing import Any, final
 
 from .blocking import CLIENTS_WAITING, REACHED_ZERO
 from .commands import MAX_JOB_BYTES
@@ -161,6 +161,7 @@ def _request_size(q: Queue, rate: int, sources: int) -> int:
     return max(NEEDJOBS_MIN_REQUEST, min(NEEDJOBS_MAX_REQUEST, count, cap))
 
 
+@final
 class Federation:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx

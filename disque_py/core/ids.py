@@ -25,6 +25,7 @@ from __future__ import annotations
 import binascii
 import hashlib
 import re
+from typing import final
 
 __all__ = [
     "JOB_ID_LEN",
@@ -64,6 +65,7 @@ def valid_node_ids(nodes: list) -> bool:
     return True
 
 
+@final
 class JobIdGenerator:
     """Makes job IDs for one node. ``seed`` comes from the shell (urandom)."""
 

@@ -45,7 +45,7 @@ the same instant.
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, final
 
 __all__ = [
     "Job",
@@ -160,6 +160,7 @@ def gc_deadline(job: "Job", now: int, randbits: Callable[[int], int]) -> int:
     return now + backoff + randbits(32) % TIME_ERROR_MS - _HALF_ERROR_MS
 
 
+@final
 class Job:
     """One job as this node knows it. Slots keep it small (memory/job matters)."""
 
@@ -257,6 +258,7 @@ class Job:
         return f"<Job {self.id.decode()} {self.state_name} q={self.queue!r}>"
 
 
+@final
 class Extra:
     """What a job carries beyond Disque's fields, in one optional slot (``Job.extra``), so
     that a job without any of it costs one ``None``. Made by ADDJOB's BACKOFF, MAXDELIVER,
@@ -315,6 +317,7 @@ def _seconds(ms: int) -> bytes:
     return b"%d" % whole if not frac else (b"%d.%03d" % (whole, frac)).rstrip(b"0")
 
 
+@final
 class _Switch:
     """``watch_transitions``'s switch: one attribute, read by every ``Job.set_state``."""
 

@@ -30,7 +30,7 @@ through the context, by every other machine.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, final
 
 from .commands import check_job_ids, parse_jscan
 from .commandspec import EVERY_QUEUE, JOB_IDS, CommandSpec
@@ -56,6 +56,7 @@ COMMANDS = (
 )
 
 
+@final
 class Lifecycle:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx

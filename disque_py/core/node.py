@@ -55,7 +55,7 @@ ack is collected at once.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, final
 
 from . import acks as acks_mod
 from . import blocking as blocking_mod
@@ -112,6 +112,7 @@ def _method_of(owner: Any) -> Callable[[str], Any]:
     return lookup
 
 
+@final
 class Node:
     # The context's fields the shell reads and sets, as properties written out one by one (a
     # compiled class takes no property made by a helper at class level).

@@ -45,7 +45,7 @@ from bisect import bisect_right
 from collections import deque
 from itertools import islice
 from operator import attrgetter
-from typing import Any, Iterable
+from typing import Any, Iterable, final
 
 from sortedcontainers import SortedKeyList
 
@@ -70,6 +70,7 @@ def pause_name(flags: int) -> str:
     return _PAUSE_NAMES[flags & PAUSED_ALL]
 
 
+@final
 class Waiter:
     """A client blocked in GETJOB (one record, shared by all its queues)."""
 
@@ -84,6 +85,7 @@ class Waiter:
         self.active = True
 
 
+@final
 class Queue:
     __slots__ = (
         "name",

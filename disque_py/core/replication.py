@@ -40,7 +40,7 @@ context (``replication_achieved`` from a SETACK for a wait-repl job,
 from __future__ import annotations
 
 import heapq
-from typing import Any
+from typing import Any, final
 
 from .commands import RETRY0_NEEDS_REPLICATE1, parse_addjob
 from .commandspec import QUEUE, CommandSpec
@@ -90,6 +90,7 @@ def _repl_timeout(job: Job) -> Error:
     )
 
 
+@final
 class Replication:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx

@@ -37,7 +37,7 @@ machines.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, final
 
 from .commands import check_job_ids
 from .commandspec import JOB_IDS, CommandSpec
@@ -72,6 +72,7 @@ COMMANDS = (
 )
 
 
+@final
 class Requeue:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx

@@ -35,7 +35,7 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_left
 from itertools import chain, islice
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, final
 
 from .job import Job
 
@@ -63,6 +63,7 @@ def seq_of(item: Any) -> int:
     return item.seq
 
 
+@final
 class JobStore:
     __slots__ = (
         "_shards", "_count", "_heap", "_seq", "_next", "_todo", "_shard_at", "_old", "rebuilds", "journal", "item_bytes",

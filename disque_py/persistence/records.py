@@ -84,7 +84,7 @@ from __future__ import annotations
 import re
 import zlib
 from dataclasses import dataclass
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, NamedTuple, final
 
 import msgpack
 
@@ -513,6 +513,7 @@ def _fast(buf: bytearray, pos: int) -> tuple[Any, int] | None:
     return None
 
 
+@final
 class RecordReader:
     """Incremental decoder: ``feed`` bytes, get records with their offsets; ``finish`` at EOF.
 

@@ -105,7 +105,7 @@ replaced by spaces.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, final
 
 import hiredis
 
@@ -295,6 +295,7 @@ def _hiredis_error(exc: BaseException) -> str:
     return _PROTO + (text or type(exc).__name__)
 
 
+@final
 class RequestParser:
     """Incremental parser of client requests into argv lists.
 
@@ -763,6 +764,7 @@ def encode_request(argv: list[bytes | str | int] | tuple[bytes | str | int, ...]
 # --------------------------------------------------------------------------
 
 
+@final
 class ReplyParser:
     """Incremental parser of server replies, backed by ``hiredis.Reader``.
 
