@@ -52,6 +52,7 @@ COMPILED_MODULES: tuple[str, ...] = (
     "disque_py.core.blocking",
     "disque_py.core.node",
     "disque_py.persistence.journal",
+    "disque_py.persistence.loader",
     "disque_py.persistence.records",
     "disque_py.protocol.resp",
 )
