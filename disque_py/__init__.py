@@ -10,6 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from ._build import select as _select_build
+
+# The compiled build or pure Python, decided before any compiled module can be imported
+# (disque_py/_build.py): a stale build is never used.
+_select_build()
+
 __version__ = "0.1.0"
 DISQUE_COMPAT_VERSION = "1.0-rc1"
 

@@ -114,12 +114,14 @@ ensure_venv() {
   "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip >&2
   # compat: a plain .pth to the checkout, so that Spark's discovery (pkgutil.iter_modules) sees
   # the top-level module pyspark_disque.py of an editable install.
+  # DISQUE_PY_PURE=1: the editable install builds no extension (scripts/build compiles in
+  # place, with a progress line, when a script needs the compiled build).
   local out
-  if ! out="$("$VENV/bin/python" -m pip install --quiet --disable-pip-version-check \
+  if ! out="$(DISQUE_PY_PURE=1 "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check \
       --config-settings editable_mode=compat -e "$ROOT[$extras]" 2>&1)"; then
     echo "$out" >&2
     echo ">> retrying without editable_mode=compat (Spark's discovery may miss pyspark_disque)" >&2
-    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e "$ROOT[$extras]" >&2 || exit 1
+    DISQUE_PY_PURE=1 "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e "$ROOT[$extras]" >&2 || exit 1
   fi
   rm -f "$VENV"/.installed-*
   touch "$VENV/.installed-$hash-$extras"

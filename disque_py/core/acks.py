@@ -45,7 +45,7 @@ Commands: ACKJOB, FASTACK. Messages: SETACK, GOTACK, DELJOB. Called by
 from __future__ import annotations
 
 from collections import deque
-from typing import Any
+from typing import Any, final
 
 from . import ids as ids_mod
 from .ids import valid_job_id
@@ -87,6 +87,7 @@ COMMANDS = (
 )
 
 
+@final
 class Acks:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
@@ -126,7 +127,7 @@ class Acks:
         meanwhile, CLUSTER FORGET, is no longer asked and will not answer), or we are alone."""
         confirmed = job.confirmed
         ctx = self.ctx
-        return ctx.cluster_size == 1 or all(n in confirmed for n in ctx.known_nodes)
+        return ctx.cluster_size == 1 or all(n in confirmed for n in ctx.known_nodes)  # type: ignore[operator]
 
     def try_gc(self, job: Job) -> None:
         """One garbage-collection attempt for an acked job (also the job's GC timer: gc_due)."""
@@ -247,7 +248,7 @@ class Acks:
             if type(m) is GotAckDeleted:
                 # the sender deleted its copy already (it was our only other holder, on_setack)
                 me = ctx.id
-                others = [n for n in job.delivered if n != sender and n != me]
+                others: Any = [n for n in job.delivered if n != sender and n != me]
             else:
                 others = job.delivered
             if others:
@@ -279,7 +280,7 @@ class Acks:
     def cmd_ackjob(self, client: int, argv: list[bytes]) -> Any:
         ids = argv[1:]
         store = self._store
-        bad = check_job_ids(ids, store)
+        bad = check_job_ids(ids, store)  # type: ignore[arg-type]
         if bad:
             return bad
         ctx = self.ctx
@@ -305,7 +306,7 @@ class Acks:
     def cmd_fastack(self, client: int, argv: list[bytes]) -> Any:
         ids = argv[1:]
         store = self._store
-        bad = check_job_ids(ids, store)
+        bad = check_job_ids(ids, store)  # type: ignore[arg-type]
         if bad:
             return bad
         ctx = self.ctx

@@ -34,7 +34,7 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_left
 from itertools import islice
-from typing import Any
+from typing import Any, final
 
 from .commands import NOT_AN_INTEGER, parse_getjob, parse_int, parse_qscan
 from .commandspec import EVERY_QUEUE, FROM_QUEUES, QUEUE, CommandSpec
@@ -84,6 +84,7 @@ COMMANDS = (
 )
 
 
+@final
 class Blocking:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
@@ -111,7 +112,7 @@ class Blocking:
 
     def cmd_getjob(self, client: int, argv: list[bytes]) -> Any:
         req = parse_getjob(argv)
-        if type(req) is Error:
+        if isinstance(req, Error):
             return req
         ctx = self.ctx
         items: list = []
@@ -127,6 +128,8 @@ class Blocking:
                 if q is None or q.flags & PAUSED_OUT or not q.jobs:
                     continue
                 job = fetch(q)
+                if job is None:  # (a queue with jobs gives one)
+                    continue
                 q.ltime = ctx.now
                 if job.extra is not None:  # a delivery counted for MAXDELIVER (delivery.py)
                     ctx.delivered(job)
@@ -203,7 +206,7 @@ class Blocking:
                 waiter = q.first_waiter()
                 if waiter is None:
                     break
-                items = []
+                items: list[Any] = []
                 while len(items) < waiter.count:
                     job = self.fetch(q)
                     if job is None:
@@ -330,7 +333,7 @@ class Blocking:
 
     def cmd_qscan(self, client: int, argv: list[bytes]) -> Any:
         args = parse_qscan(argv)
-        if type(args) is Error:
+        if isinstance(args, Error):
             return args
         now = self.ctx.now
 

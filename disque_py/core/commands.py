@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Container
+from typing import final
 
 from .ids import valid_job_id
 from .job import state_from_name
@@ -90,6 +91,7 @@ def parse_seconds_ms(raw: bytes) -> int | None:
     return int(m[1]) * 1000 + (int(frac.ljust(3, b"0")) if frac else 0)
 
 
+@final
 class AddJob:
     __slots__ = ("queue", "body", "timeout", "replicate", "ttl", "retry", "delay", "maxlen", "async_", "extra")
 
@@ -127,7 +129,7 @@ def parse_addjob(argv: list[bytes]) -> AddJob | Error:
     """ADDJOB queue body ms-timeout [REPLICATE n] [DELAY s] [RETRY s] [TTL s] [MAXLEN n] [ASYNC]
     [BACKOFF min max] [MAXDELIVER n] [DEADLETTER queue] (delivery.py) [DEDUP key] (dedup.py)"""
     timeout = parse_timeout(argv[3])
-    if type(timeout) is Error:
+    if isinstance(timeout, Error):
         timeout_error = timeout
         timeout = 0
     else:
@@ -249,7 +251,7 @@ def _parse_options(req: AddJob, argv: list[bytes], n: int) -> Error | None:
             i += 2
         elif opt in _DELIVERY_OPTIONS:
             got = _delivery_option(req, opt, argv, i)
-            if type(got) is Error:
+            if isinstance(got, Error):
                 return got
             i = got
         elif opt in _ADDJOB_VALUED:
@@ -312,6 +314,7 @@ def _check_delivery_options(req: AddJob) -> Error | None:
     return None
 
 
+@final
 class Nack:
     """NACK's options: DELAY (ms, or None), REASON (or None), DEAD."""
 
@@ -368,18 +371,22 @@ def parse_nack(argv: list[bytes]) -> Nack | Error:
     return req
 
 
+@final
 class GetJob:
     __slots__ = ("queues", "timeout", "count", "nohang", "withcounters")
+
+    def __init__(self) -> None:
+        self.queues: list[bytes] = []  # empty until FROM (a FROM with no queue is refused)
+        self.timeout = 0
+        self.count = 1
+        self.nohang = False
+        self.withcounters = False
 
 
 def parse_getjob(argv: list[bytes]) -> GetJob | Error:
     """GETJOB [NOHANG] [TIMEOUT ms] [COUNT n] [WITHCOUNTERS] FROM q1 ... qN"""
     req = GetJob()
-    req.timeout = 0
-    req.count = 1
-    req.nohang = False
-    req.withcounters = False
-    req.queues = None
+    from_seen = False
     n = len(argv)
     i = 1
     while i < n:
@@ -387,6 +394,7 @@ def parse_getjob(argv: list[bytes]) -> GetJob | Error:
         has_value = i + 1 < n
         if opt == b"from":
             req.queues = argv[i + 1 :]
+            from_seen = True
             break
         elif opt == b"nohang":
             req.nohang = True
@@ -396,7 +404,7 @@ def parse_getjob(argv: list[bytes]) -> GetJob | Error:
             i += 1
         elif opt == b"timeout" and has_value:
             t = parse_timeout(argv[i + 1])
-            if type(t) is Error:
+            if isinstance(t, Error):
                 return t
             req.timeout = t
             i += 2
@@ -411,12 +419,13 @@ def parse_getjob(argv: list[bytes]) -> GetJob | Error:
         else:
             return syntax_error(argv[i], "the queues must follow FROM")
     if not req.queues:
-        if n == 1 or req.queues is None:
+        if n == 1 or not from_seen:
             return syntax_error(argv[-1], "FROM and at least one queue must follow")
         return syntax_error(argv[-1], "at least one queue must follow it")
     return req
 
 
+@final
 class ScanArgs:
     __slots__ = ("cursor", "count", "busyloop", "minlen", "maxlen", "importrate", "queue", "states", "reply_all")
 

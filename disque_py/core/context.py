@@ -29,7 +29,7 @@ A node is eight machines (``lifecycle``, ``requeue``, ``acks``, ``replication``,
 from __future__ import annotations
 
 import random
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, final
 
 from . import ids as ids_mod
 from .effects import Send
@@ -53,6 +53,17 @@ def _unbound(*args: Any) -> Any:
     raise RuntimeError("Context operation used before Node bound it")
 
 
+# The operations lent between machines, by name: Context's annotated callables below (a
+# compiled class has no ``__annotations__`` to read them from; tests/core checks the two agree).
+PORTS = (
+    "reschedule", "delete_job", "enqueue_job", "dequeue_job", "requeue_due", "acknowledge", "gc_due", "bury",
+    "is_buried", "replication_achieved", "replication_failed", "replication_dropped", "replicate_job",
+    "delivered", "timed_out", "dead_letter_copied", "replication_add", "dedup_addjob", "dedup_merge",
+    "dedup_gone", "dedup_deleted", "dedup_remember", "fetch", "need_jobs", "renew_on_take", "push_if_wanted",
+)  # fmt: skip
+
+
+@final
 class Context:
     # Slots, not a dict: the machines read and set these on every input, and a dict this size
     # (over 30 keys) is past what CPython's attribute caches handle best (see __slots__ below).
@@ -94,7 +105,7 @@ class Context:
     push_if_wanted: Callable[[Queue, "Job"], bool]  # push to a leased peer instead of queueing
 
     __slots__ = (
-        *__annotations__,
+        *PORTS,
         "id", "myself_only", "seed", "ids", "now", "wall_offset", "address", "rng", "randbits", "store",
         "queues", "_queue_seq", "stats", "bus_stats", "cluster_size", "reachable", "backlogged",
         "known_nodes", "live_nodes", "leaving", "journal", "memory_level", "effects", "lazy", "lazy_at", "ready", "push_leases",
@@ -145,7 +156,7 @@ class Context:
         # Shared work lists (never rebound: Node and machines keep references to them).
         self.ready: dict[bytes, Queue] = {}
         self.push_leases: dict[bytes, dict[str, list[int]]] = {}
-        for name in Context.__annotations__:
+        for name in PORTS:
             if not hasattr(self, name):
                 setattr(self, name, _unbound)
 

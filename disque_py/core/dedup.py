@@ -47,7 +47,7 @@ HASJOB, HAVEJOB. Called through the context by ``Replication`` (``dedup_addjob``
 from __future__ import annotations
 
 from collections import deque
-from typing import Any
+from typing import Any, final
 
 from .context import Context
 from .effects import BLOCKED, Reply
@@ -66,6 +66,7 @@ DEFAULT_WINDOW_MS = 600_000  # dedup-window's default (600 s)
 GONE_GC_BATCH = 1024  # tombstones dropped per tick at most
 
 
+@final
 class _Query:
     """An ADDJOB DEDUP waiting for the other nodes' HAVEJOB (one per job ID; later ADDJOBs of
     the same ID wait with it)."""
@@ -79,6 +80,7 @@ class _Query:
         self.rivals: list[str] = []  # nodes that asked for this ID while we were asking too
 
 
+@final
 class Dedup:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx

@@ -48,7 +48,7 @@ the context (``delivered``, ``timed_out``), by ``Blocking`` and ``Requeue``.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, final
 
 from .commands import check_job_ids, parse_nack
 from .commandspec import JOB_IDS, CommandSpec
@@ -85,6 +85,7 @@ def backoff_ms(extra: Extra, nacks: int, randbits: Any) -> int:
     return lo if base < lo else hi if base > hi else base
 
 
+@final
 class Delivery:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
@@ -108,7 +109,7 @@ class Delivery:
         if len(argv) == 1:
             return 0  # Disque's: no IDs, none nacked
         req = parse_nack(argv)
-        if type(req) is Error:
+        if isinstance(req, Error):
             return req
         ids = req.ids
         bad = check_job_ids(ids)
@@ -307,7 +308,7 @@ class Delivery:
         if len(confirmed) >= needed:
             del self.pending[dl.id]
             if self._store.get(job.id) is job:
-                self._ack_original(job)
+                self._ack_original(job)  # type: ignore[arg-type]  # the original: a Job
 
     # -- messages -----------------------------------------------------------------------
     def on_nacked(self, sender: str, m: Nacked) -> None:

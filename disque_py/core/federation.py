@@ -110,7 +110,7 @@ and through the context (``need_jobs``, ``renew_on_take``, ``push_if_wanted``).
 from __future__ import annotations
 
 from itertools import islice
-from typing import Any
+from typing import Any, final
 
 from .blocking import CLIENTS_WAITING, REACHED_ZERO
 from .commands import MAX_JOB_BYTES
@@ -161,6 +161,7 @@ def _request_size(q: Queue, rate: int, sources: int) -> int:
     return max(NEEDJOBS_MIN_REQUEST, min(NEEDJOBS_MAX_REQUEST, count, cap))
 
 
+@final
 class Federation:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
@@ -425,7 +426,7 @@ class Federation:
             job.flags &= ~F_BCAST_QUEUED  # a move, not a requeue: no QUEUED broadcast
             if job.retry == 0 and job.flags & F_DELIVERED:
                 continue  # delivered here once already: at most once
-            q = ctx.get_queue(job.queue)
+            q = ctx.get_queue(job.queue)  # type: ignore[arg-type]  # a queued job has a queue
             if not ctx.enqueue_job(job, False, True):  # fresh: moved in, queued here this one time
                 continue
             self._stats["jobs_imported"] += 1

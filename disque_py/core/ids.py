@@ -27,6 +27,7 @@ from __future__ import annotations
 import binascii
 import hashlib
 import re
+from typing import final
 
 __all__ = [
     "JOB_ID_LEN",
@@ -68,6 +69,7 @@ def valid_node_ids(nodes: list) -> bool:
     return True
 
 
+@final
 class JobIdGenerator:
     """Makes job IDs for one node. ``seed`` comes from the shell (urandom)."""
 
@@ -112,7 +114,12 @@ class JobIdGenerator:
         return self._prefix + self._batch[i : i + 24] + suffix
 
 
-def valid_job_id(job_id: bytes) -> bool:
+# What the ID checks accept: a compiled module checks a ``bytes`` argument for exactly bytes,
+# and IDs arrive from parsers and AOF records as any of these.
+BytesLike = bytes | bytearray | memoryview
+
+
+def valid_job_id(job_id: BytesLike) -> bool:
     """Shape and alphabet check; lookups do the rest.
 
     Stricter than Disque (which checks only length and dashes): every ID a
@@ -122,7 +129,7 @@ def valid_job_id(job_id: bytes) -> bool:
     return len(job_id) == JOB_ID_LEN and _ID_RE.fullmatch(job_id) is not None
 
 
-def dead_letter_id(job_id: bytes) -> bytes:
+def dead_letter_id(job_id: BytesLike) -> bytes:
     """The ID of ``job_id``'s dead letter: the same node prefix and TTL field, and 144 bits
     of SHA1 of the original ID. The same on every node, so two holders that dead-letter one
     job at once (a race, or both sides of a partition) make copies of one job, which the
@@ -131,7 +138,7 @@ def dead_letter_id(job_id: bytes) -> bytes:
     return bytes(job_id[:11]) + binascii.b2a_base64(digest[:18], newline=False) + bytes(job_id[35:])
 
 
-def dedup_job_id(queue: bytes, key: bytes, retry: int) -> bytes:
+def dedup_job_id(queue: BytesLike, key: BytesLike, retry: int) -> bytes:
     """The ID of the job that ADDJOB ... DEDUP ``key`` adds to ``queue`` (dedup.py): a function
     of the queue, the key and at-most-once-ness alone, so that every node that takes the same
     ADDJOB makes the same job, whatever its other options. The node part and the random part

@@ -81,7 +81,9 @@ def _fail(name: str, detail: str) -> None:
     raise InvariantViolation("%s: %s" % (name, detail))
 
 
-# job objects seen acked, per node (ACK_ONCE looks at them again)
+# job objects seen acked, per node (ACK_ONCE looks at them again), keyed by the node's own
+# random.Random (``ctx.rng``, made with the node and never rebound): a compiled Node takes
+# no weak reference, its Random does.
 _acked_seen: "WeakKeyDictionary[Any, set[Job]]" = WeakKeyDictionary()
 
 
@@ -148,7 +150,7 @@ def check(node: "Node") -> None:
         _fail("QUEUED_ONCE", "%d jobs in queues, %d queued jobs" % (in_queues, queued))
 
     # ACK_ONCE: what was acked stays acked while it is here.
-    seen = _acked_seen.setdefault(node, set())
+    seen = _acked_seen.setdefault(node.ctx.rng, set())
     for job in list(seen):
         if store.get(job.id) is not job:
             seen.discard(job)

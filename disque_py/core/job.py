@@ -45,7 +45,7 @@ the same instant.
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, final
 
 __all__ = [
     "Job",
@@ -115,8 +115,11 @@ TRANSITIONS: dict[int, dict[int, str]] = {
 }
 
 
-class IllegalTransition(RuntimeError):
-    """A job's state was set to one ``TRANSITIONS`` does not allow from where it was."""
+class IllegalTransition(Exception):
+    """A job's state was set to one ``TRANSITIONS`` does not allow from where it was.
+
+    (An Exception, not a RuntimeError: mypyc compiles subclasses of a few builtin
+    exceptions only, and nothing catches it by its base.)"""
 
 
 # What ``watch_transitions`` recorded and ``invariants.check`` has not reported yet.
@@ -157,6 +160,7 @@ def gc_deadline(job: "Job", now: int, randbits: Callable[[int], int]) -> int:
     return now + backoff + randbits(32) % TIME_ERROR_MS - _HALF_ERROR_MS
 
 
+@final
 class Job:
     """One job as this node knows it. Slots keep it small (memory/job matters)."""
 
@@ -213,7 +217,7 @@ class Job:
         self.flags = 0
         self.nacks = 0
         self.deliveries = 0
-        self.confirmed = None
+        self.confirmed: set[str] | None = None
         self.awake = 0
         self.gc_retry = 0
         self.seq = 0
@@ -222,10 +226,13 @@ class Job:
     def set_state(self, to: int) -> None:
         """Move the job to state ``to``: the one way a job's state changes (``TRANSITIONS``).
 
-        It sets the slot and checks nothing: the moves are checked where a wrong one can be
-        caught, in tests and simulations, which swap in ``_set_state_checked`` (see
-        ``watch_transitions``). A check here would cost every job several dict lookups on
-        the hot path (``enqueue_job``, ``fetch``, ``acknowledge``), on every node."""
+        A node checks nothing here: the moves are checked where a wrong one can be caught,
+        in tests and simulations, which turn the check on (``watch_transitions``). The check
+        would cost every job several dict lookups on the hot path (``enqueue_job``,
+        ``fetch``, ``acknowledge``), on every node; the switch costs one attribute read. (A
+        switch rather than a swapped method: a compiled Job's methods cannot be replaced.)"""
+        if _WATCH.on:
+            _check_transition(self, to)
         self.state = to
 
     @property
@@ -251,6 +258,7 @@ class Job:
         return f"<Job {self.id.decode()} {self.state_name} q={self.queue!r}>"
 
 
+@final
 class Extra:
     """What a job carries beyond Disque's fields, in one optional slot (``Job.extra``), so
     that a job without any of it costs one ``None``. Made by ADDJOB's BACKOFF, MAXDELIVER,
@@ -280,12 +288,12 @@ class Extra:
     def __eq__(self, other: object) -> bool:
         if type(other) is not Extra:
             return NotImplemented
-        return all(getattr(self, f) == getattr(other, f) for f in Extra.__slots__)
+        return all(getattr(self, f) == getattr(other, f) for f in _EXTRA_FIELDS)
 
     __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
-        return "Extra(%s)" % ", ".join("%s=%r" % (f, getattr(self, f)) for f in Extra.__slots__)
+        return "Extra(%s)" % ", ".join("%s=%r" % (f, getattr(self, f)) for f in _EXTRA_FIELDS)
 
     def options(self) -> list[bytes]:
         """The delivery options as ADDJOB arguments (a dead letter requeued gets them back)."""
@@ -299,25 +307,38 @@ class Extra:
         return out
 
 
+# Extra's fields, for __eq__ and __repr__ (a compiled class has no __slots__ to read).
+_EXTRA_FIELDS = ("backoff_min", "backoff_max", "maxdeliver", "deadletter", "count", "reason", "origin", "dedup")
+
+
 def _seconds(ms: int) -> bytes:
     """Milliseconds as the shortest decimal seconds (1500 -> b"1.5", 2000 -> b"2")."""
     whole, frac = divmod(ms, 1000)
     return b"%d" % whole if not frac else (b"%d.%03d" % (whole, frac)).rstrip(b"0")
 
 
-def _set_state_checked(self: Job, to: int) -> None:
-    """``Job.set_state`` under ``watch_transitions``: refuses a move ``TRANSITIONS`` lacks."""
-    if to not in TRANSITIONS[self.state]:
+@final
+class _Switch:
+    """``watch_transitions``'s switch: one attribute, read by every ``Job.set_state``."""
+
+    __slots__ = ("on",)
+
+    def __init__(self) -> None:
+        self.on = False
+
+
+_WATCH = _Switch()
+
+
+def _check_transition(job: Job, to: int) -> None:
+    """Under ``watch_transitions``: refuses a move ``TRANSITIONS`` lacks."""
+    if to not in TRANSITIONS[job.state]:
         what = "job %r: %s -> %s is not a legal transition (from %s: %s)" % (
-            self.id, STATE_NAMES[self.state], STATE_NAMES[to], STATE_NAMES[self.state],
-            ", ".join(STATE_NAMES[s] for s in TRANSITIONS[self.state]) or "none",
+            job.id, STATE_NAMES[job.state], STATE_NAMES[to], STATE_NAMES[job.state],
+            ", ".join(STATE_NAMES[s] for s in TRANSITIONS[job.state]) or "none",
         )  # fmt: skip
         illegal_transitions.append(what)
         raise IllegalTransition(what)
-    self.state = to
-
-
-_set_state_plain = Job.set_state
 
 
 def watch_transitions(on: bool = True) -> None:
@@ -327,5 +348,5 @@ def watch_transitions(on: bool = True) -> None:
     ``illegal_transitions``, which ``invariants.check`` reports (TRANSITIONS) after the
     input, even where a handler's error is caught and logged (the shell's bus feed).
     ``core/invariants.py`` turns it on when imported (tests, simulations, fuzzing); the
-    node's shell never imports it, so a node runs the plain setter."""
-    Job.set_state = _set_state_checked if on else _set_state_plain  # type: ignore[method-assign]
+    node's shell never imports it, so a node runs unchecked."""
+    _WATCH.on = on

@@ -30,7 +30,7 @@ through the context, by every other machine.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, final
 
 from .commands import check_job_ids, parse_jscan
 from .commandspec import EVERY_QUEUE, JOB_IDS, CommandSpec
@@ -56,6 +56,7 @@ COMMANDS = (
 )
 
 
+@final
 class Lifecycle:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
@@ -106,7 +107,7 @@ class Lifecycle:
             ctx.dedup_deleted(job)  # its ID is remembered for the dedup window (dedup.py)
         state = job.state
         if state == QUEUED:
-            q = self._queues.get(job.queue)
+            q = self._queues.get(job.queue)  # type: ignore[arg-type]  # a queued job has a queue
             if q is not None:
                 q.remove(job)
         elif state == WAIT_REPL:  # e.g. its TTL ended while replicating
@@ -236,7 +237,7 @@ class Lifecycle:
 
     def cmd_jscan(self, client: int, argv: list[bytes]) -> Any:
         args = parse_jscan(argv)
-        if type(args) is Error:
+        if isinstance(args, Error):
             return args
         queue, states = args.queue, args.states
 
@@ -249,6 +250,7 @@ class Lifecycle:
 
         store = self._store
         cursor, found = scan(store.scan_from(args.cursor), store.cursor_of, args.count, args.busyloop, match)
+        items: list[Any]
         if args.reply_all:
             items = [self.job_info(j) for j in found]
         else:

@@ -59,7 +59,7 @@ is 3, so a command pays nothing for the check) and by the shell
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, final
 
 from .job import ACKED, F_DELIVERED
 from .replies import Error
@@ -113,6 +113,7 @@ def level_of(used: int, limit: int, current: int = 0) -> int:
     return level
 
 
+@final
 class Memory:
     """The node's memory level and what it lets go. See the module docstring."""
 

@@ -55,7 +55,7 @@ ack is collected at once.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, final
 
 from . import acks as acks_mod
 from . import blocking as blocking_mod
@@ -103,31 +103,126 @@ CORE_COMMANDS: tuple[CommandSpec, ...] = check_unique(spec for _, specs in _OWNE
 OOM_COMMANDS: frozenset[bytes] = frozenset(spec.name for spec in CORE_COMMANDS if "denyoom" in spec.flags)
 
 
-def _shared(name: str, doc: str) -> property:
-    """A Node attribute that is the context's (the shell reads and sets these)."""
+def _method_of(owner: Any) -> Callable[[str], Any]:
+    """``bind``'s lookup for one machine: its method by name."""
 
-    def get(self: "Node") -> Any:
-        return getattr(self.ctx, name)
+    def lookup(name: str) -> Any:
+        return getattr(owner, name)
 
-    def set_(self: "Node", value: Any) -> None:
-        setattr(self.ctx, name, value)
-
-    return property(get, set_, doc=doc)
+    return lookup
 
 
+@final
 class Node:
-    now = _shared("now", "Monotonic ms of the current input.")
-    wall_offset = _shared("wall_offset", "Wall-clock ms minus monotonic ms.")
-    address = _shared("address", "(ip, port) for HELLO.")
-    store = _shared("store", "The job table and its schedule (``store.JobStore``).")
-    queues = _shared("queues", "Queues by name.")
-    stats = _shared("stats", "Counters for INFO.")
-    cluster_size = _shared("cluster_size", "Nodes in the cluster (membership layer).")
-    reachable = _shared("reachable", "Other nodes we can talk to now (membership layer).")
-    backlogged = _shared("backlogged", "Nodes whose link holds unsent output (shell, before each tick).")
-    known_nodes = _shared("known_nodes", "Every node in the table, this one included (membership layer).")
-    live_nodes = _shared("live_nodes", "Other nodes not failing, linked or not (membership layer).")
-    leaving = _shared("leaving", "This node is leaving the cluster (membership layer).")
+    # The context's fields the shell reads and sets, as properties written out one by one (a
+    # compiled class takes no property made by a helper at class level).
+    @property
+    def now(self) -> Any:
+        """Monotonic ms of the current input."""
+        return self.ctx.now
+
+    @now.setter
+    def now(self, value: Any) -> None:
+        self.ctx.now = value
+
+    @property
+    def wall_offset(self) -> Any:
+        """Wall-clock ms minus monotonic ms."""
+        return self.ctx.wall_offset
+
+    @wall_offset.setter
+    def wall_offset(self, value: Any) -> None:
+        self.ctx.wall_offset = value
+
+    @property
+    def address(self) -> Any:
+        """(ip, port) for HELLO."""
+        return self.ctx.address
+
+    @address.setter
+    def address(self, value: Any) -> None:
+        self.ctx.address = value
+
+    @property
+    def store(self) -> Any:
+        """The job table and its schedule (``store.JobStore``)."""
+        return self.ctx.store
+
+    @store.setter
+    def store(self, value: Any) -> None:
+        self.ctx.store = value
+
+    @property
+    def queues(self) -> Any:
+        """Queues by name."""
+        return self.ctx.queues
+
+    @queues.setter
+    def queues(self, value: Any) -> None:
+        self.ctx.queues = value
+
+    @property
+    def stats(self) -> Any:
+        """Counters for INFO."""
+        return self.ctx.stats
+
+    @stats.setter
+    def stats(self, value: Any) -> None:
+        self.ctx.stats = value
+
+    @property
+    def cluster_size(self) -> Any:
+        """Nodes in the cluster (membership layer)."""
+        return self.ctx.cluster_size
+
+    @cluster_size.setter
+    def cluster_size(self, value: Any) -> None:
+        self.ctx.cluster_size = value
+
+    @property
+    def reachable(self) -> Any:
+        """Other nodes we can talk to now (membership layer)."""
+        return self.ctx.reachable
+
+    @reachable.setter
+    def reachable(self, value: Any) -> None:
+        self.ctx.reachable = value
+
+    @property
+    def backlogged(self) -> Any:
+        """Nodes whose link holds unsent output (shell, before each tick)."""
+        return self.ctx.backlogged
+
+    @backlogged.setter
+    def backlogged(self, value: Any) -> None:
+        self.ctx.backlogged = value
+
+    @property
+    def known_nodes(self) -> Any:
+        """Every node in the table, this one included (membership layer)."""
+        return self.ctx.known_nodes
+
+    @known_nodes.setter
+    def known_nodes(self, value: Any) -> None:
+        self.ctx.known_nodes = value
+
+    @property
+    def live_nodes(self) -> Any:
+        """Other nodes not failing, linked or not (membership layer)."""
+        return self.ctx.live_nodes
+
+    @live_nodes.setter
+    def live_nodes(self, value: Any) -> None:
+        self.ctx.live_nodes = value
+
+    @property
+    def leaving(self) -> Any:
+        """This node is leaving the cluster (membership layer)."""
+        return self.ctx.leaving
+
+    @leaving.setter
+    def leaving(self, value: Any) -> None:
+        self.ctx.leaving = value
 
     def __init__(
         self,
@@ -211,8 +306,8 @@ class Node:
         memory.on_level = self._memory_level_changed
         self.commands: dict[bytes, tuple[Handler, int]] = {}
         for attr, specs in _OWNERS:
-            owner = self if attr is None else getattr(self, attr)
-            self.commands.update(bind(specs, lambda name, owner=owner: getattr(owner, name)))
+            owner: Any = self if attr is None else getattr(self, attr)
+            self.commands.update(bind(specs, _method_of(owner)))
         self._commands_ok = self.commands
         self._oom = False
         self._disk_error: Error | None = None
@@ -280,9 +375,11 @@ class Node:
             self._flush_outgoing()
         return reply
 
-    def receive_data(self, sender: str, kind: str, body: Any, now: int) -> None:
+    def receive_data(self, sender: Any, kind: Any, body: Any, now: int) -> None:
         """A job-layer message from another node. Malformed ones are dropped and counted; a
-        handler's own exception propagates (it is a bug here, not the peer's)."""
+        handler's own exception propagates (it is a bug here, not the peer's). (``sender``
+        and ``kind`` are ``Any``: a peer's, checked here; compiled, an argument typed ``str``
+        would be refused before the check.)"""
         self.ctx.now = now
         try:
             receive = self._receivers[kind]

@@ -45,7 +45,7 @@ from bisect import bisect_right
 from collections import deque
 from itertools import islice
 from operator import attrgetter
-from typing import Iterable
+from typing import Any, Iterable, final
 
 from sortedcontainers import SortedKeyList
 
@@ -70,6 +70,7 @@ def pause_name(flags: int) -> str:
     return _PAUSE_NAMES[flags & PAUSED_ALL]
 
 
+@final
 class Waiter:
     """A client blocked in GETJOB (one record, shared by all its queues)."""
 
@@ -84,6 +85,7 @@ class Waiter:
         self.active = True
 
 
+@final
 class Queue:
     __slots__ = (
         "name",
@@ -142,7 +144,7 @@ class Queue:
 
     # -- jobs ---------------------------------------------------------------
     def add(self, job: Job) -> None:
-        jobs = self.jobs
+        jobs: Any = self.jobs  # one of three containers (type() decides)
         if type(jobs) is deque:
             if not jobs or job.ctime >= jobs[-1].ctime:
                 jobs.append(job)  # the common case: newest at the tail
@@ -168,7 +170,7 @@ class Queue:
             self.jobs = ()
 
     def remove(self, job: Job) -> None:
-        jobs = self.jobs
+        jobs: Any = self.jobs  # one of three containers (type() decides)
         if type(jobs) is deque:
             if jobs[0] is job:
                 jobs.popleft()
@@ -181,7 +183,7 @@ class Queue:
 
     def pop(self) -> Job | None:
         """Oldest job by ctime, or None. Counts a job out."""
-        jobs = self.jobs
+        jobs: Any = self.jobs  # one of three containers (type() decides)
         if not jobs:
             return None
         self.jobs_out += 1

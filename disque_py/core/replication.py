@@ -40,7 +40,7 @@ context (``replication_achieved`` from a SETACK for a wait-repl job,
 from __future__ import annotations
 
 import heapq
-from typing import Any
+from typing import Any, final
 
 from .commands import RETRY0_NEEDS_REPLICATE1, parse_addjob
 from .commandspec import QUEUE, CommandSpec
@@ -90,6 +90,7 @@ def _repl_timeout(job: Job) -> Error:
     )
 
 
+@final
 class Replication:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
@@ -114,7 +115,7 @@ class Replication:
         with the parsed ``req`` (a ``commands.AddJob``) and the ``job_id`` to give it."""
         if req is None:
             req = parse_addjob(argv)  # type: ignore[arg-type]
-            if type(req) is Error:
+            if isinstance(req, Error):
                 return req
             if req.extra is not None and req.extra[4] is not None:
                 return self.ctx.dedup_addjob(client, req)  # made here (job_id) unless it exists
@@ -283,7 +284,7 @@ class Replication:
         dedup = job.extra is not None and job.extra.dedup is not None and not deleted_elsewhere
         if client is not None:
             self.client_jobs.pop(client, None)
-            if dedup and type(reply) is Error:
+            if dedup and isinstance(reply, Error):
                 reply = Error("%s; the DEDUP job is kept with the copies made (ADDJOB again with the "
                               "same key answers its ID)" % reply)  # fmt: skip
             ctx.effects.append(Reply(client, reply))
@@ -389,7 +390,7 @@ class Replication:
             return
         if ctx.leaving or ctx.memory_level:  # no new copies here (memory.py), as in Disque
             return
-        q = ctx.queues.get(job.queue)
+        q = ctx.queues.get(job.queue)  # type: ignore[arg-type]  # a queued job has a queue
         if q is not None and q.flags & PAUSED_IN:
             return
         store = self._store

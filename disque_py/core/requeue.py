@@ -37,7 +37,7 @@ machines.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, final
 
 from .commands import check_job_ids
 from .commandspec import JOB_IDS, CommandSpec
@@ -72,6 +72,7 @@ COMMANDS = (
 )
 
 
+@final
 class Requeue:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
@@ -111,7 +112,7 @@ class Requeue:
                 self._stats["jobs_requeued"] += 1
         else:
             job.flags |= F_BCAST_QUEUED
-        q = self._queues.get(job.queue) or ctx.get_queue(job.queue)
+        q = self._queues.get(job.queue) or ctx.get_queue(job.queue)  # type: ignore[arg-type]  # a queued job has a queue
         q.atime = now
         leases = self._leases
         if not q.blocked and leases and q.name in leases and ctx.push_if_wanted(q, job):
@@ -130,7 +131,7 @@ class Requeue:
     def dequeue_job(self, job: Job) -> bool:
         if job.state != QUEUED:
             return False
-        q = self._queues.get(job.queue)
+        q = self._queues.get(job.queue)  # type: ignore[arg-type]  # a queued job has a queue
         if q is not None:
             q.remove(job)
         job.set_state(ACTIVE)
@@ -150,7 +151,7 @@ class Requeue:
         if not at or at > now:
             return
         if state == ACTIVE:
-            q = self._queues.get(job.queue)
+            q = self._queues.get(job.queue)  # type: ignore[arg-type]  # a queued job has a queue
             if job.retry and q is not None and q.flags & PAUSED_IN:
                 job.next_at = retry_deadline(job, now, ctx.randbits)
                 return
@@ -182,7 +183,7 @@ class Requeue:
         job = self._store.get(m.job_id)
         if job is None or job.state >= QUEUED:
             return
-        q = self._queues.get(job.queue)
+        q = self._queues.get(job.queue)  # type: ignore[arg-type]  # a queued job has a queue
         if q is not None and q.flags & PAUSED_IN:
             return
         job.flags &= ~F_BCAST_QUEUED

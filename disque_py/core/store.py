@@ -35,7 +35,7 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_left
 from itertools import chain, islice
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, final
 
 from .job import Job
 
@@ -57,11 +57,13 @@ REBUILD_SLICE = 4  # jobs carried into the new heap per schedule() while rebuild
 DROP_SLICE = 256  # old heap entries let go per schedule() after a rebuild
 
 
-def seq_of(item: Job) -> int:
-    """Registration order of a job (or of a queue: anything with ``seq``), the scan key."""
+def seq_of(item: Any) -> int:
+    """Registration order of a job (or of a queue: anything with ``seq``), the scan key.
+    (``Any``: compiled, an argument typed ``Job`` is checked to be one.)"""
     return item.seq
 
 
+@final
 class JobStore:
     __slots__ = (
         "_shards", "_count", "_heap", "_seq", "_next", "_todo", "_shard_at", "_old", "rebuilds", "journal", "item_bytes",

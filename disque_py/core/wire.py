@@ -36,7 +36,7 @@ _NODE_IDS_SEEN = NODE_IDS_SEEN
 
 def job_to_wire(job: Job, now: int) -> list:
     """The job as sent to peers (see the module docstring for the field order)."""
-    wire = [
+    wire: list[Any] = [
         bytes(job.id), job.queue, job.body, job.repl, max(0, job.etime - now), job.ctime,
         job.delay, job.retry, job.nacks, job.deliveries, list(job.delivered),
     ]  # fmt: skip

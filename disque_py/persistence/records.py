@@ -84,7 +84,7 @@ from __future__ import annotations
 import re
 import zlib
 from dataclasses import dataclass
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, NamedTuple, final
 
 import msgpack
 
@@ -438,7 +438,7 @@ def _decode_dedupgone(e: list[bytes]) -> DedupGone:
 
 
 class Kind(NamedTuple):
-    count: int  # elements, the kind and the checksum included
+    count: int  # type: ignore[assignment]  # elements, the kind and the checksum included
     decode: Callable[[list[bytes]], Any]  # the elements before the checksum -> record; raises _Bad
     limits: tuple  # the largest length of each element before the checksum
 
@@ -513,6 +513,7 @@ def _fast(buf: bytearray, pos: int) -> tuple[Any, int] | None:
     return None
 
 
+@final
 class RecordReader:
     """Incremental decoder: ``feed`` bytes, get records with their offsets; ``finish`` at EOF.
 

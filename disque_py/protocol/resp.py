@@ -105,7 +105,7 @@ replaced by spaces.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, final
 
 import hiredis
 
@@ -295,6 +295,7 @@ def _hiredis_error(exc: BaseException) -> str:
     return _PROTO + (text or type(exc).__name__)
 
 
+@final
 class RequestParser:
     """Incremental parser of client requests into argv lists.
 
@@ -314,7 +315,7 @@ class RequestParser:
         "_reader",
         "_ready",
         "_mid",
-        "_inline",
+        "_partial_line",  # (not "_inline": mypyc would name its C field __inline, a C keyword)
         "_pending",
         "_check_over",
         "_count_digits",
@@ -344,7 +345,7 @@ class RequestParser:
         self._reader = hiredis.Reader(notEnoughData=_NED)
         self._ready: list[list[bytes]] = []
         self._mid = False  # hiredis is inside a request
-        self._inline = bytearray()  # partial inline line (only when not _mid)
+        self._partial_line = bytearray()  # partial inline line (only when not _mid)
         self._pending = 0  # upper bound of bytes of the current request
         # Per-request length/count checks are only needed above this many
         # bytes (see "Limits" in the module docstring).
@@ -373,8 +374,8 @@ class RequestParser:
         if not self._mid:
             if type(data) is memoryview:
                 data = data.tobytes()
-            if self._inline or data[0] != 42:  # not '*': inline request(s)
-                inline = self._inline
+            if self._partial_line or data[0] != 42:  # not '*': inline request(s)
+                inline = self._partial_line
                 if inline:
                     # Continue the buffered partial line.  Without a newline
                     # just append (amortized O(1): a line sent byte by byte
@@ -385,7 +386,7 @@ class RequestParser:
                             self._fail(self._e_inline)
                         return
                     data = inline + data
-                    self._inline = bytearray()
+                    self._partial_line = bytearray()
                 pos = self._feed_inline(data)
                 if pos < 0:
                     return
@@ -400,7 +401,7 @@ class RequestParser:
                 self._fail(self._e_args)
                 return
         reader = self._reader
-        reader.feed(data, pos)
+        reader.feed(data, pos)  # type: ignore[arg-type]  # hiredis takes any buffer
         n = len(data) - pos
         pending = self._pending + n
         small = pending <= self._join_max
@@ -517,7 +518,7 @@ class RequestParser:
     def _fail(self, text: str) -> None:
         self.error = ProtocolError(text)
         self._reader = None  # type: ignore[assignment]  # free its buffer
-        self._inline = bytearray()
+        self._partial_line = bytearray()
         self._mid = False
 
     def _feed_inline(self, data: bytes | bytearray) -> int:
@@ -538,7 +539,7 @@ class RequestParser:
                 if self._inline_too_long(data, pos):
                     self._fail(self._e_inline)
                 else:
-                    self._inline = bytearray(data[pos:])
+                    self._partial_line = bytearray(data[pos:])
                 return -1
             end = nl - 1 if nl > pos and data[nl - 1] == 13 else nl
             if end - pos > limit:
@@ -763,6 +764,7 @@ def encode_request(argv: list[bytes | str | int] | tuple[bytes | str | int, ...]
 # --------------------------------------------------------------------------
 
 
+@final
 class ReplyParser:
     """Incremental parser of server replies, backed by ``hiredis.Reader``.
 
@@ -783,7 +785,7 @@ class ReplyParser:
 
     def feed(self, data: bytes | bytearray | memoryview) -> None:
         if data:
-            self._reader.feed(data)
+            self._reader.feed(data)  # type: ignore[arg-type]  # hiredis takes any buffer
 
     def gets(self) -> Any:
         """The next complete reply, or :data:`INCOMPLETE`."""

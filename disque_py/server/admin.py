@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import trio
 
 from .. import DISQUE_COMPAT_VERSION, __version__
+from .._build import describe as build_description
 from ..config import ConfigError, config_get, config_set, rewrite_config
 from ..core.commandspec import ALWAYS, CommandSpec, bind
 from ..core.replies import OK, Error, Status, err, syntax_error
@@ -619,6 +620,8 @@ def info_text(ctx: AdminContext, section: str, peak: list[int]) -> str:
                 "arch_bits": 64 if sys.maxsize > 2**32 else 32,
                 "multiplexing_api": "trio",
                 "python_version": platform.python_version(),
+                # which runs: "compiled (N modules)" or "pure (why)" (disque_py/_build.py)
+                "build": build_description(),
                 "process_id": os.getpid(),
                 "run_id": ctx.node.id,
                 "tcp_port": cfg.port,

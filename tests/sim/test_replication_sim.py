@@ -17,6 +17,7 @@ import re
 
 import pytest
 
+from disque_py.core.node import Node
 from disque_py.core.replies import Error, Status
 
 from .cluster_model import (
@@ -151,17 +152,19 @@ def test_harness_reorders_unless_links_are_fifo():
     assert sorted(shuffled) == in_order and shuffled != in_order
 
 
-def test_harness_messages_go_through_the_bus_codec():
+def test_harness_messages_go_through_the_bus_codec(monkeypatch):
     c = SimCluster(2, 15)
     seen = []
     node = c.nodes[1]
-    original = node.receive_data
+    original = Node.receive_data
 
-    def spy(sender, kind, body, now):
-        seen.append((sender, kind, body))
-        return original(sender, kind, body, now)
+    def spy(self, sender, kind, body, now):
+        if self is node:
+            seen.append((sender, kind, body))
+        return original(self, sender, kind, body, now)
 
-    node.receive_data = spy
+    # on the class: a compiled Node's instances take no attribute of their own
+    monkeypatch.setattr(Node, "receive_data", spy)
     c.client(0).cmd("PAUSE", "q", "out", "bcast")
     c.run_for(50)
     assert seen == [(c.ids[0], "PAUSE", [b"q", 2])]  # the Send carried a tuple; msgpack gives a list
@@ -236,13 +239,17 @@ def test_harness_failures_name_the_seed_and_the_replay_command():
     assert "test_harness_failures_name_the_seed_and_the_replay_command" in text
 
 
-def test_harness_an_exception_in_a_node_fails_the_run():
+def test_harness_an_exception_in_a_node_fails_the_run(monkeypatch):
     c = SimCluster(2, 19)
+    node = c.nodes[1]
+    original = Node.receive_data
 
-    def broken(sender, kind, body, now):
-        raise RuntimeError("kaboom")
+    def broken(self, sender, kind, body, now):
+        if self is node:
+            raise RuntimeError("kaboom")
+        return original(self, sender, kind, body, now)
 
-    c.nodes[1].receive_data = broken
+    monkeypatch.setattr(Node, "receive_data", broken)  # on the class: see above
     c.client(0).cmd("PAUSE", "q", "in", "bcast")
     with pytest.raises(SimFailure, match=r"^node 1 raised in receive_data.*RuntimeError\('kaboom'\)") as info:
         c.run_for(50)
@@ -487,22 +494,22 @@ def test_a_job_with_two_copies_is_collected_without_deljob(ack_on):
 
 
 @replication
-def test_a_two_copy_ack_whose_gotack_is_lost_is_still_collected():
+def test_a_two_copy_ack_whose_gotack_is_lost_is_still_collected(monkeypatch):
     c = SimCluster(3, 612)
     job = addjob(c, 0, "REPLICATE", 2, "RETRY", 60)
     assert getjob(c, 0) == [job]
     other = next(i for i in c.holders(job) if i != 0)
     node = c.node(0)
-    real = node.receive_data
+    real = Node.receive_data
     lost = []
 
-    def lose_the_first_gotack(sender, kind, body, now):
-        if kind == "GOTACK" and not lost:
+    def lose_the_first_gotack(self, sender, kind, body, now):
+        if self is node and kind == "GOTACK" and not lost:
             lost.append(body)  # the other holder deleted its copy, and this never arrives
             return None
-        return real(sender, kind, body, now)
+        return real(self, sender, kind, body, now)
 
-    node.receive_data = lose_the_first_gotack
+    monkeypatch.setattr(Node, "receive_data", lose_the_first_gotack)  # on the class: see above
     assert c.client(0).cmd("ACKJOB", job) == 1
     c.run_until(lambda: bool(lost), 5000, "the GOTACK")
     assert c.state_of(other, job) is None  # deleted on SETACK
