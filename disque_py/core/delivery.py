@@ -292,7 +292,7 @@ class Delivery:
             if entry[3] > now:
                 continue
             dl = store.get(dl_id)
-            job = entry[0]
+            job: Job = entry[0]
             if dl is None or store.get(job.id) is not job:
                 continue
             self._ask_copies(job, dl, entry)
