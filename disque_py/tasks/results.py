@@ -73,11 +73,16 @@ def result_argv(queue: str, outcome: Outcome, serializer: str, ttl: int) -> tupl
     return (*cmd.addjob_argv(queue, body, ttl=ttl, retry=retry), b"DEDUP", RESULT_DEDUP)
 
 
-def _outcome_of(job: Any) -> Outcome:
+def _decoded(queue: str, body: Any) -> Outcome:
+    """A result job's body as an Outcome; an unreadable one is a MessageError outcome."""
     try:
-        return decode_outcome(job.body)
-    except MessageError as exc:
-        return Outcome(False, None, "MessageError", "unreadable result in %s: %s" % (job.queue, exc))
+        return decode_outcome(body)
+    except (MessageError, TypeError) as exc:
+        return Outcome(False, None, "MessageError", "unreadable result in %s: %s" % (queue, exc))
+
+
+def _outcome_of(job: Any) -> Outcome:
+    return _decoded(job.queue, job.body)
 
 
 def _peek(client: Any, queue: str) -> Outcome | None:
@@ -87,10 +92,7 @@ def _peek(client: Any, queue: str) -> Outcome | None:
         return None
     if not jobs:
         return None
-    try:
-        return decode_outcome(jobs[0][2])
-    except MessageError as exc:
-        return Outcome(False, None, "MessageError", "unreadable result in %s: %s" % (queue, exc))
+    return _decoded(queue, jobs[0][2])
 
 
 def _dead_letter_show(queue: str) -> tuple[Any, ...] | None:
@@ -139,10 +141,8 @@ def _look_around(client: Any, queues: list[str]) -> dict[str, Outcome]:
         for queue, reply in zip(queues, replies):
             if queue in got or not isinstance(reply, list) or not reply:
                 continue
-            try:
-                got[queue] = decode_outcome(reply[0][2])
-            except (MessageError, IndexError, TypeError) as exc:
-                got[queue] = Outcome(False, None, "MessageError", "unreadable result in %s: %s" % (queue, exc))
+            job = reply[0]
+            got[queue] = _decoded(queue, job[2] if isinstance(job, list) and len(job) > 2 else b"")
     if shows:
         lost: dict[str, Outcome] = {}
         try:
