@@ -274,3 +274,24 @@ def test_the_benchmarks_are_not_in_the_installed_package(tmp_path):
     installed = sorted(str(p.relative_to(target)) for p in target.rglob("*.py"))
     assert "disque_py/launcher.py" in installed and "disque_py/devcluster.py" in installed
     assert not [p for p in installed if "bench" in p or p.startswith("benchmarks")], installed
+
+
+def test_same_node_fixed_runs_are_compared_with_disques_own():
+    """Real nodes: a fixed-rate run with the producer on A beside the consumers (``--fed-same-node``) moves
+    nothing between nodes, and the report sets its p99 against Disque's same-node run of the same rate."""
+    from benchmarks.federation import federation_report
+
+    bench = Bench(Sizes(fed_warmup=0.2), base_port())
+    try:
+        r = bench.fed_run(50, 1, 0.5, same_node=True)
+    finally:
+        bench.stop_all()
+    assert r["where"] == "A->A" and r["pushed"] == 0 and r["pulled"] == 0
+    assert r["missing"] == 0 and r["duplicates"] == 0 and r["jobs_produced"] == 35
+    bench.results["fed_r1_50_same"] = r
+    row = "| A → A (same node), REPLICATE 1, 50 jobs/s |"
+    assert row not in "\n".join(federation_report(bench))  # no Disque run: nothing to compare with
+    for factor, verdict in ((2.0, "| yes |"), (0.5, "| **NO** |")):
+        bench.results["ref_fed_r1_50_same"] = dict(r, p99_ms=r["p99_ms"] * factor)
+        line = next(x for x in federation_report(bench) if x.startswith(row))
+        assert line.endswith(verdict)

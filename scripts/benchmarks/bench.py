@@ -120,7 +120,10 @@ connections of the one before.
   (``jobs_pushed`` on the producing node = pushed under a lease; its
   ``jobs_exported`` minus that = pulled by NEEDJOBS). Node CPU is sampled from
   /proc by the client at the start and end of the measured window. Fixed
-  runs: R = 50, 500, 5000 jobs/s for REPLICATE 1 and 3, 10 s each. Maximum
+  runs: R = 50, 500, 5000 jobs/s for REPLICATE 1 and 3, 10 s each; with
+  ``--fed-same-node`` each again with the producer on A (same-node delivery),
+  and with ``--disque-server`` that run on Disque 1.0-rc1 too, its p99 the
+  same-node figure's yardstick. Maximum
   rate, for REPLICATE 1 and 3 (``--fed-ramp-replicates``): R from 1000
   jobs/s ×1.5 per 5 s step until a step fails (achieved < 95 % of R, p99 >=
   10 ms, or a job missing), then two bisections; once with the producer on B
@@ -405,6 +408,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fed-ramp-start", type=float, default=None,
                    help="federation: first rate of the ramp (default 1000)")
     p.add_argument("--fed-no-ramp", action="store_true", help="federation: skip the max-rate ramps")
+    p.add_argument("--fed-same-node", action="store_true",
+                   help="federation: each fixed-rate run again with the producer on A, beside the consumers "
+                        "(same-node delivery latency)")
     p.add_argument("--fed-consumers", type=int, default=10, help="federation: consumer connections on A (default 10)")
     p.add_argument("--disque-server", metavar="PATH", default=None,
                    help="a disque-server binary (Disque 1.0-rc1, built from github.com/antirez/disque at tag "
@@ -463,6 +469,7 @@ def main(argv: list[str] | None = None) -> int:
             setattr(sizes, name, getattr(a, name))
     if a.fed_no_ramp:
         sizes.fed_ramp = False
+    sizes.fed_same_node = a.fed_same_node
     if a.fed_consumers < 1 or (a.fed_producers is not None and a.fed_producers < 1):
         p.error("--fed-consumers and --fed-producers must be >= 1")
     if a.disque_server:

@@ -118,6 +118,9 @@ class Sizes:
     fed_duration: float = 10.0
     fed_warmup: float = 1.0
     fed_ramp: bool = True
+    #: federation: the fixed-rate runs once more with the producer on A beside the consumers (the
+    #: same-node delivery latency, issue 49's "same-node delivery p99 at 500 jobs/s")
+    fed_same_node: bool = False
     fed_ramp_start: float = 1000
     fed_ramp_duration: float = 5.0
     fed_bisect: int = 2

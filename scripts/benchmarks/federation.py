@@ -428,7 +428,8 @@ class FederationSuite(BenchBase):
     """The federation suite: consumer on node A, producer on node B (or A)."""
 
     @staticmethod
-    def _fed_stats(node: Server) -> dict[str, int]:
+    def _fed_stats(node: Server, lenient: bool = False) -> dict[str, int]:
+        """The node's federation counters; ``lenient`` (Disque 1.0-rc1, which has fewer): 0 for those missing."""
         with SyncClient(node.port, timeout=10.0) as c:
             stats = c.info("stats")
             jobs = c.info("jobs")
@@ -438,7 +439,9 @@ class FederationSuite(BenchBase):
             stats["bus_" + k] = cinfo.get("cluster_stats_" + k, "0")
         out = {k: int(stats[k]) for k in FED_COUNTERS if k in stats}
         missing = [k for k in FED_COUNTERS if k not in stats]
-        if missing:
+        if lenient:
+            out.update((k, 0) for k in missing)
+        elif missing:
             raise BenchError("INFO stats on port %d has no %s" % (node.port, ", ".join(missing)))
         out["registered_jobs"] = int(jobs.get("registered_jobs", -1))
         out["qlen"] = int(qlen)
@@ -502,16 +505,20 @@ class FederationSuite(BenchBase):
             out.append(row)
         return out
 
-    def fed_run(self, rate: float, replicate: int, duration: float, *, same_node: bool = False) -> dict[str, Any]:
-        """One run on a fresh 3-node cluster: consumers on A, the producer on B (or on A)."""
+    def fed_run(self, rate: float, replicate: int, duration: float, *, same_node: bool = False,
+                kind: str = "disque-py") -> dict[str, Any]:
+        """One run on a fresh 3-node cluster: consumers on A, the producer on B (or on A); ``kind="disque"``:
+        on Disque 1.0-rc1 nodes (its counters that ours add are reported as 0)."""
         where = "A->A" if same_node else "B->A"
-        log("federation: %s, REPLICATE %d, %s jobs/s, %.0f s (+%.0f s warm-up)"
-            % (where, replicate, "{:,.0f}".format(rate), duration, self.sizes.fed_warmup))  # fmt: skip
-        nodes = self.start_fed_cluster("fed", layout=self.fed_layout)
+        log("federation: %s%s, REPLICATE %d, %s jobs/s, %.0f s (+%.0f s warm-up)"
+            % ("" if kind == "disque-py" else "Disque 1.0-rc1, ", where, replicate, "{:,.0f}".format(rate), duration,
+               self.sizes.fed_warmup))  # fmt: skip
+        lenient = kind != "disque-py"
+        nodes = self.start_fed_cluster("fed", kind=kind, layout=self.fed_layout)
         a, b, _c = nodes
         producer = a if same_node else b
         try:
-            before = [self._fed_stats(n) for n in nodes]
+            before = [self._fed_stats(n, lenient) for n in nodes]
             argv = ["taskset", "-c", CLIENT_CPU, self.python, "-m", MODULE, "fedclient",
                     "--sched", self.fed_client_sched, "--consumer-port", str(a.port),
                     "--producer-port", str(producer.port), "--rate", "%g" % rate,
@@ -547,7 +554,7 @@ class FederationSuite(BenchBase):
             r = json.loads(stdout.strip().splitlines()[-1])
             r["other_cpu_pct"] = round(100.0 * other_s / wall, 1)
             r["other_cpu_top"] = other_top
-            after = [self._fed_stats(n) for n in nodes]
+            after = [self._fed_stats(n, lenient) for n in nodes]
             r["where"] = where
             r["wall_s"] = round(wall, 2)
             r["stats"] = {name: {k: aft[k] - bef[k] if k in FED_COUNTERS else aft[k] for k in aft}
@@ -679,6 +686,12 @@ class FederationSuite(BenchBase):
         for replicate in s.fed_replicates:
             for rate in s.fed_rates:
                 self.results["fed_r%d_%g" % (replicate, rate)] = self.fed_run(rate, replicate, s.fed_duration)
+                if s.fed_same_node:
+                    self.results["fed_r%d_%g_same" % (replicate, rate)] = self.fed_run(
+                        rate, replicate, s.fed_duration, same_node=True)
+                    if self.disque_server:  # Disque's same-node delivery, the figure issue 49 compares with
+                        self.results["ref_fed_r%d_%g_same" % (replicate, rate)] = self.fed_run(
+                            rate, replicate, s.fed_duration, same_node=True, kind="disque")
         if s.fed_ramp:
             for replicate in self.fed_ramp_replicates:
                 # The highest rate kept within the latency target (what the target's "maximum" is), then
@@ -796,7 +809,7 @@ def fed_kept_max(runs: list[dict[str, Any]]) -> float:
 def federation_report(bench: BenchBase) -> list[str]:
     """The federation suite's tables (fixed rates, maximum sustained rates, against the targets), or nothing."""
     res, sizes = bench.results, bench.sizes
-    runs = sorted((r for k, r in res.items() if k.startswith("fed_r")), key=lambda r: (r["replicate"], r["rate"]))
+    runs = sorted((r for k, r in res.items() if k.startswith("fed_r")), key=lambda r: (r["replicate"], r["rate"], r["where"]))
     # max-rate searches by REPLICATE: {"fast" | "max": {"cross" | "same": search}}
     searches: dict[int, dict[str, dict[str, dict[str, Any]]]] = {}
     for key, m in res.items():
@@ -887,6 +900,14 @@ def federation_report(bench: BenchBase) -> list[str]:
             r["replicate"], "{:,.0f}".format(r["rate"]), _ms(r["p50_ms"]), _ms(r["p99_ms"]),
             "%s / %s" % ref if ref else "—", FED_TARGET_P99_MS,
             "" if within else " (above the max: n/a)", ("yes" if met else "**NO**") if within else "n/a"))  # fmt: skip
+    for r in runs:  # same-node delivery against Disque's own, measured in this run (--fed-same-node)
+        ref_run = res.get("ref_fed_r%d_%g_same" % (r["replicate"], r["rate"])) if r["where"] == "A->A" else None
+        if ref_run is None:
+            continue
+        ours, theirs = r["p99_ms"], ref_run["p99_ms"]
+        rows.append("| A → A (same node), REPLICATE %d, %s jobs/s | %s / %s | %s / %s | p99 <= Disque's | %s |" % (
+            r["replicate"], "{:,.0f}".format(r["rate"]), _ms(r["p50_ms"]), _ms(ours), _ms(ref_run["p50_ms"]),
+            _ms(theirs), "yes" if ours is not None and theirs is not None and ours <= theirs else "**NO**"))
     for replicate, by in sorted(searches.items()):
         fast, ceiling = by.get("fast", {}), by.get("max", {})
         if "cross" in fast and "same" in fast and kept[replicate]["same"]:
