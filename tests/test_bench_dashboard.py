@@ -113,3 +113,17 @@ def test_the_start_row_comes_from_a_start_run_with_disques_time_over_ours():
     assert row[6] == "`scripts/bench start --disque-server $DISQUE`"
     assert _row(text, "ADDJOB unpipelined")[1] == "30,000/s"  # the start run is not taken for the main one
     assert _row(dashboard([_main_run()]), "Start: exec")[1:4] == ["—", "—", "—"]
+
+
+def test_the_memory_row_sets_our_rss_per_job_against_disques_of_the_same_run():
+    run = _main_run()
+    run["results"]["memory_1000000"] = {"jobs": 1000000, "body_size": 100, "bytes_per_job": 661.0,
+                                        "rss_bytes_per_job": 657.0}
+    run["results"]["ref_memory_1000000"] = {"jobs": 1000000, "body_size": 100, "bytes_per_job": 547.0,
+                                            "rss_bytes_per_job": 550.0}  # fmt: skip
+    mem = _row(dashboard([run]), "Memory per job")
+    assert mem[1:4] == ["657 B RSS (used_memory 661 B)", "550 B RSS (used_memory 547 B)",
+                        "1.19 (bytes: lower is better)"]  # fmt: skip
+    assert mem[6] == "`scripts/bench --only memory --disque-server $DISQUE`"
+    del run["results"]["ref_memory_1000000"]
+    assert _row(dashboard([run]), "Memory per job")[2:4] == ["—", "—"]

@@ -255,8 +255,12 @@ def markdown_report(bench: Bench, machine: dict[str, Any]) -> str:
     ref, target, target_text = REFERENCE["memory"]
     for key in sorted((k for k in res if k.startswith("memory_")), key=lambda k: int(k.split("_")[1])):
         m = res[key]
-        rows.append("| Memory, %s jobs, %d-byte body | %s bytes/job | — | — | %s | %s | %s |" % (
-            "{:,}".format(m["jobs"]), m["body_size"], _rate(m["bytes_per_job"], ""), ref, target_text,
+        dm = res.get("ref_" + key)
+        rss = " (RSS %s)" % _rate(m["rss_bytes_per_job"], "") if m.get("rss_bytes_per_job") is not None else ""
+        here = ("here: %s bytes/job (RSS %s)" % (_rate(dm["bytes_per_job"], ""), _rate(dm["rss_bytes_per_job"], ""))
+                if dm else ref)
+        rows.append("| Memory, %s jobs, %d-byte body | %s bytes/job%s | — | — | %s | %s | %s |" % (
+            "{:,}".format(m["jobs"]), m["body_size"], _rate(m["bytes_per_job"], ""), rss, here, target_text,
             _meets(m["bytes_per_job"], target, higher_is_better=False)))  # fmt: skip
 
     q = res.get("queues_idle")
@@ -270,7 +274,7 @@ def markdown_report(bench: Bench, machine: dict[str, Any]) -> str:
     for key, r in res.items():
         if key.startswith(("bus_", "fed_", "repl_", "queues_", "ref_repl_")):
             continue
-        if key.startswith("memory_"):
+        if key.startswith(("memory_", "ref_memory_")):
             diag.append("| %s | — | — | used_memory %s → %s bytes, %s jobs |" % (
                 key, "{:,}".format(r["used_memory_before"]), "{:,}".format(r["used_memory_after"]),
                 "{:,}".format(r["jobs"])))  # fmt: skip

@@ -178,6 +178,19 @@ def dashboard(runs: list[dict[str, Any]]) -> str:
             label, _num(ours, unit), _num(ref, unit), _ratio(ours, ref),
             ("%s %s" % (rname, _num(red, unit)) if red is not None else "—") if rkey else "no such load",
             _ratio(ours, red), _bench_command(main, only) if main else "—"))  # fmt: skip
+    for key in sorted((k for k in res if k.startswith("memory_")), key=lambda k: int(k.split("_")[1])):
+        mem, dmem = res[key], res.get("ref_" + key)
+
+        def _bytes(r: dict[str, Any] | None) -> str:
+            if not r or r.get("rss_bytes_per_job") is None:
+                return "—"
+            return "%.0f B RSS (used_memory %.0f B)" % (r["rss_bytes_per_job"], r["bytes_per_job"])
+
+        ratio = ("%.2f (bytes: lower is better)" % (mem["rss_bytes_per_job"] / dmem["rss_bytes_per_job"])
+                 if dmem and mem.get("rss_bytes_per_job") and dmem.get("rss_bytes_per_job") else "—")
+        out.append("| Memory per job, %s jobs of %d bytes, one node | %s | %s | %s | — | — | %s |" % (
+            "{:,}".format(mem["jobs"]), mem["body_size"], _bytes(mem), _bytes(dmem), ratio,
+            _bench_command(main, "memory") if main else "—"))  # fmt: skip
     ares = (thr or {}).get("results", {})
     for label, key, only in AOF:
         ours, ref, red = _rate(ares.get(key)), _rate(ares.get("ref_" + key)), _rate(ares.get("redis_" + key))

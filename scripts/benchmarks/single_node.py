@@ -73,30 +73,39 @@ class SingleNodeSuites(BenchBase):
                 self.stop(node)
 
     def bench_memory(self) -> None:
+        """Bytes per job held, twice: ``used_memory`` (ours is the node's estimate, core/memory.py;
+        Disque's its allocator's count) and the process's RSS, each after minus before the fill. With
+        ``--disque-server`` the same fill on Disque 1.0-rc1 (``ref_memory_N``)."""
         for jobs in self.sizes.memory_jobs:
-            log("memory per job: %d jobs with a %d-byte body" % (jobs, self.body_size))
-            node = self.start("disque-py")
-            try:
-                with SyncClient(node.port) as c:
-                    before = int(c.info("memory")["used_memory"])
-                t0 = time.monotonic()
-                fill = self.redis_benchmark(node, jobs, 32, "ADDJOB", "q", self.body, "0")
-                with SyncClient(node.port) as c:
-                    after = int(c.info("memory")["used_memory"])
-                    registered = int(c.info("jobs")["registered_jobs"])
-                if registered < jobs:
-                    self.notes.append("memory: only %d of %d jobs registered" % (registered, jobs))
-                self.results["memory_%d" % jobs] = {
-                    "jobs": registered,
-                    "body_size": self.body_size,
-                    "used_memory_before": before,
-                    "used_memory_after": after,
-                    "bytes_per_job": round((after - before) / registered, 1) if registered else None,
-                    "fill_requests_per_s": fill["requests_per_s"],
-                    "fill_s": round(time.monotonic() - t0, 2),
-                }
-            finally:
-                self.stop(node)
+            for kind in self.kinds():
+                log("memory per job: %d jobs with a %d-byte body (%s)" % (jobs, self.body_size, kind))
+                node = self.start(kind)
+                try:
+                    with SyncClient(node.port) as c:
+                        mem = c.info("memory")
+                        before, rss_before = int(mem["used_memory"]), int(mem["used_memory_rss"])
+                    t0 = time.monotonic()
+                    fill = self.redis_benchmark(node, jobs, 32, "ADDJOB", "q", self.body, "0")
+                    with SyncClient(node.port) as c:
+                        mem = c.info("memory")
+                        after, rss_after = int(mem["used_memory"]), int(mem["used_memory_rss"])
+                        registered = int(c.info("jobs")["registered_jobs"])
+                    if registered < jobs:
+                        self.notes.append("memory (%s): only %d of %d jobs registered" % (kind, registered, jobs))
+                    self.results[self.key(kind, "memory_%d" % jobs)] = {
+                        "jobs": registered,
+                        "body_size": self.body_size,
+                        "used_memory_before": before,
+                        "used_memory_after": after,
+                        "bytes_per_job": round((after - before) / registered, 1) if registered else None,
+                        "rss_before": rss_before,
+                        "rss_after": rss_after,
+                        "rss_bytes_per_job": round((rss_after - rss_before) / registered, 1) if registered else None,
+                        "fill_requests_per_s": fill["requests_per_s"],
+                        "fill_s": round(time.monotonic() - t0, 2),
+                    }
+                finally:
+                    self.stop(node)
 
     def bench_redis(self) -> None:
         if not shutil.which("redis-server"):
