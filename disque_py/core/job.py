@@ -254,6 +254,16 @@ class Job:
         """An acked placeholder for an ID this node never had a copy of."""
         return not self.delivered
 
+    def __lt__(self, other: "Job") -> bool:
+        """Registration order: the timer heap (``store.py``) breaks a tie between two wake-ups
+        of the same millisecond with it. Equality stays identity."""
+        return self.seq < other.seq
+
+    def __hash__(self) -> int:
+        # identity, as without __lt__ (compiled, a class with a comparison of its own does not
+        # inherit object's hash)
+        return id(self) >> 4
+
     def __repr__(self) -> str:
         return f"<Job {self.id.decode()} {self.state_name} q={self.queue!r}>"
 

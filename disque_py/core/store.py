@@ -13,8 +13,9 @@ Each job has at most one pending wake-up, ``Job.awake``: the earliest of its
 requeue time (minus the WILLQUEUE advance when one must be announced), its
 expiry, and for acked jobs its next GC attempt (``Lifecycle.reschedule`` in
 ``lifecycle.py`` computes it; this module only keeps it). All wake-ups live in one
-binary heap of ``(awake, seq, job)`` entries. Changing a job's wake-up pushes
-a new entry and leaves the old one behind; an entry is live only while its
+binary heap of ``(awake, job)`` entries: two jobs due in the same millisecond
+come in registration order (``Job.__lt__`` compares ``seq``; a number in the entry
+would be one more object: 32 bytes a job). Changing a job's wake-up pushes a new entry and leaves the old one behind; an entry is live only while its
 time still equals ``job.awake`` and the job is still registered, so stale
 entries are skipped when they surface (and a job found twice is returned
 once: taking it sets ``awake`` to 0).
@@ -72,12 +73,12 @@ class JobStore:
     def __init__(self) -> None:
         self._shards: list[dict[bytes, Job]] = [{} for _ in range(SHARDS)]
         self._count = 0
-        self._heap: list[tuple[int, int, Job]] = []
+        self._heap: list[tuple[int, Job]] = []
         self._seq = 0
-        self._next: list[tuple[int, int, Job]] | None = None  # the heap being rebuilt
+        self._next: list[tuple[int, Job]] | None = None  # the heap being rebuilt
         self._todo: list[Job] = []  # jobs of the current shard still to carry into it
         self._shard_at = 0  # next shard to walk
-        self._old: list[tuple[int, int, Job]] = []  # a replaced heap, let go a slice at a time
+        self._old: list[tuple[int, Job]] = []  # a replaced heap, let go a slice at a time
         self.rebuilds = 0  # heap rebuilds completed (INFO memory: timer_heap_rebuilds)
         self.journal: list | None = None  # see J_LOAD; set by Node.set_journal
         # Bytes of the bodies and queue names of the jobs held, kept exact at (un)registration
@@ -154,7 +155,7 @@ class JobStore:
         if at == job.awake:
             return
         job.awake = at
-        entry = (at, job.seq, job)
+        entry = (at, job)
         heapq.heappush(self._heap, entry)
         if self._next is not None:
             heapq.heappush(self._next, entry)
@@ -190,14 +191,14 @@ class JobStore:
                 self._shard_at += 1
             job = todo.pop()
             if job.awake:
-                heapq.heappush(new, (job.awake, job.seq, job))
+                heapq.heappush(new, (job.awake, job))
 
-    def _live_top(self) -> tuple[int, int, Job] | None:
+    def _live_top(self) -> tuple[int, Job] | None:
         heap = self._heap
         shards = self._shards
         while heap:
             entry = heap[0]
-            job = entry[2]
+            job = entry[1]
             if entry[0] == job.awake and shards[hash(job.id) & _MASK].get(job.id) is job:
                 return entry
             heapq.heappop(heap)
@@ -220,7 +221,7 @@ class JobStore:
             if top is None or top[0] > now:
                 break
             heapq.heappop(heap)
-            job = top[2]
+            job = top[1]
             job.awake = 0
             due.append(job)
         return due

@@ -160,3 +160,27 @@ def test_clear_forgets_jobs_and_any_rebuild():
     store.register(jobs[0])
     store.schedule(jobs[0], 50)
     assert store.pop_due(50) == [jobs[0]]
+
+
+def test_jobs_due_in_the_same_millisecond_come_in_registration_order():
+    """Ties in the heap are broken by registration order, whatever order the jobs were scheduled in
+    (or their IDs sort in), and a job scheduled twice at one time is returned once; two objects of
+    one ID (a job deleted, then its copy received again) tie without an error."""
+    store = JobStore()
+    jobs = [job(i) for i in random.Random(3).sample(range(10_000), 200)]  # IDs not in registration order
+    for j in jobs:
+        store.register(j)
+    for j in random.Random(7).sample(jobs, len(jobs)):
+        store.schedule(j, 5_000 if j.seq % 2 else 4_000)
+    store.schedule(jobs[3], 9_000)
+    store.schedule(jobs[3], 4_000)  # back: an entry at 4,000 twice for the same job
+    due = store.pop_due(10_000)
+    early = sorted((j for j in jobs if j.seq % 2 == 0 or j is jobs[3]), key=lambda j: j.seq)
+    late = sorted((j for j in jobs if j.seq % 2 and j is not jobs[3]), key=lambda j: j.seq)
+    assert due == early + late
+    store.schedule(jobs[0], 20_000)
+    store.unregister(jobs[0])
+    again = Job(jobs[0].id, 0)
+    store.register(again)
+    store.schedule(again, 20_000)
+    assert store.pop_due(30_000) == [again] and {again, again} == {again}
