@@ -474,10 +474,15 @@ class PassStage:
         held = self.held
         if held:
             for cid, entry in list(held.items()):
-                if entry[0] > seq or held.get(cid) is not entry:  # (a nested release took it)
+                ticket, conn = entry
+                if ticket > seq:
+                    continue
+                # (a nested release took it: compared by value, as compiled code holds the
+                # (ticket, conn) pairs unboxed, so a pair is not the same object twice)
+                now = held.get(cid)
+                if now is None or now[0] != ticket or now[1] is not conn:
                     continue
                 del held[cid]
-                conn = entry[1]
                 if conn.closed:
                     continue
                 self.send_now(conn)
