@@ -55,6 +55,9 @@ COMPILED_MODULES: tuple[str, ...] = (
     "disque_py.persistence.loader",
     "disque_py.persistence.records",
     "disque_py.protocol.resp",
+    "disque_py.server.cmdstats",
+    "disque_py.server.connection",
+    "disque_py.server.stage",
 )
 
 MANIFEST = "_compiled.txt"

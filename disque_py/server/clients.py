@@ -41,14 +41,16 @@ release (every client's replies leave, one ``send`` each) and the bus's flush. R
 leave at the end of the pass, as Redis sends them before it sleeps: a pass serving many
 clients makes its system calls back to back. With an AOF, the replies of a client whose
 commands journaled wait, past the pass, until the commit's ticket is done (``held``, until
-the AOF calls :meth:`ClientLoop.release`), and so do bus messages made while records were
-pending; nothing else waits for the disk.
+the AOF calls ``ClientLoop.release``), and so do bus messages made while records were
+pending; nothing else waits for the disk. The pass's synchronous work runs in
+:class:`.stage.PassStage` (compiled in the compiled build; :meth:`ClientLoop._pass` tells
+which of its methods is which stage); this class keeps trio, epoll and the cold paths.
 
 Replies produced for a client by somebody else (a blocked GETJOB served by an ADDJOB
 elsewhere, a replicated ADDJOB confirmed by GOTJOBs) are put in its output by the
-dispatcher, which hands the client to :meth:`ClientLoop.woken`: they leave at the end of
+dispatcher, which hands the client to ``ClientLoop.woken``: they leave at the end of
 the pass, after what the client pipelined behind its blocking command has run
-(``_run_held``, the one place held commands run again).
+(``run_held``, the one place held commands run again).
 
 Back-pressure: what a client's socket does not take stays in ``out``; the
 loop then waits for that client to become writable, and goes on reading and
@@ -91,6 +93,7 @@ from ..protocol.resp import ProtocolError, RequestParser, encode_reply
 from .connection import OUT_HOLD, Connection
 from .logs import log
 from .protection import DENIED, is_loopback, protected
+from .stage import EV_ERR, EV_IN, EV_OUT, EV_RDHUP, READ_SIZE, PassStage
 from .waiting import DirectWait
 
 if TYPE_CHECKING:
@@ -99,11 +102,10 @@ if TYPE_CHECKING:
 
 __all__ = ["Acceptor", "ClientLoop", "LOOP_STATS"]
 
-READ_SIZE = 65536
-_IN = select.EPOLLIN
-_OUT = select.EPOLLOUT
-_ERR = select.EPOLLERR | select.EPOLLHUP
-_RDHUP = select.EPOLLRDHUP  # the only event asked for while reading is paused: the client hung up
+_IN = EV_IN
+_OUT = EV_OUT
+_ERR = EV_ERR
+_RDHUP = EV_RDHUP  # the only event asked for while reading is paused: the client hung up
 
 #: The counters the loop and the acceptor keep in the stats dict they are given (INFO stats).
 LOOP_STATS = (
@@ -152,6 +154,14 @@ class ClientLoop:
     be set after construction, before :meth:`run`).
     """
 
+    # Bound on the instance to the pass's stage (stage.PassStage), called without a frame of
+    # this class's: ClientOutput (woken, send_item), the Commit's callback (release), and
+    # apply_effects. See the stage's methods of the same names.
+    woken: Callable[[Connection, bool], None]
+    send_item: Callable[..., bool]
+    release: Callable[[int], None]
+    apply_effects: Callable[[], None]
+
     def __init__(
         self,
         runner: "CommandRunner",
@@ -163,31 +173,69 @@ class ClientLoop:
         for key in LOOP_STATS:
             stats.setdefault(key, 0)
         self.stats = stats
-        self._run_commands = runner.run_commands
-        self._apply_effects = runner.apply_effects
         self._client_closed = runner.client_closed
-        # trio's clock, read once per read of a client (its last_active); run() binds the run's
-        # clock object, one Python frame instead of trio.current_time()'s three
-        self._clock_time: Callable[[], float] = trio.current_time
         self.timers: "TimerControl" = timers if timers is not None else _NoTimers()
-        self.links: "BusHolder" = links if links is not None else _NoBus()
         self.ep = select.epoll()
-        self.clients: dict[int, Connection] = {}  # by client id: every open connection
-        self.by_fd: dict[int, Connection] = {}
-        self.others: dict[int, tuple] = {}  # fd -> (on_readable, on_writable): cluster bus links
-        self.current: Connection | None = None  # the client whose commands are running
         self.direct = DirectWait(self.ep)  # waits without a trio round when trio is idle (waiting.py)
         self.limit_hard = self.limit_soft = self.limit_soft_seconds = 0  # client-output-buffer-limit
-        # The pass (see _pass). The commit stage: the node's AOF (server/aof.py); None: none.
-        self.commit: "Commit | None" = None
-        self.in_pass = False
-        self._touched: dict[int, Connection] = {}  # this pass: clients with replies to send, in order
-        self._depends: set[int] = set()  # this pass: those whose replies wait for its records
-        self._runnable: deque[Connection] = deque()  # clients whose held commands may run again
-        # Across passes: output waiting for an AOF batch, by client id: (ticket, conn); bus
-        # messages waiting, in order: [ticket (None: this pass's), node id, item, watch].
-        self.held: dict[int, tuple[int, Connection]] = {}
-        self._bus_held: deque[list] = deque()
+        # The pass (see _pass) and its state live in the stage; trio's clock is read once per read
+        # of a client (its last_active); run() binds the run's clock object, one Python frame
+        # instead of trio.current_time()'s three.
+        self._stage = stage = PassStage(
+            self, stats, runner.run_commands, runner.apply_effects,
+            links if links is not None else _NoBus(), self.direct, trio.current_time,
+        )  # fmt: skip
+        self.clients: dict[int, Connection] = stage.clients  # by client id: every open connection
+        self.by_fd: dict[int, Connection] = stage.by_fd
+        self.others: dict[int, tuple] = stage.others  # fd -> (on_readable, on_writable): cluster bus links
+        # Across passes: output waiting for an AOF batch, by client id: (ticket, conn) (and bus
+        # messages waiting, in order, in the stage's bus_held).
+        self.held: dict[int, tuple[int, Connection]] = stage.held
+        self._runnable = stage.runnable  # clients whose held commands may run again
+        self.woken = stage.woken
+        self.send_item = stage.send_item
+        self.release = stage.release
+        self.apply_effects = stage.carry_out
+
+    @property
+    def current(self) -> Connection | None:
+        """The client whose commands are running."""
+        return self._stage.current
+
+    @current.setter
+    def current(self, conn: Connection | None) -> None:
+        self._stage.current = conn
+
+    @property
+    def in_pass(self) -> bool:
+        return self._stage.in_pass
+
+    @property
+    def commit(self) -> "Commit | None":
+        """The pass's commit stage: the node's AOF (server/aof.py); None: none."""
+        return self._stage.commit
+
+    @commit.setter
+    def commit(self, commit: "Commit | None") -> None:
+        self._stage.commit = commit
+
+    @property
+    def links(self) -> "BusHolder":
+        """Whoever owns the cluster bus (may be set after construction, before run)."""
+        return self._stage.links
+
+    @links.setter
+    def links(self, links: "BusHolder") -> None:
+        self._stage.links = links
+
+    @property
+    def _run_commands(self) -> Callable[[Connection, list[list[bytes]]], Any]:
+        """The runner's run_commands, bound at construction (a test swaps it)."""
+        return self._stage.run_commands
+
+    @_run_commands.setter
+    def _run_commands(self, run_commands: Callable[[Connection, list[list[bytes]]], Any]) -> None:
+        self._stage.run_commands = run_commands
 
     # ----------------------------------------------------------- membership
     def add(self, conn: Connection) -> None:
@@ -315,35 +363,6 @@ class ClientLoop:
         self.close(conn)
         return True
 
-    def _send_now(self, conn: Connection) -> None:
-        if conn.closed or not conn.out:
-            return
-        if conn.waiting_write:  # the socket takes nothing now: what was just added waits
-            if not self.over_output_limit(conn):
-                self._arm(conn)  # at OUT_HOLD: read no more until the client reads
-            return
-        out = conn.out
-        try:
-            sent = conn.sock.send(out)
-        except BlockingIOError:
-            sent = 0
-        except OSError:
-            self.close(conn)
-            return
-        self.stats["total_net_output_bytes"] += sent  # what the socket took: replies of every path
-        if sent == len(out):
-            out.clear()
-            conn.soft_since = 0.0
-            if conn.closing and conn is not self.current:
-                self.close(conn)
-            elif conn.pending and not conn.blocked:
-                self._want_write(conn)  # commands held back by the output: the next pass runs them
-        else:
-            del out[:sent]
-            if self.over_output_limit(conn):
-                return
-            self._want_write(conn)
-
     def _writable(self, conn: Connection) -> None:
         if conn.id in self.held:  # what is left waits for the AOF: stop asking
             conn.waiting_write = False
@@ -372,7 +391,7 @@ class ClientLoop:
         conn.waiting_write = False
         conn.read_paused = bool(conn.pending)  # commands pending: still not read
         if conn.pending and not conn.blocked:
-            self._runnable.append(conn)  # held back by its output: this pass runs them (_run_held)
+            self._runnable.append(conn)  # held back by its output: this pass runs them (run_held)
         self._arm(conn)  # what arrived meanwhile waits in the socket
 
     def _failed(self, conn: Connection) -> None:
@@ -412,53 +431,7 @@ class ClientLoop:
                     self.close_when_sent(conn)
 
     # ---------------------------------------------------------------- input
-    def _readable(self, conn: Connection) -> None:
-        try:
-            data = conn.sock.recv(READ_SIZE)
-        except BlockingIOError:
-            return
-        except OSError:
-            self.close(conn)
-            return
-        if not data:
-            self.close(conn)
-            return
-        self._process(conn, data)
-
-    def _process(self, conn: Connection, data: bytes) -> None:
-        parser = conn.parser
-        self.stats["total_net_input_bytes"] += len(data)
-        conn.last_active = self._clock_time()
-        parser.feed(data)
-        try:
-            commands = parser.commands()
-        except ProtocolError as exc:
-            # nothing complete before the bad bytes; the error follows. The parser keeps
-            # the exception: without this, its traceback (this frame, the connection, the
-            # parser) would make a reference cycle that only a full collection frees
-            exc.__traceback__ = None
-            commands = None
-        if commands:
-            if conn.blocked or conn.pending:
-                conn.pending.extend(commands)
-            else:
-                self._run(conn, commands)
-            if conn.pending:  # blocked, or held back by its output: read no more for now
-                self.pause_reading(conn)
-        error = parser.error
-        if error is not None:
-            self._protocol_error(conn, error)
-        self._touched[conn.id] = conn  # its replies leave at the pass's end
-
-    def _run(self, conn: Connection, commands: list) -> None:
-        """Run ``conn``'s commands in the core and carry out their effects for others."""
-        self.current = conn
-        try:
-            if self._run_commands(conn, commands):
-                self._depends.add(conn.id)  # they journaled: their replies wait for the commit
-            self._apply_effects()
-        finally:
-            self.current = None
+    # (read, parse, run: the stage's readable, process and run)
 
     # ----------------------------------------------------------------- loop
     async def run(self) -> None:
@@ -467,7 +440,9 @@ class ClientLoop:
         hand_over, timers_due, poke = timers.hand_over, timers.due, timers.poke
         owns_timers = False  # the core's timers run here while waiting directly (TimerControl.hand_over)
         limit = math.inf
-        self._clock_time = trio.lowlevel.current_clock().current_time
+        stage = self._stage
+        run_pass = stage.run_pass
+        stage.clock_time = trio.lowlevel.current_clock().current_time
         try:
             await direct.start()
             while True:
@@ -476,7 +451,7 @@ class ClientLoop:
                     hand_over(owns_timers)
                     limit = timers_due() if owns_timers else math.inf
                 ready = await direct.wait(limit)
-                limit = self._pass(ready, timers_due if owns_timers else None)
+                limit = run_pass(ready, timers_due if owns_timers else None)
                 if not owns_timers:
                     poke()
         finally:
@@ -487,11 +462,11 @@ class ClientLoop:
     def _pass(self, ready=(), timers_due=None) -> float:
         """One pass of the loop, the whole way from bytes in to bytes out:
 
-        1. read, parse, and run in the core what every ready socket sent (``_serve``: client
+        1. read, parse, and run in the core what every ready socket sent (``serve``: client
            commands, and the bus links' messages), each client's effects carried out for
            others at once (a blocked client served, a bus message queued);
         2. the core's timers that are due (while the loop owns them);
-        3. the commands held back until now (``_run_held``: pipelined behind a blocking
+        3. the commands held back until now (``run_held``: pipelined behind a blocking
            command whose client was served, or behind output its socket has now taken);
         4. commit: what the pass journaled goes to the AOF (``Commit.commit``: written now
            with everysec/no, handed to the writer task with always); its ticket;
@@ -503,192 +478,26 @@ class ClientLoop:
         Called with nothing ready (``apply_effects`` outside a pass) it is the tail: 3 to 6 for
         what the timer task, the cron or the admin port produced. Returns the seconds until
         the core's next timer (inf: none, or not ours).
+
+        The pass runs in the stage (:class:`.stage.PassStage`, compiled in the compiled build):
+        ``run_pass``; stage 1 is its ``serve`` (``readable``, ``process``, ``run``: the
+        runner's ``run_commands`` and ``apply_effects`` for one client's commands), 3 its
+        ``run_held``, 5 its ``release_pass`` and ``send_now``. It calls back here for what is
+        cold or talks to epoll, trio or the log (``close``, ``_arm``, ``pause_reading``,
+        ``over_output_limit``, ``_writable``, ``_failed``, ``_protocol_error``).
+
+        ``apply_effects`` (the stage's ``carry_out``) carries out the core's effects for an
+        input the loop did not run (the timer task, a bus message read elsewhere, the cron, the
+        admin port): outside a pass, the pass's tail follows (held commands, commit, release,
+        bus); in one, its end does it. ``woken`` (``ClientOutput``): a reply for a client made
+        by another input (it was blocked) leaves at the pass's end; what it pipelined
+        meanwhile runs before that. ``send_item`` (``ClientOutput``): a bus message made while
+        records are pending (the GOTJOB of a copy just stored, say) waits for the pass's
+        ticket, and so does every one after a message that waits (order on each link).
+        ``release`` (``Commit``'s callback): the AOF's batch ``seq`` is done; the replies and
+        bus messages that waited for it, or for an earlier one, leave now.
         """
-        bus = self.links.bus
-        if bus is not None:
-            bus.hold()
-        self.in_pass = True
-        limit = math.inf
-        try:
-            if ready:
-                self._serve(ready)  # 1
-            if timers_due is not None:
-                limit = timers_due()  # 2
-            commit = self.commit
-            while True:
-                if self._runnable:
-                    self._run_held()  # 3
-                ticket = commit.commit() if commit is not None else 0  # 4
-                self._release(ticket)  # 5
-                if not self._touched and not self._runnable:
-                    break  # (a client closed while releasing can wake another)
-        finally:
-            self.in_pass = False
-            if bus is not None:
-                bus.release()  # 6
-        return limit
-
-    def apply_effects(self) -> None:
-        """Carry out the core's effects: for an input the loop did not run (the timer task, a
-        bus message read elsewhere, the cron, the admin port). Outside a pass, the pass's tail
-        follows (held commands, commit, release, bus); in one, its end does it."""
-        self._apply_effects()
-        if not self.in_pass:
-            self._pass()
-
-    def _serve(self, ready) -> None:
-        """Stage 1: what each ready socket has: read, parse, run."""
-        by_fd = self.by_fd
-        others = self.others
-        direct = self.direct
-        trio_fd = direct.trio_fd
-        for fd, events in ready:
-            conn = by_fd.get(fd)
-            if conn is None:
-                if fd == trio_fd:
-                    direct.trio_ready = True  # the next wait lets trio handle it
-                    continue
-                handlers = others.get(fd)
-                if handlers is not None:
-                    if events & _OUT:
-                        handlers[1]()
-                    if events & (_IN | _ERR) and fd in others:
-                        handlers[0]()
-                continue
-            try:
-                if events & _OUT:
-                    self._writable(conn)
-                elif conn.read_paused:
-                    if events & (_RDHUP | _ERR):
-                        self.close(conn)  # as a read of EOF would: pending commands dropped
-                elif events & (_IN | _ERR):
-                    self._readable(conn)
-            except Exception:  # a bug costs this client its connection, not the node
-                self._failed(conn)
-
-    def _run_held(self) -> None:
-        """Stage 3, the one place commands held back run again: those a client pipelined behind
-        a blocking command (it was served: ``woken``) or behind output over ``OUT_HOLD`` (its
-        socket took it: ``_writable``)."""
-        runnable = self._runnable
-        while runnable:
-            conn = runnable.popleft()
-            if conn.closed or conn.blocked or not conn.pending:
-                continue
-            commands = list(conn.pending)
-            conn.pending.clear()
-            try:
-                self._run(conn, commands)
-                self._touched[conn.id] = conn
-                if conn.read_paused and not conn.pending:
-                    self.resume_reading(conn)
-            except Exception:  # as in _serve: this client's connection, not the node
-                self._failed(conn)
-
-    def _release(self, ticket: int) -> None:
-        """Stage 5 (and the bus's part of 6): send the pass's replies, hold those that wait.
-
-        A client's output waits when its commands journaled (or its wake-up came from an input
-        that did) and the commit left a ticket, or when earlier output of its waits already
-        (order). Others leave now, whatever the disk does."""
-        touched = self._touched
-        self._touched = {}
-        held = self.held
-        depends = self._depends
-        if not depends and not held:  # nothing waits for the disk: every client's output leaves
-            for conn in touched.values():
-                if conn.out:
-                    self._send_now(conn)
-                elif conn.closing and not conn.closed and not conn.waiting_write:
-                    self.close(conn)
-            if self._bus_held:
-                self._release_bus(ticket)
-            return
-        self._depends = set()
-        for conn in touched.values():
-            if conn.closed:
-                continue
-            cid = conn.id
-            waiting = held.get(cid)
-            if waiting is not None:  # earlier output waits: this waits behind it
-                if ticket > waiting[0] and cid in depends:
-                    held[cid] = (ticket, conn)
-                continue
-            if ticket and cid in depends and conn.out:
-                held[cid] = (ticket, conn)
-                continue
-            if conn.out:
-                self._send_now(conn)
-            elif conn.closing and not conn.waiting_write:
-                self.close(conn)
-        if self._bus_held:
-            self._release_bus(ticket)
-
-    def _release_bus(self, ticket: int) -> None:
-        """The bus's part of stage 6: messages made while records were pending wait for the
-        pass's ticket (or the one before them on their link)."""
-        bus_held = self._bus_held
-        if bus_held[-1][0] is None:  # this pass's messages made while records were pending
-            floor = 0
-            for entry in bus_held:
-                if entry[0] is None:
-                    entry[0] = max(ticket, floor)
-                else:
-                    floor = entry[0]
-            if not bus_held[0][0]:  # nothing waits (written now, or nothing to wait for)
-                self.release(0)
-
-    def woken(self, conn: Connection, depends: bool) -> None:
-        """``ClientOutput``: a reply for ``conn`` made by another input (it was blocked). It
-        leaves at the pass's end; what it pipelined meanwhile runs before that."""
-        self._touched[conn.id] = conn
-        if depends:
-            self._depends.add(conn.id)
-        if conn.pending:
-            self._runnable.append(conn)
-
-    def send_item(self, node_id: str, item: bytes, watch: Any = None) -> bool:
-        """``ClientOutput``: a bus message. One made while records are pending (the GOTJOB of a
-        copy just stored, say) waits for the pass's ticket, and so does every one after a
-        message that waits (order on each link)."""
-        bus_held = self._bus_held
-        if bus_held or (self.commit is not None and self.commit.pending()):
-            bus_held.append([None, node_id, item, watch])
-            return True
-        return self.links.send_item(node_id, item, watch)
-
-    def release(self, seq: int) -> None:
-        """The AOF's batch ``seq`` is done (``Commit``'s callback): the replies and bus
-        messages that waited for it, or for an earlier one, leave now."""
-        held = self.held
-        if held:
-            for cid, entry in list(held.items()):
-                if entry[0] > seq or held.get(cid) is not entry:  # (a nested release took it)
-                    continue
-                del held[cid]
-                conn = entry[1]
-                if conn.closed:
-                    continue
-                self._send_now(conn)
-                if conn.closing and not conn.out and not conn.closed:
-                    self.close(conn)
-        bus_held = self._bus_held
-        if bus_held and bus_held[0][0] is not None and bus_held[0][0] <= seq:
-            links = self.links
-            bus = links.bus
-            if bus is not None:
-                bus.hold()
-            lost = False
-            try:
-                while bus_held and bus_held[0][0] is not None and bus_held[0][0] <= seq:
-                    _, node_id, item, watch = bus_held.popleft()
-                    if not links.send_item(node_id, item, watch) and watch is not None:
-                        lost = True  # handed back to the core (on_moves_unsent): its effects
-            finally:
-                if bus is not None:
-                    bus.release()
-            if lost:
-                self.apply_effects()
+        return self._stage.run_pass(ready, timers_due)
 
 
 class Acceptor:

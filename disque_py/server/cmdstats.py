@@ -12,13 +12,14 @@ Names are the lower-case command names the node knows; any other name is
 counted under ``"unknown"``, so a client sending random names cannot grow
 the table. CONFIG RESETSTAT empties it (:meth:`CommandStats.reset`).
 
-It imports nothing of the node: a leaf.
+It imports nothing of the node: a leaf. Compiled in the compiled build (final classes with
+typed fields, counted into by the compiled pass, :mod:`.stage`).
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left
-from typing import Callable
+from typing import Callable, final
 
 __all__ = ["LATENCY_BUCKETS_US", "SMALL_BUCKETS", "CommandStat", "CommandStats", "UNKNOWN"]
 
@@ -35,6 +36,7 @@ SMALL_BUCKETS: list[int] = [bisect_left(LATENCY_BUCKETS_US, usec) for usec in ra
 UNKNOWN = "unknown"
 
 
+@final
 class CommandStat:
     """One command's counters. ``buckets[i]`` counts the calls that took at most
     ``LATENCY_BUCKETS_US[i]`` microseconds (and more than the bound before it); the last
@@ -56,6 +58,7 @@ class CommandStat:
         return "CommandStat(calls=%d, errors=%d, usec=%d)" % (self.calls, self.errors, self.usec)
 
 
+@final
 class CommandStats:
     """Every command's :class:`CommandStat`, by lower-case name (only the commands seen).
 

@@ -5,12 +5,17 @@ written by the client loop (socket, buffers, flags), the dispatcher
 (:mod:`.dispatch`: replies, blocking, pending commands) and the
 connection commands (:mod:`.admin`: AUTH, CLIENT, HELLO, ACL). It has no
 behaviour of its own, so it sits at the bottom of the import graph.
+
+It is compiled in the compiled build (``_build.COMPILED_MODULES``): a final
+native class with typed fields, which the compiled pass (:mod:`.stage`) reads
+and writes directly. Like every native class it refuses attributes it does not
+declare (``__slots__`` says the same in pure Python).
 """
 
 from __future__ import annotations
 
-import socket
 from collections import deque
+from typing import Any, Callable, Final, final
 
 from ..protocol.resp import encode_reply
 
@@ -26,9 +31,10 @@ OUT_HOLD = 64 << 20
 #: ``Connection.perms`` until the dispatcher (or AUTH, HELLO) has decided it: the acceptor lets
 #: a connection in without AUTH when there is no requirepass, and the default user's own rules
 #: (server/acl.py) are applied at its first command.
-PERMS_UNSET = object()
+PERMS_UNSET: Final = object()
 
 
+@final
 class Connection:
     __slots__ = (
         "id",
@@ -59,30 +65,33 @@ class Connection:
         "soft_since",
     )
 
-    def __init__(self, cid: int, sock: socket.socket, addr: str, laddr: str, now: float, parser) -> None:
-        self.id = cid
-        self.sock = sock
-        self.fd = sock.fileno()
-        self.addr = addr
-        self.laddr = laddr
-        self.name = b""
-        self.lib_name = b""
-        self.lib_ver = b""
-        self.created = now
-        self.last_active = now
-        self.authenticated = False
-        self.user = b"default"  # the user it is authenticated as (server/acl.py)
-        self.perms = PERMS_UNSET  # None: may run everything; else the acl.User its commands are checked against
-        self.auth_failures = 0  # failed AUTHs in a row (closed at acl.AUTH_FAILURE_LIMIT)
-        self.out = bytearray()
-        self.blocked = False
+    # ``sock``: a non-blocking socket, or a TLS link that behaves as one (tls.py); ``parser``:
+    # a protocol.resp.RequestParser (None in tests that run no input).
+    def __init__(self, cid: int, sock: Any, addr: str, laddr: str, now: float, parser: Any) -> None:
+        self.id: int = cid
+        self.sock: Any = sock
+        self.fd: int = sock.fileno()
+        self.addr: str = addr
+        self.laddr: str = laddr
+        self.name: bytes = b""
+        self.lib_name: bytes = b""
+        self.lib_ver: bytes = b""
+        self.created: float = now
+        self.last_active: float = now
+        self.authenticated: bool = False
+        self.user: bytes = b"default"  # the user it is authenticated as (server/acl.py)
+        # None: may run everything; PERMS_UNSET; else the acl.User its commands are checked against
+        self.perms: Any = PERMS_UNSET
+        self.auth_failures: int = 0  # failed AUTHs in a row (closed at acl.AUTH_FAILURE_LIMIT)
+        self.out: bytearray = bytearray()
+        self.blocked: bool = False
         self.pending: deque[list[bytes]] = deque()
-        self.closing = False  # close once ``out`` is sent
-        self.closed = False
-        self.waiting_write = False  # registered for EPOLLOUT (and still read while under OUT_HOLD)
-        self.armed = 0  # the epoll events it is registered for (clients.py: _arm)
-        self.read_paused = False  # commands pending (blocked, or held back by output): not read until they run
-        self.last_cmd = b"NULL"
-        self.parser = parser
-        self.encode = encode_reply  # encode_reply3 after HELLO 3
-        self.soft_since = 0.0  # when its unsent output first reached the soft limit (0: below it)
+        self.closing: bool = False  # close once ``out`` is sent
+        self.closed: bool = False
+        self.waiting_write: bool = False  # registered for EPOLLOUT (and still read while under OUT_HOLD)
+        self.armed: int = 0  # the epoll events it is registered for (clients.py: _arm)
+        self.read_paused: bool = False  # commands pending (blocked, or held back by output): not read until they run
+        self.last_cmd: bytes = b"NULL"
+        self.parser: Any = parser
+        self.encode: Callable[[Any, bytearray], None] = encode_reply  # encode_reply3 after HELLO 3
+        self.soft_since: float = 0.0  # when its unsent output first reached the soft limit (0: below it)

@@ -44,24 +44,22 @@ nothing of theirs but the :class:`.contracts.ClientOutput` it is wired to
 
 from __future__ import annotations
 
-from bisect import bisect_left
-from time import perf_counter_ns
 from typing import TYPE_CHECKING, Any, Callable
 
 from cluster_bus.codec import encode_data_item
 
-from ..core.effects import BLOCKED, Reply, Send
 from ..core.memory import LEVEL_NAMES, THRESHOLDS
 from ..core.messages import moves_to_watch
 from ..core.replies import Error
 from ..rss import rss_bytes
 from .acl import Acl
-from .cmdstats import LATENCY_BUCKETS_US, SMALL_BUCKETS, CommandStats
-from .connection import OUT_HOLD, PERMS_UNSET
-from .contracts import NO_REPLY, now_ms
+from .cmdstats import CommandStats
+from .connection import PERMS_UNSET
+from .contracts import now_ms
 from .latency import LatencyMonitor
 from .logs import log
 from .slowlog import SlowLog
+from .stage import CommandStage
 
 if TYPE_CHECKING:
     from ..config import Config
@@ -108,10 +106,6 @@ def send_item_of(message: tuple) -> tuple[bytes, Any]:
     return item, watch
 
 
-def _no_send(node_id: str, item: bytes, watch: Any = None) -> bool:
-    return False
-
-
 class Dispatcher:
     """Runs a node's commands and carries out the core's effects.
 
@@ -136,23 +130,26 @@ class Dispatcher:
         self.node = node
         self.config = config
         self.stats = stats
-        self.admin = admin if admin is not None else {}
         self.hello = hello
         self.acl = acl
         # What each command costs (cmdstats.py), the slow ones (slowlog.py), slow events (latency.py).
         self.cmdstats = CommandStats(lambda name: name in self.admin or name in node.commands)
         self.slowlog = SlowLog(config.slowlog_max_len)
         self.latency = LatencyMonitor(config.latency_monitor_threshold)
-        self._watch_us = 0
-        self._watch_settings()
         self.clients: dict[int, "Connection"] = {}
-        self._woken: Callable[["Connection", bool], None] = lambda conn, depends: None
-        self._send_item: Callable[..., bool] = _no_send
+        # The per-command path (run_commands, apply_effects), compiled in the compiled build
+        # (stage.py); the settings it reads are kept current here (admin, _watch_settings,
+        # measure_memory). Bound on the instance: the client loop calls them without a frame
+        # of this class's.
+        self._stage = stage = CommandStage(node, self, stats, self.cmdstats, send_item_of)
+        self.run_commands = stage.run_commands  # type: ignore[method-assign]
+        self.apply_effects = stage.apply_effects  # type: ignore[method-assign]
+        self.admin = admin if admin is not None else {}
+        self._watch_settings()
         # The memory level (see the module docstring).
         memory = node.memory
         memory.frees = config.maxmemory_policy != "noeviction"
         memory.set_limit(config.maxmemory)
-        self._mem_next = 0
         self._rss_next = 0
         config.on_change.append(self._config_changed)
 
@@ -166,13 +163,14 @@ class Dispatcher:
         self._admin = table
         # What run_commands' fast path leaves to dispatch: the shell's commands, and HELLO (with
         # a protocol version the handshake is the dispatcher's; bare, the core answers it).
-        self._not_fast = frozenset(table) | {b"hello"}
+        self._stage.not_fast = frozenset(table) | {b"hello"}
 
     def wire(self, output: "ClientOutput") -> None:
         """Where effects go: the client loop (its clients, ``woken``, ``send_item``)."""
-        self.clients = output.clients
-        self._woken = output.woken
-        self._send_item = output.send_item
+        stage = self._stage
+        stage.clients = self.clients = output.clients
+        stage.woken = output.woken
+        stage.send_item = output.send_item
 
     def _watch_settings(self) -> None:
         """From the slowlog and latency settings: the duration (us) from which a command is
@@ -185,10 +183,10 @@ class Dispatcher:
             candidates.append(cfg.slowlog_log_slower_than)
         if self.latency.threshold_us:
             candidates.append(self.latency.threshold_us)
-        self._watch_us = min(candidates)
+        self._stage.watch_us = min(candidates)
 
     def _slow_command(self, conn: "Connection", argv: list[bytes], usec: int) -> None:
-        """A command took at least ``_watch_us``: the slow log and the latency monitor decide."""
+        """A command took at least ``watch_us``: the slow log and the latency monitor decide."""
         slower_than = self.config.slowlog_log_slower_than
         if 0 <= slower_than <= usec:
             self.slowlog.add(argv, usec, conn.addr, conn.name)
@@ -209,7 +207,7 @@ class Dispatcher:
         """Measure the memory level again, log a crossing, free what may go at level >= 2."""
         if now is None:
             now = now_ms()
-        self._mem_next = now + MEMORY_MEASURE_MS
+        self._stage.mem_next = now + MEMORY_MEASURE_MS
         try:
             self._measure_memory(now)
         except Exception:  # a bug must never take the node down
@@ -242,75 +240,18 @@ class Dispatcher:
             "reached" if new > old else "back under", THRESHOLDS[crossed - 1],
             memory.threshold_bytes(crossed), _LEVEL_DOING[new])  # fmt: skip
 
-    def run_commands(self, conn: "Connection", commands) -> bool:
+    def run_commands(self, conn: "Connection", commands: list[list[bytes]]) -> bool:
         """Run commands in order until the client blocks or its output reaches ``OUT_HOLD``;
         the rest wait in ``pending`` (see ``clients.py``). True if they journaled records
-        (with an AOF): their replies wait for the pass's commit."""
-        out = conn.out
-        now = now_ms()
-        if now >= self._mem_next:
-            self.measure_memory(now)
-        dispatch = self.dispatch
-        execute = self.node.execute_named
-        not_fast = self._not_fast
-        cid = conn.id
-        journal = self.node.ctx.journal  # with an AOF: a reply waits for the records it made
-        before = len(journal) if journal is not None else 0
-        # What each command costs (cmdstats.py): from its start to its reply encoded, one clock
-        # read per command (its end is the next one's start), rounded to the nearest
-        # microsecond so that sums stay unbiased; a command that took watch_us or more goes
-        # on to the slow log and the latency monitor.
-        cmdstats = self.cmdstats
-        by_wire = cmdstats.by_wire
-        small = SMALL_BUCKETS
-        watch_us = self._watch_us
-        fast = 0  # commands run on the fast path (dispatch counts its own)
-        start = perf_counter_ns()
-        for i, argv in enumerate(commands):
-            if conn.blocked or conn.closing or len(out) >= OUT_HOLD:
-                if not conn.closing or conn.blocked:
-                    conn.pending.extend(commands[i:])
-                break
-            # The fast path: an authenticated client with every right, a core command. It does
-            # what dispatch does for one, without the checks that cannot apply.
-            try:
-                name = argv[0].lower()
-            except IndexError:  # an empty command (the parser skips them): an internal error below
-                name = b""
-            if conn.perms is None and conn.authenticated and name not in not_fast:
-                conn.last_cmd = name
-                fast += 1
-                try:
-                    reply = execute(cid, name, argv, now)
-                except Exception:
-                    reply = self._internal_error(argv)
-            else:
-                if fast:  # INFO (or anything else the shell answers) reads an exact count
-                    self.stats["total_commands_processed"] += fast
-                    fast = 0
-                reply = dispatch(conn, argv, now)
-                name = conn.last_cmd
-            if reply is BLOCKED:
-                conn.blocked = True
-            elif reply is not NO_REPLY:
-                conn.encode(reply, out)  # HELLO 3 may just have switched it
-            end = perf_counter_ns()
-            usec = (end - start + 500) // 1000
-            start = end
-            stat = by_wire.get(name)
-            if stat is None:
-                stat = cmdstats.stat_for(name)
-            stat.usec += usec
-            stat.buckets[small[usec] if usec < 1001 else bisect_left(LATENCY_BUCKETS_US, usec)] += 1
-            if type(reply) is Error:
-                stat.errors += 1
-            if usec >= watch_us:
-                self._slow_command(conn, argv, usec)
-                start = perf_counter_ns()
-        if fast:
-            self.stats["total_commands_processed"] += fast
-        # (a command may turn the AOF on or off: the journal it ran with is the one compared)
-        return journal is not None and len(journal) != before
+        (with an AOF): their replies wait for the pass's commit.
+
+        The fast path, for an authenticated client with every right and a core command, does
+        what :meth:`dispatch` does without the checks that cannot apply; each command is
+        counted in ``cmdstats`` from its start to its reply encoded (one clock read per
+        command), and one that took ``slowlog-log-slower-than`` or
+        ``latency-monitor-threshold`` goes on to the slow log and the latency monitor.
+        It runs in :class:`.stage.CommandStage` (bound on the instance)."""
+        return self._stage.run_commands(conn, commands)
 
     def dispatch(self, conn: "Connection", argv: list[bytes], now: int) -> Any:
         self.stats["total_commands_processed"] += 1
@@ -372,28 +313,6 @@ class Dispatcher:
 
     def apply_effects(self) -> None:
         """Carry out the core's effects: replies to blocked clients, bus messages. Both go to
-        the client loop, which sends them at the end of its pass."""
-        node = self.node
-        effects = node.take_effects()
-        if not effects:
-            return
-        journal = node.ctx.journal
-        last_message = item = watch = None
-        while effects:
-            for effect in effects:
-                kind = type(effect)
-                if kind is Reply:
-                    conn = self.clients.get(effect.client)
-                    if conn is None:
-                        continue
-                    conn.blocked = False
-                    conn.encode(effect.value, conn.out)
-                    # records of this input not committed yet: the answer waits for them
-                    self._woken(conn, bool(journal))
-                elif kind is Send:
-                    message = effect.message
-                    if message is not last_message:  # the core fans one message out to several peers
-                        item, watch = send_item_of(message)
-                        last_message = message
-                    self._send_item(effect.to, item, watch)
-            effects = node.take_effects()
+        the client loop, which sends them at the end of its pass. It runs in
+        :class:`.stage.CommandStage` (bound on the instance)."""
+        self._stage.apply_effects()
