@@ -92,6 +92,10 @@ receive side of a :class:`LinkSession` stay failed after their first error.
 Local misuse (e.g. encoding something that isn't a message, a nonce of the
 wrong size) raises ``TypeError``/``ValueError`` instead.
 
+Compiled: mypyc compiles this module (setup.py, ``cluster_bus/_build.py``; the messages stay
+interpreted). Public entry points that check their arguments' types take ``Any``, so that a
+wrong type raises the documented error rather than mypyc's argument check.
+
 Performance note: the per-frame MAC uses ``cryptography``'s HMAC with a
 pre-keyed context that is ``copy()``-ed per frame, which measured faster
 than both a fresh ``cryptography`` HMAC and the stdlib ``hmac`` module.
@@ -101,7 +105,7 @@ from __future__ import annotations
 
 import re
 import struct
-from typing import Any
+from typing import Any, Final, final
 
 import msgpack
 
@@ -145,29 +149,40 @@ __all__ = [
     "LinkSession",
 ]
 
-MAX_FRAME_DEFAULT = 64 * 1024 * 1024
-MAX_GOSSIP = 1024
-NONCE_SIZE = 16
-PROOF_SIZE = 32
-MAC_SIZE = 32
-SEQ_SIZE = 8
-SEAL_OVERHEAD = SEQ_SIZE + MAC_SIZE
+MAX_FRAME_DEFAULT: Final = 64 * 1024 * 1024
+MAX_GOSSIP: Final = 1024
+NONCE_SIZE: Final = 16
+PROOF_SIZE: Final = 32
+MAC_SIZE: Final = 32
+SEQ_SIZE: Final = 8
+SEAL_OVERHEAD: Final = SEQ_SIZE + MAC_SIZE
 #: Largest body :func:`encode_message` produces: it fits a frame, sealed or not.
-MAX_BODY = MAX_FRAME_DEFAULT - SEAL_OVERHEAD
+MAX_BODY: Final = MAX_FRAME_DEFAULT - SEAL_OVERHEAD
 
-_MAX_IP_LEN = 46  # longest textual IPv6 (with embedded IPv4)
-_MAX_KIND_LEN = 32
-_MAX_TIME = 2**63
-_MAX_SEQ = 2**64
+_MAX_IP_LEN: Final = 46  # longest textual IPv6 (with embedded IPv4)
+_MAX_KIND_LEN: Final = 32
+_MAX_TIME: Final = 2**63
+_MAX_SEQ: Final = 2**64
 
-_HDR = struct.Struct(">I")
-_SEQ = struct.Struct(">Q")
-_NODE_ID_RE = re.compile(r"[0-9a-f]{40}")
+_HDR: Final = struct.Struct(">I")
+_SEQ: Final = struct.Struct(">Q")
+_NODE_ID_RE: Final = re.compile(r"[0-9a-f]{40}")
 
-_RESPONDER_LABEL = b"disque-py bus v1 responder"
-_INITIATOR_LABEL = b"disque-py bus v1 initiator"
-_KEY_INFO_I2R = b"disque-py bus v1 i->r"
-_KEY_INFO_R2I = b"disque-py bus v1 r->i"
+_RESPONDER_LABEL: Final = b"disque-py bus v1 responder"
+_INITIATOR_LABEL: Final = b"disque-py bus v1 initiator"
+_KEY_INFO_I2R: Final = b"disque-py bus v1 i->r"
+_KEY_INFO_R2I: Final = b"disque-py bus v1 r->i"
+
+# The message types as plain ints (compared with what a peer sent, per message).
+_PING: Final = int(MsgType.PING)
+_PONG: Final = int(MsgType.PONG)
+_MEET: Final = int(MsgType.MEET)
+_FAIL: Final = int(MsgType.FAIL)
+_DATA: Final = int(MsgType.DATA)
+_DATA_BATCH: Final = int(MsgType.DATA_BATCH)
+_AUTH_HELLO: Final = int(MsgType.AUTH_HELLO)
+_AUTH_CHALLENGE: Final = int(MsgType.AUTH_CHALLENGE)
+_AUTH_PROOF: Final = int(MsgType.AUTH_PROOF)
 
 
 class BusProtocolError(Exception):
@@ -214,16 +229,18 @@ def encode_message(msg: Message) -> bytes:
     ``ValueError``, a non-message or non-msgpack-able ``Data.body``
     ``TypeError``.
     """
+    m: Any = msg  # fields are checked here, not assumed to have their declared types
     cls = type(msg)
+    fields: list[Any]
     if cls is Ping or cls is Pong or cls is Meet:
-        mtype = MsgType.PING if cls is Ping else MsgType.PONG if cls is Pong else MsgType.MEET
-        _check_node_id(msg.sender, "sender")
-        _check_u16(msg.port, "port")
-        _check_u16(msg.flags, "flags")
-        gossip = msg.gossip
+        mtype = _PING if cls is Ping else _PONG if cls is Pong else _MEET
+        _check_node_id(m.sender, "sender")
+        _check_u16(m.port, "port")
+        _check_u16(m.flags, "flags")
+        gossip = m.gossip
         if not isinstance(gossip, (tuple, list)) or len(gossip) > MAX_GOSSIP:
             raise ValueError(f"gossip must be a sequence of at most {MAX_GOSSIP} entries")
-        entries = []
+        entries: list[Any] = []
         for g in gossip:
             if type(g) is not Gossip:
                 raise TypeError("gossip entries must be Gossip")
@@ -234,39 +251,39 @@ def encode_message(msg: Message) -> bytes:
             _check_time(g.ping_sent, "ping_sent")
             _check_time(g.pong_received, "pong_received")
             entries.append([g.node_id, g.ip, g.port, g.flags, g.ping_sent, g.pong_received])
-        fields: list[Any] = [PROTOCOL_VERSION, int(mtype), msg.sender, msg.port, msg.flags, entries]
+        fields = [PROTOCOL_VERSION, mtype, m.sender, m.port, m.flags, entries]
     elif cls is Data:
-        _check_node_id(msg.sender, "sender")
-        _check_kind(msg.kind)
-        _check_body(msg.body, 0)
-        fields = [PROTOCOL_VERSION, int(MsgType.DATA), msg.sender, msg.kind, msg.body]
+        _check_node_id(m.sender, "sender")
+        _check_kind(m.kind)
+        _check_body(m.body, 0)
+        fields = [PROTOCOL_VERSION, _DATA, m.sender, m.kind, m.body]
     elif cls is DataBatch:
-        _check_node_id(msg.sender, "sender")
-        items = msg.items
+        _check_node_id(m.sender, "sender")
+        items = m.items
         if not isinstance(items, (tuple, list)) or not 1 <= len(items) <= MAX_BATCH:
             raise ValueError(f"DataBatch.items must hold 1..{MAX_BATCH} entries")
-        packed = []
+        packed: list[Any] = []
         for item in items:
             kind, body = item
             _check_kind(kind)
             if not isinstance(body, _BODY_LEAVES):
                 _check_body(body, 0)
             packed.append((kind, body))
-        fields = [PROTOCOL_VERSION, int(MsgType.DATA_BATCH), msg.sender, packed]
+        fields = [PROTOCOL_VERSION, _DATA_BATCH, m.sender, packed]
     elif cls is Fail:
-        _check_node_id(msg.sender, "sender")
-        _check_node_id(msg.node_id, "node_id")
-        fields = [PROTOCOL_VERSION, int(MsgType.FAIL), msg.sender, msg.node_id]
+        _check_node_id(m.sender, "sender")
+        _check_node_id(m.node_id, "node_id")
+        fields = [PROTOCOL_VERSION, _FAIL, m.sender, m.node_id]
     elif cls is AuthHello:
-        _check_bytes(msg.nonce, NONCE_SIZE, "nonce")
-        fields = [PROTOCOL_VERSION, int(MsgType.AUTH_HELLO), bytes(msg.nonce)]
+        _check_bytes(m.nonce, NONCE_SIZE, "nonce")
+        fields = [PROTOCOL_VERSION, _AUTH_HELLO, bytes(m.nonce)]
     elif cls is AuthChallenge:
-        _check_bytes(msg.nonce, NONCE_SIZE, "nonce")
-        _check_bytes(msg.proof, PROOF_SIZE, "proof")
-        fields = [PROTOCOL_VERSION, int(MsgType.AUTH_CHALLENGE), bytes(msg.nonce), bytes(msg.proof)]
+        _check_bytes(m.nonce, NONCE_SIZE, "nonce")
+        _check_bytes(m.proof, PROOF_SIZE, "proof")
+        fields = [PROTOCOL_VERSION, _AUTH_CHALLENGE, bytes(m.nonce), bytes(m.proof)]
     elif cls is AuthProof:
-        _check_bytes(msg.proof, PROOF_SIZE, "proof")
-        fields = [PROTOCOL_VERSION, int(MsgType.AUTH_PROOF), bytes(msg.proof)]
+        _check_bytes(m.proof, PROOF_SIZE, "proof")
+        fields = [PROTOCOL_VERSION, _AUTH_PROOF, bytes(m.proof)]
     else:
         raise TypeError(f"not a bus message: {cls.__name__}")
     try:
@@ -278,7 +295,7 @@ def encode_message(msg: Message) -> bytes:
     return body
 
 
-def encode_data_item(kind: str, body: Any, *, check_body: bool = True) -> bytes:
+def encode_data_item(kind: Any, body: Any, *, check_body: bool = True) -> bytes:
     """Encode one application message for a :class:`DataBatch`, at once.
 
     Checked like ``Data`` (a bad kind or body raises here, at the sender).
@@ -298,13 +315,13 @@ def encode_data_item(kind: str, body: Any, *, check_body: bool = True) -> bytes:
         raise TypeError(f"cannot encode Data.body: {e}") from e
 
 
-def data_batch_body(sender: str, items: list[bytes]) -> bytes:
+def data_batch_body(sender: Any, items: list[bytes]) -> bytes:
     """The body of a ``DataBatch`` from items made by :func:`encode_data_item`.
 
     The caller keeps ``1 <= len(items) <= MAX_BATCH`` and the total under
     :data:`MAX_BODY` (see ``Bus.send_data``).
     """
-    n = len(items)
+    n: int = len(items)
     if not 1 <= n <= MAX_BATCH:
         raise ValueError(f"a DataBatch holds 1..{MAX_BATCH} items")
     if n < 16:
@@ -317,13 +334,14 @@ def data_batch_body(sender: str, items: list[bytes]) -> bytes:
 DATA_BATCH_OVERHEAD = 64  # at most what data_batch_body adds: array headers, version, type, sender
 
 
-def _packb_prefix(sender: str) -> bytes:
+def _packb_prefix(sender: Any) -> bytes:
     _check_node_id(sender, "sender")
-    return b"\x94" + _packb(PROTOCOL_VERSION) + _packb(int(MsgType.DATA_BATCH)) + _packb(sender)
+    return _BATCH_PREFIX + _packb(sender)
 
 
-_packer = msgpack.Packer(use_bin_type=True)
-_packb = _packer.pack
+_packer: Final = msgpack.Packer(use_bin_type=True)
+_packb: Final = _packer.pack
+_BATCH_PREFIX: Final[bytes] = b"\x94" + _packb(PROTOCOL_VERSION) + _packb(_DATA_BATCH)  # array of 4, version, type
 
 
 def _check_node_id(v: Any, what: str) -> None:
@@ -356,8 +374,8 @@ def _check_bytes(v: Any, size: int, what: str) -> None:
         raise ValueError(f"{what} must be {size} bytes")
 
 
-_BODY_LEAVES = (type(None), bool, int, float, str, bytes, bytearray, memoryview)
-_MAX_BODY_DEPTH = 500  # below msgpack's packer limit (511) and unpacker stack (1024)
+_BODY_LEAVES: Final = (type(None), bool, int, float, str, bytes, bytearray, memoryview)
+_MAX_BODY_DEPTH: Final = 500  # below msgpack's packer limit (511) and unpacker stack (1024)
 
 
 def _check_body(v: Any, depth: int) -> None:
@@ -379,13 +397,13 @@ def _check_body(v: Any, depth: int) -> None:
     # Anything else: leaves, or types msgpack itself will refuse.
 
 
-def decode_message(body: bytes, max_size: int = MAX_FRAME_DEFAULT) -> Message:
+def decode_message(body: Any, max_size: int = MAX_FRAME_DEFAULT) -> Message:
     """Decode and strictly validate one message body.
 
     Raises :class:`BusProtocolError` (and nothing else) on any defect.
     """
     try:
-        n = len(body)
+        n: int = len(body)
     except TypeError:
         raise BusProtocolError("body is not bytes") from None
     if n > max_size:
@@ -416,7 +434,7 @@ def decode_message(body: bytes, max_size: int = MAX_FRAME_DEFAULT) -> Message:
         raise BusProtocolError(f"bad message: {type(e).__name__}") from None
 
 
-def _reject_ext(code: int, data: bytes) -> Any:
+def _reject_ext(code: Any, data: Any) -> Any:
     raise BusProtocolError("msgpack ext types are not allowed")
 
 
@@ -426,11 +444,12 @@ def _build(obj: Any) -> Message:
     version = obj[0]
     if type(version) is not int or version != PROTOCOL_VERSION:
         raise BusProtocolError("unsupported version")
-    t = obj[1]
-    if type(t) is not int:
+    t_obj = obj[1]
+    if type(t_obj) is not int:
         raise BusProtocolError("bad message type")
-    n = len(obj)
-    if t == MsgType.PING or t == MsgType.PONG or t == MsgType.MEET:
+    t: int = t_obj
+    n: int = len(obj)
+    if t == _PING or t == _PONG or t == _MEET:
         if n != 6:
             raise BusProtocolError("bad field count")
         _, _, sender, port, flags, raw_gossip = obj
@@ -442,9 +461,12 @@ def _build(obj: Any) -> Message:
         if len(raw_gossip) > MAX_GOSSIP:
             raise BusProtocolError("too many gossip entries")
         gossip = tuple([_build_gossip(g) for g in raw_gossip])
-        cls = Ping if t == MsgType.PING else Pong if t == MsgType.PONG else Meet
-        return cls(sender, port, flags, gossip)
-    if t == MsgType.DATA:
+        if t == _PING:
+            return Ping(sender, port, flags, gossip)
+        if t == _PONG:
+            return Pong(sender, port, flags, gossip)
+        return Meet(sender, port, flags, gossip)
+    if t == _DATA:
         if n != 5:
             raise BusProtocolError("bad field count")
         _, _, sender, kind, payload = obj
@@ -452,7 +474,7 @@ def _build(obj: Any) -> Message:
         if type(kind) is not str or not 1 <= len(kind) <= _MAX_KIND_LEN:
             raise BusProtocolError("bad data kind")
         return Data(sender, kind, payload)
-    if t == MsgType.DATA_BATCH:
+    if t == _DATA_BATCH:
         if n != 4:
             raise BusProtocolError("bad field count")
         _, _, sender, items = obj
@@ -466,25 +488,25 @@ def _build(obj: Any) -> Message:
             if type(kind) is not str or not 1 <= len(kind) <= _MAX_KIND_LEN:
                 raise BusProtocolError("bad data kind")
         return DataBatch(sender, items)
-    if t == MsgType.FAIL:
+    if t == _FAIL:
         if n != 4:
             raise BusProtocolError("bad field count")
         _, _, sender, node_id = obj
         _need_node_id(sender)
         _need_node_id(node_id)
         return Fail(sender, node_id)
-    if t == MsgType.AUTH_HELLO:
+    if t == _AUTH_HELLO:
         if n != 3:
             raise BusProtocolError("bad field count")
         return AuthHello(_need_bytes(obj[2], NONCE_SIZE, "bad nonce"))
-    if t == MsgType.AUTH_CHALLENGE:
+    if t == _AUTH_CHALLENGE:
         if n != 4:
             raise BusProtocolError("bad field count")
         return AuthChallenge(
             _need_bytes(obj[2], NONCE_SIZE, "bad nonce"),
             _need_bytes(obj[3], PROOF_SIZE, "bad proof"),
         )
-    if t == MsgType.AUTH_PROOF:
+    if t == _AUTH_PROOF:
         if n != 3:
             raise BusProtocolError("bad field count")
         return AuthProof(_need_bytes(obj[2], PROOF_SIZE, "bad proof"))
@@ -530,12 +552,13 @@ def _need_bytes(v: Any, size: int, reason: str) -> bytes:
 
 def frame(payload: bytes) -> bytes:
     """Prefix ``payload`` with its 4-byte big-endian length."""
-    n = len(payload)
+    n: int = len(payload)
     if not 0 < n <= MAX_FRAME_DEFAULT:
         raise ValueError(f"frame payload must be 1..{MAX_FRAME_DEFAULT} bytes, got {n}")
     return _HDR.pack(n) + payload
 
 
+@final
 class FrameDecoder:
     """Reassemble frames from a byte stream.
 
@@ -561,26 +584,26 @@ class FrameDecoder:
         """Bytes received but not yet returned as a payload."""
         return len(self._buf)
 
-    def feed(self, data: bytes) -> list[bytes]:
+    def feed(self, data: Any) -> list[bytes]:
         if self._error is not None:
             raise BusProtocolError(self._error, self._foreign)
         buf = self._buf
         buf += data
-        avail = len(buf)
+        avail: int = len(buf)
         out: list[bytes] = []
-        pos = 0
+        pos: int = 0
         unpack_from = _HDR.unpack_from
-        maxf = self._max
+        maxf: int = self._max
         with memoryview(buf) as mv:
             while avail - pos >= 4:
-                n = unpack_from(buf, pos)[0]
+                n: int = unpack_from(buf, pos)[0]
                 if n == 0 or n > maxf:
                     self._error = ("zero-length frame" if n == 0
                                    else "frame too large: %d bytes declared, at most %d" % (n, maxf))  # fmt: skip
                     if pos == 0 and not self._started:
                         self._foreign = foreign_protocol(bytes(buf[:16]))
                     break
-                end = pos + 4 + n
+                end: int = pos + 4 + n
                 if end > avail:
                     break
                 out.append(mv[pos + 4 : end].tobytes())
@@ -663,7 +686,7 @@ def _decode_auth(payload: bytes) -> Message:
 class _Handshake:
     __slots__ = ("_secret", "_nonce", "_state", "_session")
 
-    def __init__(self, secret: bytes, nonce: bytes) -> None:
+    def __init__(self, secret: Any, nonce: Any) -> None:
         self._secret, self._nonce = _check_secret_nonce(secret, nonce)
         self._state = "start"
         self._session: LinkSession | None = None
@@ -692,6 +715,7 @@ class _Handshake:
         )
 
 
+@final
 class InitiatorHandshake(_Handshake):
     """The connecting side: ``start()``, then ``receive(challenge)``."""
 
@@ -730,12 +754,13 @@ class InitiatorHandshake(_Handshake):
         return frame(encode_message(AuthProof(proof_i)))
 
 
+@final
 class ResponderHandshake(_Handshake):
     """The accepting side: ``receive(hello)`` -> challenge, ``receive(proof)`` -> None."""
 
     __slots__ = ("_nonce_i",)
 
-    def __init__(self, secret: bytes, nonce: bytes) -> None:
+    def __init__(self, secret: Any, nonce: Any) -> None:
         super().__init__(secret, nonce)
         self._nonce_i = b""
 
@@ -772,6 +797,7 @@ class ResponderHandshake(_Handshake):
         raise self._fail("unexpected message in state " + state)
 
 
+@final
 class LinkSession:
     """Per-link authenticated framing (after a successful handshake).
 
@@ -781,13 +807,13 @@ class LinkSession:
 
     __slots__ = ("_send_mac", "_recv_mac", "_send_seq", "_recv_seq", "_recv_error")
 
-    def __init__(self, send_key: bytes, recv_key: bytes) -> None:
+    def __init__(self, send_key: Any, recv_key: Any) -> None:
         if len(send_key) != 32 or len(recv_key) != 32:
             raise ValueError("link keys must be 32 bytes")
         _load_crypto()  # (open's ``except InvalidSignature`` relies on it too)
         # Pre-keyed contexts, copied per frame (cheaper than re-keying).
-        self._send_mac = crypto_hmac.HMAC(bytes(send_key), hashes.SHA256())
-        self._recv_mac = crypto_hmac.HMAC(bytes(recv_key), hashes.SHA256())
+        self._send_mac: Any = crypto_hmac.HMAC(bytes(send_key), hashes.SHA256())
+        self._recv_mac: Any = crypto_hmac.HMAC(bytes(recv_key), hashes.SHA256())
         self._send_seq = 0
         self._recv_seq = 0
         self._recv_error: str | None = None
@@ -804,10 +830,10 @@ class LinkSession:
 
     def seal(self, body: bytes) -> bytes:
         """Return ``len | seq | body | MAC`` ready to write."""
-        seq = self._send_seq
+        seq: int = self._send_seq
         if seq >= _MAX_SEQ:
             raise AuthError("send sequence exhausted")
-        n = SEAL_OVERHEAD + len(body)
+        n: int = SEAL_OVERHEAD + len(body)
         if n > MAX_FRAME_DEFAULT:
             raise ValueError("body too large to seal")
         seq_b = _SEQ.pack(seq)
@@ -821,7 +847,7 @@ class LinkSession:
         """Verify a sealed payload (without its length header); return the body."""
         if self._recv_error is not None:
             raise AuthError(self._recv_error)
-        n = len(payload)
+        n: int = len(payload)
         if n < SEAL_OVERHEAD:
             self._recv_error = "truncated frame"
             raise AuthError(self._recv_error)
