@@ -331,7 +331,7 @@ def data_batch_body(sender: Any, items: list[bytes]) -> bytes:
     return _packb_prefix(sender) + header + b"".join(items)
 
 
-DATA_BATCH_OVERHEAD = 64  # at most what data_batch_body adds: array headers, version, type, sender
+DATA_BATCH_OVERHEAD: Final = 64  # at most what data_batch_body adds: array headers, version, type, sender
 
 
 def _packb_prefix(sender: Any) -> bytes:

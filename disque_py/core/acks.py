@@ -45,7 +45,7 @@ Commands: ACKJOB, FASTACK. Messages: SETACK, GOTACK, DELJOB. Called by
 from __future__ import annotations
 
 from collections import deque
-from typing import Any, final
+from typing import Any, Final, final
 
 from . import ids as ids_mod
 from .ids import valid_job_id
@@ -72,16 +72,16 @@ from .store import J_ACKED
 
 __all__ = ["Acks", "TOMBSTONE_MS", "TOMBSTONES_MAX"]
 
-GC_RETRY_COUNT_MAX = 10
+GC_RETRY_COUNT_MAX: Final = 10
 # From this GC attempt of an ack on (about 6 s after it), a holder that is not in this node's
 # table at all (forgotten with CLUSTER FORGET) counts as confirmed; see try_gc.
-GC_UNKNOWN_HOLDER_ATTEMPT = 3
-TOMBSTONE_MS = 2000
+GC_UNKNOWN_HOLDER_ATTEMPT: Final = 3
+TOMBSTONE_MS: Final = 2000
 TOMBSTONES_MAX = 100_000
-_REMOVED_WHILE_REPLICATING = "NOREPL job removed (expired?) before the requested replication level was achieved"
+_REMOVED_WHILE_REPLICATING: Final = "NOREPL job removed (expired?) before the requested replication level was achieved"
 
 #: The commands this machine answers (commandspec.py; Node dispatches them).
-COMMANDS = (
+COMMANDS: Final = (
     CommandSpec(b"ackjob", "cmd_ackjob", -1, ("write", "fast"), ("consume",), JOB_IDS),
     CommandSpec(b"fastack", "cmd_fastack", -1, ("write", "fast"), ("consume",), JOB_IDS),
 )

@@ -34,7 +34,7 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_left
 from itertools import islice
-from typing import Any, final
+from typing import Any, Final, final
 
 from .commands import NOT_AN_INTEGER, parse_getjob, parse_int, parse_qscan
 from .commandspec import EVERY_QUEUE, FROM_QUEUES, QUEUE, CommandSpec
@@ -49,17 +49,17 @@ from .store import J_ACTIVE, scan, seq_of
 
 __all__ = ["Blocking", "CLIENTS_WAITING", "REACHED_ZERO", "job_item"]
 
-QUEUE_MAX_IDLE_MS = 300_000
-QUEUE_GC_BATCH = 1000  # queues checked per pass at least; more when there are many (QUEUE_GC_ROUND_S)
-QUEUE_GC_ROUND_S = 60  # every queue is checked at least this often
-QUEUE_SHRINK_IDLE_MS = 10_000  # an empty queue idle this long gives back its job container
+QUEUE_MAX_IDLE_MS: Final = 300_000
+QUEUE_GC_BATCH: Final = 1000  # queues checked per pass at least; more when there are many (QUEUE_GC_ROUND_S)
+QUEUE_GC_ROUND_S: Final = 60  # every queue is checked at least this often
+QUEUE_SHRINK_IDLE_MS: Final = 10_000  # an empty queue idle this long gives back its job container
 # At memory level 1 the idle time is divided by 30 (10 s); from level 2 on it is this (as Disque).
-QUEUE_OOM_IDLE_MS = 2000
+QUEUE_OOM_IDLE_MS: Final = 2000
 
 # Why a node asks for jobs (``ctx.need_jobs``): clients wait on an empty queue, or a consumer
 # took the last job of a queue that imports.
-CLIENTS_WAITING = 0
-REACHED_ZERO = 1
+CLIENTS_WAITING: Final = 0
+REACHED_ZERO: Final = 1
 
 
 def job_item(job: Job, withcounters: bool) -> list:
@@ -72,9 +72,9 @@ def job_item(job: Job, withcounters: bool) -> list:
 
 
 # Looking at a queue or a job: whoever may add, take or inspect may.
-_QUEUE_READS = ("produce", "consume", "inspect")
+_QUEUE_READS: Final = ("produce", "consume", "inspect")
 #: The commands this machine answers (commandspec.py; Node dispatches them).
-COMMANDS = (
+COMMANDS: Final = (
     CommandSpec(b"getjob", "cmd_getjob", -2, ("write", "fast"), ("consume",), FROM_QUEUES),
     CommandSpec(b"qlen", "cmd_qlen", 2, ("readonly", "fast"), _QUEUE_READS, QUEUE),
     CommandSpec(b"qpeek", "cmd_qpeek", 3, ("readonly",), _QUEUE_READS, QUEUE),

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Container
-from typing import final
+from typing import Final, final
 
 from .ids import valid_job_id
 from .job import state_from_name
@@ -34,13 +34,13 @@ __all__ = [
     "BADID",
 ]
 
-SYNTAX_ERROR = err("syntax error")
-_NEEDS_VALUE = "a value must follow it"
-NOT_AN_INTEGER = err("value is not an integer or out of range")
-BADID = Error("BADID Invalid Job ID format.")
-RETRY0_NEEDS_REPLICATE1 = err("With RETRY set to 0 please explicitly set REPLICATE to 1 (at-most-once delivery)")
-_INT_MAX = (1 << 63) - 1
-_INT_MIN = -(1 << 63)
+SYNTAX_ERROR: Final = err("syntax error")
+_NEEDS_VALUE: Final = "a value must follow it"
+NOT_AN_INTEGER: Final = err("value is not an integer or out of range")
+BADID: Final = Error("BADID Invalid Job ID format.")
+RETRY0_NEEDS_REPLICATE1: Final = err("With RETRY set to 0 please explicitly set REPLICATE to 1 (at-most-once delivery)")
+_INT_MAX: Final = (1 << 63) - 1
+_INT_MIN: Final = -(1 << 63)
 
 
 def parse_int(raw: bytes) -> int | None:
@@ -78,7 +78,7 @@ def check_job_ids(ids: list[bytes], known: Container[bytes] = ()) -> Error | Non
     return None
 
 
-_SECONDS_RE = re.compile(rb"(0|[1-9][0-9]{0,9})(?:\.([0-9]{1,3}))?")
+_SECONDS_RE: Final = re.compile(rb"(0|[1-9][0-9]{0,9})(?:\.([0-9]{1,3}))?")
 
 
 def parse_seconds_ms(raw: bytes) -> int | None:
@@ -119,10 +119,10 @@ class AddJob:
 #: it in one cluster bus message, and a bus frame carries at most 64 MiB; the job's
 #: other fields (its holders' IDs included) and the framing fit in the rest.
 #: Disque has no such limit below the protocol's 512 MB, but its jobs meant to be small.
-MAX_JOB_BYTES = 60 * 1024 * 1024
-_ADDJOB_VALUED = (b"replicate", b"ttl", b"retry", b"delay", b"maxlen", b"dedup")
+MAX_JOB_BYTES: Final = 60 * 1024 * 1024
+_ADDJOB_VALUED: Final = (b"replicate", b"ttl", b"retry", b"delay", b"maxlen", b"dedup")
 #: The longest DEDUP key (bytes).
-MAX_DEDUP_KEY = 512
+MAX_DEDUP_KEY: Final = 512
 
 
 def parse_addjob(argv: list[bytes]) -> AddJob | Error:
@@ -194,8 +194,8 @@ def parse_addjob(argv: list[bytes]) -> AddJob | Error:
 
 #: ADDJOB's options already parsed (``parse_addjob``): argv[4:] -> the fields they set. The
 #: fields are shared (``extra`` too: nothing changes a parsed request's list). Emptied when full.
-_OPTIONS_SEEN: dict[tuple, tuple] = {}
-_OPTIONS_SEEN_MAX = 1024
+_OPTIONS_SEEN: Final[dict[tuple, tuple]] = {}
+_OPTIONS_SEEN_MAX: Final = 1024
 
 
 def _parse_options(req: AddJob, argv: list[bytes], n: int) -> Error | None:
@@ -261,8 +261,8 @@ def _parse_options(req: AddJob, argv: list[bytes], n: int) -> Error | None:
     return None
 
 
-_DELIVERY_OPTIONS = (b"backoff", b"maxdeliver", b"deadletter")
-DEADLETTER_IS_QUEUE = err("DEADLETTER must name another queue than the job's own")
+_DELIVERY_OPTIONS: Final = (b"backoff", b"maxdeliver", b"deadletter")
+DEADLETTER_IS_QUEUE: Final = err("DEADLETTER must name another queue than the job's own")
 
 
 def _delivery_option(req: AddJob, opt: bytes, argv: list[bytes], i: int) -> int | Error:
@@ -327,8 +327,8 @@ class Nack:
         self.dead = False
 
 
-NACK_OPTIONS = frozenset((b"delay", b"reason", b"dead"))
-MAX_REASON = 1024
+NACK_OPTIONS: Final = frozenset((b"delay", b"reason", b"dead"))
+MAX_REASON: Final = 1024
 
 
 def parse_nack(argv: list[bytes]) -> Nack | Error:
@@ -441,8 +441,8 @@ class ScanArgs:
         self.reply_all = False
 
 
-_QSCAN_VALUED = (b"count", b"minlen", b"maxlen", b"importrate")
-_JSCAN_VALUED = (b"count", b"queue", b"state", b"reply")
+_QSCAN_VALUED: Final = (b"count", b"minlen", b"maxlen", b"importrate")
+_JSCAN_VALUED: Final = (b"count", b"queue", b"state", b"reply")
 
 
 def _parse_scan(argv: list[bytes], jobs: bool) -> ScanArgs | Error:

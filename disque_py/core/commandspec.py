@@ -19,7 +19,7 @@ A leaf: it imports nothing, so that both the core and the shell may use it.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, NamedTuple
+from typing import Any, Callable, Final, Iterable, NamedTuple
 
 __all__ = [
     "CommandSpec",
@@ -35,17 +35,17 @@ __all__ = [
 ]
 
 #: The ACL "category" of a command any authenticated connection may run, whatever its rights.
-ALWAYS = ("always",)
+ALWAYS: Final = ("always",)
 
 # Where a command names the queues (or jobs) it touches: what an ACL with queue patterns checks.
-QUEUE = "queue"  # the first argument is a queue name (ADDJOB, QLEN ...)
-FROM_QUEUES = "from"  # every argument after FROM is a queue name (GETJOB)
-JOB_IDS = "ids"  # every argument is a job ID, checked against the queue of the job (ACKJOB ...)
-EVERY_QUEUE = "every"  # walks every queue and job (QSCAN, JSCAN): needs every queue
-KEY_KINDS = frozenset({QUEUE, FROM_QUEUES, JOB_IDS, EVERY_QUEUE})
+QUEUE: Final = "queue"  # the first argument is a queue name (ADDJOB, QLEN ...)
+FROM_QUEUES: Final = "from"  # every argument after FROM is a queue name (GETJOB)
+JOB_IDS: Final = "ids"  # every argument is a job ID, checked against the queue of the job (ACKJOB ...)
+EVERY_QUEUE: Final = "every"  # walks every queue and job (QSCAN, JSCAN): needs every queue
+KEY_KINDS: Final = frozenset({QUEUE, FROM_QUEUES, JOB_IDS, EVERY_QUEUE})
 
 #: The flags COMMAND shows (Redis's names for Disque's letters: w r m a l F).
-FLAGS = frozenset({"write", "readonly", "denyoom", "admin", "loading", "fast"})
+FLAGS: Final = frozenset({"write", "readonly", "denyoom", "admin", "loading", "fast"})
 
 
 class CommandSpec(NamedTuple):

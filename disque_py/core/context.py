@@ -29,7 +29,7 @@ A node is eight machines (``lifecycle``, ``requeue``, ``acks``, ``replication``,
 from __future__ import annotations
 
 import random
-from typing import TYPE_CHECKING, Any, Callable, final
+from typing import Any, Callable, Final, TYPE_CHECKING, final
 
 from . import ids as ids_mod
 from .effects import Send
@@ -45,8 +45,8 @@ __all__ = ["Context", "TIME_ERROR_MS", "GC_MESSAGE_DELAY_MS", "GC_MESSAGE_BATCH_
 # Ack garbage-collection messages (SETACK, GOTACK, DELJOB) wait up to this
 # long so that those of many jobs share one bus frame and one wake-up of the
 # peer; nothing waits on them but memory (see docs/ARCHITECTURE.md).
-GC_MESSAGE_DELAY_MS = 5
-GC_MESSAGE_BATCH_MAX = 1024
+GC_MESSAGE_DELAY_MS: Final = 5
+GC_MESSAGE_BATCH_MAX: Final = 1024
 
 
 def _unbound(*args: Any) -> Any:
@@ -55,7 +55,7 @@ def _unbound(*args: Any) -> Any:
 
 # The operations lent between machines, by name: Context's annotated callables below (a
 # compiled class has no ``__annotations__`` to read them from; tests/core checks the two agree).
-PORTS = (
+PORTS: Final = (
     "reschedule", "delete_job", "enqueue_job", "dequeue_job", "requeue_due", "acknowledge", "gc_due", "bury",
     "is_buried", "replication_achieved", "replication_failed", "replication_dropped", "replicate_job",
     "delivered", "timed_out", "dead_letter_copied", "replication_add", "dedup_addjob", "dedup_merge",

@@ -47,7 +47,7 @@ HASJOB, HAVEJOB. Called through the context by ``Replication`` (``dedup_addjob``
 from __future__ import annotations
 
 from collections import deque
-from typing import Any, final
+from typing import Any, Final, final
 
 from .context import Context
 from .effects import BLOCKED, Reply
@@ -61,9 +61,9 @@ from .wire import job_to_wire
 
 __all__ = ["Dedup", "QUERY_TIMEOUT_MS", "DEFAULT_WINDOW_MS"]
 
-QUERY_TIMEOUT_MS = 200  # how long a node waits for the others' HAVEJOB before it creates the job
-DEFAULT_WINDOW_MS = 600_000  # dedup-window's default (600 s)
-GONE_GC_BATCH = 1024  # tombstones dropped per tick at most
+QUERY_TIMEOUT_MS: Final = 200  # how long a node waits for the others' HAVEJOB before it creates the job
+DEFAULT_WINDOW_MS: Final = 600_000  # dedup-window's default (600 s)
+GONE_GC_BATCH: Final = 1024  # tombstones dropped per tick at most
 
 
 @final

@@ -48,7 +48,7 @@ the context (``delivered``, ``timed_out``), by ``Blocking`` and ``Requeue``.
 
 from __future__ import annotations
 
-from typing import Any, final
+from typing import Any, Final, final
 
 from .commands import check_job_ids, parse_nack
 from .commandspec import JOB_IDS, CommandSpec
@@ -63,13 +63,13 @@ from .wire import job_to_wire
 __all__ = ["Delivery", "COMMANDS", "DEAD_SUFFIX", "backoff_ms"]
 
 #: A job's dead letters go to its queue's name with this appended, unless DEADLETTER names one.
-DEAD_SUFFIX = b".dead"
+DEAD_SUFFIX: Final = b".dead"
 #: how often the copies of a dead letter still short of them are asked for again (ms)
-COPIES_RETRY_MS = 1000
+COPIES_RETRY_MS: Final = 1000
 
 #: The commands this machine answers (commandspec.py; Node dispatches them). NACK queues a
 #: job again, so it is refused at memory level 3 (denyoom), as Disque's.
-COMMANDS = (CommandSpec(b"nack", "cmd_nack", -1, ("write", "denyoom", "fast"), ("consume",), JOB_IDS),)
+COMMANDS: Final = (CommandSpec(b"nack", "cmd_nack", -1, ("write", "denyoom", "fast"), ("consume",), JOB_IDS),)
 
 
 def backoff_ms(extra: Extra, nacks: int, randbits: Any) -> int:

@@ -11,7 +11,7 @@ only because a frozen one costs 2.5x as much to build (a few per job).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 __all__ = ["Reply", "Send", "BLOCKED"]
 
@@ -41,4 +41,4 @@ class _Blocked:
 
 #: Returned by ``Node.execute`` when the client is now blocked; its answer
 #: will come later as a ``Reply`` effect.
-BLOCKED = _Blocked()
+BLOCKED: Final = _Blocked()

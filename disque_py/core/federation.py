@@ -110,7 +110,7 @@ and through the context (``need_jobs``, ``renew_on_take``, ``push_if_wanted``).
 from __future__ import annotations
 
 from itertools import islice
-from typing import Any, final
+from typing import Any, Final, final
 
 from .blocking import CLIENTS_WAITING, REACHED_ZERO
 from .commands import MAX_JOB_BYTES
@@ -122,18 +122,18 @@ from .wire import JOB_WIRE_FIELDS, job_from_wire, job_to_wire
 
 __all__ = ["Federation", "LEASE_MS", "CLIENTS_WAITING", "REACHED_ZERO"]
 
-NEEDJOBS_MIN_REQUEST = 5
-NEEDJOBS_MAX_REQUEST = 100
-BCAST_MIN_DELAY_MS = 2000
-BCAST_MAX_DELAY_MS = 30000
-ADHOC_MIN_DELAY_MS = 25
-ADHOC_MAX_DELAY_MS = 2000
-SOURCE_VALIDITY_MS = 5000
-LEASE_MS = BCAST_MAX_DELAY_MS + 2000  # outlasts the asker's slowest re-ask (see the docstring)
-RENEW_AFTER_MS = 1500  # a consumer node re-asks a pushing source whose lease is older than this
-LEASE_GC_BATCH = 10_000  # queue names whose leases are checked per queue-GC pass (every second)
-NEED_PERIOD_MS = 100  # how often queues with waiters are reconsidered
-LOCAL_FIRST_MS = 1000  # a queue a local client took from this recently keeps its next job here
+NEEDJOBS_MIN_REQUEST: Final = 5
+NEEDJOBS_MAX_REQUEST: Final = 100
+BCAST_MIN_DELAY_MS: Final = 2000
+BCAST_MAX_DELAY_MS: Final = 30000
+ADHOC_MIN_DELAY_MS: Final = 25
+ADHOC_MAX_DELAY_MS: Final = 2000
+SOURCE_VALIDITY_MS: Final = 5000
+LEASE_MS: Final = BCAST_MAX_DELAY_MS + 2000  # outlasts the asker's slowest re-ask (see the docstring)
+RENEW_AFTER_MS: Final = 1500  # a consumer node re-asks a pushing source whose lease is older than this
+LEASE_GC_BATCH: Final = 10_000  # queue names whose leases are checked per queue-GC pass (every second)
+NEED_PERIOD_MS: Final = 100  # how often queues with waiters are reconsidered
+LOCAL_FIRST_MS: Final = 1000  # a queue a local client took from this recently keeps its next job here
 
 
 def _by_size(jobs: list) -> list[list]:

@@ -27,7 +27,7 @@ from __future__ import annotations
 import binascii
 import hashlib
 import re
-from typing import final
+from typing import Final, final
 
 __all__ = [
     "JOB_ID_LEN",
@@ -43,19 +43,19 @@ __all__ = [
     "valid_node_ids",
 ]
 
-JOB_ID_LEN = 40
+JOB_ID_LEN: Final = 40
 #: Job IDs whose random parts one hash makes (JobIdGenerator).
-ID_BATCH = 64
-_ID_RE = re.compile(rb"D-[0-9a-fA-F]{8}-[A-Za-z0-9+/]{24}-[0-9a-fA-F]{4}")
+ID_BATCH: Final = 64
+_ID_RE: Final = re.compile(rb"D-[0-9a-fA-F]{8}-[A-Za-z0-9+/]{24}-[0-9a-fA-F]{4}")
 
-NODE_ID_LEN = 40
+NODE_ID_LEN: Final = 40
 # Node IDs already found well formed by valid_node_ids. A cluster has few nodes and their IDs
 # come back in every REPLJOB and DELJOB, so a caller first asks
 # ``NODE_IDS_SEEN.issuperset(nodes)`` (one set lookup in C per ID; TypeError for an unhashable
 # element) and calls valid_node_ids only if that fails: two checks in Python per ID cost ~1,000
 # instructions more for three holders. Never more than NODE_IDS_SEEN_MAX (then emptied).
-NODE_IDS_SEEN: set[str] = set()
-NODE_IDS_SEEN_MAX = 4096
+NODE_IDS_SEEN: Final[set[str]] = set()
+NODE_IDS_SEEN_MAX: Final = 4096
 
 
 def valid_node_ids(nodes: list) -> bool:

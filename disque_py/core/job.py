@@ -45,7 +45,7 @@ the same instant.
 
 from __future__ import annotations
 
-from typing import Callable, final
+from typing import Callable, Final, final
 
 __all__ = [
     "Job",
@@ -72,28 +72,28 @@ __all__ = [
     "gc_deadline",
 ]
 
-WAIT_REPL = 0
-ACTIVE = 1
-QUEUED = 2
-ACKED = 3
-STATE_NAMES = ("wait-repl", "active", "queued", "acked")
-_STATE_BY_NAME = {name.encode(): i for i, name in enumerate(STATE_NAMES)}
+WAIT_REPL: Final = 0
+ACTIVE: Final = 1
+QUEUED: Final = 2
+ACKED: Final = 3
+STATE_NAMES: Final = ("wait-repl", "active", "queued", "acked")
+_STATE_BY_NAME: Final = {name.encode(): i for i, name in enumerate(STATE_NAMES)}
 
 # Flags (bit set).
-F_BCAST_QUEUED = 1  # the next (re)queue is announced with QUEUED
-F_BCAST_WILLQUEUE = 2  # announce WILLQUEUE shortly before requeueing
-F_DELIVERED = 4  # this node handed the job to a client at least once
+F_BCAST_QUEUED: Final = 1  # the next (re)queue is announced with QUEUED
+F_BCAST_WILLQUEUE: Final = 2  # announce WILLQUEUE shortly before requeueing
+F_DELIVERED: Final = 4  # this node handed the job to a client at least once
 # Active and waiting for the end of a NACK's delay (NACK DELAY, or a BACKOFF): the requeue
 # that ends it is not a failed delivery (nothing counted, no dead letter; delivery.py).
-F_NACK_DELAYED = 8
+F_NACK_DELAYED: Final = 8
 # A DEDUP job made here and on another node at once, whose other maker keeps it queued: when its
 # copies are made it is not queued here (dedup.py).
-F_YIELD = 16
+F_YIELD: Final = 16
 
 
 # Every move of a job's state on one node, and why it happens. A move not here is a bug:
 # tests and simulations raise on it (``watch_transitions``); ``acked`` is never left (ACK_ONCE).
-TRANSITIONS: dict[int, dict[int, str]] = {
+TRANSITIONS: Final[dict[int, dict[int, str]]] = {
     WAIT_REPL: {
         QUEUED: "ADDJOB without synchronous replication nor DELAY: queued at once",
         ACTIVE: "its copies are made (GOTJOB, SETACK), ADDJOB ASYNC with a DELAY, or pushed at "
@@ -130,10 +130,10 @@ def state_from_name(name: bytes) -> int | None:
     return _STATE_BY_NAME.get(name.lower())
 
 
-TIME_ERROR_MS = 500  # deadlines are desynchronised by +-250 ms
-_HALF_ERROR_MS = TIME_ERROR_MS // 2
-GC_RETRY_MIN_MS = 1000  # the GC of an ack backs off from 1 s ...
-GC_RETRY_MAX_MS = 180_000  # ... doubling up to 3 min
+TIME_ERROR_MS: Final = 500  # deadlines are desynchronised by +-250 ms
+_HALF_ERROR_MS: Final = TIME_ERROR_MS // 2
+GC_RETRY_MIN_MS: Final = 1000  # the GC of an ack backs off from 1 s ...
+GC_RETRY_MAX_MS: Final = 180_000  # ... doubling up to 3 min
 
 
 def retry_deadline(job: "Job", start: int, randbits: Callable[[int], int]) -> int:
@@ -318,7 +318,7 @@ class Extra:
 
 
 # Extra's fields, for __eq__ and __repr__ (a compiled class has no __slots__ to read).
-_EXTRA_FIELDS = ("backoff_min", "backoff_max", "maxdeliver", "deadletter", "count", "reason", "origin", "dedup")
+_EXTRA_FIELDS: Final = ("backoff_min", "backoff_max", "maxdeliver", "deadletter", "count", "reason", "origin", "dedup")
 
 
 def _seconds(ms: int) -> bytes:
@@ -337,7 +337,7 @@ class _Switch:
         self.on = False
 
 
-_WATCH = _Switch()
+_WATCH: Final = _Switch()
 
 
 def _check_transition(job: Job, to: int) -> None:

@@ -30,7 +30,7 @@ through the context, by every other machine.
 
 from __future__ import annotations
 
-from typing import Any, final
+from typing import Any, Final, final
 
 from .commands import check_job_ids, parse_jscan
 from .commandspec import EVERY_QUEUE, JOB_IDS, CommandSpec
@@ -45,11 +45,11 @@ from .store import scan
 
 __all__ = ["Lifecycle", "WILLQUEUE_ADVANCE_MS", "SCHEDULE_BATCH"]
 
-WILLQUEUE_ADVANCE_MS = 500
-SCHEDULE_BATCH = 10_000
+WILLQUEUE_ADVANCE_MS: Final = 500
+SCHEDULE_BATCH: Final = 10_000
 
 #: The commands this machine answers (commandspec.py; Node dispatches them).
-COMMANDS = (
+COMMANDS: Final = (
     CommandSpec(b"deljob", "cmd_deljob", -1, ("write", "fast"), ("admin",), JOB_IDS),
     CommandSpec(b"show", "cmd_show", 2, ("readonly", "fast"), ("produce", "consume", "inspect"), JOB_IDS),
     CommandSpec(b"jscan", "cmd_jscan", -1, ("readonly",), ("inspect",), EVERY_QUEUE),

@@ -59,7 +59,7 @@ is 3, so a command pays nothing for the check) and by the shell
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, final
+from typing import Callable, Final, TYPE_CHECKING, final
 
 from .job import ACKED, F_DELIVERED
 from .replies import Error
@@ -80,20 +80,20 @@ __all__ = [
 ]
 
 #: Percent of maxmemory at which each level starts (level 1, 2, 3).
-THRESHOLDS = (75, 95, 100)
+THRESHOLDS: Final = (75, 95, 100)
 #: A level is left only this many percentage points below its threshold.
-HYSTERESIS = 2
+HYSTERESIS: Final = 2
 #: Measured per-item costs in bytes (see the module docstring).
-JOB_OVERHEAD = 560  # plus len(body) + len(queue name)
-QUEUE_OVERHEAD = 1040  # plus len(name)
-TOMBSTONE_OVERHEAD = 120
-FREE_BATCH = 1000  # jobs looked at per ``free`` call
-GC_SOONER_MS = 1000  # an acked job whose next GC attempt is further than this gets one now
+JOB_OVERHEAD: Final = 560  # plus len(body) + len(queue name)
+QUEUE_OVERHEAD: Final = 1040  # plus len(name)
+TOMBSTONE_OVERHEAD: Final = 120
+FREE_BATCH: Final = 1000  # jobs looked at per ``free`` call
+GC_SOONER_MS: Final = 1000  # an acked job whose next GC attempt is further than this gets one now
 
 #: The reply of a command declared ``denyoom`` at level 3 (``node.OOM_COMMANDS``).
-OOM_ERROR = Error("OOM command not allowed when used memory > 'maxmemory'.")
+OOM_ERROR: Final = Error("OOM command not allowed when used memory > 'maxmemory'.")
 
-LEVEL_NAMES = ("ok", "replicate-externally", "free", "oom")
+LEVEL_NAMES: Final = ("ok", "replicate-externally", "free", "oom")
 
 
 def level_of(used: int, limit: int, current: int = 0) -> int:

@@ -55,7 +55,7 @@ ack is collected at once.
 
 from __future__ import annotations
 
-from typing import Any, Callable, final
+from typing import Any, Callable, Final, final
 
 from . import acks as acks_mod
 from . import blocking as blocking_mod
@@ -81,14 +81,14 @@ from .requeue import Requeue
 
 __all__ = ["Node", "BLOCKED", "CORE_COMMANDS", "OOM_COMMANDS"]
 
-QUEUE_GC_PERIOD_MS = 1000  # queue eviction and lease expiry run this often
+QUEUE_GC_PERIOD_MS: Final = 1000  # queue eviction and lease expiry run this often
 
 Handler = Callable[[int, list], Any]
 
 #: The Node attribute holding the machine that answers each module's ``COMMANDS``; the
 #: node itself answers its own (HELLO). One declaration per command (commandspec.py):
 #: the dispatch table, the -OOM refusals, COMMAND's reply and the ACL rights derive from it.
-_OWNERS: tuple[tuple[str | None, tuple[CommandSpec, ...]], ...] = (
+_OWNERS: Final[tuple[tuple[str | None, tuple[CommandSpec, ...]], ...]] = (
     ("replication", replication_mod.COMMANDS),
     ("blocking", blocking_mod.COMMANDS),
     ("acks", acks_mod.COMMANDS),
@@ -98,9 +98,9 @@ _OWNERS: tuple[tuple[str | None, tuple[CommandSpec, ...]], ...] = (
     (None, (CommandSpec(b"hello", "cmd_hello", 1, ("readonly", "fast"), ALWAYS),)),
 )
 #: Every command of the core, each declared once.
-CORE_COMMANDS: tuple[CommandSpec, ...] = check_unique(spec for _, specs in _OWNERS for spec in specs)
+CORE_COMMANDS: Final[tuple[CommandSpec, ...]] = check_unique(spec for _, specs in _OWNERS for spec in specs)
 #: What memory level 3 refuses with -OOM (memory.py): Disque's "m" commands, the ``denyoom`` ones.
-OOM_COMMANDS: frozenset[bytes] = frozenset(spec.name for spec in CORE_COMMANDS if "denyoom" in spec.flags)
+OOM_COMMANDS: Final[frozenset[bytes]] = frozenset(spec.name for spec in CORE_COMMANDS if "denyoom" in spec.flags)
 
 
 def _method_of(owner: Any) -> Callable[[str], Any]:

@@ -45,7 +45,7 @@ from bisect import bisect_right
 from collections import deque
 from itertools import islice
 from operator import attrgetter
-from typing import Any, Iterable, final
+from typing import Any, Final, Iterable, final
 
 from sortedcontainers import SortedKeyList
 
@@ -53,12 +53,12 @@ from .job import Job
 
 __all__ = ["Queue", "Waiter", "PAUSED_IN", "PAUSED_OUT", "PAUSED_ALL", "pause_name", "SMALL_QUEUE"]
 
-PAUSED_IN = 1
-PAUSED_OUT = 2
-PAUSED_ALL = 3
-_PAUSE_NAMES = ("none", "in", "out", "all")
+PAUSED_IN: Final = 1
+PAUSED_OUT: Final = 2
+PAUSED_ALL: Final = 3
+_PAUSE_NAMES: Final = ("none", "in", "out", "all")
 
-IMPORT_RATE_WINDOW_MS = 5000
+IMPORT_RATE_WINDOW_MS: Final = 5000
 #: up to this many jobs a queue inserts out of order and removes from the middle in its deque;
 #: past it, it becomes a sorted list (see the module docstring)
 SMALL_QUEUE = 512

@@ -40,7 +40,7 @@ context (``replication_achieved`` from a SETACK for a wait-repl job,
 from __future__ import annotations
 
 import heapq
-from typing import Any, final
+from typing import Any, Final, final
 
 from .commands import RETRY0_NEEDS_REPLICATE1, parse_addjob
 from .commandspec import QUEUE, CommandSpec
@@ -55,13 +55,13 @@ from .wire import job_from_wire, job_to_wire
 
 __all__ = ["Replication", "REPL_ADD_NODE_MS", "DEFAULT_REPLICATE_MAX"]
 
-REPL_ADD_NODE_MS = 50
-REPL_RESEND_MAX_MS = 1000
-DEFAULT_REPLICATE_MAX = 3
-_TIMEOUT = 1  # timer kind: the ADDJOB timeout (any other kind: add a node)
+REPL_ADD_NODE_MS: Final = 50
+REPL_RESEND_MAX_MS: Final = 1000
+DEFAULT_REPLICATE_MAX: Final = 3
+_TIMEOUT: Final = 1  # timer kind: the ADDJOB timeout (any other kind: add a node)
 
 #: The commands this machine answers (commandspec.py; Node dispatches them).
-COMMANDS = (
+COMMANDS: Final = (
     CommandSpec(b"addjob", "cmd_addjob", -4, ("write", "denyoom", "fast"), ("produce",), QUEUE),
 )
 

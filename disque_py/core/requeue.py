@@ -37,7 +37,7 @@ machines.
 
 from __future__ import annotations
 
-from typing import Any, final
+from typing import Any, Final, final
 
 from .commands import check_job_ids
 from .commandspec import JOB_IDS, CommandSpec
@@ -50,8 +50,8 @@ from .replies import Error
 
 __all__ = ["Requeue", "QUEUED_INCR_NACKS", "QUEUED_INCR_DELIV", "compare_ids_by_job"]
 
-QUEUED_INCR_NACKS = 1
-QUEUED_INCR_DELIV = 2
+QUEUED_INCR_NACKS: Final = 1
+QUEUED_INCR_DELIV: Final = 2
 
 
 def compare_ids_by_job(a: str, b: str, job_id: bytes) -> int:
@@ -65,7 +65,7 @@ def compare_ids_by_job(a: str, b: str, job_id: bytes) -> int:
 #: The commands this machine answers (commandspec.py; Node dispatches them). ENQUEUE
 #: queues a job again, so it is refused at memory level 3 (denyoom), as Disque's. NACK, which
 #: enqueue_job serves too, is delivery.py's (its DELAY, REASON and DEAD).
-COMMANDS = (
+COMMANDS: Final = (
     CommandSpec(b"enqueue", "cmd_enqueue", -1, ("write", "denyoom", "fast"), ("admin",), JOB_IDS),
     CommandSpec(b"dequeue", "cmd_dequeue", -1, ("write", "fast"), ("admin",), JOB_IDS),
     CommandSpec(b"working", "cmd_working", 2, ("write", "fast"), ("consume",), JOB_IDS),

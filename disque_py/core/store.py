@@ -36,7 +36,7 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_left
 from itertools import chain, islice
-from typing import Any, Callable, Iterable, Iterator, final
+from typing import Any, Callable, Final, Iterable, Iterator, final
 
 from .job import Job
 
@@ -46,16 +46,16 @@ __all__ = ["JobStore", "SHARDS", "REBUILD_SLICE", "seq_of", "scan", "J_LOAD", "J
 # (kind, job) pairs appended by the machines while a node has an AOF, None otherwise. The
 # shell turns them into records (persistence/records.py) at the end of each pass, so a job
 # created and changed within one pass is written once, in its latest state.
-J_LOAD = 0  # a job's whole state: registered here, or its replication achieved
-J_ACTIVE = 1  # a RETRY 0 job was delivered: never to be queued again
-J_ACKED = 2  # acknowledged
-J_DEL = 3  # forgotten here
-J_GONE = 4  # a DEDUP job forgotten here: its ID is remembered until job.next_at (dedup.py)
+J_LOAD: Final = 0  # a job's whole state: registered here, or its replication achieved
+J_ACTIVE: Final = 1  # a RETRY 0 job was delivered: never to be queued again
+J_ACKED: Final = 2  # acknowledged
+J_DEL: Final = 3  # forgotten here
+J_GONE: Final = 4  # a DEDUP job forgotten here: its ID is remembered until job.next_at (dedup.py)
 
-SHARDS = 64  # a power of two
-_MASK = SHARDS - 1
-REBUILD_SLICE = 4  # jobs carried into the new heap per schedule() while rebuilding
-DROP_SLICE = 256  # old heap entries let go per schedule() after a rebuild
+SHARDS: Final = 64  # a power of two
+_MASK: Final = SHARDS - 1
+REBUILD_SLICE: Final = 4  # jobs carried into the new heap per schedule() while rebuilding
+DROP_SLICE: Final = 256  # old heap entries let go per schedule() after a rebuild
 
 
 def seq_of(item: Any) -> int:

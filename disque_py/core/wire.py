@@ -19,19 +19,19 @@ second Job). Imports nothing of the node: callers are ``replication`` and
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from .ids import NODE_IDS_SEEN, valid_job_id, valid_node_ids
 from .job import ACTIVE, Extra, Job
 
 __all__ = ["JOB_WIRE_FIELDS", "RETRY_FIELD", "job_from_wire", "job_to_wire", "extra_to_wire", "extra_from_wire"]
 
-JOB_WIRE_FIELDS = 11
-RETRY_FIELD = 7  # index of RETRY in the array (moves_to_watch reads it)
-_MAX_I64 = (1 << 63) - 1
-_MAX_DELAY = 1 << 31
-_INT = int
-_NODE_IDS_SEEN = NODE_IDS_SEEN
+JOB_WIRE_FIELDS: Final = 11
+RETRY_FIELD: Final = 7  # index of RETRY in the array (moves_to_watch reads it)
+_MAX_I64: Final = (1 << 63) - 1
+_MAX_DELAY: Final = 1 << 31
+_INT: Final = int
+_NODE_IDS_SEEN: Final = NODE_IDS_SEEN
 
 
 def job_to_wire(job: Job, now: int) -> list:
@@ -45,7 +45,7 @@ def job_to_wire(job: Job, now: int) -> list:
     return wire
 
 
-_MAX_NAME = 1 << 20  # a queue name or a reason in an Extra, at most
+_MAX_NAME: Final = 1 << 20  # a queue name or a reason in an Extra, at most
 
 
 def extra_to_wire(e: Extra) -> dict:

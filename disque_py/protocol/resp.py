@@ -105,7 +105,7 @@ replaced by spaces.
 
 from __future__ import annotations
 
-from typing import Any, final
+from typing import Any, Final, final
 
 import hiredis
 
@@ -127,7 +127,7 @@ __all__ = [
 #: Slack over ``max_bulk_len`` tolerated in hiredis' buffer for an incomplete
 #: request: 1023 uncompacted consumed bytes + a 23-byte ``$<len>\r\n`` header
 #: + CRLF, rounded up.  See "Limits" in the module docstring.
-BULK_SLACK = 2048
+BULK_SLACK: Final = 2048
 
 
 class _Incomplete:
@@ -138,14 +138,14 @@ class _Incomplete:
 
 
 #: Returned by :meth:`ReplyParser.gets` when no complete reply is buffered.
-INCOMPLETE: Any = _Incomplete()
+INCOMPLETE: Final[Any] = _Incomplete()
 
-_PROTO = "ERR Protocol error: "
-_E_MULTIBULK = _PROTO + "invalid multibulk length"
-_E_BULK = _PROTO + "invalid bulk length"
-_E_INLINE = _PROTO + "too big inline request"
-_E_QUOTES = _PROTO + "unbalanced quotes in request"
-_E_QUERYBUF = _PROTO + "query buffer limit exceeded"
+_PROTO: Final = "ERR Protocol error: "
+_E_MULTIBULK: Final = _PROTO + "invalid multibulk length"
+_E_BULK: Final = _PROTO + "invalid bulk length"
+_E_INLINE: Final = _PROTO + "too big inline request"
+_E_QUOTES: Final = _PROTO + "unbalanced quotes in request"
+_E_QUERYBUF: Final = _PROTO + "query buffer limit exceeded"
 
 
 class ProtocolError(Exception):
@@ -169,9 +169,9 @@ class ProtocolError(Exception):
 # inline requests
 # --------------------------------------------------------------------------
 
-_WS = frozenset(b" \t\n\r\x0b\x0c")
-_HEX = frozenset(b"0123456789abcdefABCDEF")
-_DQ_ESCAPES = {ord("n"): 10, ord("r"): 13, ord("t"): 9, ord("b"): 8, ord("a"): 7}
+_WS: Final = frozenset(b" \t\n\r\x0b\x0c")
+_HEX: Final = frozenset(b"0123456789abcdefABCDEF")
+_DQ_ESCAPES: Final = {ord("n"): 10, ord("r"): 13, ord("t"): 9, ord("b"): 8, ord("a"): 7}
 
 
 def split_inline(line: bytes) -> list[bytes]:
@@ -255,12 +255,12 @@ def split_inline(line: bytes) -> list[bytes]:
 # request parser
 # --------------------------------------------------------------------------
 
-_EMPTY = b""
-_JOIN_MAX = 64 * 1024  # fast-path element check by b"".join up to this size
-_NED: Any = object()  # hiredis "not enough data" sentinel (False is #f)
+_EMPTY: Final = b""
+_JOIN_MAX: Final = 64 * 1024  # fast-path element check by b"".join up to this size
+_NED: Final[Any] = object()  # hiredis "not enough data" sentinel (False is #f)
 
 # RESP type byte hiredis must have read to produce a value of this type.
-_TYPE_BYTE = {
+_TYPE_BYTE: Final = {
     int: "':'",
     float: "','",
     bool: "'#'",
@@ -608,17 +608,17 @@ class RequestParser:
 # reply encoding
 # --------------------------------------------------------------------------
 
-_CRLF = b"\r\n"
-_NULL_BULK = b"$-1\r\n"
-_NULL_ARRAY = b"*-1\r\n"
-_OK = b"+OK\r\n"
-_SMALL = 1024
-_BULK_HDR = [b"$%d\r\n" % i for i in range(_SMALL)]
-_ARRAY_HDR = [b"*%d\r\n" % i for i in range(_SMALL)]
-_INT = [b":%d\r\n" % i for i in range(_SMALL)]
+_CRLF: Final = b"\r\n"
+_NULL_BULK: Final = b"$-1\r\n"
+_NULL_ARRAY: Final = b"*-1\r\n"
+_OK: Final = b"+OK\r\n"
+_SMALL: Final = 1024
+_BULK_HDR: Final = [b"$%d\r\n" % i for i in range(_SMALL)]
+_ARRAY_HDR: Final = [b"*%d\r\n" % i for i in range(_SMALL)]
+_INT: Final = [b":%d\r\n" % i for i in range(_SMALL)]
 
 
-_NO_CRLF = bytes(range(256)).replace(b"\r", b" ").replace(b"\n", b" ")
+_NO_CRLF: Final = bytes(range(256)).replace(b"\r", b" ").replace(b"\n", b" ")
 
 
 def _clean_error(value: str) -> bytes:

@@ -19,21 +19,21 @@ typed fields, counted into by the compiled pass, :mod:`.stage`).
 from __future__ import annotations
 
 from bisect import bisect_left
-from typing import Callable, final
+from typing import Callable, Final, final
 
 __all__ = ["LATENCY_BUCKETS_US", "SMALL_BUCKETS", "CommandStat", "CommandStats", "UNKNOWN"]
 
 #: upper bounds, in microseconds, of the latency histogram buckets (non-cumulative counts;
 #: one more bucket at the end for everything above the last bound)
-LATENCY_BUCKETS_US: tuple[int, ...] = (
+LATENCY_BUCKETS_US: Final[tuple[int, ...]] = (
     10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, 250000, 1000000,
 )  # fmt: skip
 
 #: the bucket of each duration from 0 to 1000 us (most commands): an index instead of a bisect
-SMALL_BUCKETS: list[int] = [bisect_left(LATENCY_BUCKETS_US, usec) for usec in range(1001)]
+SMALL_BUCKETS: Final[list[int]] = [bisect_left(LATENCY_BUCKETS_US, usec) for usec in range(1001)]
 
 #: the name every command the node does not know is counted under
-UNKNOWN = "unknown"
+UNKNOWN: Final = "unknown"
 
 
 @final

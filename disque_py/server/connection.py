@@ -26,7 +26,7 @@ __all__ = ["Connection", "OUT_HOLD", "PERMS_UNSET"]
 #: its replies, as Redis and Disque do: a client library writes a whole pipeline before it
 #: reads a reply (redis-py's pipeline of 200,000 ADDJOBs answers 10 MB). Past it the node waits
 #: for the client to read, so a client that never reads costs at most this much.
-OUT_HOLD = 64 << 20
+OUT_HOLD: Final = 64 << 20
 
 #: ``Connection.perms`` until the dispatcher (or AUTH, HELLO) has decided it: the acceptor lets
 #: a connection in without AUTH when there is no requirepass, and the default user's own rules
