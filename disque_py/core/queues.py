@@ -51,6 +51,8 @@ from sortedcontainers import SortedKeyList
 
 from .job import Job
 
+_deque: Final = deque  # Final: a C static in compiled code (an imported name is a dict lookup per use)
+
 __all__ = ["Queue", "Waiter", "PAUSED_IN", "PAUSED_OUT", "PAUSED_ALL", "pause_name", "SMALL_QUEUE"]
 
 PAUSED_IN: Final = 1
@@ -145,7 +147,7 @@ class Queue:
     # -- jobs ---------------------------------------------------------------
     def add(self, job: Job) -> None:
         jobs: Any = self.jobs  # one of three containers (type() decides)
-        if type(jobs) is deque:
+        if type(jobs) is _deque:
             if not jobs or job.ctime >= jobs[-1].ctime:
                 jobs.append(job)  # the common case: newest at the tail
             elif len(jobs) < SMALL_QUEUE:
@@ -153,7 +155,7 @@ class Queue:
             else:
                 self._sorted().add(job)
         elif type(jobs) is tuple:
-            self.jobs = deque((job,))
+            self.jobs = _deque((job,))
         else:
             jobs.add(job)
         self.jobs_in += 1
@@ -171,7 +173,7 @@ class Queue:
 
     def remove(self, job: Job) -> None:
         jobs: Any = self.jobs  # one of three containers (type() decides)
-        if type(jobs) is deque:
+        if type(jobs) is _deque:
             if jobs[0] is job:
                 jobs.popleft()
             elif len(jobs) <= SMALL_QUEUE:

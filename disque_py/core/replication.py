@@ -53,6 +53,11 @@ from .replies import Error, Status, err
 from .store import J_LOAD
 from .wire import job_from_wire, job_to_wire
 
+# Reply types of an interpreted module, held as Final (a C static in compiled code, where an
+# imported name is a dict lookup at every use): every ADDJOB tests and makes one.
+_Error: Final = Error
+_Status: Final = Status
+
 __all__ = ["Replication", "REPL_ADD_NODE_MS", "DEFAULT_REPLICATE_MAX"]
 
 REPL_ADD_NODE_MS: Final = 50
@@ -115,7 +120,7 @@ class Replication:
         with the parsed ``req`` (a ``commands.AddJob``) and the ``job_id`` to give it."""
         if req is None:
             req = parse_addjob(argv)  # type: ignore[arg-type]
-            if isinstance(req, Error):
+            if isinstance(req, _Error):
                 return req
             if req.extra is not None and req.extra[4] is not None:
                 return self.ctx.dedup_addjob(client, req)  # made here (job_id) unless it exists
@@ -168,7 +173,7 @@ class Replication:
         discard_local = req.async_ and extrepl
         if not discard_local and not self._store.register(job):
             if job_id is not None:  # a DEDUP job made here meanwhile: that one
-                return Status(job_id)
+                return _Status(job_id)
             return err("Internal error creating the job, check server logs")  # 144 random bits colliding: a bug
         ctx.stats["jobs_added"] += 1
         reply: Any
@@ -195,7 +200,7 @@ class Replication:
                 job.set_state(ACTIVE)
                 if not discard_local:
                     ctx.reschedule(job)
-            reply = Status(job.id)
+            reply = _Status(job.id)
         if additional > 0:
             self.replicate_job(job, additional, False)
         if discard_local:

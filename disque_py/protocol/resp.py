@@ -111,6 +111,12 @@ import hiredis
 
 from disque_py.core.replies import NULL_ARRAY, OK, Error, NullArray, Status
 
+# Reply types of an interpreted module, held as Final (a C static in compiled code, where an
+# imported name is a dict lookup at every use): encode_reply tests every reply against them.
+_Status: Final = Status
+_Error: Final = Error
+_NullArray: Final = NullArray
+
 __all__ = [
     "BULK_SLACK",
     "INCOMPLETE",
@@ -650,7 +656,7 @@ def encode_reply(value: Any, out: bytearray) -> None:
                 out += _CRLF
             else:
                 encode_reply(item, out)
-    elif t is Status:
+    elif t is _Status:
         # Statuses are made by the node (job IDs, pause states), never
         # copied from input, so no CR/LF check on this hot path.
         out += b"+"
@@ -665,11 +671,11 @@ def encode_reply(value: Any, out: bytearray) -> None:
         out += b"$%d\r\n" % len(b)
         out += b
         out += _CRLF
-    elif t is Error:
+    elif t is _Error:
         out += b"-"
         out += _clean_error(value)
         out += _CRLF
-    elif t is NullArray:
+    elif t is _NullArray:
         out += _NULL_ARRAY
     elif t is bool:
         out += b":1\r\n" if value else b":0\r\n"

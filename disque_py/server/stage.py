@@ -39,6 +39,14 @@ from .cmdstats import LATENCY_BUCKETS_US, SMALL_BUCKETS, CommandStats
 from .connection import OUT_HOLD, Connection
 from .contracts import NO_REPLY, now_ms
 
+# Names from interpreted modules the per-command path uses, held as Final: compiled code reads
+# a Final from a C static, an imported name from the module's dict at every use.
+_now_ms: Final = now_ms
+_perf_counter_ns: Final = perf_counter_ns
+_bisect_left: Final = bisect_left
+_NO_REPLY: Final = NO_REPLY
+_Error: Final = Error
+
 if TYPE_CHECKING:
     from ..core.node import Node
 
@@ -92,7 +100,7 @@ class CommandStage:
     def run_commands(self, conn: Connection, commands: list[list[bytes]]) -> bool:
         """Dispatcher.run_commands (see there)."""
         out = conn.out
-        now = now_ms()
+        now = _now_ms()
         dispatcher = self.dispatcher
         if now >= self.mem_next:
             dispatcher.measure_memory(now)
@@ -110,7 +118,7 @@ class CommandStage:
         small = SMALL_BUCKETS
         watch_us = self.watch_us
         fast = 0  # commands run on the fast path (dispatch counts its own)
-        start = perf_counter_ns()
+        start = _perf_counter_ns()
         i = 0
         for argv in commands:
             if conn.blocked or conn.closing or len(out) >= OUT_HOLD:
@@ -136,21 +144,21 @@ class CommandStage:
                 name = conn.last_cmd
             if reply is BLOCKED:
                 conn.blocked = True
-            elif reply is not NO_REPLY:
+            elif reply is not _NO_REPLY:
                 conn.encode(reply, out)  # HELLO 3 may just have switched it
-            end = perf_counter_ns()
+            end = _perf_counter_ns()
             usec = (end - start + 500) // 1000
             start = end
             stat = by_wire.get(name)
             if stat is None:
                 stat = cmdstats.stat_for(name)
             stat.usec += usec
-            stat.buckets[small[usec] if usec < 1001 else bisect_left(LATENCY_BUCKETS_US, usec)] += 1
-            if type(reply) is Error:
+            stat.buckets[small[usec] if usec < 1001 else _bisect_left(LATENCY_BUCKETS_US, usec)] += 1
+            if type(reply) is _Error:
                 stat.errors += 1
             if usec >= watch_us:
                 dispatcher._slow_command(conn, argv, usec)
-                start = perf_counter_ns()
+                start = _perf_counter_ns()
         if fast:
             self.stats["total_commands_processed"] += fast
         # (a command may turn the AOF on or off: the journal it ran with is the one compared)
