@@ -389,21 +389,21 @@ def _decode_loadjob(e: list[bytes]) -> LoadJob:
     m = _NUMBERS_RE.fullmatch(e[3])  # ASCII digits only: int() would take signs, "_", spaces
     if m is None:
         raise _Bad("LOADJOB: expected 9 decimal numbers")
+    if not valid_job_id(e[1]):
+        raise _Bad("LOADJOB: malformed job ID")
+    state = _STATE_BY_NAME.get(e[2])
+    if state is None:
+        raise _Bad("LOADJOB: unknown state")
     g = m.groups()
-    return _build_loadjob(e[1], e[2], int(g[0]), int(g[1]), int(g[2]), int(g[3]), int(g[4]), int(g[5]), int(g[6]),
+    return _build_loadjob(e[1], state, int(g[0]), int(g[1]), int(g[2]), int(g[3]), int(g[4]), int(g[5]), int(g[6]),
                           int(g[7]), int(g[8]), e[4], e[5], e[6])  # fmt: skip
 
 
-def _build_loadjob(job_id: bytes, state_name: bytes, repl: int, flags: int, ctime: int, expire: int, delay: int,
+def _build_loadjob(job_id: bytes, state: int, repl: int, flags: int, ctime: int, expire: int, delay: int,
                    retry: int, nacks: int, deliv: int, requeue: int, nodes_bytes: bytes, queue: bytes,
-                   body: bytes, id_checked: bool = False) -> LoadJob:  # fmt: skip
-    """The LoadJob of a LOADJOB's elements, its 9 numbers already read from their digits
-    (``id_checked``: the fast path's expression matched the ID's shape, valid_job_id's)."""
-    if not id_checked and not valid_job_id(job_id):
-        raise _Bad("LOADJOB: malformed job ID")
-    state = _STATE_BY_NAME.get(state_name)
-    if state is None:
-        raise _Bad("LOADJOB: unknown state")
+                   body: bytes) -> LoadJob:  # fmt: skip
+    """The LoadJob of a LOADJOB's elements, its ID and state already checked, its 9 numbers
+    read from their digits. Raises _Bad for a number out of range or a malformed node ID."""
     if not (1 <= repl <= 65535 and flags <= 255 and delay <= _MAX_DELAY and retry <= _MAX_DELAY):
         raise _Bad("LOADJOB: number out of range")
     if ctime > _MAX_I64 or expire > _MAX_I64 or nacks > _MAX_I64 or deliv > _MAX_I64 or requeue > _MAX_I64:
@@ -504,14 +504,28 @@ _INCOMPLETE = None
 # LF, an unusual node ID) it steps aside and the element-by-element parser decides, with
 # its exact reason.
 _FAST_ID: Final = re.compile(rb"\*3\r\n\$(\d)\r\n([A-Z]{1,9})\r\n\$40\r\n(.{40})\r\n\$8\r\n([0-9a-f]{8})\r\n", re.DOTALL)
+# A LOADJOB's state element ("$6\r\nqueued") matched whole, and its length digits compared
+# as written (_DECIMAL), not read: the common record costs no int() but its numbers' and body's.
+_STATE_BY_ELEMENT: Final = {b"$%d\r\n%s" % (len(name), name): i for name, i in _STATE_BY_NAME.items()}
 _FAST_LOADJOB: Final = re.compile(
-    rb"\*8\r\n\$7\r\nLOADJOB\r\n\$40\r\n(D-[0-9a-fA-F]{8}-[A-Za-z0-9+/]{24}-[0-9a-fA-F]{4})\r\n\$(\d\d?)\r\n([a-z-]{1,16})\r\n\$(\d{1,3})\r\n"
+    rb"\*8\r\n\$7\r\nLOADJOB\r\n\$40\r\n(D-[0-9a-fA-F]{8}-[A-Za-z0-9+/]{24}-[0-9a-fA-F]{4})\r\n("
+    + rb"|".join(re.escape(e) for e in _STATE_BY_ELEMENT)
+    + rb")\r\n\$(\d{1,3})\r\n"
     + rb" ".join([rb"(\d{1,19})"] * _NUMBERS)
     + rb"\r\n\$(\d{1,7})\r\n([0-9A-Za-z ]*)\r\n\$(\d{1,9})\r\n([^\r\n]*)\r\n\$(\d{1,9})\r\n",
     re.DOTALL,
 )
 _FAST_CRC: Final = re.compile(rb"\$8\r\n([0-9a-f]{8})\r\n")
 _crc32: Final = zlib.crc32
+_DECIMAL: Final = tuple(b"%d" % i for i in range(1000))
+
+
+def _says(digits: bytes, n: int) -> bool:
+    """Whether the length ``digits`` read ``n`` as written, without a leading zero (with one,
+    the fast path steps aside: the element-by-element parser reads it)."""
+    if n < 1000:
+        return digits == _DECIMAL[n]
+    return digits == b"%d" % n
 
 
 def _fast(buf: bytearray, pos: int) -> tuple[Any, int] | None:
@@ -521,16 +535,16 @@ def _fast(buf: bytearray, pos: int) -> tuple[Any, int] | None:
         m = _FAST_LOADJOB.match(buf, pos)
         if m is None:
             return None
-        # groups: 0 id, 1 state's length, 2 state, 3 numbers' length, 4-12 the numbers,
-        # 13 nodes' length, 14 nodes, 15 queue's length, 16 queue, 17 body's length
+        # groups: 0 id, 1 state's element, 2 numbers' length, 3-11 the numbers,
+        # 12 nodes' length, 13 nodes, 14 queue's length, 15 queue, 16 body's length
         g = m.groups()
-        state: bytes = g[2]
-        nodes: bytes = g[14]
-        queue: bytes = g[16]
-        if int(g[1]) != len(state) or int(g[3]) != m.end(13) - m.start(5) or int(g[13]) != len(nodes):
+        state = _STATE_BY_ELEMENT.get(g[1])
+        nodes: bytes = g[13]
+        queue: bytes = g[15]
+        if state is None or not _says(g[2], m.end(12) - m.start(4)) or not _says(g[12], len(nodes)):
             return None
-        n = int(g[17])
-        if int(g[15]) != len(queue) or n > MAX_BULK_LEN or len(nodes) > _NODES_LIMIT:
+        n = int(g[16])
+        if not _says(g[14], len(queue)) or n > MAX_BULK_LEN or len(nodes) > _NODES_LIMIT:
             return None
         bs = m.end()
         be = bs + n
@@ -539,8 +553,8 @@ def _fast(buf: bytearray, pos: int) -> tuple[Any, int] | None:
         c = _FAST_CRC.match(buf, be + 2)
         if c is None or int(c[1], 16) != _crc32(buf[pos : be + 2]):  # [0-9a-f]{8}: as _parse's compare
             return None
-        return _build_loadjob(g[0], state, int(g[4]), int(g[5]), int(g[6]), int(g[7]), int(g[8]), int(g[9]),
-                              int(g[10]), int(g[11]), int(g[12]), nodes, queue, bytes(buf[bs:be]), True), c.end()
+        return _build_loadjob(g[0], state, int(g[3]), int(g[4]), int(g[5]), int(g[6]), int(g[7]), int(g[8]),
+                              int(g[9]), int(g[10]), int(g[11]), nodes, queue, bytes(buf[bs:be])), c.end()
     if count == b"3":
         m = _FAST_ID.match(buf, pos)
         if m is None:
