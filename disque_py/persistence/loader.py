@@ -75,6 +75,7 @@ class Loader:
                 by_kind[type(record)](record.id)
         self.records += len(got)
         self.expired += expired
+
     def finish(self, enqueue_once: bool) -> tuple[Truncated | None, dict[str, int]]:
         """The end of the file: a partial record left (or None), and the restored counts."""
         truncated = self.reader.finish()

@@ -396,8 +396,8 @@ class Aof:
                             loader.feed(chunk)
                         except CorruptRecord as exc:
                             raise AofLoadError(
-                                "Bad file format reading the append only file %s: corrupt record at byte offset %d (%s). "
-                                "Make a backup of it, then run `disque-py check-aof --fix %s`."
+                                "Bad file format reading the append only file %s: corrupt record at byte offset %d "
+                                "(%s). Make a backup of it, then run `disque-py check-aof --fix %s`."
                                 % (path, exc.offset, exc.reason, path)
                             ) from None
                         now = time.monotonic()
