@@ -116,28 +116,30 @@ class Lifecycle:
     # -- restoring from the AOF ----------------------------------------------------------
     # The shell's loader (persistence/loader.py) reads the file and calls these, one per
     # record, in file order, before the node serves anyone (the journal is off meanwhile);
-    # then ``restore_finish`` once. A record is read by attribute (a ``records.LoadJob``):
-    # the core imports nothing of persistence. Times in records are wall-clock ms.
-    def restore_job(self, r: Any) -> bool:
-        """A LOADJOB: the job's whole state (replacing any earlier one). False if it expired."""
+    # then ``restore_finish`` once. A record comes as plain typed values (a ``records.
+    # LoadJob``'s fields): the core imports nothing of persistence, and compiled, the call
+    # and every field stay native. Times in records are wall-clock ms.
+    def restore_job(self, job_id: bytes, state: int, repl: int, flags: int, ctime: int, expire: int, delay: int,
+                    retry: int, nacks: int, deliveries: int, requeue: int, queue: bytes, nodes: tuple,
+                    body: bytes) -> bool:  # fmt: skip
+        """A LOADJOB: the job's whole state (replacing any earlier one). False if it expired.
+        ``requeue``: the job's next_at (its next requeue, or GC attempt if acked), wall-clock."""
         ctx = self.ctx
         store = self._store
-        old = store.get(r.id)
+        old = store.get(job_id)
         if old is not None:
             store.unregister(old)
         offset = ctx.wall_offset
-        etime = r.expire - offset
+        etime = expire - offset
         if etime <= ctx.now:
             return False
-        state = r.state
         if state == WAIT_REPL:  # not written by us (the AOF skips it), but harmless as active
             state = ACTIVE
-        # r.requeue: the job's next_at (its next requeue, or GC attempt if acked), wall-clock
-        job = Job(r.id, state, r.queue, r.body, r.repl, r.ctime, etime, r.delay, r.retry,
-                  r.requeue - offset if r.requeue else 0, r.nodes)  # fmt: skip
-        job.flags = r.flags
-        job.nacks = r.nacks
-        job.deliveries = r.deliveries
+        job = Job(job_id, state, queue, body, repl, ctime, etime, delay, retry, requeue - offset if requeue else 0,
+                  nodes)  # fmt: skip
+        job.flags = flags
+        job.nacks = nacks
+        job.deliveries = deliveries
         store.register(job)
         return True
 
@@ -185,17 +187,17 @@ class Lifecycle:
         again at once, in their order, RETRY 0 ones included. Returns counts by outcome."""
         ctx = self.ctx
         now = ctx.now
-        counts = {"jobs": 0, "queued": 0, "acked": 0, "expired": 0}
+        jobs = acked = expired = queued = 0  # counted in locals: a dict's item per job costs
         to_queue: list[Job] = []
         for job in self._store.values():
             if job.etime <= now:
                 self.delete_job(job)
-                counts["expired"] += 1
+                expired += 1
                 continue
-            counts["jobs"] += 1
+            jobs += 1
             state = job.state
             if state == ACKED:
-                counts["acked"] += 1
+                acked += 1
                 if job.next_at <= now:  # its GC attempt was due while it was down, or never set
                     job.next_at = gc_deadline(job, now, ctx.randbits)  # the first one, in about 1 s
             else:
@@ -216,8 +218,8 @@ class Lifecycle:
                 continue  # AT_MOST_ONCE: delivered once (a damaged or foreign file says queued)
             job.flags &= ~F_BCAST_QUEUED  # a restore, not a requeue: nobody is told, nothing counted
             if ctx.enqueue_job(job, fresh=True):  # a RETRY 0 one too, this one time
-                counts["queued"] += 1
-        return counts
+                queued += 1
+        return {"jobs": jobs, "queued": queued, "acked": acked, "expired": expired}
 
     # -- commands ---------------------------------------------------------------------
     def cmd_deljob(self, client: int, argv: list[bytes]) -> Any:

@@ -14,8 +14,9 @@ records before it were applied; what the shell does then (stop the node) is its 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from ..core.lifecycle import Lifecycle
 from .records import Acked, Active, DedupGone, DelJob, JobExtra, LoadJob, Queued, RecordReader, Truncated
 
 if TYPE_CHECKING:
@@ -31,14 +32,13 @@ class Loader:
         self.records = 0
         self.expired = 0  # LOADJOBs of jobs whose TTL ended meanwhile
         life = node.lifecycle
-        restore_job = life.restore_job
+        self._life: Lifecycle = life
         self._by_kind = {
             Active: life.restore_active,
             Acked: life.restore_acked,
             DelJob: life.restore_deleted,
             Queued: life.restore_queued,
         }
-        self._restore_job = restore_job
 
     @property
     def offset(self) -> int:
@@ -57,18 +57,20 @@ class Loader:
         return len(got)
 
     def _apply(self, got: list) -> None:
-        restore_job = self._restore_job
-        restore_extra = self.node.lifecycle.restore_extra
+        life = self._life  # typed: compiled, restore_job is a native call with native fields
         by_kind = self._by_kind
         expired = 0
-        for _, record in got:
-            if type(record) is LoadJob:
-                if not restore_job(record):
+        for item in got:
+            record: Any = item[1]
+            if isinstance(record, LoadJob):
+                r: LoadJob = record
+                if not life.restore_job(r.id, r.state, r.repl, r.flags, r.ctime, r.expire, r.delay, r.retry, r.nacks,
+                                        r.deliveries, r.requeue, r.queue, r.nodes, r.body):  # fmt: skip
                     expired += 1
             elif type(record) is JobExtra:
-                restore_extra(record.id, record.extra)
+                life.restore_extra(record.id, record.extra)
             elif type(record) is DedupGone:
-                self.node.lifecycle.restore_gone(record.id, record.until)
+                life.restore_gone(record.id, record.until)
             else:
                 by_kind[type(record)](record.id)
         self.records += len(got)

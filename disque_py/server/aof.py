@@ -53,6 +53,7 @@ import trio
 
 from ..core.replies import Error
 from . import faults
+from .gcpolicy import policy as gc_policy
 from .logs import log
 
 if TYPE_CHECKING:
@@ -385,27 +386,28 @@ class Aof:
         start = last = time.monotonic()
         loader = Loader(self.node)
         try:
-            with open(path, "rb") as f:
-                while True:
-                    chunk = f.read(READ_CHUNK)
-                    if not chunk:
-                        break
-                    try:
-                        loader.feed(chunk)
-                    except CorruptRecord as exc:
-                        raise AofLoadError(
-                            "Bad file format reading the append only file %s: corrupt record at byte offset %d (%s). "
-                            "Make a backup of it, then run `disque-py check-aof --fix %s`."
-                            % (path, exc.offset, exc.reason, path)
-                        ) from None
-                    now = time.monotonic()
-                    if now - last >= 1.0:
-                        last = now
-                        done = loader.offset
-                        log.info("Loading the AOF: %d%% (%d of %d bytes, %d records, %.0f records/s)",
-                                 100 * done // max(total, 1), done, total, loader.records,
-                                 loader.records / max(now - start, 1e-9))  # fmt: skip
-            truncated, counts = loader.finish(cfg.aof_enqueue_jobs_once)
+            with gc_policy.paused():  # the jobs live long: none examined by the collector (gcpolicy)
+                with open(path, "rb") as f:
+                    while True:
+                        chunk = f.read(READ_CHUNK)
+                        if not chunk:
+                            break
+                        try:
+                            loader.feed(chunk)
+                        except CorruptRecord as exc:
+                            raise AofLoadError(
+                                "Bad file format reading the append only file %s: corrupt record at byte offset %d "
+                                "(%s). Make a backup of it, then run `disque-py check-aof --fix %s`."
+                                % (path, exc.offset, exc.reason, path)
+                            ) from None
+                        now = time.monotonic()
+                        if now - last >= 1.0:
+                            last = now
+                            done = loader.offset
+                            log.info("Loading the AOF: %d%% (%d of %d bytes, %d records, %.0f records/s)",
+                                     100 * done // max(total, 1), done, total, loader.records,
+                                     loader.records / max(now - start, 1e-9))  # fmt: skip
+                truncated, counts = loader.finish(cfg.aof_enqueue_jobs_once)
         finally:
             self.loading = False
         if truncated is not None:

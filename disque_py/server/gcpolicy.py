@@ -25,6 +25,8 @@ The policy
   collection.
 * Young collections run every ``YOUNG_THRESHOLD`` allocations, as usual, so a
   short-lived cycle is freed within moments.
+* A bulk build of long-lived objects (the AOF load at start) runs with the
+  collector off (``paused``) and freezes what it built, unexamined.
 * After every collection, whatever survived is frozen (``gc.freeze``): moved
   to the permanent generation, which no automatic collection examines. Each
   long-lived object is examined once, young. A frozen object is still freed
@@ -59,7 +61,8 @@ from __future__ import annotations
 import gc
 import os
 import time
-from typing import Any
+from contextlib import contextmanager
+from typing import Any, Iterator
 
 from .logs import log
 
@@ -124,6 +127,24 @@ class GcPolicy:
             self.young_collections += 1
         if self.freezing:
             gc.freeze()
+
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        """The collector off through a bulk build of long-lived objects (the AOF load: a
+        million jobs would cost a young collection every YOUNG_THRESHOLD allocations, each
+        examining objects that are never garbage), then, with the freezing policy, what
+        was built frozen without being examined, as the survivors of those collections
+        would have been. Restores the collector as it was, whatever happens inside."""
+        was = gc.isenabled()
+        gc.disable()
+        try:
+            yield
+        finally:
+            if was:
+                if self.freezing:
+                    gc.freeze()
+                    self._frozen_at = None  # counted again when next asked
+                gc.enable()
 
     def full_collect(self, why: str) -> int:
         """Examine every object once (frozen ones too) and freeze the survivors again.

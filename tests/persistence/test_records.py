@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import tracemalloc
+import zlib
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -146,6 +147,37 @@ def test_the_fast_path_takes_plain_records_and_agrees_with_the_full_parser():
         assert records._fast(raw, 0) == (None if rec in left else full)
         for cut in range(len(raw)):  # a partial record is left to the full parser
             assert records._fast(raw[:cut], 0) is None
+
+
+
+def _written(state: bytes, numbers: bytes, nodes: bytes, queue: bytes, body: bytes, pad: int = 0) -> bytearray:
+    """A LOADJOB as a foreign writer might frame it: every length with ``pad`` leading zeros."""
+    parts = [b"LOADJOB", ID1, state, numbers, nodes, queue, body]
+    out = bytearray(b"*8\r\n")
+    for p in parts:
+        out += b"$%0*d\r\n%s\r\n" % (len(b"%d" % len(p)) + pad, len(p), p)
+    return out + b"$8\r\n%08x\r\n" % zlib.crc32(out)
+
+
+def test_the_fast_path_steps_aside_for_what_it_does_not_read_and_the_full_parser_decides():
+    numbers = b"3 5 %d %d 0 300 2 4 %d" % (WALL * 1_000_000 + 7, WALL + 86_400_000, WALL + 300_000)
+    holders = " ".join(NODES).encode()
+    want = loadjob(queue=b"q", body=b"b")
+    plain = _written(b"queued", numbers, holders, b"q", b"b")
+    assert records._fast(plain, 0) == (want, len(plain))
+    # lengths written with a leading zero: valid, read by the full parser, the same record
+    padded = _written(b"queued", numbers, holders, b"q", b"b", pad=1)
+    assert records._fast(padded, 0) is None
+    assert RecordReader().feed(padded) == [(0, want)]
+    # an unknown state with a good checksum: the full parser's reason
+    with pytest.raises(CorruptRecord, match="LOADJOB: unknown state"):
+        RecordReader().feed(_written(b"gone", numbers, holders, b"q", b"b"))
+    # a holders' element of 1000 bytes and more (25 nodes) is the fast path's too
+    many = tuple("%040x" % (i + 1) for i in range(25))
+    rec = _written(b"acked", numbers, " ".join(many).encode(), b"q" * 1200, b"b")
+    got = records._fast(rec, 0)
+    assert got is not None and got[0] == loadjob(state=ACKED, nodes=many, queue=b"q" * 1200, body=b"b")
+    assert RecordReader._parse(rec, 0, len(rec)) == got
 
 
 # --- any slicing ----------------------------------------------------------------------

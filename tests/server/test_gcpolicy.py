@@ -156,3 +156,27 @@ def test_the_policy_turns_the_collector_on_that_the_start_turned_off():
         print(json.dumps({"enabled": gc.isenabled(), "alive": ref() is not None}))
     """)
     assert seen == {"enabled": True, "alive": False}
+
+
+def test_a_paused_bulk_build_runs_no_collection_and_is_frozen_after():
+    seen = run("""
+        policy.install()
+        young = policy.young_collections
+        before = gc.get_freeze_count()
+        with policy.paused():
+            off = gc.isenabled()
+            kept = [Item(i) for i in range(50_000)]  # five young collections' worth
+            during = policy.young_collections - young
+        after = {"enabled": gc.isenabled(), "frozen_growth": gc.get_freeze_count() - before}
+        gc.disable()
+        try:
+            with policy.paused():
+                raise ValueError
+        except ValueError:
+            pass
+        print(json.dumps({"off": off, "during": during, **after, "left_off": not gc.isenabled()}))
+    """)
+    assert seen["off"] is False and seen["during"] == 0  # no collection through the build
+    assert seen["enabled"] is True  # the collector is back on
+    assert seen["frozen_growth"] >= 50_000  # what was built sits in the permanent generation
+    assert seen["left_off"] is True  # a collector that was off stays off, an error inside or not
