@@ -98,7 +98,7 @@ from .waiting import DirectWait
 
 if TYPE_CHECKING:
     from ..config import Config
-    from .contracts import BusHolder, CommandRunner, Commit, TimerControl
+    from .contracts import BusHolder, CommandRunner, TimerControl
 
 __all__ = ["Acceptor", "ClientLoop", "LOOP_STATS"]
 
@@ -119,6 +119,12 @@ LOOP_STATS = (
     "internal_errors",
     "client_output_buffer_limit_disconnections",
 )
+
+
+def _on_stage(name: str, doc: str) -> Any:
+    """A ``ClientLoop`` attribute kept on its stage (``PassStage``), read and set there."""
+    return property(lambda self: getattr(self._stage, name), lambda self, value: setattr(self._stage, name, value),
+                    doc=doc)  # fmt: skip
 
 
 class _NoTimers:
@@ -197,36 +203,14 @@ class ClientLoop:
         self.release = stage.release
         self.apply_effects = stage.carry_out
 
-    @property
-    def current(self) -> Connection | None:
-        """The client whose commands are running."""
-        return self._stage.current
-
-    @current.setter
-    def current(self, conn: Connection | None) -> None:
-        self._stage.current = conn
+    # The pass's state lives on its compiled stage; the loop reads and sets it there.
+    current = _on_stage("current", "The client whose commands are running.")
+    commit = _on_stage("commit", "The pass's commit stage: the node's AOF (server/aof.py); None: none.")
+    links = _on_stage("links", "Whoever owns the cluster bus (may be set after construction, before run).")
 
     @property
     def in_pass(self) -> bool:
         return self._stage.in_pass
-
-    @property
-    def commit(self) -> "Commit | None":
-        """The pass's commit stage: the node's AOF (server/aof.py); None: none."""
-        return self._stage.commit
-
-    @commit.setter
-    def commit(self, commit: "Commit | None") -> None:
-        self._stage.commit = commit
-
-    @property
-    def links(self) -> "BusHolder":
-        """Whoever owns the cluster bus (may be set after construction, before run)."""
-        return self._stage.links
-
-    @links.setter
-    def links(self, links: "BusHolder") -> None:
-        self._stage.links = links
 
     @property
     def _run_commands(self) -> Callable[[Connection, list[list[bytes]]], Any]:
