@@ -184,7 +184,8 @@ class Job:
         "next_at",
         "awake",  # when the scheduler must look at the job; 0 = not scheduled
         "gc_retry",  # GC attempts, drives exponential backoff
-        "seq",  # registration order, used by JSCAN cursors
+        "seq",  # registration order, used by JSCAN cursors and to order the timer heap's ties
+        "hpos",  # its index in the job table's timer heap (store.py); -1: not in it
         "extra",  # None, or an Extra: the delivery policy and dead-letter facts (rarely set)
     )
 
@@ -221,6 +222,7 @@ class Job:
         self.awake = 0
         self.gc_retry = 0
         self.seq = 0
+        self.hpos = -1
         self.extra: Extra | None = None
 
     def set_state(self, to: int) -> None:
@@ -253,16 +255,6 @@ class Job:
     def is_dummy_ack(self) -> bool:
         """An acked placeholder for an ID this node never had a copy of."""
         return not self.delivered
-
-    def __lt__(self, other: "Job") -> bool:
-        """Registration order: the timer heap (``store.py``) breaks a tie between two wake-ups
-        of the same millisecond with it. Equality stays identity."""
-        return self.seq < other.seq
-
-    def __hash__(self) -> int:
-        # identity, as without __lt__ (compiled, a class with a comparison of its own does not
-        # inherit object's hash)
-        return id(self) >> 4
 
     def __repr__(self) -> str:
         return f"<Job {self.id.decode()} {self.state_name} q={self.queue!r}>"

@@ -13,19 +13,15 @@ Each job has at most one pending wake-up, ``Job.awake``: the earliest of its
 requeue time (minus the WILLQUEUE advance when one must be announced), its
 expiry, and for acked jobs its next GC attempt (``Lifecycle.reschedule`` in
 ``lifecycle.py`` computes it; this module only keeps it). All wake-ups live in one
-binary heap of ``(awake, job)`` entries: two jobs due in the same millisecond
-come in registration order (``Job.__lt__`` compares ``seq``; a number in the entry
-would be one more object: 32 bytes a job). Changing a job's wake-up pushes a new entry and leaves the old one behind; an entry is live only while its
-time still equals ``job.awake`` and the job is still registered, so stale
-entries are skipped when they surface (and a job found twice is returned
-once: taking it sets ``awake`` to 0).
-
-Stale entries pile up (three or so per job that is delivered and acked), so
-the heap is rebuilt once they outnumber the live ones. Not in one step: that
-took 0.65 s with a million jobs. A rebuild walks the table a few jobs per
-``schedule`` call (``REBUILD_SLICE``) into a new heap, which also receives
-every entry pushed meanwhile; when the walk is done the new heap replaces the
-old one, whose entries are then let go a slice at a time as well.
+binary heap of the jobs themselves, ordered by ``(awake, seq)`` (two jobs due in
+the same millisecond come in registration order). Each job knows its place in
+it (``Job.hpos``, -1 when it is in none), so a changed wake-up moves the job
+up or down in place and unregistering takes it out: the heap holds exactly the
+scheduled jobs, one slot each, with no entry object and no stale entries (a
+tuple and a boxed time per scheduling were about 96 bytes a job, and stale
+ones piled up to several per job that was delivered and acked, which needed
+rebuilds of the whole heap, a slice at a time). A job scheduled while not
+registered stays in the heap until it is due and is skipped then.
 
 No trio task, no timer object per job: the shell asks ``next_awake()`` and
 sleeps until then (or until input arrives), then calls the node's ``tick``.
@@ -33,14 +29,13 @@ sleeps until then (or until input arrives), then calls the node's ``tick``.
 
 from __future__ import annotations
 
-import heapq
 from bisect import bisect_left
 from itertools import chain, islice
 from typing import Any, Callable, Final, Iterable, Iterator, final
 
 from .job import Job
 
-__all__ = ["JobStore", "SHARDS", "REBUILD_SLICE", "seq_of", "scan", "J_LOAD", "J_ACTIVE", "J_ACKED", "J_DEL", "J_GONE"]
+__all__ = ["JobStore", "SHARDS", "seq_of", "scan", "J_LOAD", "J_ACTIVE", "J_ACKED", "J_DEL", "J_GONE"]
 
 # The journal (``JobStore.journal``, ``Context.journal``): what the AOF must learn, as
 # (kind, job) pairs appended by the machines while a node has an AOF, None otherwise. The
@@ -54,8 +49,6 @@ J_GONE: Final = 4  # a DEDUP job forgotten here: its ID is remembered until job.
 
 SHARDS: Final = 64  # a power of two
 _MASK: Final = SHARDS - 1
-REBUILD_SLICE: Final = 4  # jobs carried into the new heap per schedule() while rebuilding
-DROP_SLICE: Final = 256  # old heap entries let go per schedule() after a rebuild
 
 
 def seq_of(item: Any) -> int:
@@ -67,19 +60,15 @@ def seq_of(item: Any) -> int:
 @final
 class JobStore:
     __slots__ = (
-        "_shards", "_count", "_heap", "_seq", "_next", "_todo", "_shard_at", "_old", "rebuilds", "journal", "item_bytes",
+        "_shards", "_count", "_heap", "_seq", "rebuilds", "journal", "item_bytes",
     )  # fmt: skip
 
     def __init__(self) -> None:
         self._shards: list[dict[bytes, Job]] = [{} for _ in range(SHARDS)]
         self._count = 0
-        self._heap: list[tuple[int, Job]] = []
+        self._heap: list[Job] = []  # ordered by (awake, seq); job.hpos is its index
         self._seq = 0
-        self._next: list[tuple[int, Job]] | None = None  # the heap being rebuilt
-        self._todo: list[Job] = []  # jobs of the current shard still to carry into it
-        self._shard_at = 0  # next shard to walk
-        self._old: list[tuple[int, Job]] = []  # a replaced heap, let go a slice at a time
-        self.rebuilds = 0  # heap rebuilds completed (INFO memory: timer_heap_rebuilds)
+        self.rebuilds = 0  # INFO memory's timer_heap_rebuilds: 0 (the heap is never rebuilt now)
         self.journal: list | None = None  # see J_LOAD; set by Node.set_journal
         # Bytes of the bodies and queue names of the jobs held, kept exact at (un)registration
         # (a job's body and queue never change while it is registered): core/memory.py's estimate.
@@ -118,6 +107,8 @@ class JobStore:
             return False
         self._seq += 1
         job.seq = self._seq
+        if job.hpos >= 0:  # scheduled before it was registered: its tie-break changed
+            self._down(job.hpos, job)
         shard[job.id] = job
         self._count += 1
         self.item_bytes += len(job.body or b"") + len(job.queue or b"")
@@ -132,98 +123,133 @@ class JobStore:
         del shard[job.id]
         self._count -= 1
         self.item_bytes -= len(job.body or b"") + len(job.queue or b"")
-        job.awake = 0  # invalidates its heap entries
+        self._unschedule(job)
         if self.journal is not None:
             self.journal.append((J_DEL, job))
         return True
 
     def clear(self) -> None:
         for shard in self._shards:
-            for job in shard.values():
-                job.awake = 0
             shard.clear()
+        for job in self._heap:
+            job.awake = 0
+            job.hpos = -1
         self._count = 0
         self.item_bytes = 0
         self._heap = []
-        self._next = None
-        self._todo = []
-        self._old = []
 
     # -- schedule -------------------------------------------------------------
     def schedule(self, job: Job, at: int) -> None:
-        """Set the job's single wake-up time (monotonic ms)."""
-        if at == job.awake:
+        """Set the job's single wake-up time (monotonic ms, > 0)."""
+        old = job.awake
+        if at == old:
             return
         job.awake = at
-        entry = (at, job)
-        heapq.heappush(self._heap, entry)
-        if self._next is not None:
-            heapq.heappush(self._next, entry)
-            self._carry()
-        elif len(self._heap) > 2 * self._count + 1024:
-            self._next = []
-            self._shard_at = 0
-            self._carry()
-        if self._old:
-            del self._old[-DROP_SLICE:]
+        pos = job.hpos
+        if pos < 0:
+            heap = self._heap
+            heap.append(job)
+            self._up(len(heap) - 1, job)
+        elif at < old:
+            self._up(pos, job)
+        else:
+            self._down(pos, job)
+
+    def _up(self, pos: int, job: Job) -> None:
+        """Move ``job`` from ``pos`` towards the root until its parent comes before it."""
+        heap = self._heap
+        at = job.awake
+        seq = job.seq
+        while pos > 0:
+            parent = (pos - 1) >> 1
+            other = heap[parent]
+            if other.awake < at or (other.awake == at and other.seq <= seq):
+                break
+            heap[pos] = other
+            other.hpos = pos
+            pos = parent
+        heap[pos] = job
+        job.hpos = pos
+
+    def _down(self, pos: int, job: Job) -> None:
+        """Move ``job`` from ``pos`` towards the leaves until no child comes before it."""
+        heap = self._heap
+        n = len(heap)
+        at = job.awake
+        seq = job.seq
+        while True:
+            child = 2 * pos + 1
+            if child >= n:
+                break
+            other = heap[child]
+            right = child + 1
+            if right < n:
+                sibling = heap[right]
+                if sibling.awake < other.awake or (sibling.awake == other.awake and sibling.seq < other.seq):
+                    child = right
+                    other = sibling
+            if at < other.awake or (at == other.awake and seq <= other.seq):
+                break
+            heap[pos] = other
+            other.hpos = pos
+            pos = child
+        heap[pos] = job
+        job.hpos = pos
+
+    def _unschedule(self, job: Job) -> None:
+        """Take ``job`` out of the heap (if it is in it); its wake-up is 0."""
+        job.awake = 0
+        pos = job.hpos
+        if pos < 0:
+            return
+        job.hpos = -1
+        heap = self._heap
+        last = heap.pop()
+        if last is job:
+            return
+        if pos > 0:
+            parent = heap[(pos - 1) >> 1]
+            if last.awake < parent.awake or (last.awake == parent.awake and last.seq < parent.seq):
+                self._up(pos, last)
+                return
+        self._down(pos, last)
 
     @property
     def timer_entries(self) -> int:
-        """Heap entries held, stale ones included (a rebuild's two heaps and the old one's rest)."""
-        return len(self._heap) + len(self._next or ()) + len(self._old)
+        """Jobs in the heap, one slot each (INFO memory's timer_heap_entries)."""
+        return len(self._heap)
 
     @property
     def rebuilding(self) -> bool:
-        return self._next is not None
+        return False  # (a heap of stale entries was once rebuilt a slice at a time; none is now)
 
-    def _carry(self) -> None:
-        """Move the rebuild on by REBUILD_SLICE jobs; swap the heaps when it is done."""
-        new = self._next
-        assert new is not None
-        todo = self._todo
-        for _ in range(REBUILD_SLICE):
-            while not todo:
-                if self._shard_at == SHARDS:
-                    self._old, self._heap, self._next = self._heap, new, None
-                    self.rebuilds += 1
-                    return
-                todo = self._todo = list(self._shards[self._shard_at].values())
-                self._shard_at += 1
-            job = todo.pop()
-            if job.awake:
-                heapq.heappush(new, (job.awake, job))
-
-    def _live_top(self) -> tuple[int, Job] | None:
-        heap = self._heap
-        shards = self._shards
-        while heap:
-            entry = heap[0]
-            job = entry[1]
-            if entry[0] == job.awake and shards[hash(job.id) & _MASK].get(job.id) is job:
-                return entry
-            heapq.heappop(heap)
-        return None
+    def _registered(self, job: Job) -> bool:
+        return self._shards[hash(job.id) & _MASK].get(job.id) is job
 
     def next_awake(self) -> int | None:
-        top = self._live_top()
-        return top[0] if top else None
+        heap = self._heap
+        while heap:
+            job = heap[0]
+            if self._registered(job):
+                return job.awake
+            self._unschedule(job)  # scheduled while not registered: nothing to wake
+        return None
 
     def pop_due(self, now: int, limit: int = 10000) -> list[Job]:
         """Jobs whose wake-up time has come, earliest first (at most ``limit``).
 
-        Their heap entries are consumed; the caller must reschedule each job
+        They leave the heap (``awake`` 0); the caller must reschedule each job
         (or unregister it) after processing.
         """
         due: list[Job] = []
         heap = self._heap
-        while len(due) < limit:
-            top = self._live_top()
-            if top is None or top[0] > now:
+        while heap and len(due) < limit:
+            job = heap[0]
+            if job.awake > now:
                 break
-            heapq.heappop(heap)
-            job = top[1]
-            job.awake = 0
-            due.append(job)
+            self._unschedule(job)
+            if self._registered(job):
+                due.append(job)
         return due
 
     # -- scanning (JSCAN) ------------------------------------------------------

@@ -1,8 +1,8 @@
 """The job table and the wake-up schedule (``core/store.py``), against a plain model.
 
 The store's promises: ``pop_due`` returns each due job once, earliest first, and
-never a job that was unregistered or moved later; the heap is rebuilt a slice
-at a time, so no ``schedule`` call walks the whole table; JSCAN cursors see
+never a job that was unregistered or moved later; the heap holds each scheduled
+job once, in place (no stale entries, nothing to rebuild); JSCAN cursors see
 every job present for the whole scan exactly once.
 """
 
@@ -13,7 +13,7 @@ import random
 import pytest
 
 from disque_py.core.job import Job
-from disque_py.core.store import REBUILD_SLICE, SHARDS, JobStore
+from disque_py.core.store import SHARDS, JobStore
 
 
 def job(i: int) -> Job:
@@ -45,18 +45,26 @@ def test_table_lookups_count_and_duplicates():
     assert len(used) > SHARDS // 2  # IDs spread over the shards
 
 
+def _heap_ok(store: JobStore) -> None:
+    """The heap's invariant: every job knows its index, and no child comes before its parent."""
+    heap = store._heap
+    for i, j in enumerate(heap):
+        assert j.hpos == i and j.awake > 0
+        if i:
+            parent = heap[(i - 1) >> 1]
+            assert (parent.awake, parent.seq) <= (j.awake, j.seq)
+
+
 @pytest.mark.parametrize("seed", range(8))
-def test_schedule_matches_a_model_through_rebuilds(seed):
-    """Random schedules, reschedules, unregistrations and pops, with enough stale
-    entries to rebuild the heap several times: what pop_due returns is exactly what
-    a dict of wake-up times says is due, in time order."""
+def test_schedule_matches_a_model(seed):
+    """Random schedules, reschedules (earlier and later), unregistrations and pops: what pop_due
+    returns is exactly what a dict of wake-up times says is due, in time order, and the heap
+    holds each scheduled job exactly once."""
     rng = random.Random(seed)
     store = JobStore()
     model: dict[bytes, int] = {}  # job ID -> wake-up time, for scheduled and registered jobs
     live: list[Job] = []
     now = 1000
-    rebuilds = 0
-    was_rebuilding = False
     for step in range(30_000):
         r = rng.random()
         if r < 0.12 or not live:
@@ -65,7 +73,6 @@ def test_schedule_matches_a_model_through_rebuilds(seed):
             live.append(j)
         elif r < 0.75:
             j = rng.choice(live)
-            # far-off wake-ups (TTLs) leave stale entries that only a rebuild removes
             at = now + (rng.randint(1, 400) if rng.random() < 0.5 else rng.randint(10**6, 2 * 10**6))
             store.schedule(j, at)
             model[j.id] = at
@@ -75,6 +82,7 @@ def test_schedule_matches_a_model_through_rebuilds(seed):
             j = live.pop()
             store.unregister(j)
             model.pop(j.id, None)
+            assert j.hpos == -1 and j.awake == 0
         else:
             now += rng.randint(0, 60)
             limit = rng.choice((3, 10000))
@@ -85,42 +93,35 @@ def test_schedule_matches_a_model_through_rebuilds(seed):
             assert [(model[j.id], j.seq) for j in due] == expected[: len(due)]
             for j in due:
                 del model[j.id]  # taken: not scheduled until the caller says so
-        if store.rebuilding and not was_rebuilding:
-            rebuilds += 1
-        was_rebuilding = store.rebuilding
+        assert store.timer_entries == len(model)  # one slot per scheduled job, no stale entries
+        if step % 1000 == 0:
+            _heap_ok(store)
         assert store.next_awake() == (min(model.values()) if model else None)
-    assert rebuilds >= 2
+    _heap_ok(store)
 
 
-def test_a_rebuild_moves_a_slice_per_call_and_frees_the_old_heap_gradually():
+def test_rescheduling_never_grows_the_heap():
+    """A job rescheduled many times takes one slot (the old heap kept one entry per scheduling,
+    stale ones included, and had to be rebuilt); a job scheduled before it was registered, or
+    unregistered, is never returned."""
     store, jobs = scheduled(20_000, 5000)
-    assert (store.timer_entries, store.rebuilds) == (len(jobs), 0)
-    n = 0
-    while not store.rebuilding:  # reschedules leave stale entries behind
-        store.schedule(jobs[n % len(jobs)], 6000 + n)
-        n += 1
-    assert store.timer_entries > 2 * len(jobs)
-    sizes = []
-    calls = 0
-    while store.rebuilding:
-        before = len(store._next)
-        store.schedule(jobs[calls % 100], 100_000 + calls)
-        calls += 1
-        if store.rebuilding:
-            sizes.append(len(store._next) - before)
-    # each call carries at most a slice of the table (plus its own entry), never the whole of it
-    assert max(sizes) <= REBUILD_SLICE + 1
-    assert calls >= len(jobs) // (REBUILD_SLICE + 1)
-    assert len(store._heap) < 2 * len(jobs)  # the new heap: live entries, not the stale pile
-    assert store._old  # the replaced heap is let go over the next calls
-    assert store.rebuilds == 1
-    while store._old:
-        store.schedule(jobs[calls % 100], 200_000 + calls)
-        calls += 1
-    assert store.timer_entries < 2 * len(jobs)  # what INFO memory shows as timer_heap_entries
+    for n in range(60_000):
+        store.schedule(jobs[n % len(jobs)], 6000 + (n * 7919) % 50_000)
+    assert store.timer_entries == len(jobs) and store.rebuilds == 0 and not store.rebuilding
+    _heap_ok(store)
+    stray = job(10**6)
+    store.schedule(stray, 1)  # not registered: skipped when due
+    gone = jobs[5]
+    store.unregister(gone)
     due = store.pop_due(10**9, limit=10**6)
-    assert sorted(j.seq for j in due) == sorted(j.seq for j in jobs)  # each job once, none lost
-    assert [j.awake for j in due] == [0] * len(jobs)
+    assert stray not in due and gone not in due
+    assert sorted(j.seq for j in due) == sorted(j.seq for j in jobs if j is not gone)  # each once
+    assert [j.awake for j in due] == [0] * len(due) and store.timer_entries == 0
+    late = job(10**6 + 1)
+    store.schedule(late, 700)  # scheduled, then registered: its tie-break (seq) changes in place
+    store.register(late)
+    _heap_ok(store)
+    assert store.pop_due(700) == [late]
 
 
 def test_scan_cursors_return_every_job_present_for_the_whole_scan_once():
@@ -150,13 +151,13 @@ def test_scan_cursors_return_every_job_present_for_the_whole_scan_once():
     assert list(JobStore().scan_from(0)) == []
 
 
-def test_clear_forgets_jobs_and_any_rebuild():
+def test_clear_forgets_every_job_and_its_wake_up():
     store, jobs = scheduled(3000, 10)
     for k in range(4000):
         store.schedule(jobs[k % 3000], 20 + k)
     store.clear()
     assert len(store) == 0 and store.next_awake() is None and not store.rebuilding
-    assert all(j.awake == 0 for j in jobs)
+    assert all(j.awake == 0 and j.hpos == -1 for j in jobs) and store.timer_entries == 0
     store.register(jobs[0])
     store.schedule(jobs[0], 50)
     assert store.pop_due(50) == [jobs[0]]
