@@ -190,11 +190,11 @@ class JobStore:
                     other = sibling
             if at < other.awake or (at == other.awake and seq <= other.seq):
                 break
-            heap[pos] = other
             other.hpos = pos
+            heap[pos] = other
             pos = child
-        heap[pos] = job
         job.hpos = pos
+        heap[pos] = job
 
     def _unschedule(self, job: Job) -> None:
         """Take ``job`` out of the heap (if it is in it); its wake-up is 0."""
