@@ -2,8 +2,8 @@
 
 Why a policy at all
 -------------------
-Every stored job is a container the collector tracks (the ``Job`` and its
-timer heap entries). CPython's generational collector examines what survives
+Every stored job is a container the collector tracks (the ``Job``; once, its
+timer heap entries too). CPython's generational collector examines what survives
 again and again: a young collection looks at the objects allocated since the
 last one; their survivors move to generation 1, which is examined whole every
 20 young collections (with our old thresholds, up to a million objects in one
