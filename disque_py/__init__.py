@@ -1,9 +1,12 @@
 """disque-py: a distributed, in-memory job broker compatible with Disque 1.0-rc1.
 
 The client library is importable from here (lazily, so running a node does
-not load it): ``disque_py.Client``, ``disque_py.Worker``, ``disque_py.Job``,
-the exceptions (``disque_py.DisqueError``...). The trio client is
-``disque_py.aio.Client``. See docs/CLIENT.md.
+not load it): ``disque_py.Client`` (blocking), ``disque_py.AsyncClient`` (trio; also
+``disque_py.aio.Client``), ``disque_py.Worker``, ``disque_py.ClientConfig``, ``disque_py.Job``,
+the exceptions (``disque_py.DisqueError``...). See docs/CLIENT.md.
+
+The package's root holds only what a user imports; the programs an operator runs (``disque-py
+server|cli|top|dead|worker|cluster|gen-certs|check-aof``) live in ``disque_py.cli``.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ __version__ = "0.1.0"
 DISQUE_COMPAT_VERSION = "1.0-rc1"
 
 _CLIENT_NAMES = (
-    "Client", "Worker", "WorkerStats", "current_worker", "Job", "HelloInfo", "NodeInfo", "DeadLetter",
+    "Client", "AsyncClient", "ClientConfig", "Worker", "WorkerStats", "current_worker", "Job", "HelloInfo", "NodeInfo", "DeadLetter",
     "Backoff", "Affinity", "DisqueError", "ServerError", "CommandError", "NoReplicationError",
     "QueueFullError", "PausedError", "LeavingError", "NoJobError", "BadIdError", "TooLateError",
     "AckedError", "AuthError", "ConnectionLost", "ReplyTimeout", "NoNodeAvailable", "BatchError",

@@ -66,7 +66,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Callable, Iterable, NamedTuple, Sequence
 
-from .globmatch import glob_match
+from .util.globmatch import glob_match
 
 __all__ = [
     "AUTHPASS_MAX_LEN",

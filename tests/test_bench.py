@@ -272,7 +272,7 @@ def test_the_benchmarks_are_not_in_the_installed_package(tmp_path):
     if out.returncode != 0:
         pytest.skip("pip could not build the package here: %s" % out.stderr.strip()[-500:])
     installed = sorted(str(p.relative_to(target)) for p in target.rglob("*.py"))
-    assert "disque_py/launcher.py" in installed and "disque_py/devcluster.py" in installed
+    assert "disque_py/cli/launcher.py" in installed and "disque_py/cli/devcluster.py" in installed
     assert not [p for p in installed if "bench" in p or p.startswith("benchmarks")], installed
 
 

@@ -22,8 +22,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
-from disque_py.certs import FILES, CertError, make_bundle, write_bundle
-from disque_py.commandline import main
+from disque_py.cli.certs import FILES, CertError, make_bundle, write_bundle
+from disque_py.cli.app import main
 
 
 def generate(directory: Path, **kw) -> Path:

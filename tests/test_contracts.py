@@ -19,6 +19,10 @@
   or harnesses built on it.
 * The tasks layer (``disque_py.tasks``) is a client of the cluster: it imports the
   client (``disque_py.client``), ``core.ids`` at most, and nothing of a node.
+* The programs an operator runs (``disque_py.cli``: the click entry, ``server``, ``cli``, ``top``,
+  ``dead``, ``worker``, the dev cluster, the launcher, certificates) are the top floor: nothing
+  else of ``disque_py`` imports them. The package's root holds at most 8 modules (what a user
+  imports), and ``disque_py.util``'s leaves import nothing of ``disque_py``.
 * The admin web app (``disque_py.web``) is handed its node (``web.handle.NodeHandle``):
   it imports no part of the shell, and in the shell only ``server.web`` (which serves
   it) imports it.
@@ -46,6 +50,10 @@ RECORDS = "disque_py.persistence.records"
 SPARK = "disque_py.spark"
 WEB = "disque_py.web"
 TASKS = "disque_py.tasks"
+PROGRAMS = "disque_py.cli"
+UTIL = "disque_py.util"
+#: the most modules the package's root may hold (the programs live in disque_py.cli)
+ROOT_MODULES_MAX = 8
 SHELL_PARTS = frozenset(SHELL + "." + p for p in ("clients", "dispatch", "timers", "cluster", "admin"))
 
 
@@ -157,14 +165,14 @@ def breaches(root: Path, packages=PACKAGES) -> list[str]:
         if mod.startswith(SPARK + "."):
             # a client of the cluster: no server, no config; pyspark only where the source lives
             for target in sorted(internal[mod]):
-                if target.startswith((SHELL, "disque_py.config", "disque_py.launcher")):
+                if target.startswith((SHELL, "disque_py.config", "disque_py.cli.launcher")):
                     out.append(f"the Spark source imports {target}: {mod}")
             if "pyspark" in external[mod] and mod != SPARK + ".source":
                 out.append(f"pyspark imported outside {SPARK}.source: {mod}")
         if mod == TASKS or mod.startswith(TASKS + "."):
             # a client of the cluster: the client and itself (core.ids at most), nothing of a node
             for target in sorted(internal[mod]):
-                if not target.startswith((TASKS, "disque_py.client")) and target not in ("disque_py", "disque_py.core.ids", "disque_py.extras"):
+                if not target.startswith((TASKS, "disque_py.client")) and target not in ("disque_py", "disque_py.core.ids", "disque_py.util.extras"):
                     out.append(f"the tasks layer imports {target}: {mod}")
         if mod == WEB or mod.startswith(WEB + "."):
             for target in sorted(internal[mod]):
@@ -174,10 +182,22 @@ def breaches(root: Path, packages=PACKAGES) -> list[str]:
             for target in sorted(internal[mod]):
                 if target == WEB or target.startswith(WEB + "."):
                     out.append(f"the shell's {mod} imports the web app {target}")
+        if not (mod == PROGRAMS or mod.startswith(PROGRAMS + ".")):
+            for target in sorted(internal[mod]):
+                if target == PROGRAMS or target.startswith(PROGRAMS + "."):
+                    out.append(f"{mod} imports the programs' {target}")
+        if mod.startswith(UTIL + "."):
+            for target in sorted(internal[mod]):
+                if target.partition(".")[0] == "disque_py" and target != UTIL:
+                    out.append(f"the leaf {mod} imports {target}")
         if mod.partition(".")[0] == "cluster_bus":
             for target in sorted(internal[mod]):
                 if target.partition(".")[0] == "disque_py":
                     out.append(f"cluster_bus imports {target}: {mod}")
+    top = sorted(m for m in internal if m.startswith("disque_py.") and m.count(".") == 1
+                 and (root / "disque_py" / (m.partition(".")[2] + ".py")).is_file())  # fmt: skip
+    if len(top) + 1 > ROOT_MODULES_MAX:  # + disque_py/__init__.py
+        out.append(f"the package root holds {len(top) + 1} modules (at most {ROOT_MODULES_MAX}): {', '.join(top)}")
     return out
 
 
@@ -279,6 +299,29 @@ def test_a_shell_part_reaching_for_another_or_for_app_is_caught(tmp_path):
         "the shell's disque_py.server.clients imports disque_py.server.dispatch",
         "the shell's disque_py.server.timers imports disque_py.server.app",
     ]
+
+
+def test_an_arrow_up_to_the_programs_a_leaf_that_reaches_and_a_crowded_root_are_caught(tmp_path):
+    files = {
+        "disque_py/cli/__init__.py": "",
+        "disque_py/cli/launcher.py": "from ..client import sync\n",
+        "disque_py/client/__init__.py": "",
+        "disque_py/client/sync.py": "",
+        "disque_py/server/app.py": "from ..cli.launcher import start\n",
+        "disque_py/util/__init__.py": "",
+        "disque_py/util/rss.py": "from ..config import Config\n",
+        "disque_py/config.py": "",
+    }
+    files.update({"disque_py/loose%d.py" % i: "" for i in range(7)})
+    root = _tree(tmp_path, files)
+    assert breaches(root) == [
+        "disque_py.server.app imports the programs' disque_py.cli.launcher",
+        "the leaf disque_py.util.rss imports disque_py.config",
+        "the package root holds 9 modules (at most 8): disque_py.config, disque_py.loose0, disque_py.loose1, "
+        "disque_py.loose2, disque_py.loose3, disque_py.loose4, disque_py.loose5, disque_py.loose6",
+    ]
+    (root / "disque_py" / "loose6.py").unlink()  # eight, __init__.py included: allowed
+    assert not any(line.startswith("the package root") for line in breaches(root))
 
 
 def test_cluster_bus_importing_disque_py_is_caught(tmp_path):

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from disque_py import launcher
-from disque_py.extras import EXTRAS
+from disque_py.cli import launcher
+from disque_py.util.extras import EXTRAS
 
 from .integration.conftest import free_port
 
@@ -70,9 +70,9 @@ def test_the_blocker_refuses_what_it_should(bare_env):
 def test_the_client_worker_and_cli_import_without_the_http_stack(bare_env):
     code = """
 import sys
-import disque_py.client, disque_py.client.aio, disque_py.client.cli_worker
+import disque_py.client, disque_py.client.aio, disque_py.cli.worker
 from disque_py import Client, Worker, Job, DisqueError
-import disque_py.cli, disque_py.commandline, disque_py.top
+import disque_py.cli, disque_py.cli.app, disque_py.cli.top
 loaded = sorted(m for m in sys.modules if m.partition(".")[0] in %r)
 print("loaded:", loaded)
 """ % (BLOCKED,)

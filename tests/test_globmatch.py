@@ -1,4 +1,4 @@
-"""The glob matcher (disque_py/globmatch.py): Redis's pattern syntax, as CONFIG GET and ACL
+"""The glob matcher (disque_py/util/globmatch.py): Redis's pattern syntax, as CONFIG GET and ACL
 queue patterns use it."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from disque_py.globmatch import glob_match
+from disque_py.util.globmatch import glob_match
 
 
 @pytest.mark.parametrize("pattern,string,expected", [

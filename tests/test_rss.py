@@ -1,11 +1,11 @@
-"""The one RSS reader (disque_py/rss.py), on real processes."""
+"""The one RSS reader (disque_py/util/rss.py), on real processes."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 
-from disque_py.rss import rss_bytes
+from disque_py.util.rss import rss_bytes
 
 
 def test_this_process_has_a_resident_set_and_it_grows_with_what_it_touches():

@@ -1,9 +1,9 @@
-"""disque_py.shell's pieces that need no node: how a string is quoted on a terminal (the
+"""disque_py.cli.shell's pieces that need no node: how a string is quoted on a terminal (the
 whole output is compared with redis-cli's against real nodes in tests/integration/test_cli_process.py)."""
 
 from __future__ import annotations
 
-from disque_py.shell import quote
+from disque_py.cli.shell import quote
 
 
 def test_quote_uses_redis_clis_escapes():

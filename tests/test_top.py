@@ -6,7 +6,7 @@ import io
 
 import pytest
 
-from disque_py.top import SORT_KEYS, NodeSample, QueueStat, Sample, compute, parse_nodes, render, sort_queues
+from disque_py.cli.top import SORT_KEYS, NodeSample, QueueStat, Sample, compute, parse_nodes, render, sort_queues
 
 
 def node(node_id: str, at: float, queues: dict[str, QueueStat], *, reachable: bool = True, peers=None) -> NodeSample:
@@ -127,7 +127,7 @@ def test_parse_nodes():
 
 
 def test_a_table_cell_keeps_the_reason_of_an_error_and_the_json_all_of_it():
-    from disque_py.top import short_error
+    from disque_py.cli.top import short_error
 
     long = "cannot connect to 127.0.0.1:7712: Error 111 connecting to 127.0.0.1:7712. Connection refused."
     assert short_error(long) == "connection refused"

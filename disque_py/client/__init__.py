@@ -1,7 +1,7 @@
 """Client library and worker runtime for disque-py (and any Disque 1.0 node).
 
 * :class:`Client` - synchronous, on redis-py (this package's ``sync`` module);
-* :class:`disque_py.aio.Client` - the same API for trio (``aio`` module);
+* :class:`AsyncClient` (also :class:`disque_py.aio.Client`) - the same API for trio (``aio`` module);
 * :class:`Worker` - fetch / handle / ack with flow control, retries,
   dead letters and graceful shutdown (``worker`` module);
 * shared, I/O-free parts: ``commands`` (argv and reply parsing),
@@ -38,6 +38,8 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
         ServerError,
         TooLateError,
     )
+    from .aio import Client as AsyncClient
+    from .config import ClientConfig
     from .model import DeadLetter, HelloInfo, Job, NodeInfo
     from .sync import Client
     from .worker import DEFAULT_DEAD_LETTER, Worker, WorkerStats, current_worker
@@ -47,6 +49,8 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
 # the client at start-up.
 _WHERE = {
     "Client": "sync",
+    "AsyncClient": "aio",
+    "ClientConfig": "config",
     "Worker": "worker",
     "WorkerStats": "worker",
     "current_worker": "worker",
@@ -62,6 +66,9 @@ _WHERE = {
     **dict.fromkeys((n for n in _errors.__all__ if n != "error_from_reply"), "errors"),
 }
 
+#: a name here that its module spells otherwise
+_RENAMED = {"AsyncClient": "Client"}
+
 __all__ = list(_WHERE)
 
 
@@ -69,7 +76,7 @@ def __getattr__(name: str) -> Any:
     module = _WHERE.get(name)
     if module is None:
         raise AttributeError("module 'disque_py.client' has no attribute %r" % name)
-    value = getattr(importlib.import_module("." + module, __name__), name)
+    value = getattr(importlib.import_module("." + module, __name__), _RENAMED.get(name, name))
     globals()[name] = value
     return value
 

@@ -67,7 +67,7 @@ the last one, so guessing costs a new connection every few attempts.
 
 Called by: the admin commands (:mod:`.admin`: AUTH, HELLO, ACL) and the
 dispatcher (:mod:`.dispatch`: :meth:`Acl.check`). It imports only the
-glob matcher (:mod:`disque_py.globmatch`) and the command declarations' type.
+glob matcher (:mod:`disque_py.util.globmatch`) and the command declarations' type.
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ import hmac
 from typing import Callable, Iterable
 
 from ..core.commandspec import ALWAYS, EVERY_QUEUE, FROM_QUEUES, JOB_IDS, QUEUE, CommandSpec
-from ..globmatch import glob_match
+from ..util.globmatch import glob_match
 
 __all__ = [
     "Acl",

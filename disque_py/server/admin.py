@@ -35,7 +35,7 @@ from .._build import describe as build_description
 from ..config import ConfigError, config_get, config_set, rewrite_config
 from ..core.commandspec import ALWAYS, CommandSpec, bind
 from ..core.replies import OK, Error, Status, err, syntax_error
-from ..rss import rss_bytes
+from ..util.rss import rss_bytes
 from . import faults, gcpolicy
 from .acl import AUTH_FAILURE_LIMIT, WRONGPASS, Acl, AclError
 from .cmdstats import CommandStats

@@ -20,7 +20,7 @@ It also keeps the core's memory level (``core/memory.py``) current:
 every ``MEMORY_MEASURE_MS`` (the commands are what make memory grow, so the
 level an ADDJOB reads is at most that old), from the cron every 100 ms, and
 at once when CONFIG SET changes ``maxmemory``. It reads the RSS
-(:func:`disque_py.rss.rss_bytes`, at most every ``RSS_MEASURE_MS``; shown in INFO, not
+(:func:`disque_py.util.rss.rss_bytes`, at most every ``RSS_MEASURE_MS``; shown in INFO, not
 read by the policy: see ``core/memory.py``), logs each level crossed, up
 and down, and while the level is 2 or more lets the core free what it can.
 The -OOM refusal itself is the core's (``Node`` swaps its command table at
@@ -51,7 +51,7 @@ from cluster_bus.codec import encode_data_item
 from ..core.memory import LEVEL_NAMES, THRESHOLDS
 from ..core.messages import moves_to_watch
 from ..core.replies import Error
-from ..rss import rss_bytes
+from ..util.rss import rss_bytes
 from .acl import Acl
 from .cmdstats import CommandStats
 from .connection import PERMS_UNSET

@@ -27,7 +27,7 @@ import trio
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from .. import deadletters
+from ..client import deadletters
 from ..core.ids import valid_job_id
 from ..core.replies import Error, NullArray, Status
 from .access import Caller

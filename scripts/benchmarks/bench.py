@@ -148,7 +148,7 @@ model, Python, redis-benchmark version, git commit) and the exact commands go
 to a JSON file (``bench-results/`` of the checkout this file is in by default,
 or ``--write FILE``). Every process started is stopped on exit, even on Ctrl-C
 or SIGTERM. Node processes are started, awaited and stopped by
-:mod:`disque_py.launcher`, like the test suite's and ``scripts/cluster``'s.
+:mod:`disque_py.cli.launcher`, like the test suite's and ``scripts/cluster``'s.
 
 The harness lives in ``scripts/benchmarks/``, outside the installed package:
 ``scripts/bench`` runs it as the ``benchmarks`` package with ``scripts/`` on

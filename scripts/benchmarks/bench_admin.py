@@ -56,7 +56,7 @@ from typing import Any
 
 import redis
 
-from disque_py import launcher
+from disque_py.cli import launcher
 
 from . import progress
 from .common import CLIENT_CPU, HOST, SERVER_CPU, machine_info, parse_redis_benchmark

@@ -68,11 +68,11 @@ from typing import Any
 
 import hiredis
 
-from disque_py import launcher
+from disque_py.cli import launcher
 from disque_py.core.ids import JobIdGenerator
 from disque_py.core.job import QUEUED
 from disque_py.persistence.records import LoadJob, encode_many
-from disque_py.rss import rss_bytes
+from disque_py.util.rss import rss_bytes
 
 from . import progress
 from .common import (

@@ -43,7 +43,7 @@ from typing import Any
 import redis
 import trio
 
-from disque_py import launcher
+from disque_py.cli import launcher
 from disque_py.client.aio import Client as AioClient
 from disque_py.client.sync import Client
 from disque_py.client.worker import Worker

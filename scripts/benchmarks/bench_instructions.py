@@ -12,7 +12,7 @@ from run to run; this moves by far less).
 Method
 ------
 Each node is ``valgrind --tool=callgrind --callgrind-out-file=... python -m disque_py.cli server
---port P --dir D`` (started, joined and awaited with ``disque_py.launcher``), with
+--port P --dir D`` (started, joined and awaited with ``disque_py.cli.launcher``), with
 ``PYTHONPATH`` = the source tree measured (``--tree``, default this checkout) and
 ``PYTHONHASHSEED=0``; the python is the one running this script (the project's venv). A normal
 (not instrumented) client process drives a fixed load over one connection, waiting for every
@@ -91,7 +91,7 @@ from typing import Callable, Sequence
 
 import hiredis
 
-from disque_py import launcher
+from disque_py.cli import launcher
 from disque_py.protocol.resp import encode_request
 
 HERE = Path(__file__).resolve().parent
@@ -488,8 +488,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.error("need 1 <= --n1 < --n2")
     if a.repeat < 1:
         p.error("--repeat must be at least 1")
-    if not (Path(a.tree) / "disque_py" / "cli.py").is_file():
-        p.error("--tree: %s has no disque_py/cli.py" % a.tree)
+    tree = Path(a.tree) / "disque_py"
+    if not ((tree / "cli" / "__init__.py").is_file() or (tree / "cli.py").is_file()):  # older trees: cli.py
+        p.error("--tree: %s has no disque_py/cli/__init__.py" % a.tree)
     if shutil.which("valgrind") is None:
         p.error("valgrind is not installed (apt-get install valgrind)")
     return a

@@ -26,7 +26,7 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
-from disque_py import launcher
+from disque_py.cli import launcher
 
 from .bench_instructions import SPECS, Conn, jobs_of
 

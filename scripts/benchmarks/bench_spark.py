@@ -45,7 +45,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from disque_py import launcher
+from disque_py.cli import launcher
 from disque_py.client.sync import Client
 
 ROOT = Path(__file__).resolve().parents[2]

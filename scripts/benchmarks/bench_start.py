@@ -39,7 +39,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from disque_py import launcher
+from disque_py.cli import launcher
 
 from .common import HOST, SERVER_CPU, machine_info
 

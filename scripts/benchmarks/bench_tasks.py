@@ -40,7 +40,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from disque_py import launcher
+from disque_py.cli import launcher
 
 from .common import proc_cpu_seconds
 

@@ -9,7 +9,7 @@ Method
 ------
 One disque-py node (``--port P --tls-port P+1``) and one redis-server 7
 (``--port P+2 --tls-port P+3``), both pinned to CPU 0, with certificates made
-by ``disque_py.certs`` (EC P-256, TLS 1.3, client certificates required on
+by ``disque_py.cli.certs`` (EC P-256, TLS 1.3, client certificates required on
 both). ``redis-benchmark`` runs on CPU 1 with 50 clients, unpipelined and with
 -P 32, with and without ``--tls --cacert --cert --key``:
 
@@ -41,8 +41,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from disque_py import launcher
-from disque_py.certs import make_bundle, write_bundle
+from disque_py.cli import launcher
+from disque_py.cli.certs import make_bundle, write_bundle
 
 from . import progress
 from .common import CLIENT_CPU, HOST, SERVER_CPU, machine_info, parse_redis_benchmark

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from disque_py import launcher
+from disque_py.cli import launcher
 
 from .common import BenchBase, BenchError, CHAIN_POLL, HOST, Server, SyncClient, _spread, log
 

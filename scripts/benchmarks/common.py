@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from disque_py import launcher
+from disque_py.cli import launcher
 
 from . import progress
 

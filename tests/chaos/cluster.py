@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from disque_py import launcher
+from disque_py.cli import launcher
 
 from .net import LoopbackNetwork, NetnsNetwork
 

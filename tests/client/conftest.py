@@ -20,7 +20,7 @@ import pytest
 import redis
 import trio
 
-from disque_py import launcher
+from disque_py.cli import launcher
 from tests.integration.conftest import ROOT, NodeProcess, free_port, start_node, wait_for  # noqa: F401
 
 PASSWORD = "s3cret-pw"

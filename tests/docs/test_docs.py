@@ -14,7 +14,7 @@ What runs, and the conventions the docs keep for it:
   on PATH. Ports 7711-7713, 8711-8713 (admin) and 17711 become free ports; a block that starts
   no node of its own gets one (with its admin port, and a job in ``emails`` for the documented
   IDs). ``disque-py server ...`` must come up on its port and stop cleanly on SIGTERM;
-  ``scripts/cluster`` runs as ``python -m disque_py.devcluster`` (the script itself ``cd``s into
+  ``scripts/cluster`` runs as ``python -m disque_py.cli.devcluster`` (the script itself ``cd``s into
   the checkout); redis-cli answers are read with ``--no-raw`` so that errors show as errors.
   A command that cannot run here is skipped with its reason, never silently: by a rule of
   :data:`CANNOT_RUN` (other machines, Spark, package installs, runs of minutes, placeholders), or
@@ -41,9 +41,9 @@ from pathlib import Path
 
 import pytest
 
-from disque_py import launcher
+from disque_py.cli import launcher
 from disque_py.config import DIRECTIVES
-from disque_py.globmatch import glob_match
+from disque_py.util.globmatch import glob_match
 from tests.integration.conftest import ROOT, NodeProcess, _bindable, free_port
 
 pytestmark = pytest.mark.integration
@@ -209,7 +209,7 @@ def substitute(text: str, base: int) -> str:
 def shell_line(text: str, base: int) -> str:
     text = substitute(text, base)
     text = re.sub(r"(^|\s)\.venv/bin/", r"\1%s/" % VENV_BIN, text)
-    text = re.sub(r"(^|\s)scripts/cluster(\s|$)", r"\1%s -m disque_py.devcluster\2" % sys.executable, text)
+    text = re.sub(r"(^|\s)scripts/cluster(\s|$)", r"\1%s -m disque_py.cli.devcluster\2" % sys.executable, text)
     if re.match(r"^\S*python -m disque_py\.devcluster start\b", text) and "--base-port" not in text:
         text = re.sub(r"(disque_py\.devcluster start)", r"\1 --base-port %d" % base, text, count=1)
     text = re.sub(r"(^|\s)redis-cli(\s)", r"\1redis-cli --no-raw\2", text)  # errors read as errors

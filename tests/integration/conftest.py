@@ -4,7 +4,7 @@
 waits (with a deadline) until it answers PING, and stops it with SIGTERM at
 the end, failing the test if it did not exit cleanly. Extra directives can
 be passed through ``start_node(**directives)``. The processes are started,
-awaited and stopped by :mod:`disque_py.launcher`.
+awaited and stopped by :mod:`disque_py.cli.launcher`.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from disque_py import launcher
+from disque_py.cli import launcher
 
 ROOT = Path(__file__).resolve().parents[2]
 

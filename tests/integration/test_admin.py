@@ -126,7 +126,7 @@ def test_config_set_loglevel_and_requirepass_at_runtime(node):
 
 
 def test_scripts_cluster_help_names_scripts_cluster():
-    # the usage line names the command the README gives, not python -m disque_py.devcluster
+    # the usage line names the command the README gives, not python -m disque_py.cli.devcluster
     out = subprocess.run([str(ROOT / "scripts" / "cluster"), "start", "--help"], cwd=ROOT, capture_output=True,
                          text=True, timeout=60)  # fmt: skip
     assert out.returncode == 0, out.stderr
@@ -139,7 +139,7 @@ def test_scripts_cluster_start_status_stop(tmp_path):
         pytest.skip("bash not available")
     base = consecutive_free_ports(2)  # two nodes: base and base + 1
     env = dict(os.environ)
-    cmd = [sys.executable, "-m", "disque_py.devcluster"]
+    cmd = [sys.executable, "-m", "disque_py.cli.devcluster"]
     out = subprocess.run(cmd + ["start", "2", "--base-port", str(base)], cwd=tmp_path, env=env,
                          capture_output=True, text=True, timeout=60)  # fmt: skip
     try:

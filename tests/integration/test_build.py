@@ -126,7 +126,7 @@ def test_scripts_cluster_start_runs_the_compiled_build(tmp_path):
                            timeout=60)  # fmt: skip
     assert build.returncode == 0 and build.stderr == "", build.stderr  # current: nothing to say
     base = consecutive_free_ports(1)
-    cmd = [sys.executable, "-m", "disque_py.devcluster"]
+    cmd = [sys.executable, "-m", "disque_py.cli.devcluster"]
     out = subprocess.run(cmd + ["start", "1", "--base-port", str(base)], cwd=tmp_path, env=env,
                          capture_output=True, text=True, timeout=60)  # fmt: skip
     try:

@@ -6,7 +6,7 @@ import socket
 import subprocess
 import sys
 
-from disque_py import launcher
+from disque_py.cli import launcher
 
 from .conftest import ROOT, free_port, wait_for
 

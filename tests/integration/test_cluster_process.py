@@ -12,7 +12,7 @@ import sys
 import pytest
 import redis
 
-from disque_py import launcher
+from disque_py.cli import launcher
 
 from .conftest import NodeProcess, consecutive_free_ports, wait_for
 

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from disque_py import launcher
+from disque_py.cli import launcher
 
 from .conftest import ROOT, wait_for
 

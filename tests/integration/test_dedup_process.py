@@ -17,7 +17,7 @@ import redis
 import trio
 
 from disque_py import Client, ConnectionLost, NoNodeAvailable, NoReplicationError
-from disque_py import launcher
+from disque_py.cli import launcher
 from disque_py.aio import Client as AioClient
 from disque_py.core.ids import dedup_job_id
 

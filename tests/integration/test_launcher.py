@@ -1,4 +1,4 @@
-"""disque_py.launcher: the one way node processes are started, awaited, joined and stopped."""
+"""disque_py.cli.launcher: the one way node processes are started, awaited, joined and stopped."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from disque_py import launcher
+from disque_py.cli import launcher
 
 from .conftest import free_port, wait_for
 

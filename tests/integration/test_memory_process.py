@@ -9,7 +9,7 @@ import re
 import pytest
 import redis
 
-from disque_py import launcher
+from disque_py.cli import launcher
 
 from .conftest import wait_for
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from disque_py import launcher
+from disque_py.cli import launcher
 
 from .conftest import free_port
 
@@ -28,16 +28,16 @@ pytestmark = pytest.mark.integration
 NOT_AT_START = (
     "redis",  # redis-py: the client side only
     "disque_py.client",
-    "disque_py.commandline",  # the click command line: every command but `server` (servercmd)
+    "disque_py.cli.app",  # the click command line: every command but `server` (cli/server.py)
     "click",
     "cryptography",  # the bus's HMAC and HKDF: only once a link authenticates (cluster-secret)
-    "disque_py.deadcmd",
-    "disque_py.deadletters",
-    "disque_py.shell",
-    "disque_py.top",
+    "disque_py.cli.dead",
+    "disque_py.client.deadletters",
+    "disque_py.cli.shell",
+    "disque_py.cli.top",
     "disque_py.tasks",
-    "disque_py.devcluster",
-    "disque_py.certs",
+    "disque_py.cli.devcluster",
+    "disque_py.cli.certs",
     "disque_py.persistence.loader",  # the AOF machinery: only with an AOF
     "disque_py.persistence.journal",
     "disque_py.persistence.records",

@@ -16,7 +16,7 @@ import redis
 import trio
 from cryptography import x509
 
-from disque_py import launcher
+from disque_py.cli import launcher
 from disque_py.client.aio import Client as AioClient
 from disque_py.client.errors import NoNodeAvailable
 from disque_py.client.sync import Client

@@ -17,7 +17,7 @@ import redis
 from cluster_bus.codec import InitiatorHandshake, encode_message, frame
 from cluster_bus.messages import BUS_PORT_OFFSET, Meet
 
-from disque_py import launcher
+from disque_py.cli import launcher
 
 from .conftest import ROOT, NodeProcess, free_port, wait_for
 

@@ -12,8 +12,8 @@ import pytest
 import trio
 from click.testing import CliRunner
 
-from disque_py import launcher
-from disque_py.commandline import main as cli_main
+from disque_py.cli import launcher
+from disque_py.cli.app import main as cli_main
 from disque_py.client.aio import Client as AioClient
 from disque_py.client.errors import AuthError
 from disque_py.client.sync import Client

@@ -15,8 +15,8 @@ import time
 import pytest
 from click.testing import CliRunner
 
-from disque_py import launcher
-from disque_py.commandline import main
+from disque_py.cli import launcher
+from disque_py.cli.app import main
 
 from .conftest import ROOT, wait_for
 

@@ -21,7 +21,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from disque_py import launcher
+from disque_py.cli import launcher
 from disque_py.persistence.records import LoadJob, RecordReader
 
 from ..integration.conftest import ROOT, NodeProcess, start_node, wait_for  # noqa: F401  (fixture)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from disque_py.commandline import main
+from disque_py.cli.app import main
 from disque_py.core.ids import JobIdGenerator
 from disque_py.core.job import ACTIVE, QUEUED
 from disque_py.persistence import records as R

@@ -17,7 +17,7 @@ from pathlib import Path
 import msgpack
 import pytest
 
-from disque_py import launcher
+from disque_py.cli import launcher
 from disque_py.core.ids import dead_letter_id
 from disque_py.persistence.records import JobExtra, RecordReader
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from disque_py import launcher
+from disque_py.cli import launcher
 from tests.integration.conftest import ROOT, NodeProcess, free_port
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))

@@ -26,7 +26,7 @@ from collections import defaultdict
 
 import pytest
 
-from disque_py import launcher
+from disque_py.cli import launcher
 from tests.integration.conftest import ROOT, wait_for
 
 pytestmark = pytest.mark.integration

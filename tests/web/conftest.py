@@ -19,7 +19,7 @@ from urllib.parse import quote
 
 import pytest
 
-from disque_py import launcher
+from disque_py.cli import launcher
 from tests.integration.conftest import NodeProcess, free_port, wait_for  # noqa: F401
 from tests.integration.conftest import node as node  # noqa: F401 - fixtures
 from tests.integration.conftest import start_node as start_node  # noqa: F401

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from disque_py import launcher
+from disque_py.cli import launcher
 from tests.integration.conftest import wait_for
 from tests.integration.test_protected_mode import outside as outside  # noqa: F401 - a fixture
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from disque_py import launcher
+from disque_py.cli import launcher
 from tests.integration.conftest import free_port
 from tests.web.conftest import http
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from disque_py import launcher
+from disque_py.cli import launcher
 from tests.integration.conftest import wait_for
 
 from .conftest import admin_port, free_port, http

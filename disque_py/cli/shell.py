@@ -380,7 +380,7 @@ def _admin_port_of(host: str, port: int, timeout: float) -> int | None:
     return None
 
 
-# scripts/cluster (disque_py/devcluster.py) and the README put a node's admin port at its client port + 1000;
+# scripts/cluster (disque_py/cli/devcluster.py) and the README put a node's admin port at its client port + 1000;
 # the cluster bus is always at the client port + 10000 (cluster_bus, BUS_PORT_OFFSET)
 _ADMIN_OFFSET = 1000
 _BUS_OFFSET = 10000

@@ -7,7 +7,7 @@ cluster is asked ``JSCAN ... REPLY all`` (a job lives on several nodes, so what 
 is merged by job ID, the queued copy preferred), and what is not a dead letter, or is
 already acknowledged, is left out.
 
-This module does no I/O. ``disque-py dead`` (``deadcmd.py``, sync connections) and the
+This module does no I/O. ``disque-py dead`` (``cli/dead.py``, sync connections) and the
 admin web app (``web/api.py``, trio) both drive the same steps:
 
 * :func:`scan` is a generator that yields a pipeline (a list of argvs) for one node and

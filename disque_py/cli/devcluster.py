@@ -3,13 +3,13 @@
 Used by ``scripts/cluster``. Each node gets ``run/node-<port>/`` with its
 log, pid file and cluster config file, and runs detached from the terminal
 so the command returns once every node answers PING. Processes are started,
-awaited and stopped by :mod:`disque_py.launcher`.
+awaited and stopped by :mod:`disque_py.cli.launcher`.
 
     scripts/cluster start [N] [--base-port 7711]
     scripts/cluster status
     scripts/cluster stop
 
-(``scripts/cluster`` runs ``python -m disque_py.devcluster`` in the checkout's venv; its help and
+(``scripts/cluster`` runs ``python -m disque_py.cli.devcluster`` in the checkout's venv; its help and
 usage lines name ``scripts/cluster``, the command the README gives.)
 """
 

@@ -52,8 +52,8 @@ def load_target(spec: str) -> Any:
 def _unreachable(seeds: list[str], timeout: float) -> list[str]:
     """Why each seed cannot be used, in one line each (empty: every seed answers RESP). The
     shell's probe tells a refused port from an admin (HTTP) port or a cluster bus port."""
-    from ..shell import Connection, ConnectFailed
-    from .cluster import parse_address
+    from .shell import Connection, ConnectFailed
+    from ..client.cluster import parse_address
 
     out = []
     for seed in seeds:
@@ -234,9 +234,9 @@ def worker(
       disque-py worker myapp.tasks:resize -q images -n 10.0.0.1:7711 -n 10.0.0.2:7711 -c 8
       disque-py worker myapp.tasks:app --queues math,emails -c 16 --metrics-port 9101
     """
-    from .sync import Client
-    from .cluster import Backoff
-    from .worker import DEFAULT_DEAD_LETTER, Worker
+    from ..client.sync import Client
+    from ..client.cluster import Backoff
+    from ..client.worker import DEFAULT_DEAD_LETTER, Worker
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     target = load_target(handler)
@@ -282,7 +282,7 @@ def worker(
         from ..tasks.runner import make_worker, serve_metrics
 
         if metrics_port is not None:
-            from ..extras import install_hint
+            from ..util.extras import install_hint
 
             hint = install_hint("admin", "--metrics-port")
             if hint:

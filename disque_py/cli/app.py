@@ -16,7 +16,7 @@ import sys
 
 import click
 
-from . import __version__
+from .. import __version__
 
 CONTEXT = {"help_option_names": ["--help"], "max_content_width": 100}
 
@@ -25,7 +25,7 @@ class _Commands(click.Group):
     """The command group, with the commands that live in other modules imported when asked for (run or
     listed by --help): `disque-py server` starts a node without loading the client library."""
 
-    LAZY = {"worker": ("disque_py.client.cli_worker", "worker"), "dead": ("disque_py.deadcmd", "dead")}
+    LAZY = {"worker": ("disque_py.cli.worker", "worker"), "dead": ("disque_py.cli.dead", "dead")}
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*self.commands, *self.LAZY})
@@ -68,7 +68,7 @@ def server(args: tuple[str, ...]) -> None:
       disque-py server --port 7712 --dir /tmp/node2 --loglevel verbose
       disque-py server disque.conf --requirepass s3cret --maxclients 500
     """
-    from .servercmd import serve
+    from .server import serve
 
     serve(args)
 
@@ -462,7 +462,7 @@ def check_aof(file: str, fix: bool, yes: bool, progress: bool | None) -> None:
       disque-py check-aof --fix disque.aof
       disque-py check-aof --fix --yes disque.aof      (no prompt, for scripts)
     """
-    from .persistence.check import run
+    from ..persistence.check import run
 
     sys.exit(run(file, fix=fix, yes=yes, progress=progress))
 
@@ -511,7 +511,7 @@ def gen_certs(directory: str, dns: tuple[str, ...], ip: tuple[str, ...], client_
     import os
 
     from .certs import CertError, make_bundle, write_bundle
-    from .config import DIRECTIVES
+    from ..config import DIRECTIVES
 
     try:
         bundle = make_bundle(dns=dns, ips=ip, client_name=client_name, days=days, key_type=key_type)
@@ -605,7 +605,7 @@ def top(nodes: str, no_discover: bool, password: str | None, username: str | Non
         raise click.BadParameter("--key needs --cert", param_hint="--key")
     once = once or as_json
     if not as_json:  # the tables are rich's; the JSON is not
-        from .extras import install_hint
+        from ..util.extras import install_hint
 
         hint = install_hint("top", "disque-py top")
         if hint:

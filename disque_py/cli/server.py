@@ -25,9 +25,9 @@ def serve(args: tuple[str, ...] | list[str]) -> None:
     gc.disable()
     import trio
 
-    from .config import ConfigError, load_config
-    from .server.app import run_node
-    from .server.logs import setup_logging
+    from ..config import ConfigError, load_config
+    from ..server.app import run_node
+    from ..server.logs import setup_logging
 
     path = None
     rest = list(args)
@@ -47,7 +47,7 @@ def serve(args: tuple[str, ...] | list[str]) -> None:
     except OSError as exc:
         _fail("Fatal error, can't open config file '%s': %s" % (path, exc.strerror))
     if cfg.admin_port:  # the admin HTTP port is an extra: say so before anything starts
-        from .extras import install_hint
+        from ..util.extras import install_hint
 
         hint = install_hint("admin", "admin-port")
         if hint:
@@ -59,7 +59,7 @@ def serve(args: tuple[str, ...] | list[str]) -> None:
         try:
             trio.run(run_node, cfg)
         except* OSError as group:  # e.g. a port already in use: say it plainly, exit 1
-            from .server.logs import log
+            from ..server.logs import log
 
             for exc in group.exceptions:
                 log.warning("Fatal: %s", exc.strerror if isinstance(exc, OSError) and exc.strerror else exc)

@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from . import deadletters as dl
-from .client.cluster import Address, parse_node_list as parse_nodes
-from .client.config import ClientConfig
-from .client.errors import DisqueError
+from ..client import deadletters as dl
+from ..client.cluster import Address, parse_node_list as parse_nodes
+from ..client.config import ClientConfig
+from ..client.errors import DisqueError
 
 if TYPE_CHECKING:
-    from .client.sync import _Connection
+    from ..client.sync import _Connection
 
 __all__ = ["dead", "Cluster"]
 
@@ -38,7 +38,7 @@ class Cluster:
         self.timeout = timeout
         self.conns: dict[str, _Connection] = {}  # node ID -> connection
         self.problems: list[str] = []  # nodes that could not be asked, and why
-        from .client.sync import _Connection  # here: `disque-py --help` does not load redis-py
+        from ..client.sync import _Connection  # here: `disque-py --help` does not load redis-py
 
         todo = list(seeds)
         seen: set[Address] = set()

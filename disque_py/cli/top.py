@@ -31,12 +31,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .client import commands as cmd
-from .client.cluster import Address, parse_node_list as parse_nodes
-from .client.config import ClientConfig
-from .client.errors import DisqueError
-from .client.model import decode_name
-from .client.sync import _Connection
+from ..client import commands as cmd
+from ..client.cluster import Address, parse_node_list as parse_nodes
+from ..client.config import ClientConfig
+from ..client.errors import DisqueError
+from ..client.model import decode_name
+from ..client.sync import _Connection
 
 __all__ = [
     "Collector", "NodeSample", "QueueStat", "Sample", "View", "QueueRow", "NodeRow", "compute", "sort_queues",
