@@ -17,7 +17,7 @@ What a node sends is that wire form itself, a plain tuple: the builders
 arrives is typed: a sent message is never read by its fields (the shell
 encodes it, ``on_moves_unsent`` reads it by index), and building a typed one
 on both sides cost twice the ~110 ns a type's construction costs over a plain
-tuple, 11 times per job at REPLICATE 3 (BENCHMARKS.md, "The house rebuilt").
+tuple, 11 times per job at REPLICATE 3 (docs/benchmarks-history.md, "The house rebuilt").
 
 Three kinds have an optional trailing field, so each has two types, one per
 wire shape: ``SetAck`` / ``SetAckTwoCopies`` (SETACK id 2 True: "I am your

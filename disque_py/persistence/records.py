@@ -350,7 +350,7 @@ def encode_job(job: Job, wall_offset: int, _crc=zlib.crc32) -> bytes:
     """``encode_loadjob(load_job_record(job, wall_offset))``, the same bytes, in one step.
 
     The AOF's hot path (every job written goes through it): no intermediate record, one
-    format for the framing, the holders' element cached by tuple (BENCHMARKS.md, "AOF")."""
+    format for the framing, the holders' element cached by tuple (docs/benchmarks-history.md, "The append only file")."""
     requeue = job.next_at
     numbers = b"%d %d %d %d %d %d %d %d %d" % (
         job.repl, job.flags, job.ctime, job.etime + wall_offset, job.delay, job.retry, job.nacks,

@@ -21,7 +21,7 @@ replies with one ``send`` per client. This is Redis's own design: a request that
 once costs a ``recv`` and a ``send``, not a trio task switch, a checkpoint
 and an epoll registration change as a task per connection did (measured:
 ~30k unpipelined ADDJOB/s with a task per client against ~50k with one
-loop, same core, see BENCHMARKS.md). Other trio tasks (the cluster bus's
+loop, same core; docs/benchmarks-history.md, "Single node"). Other trio tasks (the cluster bus's
 handshakes, the cron) run between two batches of clients. When none of
 them has anything to do, the loop waits in its epoll directly instead of
 through trio, which saves a scheduler round per wake-up (:mod:`.waiting`);

@@ -46,7 +46,7 @@ The policy
   stops once a day; one that leaks is swept hourly, as before.
 
 The longest pause is now a young collection: about 2 ms with the threshold
-below, however many jobs the node holds (BENCHMARKS.md, "Garbage collector").
+below, however many jobs the node holds (docs/benchmarks-history.md, "Garbage collector").
 ``DISQUE_PY_GC_THRESHOLDS=a,b,c`` restores CPython's plain generational
 collector with those thresholds and no freezing (to compare).
 

@@ -6,8 +6,8 @@ trio re-arms its one-shot registration of that descriptor (an
 ``epoll_ctl``), waits in its own epoll, processes the event, reschedules
 the task and switches to it. On a node that is woken thousands of times a
 second by single requests, that round is a large share of the work
-(measured: 46-47 µs of node CPU per unpipelined PING with it, 36-39 µs without; see
-BENCHMARKS.md).
+(measured: 46-47 µs of node CPU per unpipelined PING with it, 36-39 µs without;
+docs/benchmarks-history.md, "Direct waiting in the client loop").
 
 :class:`DirectWait` skips the round when it cannot matter. Trio's own epoll
 descriptor is added to the loop's epoll, and an instrument records which

@@ -55,7 +55,7 @@ slot at once; a waiting ADDJOB holds up its own slot only.
 
 Two schedulers whose ADDJOBs reach two nodes at the same moment may both make the job: it
 has the same ID on both, their copies merge into one job, and one of the two nodes keeps it
-queued (README.md, "jobs added once"; ``disque_py/core/dedup.py``). The copies keep the body their
+queued (README.md, "Jobs that fail well, and jobs added once"; ``disque_py/core/dedup.py``). The copies keep the body their
 creator sent, which for a periodic slot is the same task with the same (no) arguments.
 
 Threads

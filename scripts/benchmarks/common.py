@@ -561,7 +561,7 @@ def machine_info(python: str) -> dict[str, Any]:
         "cpu_model": model,
         "kernel": platform.release(),
         "python": _run([python, "-c", "import sys; print(sys.version.split()[0])"]) or platform.python_version(),
-        # which build: the same version runs 20-30 % apart between builds (BENCHMARKS.md, "Interpreter build")
+        # which build: the same version runs 20-30 % apart between builds (docs/benchmarks-history.md, "Interpreter build")
         "interpreter": os.path.realpath(shutil.which(python) or python),
         "redis_benchmark": _run(["redis-benchmark", "--version"]),
         "redis_server": _run(["redis-server", "--version"]),
