@@ -76,7 +76,7 @@ def test_send_result_error_and_group(app, run_worker):
         g.results(timeout=10)
     values = g.results(timeout=0, return_exceptions=True)
     assert values[:2] == [3, 7] and values[3] == 11 and isinstance(values[2], TaskError)
-    with pytest.raises(NoResult):
+    with pytest.raises(NoResult, match=r"was sent without a result \(result_ttl=0\)"):
         add.send_with(args=(1, 1), result_ttl=0).result(timeout=1)
 
 
@@ -162,7 +162,7 @@ def test_result_timeout_and_dedup_send(app, node):
         return a + b
 
     ref = add.send(1, 2)  # no worker: no result
-    with pytest.raises(ResultTimeout):
+    with pytest.raises(ResultTimeout, match="no result for task .* within 0.2 s"):
         ref.result(timeout=0.2)
     assert not ref.done()
     first = add.send_with(args=(1, 2), dedup="add-1-2", delay=60)
