@@ -23,19 +23,19 @@ def test_totals_line_read_and_summary_accepted_alone():
     assert parse_totals(CALLGRIND_TAIL) == 1582662712
     assert parse_totals("events: Ir\nsummary: 77 3\n") == 77
     assert parse_totals(b"totals: 12\nsummary: 99\n") == 12
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="no totals: or summary: line"):
         parse_totals(b"events: Ir\nfn=main\n0 5\n")
 
 
 def test_per_job_is_the_difference_over_the_extra_jobs():
     assert per_job(1_500_000_000, 1_900_000_000, 500, 3000) == 160_000
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="the second run needs more jobs than the first"):
         per_job(1, 2, 3000, 3000)
     # timers: 4 M instructions per second the nodes were up; the N2 run lasted 10 s longer
     rate = idle_rate(1_500_000_000, 1_520_000_000, 3.0, 8.0)
     assert rate == 4_000_000
     assert per_job(1_500_000_000, 1_940_000_000, 500, 3000, 3.0, 13.0, rate) == 160_000
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="the idle run must last longer"):
         idle_rate(1, 2, 5.0, 5.0)
     assert spread([100.0, 101.0]) == pytest.approx(1 / 100.5)
     assert spread([5.0]) == 0.0
@@ -80,5 +80,5 @@ def test_least_squares_recovers_start_up_per_job_and_rate():
     runs = [(n, w, total(n, w)) for n, w in ((500, 3.0), (3000, 12.0), (500, 8.5), (500, 1.5), (3000, 30.0))]
     start, job, rate = fit(runs)
     assert (start, job, rate) == (pytest.approx(1.4e9), pytest.approx(150_000), pytest.approx(5e6))
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="do not tell jobs from seconds apart"):
         fit([(500, 1.0, 10), (500, 1.0, 11), (500, 1.0, 12)])

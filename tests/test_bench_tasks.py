@@ -3,7 +3,6 @@ few tasks. Speed is not asserted; dramatiq's side needs PyPI and is not run here
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -14,19 +13,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _has_app() -> bool:
-    if importlib.util.find_spec("disque_py.tasks") is None:
-        return False
-    try:
-        from disque_py.tasks import App  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
 @pytest.mark.integration
 @pytest.mark.timeout(120)
-@pytest.mark.skipif(not _has_app(), reason="disque_py.tasks.App is not in this tree yet")
 def test_the_disque_side_runs_and_checks_every_result(tmp_path):
     out = tmp_path / "tasks.json"
     run = subprocess.run(

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 from pathlib import Path
 
 import pytest
 import redis
 
-from tests.integration.conftest import NodeProcess, free_port, wait_for
+from tests.integration.conftest import NodeProcess, free_port, stop_all, wait_for
 
 CHROMIUM = os.environ.get("DISQUE_TEST_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -119,14 +118,6 @@ def join(nodes: list[NodeProcess]) -> None:
         return True
 
     wait_for(meshed, timeout=20, what="%d nodes in a full mesh" % len(nodes))
-
-
-def stop_all(nodes: list[NodeProcess]) -> None:
-    codes = []
-    for n in nodes:
-        codes.append((n.port, n.stop()))
-    bad = [(port, code) for port, code in codes if code not in (0, None, -signal.SIGKILL)]
-    assert not bad, "nodes exited badly: %r" % bad
 
 
 @pytest.fixture(scope="module")

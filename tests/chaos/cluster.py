@@ -211,16 +211,23 @@ class Cluster:
 
     # ------------------------------------------------------------------ the end
 
-    def stop(self) -> None:
-        """Stop every node (SHUTDOWN, then signals) and unmount what was mounted."""
+    def stop(self) -> list[str]:
+        """Stop every node (SHUTDOWN, then SIGTERM, each given 5 s, then SIGKILL) and unmount what
+        was mounted; what did not stop cleanly: a node that had to be killed, or that exited with
+        an error (a run's problems)."""
+        problems = []
         for node in self.nodes:
             self.resume(node)
             if self.alive(node):
-                launcher.stop(node.proc, port=node.port, host=node.host, timeout=5.0)
+                stopped = launcher.stop(node.proc, port=node.port, host=node.host, timeout=5.0)
+                if stopped.forced or stopped.returncode != 0:
+                    problems.append("node n%d did not stop cleanly at the end: %s, exit code %s"
+                                    % (node.index, "killed" if stopped.forced else stopped.how, stopped.returncode))
         for node in self.nodes:
             if node.mounted:
                 subprocess.run(["umount", "-l", str(node.dir)], check=False)
                 node.mounted = False
+        return problems
 
     def logs(self) -> list[Path]:
         return [n.log for n in self.nodes]
@@ -228,8 +235,10 @@ class Cluster:
     def __enter__(self) -> "Cluster":
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        problems = self.stop()
+        if problems and exc_type is None:
+            raise AssertionError("; ".join(problems))
 
 
 def addresses(nodes: Sequence[Node]) -> list[tuple[str, int]]:

@@ -253,7 +253,7 @@ def run(cfg: RunConfig, *, workdir: Path | None = None, log: Callable[[str], Non
                 if e["what"] == "unexpected-exit":
                     problems.append("node n%d exited on its own (code %s)" % (e["nodes"][0], e.get("code")))
         finally:
-            cluster.stop()
+            problems += cluster.stop()  # a node that did not stop on SHUTDOWN or SIGTERM is one
         report = check(history, run_prefix=prefix, acked_left=acked_left, settle_s=settle_s)
         problems = report.problems + [p for p in problems if p not in report.problems]
         actions: dict[str, int] = {}

@@ -13,7 +13,6 @@ and hopes.
 from __future__ import annotations
 
 import itertools
-import signal
 import uuid
 
 import pytest
@@ -21,7 +20,7 @@ import redis
 import trio
 
 from disque_py.cli import launcher
-from tests.integration.conftest import ROOT, NodeProcess, free_port, start_node, wait_for  # noqa: F401
+from tests.integration.conftest import ROOT, NodeProcess, free_port, start_node, stop_all, wait_for  # noqa: F401
 
 PASSWORD = "s3cret-pw"
 
@@ -41,23 +40,6 @@ def start_cluster(base, n: int, **directives) -> list[NodeProcess]:
     if n > 1:
         join(nodes)
     return nodes
-
-
-def stop_all(nodes: list[NodeProcess]) -> None:
-    """Stop every node, then fail if one did not stop cleanly: it had to be killed after
-    SIGTERM, or it exited with an error (a crash the test did not cause). A node the test
-    killed with SIGKILL is fine."""
-    unclean = []
-    for node in nodes:
-        try:
-            code = node.stop()
-        except AssertionError as e:  # had to be SIGKILLed
-            unclean.append("%s\n%s" % (e, node.log()[-4000:]))
-            continue
-        if code not in (0, None, -signal.SIGKILL):
-            unclean.append("node on port %d exited with %s:\n%s" % (node.port, code, node.log()[-4000:]))
-    if unclean:
-        pytest.fail("unclean node shutdown:\n" + "\n\n".join(unclean), pytrace=False)
 
 
 @pytest.fixture(scope="session")

@@ -288,11 +288,11 @@ async def test_delivery_options_and_dead_letters(flavor, node):
 
         with pytest.raises(CommandError, match="RETRY 0"):  # the node's checks: MAXDELIVER on a RETRY 0 job
             await c.add_job(q, b"x", maxdeliver=2, retry=0)
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match="either DEAD or DELAYed, not both"):
             await c.nack(jid, delay=1, dead=True)
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match="backoff min .* is above its max"):
             await c.add_job(q, b"x", backoff=(2, 1))
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match="maxdeliver must be >= 1, got 0"):
             await c.add_job(q, b"x", maxdeliver=0)
     finally:
         await c.aclose()

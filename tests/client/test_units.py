@@ -275,9 +275,9 @@ def test_failure_gate_trips_on_most_jobs_failing_not_on_a_few_poison_jobs():
     delays = [gate.failure("new-%d" % i, 7.0) for i in range(10)]
     assert delays[:7] == [None] * 7 and delays[7] == 1.0  # the 8th new one: 18 of the last 20 failed
     assert gate.state == FailureGate.BACKING_OFF
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="backoff_after must be >= 1"):
         FailureGate(Backoff(), window=0, rng=random.Random())
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"backoff_ratio must be in \(0, 1\]"):
         FailureGate(Backoff(), window=5, rng=random.Random(), ratio=0.0)
 
 
@@ -339,12 +339,14 @@ def test_disque_calls_send_what_they_sent_and_new_options_only_when_given():
         b"NACK", b"D-1", b"DELAY", b"1.235", b"REASON", b"boom")  # fmt: skip
     assert cmd.nack_argv(["D-1"], delay=0.0001) == (b"NACK", b"D-1", b"DELAY", b"0")
     assert cmd.nack_argv(["D-1"], dead=True) == (b"NACK", b"D-1", b"DEAD")
-    for bad in (dict(delay=-1), dict(delay=float("nan")), dict(delay=1, dead=True)):
-        with pytest.raises(ValueError):
+    for bad, why in ((dict(delay=-1), "delay must be a finite number >= 0, got -1"),
+                     (dict(delay=float("nan")), "delay must be a finite number >= 0, got nan"),
+                     (dict(delay=1, dead=True), "either DEAD or DELAYed, not both")):  # fmt: skip
+        with pytest.raises(ValueError, match=why):
             cmd.nack_argv(["D-1"], **bad)
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="delay must be a number of seconds, not str"):
         cmd.nack_argv(["D-1"], delay="1")
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match=r"backoff must be a \(min_seconds, max_seconds\) pair"):
         cmd.addjob_argv("q", b"b", backoff=1)
     # REASON: at most 1024 bytes, never half a character
     assert cmd.cut_reason("é" * 600) == ("é" * 512).encode() and len(cmd.cut_reason("a" + "é" * 600)) == 1023

@@ -72,7 +72,8 @@ def test_set_state_refuses_every_move_the_table_lacks(src):
                 job.set_state(to)
                 assert job.state == to
             else:
-                with pytest.raises(IllegalTransition):
+                move = "%s -> %s is not a legal transition" % (STATE_NAMES[src], STATE_NAMES[to])
+                with pytest.raises(IllegalTransition, match=move):
                     job.set_state(to)
                 assert job.state == src
                 assert illegal_transitions[-1].startswith("job %r: %s -> %s" % (ID, STATE_NAMES[src], STATE_NAMES[to]))

@@ -44,7 +44,7 @@ import pytest
 from disque_py.cli import launcher
 from disque_py.config import DIRECTIVES
 from disque_py.util.globmatch import glob_match
-from tests.integration.conftest import ROOT, NodeProcess, _bindable, free_port
+from tests.integration.conftest import ROOT, NodeProcess, _bindable, fail_unclean, free_port, stop_all, unclean
 
 pytestmark = pytest.mark.integration
 
@@ -254,13 +254,17 @@ def starts_nodes(block: Block) -> bool:
 
 
 def stop_everything_under(path: Path) -> None:
+    """Stop every node a block started (found by its pid file); fail if one had to be killed."""
+    problems = []
     for pidfile in path.rglob("*.pid"):
         try:
             pid = int(pidfile.read_text().strip())
         except (OSError, ValueError):
             continue
         m = re.search(r"node-(\d+)", str(pidfile))
-        launcher.stop(pid, port=int(m.group(1)) if m else None, sig=signal.SIGTERM, timeout=10)
+        stopped = launcher.stop(pid, port=int(m.group(1)) if m else None, sig=signal.SIGTERM, timeout=10)
+        problems.append(unclean("the node of %s" % pidfile.relative_to(path), stopped))
+    fail_unclean(problems)
 
 
 def run_server(argv: list[str], port: int, place: Place) -> str:
@@ -346,9 +350,10 @@ def test_shell_block_runs(block, tmp_path):
         for cmd in runnable:
             run_shell(cmd, place)
     finally:
-        if node is not None:
-            node.stop()
-        stop_everything_under(tmp_path)
+        try:
+            stop_all([node] if node is not None else [])
+        finally:
+            stop_everything_under(tmp_path)
 
 
 # ------------------------------------------------------------------------------ the tour
@@ -419,7 +424,7 @@ def test_the_tour_runs_as_written(block, tmp_path):
             ids = JOB_ID.findall(got)
             last_id = ids[-1] if ids else last_id
     finally:
-        node.stop()
+        stop_all([node])
 
 
 # ------------------------------------------------------------------------------ directives

@@ -2,7 +2,8 @@
 
 ``node`` starts ``disque-py server`` in a subprocess with its own ``dir``,
 waits (with a deadline) until it answers PING, and stops it with SIGTERM at
-the end, failing the test if it did not exit cleanly. Extra directives can
+the end, failing the test if it did not exit cleanly (:func:`stop_all`: a node
+that ignores SIGTERM for 10 s is killed, then fails the test). Extra directives can
 be passed through ``start_node(**directives)``. The processes are started,
 awaited and stopped by :mod:`disque_py.cli.launcher`.
 """
@@ -18,6 +19,7 @@ import socket
 import subprocess
 import time
 from pathlib import Path
+from typing import Iterable
 
 import pytest
 import redis
@@ -166,13 +168,53 @@ class NodeProcess:
         except OSError:
             return ""
 
+    def halt(self, sig: int = signal.SIGTERM, timeout: float = 10) -> launcher.Stopped | None:
+        """Stop the process: ``sig``, then SIGKILL after ``timeout`` s (launcher.stop); how it ended
+        (None: never started)."""
+        return None if self.proc is None else launcher.stop(self.proc, sig=sig, timeout=timeout)
+
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 10) -> int | None:
-        if self.proc is None:
-            return None
-        stopped = launcher.stop(self.proc, sig=sig, timeout=timeout)
-        if stopped.forced:
-            raise AssertionError("node did not stop within %ss after %s" % (timeout, sig))
-        return stopped.returncode
+        """:meth:`halt`; its exit code, AssertionError (once killed) if it had to be killed."""
+        stopped = self.halt(sig, timeout)
+        if stopped is not None and stopped.forced:
+            raise AssertionError("node on port %d did not stop within %ss after %s: killed" % (self.port, timeout, sig))
+        return None if stopped is None else stopped.returncode
+
+
+#: How a stopped node may have ended: 0 (it exited on SHUTDOWN or SIGTERM), None (not our child: its
+#: code is not ours to read), -SIGKILL (the test killed it itself before the stop; a node the stop
+#: itself had to kill is never clean: ``Stopped.forced``).
+CLEAN_EXITS = (0, None, -signal.SIGKILL)
+
+
+def unclean(what: str, stopped: launcher.Stopped, log: str = "") -> str | None:
+    """Why a stop was not clean (the node had to be killed, or it exited with an error), or None."""
+    if stopped.forced:
+        why = "did not exit on SHUTDOWN or SIGTERM within the bound: killed"
+    elif stopped.returncode not in CLEAN_EXITS:
+        why = "exited with %s" % stopped.returncode
+    else:
+        return None
+    return "%s %s%s" % (what, why, ":\n" + log[-4000:] if log else "")
+
+
+def fail_unclean(problems: Iterable[str | None]) -> None:
+    """Fail the test with every unclean stop of ``problems`` (see :func:`unclean`)."""
+    found = [p for p in problems if p]
+    if found:
+        pytest.fail("unclean node shutdown:\n" + "\n\n".join(found), pytrace=False)
+
+
+def stop_all(nodes: Iterable[NodeProcess], timeout: float = 10) -> None:
+    """Stop every node (SIGTERM, SIGKILL after ``timeout`` s), then fail if one did not stop
+    cleanly (:func:`unclean`): all of them are stopped (killed at worst) before the test fails,
+    so none outlives it."""
+    problems = []
+    for node in nodes:
+        stopped = node.halt(timeout=timeout)
+        if stopped is not None:
+            problems.append(unclean("node on port %d" % node.port, stopped, node.log()))
+    fail_unclean(problems)
 
 
 @pytest.fixture
@@ -185,9 +227,7 @@ def start_node(tmp_path):
         return node
 
     yield start
-    for node in started:
-        code = node.stop()
-        assert code in (0, None, -signal.SIGKILL), "node exited with %s:\n%s" % (code, node.log())
+    stop_all(started)
 
 
 @pytest.fixture

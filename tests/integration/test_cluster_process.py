@@ -14,7 +14,7 @@ import redis
 
 from disque_py.cli import launcher
 
-from .conftest import NodeProcess, consecutive_free_ports, wait_for
+from .conftest import NodeProcess, consecutive_free_ports, fail_unclean, unclean, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -50,12 +50,15 @@ def created(tmp_path):
         return ports
 
     yield create
+    problems = []
     for port, d in procs_dirs:
         try:
             pid = int(open(os.path.join(d, "disque.pid")).read())
         except (OSError, ValueError):
             continue  # never started, or gone and its pid file with it
-        launcher.stop(pid, port=port)
+        stopped = launcher.stop(pid, port=port)
+        problems.append(unclean("node on port %d" % port, stopped, launcher.tail([os.path.join(d, "node.log")], 40)))
+    fail_unclean(problems)
 
 
 def test_create_three_and_hello(created):

@@ -18,7 +18,7 @@ from disque_py.client.aio import Client as AioClient
 from disque_py.client.errors import AuthError
 from disque_py.client.sync import Client
 
-from .conftest import consecutive_free_ports, free_port
+from .conftest import consecutive_free_ports, fail_unclean, free_port, unclean
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tls_certs import Certs, make_certs  # noqa: E402
@@ -147,12 +147,14 @@ def test_cluster_create_with_tls(tmp_path, certs):
             info = launcher.call(tls_port, "CLUSTER", "INFO", ssl_context=ctx).decode()
             assert "cluster_reachable_nodes:1" in info
     finally:
+        problems = []
         for port in (base, base + 1):
             try:
                 pid = int((run / ("node-%d" % port) / "disque.pid").read_text())
             except (OSError, ValueError):
                 continue
-            launcher.stop(pid, port=port)
+            problems.append(unclean("node on port %d" % port, launcher.stop(pid, port=port)))
+        fail_unclean(problems)
 
 
 def test_cluster_create_tls_needs_the_files():

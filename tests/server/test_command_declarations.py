@@ -174,5 +174,5 @@ def test_bind_makes_the_table_once_from_a_lookup():
     specs = (CommandSpec(b"one", "f", 2, ("readonly",), ALWAYS), CommandSpec(b"two", "g", -1, (), ALWAYS))
     functions = {"f": len, "g": repr}
     assert bind(specs, functions.__getitem__) == {b"one": (len, 2), b"two": (repr, -1)}
-    with pytest.raises(KeyError):
+    with pytest.raises(KeyError, match="'f'"):
         bind(specs, {}.__getitem__)  # a declaration naming no handler fails when the node is made

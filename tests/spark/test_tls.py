@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from disque_py.cli import launcher
-from tests.integration.conftest import ROOT, NodeProcess, free_port
+from tests.integration.conftest import ROOT, NodeProcess, fail_unclean, free_port, unclean
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tls_certs import make_certs  # noqa: E402
@@ -31,7 +31,7 @@ def tls_node(tmp_path):
         launcher.wait_ready(proc, tls_port, ssl_context=ctx, timeout=20, logs=[node.log_path])
         yield tls_port, certs, ctx
     finally:
-        launcher.stop(proc, timeout=10)
+        fail_unclean([unclean("node on TLS port %d" % tls_port, launcher.stop(proc, timeout=10), node.log())])
 
 
 def test_write_then_read_over_tls_as_a_user(spark, tls_node, queue):

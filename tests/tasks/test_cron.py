@@ -133,9 +133,12 @@ def test_bad_expressions(expr, message):
         Schedule.cron(expr)
 
 
-@pytest.mark.parametrize("seconds", [0, 0.5, -1, float("inf"), "60", True])
-def test_bad_every(seconds):
-    with pytest.raises(ValueError):
+@pytest.mark.parametrize("seconds, message", [
+    (0, "must be at least 1 second"), (0.5, "must be at least 1 second"), (-1, "must be at least 1 second"),
+    (float("inf"), "takes a number of seconds"), ("60", "takes a number of seconds"), (True, "takes a number of seconds"),
+])  # fmt: skip
+def test_bad_every(seconds, message):
+    with pytest.raises(ValueError, match="every= " + message):
         Schedule.every(seconds)
 
 
@@ -190,6 +193,7 @@ def test_of_takes_one_of_every_and_cron():
     assert Schedule.of(every=60) == Schedule.every(60)
     assert Schedule.of(cron="*/5 * * * *") == Schedule.cron("*/5 * * * *")
     assert repr(Schedule.of(cron="0 9 * * *", tz="Europe/Paris")) == "Schedule.cron('0 9 * * *', tz='Europe/Paris')"
-    for bad in ({}, {"every": 60, "cron": "* * * * *"}, {"every": 60, "tz": "UTC"}):
-        with pytest.raises(ValueError):
+    for bad, message in (({}, "one of the two"), ({"every": 60, "cron": "* * * * *"}, "one of the two"),
+                         ({"every": 60, "tz": "UTC"}, "tz= goes with cron=, not every=")):  # fmt: skip
+        with pytest.raises(ValueError, match=message):
             Schedule.of(**bad)

@@ -90,7 +90,7 @@ def test_outcomes_and_what_cannot_be_serialized():
         m.encode_outcome(Outcome(True, object()))
     with pytest.raises(TypeError, match="not JSON serializable"):
         m.dumps(float("nan"), "json")
-    with pytest.raises(MessageError):
+    with pytest.raises(MessageError, match="not a task result"):
         m.decode_outcome(b'{"v":1}')
 
 
@@ -112,8 +112,10 @@ def test_the_registry_names_checks_and_maps_options_to_the_job():
     assert app.queues() == ["default", "math"]
     with pytest.raises(ValueError, match="registered already"):
         app.task(name="custom")(lambda: None)
-    for bad in (dict(retries=-1), dict(backoff=(5, 1)), dict(timeout=0), dict(serializer="pickle"), dict(queue="")):
-        with pytest.raises(ValueError):
+    for bad, message in ((dict(retries=-1), "retries must be an integer >= 0"), (dict(backoff=(5, 1)), "backoff must be"),
+                         (dict(timeout=0), "timeout must be > 0"), (dict(serializer="pickle"), "serializer must be one of"),
+                         (dict(queue=""), "a task needs a queue")):  # fmt: skip
+        with pytest.raises(ValueError, match=message):
             app.task(name="x", **bad)(lambda: None)
     argv, queue = fancy.addjob_argv(b"{}")
     assert queue == "math"
@@ -131,11 +133,11 @@ def test_the_registry_names_checks_and_maps_options_to_the_job():
     with pytest.raises(TypeError, match="unknown send option"):
         plain.addjob_argv(b"{}", colour="red")
     sig = plain.s()  # a signature may lack its first arguments (a chain passes a value on)...
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="missing a required argument: 'a'"):
         sig.send()  # ... but a missing argument is caught at the producer, before anything is sent
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="missing a required argument: 'a'"):
         app.group(sig)
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="too many positional arguments"):
         plain.s(1, 2, 3, 4, 5)  # too many is caught at once
     with pytest.raises(TypeError, match="not JSON serializable"):
         plain.send_with(args=(object(),))

@@ -10,7 +10,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from disque_py.cli import launcher
-from tests.integration.conftest import free_port
+from tests.integration.conftest import fail_unclean, free_port, unclean
 from tests.web.conftest import http
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "docs" / "grafana" / "disque-py.json"
@@ -27,8 +27,8 @@ def exported(tmp_path_factory) -> frozenset[str]:
             d = work / str(i)
             d.mkdir()
             proc = launcher.spawn(launcher.node_argv(port, d, "--admin-port", str(admin)), output=d / "log")
-            launcher.wait_ready(proc, port, timeout=30, logs=[d / "log"])
             nodes.append((proc, port, admin))
+            launcher.wait_ready(proc, port, timeout=30, logs=[d / "log"])
         launcher.join([("127.0.0.1", p) for _, p, _ in nodes], timeout=30)
         port = nodes[0][1]
         job = launcher.call(port, "ADDJOB", "q", "body", "5000", "REPLICATE", "2")
@@ -40,8 +40,7 @@ def exported(tmp_path_factory) -> frozenset[str]:
         names = {s.name for fam in text_string_to_metric_families(reply.body.decode()) for s in fam.samples}
         return frozenset(names)
     finally:
-        for proc, _, _ in nodes:
-            launcher.stop(proc, timeout=10)
+        fail_unclean([unclean("node on port %d" % port, launcher.stop(proc, timeout=10)) for proc, port, _ in nodes])
 
 
 # PromQL words that look like names: aggregation modifiers, set operators, offsets
