@@ -2,9 +2,9 @@
 
 Design
 ------
-One :class:`Client` holds at most one connection (a ``redis.Connection``:
-redis-py does the socket, AUTH and the hiredis parsing) to the node it
-currently uses, and a :class:`~.cluster.Topology` saying which nodes exist.
+One :class:`Client` holds at most one connection (a
+:class:`~.connection.NodeConnection`: redis-py does the socket, AUTH and the hiredis
+parsing) to the node it currently uses, and a :class:`~.cluster.Topology` saying which nodes exist.
 Every public method builds a :class:`~.commands.Call` and runs it through
 :meth:`Client._call`, which owns the cluster behaviour:
 
@@ -42,7 +42,6 @@ whole.
 
 from __future__ import annotations
 
-import inspect
 import json
 import random
 import threading
@@ -50,13 +49,10 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
-import redis
-from redis.backoff import NoBackoff
-from redis.retry import Retry
-
 from . import commands as cmd
 from .cluster import Address, Affinity, Backoff, Topology
 from .config import ClientConfig
+from .connection import NodeConnection
 from .errors import (
     AuthError,
     BatchError,
@@ -64,132 +60,13 @@ from .errors import (
     DisqueError,
     LeavingError,
     NoNodeAvailable,
-    ReplyTimeout,
     ServerError,
-    error_from_reply,
 )
 from .model import HelloInfo, Job
 
 __all__ = ["Client"]
 
 T = TypeVar("T")
-
-
-# No CLIENT SETINFO round trips at connect: redis-py >= 7 takes driver_info=None, older ones lib_name=None.
-_NO_SETINFO: dict[str, Any] = (
-    {"driver_info": None}
-    if "driver_info" in inspect.signature(redis.connection.AbstractConnection.__init__).parameters
-    else {"lib_name": None, "lib_version": None}
-)
-
-
-class _RawErrorParser(redis.connection.DefaultParser):  # type: ignore[misc, name-defined]
-    """redis-py's parser without its error-code mapping: errors keep their full text."""
-
-    EXCEPTION_CLASSES: dict = {}
-
-
-class _Connection:
-    """One redis-py connection speaking RESP2, with errors mapped to ours."""
-
-    def __init__(self, address: Address, config: ClientConfig) -> None:
-        self.address = address
-        tls: dict[str, Any] = {}
-        conn_class: type[redis.Connection] = redis.Connection
-        if config.tls:  # redis-py does the TLS; the same names as its ssl_* arguments
-            conn_class = redis.SSLConnection
-            tls = {
-                "ssl_ca_certs": config.ssl_ca_certs,
-                "ssl_certfile": config.ssl_certfile,
-                "ssl_keyfile": config.ssl_keyfile,
-                "ssl_password": config.ssl_password,
-                "ssl_check_hostname": config.ssl_check_hostname,
-            }
-        self._conn = conn_class(
-            **tls,
-            host=address[0],
-            port=address[1],
-            password=config.password,
-            username=config.username if config.password is not None else None,
-            socket_timeout=config.socket_timeout,
-            socket_connect_timeout=config.connect_timeout,
-            protocol=2,
-            parser_class=_RawErrorParser,
-            retry=Retry(NoBackoff(), 0),
-            **_NO_SETINFO,
-        )
-        try:
-            self._conn.connect()
-        except redis.ResponseError as exc:
-            self.close()
-            raise error_from_reply(str(exc)) from None
-        except (redis.RedisError, OSError) as exc:
-            self.close()
-            raise ConnectionLost("cannot connect to %s:%d: %s" % (address + (exc,)), address) from None
-
-    def _lost(self, exc: BaseException) -> ConnectionLost:
-        self.close()
-        if isinstance(exc, redis.TimeoutError):
-            return ReplyTimeout("no reply from %s:%d in time" % self.address, self.address)
-        return ConnectionLost("connection to %s:%d lost: %s" % (self.address + (exc,)), self.address)
-
-    def request(self, argv: Sequence[Any], timeout: float | None) -> Any:
-        try:
-            self._conn.send_command(*argv, check_health=False)
-            return self._conn.read_response(timeout=timeout)
-        except redis.ResponseError as exc:
-            raise error_from_reply(str(exc)) from None
-        except (redis.RedisError, OSError) as exc:
-            raise self._lost(exc) from None
-        except BaseException:
-            self.close()  # interrupted half-way: the stream is out of step
-            raise
-
-    def request_many(self, argvs: Sequence[Sequence[Any]], timeout: float | None) -> list[Any]:
-        """Pipelined: every reply in order, error replies as exception values.
-
-        A lost connection raises :class:`ConnectionLost` with ``partial``:
-        the replies received before it broke.
-        """
-        self.send_many(argvs)
-        return self.read_many(len(argvs), timeout)
-
-    def send_many(self, argvs: Sequence[Sequence[Any]]) -> None:
-        """The sending half of :meth:`request_many` (then :meth:`read_many`): several connections can
-        have their commands in flight at once."""
-        try:
-            self._conn.send_packed_command(self._conn.pack_commands(argvs), check_health=False)
-        except (redis.RedisError, OSError) as exc:
-            lost = self._lost(exc)
-            lost.partial = []  # type: ignore[attr-defined]
-            raise lost from None
-        except BaseException:
-            self.close()
-            raise
-
-    def read_many(self, count: int, timeout: float | None) -> list[Any]:
-        """The replies to the last ``count`` commands sent (see :meth:`request_many`)."""
-        out: list[Any] = []
-        try:
-            for _ in range(count):
-                try:
-                    out.append(self._conn.read_response(timeout=timeout))
-                except redis.ResponseError as exc:
-                    out.append(error_from_reply(str(exc)))
-        except (redis.RedisError, OSError) as exc:
-            lost = self._lost(exc)
-            lost.partial = out  # type: ignore[attr-defined]
-            raise lost from None
-        except BaseException:
-            self.close()
-            raise
-        return out
-
-    def close(self) -> None:
-        try:
-            self._conn.disconnect()
-        except Exception:  # noqa: BLE001 - closing a broken socket may fail; it is gone anyway
-            pass
 
 
 class Client:
@@ -240,7 +117,7 @@ class Client:
         self._sleep = sleep
         self._rng = self.config.rng
         self._topology = Topology(self.config.seeds, self._rng, prefer=self.config.prefer)
-        self._conn: _Connection | None = None
+        self._conn: NodeConnection | None = None
         self._node_id: str | None = None
         self._next_refresh = 0.0
         self._lock = threading.RLock()
@@ -291,7 +168,7 @@ class Client:
         out: list[tuple[Address, list[Any]]] = []
         for address in addresses:
             try:
-                conn = _Connection(address, self.config)
+                conn = NodeConnection(address, self.config)
             except DisqueError:
                 continue
             try:
@@ -310,20 +187,20 @@ class Client:
             self._conn.close()
             self._conn = None
 
-    def _hello(self, conn: _Connection) -> HelloInfo:
+    def _hello(self, conn: NodeConnection) -> HelloInfo:
         call = cmd.hello()
         hello = cmd.parse_hello(conn.request(call.argv, self.config.read_timeout(call)), via_host=conn.address[0])
         self._topology.update(hello, self._clock())
         self._next_refresh = self._clock() + (self.config.refresh_interval or 0.0)
         return hello
 
-    def _adopt(self, conn: _Connection, hello: HelloInfo) -> None:
+    def _adopt(self, conn: NodeConnection, hello: HelloInfo) -> None:
         self._conn = conn
         self._node_id = hello.node_id
         self._topology.mark_up(conn.address)
 
-    def _open(self, address: Address) -> tuple[_Connection, HelloInfo]:
-        conn = _Connection(address, self.config)
+    def _open(self, address: Address) -> tuple[NodeConnection, HelloInfo]:
+        conn = NodeConnection(address, self.config)
         try:
             return conn, self._hello(conn)
         except BaseException:
@@ -377,7 +254,7 @@ class Client:
         if target is not None:
             self._move_to(target)
 
-    def _ensure(self) -> _Connection:
+    def _ensure(self) -> NodeConnection:
         if self._conn is None:
             self._connect()
         elif self.config.refresh_interval is not None and self._clock() >= self._next_refresh:
