@@ -2,6 +2,8 @@
 
 * :class:`Client` - synchronous, on redis-py (this package's ``sync`` module);
 * :class:`AsyncClient` (also :class:`disque_py.aio.Client`) - the same API for trio (``aio`` module);
+  both made from one declaration of each command (``commands``, listed in ``base``) and of the
+  settings (:class:`ClientConfig`, ``config``);
 * :class:`NodeConnection` - a blocking connection to one given node, without failover
   (``connection`` module), for programs that ask each node on its own;
 * :class:`Worker` - fetch / handle / ack with flow control, retries,
