@@ -284,12 +284,9 @@ class Client(TrioBase):
                 failures += 1
                 if not await self._resend(failures, retry_safe):
                     raise
-                continue
-            except BaseException:
+            finally:
                 if conn is not None:
-                    self._release(conn)
-                raise
-            self._release(conn)
+                    self._release(conn)  # back to the pool, or closed if it broke
         return results
 
     async def _batch(self, batch: Batch[T]) -> T:

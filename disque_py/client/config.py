@@ -114,8 +114,8 @@ class ClientConfig:
         self.retry_writes = retry_writes
         self.max_retries = max_retries
         self.max_idle = max_idle
-        self.clock = clock
-        self.sleep = sleep
+        # None: the client's own (time.monotonic and time.sleep, or trio.current_time and trio.sleep)
+        self.clock, self.sleep = clock, sleep
         self.rng = rng or random.Random()
 
     def kwargs(self) -> dict[str, Any]:
