@@ -11,9 +11,16 @@ server|cli|top|dead|worker|cluster|gen-certs|check-aof``) live in ``disque_py.cl
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._build import select as _select_build
+
+if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
+    from .client import AckedError, Affinity, AsyncClient, AuthError, Backoff, BadIdError, BatchError, Client
+    from .client import ClientConfig, CommandError, ConnectionLost, DeadLetter, DisqueError, HelloInfo, Job
+    from .client import LeavingError, NodeInfo, NoJobError, NoNodeAvailable, NoReplicationError, PausedError
+    from .client import QueueFullError, ReplyTimeout, ServerError, TooLateError, Worker, WorkerStats
+    from .client import current_worker
 
 # The compiled build or pure Python, decided before any compiled module can be imported
 # (disque_py/_build.py): a stale build is never used.

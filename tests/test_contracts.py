@@ -26,6 +26,9 @@
 * The admin web app (``disque_py.web``) is handed its node (``web.handle.NodeHandle``):
   it imports no part of the shell, and in the shell only ``server.web`` (which serves
   it) imports it.
+* The client's private names stay in the client: no module outside ``disque_py.client``
+  imports a name that starts with ``_`` from it (a program that talks to one node uses
+  the public ``client.connection.NodeConnection``).
 
 The graph comes from the syntax tree, so a module is judged without being imported.
 The rules are first shown to catch a breach in a small tree made for the purpose,
@@ -52,6 +55,7 @@ WEB = "disque_py.web"
 TASKS = "disque_py.tasks"
 PROGRAMS = "disque_py.cli"
 UTIL = "disque_py.util"
+CLIENT = "disque_py.client"
 #: the most modules the package's root may hold (the programs live in disque_py.cli)
 ROOT_MODULES_MAX = 8
 SHELL_PARTS = frozenset(SHELL + "." + p for p in ("clients", "dispatch", "timers", "cluster", "admin"))
@@ -80,17 +84,11 @@ def import_graph(root: Path, packages=PACKAGES) -> tuple[dict[str, set[str]], di
         return name or None
 
     for mod, path in mods.items():
-        is_package = path.name == "__init__.py"
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
             if isinstance(node, ast.Import):
                 targets = [alias.name for alias in node.names]
             elif isinstance(node, ast.ImportFrom):
-                if node.level:
-                    base = mod.split(".") if is_package else mod.split(".")[:-1]
-                    base = base[: len(base) - (node.level - 1)]
-                    start = ".".join(base + ([node.module] if node.module else []))
-                else:
-                    start = node.module or ""
+                start = imported_from(mod, path, node)
                 # "from . import x" names module x when there is one, else the package
                 targets = [start + "." + alias.name if start + "." + alias.name in mods else start
                            for alias in node.names]  # fmt: skip
@@ -104,6 +102,30 @@ def import_graph(root: Path, packages=PACKAGES) -> tuple[dict[str, set[str]], di
                 else:
                     external[mod].add(target.partition(".")[0])
     return internal, external
+
+
+def imported_from(mod: str, path: Path, node: ast.ImportFrom) -> str:
+    """The module a ``from ... import`` of module ``mod`` (at ``path``) reads, made absolute."""
+    if not node.level:
+        return node.module or ""
+    base = mod.split(".") if path.name == "__init__.py" else mod.split(".")[:-1]
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def private_client_imports(root: Path, packages=PACKAGES) -> list[str]:
+    """Every import of a private name (``_x``, not ``__x__``) of the client from outside it."""
+    out = []
+    for mod, path in module_files(root, packages).items():
+        if mod == CLIENT or mod.startswith(CLIENT + "."):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if isinstance(node, ast.ImportFrom):
+                start = imported_from(mod, path, node)
+                if start == CLIENT or start.startswith(CLIENT + "."):
+                    out += [f"{mod} imports the client's private {start}.{alias.name}" for alias in node.names
+                            if alias.name.startswith("_") and not alias.name.endswith("__")]  # fmt: skip
+    return out
 
 
 def circles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -194,6 +216,7 @@ def breaches(root: Path, packages=PACKAGES) -> list[str]:
             for target in sorted(internal[mod]):
                 if target.partition(".")[0] == "disque_py":
                     out.append(f"cluster_bus imports {target}: {mod}")
+    out += private_client_imports(root, packages)
     top = sorted(m for m in internal if m.startswith("disque_py.") and m.count(".") == 1
                  and (root / "disque_py" / (m.partition(".")[2] + ".py")).is_file())  # fmt: skip
     if len(top) + 1 > ROOT_MODULES_MAX:  # + disque_py/__init__.py
@@ -374,4 +397,19 @@ def test_the_tasks_layer_reaching_for_the_server_is_caught(tmp_path):
     assert breaches(root) == [
         "the tasks layer imports disque_py.server.dispatch: disque_py.tasks.app",
         "the tasks layer imports disque_py.core.node: disque_py.tasks.runner",
+    ]
+
+
+def test_a_private_name_of_the_client_imported_from_outside_is_caught(tmp_path):
+    root = _tree(tmp_path, {
+        "disque_py/client/__init__.py": "",
+        "disque_py/client/sync.py": "from .connection import NodeConnection as _Connection\n",
+        "disque_py/client/connection.py": "",
+        "disque_py/cli/__init__.py": "",
+        "disque_py/cli/top.py": "from ..client.sync import _Connection\nfrom ..client.connection import NodeConnection\n",
+        "disque_py/spark/links.py": "from disque_py.client.sync import Client, _Connection\n",
+    })  # fmt: skip
+    assert breaches(root) == [
+        "disque_py.cli.top imports the client's private disque_py.client.sync._Connection",
+        "disque_py.spark.links imports the client's private disque_py.client.sync._Connection",
     ]

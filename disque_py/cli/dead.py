@@ -21,7 +21,7 @@ from ..client.config import ClientConfig
 from ..client.errors import DisqueError
 
 if TYPE_CHECKING:
-    from ..client.sync import _Connection
+    from ..client.connection import NodeConnection
 
 __all__ = ["dead", "Cluster"]
 
@@ -36,9 +36,9 @@ class Cluster:
     def __init__(self, seeds: list[Address], config: ClientConfig, timeout: float, *, discover: bool = True) -> None:
         self.config = config
         self.timeout = timeout
-        self.conns: dict[str, _Connection] = {}  # node ID -> connection
+        self.conns: dict[str, NodeConnection] = {}  # node ID -> connection
         self.problems: list[str] = []  # nodes that could not be asked, and why
-        from ..client.sync import _Connection  # here: `disque-py --help` does not load redis-py
+        from ..client.connection import NodeConnection  # here: `disque-py --help` does not load redis-py
 
         todo = list(seeds)
         seen: set[Address] = set()
@@ -48,7 +48,7 @@ class Cluster:
                 continue
             seen.add(address)
             try:
-                conn = _Connection(address, config)
+                conn = NodeConnection(address, config)
                 hello = conn.request((b"HELLO",), timeout)
                 node_id = hello[1].decode("ascii")
             except (DisqueError, OSError, IndexError, AttributeError) as exc:

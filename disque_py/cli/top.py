@@ -3,8 +3,8 @@
 Two halves that do not know each other:
 
 * **gathering** (:class:`Collector`, :func:`compute`): every node given, and
-  every node their HELLO lists, is asked on its own connection (the client's
-  ``_Connection``, as the Spark source does: ``Client`` hides which node it
+  every node their HELLO lists, is asked on its own connection (a
+  ``NodeConnection``, as the Spark source does: ``Client`` hides which node it
   talks to) for ``INFO``, ``HELLO`` and ``CLUSTER NODES`` in one pipelined
   round trip, then its queues with a ``QSCAN`` cursor loop and one pipelined
   ``QSTAT`` per queue. The nodes are asked in parallel (a thread each), so a
@@ -34,9 +34,9 @@ from typing import Any
 from ..client import commands as cmd
 from ..client.cluster import Address, parse_node_list as parse_nodes
 from ..client.config import ClientConfig
+from ..client.connection import NodeConnection
 from ..client.errors import DisqueError
 from ..client.model import decode_name
-from ..client.sync import _Connection
 
 __all__ = [
     "Collector", "NodeSample", "QueueStat", "Sample", "View", "QueueRow", "NodeRow", "compute", "sort_queues",
@@ -137,7 +137,7 @@ class Collector:
         self.clock = clock
         self.addresses: list[Address] = list(self.seeds)  # what is sampled, seeds first
         self.ids: dict[Address, str] = {}  # last ID each address answered with (or HELLO gave)
-        self._conns: dict[Address, _Connection] = {}
+        self._conns: dict[Address, NodeConnection] = {}
         self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="top")
 
     def close(self) -> None:
@@ -153,10 +153,10 @@ class Collector:
         self.close()
 
     # -------------------------------------------------------------- one node
-    def _conn(self, address: Address) -> _Connection:
+    def _conn(self, address: Address) -> NodeConnection:
         conn = self._conns.get(address)
         if conn is None:
-            conn = self._conns[address] = _Connection(address, self.config)
+            conn = self._conns[address] = NodeConnection(address, self.config)
         return conn
 
     def sample_node(self, address: Address) -> NodeSample:

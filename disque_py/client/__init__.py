@@ -2,6 +2,10 @@
 
 * :class:`Client` - synchronous, on redis-py (this package's ``sync`` module);
 * :class:`AsyncClient` (also :class:`disque_py.aio.Client`) - the same API for trio (``aio`` module);
+  both made from one declaration of each command (``commands``, listed in ``base``) and of the
+  settings (:class:`ClientConfig`, ``config``);
+* :class:`NodeConnection` - a blocking connection to one given node, without failover
+  (``connection`` module), for programs that ask each node on its own;
 * :class:`Worker` - fetch / handle / ack with flow control, retries,
   dead letters and graceful shutdown (``worker`` module);
 * shared, I/O-free parts: ``commands`` (argv and reply parsing),
@@ -40,6 +44,7 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
     )
     from .aio import Client as AsyncClient
     from .config import ClientConfig
+    from .connection import NodeConnection
     from .model import DeadLetter, HelloInfo, Job, NodeInfo
     from .sync import Client
     from .worker import DEFAULT_DEAD_LETTER, Worker, WorkerStats, current_worker
@@ -51,6 +56,7 @@ _WHERE = {
     "Client": "sync",
     "AsyncClient": "aio",
     "ClientConfig": "config",
+    "NodeConnection": "connection",
     "Worker": "worker",
     "WorkerStats": "worker",
     "current_worker": "worker",

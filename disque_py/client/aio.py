@@ -3,9 +3,10 @@
 Design
 ------
 Commands, reply parsing, node choice, backoff and affinity are shared with
-the synchronous client (:mod:`.commands`, :mod:`.cluster`); this module
-only does trio I/O, over :class:`~.resp.RespConnection` (trio streams +
-``hiredis.Reader``).
+the synchronous client: the commands are declared once (:mod:`.commands`) and both clients
+are made from the declarations (:mod:`.base`), the settings are :class:`~.config.ClientConfig`'s,
+and the cluster decisions :mod:`.cluster`'s and :mod:`.base`'s. This module only does trio
+I/O, over :class:`~.resp.RespConnection` (trio streams + ``hiredis.Reader``).
 
 Unlike the synchronous client, one :class:`Client` may be used by many
 tasks at once: it keeps a small pool of connections *to the node it
@@ -28,26 +29,18 @@ Cancellation is safe: a request cancelled half-way closes its connection
 
 from __future__ import annotations
 
-import json
-import random
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import Sequence
 from typing import Any, TypeVar
 
 import trio
 
 from . import commands as cmd
-from .cluster import Address, Affinity, Backoff, Topology
-from .config import ClientConfig
-from .errors import (
-    AuthError,
-    BatchError,
-    ConnectionLost,
-    DisqueError,
-    LeavingError,
-    NoNodeAvailable,
-    ServerError,
-)
-from .model import HelloInfo, Job, NodeInfo
+from .base import TrioBase
+from .cluster import Address
+from .commands import Batch, Call
+from .config import ClientConfig, takes_settings
+from .errors import ConnectionLost, DisqueError, LeavingError, NoNodeAvailable, ServerError
+from .model import HelloInfo, Job
 from .resp import RespConnection
 
 __all__ = ["Client"]
@@ -55,60 +48,22 @@ __all__ = ["Client"]
 T = TypeVar("T")
 
 
-class Client:
-    """A trio Disque client, safe to share between tasks. See the module docstring."""
+class Client(TrioBase):
+    """A trio Disque client, safe to share between tasks. See the module docstring.
 
-    def __init__(
-        self,
-        seeds: Any = "127.0.0.1:7711",
-        *,
-        password: str | None = None,
-        username: str | None = None,
-        socket_timeout: float | None = 5.0,
-        connect_timeout: float = 2.0,
-        failover_timeout: float = 10.0,
-        backoff: Backoff | None = None,
-        refresh_interval: float | None = 30.0,
-        affinity: bool | Affinity = False,
-        retry_writes: bool = True,
-        max_retries: int = 5,
-        max_idle: int = 8,
-        clock: Callable[[], float] | None = None,
-        sleep: Callable[[float], Awaitable[Any]] | None = None,
-        rng: random.Random | None = None,
-        tls: bool = False,
-        ssl_ca_certs: str | None = None,
-        ssl_certfile: str | None = None,
-        ssl_keyfile: str | None = None,
-        ssl_password: str | None = None,
-        ssl_check_hostname: bool = True,
-        prefer: Any = None,
-    ) -> None:
-        self.config = ClientConfig(
-            seeds, password=password, username=username, socket_timeout=socket_timeout,
-            connect_timeout=connect_timeout,
-            failover_timeout=failover_timeout, backoff=backoff, refresh_interval=refresh_interval,
-            affinity=affinity, retry_writes=retry_writes, max_retries=max_retries, rng=rng,
-            tls=tls, ssl_ca_certs=ssl_ca_certs, ssl_certfile=ssl_certfile, ssl_keyfile=ssl_keyfile,
-            ssl_password=ssl_password, ssl_check_hostname=ssl_check_hostname, prefer=prefer,
-        )  # fmt: skip
-        self.max_idle = max_idle
-        self._clock = clock or trio.current_time
-        self._sleep = sleep or trio.sleep
-        self._rng = self.config.rng
-        self._topology = Topology(self.config.seeds, self._rng, prefer=self.config.prefer)
+    Takes :class:`~.config.ClientConfig`'s arguments, as the blocking client does
+    (``max_idle``: idle connections kept; ``sleep`` is awaited).
+    """
+
+    @takes_settings
+    def __init__(self, config: ClientConfig) -> None:
+        super().__init__(config, trio.current_time, trio.sleep)
+        self.max_idle = config.max_idle
         self._node: Address | None = None
-        self._node_id: str | None = None
         self._generation = 0
         self._idle: list[RespConnection] = []
         self._lock = trio.Lock()
-        self._next_refresh = 0.0
         self._refreshing = False
-
-    @classmethod
-    def from_config(cls, config: ClientConfig, **overrides: Any) -> "Client":
-        """A trio client with the settings of another client (e.g. a synchronous one)."""
-        return cls(config.seeds, **{**config.kwargs(), **overrides})
 
     # ------------------------------------------------------------ lifecycle
     async def __aenter__(self) -> "Client":
@@ -133,15 +88,13 @@ class Client:
 
     @property
     def current_address(self) -> Address | None:
+        """The address of the node in use, or None when not connected."""
         return self._node
 
-    @property
-    def current_node_id(self) -> str | None:
-        return self._node_id if self._node is not None else None
-
-    @property
-    def nodes(self) -> list[NodeInfo]:
-        return list(self._topology.nodes.values())
+    async def hello(self) -> HelloInfo:
+        """HELLO (also refreshes the client's node list)."""
+        reply = await self._call(cmd.hello())
+        return self._learn(reply, self._node[0] if self._node else None)
 
     # ------------------------------------------------------------ plumbing
     def _invalidate(self) -> None:
@@ -186,13 +139,10 @@ class Client:
         conn = await self._open_connection(address)
         try:
             call = cmd.hello()
-            hello = cmd.parse_hello(await conn.request(call.argv, self.config.read_timeout(call)), address[0])
+            return conn, self._learn(await conn.request(call.argv, self.config.read_timeout(call)), address[0])
         except BaseException:
             conn.close()
             raise
-        self._topology.update(hello, self._clock())
-        self._next_refresh = self._clock() + (self.config.refresh_interval or 0.0)
-        return conn, hello
 
     def _adopt(self, conn: RespConnection, hello: HelloInfo) -> None:
         self._invalidate()
@@ -203,32 +153,18 @@ class Client:
         self._topology.mark_up(conn.address)
 
     async def _connect(self) -> None:
-        deadline = self._clock() + self.config.failover_timeout
-        attempts: list[tuple[Address, BaseException]] = []
-        rounds = 0
+        rounds = self._connect_rounds()
         while True:
-            for address in self._topology.candidates(self._clock()):
+            for address in rounds.candidates():
                 try:
                     conn, hello = await self._open(address)
-                except AuthError:
-                    raise
                 except (ConnectionLost, ServerError) as exc:
-                    attempts.append((address, exc))
-                    self._topology.mark_down(address, self._clock())
+                    rounds.failed(address, exc)
                     continue
                 self._adopt(conn, hello)
                 await self._maybe_move()
                 return
-            now = self._clock()
-            if now >= deadline:
-                tried = sorted({"%s:%d" % a for a, _ in attempts})
-                raise NoNodeAvailable(
-                    "no node reachable after %.1f s (tried %s; last error: %s)"
-                    % (self.config.failover_timeout, ", ".join(tried), attempts[-1][1] if attempts else "-"),
-                    attempts,
-                )
-            await self._sleep(min(self.config.backoff.delay(rounds, self._rng), max(0.0, deadline - now)))
-            rounds += 1
+            await self._sleep(rounds.pause())
 
     async def _move_to(self, address: Address) -> bool:
         if self._node == address:
@@ -242,7 +178,7 @@ class Client:
         return True
 
     async def _maybe_move(self) -> None:
-        target = self._topology.better_node(self._node_id, self._clock())
+        target = self._better_node()
         if target is not None:
             await self._move_to(target)
 
@@ -282,43 +218,41 @@ class Client:
         conn.generation = generation
         return conn
 
-    async def _failed(self, failures: int, retry_safe: bool) -> bool:
-        """After a lost connection: may we retry? Sleeps the backoff from the second retry on."""
-        if failures > self.config.max_retries or not (retry_safe or self.config.retry_writes):
-            return False
-        if failures > 1:
-            await self._sleep(self.config.backoff.delay(failures - 2, self._rng))
-        return True
+    async def _resend(self, failures: int, retry_safe: bool) -> bool:
+        """After a lost connection: whether to send the command again, after the pause it is due."""
+        pause = self._retry_pause(failures, retry_safe)
+        if pause:
+            await self._sleep(pause)
+        return pause is not None
 
-    async def _leaving(self, failures: int) -> bool:
-        if self._node_id:
-            self._topology.set_priority(self._node_id, 100, self._clock())
-        if failures > self.config.max_retries:
-            return False
-        target = self._topology.better_node(self._node_id, self._clock())
-        return target is not None and await self._move_to(target)
+    async def _follow(self, jobs: Sequence[Job]) -> None:
+        """Affinity: move to the node the jobs received lately come from, if it is time to."""
+        target = self._affinity_target(jobs)
+        if target is not None:
+            await self._move_to(target)
 
-    async def _call(self, call: cmd.Call[T]) -> T:
+    async def _call(self, call: Call[T]) -> T:
         failures = 0
         while True:
             generation = self._generation
             conn: RespConnection | None = None
             try:
                 conn = await self._acquire()
-                reply = await conn.request(call.argv, self.config.read_timeout(call))
+                reply = await conn.request(call.argv, self.config.reply_timeout(call.blocks))
             except NoNodeAvailable:
                 raise
             except ConnectionLost as exc:
                 self._lost(conn.generation if conn is not None else generation, exc.address)
                 failures += 1
-                if not await self._failed(failures, call.retry_safe):
+                if not await self._resend(failures, call.retry_safe):
                     raise
                 continue
             except LeavingError:
                 assert conn is not None
                 self._release(conn)
                 failures += 1
-                if not await self._leaving(failures):
+                target = self._leaving_target(failures)
+                if target is None or not await self._move_to(target):
                     raise
                 continue
             except BaseException:
@@ -326,10 +260,14 @@ class Client:
                     self._release(conn)
                 raise
             self._release(conn)
-            return call.parse(reply)
+            result = call.parse(reply)
+            if call.delivers is not None and self.config.affinity is not None:
+                await self._follow(call.delivers(result))
+            return result
 
     async def _pipeline(self, argvs: list[tuple[Any, ...]], blocks: float | None, retry_safe: bool) -> list[Any]:
-        probe = cmd.Call((), lambda r: r, blocks=blocks, retry_safe=retry_safe)
+        """Send a batch at once; replies (errors as values) in order, with failover."""
+        timeout = self.config.reply_timeout(blocks)
         results: list[Any] = []
         failures = 0
         while len(results) < len(argvs):
@@ -337,251 +275,25 @@ class Client:
             conn: RespConnection | None = None
             try:
                 conn = await self._acquire()
-                results += await conn.request_many(argvs[len(results) :], self.config.read_timeout(probe))
+                results += await conn.request_many(argvs[len(results) :], timeout)
             except NoNodeAvailable:
                 raise
             except ConnectionLost as exc:
                 results += getattr(exc, "partial", [])
                 self._lost(conn.generation if conn is not None else generation, exc.address)
                 failures += 1
-                if not await self._failed(failures, retry_safe):
+                if not await self._resend(failures, retry_safe):
                     raise
-                continue
-            except BaseException:
+            finally:
                 if conn is not None:
-                    self._release(conn)
-                raise
-            self._release(conn)
+                    self._release(conn)  # back to the pool, or closed if it broke
         return results
 
-    async def _observe(self, jobs: list[Job]) -> None:
-        affinity = self.config.affinity
-        if affinity is None or not jobs:
-            return
-        affinity.observe(j.node_prefix for j in jobs)
-        prefix = affinity.suggest(self._node_id[:8] if self._node_id else None)
-        if prefix is None:
-            return
-        affinity.reset()
-        node = self._topology.node_with_prefix(prefix)
-        current = self._topology.nodes.get(self._node_id or "")
-        if node is not None and (current is None or node.priority <= current.priority):
-            await self._move_to(node.address)
-
-    # ------------------------------------------------------------ jobs
-    async def add_job(
-        self,
-        queue: str | bytes,
-        body: bytes | str,
-        *,
-        timeout_ms: int = cmd.DEFAULT_ADD_TIMEOUT_MS,
-        replicate: int | None = None,
-        delay: int | None = None,
-        retry: int | None = None,
-        ttl: int | None = None,
-        maxlen: int | None = None,
-        async_: bool = False,
-        backoff: tuple[float, float] | None = None,
-        maxdeliver: int | None = None,
-        deadletter: str | bytes | None = None,
-        dedup: str | bytes | None = None,
-    ) -> str:
-        """ADDJOB: queue a job, return its ID. Times are in seconds except ``timeout_ms``.
-
-        disque-py's delivery options (sent only when given): ``backoff=(min_s, max_s)``
-        requeues the job after min x 2^(nacks-1) seconds (capped at max) on each plain
-        NACK; ``maxdeliver=n`` dead-letters it on a failure of its n-th delivery, into
-        ``deadletter`` (default ``<queue>.dead``). Disque's nodes refuse them.
-
-        ``dedup=key`` (str or bytes, 1 to 512 bytes; ``ADDJOB ... DEDUP key``): every ADDJOB of
-        this queue and key, on any node, returns the same job ID and adds nothing, for the
-        whole life of the job and the node's ``dedup-window`` (600 s by default) after it is
-        acknowledged or deleted; the body and options of the later calls are ignored. Such a
-        call is therefore always sent again after a lost connection or a reply timeout, on
-        another node, even with ``retry_writes=False``: the retry answers the same ID. Without
-        a key the call is sent exactly as before.
-        """
-        return await self._call(cmd.addjob(
-            queue, body, timeout_ms=timeout_ms, replicate=replicate, delay=delay,
-            retry=retry, ttl=ttl, maxlen=maxlen, async_=async_,
-            backoff=backoff, maxdeliver=maxdeliver, deadletter=deadletter, dedup=dedup,
-        ))  # fmt: skip
-
-    async def add_jobs(
-        self, queue: str | bytes, bodies: Iterable[bytes | str], *, batch: int = 100,
-        dedup: Callable[[Any], str | bytes | None] | Iterable[str | bytes | None] | None = None, **opts: Any
-    ) -> list[str]:
-        """Many ADDJOBs, pipelined ``batch`` at a time; IDs in input order.
-
-        ``dedup``: a deduplication key per body (see :meth:`add_job`), either a function called
-        with each body that returns its key (or None), or a sequence of keys, one per body (None
-        for a body without one). A batch whose jobs all have a key is sent again after a lost
-        connection even with ``retry_writes=False`` (the jobs already added answer their IDs
-        again); run twice, the call adds nothing the second time and returns the same IDs.
-
-        Raises :class:`~.errors.BatchError` (with every result) if any failed.
-        """
-        if batch < 1:
-            raise ValueError("batch must be >= 1")
-        bodies = list(bodies)
-        keys = cmd.dedup_keys(bodies, dedup)
-        argvs = [cmd.addjob_argv(queue, body, dedup=key, **opts) for body, key in zip(bodies, keys)]
-        if not argvs:
-            return []
-        probe = cmd.addjob(queue, b"", **opts)
-        results: list[Any] = []
-        for start in range(0, len(argvs), batch):
-            safe = all(key is not None for key in keys[start : start + batch])
-            results += await self._pipeline(argvs[start : start + batch], probe.blocks, retry_safe=safe)
-        if any(isinstance(r, DisqueError) for r in results):
-            raise BatchError([r if isinstance(r, DisqueError) else r.decode("ascii") for r in results])
-        return [r.decode("ascii") for r in results]
-
-    async def add_json(self, queue: str | bytes, obj: Any, **opts: Any) -> str:
-        return await self.add_job(queue, json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode(), **opts)
-
-    async def add_msgpack(self, queue: str | bytes, obj: Any, **opts: Any) -> str:
-        import msgpack
-
-        return await self.add_job(queue, msgpack.packb(obj, use_bin_type=True), **opts)
-
-    async def get_jobs(
-        self,
-        *queues: str | bytes,
-        count: int = 1,
-        timeout_ms: int | None = None,
-        nohang: bool = False,
-        with_counters: bool = True,
-    ) -> list[Job]:
-        """GETJOB: up to ``count`` jobs; ``[]`` after ``timeout_ms`` (None: wait for one)."""
-        jobs = await self._call(cmd.getjob(queues, count=count, timeout_ms=timeout_ms, nohang=nohang,
-                                           with_counters=with_counters))  # fmt: skip
-        await self._observe(jobs)
-        return jobs
-
-    async def get_job(self, *queues: str | bytes, timeout_ms: int | None = None, nohang: bool = False) -> Job | None:
-        jobs = await self.get_jobs(*queues, count=1, timeout_ms=timeout_ms, nohang=nohang)
-        return jobs[0] if jobs else None
-
-    async def ack(self, *ids: str | bytes) -> int:
-        return await self._call(cmd.ids_command(b"ACKJOB", ids))
-
-    async def fast_ack(self, *ids: str | bytes) -> int:
-        return await self._call(cmd.ids_command(b"FASTACK", ids))
-
-    async def nack(
-        self, *ids: str | bytes, delay: float | None = None, reason: str | bytes | None = None, dead: bool = False
-    ) -> int:
-        """NACK: put the jobs back now, counting a failed attempt (plain ``NACK id...``, as Disque).
-
-        disque-py's options: ``delay`` seconds before they are queued again
-        (cluster-wide); ``reason`` kept as the jobs' last failure (cut to 1024
-        bytes); ``dead=True`` dead-letters them now, whatever their MAXDELIVER.
-        """
-        return await self._call(cmd.nack(ids, delay=delay, reason=reason, dead=dead))
-
-    async def enqueue(self, *ids: str | bytes) -> int:
-        return await self._call(cmd.ids_command(b"ENQUEUE", ids))
-
-    async def dequeue(self, *ids: str | bytes) -> int:
-        return await self._call(cmd.ids_command(b"DEQUEUE", ids))
-
-    async def del_job(self, *ids: str | bytes) -> int:
-        return await self._call(cmd.ids_command(b"DELJOB", ids))
-
-    async def working(self, job_id: str | bytes) -> int:
-        return await self._call(cmd.working(job_id))
-
-    async def show(self, job_id: str | bytes) -> dict[str, Any] | None:
-        return await self._call(cmd.show(job_id))
-
-    # ------------------------------------------------------------ queues
-    async def qlen(self, queue: str | bytes) -> int:
-        return await self._call(cmd.qlen(queue))
-
-    async def qstat(self, queue: str | bytes) -> dict[str, Any] | None:
-        return await self._call(cmd.qstat(queue))
-
-    async def qpeek(self, queue: str | bytes, count: int = 1) -> list[Job]:
-        return await self._call(cmd.qpeek(queue, count))
-
-    async def qscan(
-        self,
-        *,
-        count: int | None = None,
-        busyloop: bool = False,
-        minlen: int | None = None,
-        maxlen: int | None = None,
-        importrate: int | None = None,
-    ) -> AsyncIterator[str]:
-        """Every queue name: ``async for name in client.qscan(): ...``."""
-        cursor = 0
-        while True:
-            cursor, names = await self._call(cmd.qscan(cursor, count=count, busyloop=busyloop, minlen=minlen,
-                                                       maxlen=maxlen, importrate=importrate))  # fmt: skip
-            for name in names:
-                yield name
-            if cursor == 0:
-                return
-
-    async def jscan(
-        self,
-        *,
-        count: int | None = None,
-        busyloop: bool = False,
-        queue: str | bytes | None = None,
-        states: Iterable[str] | str = (),
-        reply: str = "id",
-    ) -> AsyncIterator[Any]:
-        """Every job: ``async for job_id in client.jscan(): ...``."""
-        cursor = 0
-        states = tuple([states] if isinstance(states, str) else states)
-        while True:
-            cursor, items = await self._call(cmd.jscan(cursor, count=count, busyloop=busyloop, queue=queue,
-                                                       states=states, reply=reply))  # fmt: skip
-            for item in items:
-                yield item
-            if cursor == 0:
-                return
-
-    async def pause(self, queue: str | bytes, *flags: str) -> str:
-        return await self._call(cmd.pause(queue, flags))
-
-    # ------------------------------------------------------------ server
-    async def info(self, section: str | None = None) -> dict[str, Any]:
-        return await self._call(cmd.info(section))
-
-    async def hello(self) -> HelloInfo:
-        """HELLO (also refreshes the client's node list)."""
-        reply = await self._call(cmd.hello())
-        hello = cmd.parse_hello(reply, via_host=self._node[0] if self._node else None)
-        self._topology.update(hello, self._clock())
-        return hello
-
-    async def ping(self) -> str:
-        return await self._call(cmd.ping())
-
-    async def pipeline(self, calls: list[cmd.Call[Any]]) -> list[Any]:
-        """Several commands in one round trip, on one connection, executed in order.
-
-        Returns each command's parsed result, or its :class:`~.errors.ServerError`
-        as a value. Built with :mod:`disque_py.client.commands`, e.g.
-        ``[commands.ids_command(b"ACKJOB", ids), commands.getjob(["q"], nohang=True)]``
-        (the worker acknowledges and fetches this way). Connection trouble
-        fails over like any command; commands already answered are not resent.
-        """
-        if not calls:
-            return []
-        blocks: float | None = 0.0
-        for call in calls:
-            blocks = None if call.blocks is None or blocks is None else max(blocks, call.blocks)
-        replies = await self._pipeline([c.argv for c in calls], blocks, all(c.retry_safe for c in calls))
-        results = [r if isinstance(r, DisqueError) else c.parse(r) for c, r in zip(calls, replies)]
-        for call, result in zip(calls, results):
-            if call.argv[0] == b"GETJOB" and isinstance(result, list):
-                await self._observe(result)
-        return results
-
-    async def execute(self, *argv: Any) -> Any:
-        """Any command, raw RESP2 reply (errors still raise typed exceptions)."""
-        return await self._call(cmd.Call(tuple(argv), lambda r: r, blocks=None, retry_safe=False))
+    async def _batch(self, batch: Batch[T]) -> T:
+        replies: list[Any] = []
+        for argvs, retry_safe in batch.rounds:
+            replies += await self._pipeline(argvs, batch.blocks, retry_safe)
+        result = batch.finish(replies)
+        if batch.delivers is not None and self.config.affinity is not None:
+            await self._follow(batch.delivers(result))
+        return result

@@ -1,12 +1,18 @@
-"""Commands as data: argument lists and reply parsers, shared by both clients.
+"""The client's commands, each declared once: argv, reply parser, options, docstring.
 
 Each builder returns a :class:`Call`: the argv to send, a function turning
 the raw RESP reply into the typed result, how long the server may
 legitimately take before answering (a blocking GETJOB, a synchronous
 ADDJOB), and whether the command may be sent again after the connection
-broke without an answer. The synchronous client (:mod:`.sync`) and the trio
-client (:mod:`.aio`) only move bytes; every bit of command semantics lives
-here, once.
+broke without an answer. A few return a :class:`Batch` (commands pipelined
+a round at a time: ``add_jobs``, ``pipeline``).
+
+The builders named as the client's methods (``addjob`` for ``add_job``, ``get_jobs``, ``ack``,
+``nack``, ``qscan`` ...) *are* those methods' declarations: the signature, the defaults and the
+docstring of ``Client.add_job`` and ``AsyncClient.add_job`` are ``addjob``'s, because both
+clients are built from them (:mod:`.base` lists them once: ``add_job = command(cmd.addjob)``).
+Adding an option to a command is one edit here. The blocking client (:mod:`.sync`) and the
+trio client (:mod:`.aio`) only move bytes; every bit of command semantics lives here, once.
 
 Raw replies are what a RESP2 parser produces (hiredis or redis-py with
 ``protocol=2``): ``bytes`` for bulk and status strings, ``int``, ``list``,
@@ -15,21 +21,36 @@ Raw replies are what a RESP2 parser produces (hiredis or redis-py with
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, NamedTuple, TypeVar
 
+from .errors import BatchError, DisqueError
 from .model import DeliveryInfo, HelloInfo, Job, NodeInfo, decode_name, encode_body, encode_name
 
 __all__ = [
     "Call",
+    "Batch",
     "DEFAULT_ADD_TIMEOUT_MS",
     "addjob",
+    "addjob_argv",
+    "add_jobs",
+    "add_json",
+    "add_msgpack",
     "dedup_key",
     "dedup_keys",
+    "get_jobs",
+    "get_job",
     "getjob",
+    "ack",
+    "fast_ack",
+    "enqueue",
+    "dequeue",
+    "del_job",
     "ids_command",
     "nack",
+    "nack_argv",
     "working",
     "show",
     "qlen",
@@ -41,6 +62,8 @@ __all__ = [
     "info",
     "hello",
     "ping",
+    "execute",
+    "pipeline",
     "parse_hello",
     "parse_getjob",
     "parse_info",
@@ -56,21 +79,40 @@ JOB_STATES = ("wait-repl", "active", "queued", "acked")
 PAUSE_FLAGS = ("in", "out", "all", "none", "state", "bcast")
 
 
-@dataclass(frozen=True, slots=True)
-class Call(Generic[T]):
-    """One command: what to send and how to read the answer.
+class Call(NamedTuple, Generic[T]):
+    """One command: what to send and how to read the answer (an immutable value, cheap to
+    make: one per command sent).
 
     ``blocks``: seconds the server may legitimately wait before answering
     (added to the client's socket timeout); ``None`` means without bound
     (GETJOB without TIMEOUT). ``retry_safe``: sending it again after a lost
     connection cannot do harm beyond what at-least-once delivery allows
     (only ADDJOB without a DEDUP key is not: it may create a duplicate).
+    ``delivers``: for a command that hands out jobs (GETJOB), the jobs of its parsed
+    result: a client with ``affinity`` watches which node made them.
     """
 
     argv: tuple[Any, ...]
     parse: Callable[[Any], T]
     blocks: float | None = 0.0
     retry_safe: bool = True
+    delivers: Callable[[T], Sequence[Job]] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Batch(Generic[T]):
+    """Commands pipelined a round at a time (one round trip each), with failover.
+
+    ``rounds``: each round's argvs and whether that round may be sent again after a lost
+    connection (the replies already received are kept, the rest is resent); ``blocks`` as
+    :class:`Call`'s, for every round; ``finish`` turns every reply, in order (error replies as
+    :class:`~.errors.ServerError` values), into the result; ``delivers`` as :class:`Call`'s.
+    """
+
+    rounds: list[tuple[list[tuple[Any, ...]], bool]]
+    blocks: float | None
+    finish: Callable[[list[Any]], T]
+    delivers: Callable[[T], Sequence[Job]] | None = None
 
 
 def _identity(reply: Any) -> Any:
@@ -104,7 +146,7 @@ def _ids(ids: Iterable[str | bytes]) -> list[bytes]:
 # ---------------------------------------------------------------- jobs
 
 
-def addjob_argv(
+def addjob(
     queue: str | bytes,
     body: bytes | str,
     *,
@@ -119,7 +161,22 @@ def addjob_argv(
     maxdeliver: int | None = None,
     deadletter: str | bytes | None = None,
     dedup: str | bytes | None = None,
-) -> tuple[Any, ...]:
+) -> Call[str]:
+    """ADDJOB: queue a job, return its ID. Times are in seconds except ``timeout_ms``.
+
+    disque-py's delivery options (sent only when given): ``backoff=(min_s, max_s)``
+    requeues the job after min x 2^(nacks-1) seconds (capped at max) on each plain
+    NACK; ``maxdeliver=n`` dead-letters it on a failure of its n-th delivery, into
+    ``deadletter`` (default ``<queue>.dead``). Disque's nodes refuse them.
+
+    ``dedup=key`` (str or bytes, 1 to 512 bytes; ``ADDJOB ... DEDUP key``): every ADDJOB of
+    this queue and key, on any node, returns the same job ID and adds nothing, for the
+    whole life of the job and the node's ``dedup-window`` (600 s by default) after it is
+    acknowledged or deleted; the body and options of the later calls are ignored. Such a
+    call is therefore always sent again after a lost connection or a reply timeout, on
+    another node, even with ``retry_writes=False``: the retry answers the same ID. Without
+    a key the call is sent exactly as before.
+    """
     _check_int("timeout_ms", timeout_ms, 0)
     _check_int("replicate", replicate, 1)
     _check_int("delay", delay, 0)
@@ -154,9 +211,15 @@ def addjob_argv(
         argv += [b"MAXDELIVER", maxdeliver]
     if deadletter is not None:
         argv += [b"DEADLETTER", encode_name(deadletter)]
-    if dedup is not None:
+    if dedup is not None:  # last: add_jobs appends each body's own key there
         argv += [b"DEDUP", dedup_key(dedup)]
-    return tuple(argv)
+    blocks = None if timeout_ms == 0 and not async_ else timeout_ms / 1000.0
+    return Call(tuple(argv), _str, blocks=blocks, retry_safe=dedup is not None)
+
+
+def addjob_argv(queue: str | bytes, body: bytes | str, **options: Any) -> tuple[Any, ...]:
+    """ADDJOB's argv alone; ``options`` are :func:`addjob`'s."""
+    return addjob(queue, body, **options).argv
 
 
 #: the longest DEDUP key a node takes, in bytes
@@ -190,53 +253,43 @@ def _seconds(name: str, value: float) -> bytes:
     return text.encode("ascii")
 
 
-#: NACK's REASON is kept by the node up to this many bytes.
-MAX_REASON_BYTES = 1024
+def add_jobs(
+    queue: str | bytes, bodies: Iterable[bytes | str], *, batch: int = 100,
+    dedup: Callable[[Any], str | bytes | None] | Iterable[str | bytes | None] | None = None, **options: Any
+) -> Batch[list[str]]:  # fmt: skip
+    """Many ADDJOBs, pipelined ``batch`` at a time; IDs in input order. ``options`` are
+    :meth:`add_job`'s (the same for every job).
+
+    ``dedup``: a deduplication key per body (see :meth:`add_job`), either a function called
+    with each body that returns its key (or None), or a sequence of keys, one per body (None
+    for a body without one). A batch whose jobs all have a key is sent again after a lost
+    connection even with ``retry_writes=False`` (the jobs already added answer their IDs
+    again); run twice, the call adds nothing the second time and returns the same IDs.
+
+    Raises :class:`~.errors.BatchError` (with every result) if any failed.
+    """
+    if batch < 1:
+        raise ValueError("batch must be >= 1")
+    bodies = list(bodies)
+    keys = dedup_keys(bodies, dedup)
+    # One ADDJOB checked and built, the body swapped in for each job (and its key appended).
+    template = addjob(queue, b"", **options)
+    head, tail = template.argv[:2], template.argv[3:]
+    argvs = [
+        (*head, encode_body(body), *tail) if key is None else (*head, encode_body(body), *tail, b"DEDUP", dedup_key(key))
+        for body, key in zip(bodies, keys)
+    ]  # fmt: skip
+    rounds = [
+        (argvs[start : start + batch], all(key is not None for key in keys[start : start + batch]))
+        for start in range(0, len(argvs), batch)
+    ]  # fmt: skip
+    return Batch(rounds, template.blocks, _job_ids)
 
 
-def cut_reason(reason: str | bytes) -> bytes:
-    """A failure reason as NACK's REASON takes it: UTF-8, at most 1024 bytes (cut on a
-    character boundary)."""
-    raw = reason.encode("utf-8", "surrogateescape") if isinstance(reason, str) else bytes(reason)
-    if len(raw) <= MAX_REASON_BYTES:
-        return raw
-    cut = raw[:MAX_REASON_BYTES]
-    return cut.decode("utf-8", "ignore").encode("utf-8") if isinstance(reason, str) else cut
-
-
-def nack_argv(
-    ids: Iterable[str | bytes], *, delay: float | None = None, reason: str | bytes | None = None, dead: bool = False
-) -> tuple[Any, ...]:
-    """``NACK id... [DELAY s] [REASON text] [DEAD]``; plain ``NACK id...`` without options."""
-    argv: list[Any] = [b"NACK", *_ids(ids)]
-    if dead and delay is not None:
-        raise ValueError("a NACK is either DEAD or DELAYed, not both")
-    if delay is not None:
-        argv += [b"DELAY", _seconds("delay", delay)]
-    if reason is not None:
-        argv += [b"REASON", cut_reason(reason)]
-    if dead:
-        argv.append(b"DEAD")
-    return tuple(argv)
-
-
-def nack(
-    ids: Iterable[str | bytes], *, delay: float | None = None, reason: str | bytes | None = None, dead: bool = False
-) -> Call[int]:
-    """NACK: put the jobs back (after ``delay`` seconds), or dead-letter them (``dead``)."""
-    return Call(nack_argv(ids, delay=delay, reason=reason, dead=dead), _int)
-
-
-def addjob(queue: str | bytes, body: bytes | str, **opts: Any) -> Call[str]:
-    """``ADDJOB queue body ms-timeout [options]`` -> the new job's ID.
-
-    With a ``dedup`` key the call is safe to send again (``retry_safe``): every ADDJOB of the
-    same queue and key, on any node, answers the same ID within the node's dedup window and
-    adds nothing. Without one it is not (a retry may add the job twice)."""
-    argv = addjob_argv(queue, body, **opts)
-    timeout_ms = argv[3]
-    blocks = None if timeout_ms == 0 and not opts.get("async_") else timeout_ms / 1000.0
-    return Call(argv, _str, blocks=blocks, retry_safe=opts.get("dedup") is not None)
+def _job_ids(replies: list[Any]) -> list[str]:
+    if any(isinstance(r, DisqueError) for r in replies):
+        raise BatchError([r if isinstance(r, DisqueError) else r.decode("ascii") for r in replies])
+    return [r.decode("ascii") for r in replies]
 
 
 def dedup_keys(bodies: Sequence[Any], dedup: Any) -> list[Any]:
@@ -254,6 +307,18 @@ def dedup_keys(bodies: Sequence[Any], dedup: Any) -> list[Any]:
     if len(keys) != len(bodies):
         raise ValueError("add_jobs got %d dedup keys for %d bodies" % (len(keys), len(bodies)))
     return keys
+
+
+def add_json(queue: str | bytes, obj: Any, **options: Any) -> Call[str]:
+    """ADDJOB with ``obj`` serialised as compact JSON (UTF-8); ``options`` are :meth:`add_job`'s."""
+    return addjob(queue, json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode(), **options)
+
+
+def add_msgpack(queue: str | bytes, obj: Any, **options: Any) -> Call[str]:
+    """ADDJOB with ``obj`` packed with msgpack; ``options`` are :meth:`add_job`'s."""
+    import msgpack
+
+    return addjob(queue, msgpack.packb(obj, use_bin_type=True), **options)
 
 
 def parse_getjob(reply: Any) -> list[Job]:
@@ -317,17 +382,22 @@ def _job_extras(fields: dict[bytes, Any]) -> dict[str, Any]:
     return out
 
 
-def getjob(
-    queues: Sequence[str | bytes],
-    *,
+def _same(jobs: list[Job]) -> list[Job]:
+    return jobs
+
+
+def get_jobs(
+    *queues: str | bytes,
     count: int = 1,
     timeout_ms: int | None = None,
     nohang: bool = False,
     with_counters: bool = True,
 ) -> Call[list[Job]]:
-    """``GETJOB [NOHANG] [TIMEOUT ms] [COUNT n] [WITHCOUNTERS] FROM q...``.
+    """GETJOB: up to ``count`` jobs from the first non-empty queues.
 
-    ``timeout_ms`` None (or 0) blocks until a job arrives, as Disque does.
+    Blocks until a job arrives, or ``timeout_ms`` (then returns ``[]``): ``timeout_ms`` None
+    (or 0, GETJOB without TIMEOUT) waits for ever, as Disque does; ``nohang=True`` never
+    blocks. (``GETJOB [NOHANG] [TIMEOUT ms] [COUNT n] [WITHCOUNTERS] FROM q...``)
     """
     if not queues:
         raise ValueError("get_jobs needs at least one queue")
@@ -348,7 +418,27 @@ def getjob(
         blocks: float | None = 0.0
     else:
         blocks = timeout_ms / 1000.0 if timeout_ms else None
-    return Call(tuple(argv), parse_getjob, blocks=blocks)
+    return Call(tuple(argv), parse_getjob, blocks=blocks, delivers=_same)
+
+
+def getjob(queues: Sequence[str | bytes], **options: Any) -> Call[list[Job]]:
+    """:func:`get_jobs` with the queues as one sequence."""
+    return get_jobs(*queues, **options)
+
+
+def _first_job(reply: Any) -> Job | None:
+    jobs = parse_getjob(reply)
+    return jobs[0] if jobs else None
+
+
+def _the_job(job: Job | None) -> tuple[Job, ...]:
+    return () if job is None else (job,)
+
+
+def get_job(*queues: str | bytes, timeout_ms: int | None = None, nohang: bool = False) -> Call[Job | None]:
+    """One job (GETJOB), or None on timeout."""
+    call = get_jobs(*queues, timeout_ms=timeout_ms, nohang=nohang)
+    return Call(call.argv, _first_job, blocks=call.blocks, delivers=_the_job)
 
 
 def ids_command(name: bytes, ids: Iterable[str | bytes]) -> Call[int]:
@@ -356,8 +446,72 @@ def ids_command(name: bytes, ids: Iterable[str | bytes]) -> Call[int]:
     return Call((name, *_ids(ids)), _int)
 
 
+def ack(*ids: str | bytes) -> Call[int]:
+    """ACKJOB: acknowledge (cluster-wide); returns how many this node knew."""
+    return ids_command(b"ACKJOB", ids)
+
+
+def fast_ack(*ids: str | bytes) -> Call[int]:
+    """FASTACK: best-effort acknowledgement and deletion everywhere."""
+    return ids_command(b"FASTACK", ids)
+
+
+def enqueue(*ids: str | bytes) -> Call[int]:
+    """ENQUEUE: queue the jobs again now (those not queued); returns how many were queued."""
+    return ids_command(b"ENQUEUE", ids)
+
+
+def dequeue(*ids: str | bytes) -> Call[int]:
+    """DEQUEUE: take the jobs out of their queues (they stay active); returns how many."""
+    return ids_command(b"DEQUEUE", ids)
+
+
+def del_job(*ids: str | bytes) -> Call[int]:
+    """DELJOB: delete the jobs on this node only; returns how many it held."""
+    return ids_command(b"DELJOB", ids)
+
+
+#: NACK's REASON is kept by the node up to this many bytes.
+MAX_REASON_BYTES = 1024
+
+
+def cut_reason(reason: str | bytes) -> bytes:
+    """A failure reason as NACK's REASON takes it: UTF-8, at most 1024 bytes (cut on a
+    character boundary)."""
+    raw = reason.encode("utf-8", "surrogateescape") if isinstance(reason, str) else bytes(reason)
+    if len(raw) <= MAX_REASON_BYTES:
+        return raw
+    cut = raw[:MAX_REASON_BYTES]
+    return cut.decode("utf-8", "ignore").encode("utf-8") if isinstance(reason, str) else cut
+
+
+def nack(*ids: str | bytes, delay: float | None = None, reason: str | bytes | None = None, dead: bool = False) -> Call[int]:
+    """NACK: put the jobs back now, counting a failed attempt (plain ``NACK id...``, as Disque).
+
+    disque-py's options: ``delay`` seconds before they are queued again
+    (cluster-wide); ``reason`` kept as the jobs' last failure (cut to 1024
+    bytes); ``dead=True`` dead-letters them now, whatever their MAXDELIVER.
+    (``NACK id... [DELAY s] [REASON text] [DEAD]``)
+    """
+    argv: list[Any] = [b"NACK", *_ids(ids)]
+    if dead and delay is not None:
+        raise ValueError("a NACK is either DEAD or DELAYed, not both")
+    if delay is not None:
+        argv += [b"DELAY", _seconds("delay", delay)]
+    if reason is not None:
+        argv += [b"REASON", cut_reason(reason)]
+    if dead:
+        argv.append(b"DEAD")
+    return Call(tuple(argv), _int)
+
+
+def nack_argv(ids: Iterable[str | bytes], **options: Any) -> tuple[Any, ...]:
+    """NACK's argv alone, the IDs as one iterable; ``options`` are :func:`nack`'s."""
+    return nack(*ids, **options).argv
+
+
 def working(job_id: str | bytes) -> Call[int]:
-    """``WORKING id`` -> seconds until the job would be requeued (its RETRY)."""
+    """WORKING: postpone the requeue; returns the job's RETRY in seconds."""
     return Call((b"WORKING", encode_name(job_id)), _int)
 
 
@@ -389,6 +543,7 @@ def parse_flat_map(reply: Any) -> dict[str, Any] | None:
 
 
 def show(job_id: str | bytes) -> Call[dict[str, Any] | None]:
+    """SHOW: the job's fields (``body`` as bytes), or None if unknown here."""
     return Call((b"SHOW", encode_name(job_id)), parse_flat_map)
 
 
@@ -396,10 +551,12 @@ def show(job_id: str | bytes) -> Call[dict[str, Any] | None]:
 
 
 def qlen(queue: str | bytes) -> Call[int]:
+    """QLEN: how many jobs the queue holds on this node."""
     return Call((b"QLEN", encode_name(queue)), _int)
 
 
 def qstat(queue: str | bytes) -> Call[dict[str, Any] | None]:
+    """QSTAT: the queue's fields on this node (a dict), or None if it does not exist here."""
     return Call((b"QSTAT", encode_name(queue)), parse_flat_map)
 
 
@@ -407,8 +564,9 @@ def _parse_qpeek(reply: Any) -> list[Job]:
     return parse_getjob(reply)
 
 
-def qpeek(queue: str | bytes, count: int) -> Call[list[Job]]:
-    """``QPEEK q count``: the oldest ``count`` jobs, or the newest with a negative count."""
+def qpeek(queue: str | bytes, count: int = 1) -> Call[list[Job]]:
+    """QPEEK: the oldest ``count`` jobs of the queue, or the newest with a negative count
+    (they stay queued)."""
     if isinstance(count, bool) or not isinstance(count, int):
         raise TypeError("count must be an int")
     return Call((b"QPEEK", encode_name(queue), count), _parse_qpeek)
@@ -427,7 +585,7 @@ def qscan(
     maxlen: int | None = None,
     importrate: int | None = None,
 ) -> Call[tuple[int, list[str]]]:
-    """One QSCAN page -> (next cursor, queue names)."""
+    """Every queue name (QSCAN, page after page; one page: (next cursor, names))."""
     argv: list[Any] = [b"QSCAN", cursor]
     if count is not None:
         argv += [b"COUNT", count]
@@ -456,10 +614,13 @@ def jscan(
     count: int | None = None,
     busyloop: bool = False,
     queue: str | bytes | None = None,
-    states: Iterable[str] = (),
+    states: Iterable[str] | str = (),
     reply: str = "id",
 ) -> Call[tuple[int, list[Any]]]:
-    """One JSCAN page -> (next cursor, IDs or SHOW-like dicts with ``reply="all"``)."""
+    """Every job (JSCAN, page after page): IDs, or dicts with ``reply="all"`` (SHOW's fields).
+
+    ``queue``: only that queue's; ``states``: only jobs in those states (``"queued"``, or
+    several)."""
     if reply not in ("id", "all"):
         raise ValueError("reply must be 'id' or 'all'")
     argv: list[Any] = [b"JSCAN", cursor]
@@ -477,8 +638,8 @@ def jscan(
     return Call(tuple(argv), _parse_jscan_all if reply == "all" else _parse_jscan_ids)
 
 
-def pause(queue: str | bytes, flags: Sequence[str]) -> Call[str]:
-    """``PAUSE queue in|out|all|none|state [bcast]`` -> the queue's pause state."""
+def pause(queue: str | bytes, *flags: str) -> Call[str]:
+    """PAUSE queue in|out|all|none|state [bcast] -> the pause state."""
     if not flags:
         raise ValueError("PAUSE needs at least one of: %s" % ", ".join(PAUSE_FLAGS))
     for flag in flags:
@@ -514,6 +675,7 @@ def parse_info(reply: Any) -> dict[str, Any]:
 
 
 def info(section: str | None = None) -> Call[dict[str, Any]]:
+    """INFO: the node's fields (numbers converted), every section or one, flattened."""
     argv = (b"INFO",) if section is None else (b"INFO", section.encode())
     return Call(argv, parse_info)
 
@@ -542,4 +704,52 @@ def hello() -> Call[Any]:
 
 
 def ping() -> Call[str]:
+    """PING -> ``"PONG"``."""
     return Call((b"PING",), _str)
+
+
+def execute(*argv: Any) -> Call[Any]:
+    """Any command, raw RESP2 reply (errors still raise typed exceptions)."""
+    return Call(tuple(argv), _identity, blocks=None, retry_safe=False)
+
+
+def pipeline(calls: Sequence[Call[Any]]) -> Batch[list[Any]]:
+    """Several commands in one round trip, on one connection, executed in order.
+
+    Returns each command's parsed result, or its :class:`~.errors.ServerError`
+    as a value. Built with :mod:`disque_py.client.commands`, e.g.
+    ``[commands.ack(*ids), commands.get_jobs("q", nohang=True)]``
+    (the worker acknowledges and fetches this way). Connection trouble
+    fails over like any command; commands already answered are not resent.
+    """
+    calls = list(calls)
+    if not calls:
+        return Batch([], 0.0, _no_replies)
+    blocks: float | None = 0.0
+    for call in calls:
+        blocks = None if call.blocks is None or blocks is None else max(blocks, call.blocks)
+    argvs = [c.argv for c in calls]
+    finish = _Replies(calls)
+    return Batch([(argvs, all(c.retry_safe for c in calls))], blocks, finish, finish.delivered)
+
+
+def _no_replies(replies: list[Any]) -> list[Any]:
+    return []
+
+
+class _Replies:
+    """A pipeline's replies, each read by its call's parser (errors stay values)."""
+
+    __slots__ = ("calls",)
+
+    def __init__(self, calls: list[Call[Any]]) -> None:
+        self.calls = calls
+
+    def __call__(self, replies: list[Any]) -> list[Any]:
+        return [r if isinstance(r, DisqueError) else c.parse(r) for c, r in zip(self.calls, replies)]
+
+    def delivered(self, results: list[Any]) -> list[Job]:
+        return [
+            job for c, r in zip(self.calls, results) if c.delivers is not None and not isinstance(r, DisqueError)
+            for job in c.delivers(r)
+        ]  # fmt: skip

@@ -1,15 +1,27 @@
-"""Connection settings shared by the synchronous and the trio client (and copied by the worker)."""
+"""The client's settings, declared once: :class:`ClientConfig`'s constructor.
+
+Both clients (:class:`~.sync.Client`, :class:`~.aio.Client`) take exactly these keyword
+arguments: their ``__init__`` is ``@takes_settings``, which builds a :class:`ClientConfig` from
+the call and hands it over, and which type checkers read as ``ClientConfig``'s signature (a
+``ParamSpec``), so a new setting is one edit here. The worker and the programs that talk to
+each node on their own (``disque-py top``, ``dead``, the Spark source) build one directly.
+"""
 
 from __future__ import annotations
 
+import inspect
 import random
 import ssl
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from . import commands as cmd
 from .cluster import Address, Affinity, Backoff, parse_address, parse_seeds, seed_items, split_url
 
-__all__ = ["ClientConfig"]
+__all__ = ["ClientConfig", "takes_settings"]
+
+P = ParamSpec("P")
+S = TypeVar("S")
 
 
 def _url_username(url: str) -> str | None:
@@ -22,7 +34,26 @@ def _url_username(url: str) -> str | None:
 
 
 class ClientConfig:
-    """Seeds, password (and user), timeouts and cluster behaviour; see :class:`~.sync.Client`."""
+    """A client's settings: where the nodes are, how to sign in, how long to wait, how to fail over.
+
+    ``seeds``: ``"host:port"`` strings (or one comma-separated string, or ``(host, port)``
+    pairs, or URLs: ``rediss://:password@host:port`` says TLS and the password); the other
+    nodes are learnt from HELLO. ``password`` (and ``username``, an ACL user): AUTH.
+    ``socket_timeout``: seconds to wait for a reply (plus whatever the command may block);
+    ``connect_timeout``: for a connection (and its TLS handshake). ``failover_timeout``: how
+    long to try the nodes, round after round with ``backoff`` pauses, before
+    :class:`~.errors.NoNodeAvailable`. ``refresh_interval``: HELLO again this often (None:
+    never). ``affinity``: move to the node that made most of the jobs received lately (True,
+    or an :class:`~.cluster.Affinity`). ``retry_writes``: send an ADDJOB without a DEDUP key
+    again after a lost connection (it may then duplicate a job); ``max_retries``: how many
+    times a command is resent. ``max_idle``: idle connections the trio client keeps (the
+    blocking client has one). ``clock``, ``sleep``, ``rng``: injectable for tests (None: the
+    client's own: ``time.monotonic`` and ``time.sleep``, or ``trio.current_time`` and
+    ``trio.sleep``; ``sleep`` is awaited by the trio client). ``tls`` and ``ssl_*``:
+    redis-py's names (SECURITY.md). ``prefer``: one address (a seed or not) tried first
+    whenever it is not marked down, instead of a random seed: for a caller that spreads its
+    own clients over the nodes; the other nodes remain the failover.
+    """
 
     def __init__(
         self,
@@ -38,6 +69,9 @@ class ClientConfig:
         affinity: bool | Affinity = False,
         retry_writes: bool = True,
         max_retries: int = 5,
+        max_idle: int = 8,
+        clock: Callable[[], float] | None = None,
+        sleep: Callable[[float], Any] | None = None,
         rng: random.Random | None = None,
         tls: bool = False,
         ssl_ca_certs: str | None = None,
@@ -79,11 +113,15 @@ class ClientConfig:
         self.affinity: Affinity | None = (Affinity() if affinity is True else affinity) or None
         self.retry_writes = retry_writes
         self.max_retries = max_retries
+        self.max_idle = max_idle
+        # None: the client's own (time.monotonic and time.sleep, or trio.current_time and trio.sleep)
+        self.clock, self.sleep = clock, sleep
         self.rng = rng or random.Random()
 
     def kwargs(self) -> dict[str, Any]:
         """Keyword arguments that rebuild an equivalent client (fresh affinity and rng; no
-        ``prefer``: a caller that spreads its clients gives each its own)."""
+        ``prefer``: a caller that spreads its clients gives each its own; no ``clock``,
+        ``sleep`` or ``max_idle``: each kind of client has its own)."""
         return {
             "password": self.password,
             "username": self.username,
@@ -122,7 +160,30 @@ class ClientConfig:
             self._ssl_context = ctx
         return self._ssl_context
 
-    def read_timeout(self, call: cmd.Call) -> float | None:
-        if call.blocks is None or self.socket_timeout is None:
+    def read_timeout(self, call: cmd.Call[Any] | cmd.Batch[Any]) -> float | None:
+        """How long to wait for ``call``'s reply: the socket timeout plus what it may block."""
+        return self.reply_timeout(call.blocks)
+
+    def reply_timeout(self, blocks: float | None) -> float | None:
+        """The socket timeout plus ``blocks`` seconds (None: without bound)."""
+        if blocks is None or self.socket_timeout is None:
             return None
-        return self.socket_timeout + call.blocks
+        return self.socket_timeout + blocks
+
+
+def _taking(make: Callable[P, ClientConfig]) -> Callable[[Callable[[S, ClientConfig], None]], Callable[Concatenate[S, P], None]]:
+    def decorate(init: Callable[[S, ClientConfig], None]) -> Callable[Concatenate[S, P], None]:
+        def __init__(self: S, /, *args: P.args, **kwargs: P.kwargs) -> None:
+            init(self, make(*args, **kwargs))
+
+        __init__.__doc__ = init.__doc__
+        __init__.__qualname__ = getattr(init, "__qualname__", "__init__")
+        __init__.__signature__ = inspect.signature(ClientConfig.__init__)  # type: ignore[attr-defined]
+        return __init__
+
+    return decorate
+
+
+#: For a client's ``__init__(self, config)``: the client is called with :class:`ClientConfig`'s
+#: arguments (its signature, for type checkers and ``help()``), and ``__init__`` gets the config.
+takes_settings = _taking(ClientConfig)

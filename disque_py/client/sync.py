@@ -2,10 +2,11 @@
 
 Design
 ------
-One :class:`Client` holds at most one connection (a ``redis.Connection``:
-redis-py does the socket, AUTH and the hiredis parsing) to the node it
-currently uses, and a :class:`~.cluster.Topology` saying which nodes exist.
-Every public method builds a :class:`~.commands.Call` and runs it through
+One :class:`Client` holds at most one connection (a
+:class:`~.connection.NodeConnection`: redis-py does the socket, AUTH and the hiredis
+parsing) to the node it currently uses, and a :class:`~.cluster.Topology` saying which nodes
+exist. Its commands are declared in :mod:`.commands` and shared with the trio client
+(:mod:`.base`): each builds a :class:`~.commands.Call` and runs it through
 :meth:`Client._call`, which owns the cluster behaviour:
 
 * no connection yet: try the candidates (random seeds at first, then the
@@ -42,32 +43,18 @@ whole.
 
 from __future__ import annotations
 
-import inspect
-import json
-import random
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any, TypeVar
 
-import redis
-from redis.backoff import NoBackoff
-from redis.retry import Retry
-
 from . import commands as cmd
-from .cluster import Address, Affinity, Backoff, Topology
-from .config import ClientConfig
-from .errors import (
-    AuthError,
-    BatchError,
-    ConnectionLost,
-    DisqueError,
-    LeavingError,
-    NoNodeAvailable,
-    ReplyTimeout,
-    ServerError,
-    error_from_reply,
-)
+from .base import SyncBase
+from .cluster import Address
+from .commands import Batch, Call
+from .config import ClientConfig, takes_settings
+from .connection import NodeConnection
+from .errors import ConnectionLost, DisqueError, LeavingError, NoNodeAvailable, ServerError
 from .model import HelloInfo, Job
 
 __all__ = ["Client"]
@@ -75,174 +62,19 @@ __all__ = ["Client"]
 T = TypeVar("T")
 
 
-# No CLIENT SETINFO round trips at connect: redis-py >= 7 takes driver_info=None, older ones lib_name=None.
-_NO_SETINFO: dict[str, Any] = (
-    {"driver_info": None}
-    if "driver_info" in inspect.signature(redis.connection.AbstractConnection.__init__).parameters
-    else {"lib_name": None, "lib_version": None}
-)
-
-
-class _RawErrorParser(redis.connection.DefaultParser):  # type: ignore[misc, name-defined]
-    """redis-py's parser without its error-code mapping: errors keep their full text."""
-
-    EXCEPTION_CLASSES: dict = {}
-
-
-class _Connection:
-    """One redis-py connection speaking RESP2, with errors mapped to ours."""
-
-    def __init__(self, address: Address, config: ClientConfig) -> None:
-        self.address = address
-        tls: dict[str, Any] = {}
-        conn_class: type[redis.Connection] = redis.Connection
-        if config.tls:  # redis-py does the TLS; the same names as its ssl_* arguments
-            conn_class = redis.SSLConnection
-            tls = {
-                "ssl_ca_certs": config.ssl_ca_certs,
-                "ssl_certfile": config.ssl_certfile,
-                "ssl_keyfile": config.ssl_keyfile,
-                "ssl_password": config.ssl_password,
-                "ssl_check_hostname": config.ssl_check_hostname,
-            }
-        self._conn = conn_class(
-            **tls,
-            host=address[0],
-            port=address[1],
-            password=config.password,
-            username=config.username if config.password is not None else None,
-            socket_timeout=config.socket_timeout,
-            socket_connect_timeout=config.connect_timeout,
-            protocol=2,
-            parser_class=_RawErrorParser,
-            retry=Retry(NoBackoff(), 0),
-            **_NO_SETINFO,
-        )
-        try:
-            self._conn.connect()
-        except redis.ResponseError as exc:
-            self.close()
-            raise error_from_reply(str(exc)) from None
-        except (redis.RedisError, OSError) as exc:
-            self.close()
-            raise ConnectionLost("cannot connect to %s:%d: %s" % (address + (exc,)), address) from None
-
-    def _lost(self, exc: BaseException) -> ConnectionLost:
-        self.close()
-        if isinstance(exc, redis.TimeoutError):
-            return ReplyTimeout("no reply from %s:%d in time" % self.address, self.address)
-        return ConnectionLost("connection to %s:%d lost: %s" % (self.address + (exc,)), self.address)
-
-    def request(self, argv: Sequence[Any], timeout: float | None) -> Any:
-        try:
-            self._conn.send_command(*argv, check_health=False)
-            return self._conn.read_response(timeout=timeout)
-        except redis.ResponseError as exc:
-            raise error_from_reply(str(exc)) from None
-        except (redis.RedisError, OSError) as exc:
-            raise self._lost(exc) from None
-        except BaseException:
-            self.close()  # interrupted half-way: the stream is out of step
-            raise
-
-    def request_many(self, argvs: Sequence[Sequence[Any]], timeout: float | None) -> list[Any]:
-        """Pipelined: every reply in order, error replies as exception values.
-
-        A lost connection raises :class:`ConnectionLost` with ``partial``:
-        the replies received before it broke.
-        """
-        self.send_many(argvs)
-        return self.read_many(len(argvs), timeout)
-
-    def send_many(self, argvs: Sequence[Sequence[Any]]) -> None:
-        """The sending half of :meth:`request_many` (then :meth:`read_many`): several connections can
-        have their commands in flight at once."""
-        try:
-            self._conn.send_packed_command(self._conn.pack_commands(argvs), check_health=False)
-        except (redis.RedisError, OSError) as exc:
-            lost = self._lost(exc)
-            lost.partial = []  # type: ignore[attr-defined]
-            raise lost from None
-        except BaseException:
-            self.close()
-            raise
-
-    def read_many(self, count: int, timeout: float | None) -> list[Any]:
-        """The replies to the last ``count`` commands sent (see :meth:`request_many`)."""
-        out: list[Any] = []
-        try:
-            for _ in range(count):
-                try:
-                    out.append(self._conn.read_response(timeout=timeout))
-                except redis.ResponseError as exc:
-                    out.append(error_from_reply(str(exc)))
-        except (redis.RedisError, OSError) as exc:
-            lost = self._lost(exc)
-            lost.partial = out  # type: ignore[attr-defined]
-            raise lost from None
-        except BaseException:
-            self.close()
-            raise
-        return out
-
-    def close(self) -> None:
-        try:
-            self._conn.disconnect()
-        except Exception:  # noqa: BLE001 - closing a broken socket may fail; it is gone anyway
-            pass
-
-
-class Client:
+class Client(SyncBase):
     """A Disque client for one thread of control (commands are serialised by a lock).
 
-    ``seeds``: ``"host:port"`` strings (or one comma-separated string, or
-    ``(host, port)`` pairs); the others are learnt from HELLO. See the
-    module docstring for failover, refresh and affinity. ``prefer``: one
-    address (a seed or not) tried first whenever it is not marked down,
-    instead of a random seed: for a caller that spreads its own clients over
-    the nodes; the other nodes remain the failover.
+    Takes :class:`~.config.ClientConfig`'s arguments: ``seeds`` (``"host:port"`` strings, or
+    one comma-separated string, or ``(host, port)`` pairs; the others are learnt from
+    HELLO), then keywords (password, timeouts, failover, TLS, ``prefer`` ...). See the
+    module docstring for failover, refresh and affinity.
     """
 
-    def __init__(
-        self,
-        seeds: Any = "127.0.0.1:7711",
-        *,
-        password: str | None = None,
-        username: str | None = None,
-        socket_timeout: float | None = 5.0,
-        connect_timeout: float = 2.0,
-        failover_timeout: float = 10.0,
-        backoff: Backoff | None = None,
-        refresh_interval: float | None = 30.0,
-        affinity: bool | Affinity = False,
-        retry_writes: bool = True,
-        max_retries: int = 5,
-        clock: Callable[[], float] = time.monotonic,
-        sleep: Callable[[float], Any] = time.sleep,
-        rng: random.Random | None = None,
-        tls: bool = False,
-        ssl_ca_certs: str | None = None,
-        ssl_certfile: str | None = None,
-        ssl_keyfile: str | None = None,
-        ssl_password: str | None = None,
-        ssl_check_hostname: bool = True,
-        prefer: Any = None,
-    ) -> None:
-        self.config = ClientConfig(
-            seeds, password=password, username=username, socket_timeout=socket_timeout,
-            connect_timeout=connect_timeout,
-            failover_timeout=failover_timeout, backoff=backoff, refresh_interval=refresh_interval,
-            affinity=affinity, retry_writes=retry_writes, max_retries=max_retries, rng=rng,
-            tls=tls, ssl_ca_certs=ssl_ca_certs, ssl_certfile=ssl_certfile, ssl_keyfile=ssl_keyfile,
-            ssl_password=ssl_password, ssl_check_hostname=ssl_check_hostname, prefer=prefer,
-        )  # fmt: skip
-        self._clock = clock
-        self._sleep = sleep
-        self._rng = self.config.rng
-        self._topology = Topology(self.config.seeds, self._rng, prefer=self.config.prefer)
-        self._conn: _Connection | None = None
-        self._node_id: str | None = None
-        self._next_refresh = 0.0
+    @takes_settings
+    def __init__(self, config: ClientConfig) -> None:
+        super().__init__(config, time.monotonic, time.sleep)
+        self._conn: NodeConnection | None = None
         self._lock = threading.RLock()
 
     # ------------------------------------------------------------ lifecycle
@@ -269,14 +101,12 @@ class Client:
         """The address of the node in use, or None when not connected."""
         return self._conn.address if self._conn is not None else None
 
-    @property
-    def current_node_id(self) -> str | None:
-        return self._node_id if self._conn is not None else None
-
-    @property
-    def nodes(self) -> list:
-        """The node list from the last HELLO."""
-        return list(self._topology.nodes.values())
+    def hello(self) -> HelloInfo:
+        """HELLO (also refreshes the client's node list)."""
+        with self._lock:
+            reply = self._call(cmd.hello())
+            address = self.current_address
+            return self._learn(reply, address[0] if address else None)
 
     def on_other_nodes(self, argvs: Sequence[Sequence[Any]]) -> list[tuple[Address, list[Any]]]:
         """Send ``argvs`` (pipelined) to every node of the last HELLO but the one in use, each
@@ -286,12 +116,12 @@ class Client:
         here changes the node the client uses."""
         with self._lock:
             self._ensure()
-            current = self._conn.address if self._conn is not None else None
+            current = self.current_address
             addresses = [n.address for n in self._topology.nodes.values() if n.address != current]
         out: list[tuple[Address, list[Any]]] = []
         for address in addresses:
             try:
-                conn = _Connection(address, self.config)
+                conn = NodeConnection(address, self.config)
             except DisqueError:
                 continue
             try:
@@ -310,58 +140,39 @@ class Client:
             self._conn.close()
             self._conn = None
 
-    def _hello(self, conn: _Connection) -> HelloInfo:
-        call = cmd.hello()
-        hello = cmd.parse_hello(conn.request(call.argv, self.config.read_timeout(call)), via_host=conn.address[0])
-        self._topology.update(hello, self._clock())
-        self._next_refresh = self._clock() + (self.config.refresh_interval or 0.0)
-        return hello
-
-    def _adopt(self, conn: _Connection, hello: HelloInfo) -> None:
-        self._conn = conn
-        self._node_id = hello.node_id
-        self._topology.mark_up(conn.address)
-
-    def _open(self, address: Address) -> tuple[_Connection, HelloInfo]:
-        conn = _Connection(address, self.config)
+    def _open(self, address: Address) -> tuple[NodeConnection, HelloInfo]:
+        """A new connection to ``address`` and its HELLO (which updates the node list)."""
+        conn = NodeConnection(address, self.config)
         try:
-            return conn, self._hello(conn)
+            call = cmd.hello()
+            return conn, self._learn(conn.request(call.argv, self.config.read_timeout(call)), address[0])
         except BaseException:
             conn.close()
             raise
 
+    def _adopt(self, conn: NodeConnection, hello: HelloInfo) -> None:
+        self._conn = conn
+        self._node_id = hello.node_id
+        self._topology.mark_up(conn.address)
+
     def _connect(self) -> None:
         """Connect to some node (see the module docstring) or raise NoNodeAvailable."""
-        deadline = self._clock() + self.config.failover_timeout
-        attempts: list[tuple[Address, BaseException]] = []
-        rounds = 0
+        rounds = self._connect_rounds()
         while True:
-            for address in self._topology.candidates(self._clock()):
+            for address in rounds.candidates():
                 try:
                     conn, hello = self._open(address)
-                except AuthError:
-                    raise
                 except (ConnectionLost, ServerError) as exc:
-                    attempts.append((address, exc))
-                    self._topology.mark_down(address, self._clock())
+                    rounds.failed(address, exc)
                     continue
                 self._adopt(conn, hello)
                 self._maybe_move()
                 return
-            now = self._clock()
-            if now >= deadline:
-                tried = sorted({"%s:%d" % a for a, _ in attempts})
-                raise NoNodeAvailable(
-                    "no node reachable after %.1f s (tried %s; last error: %s)"
-                    % (self.config.failover_timeout, ", ".join(tried), attempts[-1][1] if attempts else "-"),
-                    attempts,
-                )
-            self._sleep(min(self.config.backoff.delay(rounds, self._rng), max(0.0, deadline - now)))
-            rounds += 1
+            self._sleep(rounds.pause())
 
     def _move_to(self, address: Address) -> bool:
         """Switch to ``address`` if it answers; keep the current node otherwise."""
-        if self._conn is not None and self._conn.address == address:
+        if self.current_address == address:
             return False
         try:
             conn, hello = self._open(address)
@@ -372,295 +183,85 @@ class Client:
         self._adopt(conn, hello)
         return True
 
-    def _maybe_move(self) -> None:
-        target = self._topology.better_node(self._node_id, self._clock())
-        if target is not None:
-            self._move_to(target)
-
-    def _ensure(self) -> _Connection:
+    def _ensure(self) -> NodeConnection:
+        """The connection to the current node: connecting, or refreshing the node list (and
+        moving if a better node appeared) when it is due."""
         if self._conn is None:
             self._connect()
         elif self.config.refresh_interval is not None and self._clock() >= self._next_refresh:
-            self._hello(self._conn)
+            call = cmd.hello()
+            self._learn(self._conn.request(call.argv, self.config.read_timeout(call)), self._conn.address[0])
             self._maybe_move()
         assert self._conn is not None
         return self._conn
 
-    def _call(self, call: cmd.Call[T]) -> T:
+    def _maybe_move(self) -> None:
+        target = self._better_node()
+        if target is not None:
+            self._move_to(target)
+
+    def _resend(self, failures: int, retry_safe: bool) -> bool:
+        """After a lost connection (dropped here, its node marked down): whether to send the
+        command again, after the pause it is due."""
+        self._drop(mark_down=True)
+        pause = self._retry_pause(failures, retry_safe)
+        if pause:
+            self._sleep(pause)
+        return pause is not None
+
+    def _follow(self, jobs: Sequence[Job]) -> None:
+        """Affinity: move to the node the jobs received lately come from, if it is time to."""
+        target = self._affinity_target(jobs)
+        if target is not None:
+            self._move_to(target)
+
+    def _call(self, call: Call[T]) -> T:
         with self._lock:
             failures = 0
             while True:
                 try:
-                    conn = self._ensure()
-                    reply = conn.request(call.argv, self.config.read_timeout(call))
+                    reply = self._ensure().request(call.argv, self.config.reply_timeout(call.blocks))
                 except NoNodeAvailable:
                     raise
                 except ConnectionLost:
-                    self._drop(mark_down=True)
                     failures += 1
-                    if failures > self.config.max_retries or not (call.retry_safe or self.config.retry_writes):
+                    if not self._resend(failures, call.retry_safe):
                         raise
-                    if failures > 1:
-                        self._sleep(self.config.backoff.delay(failures - 2, self._rng))
                     continue
                 except LeavingError:
-                    if self._node_id:
-                        self._topology.set_priority(self._node_id, 100, self._clock())
                     failures += 1
-                    if failures > self.config.max_retries:
-                        raise
-                    target = self._topology.better_node(self._node_id, self._clock())
+                    target = self._leaving_target(failures)
                     if target is None or not self._move_to(target):
                         raise
                     continue
-                return call.parse(reply)
+                result = call.parse(reply)
+                if call.delivers is not None and self.config.affinity is not None:
+                    self._follow(call.delivers(result))
+                return result
 
     def _pipeline(self, argvs: list[tuple[Any, ...]], blocks: float | None, retry_safe: bool) -> list[Any]:
         """Send a batch at once; replies (errors as values) in order, with failover."""
-        call = cmd.Call((), lambda r: r, blocks=blocks, retry_safe=retry_safe)
+        timeout = self.config.reply_timeout(blocks)
         results: list[Any] = []
         with self._lock:
             failures = 0
             while len(results) < len(argvs):
                 try:
-                    conn = self._ensure()
-                    results += conn.request_many(argvs[len(results) :], self.config.read_timeout(call))
+                    results += self._ensure().request_many(argvs[len(results) :], timeout)
                 except NoNodeAvailable:
                     raise
                 except ConnectionLost as exc:
                     results += getattr(exc, "partial", [])
-                    self._drop(mark_down=True)
                     failures += 1
-                    if failures > self.config.max_retries or not (retry_safe or self.config.retry_writes):
+                    if not self._resend(failures, retry_safe):
                         raise
-                    if failures > 1:
-                        self._sleep(self.config.backoff.delay(failures - 2, self._rng))
         return results
 
-    def _observe(self, jobs: list[Job]) -> None:
-        affinity = self.config.affinity
-        if affinity is None or not jobs:
-            return
-        affinity.observe(j.node_prefix for j in jobs)
-        prefix = affinity.suggest(self._node_id[:8] if self._node_id else None)
-        if prefix is None:
-            return
-        affinity.reset()
-        node = self._topology.node_with_prefix(prefix)
-        current = self._topology.nodes.get(self._node_id or "")
-        if node is not None and (current is None or node.priority <= current.priority):
-            with self._lock:
-                self._move_to(node.address)
-
-    # ------------------------------------------------------------ jobs
-    def add_job(
-        self,
-        queue: str | bytes,
-        body: bytes | str,
-        *,
-        timeout_ms: int = cmd.DEFAULT_ADD_TIMEOUT_MS,
-        replicate: int | None = None,
-        delay: int | None = None,
-        retry: int | None = None,
-        ttl: int | None = None,
-        maxlen: int | None = None,
-        async_: bool = False,
-        backoff: tuple[float, float] | None = None,
-        maxdeliver: int | None = None,
-        deadletter: str | bytes | None = None,
-        dedup: str | bytes | None = None,
-    ) -> str:
-        """ADDJOB: queue a job, return its ID. Times are in seconds except ``timeout_ms``.
-
-        disque-py's delivery options (sent only when given): ``backoff=(min_s, max_s)``
-        requeues the job after min x 2^(nacks-1) seconds (capped at max) on each plain
-        NACK; ``maxdeliver=n`` dead-letters it on a failure of its n-th delivery, into
-        ``deadletter`` (default ``<queue>.dead``). Disque's nodes refuse them.
-
-        ``dedup=key`` (str or bytes, 1 to 512 bytes; ``ADDJOB ... DEDUP key``): every ADDJOB of
-        this queue and key, on any node, returns the same job ID and adds nothing, for the
-        whole life of the job and the node's ``dedup-window`` (600 s by default) after it is
-        acknowledged or deleted; the body and options of the later calls are ignored. Such a
-        call is therefore always sent again after a lost connection or a reply timeout, on
-        another node, even with ``retry_writes=False``: the retry answers the same ID. Without
-        a key the call is sent exactly as before.
-        """
-        return self._call(cmd.addjob(
-            queue, body, timeout_ms=timeout_ms, replicate=replicate, delay=delay,
-            retry=retry, ttl=ttl, maxlen=maxlen, async_=async_,
-            backoff=backoff, maxdeliver=maxdeliver, deadletter=deadletter, dedup=dedup,
-        ))  # fmt: skip
-
-    def add_jobs(
-        self, queue: str | bytes, bodies: Iterable[bytes | str], *, batch: int = 100,
-        dedup: Callable[[Any], str | bytes | None] | Iterable[str | bytes | None] | None = None, **opts: Any
-    ) -> list[str]:
-        """Many ADDJOBs, pipelined ``batch`` at a time; IDs in input order.
-
-        ``dedup``: a deduplication key per body (see :meth:`add_job`), either a function called
-        with each body that returns its key (or None), or a sequence of keys, one per body (None
-        for a body without one). A batch whose jobs all have a key is sent again after a lost
-        connection even with ``retry_writes=False`` (the jobs already added answer their IDs
-        again); run twice, the call adds nothing the second time and returns the same IDs.
-
-        Raises :class:`~.errors.BatchError` (with every result) if any failed.
-        """
-        if batch < 1:
-            raise ValueError("batch must be >= 1")
-        bodies = list(bodies)
-        keys = cmd.dedup_keys(bodies, dedup)
-        argvs = [cmd.addjob_argv(queue, body, dedup=key, **opts) for body, key in zip(bodies, keys)]
-        if not argvs:
-            return []
-        probe = cmd.addjob(queue, b"", **opts)
-        results: list[Any] = []
-        for start in range(0, len(argvs), batch):
-            safe = all(key is not None for key in keys[start : start + batch])
-            results += self._pipeline(argvs[start : start + batch], probe.blocks, retry_safe=safe)
-        if any(isinstance(r, DisqueError) for r in results):
-            raise BatchError([r if isinstance(r, DisqueError) else r.decode("ascii") for r in results])
-        return [r.decode("ascii") for r in results]
-
-    def add_json(self, queue: str | bytes, obj: Any, **opts: Any) -> str:
-        """ADDJOB with ``obj`` serialised as compact JSON (UTF-8)."""
-        return self.add_job(queue, json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode(), **opts)
-
-    def add_msgpack(self, queue: str | bytes, obj: Any, **opts: Any) -> str:
-        """ADDJOB with ``obj`` packed with msgpack."""
-        import msgpack
-
-        return self.add_job(queue, msgpack.packb(obj, use_bin_type=True), **opts)
-
-    def get_jobs(
-        self,
-        *queues: str | bytes,
-        count: int = 1,
-        timeout_ms: int | None = None,
-        nohang: bool = False,
-        with_counters: bool = True,
-    ) -> list[Job]:
-        """GETJOB: up to ``count`` jobs from the first non-empty queues.
-
-        Blocks until a job arrives, or ``timeout_ms`` (then returns ``[]``);
-        ``nohang=True`` never blocks.
-        """
-        jobs = self._call(cmd.getjob(queues, count=count, timeout_ms=timeout_ms, nohang=nohang,
-                                     with_counters=with_counters))  # fmt: skip
-        self._observe(jobs)
-        return jobs
-
-    def get_job(self, *queues: str | bytes, timeout_ms: int | None = None, nohang: bool = False) -> Job | None:
-        """One job, or None on timeout."""
-        jobs = self.get_jobs(*queues, count=1, timeout_ms=timeout_ms, nohang=nohang)
-        return jobs[0] if jobs else None
-
-    def ack(self, *ids: str | bytes) -> int:
-        """ACKJOB: acknowledge (cluster-wide); returns how many this node knew."""
-        return self._call(cmd.ids_command(b"ACKJOB", ids))
-
-    def fast_ack(self, *ids: str | bytes) -> int:
-        """FASTACK: best-effort acknowledgement and deletion everywhere."""
-        return self._call(cmd.ids_command(b"FASTACK", ids))
-
-    def nack(
-        self, *ids: str | bytes, delay: float | None = None, reason: str | bytes | None = None, dead: bool = False
-    ) -> int:
-        """NACK: put the jobs back now, counting a failed attempt (plain ``NACK id...``, as Disque).
-
-        disque-py's options: ``delay`` seconds before they are queued again
-        (cluster-wide); ``reason`` kept as the jobs' last failure (cut to 1024
-        bytes); ``dead=True`` dead-letters them now, whatever their MAXDELIVER.
-        """
-        return self._call(cmd.nack(ids, delay=delay, reason=reason, dead=dead))
-
-    def enqueue(self, *ids: str | bytes) -> int:
-        return self._call(cmd.ids_command(b"ENQUEUE", ids))
-
-    def dequeue(self, *ids: str | bytes) -> int:
-        return self._call(cmd.ids_command(b"DEQUEUE", ids))
-
-    def del_job(self, *ids: str | bytes) -> int:
-        return self._call(cmd.ids_command(b"DELJOB", ids))
-
-    def working(self, job_id: str | bytes) -> int:
-        """WORKING: postpone the requeue; returns the job's RETRY in seconds."""
-        return self._call(cmd.working(job_id))
-
-    def show(self, job_id: str | bytes) -> dict[str, Any] | None:
-        """SHOW: the job's fields (``body`` as bytes), or None if unknown here."""
-        return self._call(cmd.show(job_id))
-
-    # ------------------------------------------------------------ queues
-    def qlen(self, queue: str | bytes) -> int:
-        return self._call(cmd.qlen(queue))
-
-    def qstat(self, queue: str | bytes) -> dict[str, Any] | None:
-        return self._call(cmd.qstat(queue))
-
-    def qpeek(self, queue: str | bytes, count: int = 1) -> list[Job]:
-        return self._call(cmd.qpeek(queue, count))
-
-    def qscan(
-        self,
-        *,
-        count: int | None = None,
-        busyloop: bool = False,
-        minlen: int | None = None,
-        maxlen: int | None = None,
-        importrate: int | None = None,
-    ) -> Iterator[str]:
-        """Every queue name (QSCAN, page after page)."""
-        cursor = 0
-        while True:
-            cursor, names = self._call(cmd.qscan(cursor, count=count, busyloop=busyloop, minlen=minlen,
-                                                 maxlen=maxlen, importrate=importrate))  # fmt: skip
-            yield from names
-            if cursor == 0:
-                return
-
-    def jscan(
-        self,
-        *,
-        count: int | None = None,
-        busyloop: bool = False,
-        queue: str | bytes | None = None,
-        states: Iterable[str] | str = (),
-        reply: str = "id",
-    ) -> Iterator[Any]:
-        """Every job (JSCAN, page after page): IDs, or dicts with ``reply="all"``."""
-        cursor = 0
-        states = tuple([states] if isinstance(states, str) else states)
-        while True:
-            cursor, items = self._call(cmd.jscan(cursor, count=count, busyloop=busyloop, queue=queue,
-                                                 states=states, reply=reply))  # fmt: skip
-            yield from items
-            if cursor == 0:
-                return
-
-    def pause(self, queue: str | bytes, *flags: str) -> str:
-        """PAUSE queue in|out|all|none|state [bcast] -> the pause state."""
-        return self._call(cmd.pause(queue, flags))
-
-    # ------------------------------------------------------------ server
-    def info(self, section: str | None = None) -> dict[str, Any]:
-        return self._call(cmd.info(section))
-
-    def hello(self) -> HelloInfo:
-        """HELLO (also refreshes the client's node list)."""
-        with self._lock:
-            failures = 0
-            while True:
-                try:
-                    return self._hello(self._ensure())
-                except ConnectionLost:
-                    self._drop(mark_down=True)
-                    failures += 1
-                    if failures > self.config.max_retries:
-                        raise
-
-    def ping(self) -> str:
-        return self._call(cmd.ping())
-
-    def execute(self, *argv: Any) -> Any:
-        """Any command, raw RESP2 reply (errors still raise typed exceptions)."""
-        return self._call(cmd.Call(tuple(argv), lambda r: r, blocks=None, retry_safe=False))
+    def _batch(self, batch: Batch[T]) -> T:
+        replies: list[Any] = []
+        for argvs, retry_safe in batch.rounds:
+            replies += self._pipeline(argvs, batch.blocks, retry_safe)
+        result = batch.finish(replies)
+        if batch.delivers is not None and self.config.affinity is not None:
+            self._follow(batch.delivers(result))
+        return result

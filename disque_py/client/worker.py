@@ -129,10 +129,10 @@ import trio
 from . import commands as cmd
 from .aio import Client as AioClient
 from .cluster import Backoff
+from .connection import NodeConnection as _Connection
 from .errors import AckedError, AuthError, BadIdError, DisqueError, NoJobError, TooLateError
 from .model import DeadLetter, Job
 from .sync import Client as SyncClient
-from .sync import _Connection
 
 __all__ = [
     "Worker",

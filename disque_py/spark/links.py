@@ -3,8 +3,8 @@
 The source must talk to a *given* node (take jobs from it, acknowledge and
 show them where they are, scan it), which the cluster-aware
 :class:`disque_py.client.Client` deliberately hides, so this is a small
-pool of raw connections (the client's own ``_Connection``: redis-py with
-hiredis, RESP2, our error types; TLS and a named user as the client's)
+pool of raw connections (the client's :class:`~disque_py.client.connection.NodeConnection`:
+redis-py with hiredis, RESP2, our error types; TLS and a named user as the client's)
 keyed by address, plus the cluster's node
 list from HELLO. No pyspark here.
 """
@@ -19,8 +19,8 @@ from typing import Any
 from ..client import commands as cmd
 from ..client.cluster import Address
 from ..client.config import ClientConfig
+from ..client.connection import NodeConnection
 from ..client.errors import ConnectionLost, DisqueError
-from ..client.sync import _Connection
 
 __all__ = ["Links", "address_text", "parse_address_text", "Unreachable"]
 
@@ -67,7 +67,7 @@ class Links:
             connect_timeout=connect_timeout, tls=tls, ssl_ca_certs=ssl_ca_certs, ssl_certfile=ssl_certfile,
             ssl_keyfile=ssl_keyfile,
         )  # fmt: skip
-        self._conns: dict[Address, _Connection] = {}
+        self._conns: dict[Address, NodeConnection] = {}
         self._down: dict[Address, float] = {}  # address -> monotonic time to try it again
         self._nodes: list[Address] = []
         self._ids: dict[Address, str] = {}
@@ -75,7 +75,7 @@ class Links:
         self._nodes_at = 0.0
 
     # ---------------------------------------------------------------- connections
-    def conn(self, address: Address) -> _Connection:
+    def conn(self, address: Address) -> NodeConnection:
         """The connection to ``address``, opened if needed. A node that refused a connection is
         not tried again for ``DOWN_FOR`` seconds (ConnectionLost at once), so a dead node in the
         HELLO list costs one connect timeout, not one per call."""
@@ -85,7 +85,7 @@ class Links:
             if until is not None and time.monotonic() < until:
                 raise ConnectionLost("%s is marked down (it refused a connection)" % address_text(address), address)
             try:
-                conn = _Connection(address, self.config)
+                conn = NodeConnection(address, self.config)
             except ConnectionLost:
                 self._down[address] = time.monotonic() + DOWN_FOR
                 raise

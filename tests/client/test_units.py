@@ -332,7 +332,7 @@ def test_public_names_and_lazy_imports():
 def test_disque_calls_send_what_they_sent_and_new_options_only_when_given():
     assert cmd.addjob_argv("q", b"b") == (b"ADDJOB", b"q", b"b", 5000)
     assert cmd.addjob_argv("q", b"b", retry=3, ttl=60) == (b"ADDJOB", b"q", b"b", 5000, b"RETRY", 3, b"TTL", 60)
-    assert cmd.nack(["D-1", "D-2"]).argv == (b"NACK", b"D-1", b"D-2")
+    assert cmd.nack("D-1", "D-2").argv == cmd.nack_argv(["D-1", "D-2"]) == (b"NACK", b"D-1", b"D-2")
     assert cmd.addjob_argv("q", b"b", backoff=(0.5, 30), maxdeliver=3, deadletter="q.x")[4:] == (
         b"BACKOFF", b"0.5", b"30", b"MAXDELIVER", 3, b"DEADLETTER", b"q.x")  # fmt: skip
     assert cmd.nack_argv(["D-1"], delay=1.23456, reason="boom") == (
