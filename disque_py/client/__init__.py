@@ -42,7 +42,7 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
     from .config import ClientConfig
     from .model import DeadLetter, HelloInfo, Job, NodeInfo
     from .sync import Client
-    from .worker import DEFAULT_DEAD_LETTER, Worker, WorkerStats, current_worker
+    from .worker import DEFAULT_DEAD_LETTER, Worker, WorkerSettings, WorkerStats, current_worker
 
 # Imported on first use (module __getattr__), so that ``disque-py server``,
 # which only registers the ``worker`` command, does not load redis-py and
@@ -52,6 +52,7 @@ _WHERE = {
     "AsyncClient": "aio",
     "ClientConfig": "config",
     "Worker": "worker",
+    "WorkerSettings": "worker",
     "WorkerStats": "worker",
     "current_worker": "worker",
     "DEFAULT_DEAD_LETTER": "worker",
