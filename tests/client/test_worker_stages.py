@@ -58,25 +58,27 @@ def test_a_round_carries_the_outcomes_before_its_getjob_and_reads_its_replies():
     nack = cmd.nack_argv(["D-3"], delay=1.5, reason="boom")
     rnd = path.round([("ack", ["D-1", "D-2"]), ("retry", [("retry", job("D-3"), nack)])], 3)
     assert rnd.argvs() == [
-        (b"ACKJOB", b"D-1", b"D-2"),
+        (b"ACKJOB", "D-1", "D-2"),  # IDs as they are: a raw connection's packer encodes them
         (b"NACK", b"D-3", b"DELAY", b"1.5", b"REASON", b"boom"),
         (b"GETJOB", b"NOHANG", b"COUNT", 3, b"WITHCOUNTERS", b"FROM", b"q1", b"q2"),
     ]
-    assert path.round([], 3).calls == [rnd.calls[-1]]  # nothing to carry: the GETJOB alone, the same call
-    refused = error_from_reply("BADID Invalid Job ID format")
-    results = rnd.read([2, refused, [[b"q1", b"D-9", b"body", b"nacks", 1, b"additional-deliveries", 2]]])
-    assert results[:2] == [2, refused]  # errors stay values, as the client's pipeline leaves them
-    [got] = Round.jobs(results)
-    assert (got.queue, got.id, got.body, got.attempt) == ("q1", "D-9", b"body", 4)
+    assert path.round([], 3).calls() == [rnd.getjob] and path.getjob(3) is rnd.getjob  # one call per count
+    calls = rnd.calls()  # the same commands, as the client's pipeline takes them
+    assert [c.argv for c in calls] == [(b"ACKJOB", b"D-1", b"D-2"), *rnd.argvs()[1:]] and calls[0].parse(b"2") == 2
+    got = rnd.jobs_of([[b"q1", b"D-9", b"body", b"nacks", 1, b"additional-deliveries", 2]])
+    [job9] = Round.jobs([2, got])
+    assert (job9.queue, job9.id, job9.body, job9.attempt) == ("q1", "D-9", b"body", 4)
     counts = Counters()
-    assert path.took(counts, [got], 3) is True  # fewer than asked for: starved
-    assert path.took(counts, [got] * 3, 3) is False
+    assert path.took(counts, [job9], 3) is True  # fewer than asked for: starved
+    assert path.took(counts, [job9] * 3, 3) is False
     assert counts.fetched == counts.in_flight == 4
-    for garbage in (b"not a list", [[b"q", 42]]):
+    for garbage in (b"not a list", [[b"q", 42]]):  # errors and unreadable replies are values...
         with pytest.raises(DisqueError, match="unreadable GETJOB reply"):
-            Round.jobs(rnd.read([1, 1, garbage]))
+            Round.jobs([1, rnd.jobs_of(garbage)])  # ... raised when the jobs are asked for
+    refused = error_from_reply("NOREPL Timeout reached")
+    assert rnd.jobs_of(refused) is refused
     with pytest.raises(DisqueError, match="NOREPL"):
-        Round.jobs([error_from_reply("NOREPL Timeout reached")])
+        Round.jobs([refused])
 
 
 def make_acks(counters: Counters, buffer: deque | None = None) -> Acks:

@@ -26,7 +26,7 @@ from ..model import Job
 from .stats import Counters
 from .wakeup import Wakeup
 
-__all__ = ["Acks", "OPS", "Groups", "outcome_calls", "count_settled"]
+__all__ = ["Acks", "OPS", "Groups", "outcome_argvs", "outcome_calls", "count_settled"]
 
 log = logging.getLogger("disque_py.worker")
 
@@ -40,15 +40,22 @@ Retry = tuple[str, Job, tuple[Any, ...]]
 Groups = list[tuple[str, list[Any]]]
 
 
-def outcome_calls(groups: Groups) -> list[cmd.Call[Any]]:
-    """The commands that send ``groups``, in order."""
-    calls: list[cmd.Call[Any]] = []
+def outcome_argvs(groups: Groups, encoded: bool = False) -> list[tuple[Any, ...]]:
+    """The commands that send ``groups``, in order: one per ``(op, ids)`` group (the IDs as
+    bytes if ``encoded``, else as they are: a raw connection's packer encodes them), one per
+    NACK with options."""
+    argvs: list[tuple[Any, ...]] = []
     for op, items in groups:
         if op == "retry":
-            calls += [cmd.Call(argv, int) for _, _, argv in items]
+            argvs += [argv for _, _, argv in items]
         else:
-            calls.append(cmd.Call((OPS[op], *[i.encode() for i in items]), int))
-    return calls
+            argvs.append((OPS[op], *([i.encode() for i in items] if encoded else items)))
+    return argvs
+
+
+def outcome_calls(groups: Groups) -> list[cmd.Call[Any]]:
+    """:func:`outcome_argvs` as the client's pipeline takes them (each answers an integer)."""
+    return [cmd.Call(argv, int) for argv in outcome_argvs(groups, encoded=True)]
 
 
 def count_settled(counters: Counters, op: str, count: int, error: BaseException | None) -> None:

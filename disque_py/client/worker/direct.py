@@ -147,7 +147,9 @@ class DirectFetch:
         if conn is None or conn.address != address:
             self.drop_connection()
             conn = self.conn = _Connection(address, config)
-        return rnd.read(conn.request_many(rnd.argvs(), config.read_timeout(rnd.calls[-1])))
+        replies = conn.request_many(rnd.argvs(), config.read_timeout(rnd.getjob))
+        replies[-1] = rnd.jobs_of(replies[-1])
+        return replies
 
     def drop_connection(self) -> None:
         conn, self.conn = self.conn, None

@@ -32,7 +32,7 @@ from .. import commands as cmd
 from ..cluster import Backoff
 from ..errors import AuthError, DisqueError
 from ..model import Job
-from .acks import Acks, Groups, outcome_calls
+from .acks import Acks, Groups, outcome_argvs, outcome_calls
 from .handlers import describe_error
 from .pause import FailureGate
 from .stats import Counters
@@ -48,33 +48,36 @@ OUTCOME_LINGER = 0.005
 
 
 class Round:
-    """One round trip of the fetch path (no I/O): the outcomes ``groups`` it carries, then the
-    GETJOB for ``asked`` jobs. ``calls`` are sent in order, on one connection."""
+    """One round trip of the fetch path (no I/O): the outcomes ``groups`` it carries, then
+    ``getjob`` for ``asked`` jobs, sent in order on one connection: as the client's pipeline
+    takes them (:meth:`calls`) or as a raw connection does (:meth:`argvs`, :meth:`jobs_of`)."""
 
-    __slots__ = ("groups", "calls", "asked")
+    __slots__ = ("groups", "getjob", "asked")
 
     def __init__(self, groups: Groups, getjob: cmd.Call[list[Job]], asked: int) -> None:
         self.groups = groups
-        self.calls = outcome_calls(groups)
-        self.calls.append(getjob)
+        self.getjob = getjob
         self.asked = asked
 
-    def argvs(self) -> list[tuple[Any, ...]]:
-        return [call.argv for call in self.calls]
+    def calls(self) -> list[cmd.Call[Any]]:
+        calls = outcome_calls(self.groups)
+        calls.append(self.getjob)
+        return calls
 
-    def read(self, replies: list[Any]) -> list[Any]:
-        """Raw replies, in order (errors as values), as the client's pipeline returns them:
-        each parsed by its command; a GETJOB reply of the wrong shape becomes a DisqueError."""
-        out: list[Any] = []
-        for call, reply in zip(self.calls, replies):
-            if isinstance(reply, BaseException):
-                out.append(reply)
-                continue
-            try:
-                out.append(call.parse(reply))
-            except Exception as exc:  # noqa: BLE001 - a reply that is not the command's shape
-                out.append(DisqueError("unreadable %s reply: %s" % (call.argv[0].decode(), describe_error(exc))))
-        return out
+    def argvs(self) -> list[tuple[Any, ...]]:
+        argvs = outcome_argvs(self.groups)
+        argvs.append(self.getjob.argv)
+        return argvs
+
+    def jobs_of(self, reply: Any) -> list[Job] | BaseException:
+        """GETJOB's raw reply read as jobs; its error, or a DisqueError for a reply of the wrong
+        shape, as a value."""
+        if isinstance(reply, BaseException):
+            return reply
+        try:
+            return self.getjob.parse(reply)
+        except Exception as exc:  # noqa: BLE001 - a reply that is not GETJOB's shape
+            return DisqueError("unreadable GETJOB reply: %s" % describe_error(exc))
 
     @staticmethod
     def jobs(results: list[Any]) -> list[Job]:
@@ -218,14 +221,14 @@ class Fetcher:
             return await self.client.get_jobs(
                 *self.queues, count=count, timeout_ms=self.fetch_timeout_ms, with_counters=True
             )
-        rnd = self.path.round(groups, count)
+        calls = self.path.round(groups, count).calls()
         try:
-            results = await self.client.pipeline(rnd.calls)
+            results = await self.client.pipeline(calls)
         except DisqueError as exc:
-            self.acks.answered(groups, [exc] * (len(rnd.calls) - 1))
+            self.acks.answered(groups, [exc] * (len(calls) - 1))
             raise
         except BaseException:  # cancelled: the acker sends them (again: ACK twice is harmless)
             self.acks.put_back(groups)
             raise
         self.acks.answered(groups, results[:-1])
-        return rnd.jobs(results)
+        return Round.jobs(results)

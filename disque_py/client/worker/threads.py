@@ -23,6 +23,7 @@ lock; the trio thread appends to it, and empties it at a stop after :meth:`Handl
 from __future__ import annotations
 
 import contextvars
+import functools
 import math
 import threading
 import time
@@ -322,7 +323,7 @@ class HandlerThreads:
             elif abandoning:  # _SKIPPED: never ran
                 self.stop.give_back(job)
             else:
-                outcomes.spawn(lambda job=job: outcomes.screen(job))
+                outcomes.spawn(functools.partial(outcomes.screen, job))  # _SKIPPED: attempt above the limit
 
     def _arm_watch(self) -> None:
         """In HELPER_DELAY, check that no job has waited in the buffer all that time."""
