@@ -4,15 +4,14 @@
 documented), or ``Worker(client, queues, handler, settings=WorkerSettings(...))`` the whole set
 (a keyword given too replaces that one). Each stage reads the settings it needs:
 
-============================================  =======================================================
-the fetcher (``fetch.py``)                    ``concurrency``, ``max_in_flight``, ``fetch_timeout_ms``
-what an outcome is (``outcome.py``)           ``max_attempts``, ``retry_backoff``, ``dead_letter``
-the pause (``pause.py``)                      ``backoff``, ``backoff_after``, ``backoff_ratio``
-sending outcomes (``acks.py``)                ``fast_ack``
-the jobs' heartbeats (``keepalive.py``)       ``heartbeat``
-the stop (``stop.py``)                        ``grace_period``
-the jitters (retry delays, pauses)            ``rng``
-============================================  =======================================================
+* the run stages (``runners.py``, ``threads.py``): ``concurrency``, ``max_attempts``;
+* the fetcher (``fetch.py``): ``max_in_flight``, ``fetch_timeout_ms``;
+* what an outcome is (``outcome.py``): ``max_attempts``, ``retry_backoff``, ``dead_letter``;
+* the pause (``pause.py``): ``backoff``, ``backoff_after``, ``backoff_ratio``;
+* sending outcomes (``acks.py``): ``fast_ack``;
+* the jobs' heartbeats (``keepalive.py``): ``heartbeat``;
+* the stop (``stop.py``): ``grace_period``;
+* the jitters (retry delays, pauses): ``rng``.
 """
 
 from __future__ import annotations
