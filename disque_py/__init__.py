@@ -30,7 +30,7 @@ __version__ = "0.1.0"
 DISQUE_COMPAT_VERSION = "1.0-rc1"
 
 _CLIENT_NAMES = (
-    "Client", "AsyncClient", "ClientConfig", "Worker", "WorkerStats", "current_worker", "Job", "HelloInfo", "NodeInfo", "DeadLetter",
+    "Client", "AsyncClient", "ClientConfig", "Worker", "WorkerSettings", "WorkerStats", "current_worker", "Job", "HelloInfo", "NodeInfo", "DeadLetter",
     "Backoff", "Affinity", "DisqueError", "ServerError", "CommandError", "NoReplicationError",
     "QueueFullError", "PausedError", "LeavingError", "NoJobError", "BadIdError", "TooLateError",
     "AckedError", "AuthError", "ConnectionLost", "ReplyTimeout", "NoNodeAvailable", "BatchError",

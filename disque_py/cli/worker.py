@@ -279,7 +279,8 @@ def worker(
     )
     runner = None
     if app is not None:
-        from ..tasks.runner import make_worker, serve_metrics
+        from ..tasks.metrics import serve_metrics
+        from ..tasks.runner import make_worker
 
         if metrics_port is not None:
             from ..util.extras import install_hint

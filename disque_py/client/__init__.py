@@ -47,7 +47,7 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
     from .connection import NodeConnection
     from .model import DeadLetter, HelloInfo, Job, NodeInfo
     from .sync import Client
-    from .worker import DEFAULT_DEAD_LETTER, Worker, WorkerStats, current_worker
+    from .worker import DEFAULT_DEAD_LETTER, Worker, WorkerSettings, WorkerStats, current_worker
 
 # Imported on first use (module __getattr__), so that ``disque-py server``,
 # which only registers the ``worker`` command, does not load redis-py and
@@ -58,6 +58,7 @@ _WHERE = {
     "ClientConfig": "config",
     "NodeConnection": "connection",
     "Worker": "worker",
+    "WorkerSettings": "worker",
     "WorkerStats": "worker",
     "current_worker": "worker",
     "DEFAULT_DEAD_LETTER": "worker",

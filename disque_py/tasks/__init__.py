@@ -4,7 +4,9 @@ A layer over the cluster's own primitives (see docs/TASKS.md): a task is a job w
 body names the task and carries its arguments (:mod:`.message`), retries are the job's
 MAXDELIVER and BACKOFF, a task that fails for good is a dead letter with its error,
 and a result is a job of its own (:mod:`.results`). ``disque-py worker myapp.tasks:app``
-runs them (:mod:`.runner`, on :class:`disque_py.client.worker.Worker`).
+runs them (:mod:`.runner`, on :class:`disque_py.client.worker.Worker`; a run's hooks in
+:mod:`.hooks`, its time limit in :mod:`.timelimit`, what it writes in :mod:`.writes`, its
+counts and ``/metrics`` in :mod:`.metrics`).
 
 A client of the cluster: it imports :mod:`disque_py.client` and nothing of the server.
 """
@@ -14,7 +16,10 @@ from __future__ import annotations
 from .app import App, Chain, ChainRef, Group, GroupRef, Signature, Task
 from .message import Message, MessageError, Outcome, result_queue
 from .results import NoResult, ResultTimeout, TaskError, TaskRef
-from .runner import Runner, current_task, TaskContext, TaskMetrics, TimeLimitExceeded, make_worker
+from .hooks import TaskContext, current_task
+from .metrics import TaskMetrics
+from .runner import Runner, make_worker
+from .timelimit import TimeLimitExceeded
 
 __all__ = [
     "App",

@@ -68,6 +68,7 @@ __all__ = [
     "decode_outcome",
     "result_queue",
     "chain_key",
+    "addjob_options",
 ]
 
 FORMAT_VERSION = 1
@@ -150,6 +151,55 @@ class ChainStep:
     kwargs: dict[str, Any] = field(default_factory=dict)
     addjob: tuple[Any, ...] = ()  # ADDJOB's words after the body: timeout, then options
     result: ResultSpec | None = None
+
+
+#: ADDJOB's options that take one value, as the clients' ``add_job`` keywords: (keyword, type).
+_ADDJOB_VALUES: dict[str, tuple[str, type]] = {
+    "REPLICATE": ("replicate", int), "DELAY": ("delay", int), "RETRY": ("retry", int), "TTL": ("ttl", int),
+    "MAXLEN": ("maxlen", int), "MAXDELIVER": ("maxdeliver", int), "DEADLETTER": ("deadletter", str),
+    "DEDUP": ("dedup", str),
+}  # fmt: skip
+
+
+def _word_number(word: Any, kind: type) -> Any:
+    if _is_int(word) or (kind is float and isinstance(word, float)):
+        return word
+    if isinstance(word, str):
+        try:
+            return int(word)
+        except ValueError:
+            if kind is float:
+                try:
+                    return float(word)
+                except ValueError:
+                    pass
+    raise MessageError("%r is not a number in a chained task's ADDJOB options" % (word,))
+
+
+def addjob_options(words: tuple[Any, ...] | list[Any]) -> dict[str, Any]:
+    """A chain step's ``addjob`` words (ADDJOB's after the body: its timeout, then options) as the
+    clients' ``add_job`` keywords (``timeout_ms``, ``retry``, ``backoff``...), so that the worker
+    adds the step with the client's own ADDJOB; MessageError for a word that is none of ADDJOB's."""
+    if not words:
+        return {}
+    options: dict[str, Any] = {"timeout_ms": _word_number(words[0], int)}
+    i = 1
+    while i < len(words):
+        name = str(words[i]).upper()
+        if name == "ASYNC":
+            options["async_"] = True
+            i += 1
+        elif name == "BACKOFF" and i + 2 < len(words):
+            options["backoff"] = (_word_number(words[i + 1], float), _word_number(words[i + 2], float))
+            i += 3
+        elif name in _ADDJOB_VALUES and i + 1 < len(words):
+            keyword, kind = _ADDJOB_VALUES[name]
+            value = words[i + 1]
+            options[keyword] = _word_number(value, int) if kind is int else str(value)
+            i += 2
+        else:
+            raise MessageError("%r is not an ADDJOB option (with its values) in a chained task" % (words[i],))
+    return options
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,7 +36,8 @@ from ..client import commands as cmd
 from ..core.ids import dead_letter_id
 from .message import RESULT_QUEUE_PREFIX, MessageError, Outcome, decode_outcome, encode_outcome, result_queue
 
-__all__ = ["TaskError", "ResultTimeout", "NoResult", "TaskRef", "wait_outcomes", "result_argv", "RESULT_DEDUP"]
+__all__ = ["TaskError", "ResultTimeout", "NoResult", "TaskRef", "wait_outcomes", "result_argv", "result_options",
+           "RESULT_DEDUP"]
 
 #: the DEDUP key of every result job (its queue is the task's own, so one key is enough)
 RESULT_DEDUP = "result"
@@ -65,12 +66,17 @@ class NoResult(Exception):
     """The task was sent without a result to wait for (``result_ttl=0``)."""
 
 
-def result_argv(queue: str, outcome: Outcome, serializer: str, ttl: int) -> tuple[Any, ...]:
-    """The ADDJOB that writes a result job (see the module docstring)."""
-    body = encode_outcome(outcome, serializer)
+def result_options(ttl: int) -> dict[str, Any]:
+    """ADDJOB's options of a result job kept ``ttl`` seconds, as the clients' ``add_job`` keywords
+    (see the module docstring)."""
     ttl = max(2, int(ttl))
     retry = max(1, min(30, ttl // 4))  # a waiter that died between GETJOB and ENQUEUE: back after this
-    return (*cmd.addjob_argv(queue, body, ttl=ttl, retry=retry), b"DEDUP", RESULT_DEDUP)
+    return {"ttl": ttl, "retry": retry, "dedup": RESULT_DEDUP}
+
+
+def result_argv(queue: str, outcome: Outcome, serializer: str, ttl: int) -> tuple[Any, ...]:
+    """The ADDJOB that writes a result job (see the module docstring)."""
+    return cmd.addjob_argv(queue, encode_outcome(outcome, serializer), **result_options(ttl))
 
 
 def _decoded(queue: str, body: Any) -> Outcome:

@@ -1,4 +1,4 @@
-"""Direct fetching: quick plain-function handlers fetch for themselves (see ``_HandlerThreads``).
+"""Direct fetching: quick plain-function handlers fetch for themselves (``client/worker/direct.py``).
 
 Against a real node. Each test checks the worker's promises while the
 handler threads do their own round trips: every job handled once and
@@ -15,7 +15,7 @@ import trio
 
 from disque_py import Client, Worker
 from disque_py.aio import Client as AioClient
-from disque_py.client import worker as worker_module
+from disque_py.client.worker import direct as direct_module
 
 from .conftest import PASSWORD, addr, raw, run_until, sample_in_flight, wait_for
 
@@ -60,7 +60,7 @@ def jobs_on_node(node, queue: str, state: str | None = None) -> int:
 
 def rounds(w: Worker) -> int:
     assert w._threads is not None
-    return w._threads.rounds
+    return w._threads.direct.rounds
 
 
 @pytest.mark.parametrize("concurrency", [1, 4])
@@ -175,7 +175,7 @@ async def test_stop_in_direct_mode_loses_nothing(node, queue):
 async def test_direct_connection_lost_mid_stream(node, queue, monkeypatch):
     """The node drops the handler threads' connection (CLIENT KILL) three times: the trio
     fetcher carries on, direct mode comes back, every job is handled once and acknowledged."""
-    monkeypatch.setattr(worker_module, "DIRECT_RETRY", 0.05)
+    monkeypatch.setattr(direct_module, "DIRECT_RETRY", 0.05)
     ids = Client(addr(node)).add_jobs(queue, [b"%d" % i for i in range(30000)], retry=2, timeout_ms=0)
     seen = Seen()
     w = Worker(addr(node), queue, seen.handler, concurrency=2, fetch_timeout_ms=100)
@@ -185,7 +185,7 @@ async def test_direct_connection_lost_mid_stream(node, queue, monkeypatch):
     admin = raw(node)
 
     def kill_direct_connection() -> bool:
-        conn = threads._conn
+        conn = threads.direct.conn
         sock = conn._conn._sock if conn is not None else None
         if sock is None:
             return False
@@ -232,11 +232,11 @@ async def test_an_unreadable_reply_on_the_direct_connection_loses_nothing(node, 
     """The threads' connection brings GETJOB replies of the wrong shape (twice): each such
     round ends direct mode, the trio fetcher goes on, and the jobs the node did hand out in
     those rounds come back after RETRY and are handled once."""
-    monkeypatch.setattr(worker_module, "DIRECT_RETRY", 0.05)
+    monkeypatch.setattr(direct_module, "DIRECT_RETRY", 0.05)
     garbage = iter([b"not a job list", [[b"q", 42]]])
     mangled: list[object] = []
 
-    class Mangling(worker_module._Connection):
+    class Mangling(direct_module.NodeConnection):
         def request_many(self, argvs, timeout):
             replies = super().request_many(argvs, timeout)
             if replies[-1] and not mangled[1:]:
@@ -244,7 +244,7 @@ async def test_an_unreadable_reply_on_the_direct_connection_loses_nothing(node, 
                 replies[-1] = next(garbage)
             return replies
 
-    monkeypatch.setattr(worker_module, "_Connection", Mangling)
+    monkeypatch.setattr(direct_module, "NodeConnection", Mangling)
     client = Client(addr(node))
     ids = client.add_jobs(queue, [b"%d" % i for i in range(2000)], retry=1)
     seen = Seen()

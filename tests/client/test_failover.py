@@ -271,7 +271,7 @@ async def test_workers_fail_over_when_a_node_is_killed(make_cluster, kind):
                 w.stop()
     assert not tracker.overlaps
     if kind == "sync":  # their threads fetched for themselves
-        assert all(w._threads is not None and w._threads.rounds > 0 for w in workers)
+        assert all(w._threads is not None and w._threads.direct.rounds > 0 for w in workers)
     assert moved in {("127.0.0.1", n.port) for n in nodes[1:]}
     assert set(tracker.handled) == ids
 

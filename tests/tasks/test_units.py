@@ -13,7 +13,8 @@ import pytest
 
 from disque_py.tasks import App, GroupRef, MessageError, Outcome, ResultTimeout, TaskError, TaskRef
 from disque_py.tasks import message as m
-from disque_py.tasks.runner import TaskMetrics, TimeLimitExceeded, _ThreadCall
+from disque_py.tasks.metrics import TaskMetrics
+from disque_py.tasks.timelimit import ThreadCall, TimeLimitExceeded
 
 
 def test_json_and_msgpack_round_trip_and_are_told_apart_by_their_first_byte():
@@ -144,6 +145,41 @@ def test_the_registry_names_checks_and_maps_options_to_the_job():
     assert plain.message((1,)).result == m.ResultSpec(60) and fancy.message((1,)).result is None
 
 
+def test_a_chain_steps_addjob_words_become_the_clients_add_job_keywords():
+    """The worker adds a chain's next task with the client's own ADDJOB: the step's words (what
+    the producer wrote) give back the same command, whatever task options made them."""
+    from disque_py.client import commands as cmd
+
+    app = App("127.0.0.1:1")
+    tasks = [
+        app.task(name="plain")(lambda: None),
+        app.task(name="tuned", retries=0, backoff=(0.5, 30), retry=20, replicate=2, ttl=100)(lambda: None),
+        app.task(name="limited", timeout=200, backoff=None)(lambda: None),
+    ]
+
+    def words(argv):
+        return [w.decode() if isinstance(w, bytes) else w for w in argv]
+
+    for task in tasks:
+        for options in ({}, dict(delay=3, timeout_ms=0)):
+            argv, queue = task.addjob_argv(b"{}", **options)
+            step_words = tuple(words(argv[3:]))  # as the app writes a chain step
+            again = cmd.addjob_argv(queue, b"{}", **m.addjob_options(step_words))
+            assert words(again) == words(argv)
+    documented = m.addjob_options([5000, "RETRY", 300, "MAXDELIVER", 4])
+    assert documented == {"timeout_ms": 5000, "retry": 300, "maxdeliver": 4}
+    assert m.addjob_options([0, "ttl", "60", "async", "deadletter", "q.bad", "backoff", "1", "2.5"]) == {
+        "timeout_ms": 0, "ttl": 60, "async_": True, "deadletter": "q.bad", "backoff": (1, 2.5)}
+    assert m.addjob_options([]) == {}
+    for bad, error in (([0, "COLOUR", "red"], "'COLOUR' is not an ADDJOB option"),
+                       ([0, "RETRY"], "'RETRY' is not an ADDJOB option"),
+                       ([0, "BACKOFF", 1], "'BACKOFF' is not an ADDJOB option"),
+                       ([0, "TTL", "soon"], "'soon' is not a number"),
+                       (["5000x"], "'5000x' is not a number")):  # fmt: skip
+        with pytest.raises(MessageError, match=error):
+            m.addjob_options(bad)
+
+
 def test_group_logic_in_order_with_errors_in_place():
     app = App("127.0.0.1:1")
 
@@ -189,7 +225,7 @@ def test_the_time_limit_is_raised_inside_the_thread_and_never_escapes_it():
             time.sleep(0.001)
         return "done"
 
-    call = _ThreadCall(busy)
+    call = ThreadCall(busy)
     thread = threading.Thread(target=lambda: results.append(_capture(call.run)))
     thread.start()
     deadline = time.monotonic() + 5
@@ -199,10 +235,10 @@ def test_the_time_limit_is_raised_inside_the_thread_and_never_escapes_it():
     thread.join(5)
     stop.set()
     assert isinstance(results[0], TimeLimitExceeded)
-    late = _ThreadCall(lambda: "never")
+    late = ThreadCall(lambda: "never")
     late.interrupt()  # the limit was over before the thread started
     assert isinstance(_capture(late.run), TimeLimitExceeded)
-    quick = _ThreadCall(lambda: "ok")
+    quick = ThreadCall(lambda: "ok")
     assert _capture(quick.run) == "ok"
     quick.interrupt()  # after the end: nothing is raised anywhere
     assert sum(range(1000)) == 499500

@@ -1,0 +1,63 @@
+"""What a handler may raise and how its error is told, and how a handler is called.
+
+A handler succeeds by returning (the value is ignored) and fails by raising anything;
+:class:`Reject` asks for the job to be dead-lettered at once. :func:`describe_error` is the one
+place where a failure becomes the text the node keeps (NACK's REASON, a dead letter's reason).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+from ..model import Job
+
+__all__ = ["Handler", "DeadLetterHandler", "Reject", "describe_error", "reason_of", "is_async_callable", "call_sync"]
+
+Handler = Callable[[Job], Any]
+DeadLetterHandler = Callable[[Job, str], Any]
+
+
+class Reject(Exception):
+    """Raised by a handler for a job that can never succeed (a body it cannot read, a task
+    it does not know): the job is dead-lettered at once, whatever attempts it has left,
+    with the exception's message as the reason (``NACK <id> DEAD REASON <message>`` with
+    the default ``dead_letter``)."""
+
+
+def describe_error(exc: BaseException) -> str:
+    """``"Type: message"`` for any exception, even one whose ``str()`` or ``repr()`` raises."""
+    name = type(exc).__qualname__
+    try:
+        text = str(exc)
+    except Exception:  # noqa: BLE001 - a broken __str__ must not break the worker
+        try:
+            text = repr(exc)
+        except Exception:  # noqa: BLE001
+            text = "<unprintable %s>" % name
+    return "%s: %s" % (name, text) if text else name
+
+
+def reason_of(error: BaseException) -> str:
+    """What a handler's failure is reported as: a :class:`Reject`'s own message (else its
+    description), any other error's ``"Type: message"``."""
+    if isinstance(error, Reject):
+        return str(error) or describe_error(error)
+    return describe_error(error)
+
+
+def is_async_callable(fn: Any) -> bool:
+    """An ``async def`` function, or an object whose ``__call__`` is one."""
+    call = getattr(type(fn), "__call__", None)  # noqa: B004 - an object with an async __call__
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(call)
+
+
+def call_sync(handler: Callable[[Job], Any], job: Job) -> None:
+    """Run a plain-function handler; one that returns an awaitable was meant to be ``async def``."""
+    result = handler(job)
+    if inspect.isawaitable(result):
+        close = getattr(result, "close", None)
+        if close is not None:
+            close()
+        raise TypeError("the handler returned an awaitable: declare it with async def")

@@ -1,0 +1,49 @@
+"""What a worker counts: :class:`Counters` (written by the stages, in the trio thread) and
+:class:`WorkerStats`, the frozen snapshot :meth:`Worker.stats` returns."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["WorkerStats", "Counters"]
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerStats:
+    """Counters since the worker started.
+
+    ``processed``: handler succeeded (the job is acknowledged, or about
+    to be); ``failed``: handler raised; ``retried``: jobs NACKed (failures
+    below ``max_attempts``, and jobs handed back at shutdown); ``dead``:
+    jobs dead-lettered (NACK DEAD sent, or the custom handler done); ``in_flight``: fetched and not yet ACKed/NACKed
+    (the node's answer counts); ``running``: handlers running (a handler
+    thread counts from taking its job); ``backoffs``: failure backoffs
+    started; ``ack_errors``: ACK/NACK commands that failed;
+    ``starved``: see :meth:`Worker.starved`.
+    """
+
+    fetched: int
+    processed: int
+    failed: int
+    retried: int
+    dead: int
+    in_flight: int
+    running: int
+    backoffs: int
+    ack_errors: int
+    starved: bool
+
+
+class Counters:
+    """The worker's counts, shared by its stages. ``in_flight``: fetched and not settled (the
+    node answered the ACK/NACK), never above ``max_in_flight``; ``running``: async handlers
+    running (the handler threads count theirs); ``starved``: the last fetch got fewer jobs than
+    it asked for."""
+
+    __slots__ = ("fetched", "processed", "failed", "retried", "dead", "in_flight", "running", "backoffs",
+                 "ack_errors", "starved")  # fmt: skip
+
+    def __init__(self) -> None:
+        self.fetched = self.processed = self.failed = self.retried = self.dead = 0
+        self.in_flight = self.running = self.backoffs = self.ack_errors = 0
+        self.starved = False

@@ -1,0 +1,120 @@
+"""The worker's stages that do no I/O, on their own: its settings, the fetch path's rounds, the
+outcomes' answers, and what a stop does with the jobs in hand. (The stages at work, against
+real nodes: test_worker.py, test_direct.py.)"""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+
+import pytest
+import trio
+
+from disque_py.client import commands as cmd
+from disque_py.client.errors import DisqueError, error_from_reply
+from disque_py.client.model import Job
+from disque_py.client.worker import DEFAULT_PAUSE_BACKOFF, Worker, WorkerSettings
+from disque_py.client.worker.acks import Acks
+from disque_py.client.worker.fetch import FetchPath, Round
+from disque_py.client.worker.pause import FailureGate
+from disque_py.client.worker.stats import Counters
+from disque_py.client.worker.stop import Stop
+from disque_py.client.worker.wakeup import Wakeup
+
+
+def job(job_id: str) -> Job:
+    return Job("q", job_id, b"body", 0, 0)
+
+
+def test_settings_are_checked_when_made_and_keywords_replace_them():
+    default = WorkerSettings()
+    assert default.in_flight_limit == 2 and default.pause_backoff is DEFAULT_PAUSE_BACKOFF
+    four = WorkerSettings.of(default, {"concurrency": 4})
+    assert four.concurrency == 4 and four.in_flight_limit == 8  # the default follows, also in a copy
+    assert WorkerSettings.of(WorkerSettings(max_in_flight=10), {"concurrency": 3}).in_flight_limit == 10
+    assert WorkerSettings.of(default, {}) is default
+    for bad, error in (
+        (dict(concurrency=0), "concurrency must be >= 1"),
+        (dict(concurrency=2, max_in_flight=1), r"max_in_flight \(1\) must be >= concurrency \(2\)"),
+        (dict(max_attempts=0), r"max_attempts must be >= 1 \(or None\)"),
+        (dict(fetch_timeout_ms=0), "fetch_timeout_ms must be >= 1"),
+        (dict(backoff_after=0), "backoff_after must be >= 1"),
+        (dict(backoff_ratio=1.5), r"backoff_ratio must be in \(0, 1\]"),
+    ):
+        with pytest.raises(ValueError, match=error):
+            WorkerSettings(**bad)
+        with pytest.raises(ValueError, match=error):  # the same through the worker's keywords
+            Worker("127.0.0.1:1", "q", lambda j: None, **bad)
+    with pytest.raises(TypeError, match=r"unexpected keyword argument\(s\): colour, size"):
+        Worker("127.0.0.1:1", "q", lambda j: None, size=1, colour="red")
+    w = Worker("127.0.0.1:1", "q", lambda j: None, settings=WorkerSettings(concurrency=2, max_attempts=9),
+               max_attempts=3)  # fmt: skip
+    assert (w.settings.concurrency, w.settings.max_attempts, w.concurrency, w.max_in_flight) == (2, 3, 2, 4)
+
+
+def test_a_round_carries_the_outcomes_before_its_getjob_and_reads_its_replies():
+    path = FetchPath(["q1", "q2"], max_in_flight=8)
+    assert path.free(in_flight=8, pending=3) == 3  # the round's outcomes free their slots first
+    nack = cmd.nack_argv(["D-3"], delay=1.5, reason="boom")
+    rnd = path.round([("ack", ["D-1", "D-2"]), ("retry", [("retry", job("D-3"), nack)])], 3)
+    assert rnd.argvs() == [
+        (b"ACKJOB", "D-1", "D-2"),  # IDs as they are: a raw connection's packer encodes them
+        (b"NACK", b"D-3", b"DELAY", b"1.5", b"REASON", b"boom"),
+        (b"GETJOB", b"NOHANG", b"COUNT", 3, b"WITHCOUNTERS", b"FROM", b"q1", b"q2"),
+    ]
+    assert path.round([], 3).calls() == [rnd.getjob] and path.getjob(3) is rnd.getjob  # one call per count
+    calls = rnd.calls()  # the same commands, as the client's pipeline takes them
+    assert [c.argv for c in calls] == [(b"ACKJOB", b"D-1", b"D-2"), *rnd.argvs()[1:]] and calls[0].parse(b"2") == 2
+    got = rnd.jobs_of([[b"q1", b"D-9", b"body", b"nacks", 1, b"additional-deliveries", 2]])
+    [job9] = Round.jobs([2, got])
+    assert (job9.queue, job9.id, job9.body, job9.attempt) == ("q1", "D-9", b"body", 4)
+    counts = Counters()
+    assert path.took(counts, [job9], 3) is True  # fewer than asked for: starved
+    assert path.took(counts, [job9] * 3, 3) is False
+    assert counts.fetched == counts.in_flight == 4
+    for garbage in (b"not a list", [[b"q", 42]]):  # errors and unreadable replies are values...
+        with pytest.raises(DisqueError, match="unreadable GETJOB reply"):
+            Round.jobs([1, rnd.jobs_of(garbage)])  # ... raised when the jobs are asked for
+    refused = error_from_reply("NOREPL Timeout reached")
+    assert rnd.jobs_of(refused) is refused
+    with pytest.raises(DisqueError, match="NOREPL"):
+        Round.jobs([refused])
+
+
+def make_acks(counters: Counters, buffer: deque | None = None) -> Acks:
+    return Acks(None, counters, buffer if buffer is not None else deque(), max_in_flight=4, fast_ack=True,
+                fetch_wake=Wakeup())  # fmt: skip
+
+
+def test_a_refused_nack_with_options_goes_back_plain_and_a_node_without_them_is_remembered():
+    counters = Counters()
+    counters.in_flight, counters.dead = 3, 1
+    acks = make_acks(counters)
+    acks.ack(job("D-2"))
+    acks.nack_with("dead", job("D-1"), cmd.nack_argv(["D-1"], reason="x", dead=True))
+    groups = acks.take()
+    assert [op for op, _ in groups] == ["fast_ack", "retry"] and acks.pending() == 0
+    acks.answered(groups, [1, error_from_reply("BADID Invalid Job ID format")])  # Disque's NACK
+    assert acks.legacy and acks.nacks == ["D-1"]  # sent again plain: the job is never lost
+    assert (counters.in_flight, counters.ack_errors, counters.dead, counters.retried) == (2, 1, 0, 1)
+    acks.put_back(groups)  # not sure they were sent (cancelled): they go again
+    assert acks.acks == ["D-2"] and len(acks.retries) == 1 and acks.pending() == 3
+
+
+def test_a_stop_halts_the_threads_before_it_gives_back_the_jobs_not_started():
+    counters = Counters()
+    buffer = deque([job("D-1"), job("D-2")])
+    acks = make_acks(counters, buffer)
+    gate = FailureGate(DEFAULT_PAUSE_BACKOFF, 20, random.Random())
+    gate.state, gate.probe = FailureGate.PROBING, "D-2"
+    stop = Stop(5.0, counters, acks, gate, buffer, acks.fetch_wake)
+    seen_at_halt: list[int] = []
+    stop.halts.append(lambda: seen_at_halt.append(len(buffer)))
+
+    async def main() -> None:
+        stop.now(None)
+
+    trio.run(main)
+    assert stop.stopping and stop.event.is_set() and seen_at_halt == [2]
+    assert not buffer and acks.nacks == ["D-1", "D-2"] and counters.retried == 2
+    assert gate.probe is None  # the probe was given back without running: another will be fetched
