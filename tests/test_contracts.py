@@ -28,7 +28,9 @@
   it) imports it.
 * The client's private names stay in the client: no module outside ``disque_py.client``
   imports a name that starts with ``_`` from it (a program that talks to one node uses
-  the public ``client.connection.NodeConnection``).
+  the public ``client.connection.NodeConnection``), nor calls a private method the client's
+  faces define (``client._call(...)``: ``client.run(call)`` and ``client.pipeline(calls)``
+  are the public ways to send a command built with ``client.commands``).
 
 The graph comes from the syntax tree, so a module is judged without being imported.
 The rules are first shown to catch a breach in a small tree made for the purpose,
@@ -128,6 +130,34 @@ def private_client_imports(root: Path, packages=PACKAGES) -> list[str]:
     return out
 
 
+#: the modules whose classes are the client's faces: their private methods stay inside the client
+CLIENT_FACES = ("base.py", "sync.py", "aio.py", "connection.py")
+
+
+def private_client_calls(root: Path, packages=PACKAGES) -> list[str]:
+    """Every use, outside the client, of a private method (``_x``) that the client's faces define."""
+    private: set[str] = set()
+    for name in CLIENT_FACES:
+        path = root / "disque_py" / "client" / name
+        if path.is_file():
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("_") \
+                        and not node.name.endswith("__"):  # fmt: skip
+                    private.add(node.name)
+    out = []
+    for mod, path in module_files(root, packages).items():
+        if mod == CLIENT or mod.startswith(CLIENT + ".") or not mod.startswith("disque_py"):
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        # a name the module defines itself (a method, an attribute it sets) is its own
+        own = {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        own |= {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store)}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and node.attr in private and node.attr not in own:
+                out.append(f"{mod}:{node.lineno} uses the client's private .{node.attr}")
+    return out
+
+
 def circles(graph: dict[str, set[str]]) -> list[list[str]]:
     """Strongly connected components with more than one module (Tarjan), sorted."""
     index: dict[str, int] = {}
@@ -217,6 +247,7 @@ def breaches(root: Path, packages=PACKAGES) -> list[str]:
                 if target.partition(".")[0] == "disque_py":
                     out.append(f"cluster_bus imports {target}: {mod}")
     out += private_client_imports(root, packages)
+    out += private_client_calls(root, packages)
     top = sorted(m for m in internal if m.startswith("disque_py.") and m.count(".") == 1
                  and (root / "disque_py" / (m.partition(".")[2] + ".py")).is_file())  # fmt: skip
     if len(top) + 1 > ROOT_MODULES_MAX:  # + disque_py/__init__.py
@@ -398,6 +429,17 @@ def test_the_tasks_layer_reaching_for_the_server_is_caught(tmp_path):
         "the tasks layer imports disque_py.server.dispatch: disque_py.tasks.app",
         "the tasks layer imports disque_py.core.node: disque_py.tasks.runner",
     ]
+
+
+def test_a_private_method_of_the_client_called_from_outside_is_caught(tmp_path):
+    root = _tree(tmp_path, {
+        "disque_py/client/__init__.py": "",
+        "disque_py/client/sync.py": "class Client:\n    def _call(self, call): ...\n    def run(self, call): ...\n",
+        "disque_py/client/worker.py": "def f(client):\n    return client._call(1)\n",
+        "disque_py/tasks/__init__.py": "",
+        "disque_py/tasks/app.py": "from ..client import sync\ndef f(c):\n    c.run(1)\n    return c._call(1)\n",
+    })  # fmt: skip
+    assert breaches(root) == ["disque_py.tasks.app:4 uses the client's private ._call"]
 
 
 def test_a_private_name_of_the_client_imported_from_outside_is_caught(tmp_path):

@@ -272,6 +272,7 @@ class ClientBase:
     info = command(cmd.info)
     ping = command(cmd.ping)
     execute = command(cmd.execute)
+    run = command(cmd.run)
     pipeline = pipelined(cmd.pipeline)
 
     # ------------------------------------------------------------ decided alike

@@ -64,6 +64,7 @@ __all__ = [
     "ping",
     "execute",
     "pipeline",
+    "run",
     "parse_hello",
     "parse_getjob",
     "parse_info",
@@ -711,6 +712,13 @@ def ping() -> Call[str]:
 def execute(*argv: Any) -> Call[Any]:
     """Any command, raw RESP2 reply (errors still raise typed exceptions)."""
     return Call(tuple(argv), _identity, blocks=None, retry_safe=False)
+
+
+def run(call: Call[T]) -> Call[T]:
+    """A command already built as a :class:`Call` (argv, reply parser, how long the node may
+    block, whether a resend is safe), sent as it is: ``client.run(commands.addjob(...))``, or a
+    Call of one's own for a command this module does not declare."""
+    return call
 
 
 def pipeline(calls: Sequence[Call[Any]]) -> Batch[list[Any]]:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import queue as queue_mod
 import threading
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from ..client import commands as cmd
 from ..client.cluster import Address
@@ -34,6 +35,11 @@ SCAN_COUNT = 1000
 
 
 # ==================================================================== write
+def _raw(reply: Any) -> Any:
+    """An ADDJOB's reply as it came (a job ID, or the error as a value: the pipeline's)."""
+    return reply
+
+
 def first_node(nodes: Sequence[Address], part: int, k: int) -> Address:
     """The node that connection ``k`` of write task ``part`` uses while it is up."""
     return nodes[(part + k) % len(nodes)]
@@ -63,7 +69,7 @@ def add_batches(
         try:
             # With DEDUP keys a batch whose connection was lost is sent again (its rest, to another
             # node): the jobs already made answer their IDs. Without keys that could add them twice.
-            results = client._pipeline(argvs, blocks, retry_safe=dedup)
+            results = client.pipeline([cmd.Call(argv, _raw, blocks, dedup) for argv in argvs])
         except DisqueError as exc:
             with lock:
                 errors.append((first, "%s: %s" % (type(exc).__name__, exc)))

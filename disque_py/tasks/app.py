@@ -421,7 +421,7 @@ class App:
     def _addjob(self, argv: tuple[Any, ...], retry_safe: bool) -> str:
         blocks = int(argv[3]) / 1000.0
         call = cmd.Call(argv, lambda r: r.decode("ascii"), blocks=blocks, retry_safe=retry_safe)
-        return self.client()._call(call)
+        return self.client().run(call)
 
     # ------------------------------------------------------------ registry
     def task(self, fn: Callable[..., Any] | None = None, *, name: str | None = None, queue: str = "default",
