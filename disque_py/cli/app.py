@@ -16,6 +16,8 @@ import sys
 
 import click
 
+from .options import NodeOptions, node_options
+
 from .. import __version__
 
 CONTEXT = {"help_option_names": ["--help"], "max_content_width": 100}
@@ -77,11 +79,7 @@ def server(args: tuple[str, ...]) -> None:
     context_settings={**CONTEXT, "ignore_unknown_options": True, "allow_interspersed_args": False},
     short_help="Send commands to a node (as redis-cli).",
 )
-@click.option("-h", "--host", default="127.0.0.1", show_default=True, help="Node address.")
-@click.option("-p", "--port", default=7711, show_default=True, help="Node client port (or its tls-port with --tls).")
-@click.option("-a", "--password", default=None, envvar="DISQUE_PASSWORD",
-              help="Password (requirepass, or the --user's) to AUTH with [$DISQUE_PASSWORD].")  # fmt: skip
-@click.option("--user", "username", default=None, help="AUTH as this user (with --password).")
+@node_options(what="the node")
 @click.option("--raw/--no-raw", default=None,
               help="Print replies raw (one item a line, strings unquoted), or formatted as on a terminal. "
                    "Default: formatted on a terminal, raw when piped.")  # fmt: skip
@@ -91,13 +89,8 @@ def server(args: tuple[str, ...]) -> None:
               help="With -r: wait SECONDS between the commands (decimals allowed).")  # fmt: skip
 @click.option("-t", "--timeout", default=5.0, show_default=True, type=click.FloatRange(0.1, 3600), metavar="SECONDS",
               help="Bound on connecting and on the node's first answer (a blocking GETJOB still waits).")  # fmt: skip
-@click.option("--tls", is_flag=True, help="Connect with TLS (the node's tls-port).")
-@click.option("--cacert", default=None, type=click.Path(dir_okay=False), help="CA to check the node's certificate with.")
-@click.option("--cert", default=None, type=click.Path(dir_okay=False), help="Client certificate (tls-auth-clients).")
-@click.option("--key", default=None, type=click.Path(dir_okay=False), help="Private key of --cert.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def cli(host: str, port: int, password: str | None, username: str | None, raw: bool | None, repeat: int,
-        interval: float, timeout: float, tls: bool, cacert: str | None, cert: str | None, key: str | None,
+def cli(conn: NodeOptions, raw: bool | None, repeat: int, interval: float, timeout: float,
         command: tuple[str, ...]) -> None:  # fmt: skip
     """Send one COMMAND to a node and print the reply as redis-cli does, or start a prompt.
 
@@ -118,9 +111,9 @@ def cli(host: str, port: int, password: str | None, username: str | None, raw: b
     """
     from . import shell
 
-    if username and password is None:
-        raise click.BadParameter("--user needs --password (-a)", param_hint="--user")
-    context = _connection(password, username, tls, cacert, cert, key)["ssl_context"]
+    host, port = conn.first()  # the first node named (-h/-p, --nodes, $DISQUE_NODES)
+    password, username = conn.password, conn.username
+    context = _connection(password, username, conn.tls, conn.cacert, conn.cert, conn.key)["ssl_context"]
     if raw is None:
         raw = not sys.stdout.isatty()
     out = sys.stdout.buffer
@@ -544,15 +537,8 @@ def gen_certs(directory: str, dns: tuple[str, ...], ip: tuple[str, ...], client_
 
 
 @main.command("top", context_settings=CONTEXT, short_help="Live view of the cluster's queues and nodes.")
-@click.option("--nodes", "nodes", default="127.0.0.1:7711", show_default=True, metavar="HOST:PORT,...",
-              help="Nodes to ask (comma-separated); the others are found through their HELLO.")
-@click.option("--no-discover", is_flag=True, help="Ask only the --nodes given, not the nodes their HELLO lists.")
-@click.option("-a", "--password", default=None, help="Password (requirepass, or the --user's) to AUTH with.")
-@click.option("--user", "username", default=None, help="AUTH as this user (with --password).")
-@click.option("--tls", is_flag=True, help="Connect with TLS: --nodes are the nodes' tls-ports.")
-@click.option("--cacert", default=None, type=click.Path(dir_okay=False), help="CA to check the nodes' certificates with.")
-@click.option("--cert", default=None, type=click.Path(dir_okay=False), help="Client certificate (tls-auth-clients).")
-@click.option("--key", default=None, type=click.Path(dir_okay=False), help="Private key of --cert.")
+@node_options()
+@click.option("--no-discover", is_flag=True, help="Ask only the nodes given, not the nodes their HELLO lists.")
 @click.option("--interval", default=1.0, show_default=True, type=click.FloatRange(0.1, 3600),
               help="Seconds between two samples (the rates are per second over it).")
 @click.option("--sort", "sort", default="length", show_default=True,
@@ -565,8 +551,7 @@ def gen_certs(directory: str, dns: tuple[str, ...], ip: tuple[str, ...], client_
               help="Queues read per node per sample (QSCAN stops there; the view says so).")
 @click.option("--timeout", default=2.0, show_default=True, type=click.FloatRange(0.1, 60),
               help="Seconds to wait for a node before showing it unreachable.")
-def top(nodes: str, no_discover: bool, password: str | None, username: str | None, tls: bool, cacert: str | None,
-        cert: str | None, key: str | None, interval: float, sort: str, reverse: bool, once: bool, as_json: bool,
+def top(conn: NodeOptions, no_discover: bool, interval: float, sort: str, reverse: bool, once: bool, as_json: bool,
         limit: int | None, max_queues: int, timeout: float) -> None:  # fmt: skip
     """Watch the queues and nodes of a cluster, refreshed every --interval seconds.
 
@@ -595,14 +580,7 @@ def top(nodes: str, no_discover: bool, password: str | None, username: str | Non
     """
     from . import top as toplib
 
-    try:
-        seeds = toplib.parse_nodes(nodes)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--nodes") from None
-    if username and password is None:
-        raise click.BadParameter("--user needs --password", param_hint="--user")
-    if key and not cert:
-        raise click.BadParameter("--key needs --cert", param_hint="--key")
+    seeds = conn.addresses()
     once = once or as_json
     if not as_json:  # the tables are rich's; the JSON is not
         from ..util.extras import install_hint
@@ -611,8 +589,8 @@ def top(nodes: str, no_discover: bool, password: str | None, username: str | Non
         if hint:
             click.echo("%s (or use --once --json)" % hint, err=True)
             sys.exit(1)
-    with toplib.Collector(seeds, discover=not no_discover, password=password, username=username,
-                          tls=bool(tls or cacert or cert), cacert=cacert, cert=cert, key=key, timeout=timeout,
+    with toplib.Collector(seeds, discover=not no_discover, password=conn.password, username=conn.username,
+                          tls=conn.tls, cacert=conn.cacert, cert=conn.cert, key=conn.key, timeout=timeout,
                           max_queues=max_queues) as collector:  # fmt: skip
         if not once:
             toplib.run_live(collector, interval=interval, sort=sort, reverse=reverse, limit=limit)

@@ -15,8 +15,10 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from .options import NodeOptions, node_options
+
 from ..client import deadletters as dl
-from ..client.cluster import Address, parse_node_list as parse_nodes
+from ..client.cluster import Address
 from ..client.config import ClientConfig
 from ..client.errors import DisqueError
 
@@ -120,6 +122,23 @@ def _name(value: bytes) -> str:
     return value.decode("utf-8", "replace")
 
 
+def _short(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def _task_of(body: bytes) -> tuple[str, str]:
+    """A task job's name and its arguments as a call's (``1, 2, x=3``), or ("", "") when the body
+    is not a task message (a plain job's dead letter)."""
+    from ..tasks.message import MessageError, decode
+
+    try:
+        message, _ = decode(body)
+    except (MessageError, ValueError, TypeError):
+        return "", ""
+    words = [repr(a) for a in message.args] + ["%s=%r" % (k, v) for k, v in message.kwargs.items()]
+    return message.task, ", ".join(words)
+
+
 def _table(rows: list[list[str]], header: list[str]) -> str:
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in [header, *rows]]
@@ -133,35 +152,18 @@ def _warn(cluster: Cluster) -> None:
 
 # ---------------------------------------------------------------- commands
 def _connection_options(command):
-    options = [
-        click.option("--nodes", "nodes", default="127.0.0.1:7711", show_default=True, metavar="HOST:PORT,...",
-                     help="Nodes to ask (comma-separated); the others are found through their HELLO."),
-        click.option("-a", "--password", default=None, envvar="DISQUE_PASSWORD",
-                     help="Password (requirepass, or the --user's) to AUTH with [env DISQUE_PASSWORD]."),
-        click.option("--user", "username", default=None, help="AUTH as this user (with --password)."),
-        click.option("--tls", is_flag=True, help="Connect with TLS: --nodes must then list every node's tls-port."),
-        click.option("--cacert", default=None, type=click.Path(dir_okay=False), help="CA to check the nodes with."),
-        click.option("--cert", default=None, type=click.Path(dir_okay=False), help="Client certificate."),
-        click.option("--key", default=None, type=click.Path(dir_okay=False), help="Private key of --cert."),
-        click.option("--timeout", default=5.0, show_default=True, type=click.FloatRange(0.1, 600),
-                     help="Seconds to wait for a node's answer."),
-    ]  # fmt: skip
-    for option in reversed(options):
-        command = option(command)
-    return command
+    """The shared node options (cli/options.py) and the answer timeout."""
+    command = click.option("--timeout", default=5.0, show_default=True, type=click.FloatRange(0.1, 600),
+                           help="Seconds to wait for a node's answer.")(command)  # fmt: skip
+    return node_options()(command)
 
 
 def _open(opts: dict[str, Any]) -> Cluster:
-    try:
-        seeds = parse_nodes(opts["nodes"])
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--nodes") from None
-    if opts["username"] and opts["password"] is None:
-        raise click.BadParameter("--user needs --password", param_hint="--user")
-    tls = bool(opts["tls"] or opts["cacert"] or opts["cert"])
-    config = ClientConfig(seeds, password=opts["password"], username=opts["username"], socket_timeout=opts["timeout"],
-                          connect_timeout=opts["timeout"], tls=tls, ssl_ca_certs=opts["cacert"],
-                          ssl_certfile=opts["cert"], ssl_keyfile=opts["key"])  # fmt: skip
+    conn: NodeOptions = opts["conn"]
+    seeds = conn.addresses()
+    config = ClientConfig(seeds, password=conn.password, username=conn.username, socket_timeout=opts["timeout"],
+                          connect_timeout=opts["timeout"], tls=conn.tls, ssl_ca_certs=conn.cacert,
+                          ssl_certfile=conn.cert, ssl_keyfile=conn.key)  # fmt: skip
     cluster = Cluster(seeds, config, opts["timeout"])
     if not cluster.conns:
         _warn(cluster)
@@ -170,7 +172,7 @@ def _open(opts: dict[str, Any]) -> Cluster:
     return cluster
 
 
-_CONN_KEYS = ("nodes", "password", "username", "tls", "cacert", "cert", "key", "timeout")
+_CONN_KEYS = ("conn", "timeout")
 
 
 def _split(kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -186,7 +188,7 @@ def dead() -> None:
     the same body in its dead-letter queue (DEADLETTER, default
     `<queue>.dead`), whose SHOW names the original job, its queue, how many
     times it was delivered and the last failure's REASON. These commands ask
-    every node of the cluster (the --nodes given, and each node their HELLO
+    every node of the cluster (the nodes given, and each node their HELLO
     lists) and count each dead letter once.
 
     \b
@@ -243,7 +245,8 @@ def dead_list(as_json: bool, **kwargs: Any) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the jobs as JSON (bodies included).")
 def dead_show(queue: str, limit: int, as_json: bool, **kwargs: Any) -> None:
     """Show the dead letters of QUEUE, oldest first: job ID, original queue,
-    deliveries of the original, age, and the last failure reason.
+    the task and its arguments (for a task's job), deliveries of the
+    original, age, and the last failure reason.
 
     \b
     Examples:
@@ -260,14 +263,27 @@ def dead_show(queue: str, limit: int, as_json: bool, **kwargs: Any) -> None:
     total = len(jobs)
     jobs = jobs[:limit]
     if as_json:
-        click.echo(json.dumps([j.as_json(now) for j in jobs], indent=2))
+        out = []
+        for j in jobs:
+            item = j.as_json(now)
+            task, args = _task_of(j.body)
+            item["task"], item["arguments"] = task or None, args if task else None
+            out.append(item)
+        click.echo(json.dumps(out, indent=2))
         return
     if not jobs:
         click.echo("no dead letters in %s" % queue)
         return
-    rows = [[j.id, _name(j.original_queue), str(j.deliveries), _age(j.age(now)),
-             "" if j.reason is None else _name(j.reason)[:60]] for j in jobs]  # fmt: skip
-    click.echo(_table(rows, ["ID", "ORIGINAL QUEUE", "DELIVERIES", "AGE", "REASON"]))
+    rows = []
+    for j in jobs:
+        task, args = _task_of(j.body)
+        rows.append([j.id, _name(j.original_queue), task, _short(args, 40), str(j.deliveries), _age(j.age(now)),
+                     "" if j.reason is None else _short(_name(j.reason), 60)])  # fmt: skip
+    header = ["ID", "ORIGINAL QUEUE", "TASK", "ARGUMENTS", "DELIVERIES", "AGE", "REASON"]
+    if not any(r[2] for r in rows):  # no task among them: plain jobs have no task nor arguments
+        rows = [r[:2] + r[4:] for r in rows]
+        header = header[:2] + header[4:]
+    click.echo(_table(rows, header))
     if total > limit:
         click.echo("(%d more; --limit to see them)" % (total - limit))
 
@@ -292,11 +308,13 @@ def _progress(flag: bool | None, count: int) -> bool:
     return count >= PROGRESS_MIN and sys.stderr.isatty()
 
 
-def _report(result: dl.StepResult, verb: str, queue: str) -> None:
+def _report(result: dl.StepResult, verb: str, queue: str, quiet: bool = False) -> None:
+    """Each failure on stderr, then the count (on stderr when ``quiet``: stdout holds JSON)."""
     for job_id, why in result.errors.items():
         click.echo("%s: %s" % (job_id, why), err=True)
     click.echo("%s %d dead letter%s of %s%s" % (verb, len(result.done), "" if len(result.done) == 1 else "s", queue,
-                                                 ", %d failed" % len(result.errors) if result.errors else ""))  # fmt: skip
+                                                 ", %d failed" % len(result.errors) if result.errors else ""),
+               err=quiet)  # fmt: skip
     if result.errors:
         sys.exit(1)
 
@@ -309,16 +327,20 @@ _progress_option = click.option("--progress/--no-progress", default=None,
 @click.argument("queue")
 @click.argument("ids", nargs=-1, metavar="[JOB_ID]...")
 @click.option("--all", "all_", is_flag=True, help="Requeue every dead letter of QUEUE.")
+@click.option("--json", "as_json", is_flag=True, help="Print {dead letter ID: new job ID} as JSON.")
 @_connection_options
 @_progress_option
-def dead_requeue(queue: str, ids: tuple[str, ...], all_: bool, progress: bool | None, **kwargs: Any) -> None:
+def dead_requeue(queue: str, ids: tuple[str, ...], all_: bool, as_json: bool, progress: bool | None,
+                 **kwargs: Any) -> None:  # fmt: skip
     """Put dead letters of QUEUE back in their original queue: the given
     JOB_IDs, or --all.
 
     Each is added again (ADDJOB to its original queue, with its body,
     REPLICATE, RETRY, the TTL it has left and the original's options), then
-    its dead letter is acknowledged, in that order. Prints how many were
-    requeued; exit status 1 when some were not (each is named, with why).
+    its dead letter is acknowledged, in that order. Prints each dead letter
+    with the ID of the job that replaces it ("D-old -> D-new"; --json: a
+    JSON object of them), then how many were requeued; exit status 1 when
+    some were not (each is named, with why).
 
     \b
     Examples:
@@ -332,7 +354,13 @@ def dead_requeue(queue: str, ids: tuple[str, ...], all_: bool, progress: bool | 
     finally:
         cluster.close()
     _warn(cluster)
-    _report(result, "requeued", queue)
+    requeued = {old: result.new_ids[old] for old in result.done}
+    if as_json:
+        click.echo(json.dumps(requeued, indent=2))
+    else:
+        for old, new in requeued.items():
+            click.echo("%s -> %s" % (old, new))
+    _report(result, "requeued", queue, quiet=as_json)
 
 
 @dead.command("purge", context_settings=CONTEXT)

@@ -206,11 +206,15 @@ def _node_summary(port: int) -> str:
 @main.command()
 def status() -> None:
     """Show which local nodes are running and answering, each one's admin page, and the cluster
-    as it sees it (CLUSTER INFO: cluster_state, nodes known and reachable)."""
+    as it sees it (CLUSTER INFO: cluster_state, nodes known and reachable).
+
+    Exit status: 0 when every node is up and says cluster_state:ok; 1 when a node is down,
+    not answering, or sees the cluster in another state; 3 when there are no local nodes."""
     dirs = _node_dirs()
     if not dirs:
         click.echo("no local nodes (scripts/cluster start)")
-        return
+        sys.exit(3)
+    healthy = True
     for node_dir in dirs:
         port = int(node_dir.name.split("-", 1)[1])
         pid = _pid(node_dir)
@@ -218,8 +222,14 @@ def status() -> None:
         state = "up" if up else ("starting?" if pid else "down")
         line = "node 127.0.0.1:%d pid=%s %s" % (port, pid or "-", state)
         if up:
-            line += "  " + _node_summary(port)
+            summary = _node_summary(port)
+            line += "  " + summary
+            healthy = healthy and "cluster_state:ok," in summary
+        else:
+            healthy = False
         click.echo(line)
+    if not healthy:
+        sys.exit(1)
 
 
 @main.command()

@@ -10,6 +10,8 @@ from typing import Any
 
 import click
 
+from .options import NodeOptions, node_options
+
 __all__ = ["worker", "load_handler", "load_target"]
 
 
@@ -28,6 +30,19 @@ def _is_app(target: Any) -> bool:
     """A disque_py.tasks.App (checked without importing the tasks layer for plain handlers)."""
     module = sys.modules.get("disque_py.tasks.app")
     return module is not None and isinstance(target, module.App)
+
+
+def _task_hint(spec: str, target: Any) -> str | None:
+    """When HANDLER names one task of an app (``module:add``), the line that says to run the app."""
+    module = sys.modules.get("disque_py.tasks.app")
+    if module is None or not isinstance(target, module.Task):
+        return None
+    module_name = spec.partition(":")[0]
+    holder = sys.modules.get(module_name)
+    names = [name for name, value in vars(holder).items() if value is target.app] if holder is not None else []
+    app_spec = "%s:%s" % (module_name, names[0]) if names else "MODULE:APP"
+    return ("%s is the task %r of an app, not a handler: run the app, and its worker runs every task "
+            "(disque-py worker %s; --queues picks some of them)" % (spec, target.name, app_spec))
 
 
 def load_target(spec: str) -> Any:
@@ -81,18 +96,7 @@ def _unreachable(seeds: list[str], timeout: float) -> list[str]:
     multiple=True,
     help="With an app: the queues to run tasks from, comma separated [default: every task's queue].",
 )
-@click.option(
-    "-n",
-    "--nodes",
-    multiple=True,
-    envvar="DISQUE_NODES",
-    help="Node HOST:PORT (repeatable, or comma separated) [default: 127.0.0.1:7711, or $DISQUE_NODES].",
-)
-@click.option("-a", "--password", default=None, envvar="DISQUE_PASSWORD", help="requirepass of the nodes.")
-@click.option("--tls", is_flag=True, help="Connect with TLS (rediss:// node addresses do too).")
-@click.option("--cacert", default=None, type=click.Path(dir_okay=False), help="CA to check the nodes' certificates with.")
-@click.option("--cert", default=None, type=click.Path(dir_okay=False), help="Client certificate (tls-auth-clients).")
-@click.option("--key", default=None, type=click.Path(dir_okay=False), help="Private key of --cert.")
+@node_options()
 @click.option(
     "-c", "--concurrency", default=None, type=click.IntRange(1),
     help="Handlers (tasks) at once [default: 1 with a handler, 8 with an app].",
@@ -183,12 +187,7 @@ def worker(
     handler: str,
     queues: tuple[str, ...],
     queue_list: tuple[str, ...],
-    nodes: tuple[str, ...],
-    password: str | None,
-    tls: bool,
-    cacert: str | None,
-    cert: str | None,
-    key: str | None,
+    conn: NodeOptions,
     concurrency: int | None,
     max_in_flight: int | None,
     max_attempts: int,
@@ -231,7 +230,8 @@ def worker(
     \b
     Examples:
       disque-py worker myapp.tasks:send_email --queue emails
-      disque-py worker myapp.tasks:resize -q images -n 10.0.0.1:7711 -n 10.0.0.2:7711 -c 8
+      disque-py worker myapp.tasks:resize -q images -n 10.0.0.1:7711,10.0.0.2:7711 -c 8
+      disque-py worker myapp.tasks:send_email -q emails -h 10.0.0.1 -p 7711 --tls --cacert ca.crt
       disque-py worker myapp.tasks:app --queues math,emails -c 16 --metrics-port 9101
     """
     from ..client.sync import Client
@@ -241,6 +241,9 @@ def worker(
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     target = load_target(handler)
     app = target if _is_app(target) else None
+    hint = _task_hint(handler, target)
+    if hint:
+        raise click.BadParameter(hint, param_hint="HANDLER")
     if app is None and not callable(target):
         raise click.BadParameter("%s is not callable (nor a disque_py.tasks.App)" % handler, param_hint="HANDLER")
     fn = target
@@ -251,15 +254,14 @@ def worker(
         raise click.UsageError("--metrics-port is for apps (MODULE:APP).")
     if concurrency is None:
         concurrency = 8 if app is not None else 1
-    if not nodes and app is not None:
-        seeds = list(app.nodes)
-    else:
-        seeds = [s for item in nodes for s in item.replace(",", " ").split()] or ["127.0.0.1:7711"]
+    # an app names its nodes and client options; the command line's words win when given
+    seeds = list(app.nodes) if app is not None and not conn.given else list(conn.nodes)
     try:
-        if app is not None and not (nodes or password or tls or cacert or cert or key):
+        if app is not None and not (conn.given or conn.credentials_given):
             client = Client(seeds, **{"connect_timeout": timeout, "failover_timeout": timeout, **app.client_options})
         else:
-            client = Client(seeds, password=password, tls=tls, ssl_ca_certs=cacert, ssl_certfile=cert, ssl_keyfile=key,
+            client = Client(seeds, password=conn.password, username=conn.username, tls=conn.tls,
+                            ssl_ca_certs=conn.cacert, ssl_certfile=conn.cert, ssl_keyfile=conn.key,
                             connect_timeout=timeout, failover_timeout=timeout)  # fmt: skip
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--nodes") from None
@@ -303,16 +305,16 @@ def worker(
         % (handler, ", ".join(w.queues), ", ".join(seeds), w.concurrency, w.max_in_flight),
         err=True,
     )
-    if not (tls or any(s.lower().startswith("rediss://") for s in seeds)):
+    if not (conn.tls or any(s.lower().startswith("rediss://") for s in seeds)):
         unreachable = _unreachable(seeds, timeout)
         if len(unreachable) == len(seeds):  # said at once; the worker keeps trying, with a log line each time
             click.echo("worker: cannot reach any node (%s); trying again until one answers (Ctrl-C to stop)"
                        % "; ".join(unreachable), err=True)  # fmt: skip
-        if app is not None:
-            from ..tasks.runner import run_worker
+    if app is not None:
+        from ..tasks.runner import run_worker
 
-            stats = run_worker(app, w, handle_signals=True)
-        else:
-            stats = w.run_sync(handle_signals=True)
+        stats = run_worker(app, w, handle_signals=True)
+    else:
+        stats = w.run_sync(handle_signals=True)
     click.echo("worker stopped: processed=%d failed=%d retried=%d dead=%d"
                % (stats.processed, stats.failed, stats.retried, stats.dead), err=True)  # fmt: skip

@@ -210,8 +210,8 @@ def shell_line(text: str, base: int) -> str:
     text = substitute(text, base)
     text = re.sub(r"(^|\s)\.venv/bin/", r"\1%s/" % VENV_BIN, text)
     text = re.sub(r"(^|\s)scripts/cluster(\s|$)", r"\1%s -m disque_py.cli.devcluster\2" % sys.executable, text)
-    if re.match(r"^\S*python -m disque_py\.devcluster start\b", text) and "--base-port" not in text:
-        text = re.sub(r"(disque_py\.devcluster start)", r"\1 --base-port %d" % base, text, count=1)
+    if re.match(r"^\S*python -m disque_py\.cli\.devcluster start\b", text) and "--base-port" not in text:
+        text = re.sub(r"(disque_py\.cli\.devcluster start)", r"\1 --base-port %d" % base, text, count=1)
     text = re.sub(r"(^|\s)redis-cli(\s)", r"\1redis-cli --no-raw\2", text)  # errors read as errors
     return text
 

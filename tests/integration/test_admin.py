@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -149,6 +150,7 @@ def test_scripts_cluster_start_status_stop(tmp_path):
             r = redis.Redis(port=port)
             assert r.execute_command("QLEN", "q") == 0
         status = subprocess.run(cmd + ["status"], cwd=tmp_path, capture_output=True, text=True, timeout=30)
+        assert status.returncode == 0, status.stdout + status.stderr
         assert status.stdout.count(" up") == 2
         for port in (base, base + 1):  # each node's admin page and the cluster it sees (CLUSTER INFO)
             [line] = [line for line in status.stdout.splitlines() if line.startswith("node 127.0.0.1:%d " % port)]
@@ -157,9 +159,20 @@ def test_scripts_cluster_start_status_stop(tmp_path):
         again = subprocess.run(cmd + ["start", "2", "--base-port", str(base)], cwd=tmp_path,
                                capture_output=True, text=True, timeout=60)  # fmt: skip
         assert "already running" in again.stdout
+        # a node down: status says so and exits 1 (scripts can tell)
+        pid = int((tmp_path / "run" / ("node-%d" % (base + 1)) / "disque.pid").read_text())
+        os.kill(pid, signal.SIGKILL)
+        wait_for(lambda: subprocess.run(cmd + ["status"], cwd=tmp_path, capture_output=True, text=True,
+                                        timeout=30).returncode == 1, what="status exiting 1")  # fmt: skip
+        status = subprocess.run(cmd + ["status"], cwd=tmp_path, capture_output=True, text=True, timeout=30)
+        assert (status.returncode, status.stdout.count(" up ")) == (1, 1), status.stdout
+        assert "127.0.0.1:%d pid=" % (base + 1) in status.stdout and " up " not in status.stdout.splitlines()[1]
     finally:
         stop = subprocess.run(cmd + ["stop"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
-    assert stop.returncode == 0 and stop.stdout.count("stopped") == 2
+    assert stop.returncode == 0 and stop.stdout.count("stopped") >= 1
+    # with no local node at all, status exits 3
+    empty = subprocess.run(cmd + ["status"], cwd=tmp_path / "run", capture_output=True, text=True, timeout=30)
+    assert (empty.returncode, empty.stdout.strip()) == (3, "no local nodes (scripts/cluster start)")
 
     def down() -> bool:
         try:

@@ -60,8 +60,15 @@ def test_dead_list_show_requeue_purge(cluster3):
 
     # requeue one: back in orders, the dead letter gone
     out = dead(a, "requeue", "orders.dead", jobs[0]["id"])
-    assert (out.returncode, out.stdout.strip()) == (0, "requeued 1 dead letter of orders.dead"), out.stderr
+    assert out.returncode == 0, out.stderr
+    line, summary = out.stdout.splitlines()
+    old_id, arrow, new_id = line.split()
+    assert (old_id, arrow, summary) == (jobs[0]["id"], "->", "requeued 1 dead letter of orders.dead")
     assert qlen(cluster3, "orders") == 1
+    # the new ID is the job now in orders (on the nodes that hold a copy of it)
+    [shown, *_] = [r for r in (n.client().execute_command("SHOW", new_id) for n in cluster3) if r]
+    fields = dict(zip(shown[::2], shown[1::2]))
+    assert (fields[b"queue"], fields[b"body"]) == (b"orders", jobs[0]["body"].encode())
     assert len(json.loads(dead(a, "show", "orders.dead", "--json").stdout)) == 2
 
     # an ID that is not a dead letter of the queue, or neither IDs nor --all: nothing done
@@ -79,10 +86,29 @@ def test_dead_list_show_requeue_purge(cluster3):
     assert qlen(cluster3, "orders.dead") == 0
     assert [q["name"] for q in json.loads(dead(a, "list", "--json").stdout)] == ["mail.dead"]
 
-    # requeue --all with a progress bar
-    out = dead(a, "requeue", "mail.dead", "--all", "--progress")
-    assert out.returncode == 0 and "requeued 1 dead letter of mail.dead" in out.stdout, out.stderr
+    # requeue --all with a progress bar, the new IDs as JSON on stdout (the count on stderr)
+    [letter] = json.loads(dead(a, "show", "mail.dead", "--json").stdout)
+    out = dead(a, "requeue", "mail.dead", "--all", "--progress", "--json")
+    assert out.returncode == 0 and "requeued 1 dead letter of mail.dead" in out.stderr, out.stderr
+    [(old_id, new_id)] = json.loads(out.stdout).items()
+    assert old_id == letter["id"] and new_id.startswith("D-") and new_id != old_id
     assert qlen(cluster3, "mail") == 1 and qlen(cluster3, "mail.dead") == 0
+
+
+def test_dead_show_names_a_tasks_name_and_arguments(cluster3):
+    a = cluster3[0]
+    body = json.dumps({"v": 1, "task": "shop.tasks.charge", "args": [42, "EUR"], "kwargs": {"retry": False}})
+    dead_letter(a.client(), "payments", body, "KeyError: 'card'")
+    dead_letter(a.client(), "payments", "not a task", "bad body")
+    [task_job] = [j for j in json.loads(dead(a, "show", "payments.dead", "--json").stdout) if j["task"]]
+    assert (task_job["task"], task_job["arguments"]) == ("shop.tasks.charge", "42, 'EUR', retry=False")
+    table = dead(a, "show", "payments.dead").stdout.splitlines()
+    assert table[0].split() == ["ID", "ORIGINAL", "QUEUE", "TASK", "ARGUMENTS", "DELIVERIES", "AGE", "REASON"]
+    assert any("shop.tasks.charge" in row and "42, 'EUR', retry=False" in row for row in table[1:])
+    # plain jobs only: no task columns
+    dead_letter(a.client(), "plain", "x", "why")
+    header = dead(a, "show", "plain.dead").stdout.splitlines()[0].split()
+    assert header == ["ID", "ORIGINAL", "QUEUE", "DELIVERIES", "AGE", "REASON"]
 
 
 def test_dead_help_teaches_with_examples():
