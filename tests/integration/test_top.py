@@ -223,8 +223,8 @@ def test_a_paused_queue_shows_its_pause(pair):
 
 
 def test_bad_arguments_are_usage_errors():
-    result = CliRunner().invoke(main, ["top", "--nodes", "nohost", "--once"])
-    assert result.exit_code == 2 and "HOST:PORT" in result.output
+    result = CliRunner().invoke(main, ["top", "--nodes", "somehost:99999", "--once"])
+    assert result.exit_code == 2 and "bad port" in result.output and "--nodes" in result.output
     result = CliRunner().invoke(main, ["top", "--user", "bob", "--once"])
     assert result.exit_code == 2 and "--password" in result.output
     result = CliRunner().invoke(main, ["top", "--help"])
