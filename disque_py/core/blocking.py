@@ -2,10 +2,10 @@
 
 Theory of operation
 -------------------
-GETJOB takes jobs from the named queues in turn (``fetch``: the job turns
+GETJOB takes jobs from the named queues in turn (``Requeue.fetch``: the job turns
 active and is marked delivered, F_DELIVERED, which is what makes a RETRY 0
 job never queued again). With nothing to take it asks other nodes for jobs
-(``ctx.need_jobs``, ``federation.py``), then either answers at once (NOHANG,
+(``Federation.need_jobs``), then either answers at once (NOHANG,
 or LEAVING) or blocks the client: one ``Waiter`` record, put in every named
 queue's waiter list (``queues.py``), in ``blocked`` by client, in ``waited``
 by queue name, and, with a TIMEOUT, in the deadline heap.
@@ -24,9 +24,10 @@ unpaused and idle for ``QUEUE_MAX_IDLE_MS`` (a 30th of it at memory level 1,
 ``QUEUE_OOM_IDLE_MS`` from level 2, ``ctx.memory_level``); an empty queue idle for
 ``QUEUE_SHRINK_IDLE_MS`` gives back its job container first.
 
-Commands: GETJOB, QLEN, QPEEK, QSTAT, QSCAN, PAUSE. Message: PAUSE. Called by
-``Node``; the other machines reach it through the context (``fetch``) and
-``ctx.ready``.
+Commands: GETJOB, QLEN, QPEEK, QSTAT, QSCAN, PAUSE. Message: PAUSE. Receives
+``Requeue`` (taking jobs), ``Federation`` (asking other nodes for jobs) and ``Delivery``
+(a delivery counted for MAXDELIVER); called by ``Node`` only (the machines below it mark
+queues ``ctx.ready``, which ``Node`` has it serve at the end of every input).
 """
 
 from __future__ import annotations
@@ -39,15 +40,17 @@ from typing import Any, Final, final
 from .commands import NOT_AN_INTEGER, parse_getjob, parse_int, parse_qscan
 from .commandspec import EVERY_QUEUE, FROM_QUEUES, QUEUE, CommandSpec
 from .context import Context
+from .delivery import Delivery
 from .effects import BLOCKED, Reply
-from .delivery import extra_fields
-from .job import ACTIVE, F_DELIVERED, Job
+from .federation import CLIENTS_WAITING, REACHED_ZERO, Federation
+from .job import Job, extra_fields
 from .messages import Pause, pause
 from .queues import PAUSED_ALL, PAUSED_IN, PAUSED_OUT, Queue, Waiter, pause_name
 from .replies import NULL_ARRAY, Error, Status, syntax_error
-from .store import J_ACTIVE, scan, seq_of
+from .requeue import Requeue
+from .store import scan, seq_of
 
-__all__ = ["Blocking", "CLIENTS_WAITING", "REACHED_ZERO", "job_item"]
+__all__ = ["Blocking", "job_item"]
 
 QUEUE_MAX_IDLE_MS: Final = 300_000
 QUEUE_GC_BATCH: Final = 1000  # queues checked per pass at least; more when there are many (QUEUE_GC_ROUND_S)
@@ -55,11 +58,6 @@ QUEUE_GC_ROUND_S: Final = 60  # every queue is checked at least this often
 QUEUE_SHRINK_IDLE_MS: Final = 10_000  # an empty queue idle this long gives back its job container
 # At memory level 1 the idle time is divided by 30 (10 s); from level 2 on it is this (as Disque).
 QUEUE_OOM_IDLE_MS: Final = 2000
-
-# Why a node asks for jobs (``ctx.need_jobs``): clients wait on an empty queue, or a consumer
-# took the last job of a queue that imports.
-CLIENTS_WAITING: Final = 0
-REACHED_ZERO: Final = 1
 
 
 def job_item(job: Job, withcounters: bool) -> list:
@@ -86,8 +84,11 @@ COMMANDS: Final = (
 
 @final
 class Blocking:
-    def __init__(self, ctx: Context) -> None:
+    def __init__(self, ctx: Context, requeue: Requeue, federation: Federation, delivery: Delivery) -> None:
         self.ctx = ctx
+        self._requeue = requeue
+        self._federation = federation
+        self._delivery = delivery
         self._queues = ctx.queues
         self._stats = ctx.stats
         self.ready = ctx.ready  # queues to serve at the end of this input (shared, see context)
@@ -98,18 +99,6 @@ class Blocking:
         self._queue_gc_pos = 0
 
     # -- delivery ------------------------------------------------------------------------
-    def fetch(self, q: Queue) -> Job | None:
-        job = q.pop()
-        if job is not None:
-            job.set_state(ACTIVE)
-            job.flags |= F_DELIVERED
-            ctx = self.ctx
-            q.atime = ctx.now
-            self._stats["jobs_delivered"] += 1
-            if job.retry == 0 and ctx.journal is not None:  # the AOF must know: never again
-                ctx.journal.append((J_ACTIVE, job))
-        return job
-
     def cmd_getjob(self, client: int, argv: list[bytes]) -> Any:
         req = parse_getjob(argv)
         if isinstance(req, Error):
@@ -119,7 +108,7 @@ class Blocking:
         count = req.count
         withcounters = req.withcounters
         queues = self._queues
-        fetch = self.fetch
+        fetch = self._requeue.fetch
         federated = ctx.cluster_size > 1
         while True:
             before = len(items)
@@ -132,13 +121,13 @@ class Blocking:
                     continue
                 q.ltime = ctx.now
                 if job.extra is not None:  # a delivery counted for MAXDELIVER (delivery.py)
-                    ctx.delivered(job)
+                    self._delivery.delivered(job)
                 items.append(job_item(job, withcounters))
                 if federated:
                     if not q.jobs:
-                        ctx.need_jobs(q, REACHED_ZERO)
+                        self._federation.need_jobs(q, REACHED_ZERO)
                     elif q.asked:
-                        ctx.renew_on_take(q)
+                        self._federation.renew_on_take(q)
                 count -= 1
                 if count == 0:
                     break
@@ -150,7 +139,7 @@ class Blocking:
             for name in req.queues:
                 q = ctx.get_queue(name)
                 q.ltime = ctx.now  # a local consumer asked (NOHANG too): the next job stays here
-                ctx.need_jobs(q, CLIENTS_WAITING)
+                self._federation.need_jobs(q, CLIENTS_WAITING)
         if req.nohang:
             return NULL_ARRAY
         if ctx.leaving:
@@ -198,6 +187,7 @@ class Blocking:
         ready = self.ready
         ctx = self.ctx
         effects = ctx.effects
+        fetch = self._requeue.fetch
         while ready:
             _, q = ready.popitem()
             if q.flags & PAUSED_OUT:
@@ -208,17 +198,17 @@ class Blocking:
                     break
                 items: list[Any] = []
                 while len(items) < waiter.count:
-                    job = self.fetch(q)
+                    job = fetch(q)
                     if job is None:
                         break
                     if job.extra is not None:  # a delivery counted for MAXDELIVER (delivery.py)
-                        ctx.delivered(job)
+                        self._delivery.delivered(job)
                     items.append(job_item(job, waiter.withcounters))
                 self._unblock(waiter)
                 q.ltime = ctx.now
                 effects.append(Reply(waiter.client, items))
             if not q.jobs and ctx.cluster_size > 1:
-                ctx.need_jobs(q, REACHED_ZERO)
+                self._federation.need_jobs(q, REACHED_ZERO)
 
     def tick(self, now: int) -> None:
         """Answer the blocked GETJOBs whose TIMEOUT passed (an empty reply)."""

@@ -5,7 +5,7 @@
 core's restore operations (``Lifecycle.restore_*``), in file order: a later LOADJOB of
 an ID replaces the earlier one, ACKED/ACTIVE change a job's state, DELJOB forgets it.
 ``finish`` then reports a partial record at the end (``records.Truncated``) and hands
-the table to ``restore_finish``, which gives every job its wake-up (and, for a
+the table to ``Node.restore_finish``, which gives every job its wake-up (and, for a
 controlled restart, puts queued jobs back in their queues).
 
 A damaged record raises ``records.CorruptRecord`` (its byte offset and reason) after the
@@ -80,6 +80,6 @@ class Loader:
         """The end of the file: a partial record left (or None), and the restored counts."""
         truncated = self.reader.finish()
         node = self.node
-        counts = node.lifecycle.restore_finish(enqueue_once)
+        counts = node.restore_finish(enqueue_once)
         node.take_effects()  # nothing to tell anyone: nobody is connected yet
         return truncated, counts
