@@ -54,6 +54,7 @@ __all__ = [
     "QUEUED",
     "ACKED",
     "STATE_NAMES",
+    "STATE_BY_NAME",
     "state_from_name",
     "F_BCAST_QUEUED",
     "F_BCAST_WILLQUEUE",
@@ -79,7 +80,8 @@ ACTIVE: Final = 1
 QUEUED: Final = 2
 ACKED: Final = 3
 STATE_NAMES: Final = ("wait-repl", "active", "queued", "acked")
-_STATE_BY_NAME: Final = {name.encode(): i for i, name in enumerate(STATE_NAMES)}
+#: a state's name as bytes -> the state (JSCAN's STATE, the AOF's records)
+STATE_BY_NAME: Final = {name.encode(): i for i, name in enumerate(STATE_NAMES)}
 
 # Flags (bit set).
 F_BCAST_QUEUED: Final = 1  # the next (re)queue is announced with QUEUED
@@ -129,7 +131,7 @@ illegal_transitions: list[str] = []
 
 
 def state_from_name(name: bytes) -> int | None:
-    return _STATE_BY_NAME.get(name.lower())
+    return STATE_BY_NAME.get(name.lower())
 
 
 TIME_ERROR_MS: Final = 500  # deadlines are desynchronised by +-250 ms

@@ -53,12 +53,13 @@ from .job import Job
 
 _deque: Final = deque  # Final: a C static in compiled code (an imported name is a dict lookup per use)
 
-__all__ = ["Queue", "Waiter", "PAUSED_IN", "PAUSED_OUT", "PAUSED_ALL", "pause_name", "SMALL_QUEUE"]
+__all__ = ["Queue", "Waiter", "PAUSED_IN", "PAUSED_OUT", "PAUSED_ALL", "PAUSE_NAMES", "pause_name", "SMALL_QUEUE"]
 
 PAUSED_IN: Final = 1
 PAUSED_OUT: Final = 2
 PAUSED_ALL: Final = 3
-_PAUSE_NAMES: Final = ("none", "in", "out", "all")
+#: a queue's pause flags (``flags & PAUSED_ALL``) -> its name (PAUSE, QSTAT, the admin port)
+PAUSE_NAMES: Final = ("none", "in", "out", "all")
 
 IMPORT_RATE_WINDOW_MS: Final = 5000
 #: up to this many jobs a queue inserts out of order and removes from the middle in its deque;
@@ -69,7 +70,7 @@ _ctime_key = attrgetter("ctime")
 
 
 def pause_name(flags: int) -> str:
-    return _PAUSE_NAMES[flags & PAUSED_ALL]
+    return PAUSE_NAMES[flags & PAUSED_ALL]
 
 
 @final

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+from .constants import DURATION_MAX, INT64_MAX, REPLICATE_MAX
 from .ids import NODE_IDS_SEEN, valid_job_id, valid_node_ids
 from .job import ACTIVE, Extra, Job
 
@@ -28,8 +29,6 @@ __all__ = ["JOB_WIRE_FIELDS", "RETRY_FIELD", "job_from_wire", "job_to_wire", "ex
 
 JOB_WIRE_FIELDS: Final = 11
 RETRY_FIELD: Final = 7  # index of RETRY in the array (moves_to_watch reads it)
-_MAX_I64: Final = (1 << 63) - 1
-_MAX_DELAY: Final = 1 << 31
 _INT: Final = int
 _NODE_IDS_SEEN: Final = NODE_IDS_SEEN
 
@@ -70,7 +69,7 @@ def extra_to_wire(e: Extra) -> dict:
 
 
 def _small_int(v: Any) -> bool:
-    return type(v) is _INT and 0 <= v <= _MAX_I64
+    return type(v) is _INT and 0 <= v <= INT64_MAX
 
 
 def _name(v: Any) -> bool:
@@ -130,11 +129,11 @@ def job_from_wire(d: Any, now: int) -> Job | None:
         return None
     if not (type(retry) is _INT and type(nacks) is _INT and type(deliv) is _INT):
         return None
-    if not (1 <= repl <= 65535 and 0 <= delay <= _MAX_DELAY and 0 <= retry <= _MAX_DELAY):
+    if not (1 <= repl <= REPLICATE_MAX and 0 <= delay <= DURATION_MAX and 0 <= retry <= DURATION_MAX):
         return None
-    if not (0 <= ttl <= _MAX_I64 and 0 <= ctime <= _MAX_I64 and 0 <= nacks <= _MAX_I64 and 0 <= deliv <= _MAX_I64):
+    if not (0 <= ttl <= INT64_MAX and 0 <= ctime <= INT64_MAX and 0 <= nacks <= INT64_MAX and 0 <= deliv <= INT64_MAX):
         return None
-    if type(nodes) is not list or len(nodes) > 65535:
+    if type(nodes) is not list or len(nodes) > REPLICATE_MAX:
         return None
     try:
         seen = _NODE_IDS_SEEN.issuperset(nodes)  # see ids.NODE_IDS_SEEN
