@@ -60,7 +60,7 @@ def seq_of(item: Any) -> int:
 @final
 class JobStore:
     __slots__ = (
-        "_shards", "_count", "_heap", "_seq", "rebuilds", "journal", "item_bytes",
+        "_shards", "_count", "_heap", "_seq", "journal", "item_bytes",
     )  # fmt: skip
 
     def __init__(self) -> None:
@@ -68,7 +68,6 @@ class JobStore:
         self._count = 0
         self._heap: list[Job] = []  # ordered by (awake, seq); job.hpos is its index
         self._seq = 0
-        self.rebuilds = 0  # INFO memory's timer_heap_rebuilds: 0 (the heap is never rebuilt now)
         self.journal: list | None = None  # see J_LOAD; set by Node.set_journal
         # Bytes of the bodies and queue names of the jobs held, kept exact at (un)registration
         # (a job's body and queue never change while it is registered): core/memory.py's estimate.
@@ -218,10 +217,6 @@ class JobStore:
     def timer_entries(self) -> int:
         """Jobs in the heap, one slot each (INFO memory's timer_heap_entries)."""
         return len(self._heap)
-
-    @property
-    def rebuilding(self) -> bool:
-        return False  # (a heap of stale entries was once rebuilt a slice at a time; none is now)
 
     def _registered(self, job: Job) -> bool:
         return self._shards[hash(job.id) & _MASK].get(job.id) is job

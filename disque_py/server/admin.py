@@ -664,7 +664,6 @@ def info_text(ctx: AdminContext, section: str, peak: list[int]) -> str:
                 **memory.info(),
                 **gcpolicy.policy.info(),
                 "timer_heap_entries": node.store.timer_entries,
-                "timer_heap_rebuilds": node.store.rebuilds,
             })  # fmt: skip
         elif name == "jobs":
             emit("Jobs", node.info_fields()["jobs"])
