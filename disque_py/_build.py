@@ -44,6 +44,7 @@ __all__ = [
 # Hot, annotated, leaf-most modules first. A module joins when mypy checks it clean and the
 # whole suite passes with it compiled (docs/ARCHITECTURE.md, "The compiled build").
 COMPILED_MODULES: tuple[str, ...] = (
+    "disque_py.core.statics",
     "disque_py.core.ids",
     "disque_py.core.job",
     "disque_py.core.store",

@@ -35,7 +35,7 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_left
 from itertools import islice
-from typing import Any, Final, final
+from typing import Final, final
 
 from .commands import NOT_AN_INTEGER, parse_getjob, parse_int, parse_qscan
 from .commandspec import EVERY_QUEUE, FROM_QUEUES, QUEUE, CommandSpec
@@ -46,7 +46,7 @@ from .federation import CLIENTS_WAITING, REACHED_ZERO, Federation
 from .job import Job, extra_fields
 from .messages import Pause, pause
 from .queues import PAUSED_ALL, PAUSED_IN, PAUSED_OUT, Queue, Waiter, pause_name
-from .replies import NULL_ARRAY, Error, Status, syntax_error
+from .replies import NULL_ARRAY, Error, NullArray, Status, syntax_error
 from .requeue import Requeue
 from .store import scan, seq_of
 
@@ -60,9 +60,9 @@ QUEUE_SHRINK_IDLE_MS: Final = 10_000  # an empty queue idle this long gives back
 QUEUE_OOM_IDLE_MS: Final = 2000
 
 
-def job_item(job: Job, withcounters: bool) -> list:
+def job_item(job: Job, withcounters: bool) -> list[object]:
     if withcounters:
-        item = [job.queue, job.id, job.body, b"nacks", job.nacks, b"additional-deliveries", job.deliveries]
+        item: list[object] = [job.queue, job.id, job.body, b"nacks", job.nacks, b"additional-deliveries", job.deliveries]
         if job.extra is not None:  # its delivery policy or dead-letter facts (delivery.py)
             item += extra_fields(job)
         return item
@@ -99,12 +99,12 @@ class Blocking:
         self._queue_gc_pos = 0
 
     # -- delivery ------------------------------------------------------------------------
-    def cmd_getjob(self, client: int, argv: list[bytes]) -> Any:
+    def cmd_getjob(self, client: int, argv: list[bytes]) -> object:
         req = parse_getjob(argv)
         if isinstance(req, Error):
             return req
         ctx = self.ctx
-        items: list = []
+        items: list[list[object]] = []
         count = req.count
         withcounters = req.withcounters
         queues = self._queues
@@ -147,7 +147,7 @@ class Blocking:
         return self._block(client, req.queues, req.timeout, req.count, withcounters)
 
     # -- blocking ------------------------------------------------------------------------
-    def _block(self, client: int, queues: list[bytes], timeout: int, count: int, withcounters: bool) -> Any:
+    def _block(self, client: int, queues: list[bytes], timeout: int, count: int, withcounters: bool) -> object:
         ctx = self.ctx
         names = list(dict.fromkeys(queues))
         deadline = ctx.now + timeout if timeout else 0
@@ -196,7 +196,7 @@ class Blocking:
                 waiter = q.first_waiter()
                 if waiter is None:
                     break
-                items: list[Any] = []
+                items: list[list[object]] = []
                 while len(items) < waiter.count:
                     job = fetch(q)
                     if job is None:
@@ -290,11 +290,11 @@ class Blocking:
                 q.release()
 
     # -- queue commands ------------------------------------------------------------------
-    def cmd_qlen(self, client: int, argv: list[bytes]) -> Any:
+    def cmd_qlen(self, client: int, argv: list[bytes]) -> int:
         q = self._queues.get(argv[1])
         return len(q.jobs) if q is not None else 0
 
-    def cmd_qpeek(self, client: int, argv: list[bytes]) -> Any:
+    def cmd_qpeek(self, client: int, argv: list[bytes]) -> list[list[bytes | None]] | Error:
         count = parse_int(argv[2])
         if count is None:
             return NOT_AN_INTEGER
@@ -303,7 +303,7 @@ class Blocking:
             return []
         return [[j.queue, j.id, j.body] for j in q.peek(count)]
 
-    def cmd_qstat(self, client: int, argv: list[bytes]) -> Any:
+    def cmd_qstat(self, client: int, argv: list[bytes]) -> list[object] | NullArray:
         q = self._queues.get(argv[1])
         if q is None:
             return NULL_ARRAY
@@ -321,7 +321,7 @@ class Blocking:
             b"pause", pause_name(q.flags),
         ]  # fmt: skip
 
-    def cmd_qscan(self, client: int, argv: list[bytes]) -> Any:
+    def cmd_qscan(self, client: int, argv: list[bytes]) -> list[object] | Error:
         args = parse_qscan(argv)
         if isinstance(args, Error):
             return args
@@ -342,7 +342,7 @@ class Blocking:
         cursor, found = scan(islice(queues, start, None), seq_of, args.count, args.busyloop, match)
         return [str(cursor).encode(), [q.name for q in found]]
 
-    def cmd_pause(self, client: int, argv: list[bytes]) -> Any:
+    def cmd_pause(self, client: int, argv: list[bytes]) -> Status | Error:
         bcast = False
         update = False
         new_flags = 0

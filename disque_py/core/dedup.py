@@ -53,7 +53,7 @@ messages, the queries' timeouts, a client gone).
 
 from __future__ import annotations
 
-from typing import Any, Final, final
+from typing import Final, final
 
 from .commands import AddJob, parse_addjob
 from .commandspec import QUEUE, CommandSpec
@@ -103,7 +103,7 @@ class Dedup:
         self.client_queries: dict[int, bytes] = {}  # client -> the ID its ADDJOB waits on
 
     # -- ADDJOB ---------------------------------------------------------------------------
-    def cmd_addjob(self, client: int, argv: list[bytes]) -> Any:
+    def cmd_addjob(self, client: int, argv: list[bytes]) -> object:
         """ADDJOB: parsed, its DEDUP key looked up (if any), then made by ``Replication.add``;
         the reply, or BLOCKED (its copies are being made, or the other nodes asked)."""
         req = parse_addjob(argv)
@@ -114,7 +114,7 @@ class Dedup:
             return self._replication.add(client, req, None)
         return self._addjob(client, req, extra[4])
 
-    def _addjob(self, client: int, req: AddJob, key: bytes) -> Any:
+    def _addjob(self, client: int, req: AddJob, key: bytes) -> object:
         """ADDJOB with a DEDUP key: a hit (the ID, nothing added), BLOCKED (the other nodes are
         asked first), or the job made here with its ID (``Replication.add``)."""
         ctx = self.ctx

@@ -25,14 +25,14 @@ forgets expired leases every second (``gc_leases``).
 from __future__ import annotations
 
 from itertools import islice
-from typing import Any, Final, final
+from typing import Final, final
 
 from .commands import MAX_JOB_BYTES
 from .context import Context
 from .job import ACTIVE, F_DELIVERED, Job
 from .messages import your_jobs
 from .queues import PAUSED_OUT, Queue
-from .wire import job_to_wire
+from .wire import WireJob, job_to_wire
 
 __all__ = ["Leases", "LOCAL_FIRST_MS"]
 
@@ -40,9 +40,9 @@ LEASE_GC_BATCH: Final = 10_000  # queue names whose leases are checked per queue
 LOCAL_FIRST_MS: Final = 1000  # a queue a local client took from this recently keeps its next job here
 
 
-def _by_size(jobs: list[list[Any]]) -> list[list[list[Any]]]:
+def _by_size(jobs: list[WireJob]) -> list[list[WireJob]]:
     """Wire jobs in order, grouped so that each group's bodies and queue names fit MAX_JOB_BYTES."""
-    parts: list[list[list[Any]]] = [[]]
+    parts: list[list[WireJob]] = [[]]
     size = 0
     for w in jobs:
         n = len(w[1]) + len(w[2])
@@ -64,7 +64,7 @@ class Leases:
         self.by_queue: dict[bytes, dict[str, list[int]]] = {}
         #: peer id -> the jobs (wire form) to send in one YOURJOBS at the end of this input
         #: (never rebound: Node tests it after every input)
-        self.outgoing: dict[str, list[list[Any]]] = {}
+        self.outgoing: dict[str, list[WireJob]] = {}
         self.importing = False  # jobs being imported are never pushed on at once (Federation)
         for key in ("yourjobs_sent", "jobs_exported", "jobs_pushed"):
             ctx.stats[key] = 0

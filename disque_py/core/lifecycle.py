@@ -37,15 +37,15 @@ Commands: DELJOB, SHOW, JSCAN. Also the restore operations the AOF loader calls.
 from __future__ import annotations
 
 from collections import deque
-from typing import Any, Final, final
+from typing import Final, final
 
 from .commands import check_job_ids, parse_jscan
 from .commandspec import EVERY_QUEUE, JOB_IDS, CommandSpec
 from .context import Context
 from .effects import Reply
 from .job import (
-    ACKED, ACTIVE, F_BCAST_WILLQUEUE, F_DELIVERED, QUEUED, STATE_NAMES, WAIT_REPL, Job, extra_fields, gc_deadline,
-    retry_deadline,
+    ACKED, ACTIVE, F_BCAST_WILLQUEUE, F_DELIVERED, QUEUED, STATE_NAMES, WAIT_REPL, Extra, Job, extra_fields,
+    gc_deadline, retry_deadline,
 )  # fmt: skip
 from .messages import del_job
 from .replies import Error, Status
@@ -228,7 +228,7 @@ class Lifecycle:
         """A DEDUPGONE: a DEDUP job deleted, its ID remembered until ``until`` (wall-clock ms)."""
         self.remember(job_id, until - self.ctx.wall_offset)
 
-    def restore_extra(self, job_id: bytes, extra: Any) -> None:
+    def restore_extra(self, job_id: bytes, extra: Extra) -> None:
         """A JOBEXTRA: the delivery policy and dead-letter facts of the job just restored."""
         job = self._store.get(job_id)
         if job is not None:
@@ -299,7 +299,7 @@ class Lifecycle:
         return {"jobs": jobs, "queued": 0, "acked": acked, "expired": expired}, to_queue
 
     # -- commands ---------------------------------------------------------------------
-    def cmd_deljob(self, client: int, argv: list[bytes]) -> Any:
+    def cmd_deljob(self, client: int, argv: list[bytes]) -> int | Error:
         ids = argv[1:]
         bad = check_job_ids(ids)
         if bad:
@@ -307,14 +307,14 @@ class Lifecycle:
         delete_job = self.delete_job
         return self._store.count_done(ids, lambda job: delete_job(job) or True)
 
-    def cmd_show(self, client: int, argv: list[bytes]) -> Any:
+    def cmd_show(self, client: int, argv: list[bytes]) -> list[object] | Error | None:
         bad = check_job_ids(argv[1:2])
         if bad:
             return bad
         job = self._store.get(argv[1])
         return None if job is None else self.job_info(job)
 
-    def cmd_jscan(self, client: int, argv: list[bytes]) -> Any:
+    def cmd_jscan(self, client: int, argv: list[bytes]) -> list[object] | Error:
         args = parse_jscan(argv)
         if isinstance(args, Error):
             return args
@@ -329,14 +329,14 @@ class Lifecycle:
 
         store = self._store
         cursor, found = scan(store.scan_from(args.cursor), store.cursor_of, args.count, args.busyloop, match)
-        items: list[Any]
+        items: list[object]
         if args.reply_all:
             items = [self.job_info(j) for j in found]
         else:
             items = [Status(j.id) for j in found]
         return [str(cursor).encode(), items]
 
-    def job_info(self, job: Job) -> list:
+    def job_info(self, job: Job) -> list[object]:
         now = self.ctx.now
         ttl = max(0, (job.etime - now) // 1000)
         requeue_at = job.requeue_at  # 0 for an acked job

@@ -129,8 +129,9 @@ __all__ = ["Node", "BLOCKED", "CORE_COMMANDS", "OOM_COMMANDS"]
 QUEUE_GC_PERIOD_MS: Final = 1000  # queue eviction and lease expiry run this often
 SCHEDULE_BATCH: Final = 10_000  # job wake-ups run per tick at most
 
-#: A command's handler: (client, argv) -> its reply (any RESP value) or BLOCKED.
-Handler = Callable[[int, list[bytes]], Any]
+#: A command's handler: (client, argv) -> its reply (any value the shell's encoder takes) or
+#: BLOCKED.
+Handler = Callable[[int, list[bytes]], object]
 
 #: The Node attribute holding the machine that answers each module's ``COMMANDS``; the
 #: node itself answers its own (HELLO). One declaration per command (commandspec.py):
@@ -278,11 +279,11 @@ class Node:
     # =====================================================================
     # Inputs
     # =====================================================================
-    def execute(self, client: int, argv: list[bytes], now: int) -> Any:
+    def execute(self, client: int, argv: list[bytes], now: int) -> object:
         """Run one client command; returns its reply or ``BLOCKED``."""
         return self.execute_named(client, argv[0].lower(), argv, now)
 
-    def execute_named(self, client: int, name: bytes, argv: list[bytes], now: int) -> Any:
+    def execute_named(self, client: int, name: bytes, argv: list[bytes], now: int) -> object:
         """:meth:`execute` for a caller that has lowered the command's name already (the shell's
         dispatcher, once per command)."""
         self.ctx.now = now

@@ -50,8 +50,8 @@ from typing import Any, Final, Iterable, final
 from sortedcontainers import SortedKeyList
 
 from .job import Job
+from .statics import DEQUE
 
-_deque: Final = deque  # Final: a C static in compiled code (an imported name is a dict lookup per use)
 
 __all__ = ["Queue", "Waiter", "PAUSED_IN", "PAUSED_OUT", "PAUSED_ALL", "PAUSE_NAMES", "pause_name", "SMALL_QUEUE"]
 
@@ -148,7 +148,7 @@ class Queue:
     # -- jobs ---------------------------------------------------------------
     def add(self, job: Job) -> None:
         jobs: Any = self.jobs  # one of three containers (type() decides)
-        if type(jobs) is _deque:
+        if type(jobs) is DEQUE:
             if not jobs or job.ctime >= jobs[-1].ctime:
                 jobs.append(job)  # the common case: newest at the tail
             elif len(jobs) < SMALL_QUEUE:
@@ -156,7 +156,7 @@ class Queue:
             else:
                 self._sorted().add(job)
         elif type(jobs) is tuple:
-            self.jobs = _deque((job,))
+            self.jobs = DEQUE((job,))
         else:
             jobs.add(job)
         self.jobs_in += 1
@@ -174,7 +174,7 @@ class Queue:
 
     def remove(self, job: Job) -> None:
         jobs: Any = self.jobs  # one of three containers (type() decides)
-        if type(jobs) is _deque:
+        if type(jobs) is DEQUE:
             if jobs[0] is job:
                 jobs.popleft()
             elif len(jobs) <= SMALL_QUEUE:
@@ -190,7 +190,7 @@ class Queue:
         if not jobs:
             return None
         self.jobs_out += 1
-        return jobs.popleft() if type(jobs) is deque else jobs.pop(0)
+        return jobs.popleft() if type(jobs) is DEQUE else jobs.pop(0)
 
     def peek(self, count: int) -> Iterable[Job]:
         """The ``count`` oldest jobs, oldest first; ``count`` < 0: the ``-count`` newest, newest

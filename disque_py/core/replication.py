@@ -48,7 +48,7 @@ letter's copies). A GOTJOB for a job not waiting for its copies is handed back t
 from __future__ import annotations
 
 import heapq
-from typing import Any, Final, final
+from typing import Final, final
 
 from .commands import RETRY0_NEEDS_REPLICATE1, AddJob
 from .context import Context
@@ -57,14 +57,11 @@ from .job import ACKED, ACTIVE, F_BCAST_QUEUED, F_BCAST_WILLQUEUE, F_YIELD, QUEU
 from .lifecycle import Lifecycle
 from .messages import GotJob, ReplJob, del_job, enqueue, got_job, queued, repl_job, set_ack
 from .queues import PAUSED_IN
-from .replies import Error, Status, err
+from .replies import Error, err
 from .requeue import Requeue, compare_ids_by_job
+from .statics import STATUS
 from .store import J_LOAD
 from .wire import job_from_wire, job_to_wire
-
-# A reply type of an interpreted module, held as Final (a C static in compiled code, where an
-# imported name is a dict lookup at every use): every ADDJOB makes one.
-_Status: Final = Status
 
 __all__ = ["Replication", "REPL_ADD_NODE_MS", "DEFAULT_REPLICATE_MAX"]
 
@@ -120,7 +117,7 @@ class Replication:
         heapq.heappush(self.timers, (at, self._seq, kind, job_id))
 
     # -- ADDJOB ------------------------------------------------------------------------
-    def add(self, client: int, req: AddJob, job_id: bytes | None) -> Any:
+    def add(self, client: int, req: AddJob, job_id: bytes | None) -> object:
         """ADDJOB's work once parsed (``Dedup.cmd_addjob``): checks, the job, its copies; the
         reply (an ID or an error), or BLOCKED while its copies are made. ``job_id``: a DEDUP
         job's (``ids.dedup_job_id``); None: a new one."""
@@ -173,7 +170,7 @@ class Replication:
         discard_local = req.async_ and extrepl
         if not discard_local and not self._store.register(job):
             if job_id is not None:  # a DEDUP job made here meanwhile: that one
-                return _Status(job_id)
+                return STATUS(job_id)
             return err("Internal error creating the job, check server logs")  # 144 random bits colliding: a bug
         ctx.stats["jobs_added"] += 1
         reply: object
@@ -200,7 +197,7 @@ class Replication:
                 job.set_state(ACTIVE)
                 if not discard_local:
                     self._lifecycle.reschedule(job)
-            reply = _Status(job.id)
+            reply = STATUS(job.id)
         if additional > 0:
             self.replicate_job(job, additional, False)
         if discard_local:
@@ -360,7 +357,7 @@ class Replication:
         client = self.clients.pop(job.id, None)
         if client is not None:
             self.client_jobs.pop(client, None)
-            ctx.effects.append(Reply(client, _Status(job.id)))
+            ctx.effects.append(Reply(client, STATUS(job.id)))
         if ctx.id not in job.delivered:  # external replication: hand over and forget
             confirmed = sorted(job.confirmed or ())
             if confirmed:

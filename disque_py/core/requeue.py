@@ -42,7 +42,7 @@ called by ``Node`` (commands, messages, the wake-ups) and by the machines above 
 
 from __future__ import annotations
 
-from typing import Any, Final, final
+from typing import Final, final
 
 from .commands import check_job_ids
 from .commandspec import JOB_IDS, CommandSpec
@@ -277,7 +277,7 @@ class Requeue:
             self.ctx.send_lazy((sender,), set_ack(bytes(job.id), len(job.delivered)))
 
     # -- commands -----------------------------------------------------------------------
-    def cmd_enqueue(self, client: int, argv: list[bytes]) -> Any:
+    def cmd_enqueue(self, client: int, argv: list[bytes]) -> int | Error:
         ids = argv[1:]
         bad = check_job_ids(ids)
         if bad:
@@ -292,14 +292,14 @@ class Requeue:
 
         return self._store.count_done(ids, act)
 
-    def cmd_dequeue(self, client: int, argv: list[bytes]) -> Any:
+    def cmd_dequeue(self, client: int, argv: list[bytes]) -> int | Error:
         ids = argv[1:]
         bad = check_job_ids(ids)
         if bad:
             return bad
         return self._store.count_done(ids, self.dequeue_job)
 
-    def cmd_working(self, client: int, argv: list[bytes]) -> Any:
+    def cmd_working(self, client: int, argv: list[bytes]) -> int | Error:
         bad = check_job_ids(argv[1:2])
         if bad:
             return bad

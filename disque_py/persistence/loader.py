@@ -14,10 +14,10 @@ records before it were applied; what the shell does then (stop the node) is its 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..core.lifecycle import Lifecycle
-from .records import Acked, Active, DedupGone, DelJob, JobExtra, LoadJob, Queued, RecordReader, Truncated
+from .records import Acked, Active, DedupGone, DelJob, JobExtra, LoadJob, Queued, Record, RecordReader, Truncated
 
 if TYPE_CHECKING:
     from ..core.node import Node
@@ -56,12 +56,12 @@ class Loader:
         self._apply(got)
         return len(got)
 
-    def _apply(self, got: list) -> None:
+    def _apply(self, got: list[tuple[int, Record]]) -> None:
         life = self._life  # typed: compiled, restore_job is a native call with native fields
         by_kind = self._by_kind
         expired = 0
         for item in got:
-            record: Any = item[1]
+            record = item[1]
             if isinstance(record, LoadJob):
                 r: LoadJob = record
                 if not life.restore_job(r.id, r.state, r.repl, r.flags, r.ctime, r.expire, r.delay, r.retry, r.nacks,

@@ -90,7 +90,7 @@ import msgpack
 
 from ..core.constants import DURATION_MAX, INT64_MAX, REPLICATE_MAX
 from ..core.ids import JOB_ID_LEN, NODE_ID_LEN, NODE_IDS_SEEN, valid_job_id, valid_node_ids
-from ..core.job import STATE_BY_NAME, STATE_NAMES, Job
+from ..core.job import STATE_BY_NAME, STATE_NAMES, Extra, Job
 from ..core.wire import extra_from_wire, extra_to_wire
 
 __all__ = [
@@ -233,7 +233,7 @@ class DelJob:
 @dataclass(frozen=True, slots=True)
 class JobExtra:
     id: bytes
-    extra: Any  # core.job.Extra
+    extra: Extra
 
 
 @dataclass(frozen=True, slots=True)
@@ -433,10 +433,10 @@ def _decode_nodes(nodes_bytes: bytes) -> tuple:
     return nodes_tuple
 
 
-def _id_decoder(kind: type) -> Callable[[list[bytes]], Any]:
+def _id_decoder(kind: type[Queued] | type[Active] | type[Acked] | type[DelJob]) -> Callable[[list[bytes]], Record]:
     name = kind.__name__.upper()
 
-    def decode(e: list[bytes]) -> Any:
+    def decode(e: list[bytes]) -> Record:
         if not valid_job_id(e[1]):
             raise _Bad(f"{name}: malformed job ID")
         return kind(e[1])
@@ -474,7 +474,7 @@ def _decode_dedupgone(e: list[bytes]) -> DedupGone:
 
 class Kind(NamedTuple):
     count: int  # type: ignore[assignment]  # elements, the kind and the checksum included
-    decode: Callable[[list[bytes]], Any]  # the elements before the checksum -> record; raises _Bad
+    decode: Callable[[list[bytes]], Record]  # the elements before the checksum -> record; raises _Bad
     limits: tuple  # the largest length of each element before the checksum
 
 
@@ -534,7 +534,7 @@ def _says(digits: bytes, n: int) -> bool:
     return digits == b"%d" % n
 
 
-def _fast(buf: bytearray, pos: int) -> tuple[Any, int] | None:
+def _fast(buf: bytearray, pos: int) -> tuple[Record, int] | None:
     """The record at ``pos`` and its end, if the fast path can take it; raises _Bad as _parse would."""
     if pos + 1 >= len(buf):
         return None
@@ -639,7 +639,7 @@ class RecordReader:
         return Truncated(self._base, len(self._buf))
 
     @staticmethod
-    def _parse(buf: bytearray, pos: int, end: int) -> tuple[Any, int] | None:
+    def _parse(buf: bytearray, pos: int, end: int) -> tuple[Record, int] | None:
         """One record at ``pos``: (record, its end), None if incomplete; raises _Bad.
 
         Every check is made as soon as its bytes are in, and never depends on how many
