@@ -2,7 +2,7 @@
 
 Theory of operation
 -------------------
-A node is nine machines composed by ``node.Node``. Each is handed, as typed constructor
+A node is ten machines composed by ``node.Node``. Each is handed, as typed constructor
 arguments, this ``Context`` and the machines it calls, all of them built before it (the
 order, and who receives whom, is in ``node.py``'s docstring): no machine calls one built
 after it, and no module imports one that imports it back. The context holds what every

@@ -18,7 +18,7 @@ Pull (Disque's protocol, unchanged on the wire):
   YOURJOBS. The receiver queues them and remembers the sender as a source.
   No jobs go to a node we have no link to (Disque dequeued them, then found
   no link to send them on), and no RETRY 0 job to one whose link still holds
-  output its socket has not taken (``Node.backlogged``): a link torn down
+  output its socket has not taken (``ctx.backlogged``): a link torn down
   drops what it had not sent, and a RETRY 0 job's only copy with it.
   That rule reads the backlog as of the last tick; for what a link took in
   between, the shell hands back every YOURJOBS that never reached the

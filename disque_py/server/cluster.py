@@ -371,7 +371,7 @@ class ClusterService:
             node.set_id(m.my_id)
 
     def backlogged(self) -> frozenset[str]:
-        """Reachable nodes whose link still holds output its socket has not taken (``Node.backlogged``)."""
+        """Reachable nodes whose link still holds output its socket has not taken (``ctx.backlogged``)."""
         bus = self.bus
         if bus is None:
             return _NONE

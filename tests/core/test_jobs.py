@@ -483,7 +483,7 @@ def test_replication_resends_back_off_when_no_node_is_left_to_add(h):
 
 
 def test_replication_resends_skip_a_backlogged_link_but_new_holders_get_their_copy(h):
-    """A holder whose link still holds unsent output (``Node.backlogged``, kept by the shell) gets
+    """A holder whose link still holds unsent output (``ctx.backlogged``, kept by the shell) gets
     no resend: the copy before has not left yet. A node added meanwhile still gets its first copy,
     and the resends to the first holder resume once its link has drained."""
     from disque_py.core.effects import Send
