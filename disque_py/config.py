@@ -66,6 +66,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Callable, Iterable, NamedTuple, Sequence
 
+from .core.constants import INT64_MAX, INT64_MIN
 from .util.globmatch import glob_match
 
 __all__ = [
@@ -100,8 +101,6 @@ COMMAND_LINE = "(command line)"
 
 _ENC = "utf-8"
 _ERRS = "surrogateescape"
-_LLONG_MAX = 2**63 - 1
-_LLONG_MIN = -(2**63)
 
 
 # ---------------------------------------------------------------------------
@@ -419,7 +418,7 @@ def _parse_int(text: str) -> int | None:
     if not _INT_RE.match(text):
         return None
     v = int(text)
-    return v if _LLONG_MIN <= v <= _LLONG_MAX else None
+    return v if INT64_MIN <= v <= INT64_MAX else None
 
 
 def parse_memory(text: str) -> int | None:
@@ -429,7 +428,7 @@ def parse_memory(text: str) -> int | None:
     if not m:
         return None
     v = int(m.group(1)) * _MEM_UNITS[(m.group(2) or "").lower()]
-    return v if _LLONG_MIN <= v <= _LLONG_MAX else None
+    return v if INT64_MIN <= v <= INT64_MAX else None
 
 
 def format_memory(n: int) -> str:

@@ -18,7 +18,9 @@
   either, and their shared module (``benchmarks.common``) imports none of the suites
   or harnesses built on it.
 * The tasks layer (``disque_py.tasks``) is a client of the cluster: it imports the
-  client (``disque_py.client``), ``core.ids`` at most, and nothing of a node.
+  client (``disque_py.client``), two leaves of the core at most (``core.ids``, the IDs of
+  DEDUP jobs and dead letters, and ``core.constants``, ADDJOB's default RETRY), and nothing
+  of a node; those two leaves import nothing of ``disque_py``.
 * The programs an operator runs (``disque_py.cli``: the click entry, ``server``, ``cli``, ``top``,
   ``dead``, ``worker``, the dev cluster, the launcher, certificates) are the top floor: nothing
   else of ``disque_py`` imports them. The package's root holds at most 8 modules (what a user
@@ -60,6 +62,9 @@ UTIL = "disque_py.util"
 CLIENT = "disque_py.client"
 #: the most modules the package's root may hold (the programs live in disque_py.cli)
 ROOT_MODULES_MAX = 8
+#: What the tasks layer may import besides the client and itself: the package, two leaves of the
+#: core (which import nothing), the extras' check.
+TASKS_MAY_IMPORT = frozenset({"disque_py", "disque_py.core.ids", "disque_py.core.constants", "disque_py.util.extras"})
 SHELL_PARTS = frozenset(SHELL + "." + p for p in ("clients", "dispatch", "timers", "cluster", "admin"))
 
 
@@ -222,10 +227,15 @@ def breaches(root: Path, packages=PACKAGES) -> list[str]:
             if "pyspark" in external[mod] and mod != SPARK + ".source":
                 out.append(f"pyspark imported outside {SPARK}.source: {mod}")
         if mod == TASKS or mod.startswith(TASKS + "."):
-            # a client of the cluster: the client and itself (core.ids at most), nothing of a node
+            # a client of the cluster: the client and itself (two leaves of the core at most),
+            # nothing of a node
             for target in sorted(internal[mod]):
-                if not target.startswith((TASKS, "disque_py.client")) and target not in ("disque_py", "disque_py.core.ids", "disque_py.util.extras"):
+                if not target.startswith((TASKS, "disque_py.client")) and target not in TASKS_MAY_IMPORT:
                     out.append(f"the tasks layer imports {target}: {mod}")
+        if mod in TASKS_MAY_IMPORT and mod.startswith(CORE + "."):
+            for target in sorted(internal[mod]):
+                if target.partition(".")[0] == "disque_py":
+                    out.append(f"the leaf {mod} (the tasks layer's) imports {target}")
         if mod == WEB or mod.startswith(WEB + "."):
             for target in sorted(internal[mod]):
                 if target.startswith(SHELL + ".") or target == SHELL:
@@ -418,14 +428,20 @@ def test_the_tasks_layer_reaching_for_the_server_is_caught(tmp_path):
     root = _tree(tmp_path, {
         "disque_py/tasks/__init__.py": "",
         "disque_py/tasks/app.py": "from ..client import commands\nfrom ..server.dispatch import Dispatcher\n",
-        "disque_py/tasks/runner.py": "from ..core.node import Node\nfrom ..core.ids import dedup_job_id\n",
+        "disque_py/tasks/runner.py": (
+            "from ..core.node import Node\nfrom ..core.ids import dedup_job_id\n"
+            "from ..core.constants import default_retry\n"
+        ),
         "disque_py/client/__init__.py": "",
         "disque_py/client/commands.py": "",
         "disque_py/server/dispatch.py": "",
         "disque_py/core/node.py": "",
         "disque_py/core/ids.py": "",
+        "disque_py/core/constants.py": "from .job import Job\n",
+        "disque_py/core/job.py": "",
     })  # fmt: skip
     assert breaches(root) == [
+        "the leaf disque_py.core.constants (the tasks layer's) imports disque_py.core.job",
         "the tasks layer imports disque_py.server.dispatch: disque_py.tasks.app",
         "the tasks layer imports disque_py.core.node: disque_py.tasks.runner",
     ]

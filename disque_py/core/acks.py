@@ -1,4 +1,4 @@
-"""Acknowledgement and its garbage collection: ACKJOB/FASTACK, SETACK/GOTACK/DELJOB, tombstones.
+"""Acknowledgement and its garbage collection: ACKJOB/FASTACK, SETACK/GOTACK/DELJOB, dummy acks.
 
 Theory of operation
 -------------------
@@ -19,8 +19,8 @@ Acks (ACKJOB anywhere):
   above. A DELJOB receiver that knows holders missing from the list passes
   it on to them (FASTACK's DELJOB alike).
 * ``try_gc`` is one attempt; the acked job's ``next_at`` (``job.py``,
-  ``gc_deadline``) is the next one, with exponential backoff (1 s .. 3 min) while some holder is unreachable; the
-  job's wake-up (``lifecycle.py``) calls ``gc_due`` then. A holder absent
+  ``gc_deadline``) is the next one, with exponential backoff (1 s .. 3 min) while some
+  holder is unreachable; ``Node`` routes the job's wake-up to ``try_gc`` then. A holder absent
   from the node table from the third attempt on (CLUSTER FORGET) counts as
   confirmed.
 * Why DELJOB lists the holders (Disque's carries only the ID): holders learn
@@ -30,22 +30,20 @@ Acks (ACKJOB anywhere):
   "as many" from "the same". The copy only another holder knew was never
   deleted, and was queued and delivered again after RETRY.
 
-Tombstones: the ID of a job deleted here (or FASTACKed, or named by a DELJOB,
-while not held here) is remembered ``TOMBSTONE_MS``, at most
-``TOMBSTONES_MAX`` of them (``bury``, called by ``Lifecycle.delete_job`` for
-every deletion), so that a copy still on its way here in a YOURJOBS is
-dropped instead of being queued as new (``is_buried``, read by
-``federation.py``). ``tick`` forgets the old ones.
+Tombstones (the IDs of jobs deleted here, remembered a while so that a copy still on its
+way in a YOURJOBS is dropped) are ``Lifecycle``'s, which deletes jobs; this machine buries
+the ID of a job FASTACKed or named by a DELJOB while not held here (``Lifecycle.bury``).
 
-Commands: ACKJOB, FASTACK. Messages: SETACK, GOTACK, DELJOB. Called by
-``Node`` and, through the context (``acknowledge``, ``gc_due``, ``bury``,
-``is_buried``), by the other machines.
+Commands: ACKJOB, FASTACK. Messages: SETACK, GOTACK, DELJOB. Receives ``Lifecycle``
+(the schedule, deletion, tombstones), ``Requeue`` (an acked job leaves its queue) and
+``Replication`` (a SETACK or DELJOB for a job still waiting for its copies); called by
+``Node`` (commands, messages, an acked job's wake-up: ``try_gc``), ``Delivery``
+(``acknowledge``, ``try_gc``) and ``Memory`` (``try_gc``).
 """
 
 from __future__ import annotations
 
-from collections import deque
-from typing import Any, Final, final
+from typing import Final, final
 
 from . import ids as ids_mod
 from .ids import valid_job_id
@@ -53,6 +51,7 @@ from .commands import check_job_ids
 from .commandspec import JOB_IDS, CommandSpec
 from .context import Context
 from .job import ACKED, QUEUED, WAIT_REPL, Job, gc_deadline
+from .lifecycle import NOREPL_REMOVED, Lifecycle
 from .messages import (
     DelJob,
     DelJobHolders,
@@ -67,18 +66,17 @@ from .messages import (
     set_ack,
     set_ack_two_copies,
 )
+from .replication import Replication
 from .replies import Error
+from .requeue import Requeue
 from .store import J_ACKED
 
-__all__ = ["Acks", "TOMBSTONE_MS", "TOMBSTONES_MAX"]
+__all__ = ["Acks"]
 
 GC_RETRY_COUNT_MAX: Final = 10
 # From this GC attempt of an ack on (about 6 s after it), a holder that is not in this node's
 # table at all (forgotten with CLUSTER FORGET) counts as confirmed; see try_gc.
 GC_UNKNOWN_HOLDER_ATTEMPT: Final = 3
-TOMBSTONE_MS: Final = 2000
-TOMBSTONES_MAX = 100_000
-_REMOVED_WHILE_REPLICATING: Final = "NOREPL job removed (expired?) before the requested replication level was achieved"
 
 #: The commands this machine answers (commandspec.py; Node dispatches them).
 COMMANDS: Final = (
@@ -89,14 +87,13 @@ COMMANDS: Final = (
 
 @final
 class Acks:
-    def __init__(self, ctx: Context) -> None:
+    def __init__(self, ctx: Context, lifecycle: Lifecycle, requeue: Requeue, replication: Replication) -> None:
         self.ctx = ctx
+        self._lifecycle = lifecycle
+        self._requeue = requeue
+        self._replication = replication
         self._store = ctx.store
         self._stats = ctx.stats
-        self.tombstones: dict[bytes, int] = {}  # recently dead job id -> forget at (ms)
-        # (forget at, id) oldest first: a dict emptied from the front makes each next(iter()) walk
-        # the holes left there (it showed up at 3 % of a node's time)
-        self._tomb_order: deque[tuple[int, bytes]] = deque()
 
     # -- acknowledgement -------------------------------------------------------------
     def acknowledge(self, job: Job, schedule_gc: bool = True) -> None:
@@ -110,7 +107,7 @@ class Acks:
             return
         ctx = self.ctx
         if state == QUEUED:
-            ctx.dequeue_job(job)
+            self._requeue.dequeue_job(job)
         job.set_state(ACKED)
         job.confirmed = None
         self._stats["jobs_acked"] += 1
@@ -120,7 +117,7 @@ class Acks:
             # Always schedule a GC attempt: a node acked through SETACK may never hear the final
             # DELJOB (lost message), and only its own GC attempts will collect the ack.
             job.next_at = gc_deadline(job, ctx.now, ctx.randbits)
-            ctx.reschedule(job)
+            self._lifecycle.reschedule(job)
 
     def _dummy_unknown_everywhere(self, job: Job) -> bool:
         """A dummy ack's end: every node still known said it does not know the ID (one forgotten
@@ -130,7 +127,7 @@ class Acks:
         return ctx.cluster_size == 1 or all(n in confirmed for n in ctx.known_nodes)  # type: ignore[operator]
 
     def try_gc(self, job: Job) -> None:
-        """One garbage-collection attempt for an acked job (also the job's GC timer: gc_due)."""
+        """One garbage-collection attempt for an acked job (also its wake-up's, ``Node._run_due``)."""
         if job.state != ACKED:
             return
         ctx = self.ctx
@@ -151,7 +148,7 @@ class Acks:
                     job.confirmed.add(n)
         done = self._dummy_unknown_everywhere(job) if dummy else len(job.confirmed) >= len(job.delivered)
         if done:
-            ctx.delete_job(job)
+            self._lifecycle.delete_job(job)
             return
         delivered = job.delivered
         targets = delivered or ctx.known_nodes
@@ -163,34 +160,7 @@ class Acks:
             message = set_ack(bytes(job.id), len(delivered))
         ctx.send_lazy([n for n in targets if n not in confirmed], message)
         job.next_at = gc_deadline(job, ctx.now, ctx.randbits)
-        ctx.reschedule(job)
-
-    # -- tombstones ----------------------------------------------------------------------
-    def bury(self, job_id: bytes) -> None:
-        """Remember a dead job's ID for TOMBSTONE_MS: a copy of it moving in meanwhile is dropped."""
-        at = self.ctx.now + TOMBSTONE_MS
-        self.tombstones[job_id] = at
-        order = self._tomb_order
-        order.append((at, job_id))
-        if len(order) > TOMBSTONES_MAX:
-            self._unbury_oldest()
-
-    def is_buried(self, job_id: bytes) -> bool:
-        return job_id in self.tombstones
-
-    def _unbury_oldest(self) -> None:
-        at, job_id = self._tomb_order.popleft()
-        if self.tombstones.get(job_id) == at:  # not buried again since
-            del self.tombstones[job_id]
-
-    def tick(self, now: int) -> None:
-        order = self._tomb_order
-        while order and order[0][0] <= now:
-            self._unbury_oldest()
-
-    def clear(self) -> None:
-        self.tombstones.clear()
-        self._tomb_order.clear()
+        self._lifecycle.reschedule(job)
 
     # -- messages -----------------------------------------------------------------------
     def on_setack(self, sender: str, m: SetAck | SetAckTwoCopies) -> None:
@@ -203,7 +173,7 @@ class Acks:
             return
         if job is not None:
             if job.state == WAIT_REPL:
-                if not ctx.replication_achieved(job):
+                if not self._replication.achieved(job):
                     return
             if type(m) is SetAckTwoCopies and all(n == sender or n == ctx.id for n in job.delivered):
                 # The sender's only other holder is this node, and this node knows no other
@@ -211,7 +181,7 @@ class Acks:
                 # the GOTACK says so; the sender then sends no DELJOB (one message less for
                 # every job with two copies: REPLICATE 2, or a moved REPLICATE 1 job).
                 self.acknowledge(job, schedule_gc=False)
-                ctx.delete_job(job)
+                self._lifecycle.delete_job(job)
                 ctx.send_lazy((sender,), got_ack_deleted(job_id))
                 return
             self.acknowledge(job)
@@ -230,7 +200,7 @@ class Acks:
         ctx = self.ctx
         dummy = not job.delivered
         if dummy and known:
-            ctx.delete_job(job)  # a node that knows the job will collect it
+            self._lifecycle.delete_job(job)  # a node that knows the job will collect it
             return
         if known or sender in job.delivered:
             if sender not in job.delivered:
@@ -242,25 +212,25 @@ class Acks:
                 job.confirmed = {ctx.id}
             job.confirmed.add(sender)
             if self._dummy_unknown_everywhere(job):
-                ctx.delete_job(job)  # nobody knows this ID: drop the dummy ack
+                self._lifecycle.delete_job(job)  # nobody knows this ID: drop the dummy ack
             return
         if not dummy and job.confirmed is not None and len(job.confirmed) >= len(job.delivered):
             if type(m) is GotAckDeleted:
                 # the sender deleted its copy already (it was our only other holder, on_setack)
                 me = ctx.id
-                others: Any = [n for n in job.delivered if n != sender and n != me]
+                others: tuple[str, ...] | list[str] = [n for n in job.delivered if n != sender and n != me]
             else:
                 others = job.delivered
             if others:
                 ctx.send_lazy(others, del_job_holders(bytes(job.id), list(job.delivered)))
-            ctx.delete_job(job)
+            self._lifecycle.delete_job(job)
 
     def on_deljob(self, sender: str, m: DelJob | DelJobHolders) -> None:
         ctx = self.ctx
         job = self._store.get(m.job_id)
         if job is not None:
             if job.state == WAIT_REPL:  # deleted elsewhere (FASTACK) while replicating
-                ctx.replication_failed(job, Error(_REMOVED_WHILE_REPLICATING), True)
+                self._replication.failed(job, Error(NOREPL_REMOVED), True)
                 return
             # The sender lists the holders it told: pass the DELJOB on to those we know and it did
             # not (a copy moved on from here, say), or that copy would come back after RETRY.
@@ -270,14 +240,14 @@ class Acks:
                 others = [n for n in job.delivered if n not in told and n != sender and n != me]
                 if others:
                     ctx.send_lazy(others, del_job_holders(bytes(job.id), told + others))
-            ctx.delete_job(job)
+            self._lifecycle.delete_job(job)
         elif valid_job_id(m.job_id):
-            self.bury(m.job_id)  # not here (yet): a copy moving in right after is dead already
+            self._lifecycle.bury(m.job_id)  # not here (yet): a copy moving in right after is dead already
         else:
             ctx.bus_stats["messages_malformed"] += 1  # never remember a malformed ID (see messages)
 
     # -- commands -----------------------------------------------------------------------
-    def cmd_ackjob(self, client: int, argv: list[bytes]) -> Any:
+    def cmd_ackjob(self, client: int, argv: list[bytes]) -> int | Error:
         ids = argv[1:]
         store = self._store
         bad = check_job_ids(ids, store)  # type: ignore[arg-type]
@@ -303,7 +273,7 @@ class Acks:
                 self.try_gc(job)  # schedules the next attempt, or deletes the job
         return known
 
-    def cmd_fastack(self, client: int, argv: list[bytes]) -> Any:
+    def cmd_fastack(self, client: int, argv: list[bytes]) -> int | Error:
         ids = argv[1:]
         store = self._store
         bad = check_job_ids(ids, store)  # type: ignore[arg-type]
@@ -315,11 +285,11 @@ class Acks:
             job = store.get(job_id)
             if job is None:
                 ctx.send_lazy(ctx.known_nodes, del_job(bytes(job_id)))
-                self.bury(bytes(job_id))  # a copy on its way here is dropped too
+                self._lifecycle.bury(bytes(job_id))  # a copy on its way here is dropped too
             else:
                 ctx.send_lazy(job.delivered, del_job_holders(bytes(job_id), list(job.delivered)))
                 if job.state != ACKED:
                     self._stats["jobs_acked"] += 1
-                ctx.delete_job(job)
+                self._lifecycle.delete_job(job)  # one still waiting for its copies answers its client
                 known += 1
         return known

@@ -2,10 +2,10 @@
 
 Theory of operation
 -------------------
-GETJOB takes jobs from the named queues in turn (``fetch``: the job turns
+GETJOB takes jobs from the named queues in turn (``Requeue.fetch``: the job turns
 active and is marked delivered, F_DELIVERED, which is what makes a RETRY 0
 job never queued again). With nothing to take it asks other nodes for jobs
-(``ctx.need_jobs``, ``federation.py``), then either answers at once (NOHANG,
+(``Federation.need_jobs``), then either answers at once (NOHANG,
 or LEAVING) or blocks the client: one ``Waiter`` record, put in every named
 queue's waiter list (``queues.py``), in ``blocked`` by client, in ``waited``
 by queue name, and, with a TIMEOUT, in the deadline heap.
@@ -24,9 +24,10 @@ unpaused and idle for ``QUEUE_MAX_IDLE_MS`` (a 30th of it at memory level 1,
 ``QUEUE_OOM_IDLE_MS`` from level 2, ``ctx.memory_level``); an empty queue idle for
 ``QUEUE_SHRINK_IDLE_MS`` gives back its job container first.
 
-Commands: GETJOB, QLEN, QPEEK, QSTAT, QSCAN, PAUSE. Message: PAUSE. Called by
-``Node``; the other machines reach it through the context (``fetch``) and
-``ctx.ready``.
+Commands: GETJOB, QLEN, QPEEK, QSTAT, QSCAN, PAUSE. Message: PAUSE. Receives
+``Requeue`` (taking jobs), ``Federation`` (asking other nodes for jobs) and ``Delivery``
+(a delivery counted for MAXDELIVER); called by ``Node`` only (the machines below it mark
+queues ``ctx.ready``, which ``Node`` has it serve at the end of every input).
 """
 
 from __future__ import annotations
@@ -34,20 +35,22 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_left
 from itertools import islice
-from typing import Any, Final, final
+from typing import Final, final
 
 from .commands import NOT_AN_INTEGER, parse_getjob, parse_int, parse_qscan
 from .commandspec import EVERY_QUEUE, FROM_QUEUES, QUEUE, CommandSpec
 from .context import Context
+from .delivery import Delivery
 from .effects import BLOCKED, Reply
-from .delivery import extra_fields
-from .job import ACTIVE, F_DELIVERED, Job
+from .federation import CLIENTS_WAITING, REACHED_ZERO, Federation
+from .job import Job, extra_fields
 from .messages import Pause, pause
 from .queues import PAUSED_ALL, PAUSED_IN, PAUSED_OUT, Queue, Waiter, pause_name
-from .replies import NULL_ARRAY, Error, Status, syntax_error
-from .store import J_ACTIVE, scan, seq_of
+from .replies import NULL_ARRAY, Error, NullArray, Status, syntax_error
+from .requeue import Requeue
+from .store import scan, seq_of
 
-__all__ = ["Blocking", "CLIENTS_WAITING", "REACHED_ZERO", "job_item"]
+__all__ = ["Blocking", "job_item"]
 
 QUEUE_MAX_IDLE_MS: Final = 300_000
 QUEUE_GC_BATCH: Final = 1000  # queues checked per pass at least; more when there are many (QUEUE_GC_ROUND_S)
@@ -56,15 +59,10 @@ QUEUE_SHRINK_IDLE_MS: Final = 10_000  # an empty queue idle this long gives back
 # At memory level 1 the idle time is divided by 30 (10 s); from level 2 on it is this (as Disque).
 QUEUE_OOM_IDLE_MS: Final = 2000
 
-# Why a node asks for jobs (``ctx.need_jobs``): clients wait on an empty queue, or a consumer
-# took the last job of a queue that imports.
-CLIENTS_WAITING: Final = 0
-REACHED_ZERO: Final = 1
 
-
-def job_item(job: Job, withcounters: bool) -> list:
+def job_item(job: Job, withcounters: bool) -> list[object]:
     if withcounters:
-        item = [job.queue, job.id, job.body, b"nacks", job.nacks, b"additional-deliveries", job.deliveries]
+        item: list[object] = [job.queue, job.id, job.body, b"nacks", job.nacks, b"additional-deliveries", job.deliveries]
         if job.extra is not None:  # its delivery policy or dead-letter facts (delivery.py)
             item += extra_fields(job)
         return item
@@ -86,8 +84,11 @@ COMMANDS: Final = (
 
 @final
 class Blocking:
-    def __init__(self, ctx: Context) -> None:
+    def __init__(self, ctx: Context, requeue: Requeue, federation: Federation, delivery: Delivery) -> None:
         self.ctx = ctx
+        self._requeue = requeue
+        self._federation = federation
+        self._delivery = delivery
         self._queues = ctx.queues
         self._stats = ctx.stats
         self.ready = ctx.ready  # queues to serve at the end of this input (shared, see context)
@@ -98,28 +99,16 @@ class Blocking:
         self._queue_gc_pos = 0
 
     # -- delivery ------------------------------------------------------------------------
-    def fetch(self, q: Queue) -> Job | None:
-        job = q.pop()
-        if job is not None:
-            job.set_state(ACTIVE)
-            job.flags |= F_DELIVERED
-            ctx = self.ctx
-            q.atime = ctx.now
-            self._stats["jobs_delivered"] += 1
-            if job.retry == 0 and ctx.journal is not None:  # the AOF must know: never again
-                ctx.journal.append((J_ACTIVE, job))
-        return job
-
-    def cmd_getjob(self, client: int, argv: list[bytes]) -> Any:
+    def cmd_getjob(self, client: int, argv: list[bytes]) -> object:
         req = parse_getjob(argv)
         if isinstance(req, Error):
             return req
         ctx = self.ctx
-        items: list = []
+        items: list[list[object]] = []
         count = req.count
         withcounters = req.withcounters
         queues = self._queues
-        fetch = self.fetch
+        fetch = self._requeue.fetch
         federated = ctx.cluster_size > 1
         while True:
             before = len(items)
@@ -132,13 +121,13 @@ class Blocking:
                     continue
                 q.ltime = ctx.now
                 if job.extra is not None:  # a delivery counted for MAXDELIVER (delivery.py)
-                    ctx.delivered(job)
+                    self._delivery.delivered(job)
                 items.append(job_item(job, withcounters))
                 if federated:
                     if not q.jobs:
-                        ctx.need_jobs(q, REACHED_ZERO)
+                        self._federation.need_jobs(q, REACHED_ZERO)
                     elif q.asked:
-                        ctx.renew_on_take(q)
+                        self._federation.renew_on_take(q)
                 count -= 1
                 if count == 0:
                     break
@@ -150,7 +139,7 @@ class Blocking:
             for name in req.queues:
                 q = ctx.get_queue(name)
                 q.ltime = ctx.now  # a local consumer asked (NOHANG too): the next job stays here
-                ctx.need_jobs(q, CLIENTS_WAITING)
+                self._federation.need_jobs(q, CLIENTS_WAITING)
         if req.nohang:
             return NULL_ARRAY
         if ctx.leaving:
@@ -158,7 +147,7 @@ class Blocking:
         return self._block(client, req.queues, req.timeout, req.count, withcounters)
 
     # -- blocking ------------------------------------------------------------------------
-    def _block(self, client: int, queues: list[bytes], timeout: int, count: int, withcounters: bool) -> Any:
+    def _block(self, client: int, queues: list[bytes], timeout: int, count: int, withcounters: bool) -> object:
         ctx = self.ctx
         names = list(dict.fromkeys(queues))
         deadline = ctx.now + timeout if timeout else 0
@@ -198,6 +187,7 @@ class Blocking:
         ready = self.ready
         ctx = self.ctx
         effects = ctx.effects
+        fetch = self._requeue.fetch
         while ready:
             _, q = ready.popitem()
             if q.flags & PAUSED_OUT:
@@ -206,19 +196,19 @@ class Blocking:
                 waiter = q.first_waiter()
                 if waiter is None:
                     break
-                items: list[Any] = []
+                items: list[list[object]] = []
                 while len(items) < waiter.count:
-                    job = self.fetch(q)
+                    job = fetch(q)
                     if job is None:
                         break
                     if job.extra is not None:  # a delivery counted for MAXDELIVER (delivery.py)
-                        ctx.delivered(job)
+                        self._delivery.delivered(job)
                     items.append(job_item(job, waiter.withcounters))
                 self._unblock(waiter)
                 q.ltime = ctx.now
                 effects.append(Reply(waiter.client, items))
             if not q.jobs and ctx.cluster_size > 1:
-                ctx.need_jobs(q, REACHED_ZERO)
+                self._federation.need_jobs(q, REACHED_ZERO)
 
     def tick(self, now: int) -> None:
         """Answer the blocked GETJOBs whose TIMEOUT passed (an empty reply)."""
@@ -300,11 +290,11 @@ class Blocking:
                 q.release()
 
     # -- queue commands ------------------------------------------------------------------
-    def cmd_qlen(self, client: int, argv: list[bytes]) -> Any:
+    def cmd_qlen(self, client: int, argv: list[bytes]) -> int:
         q = self._queues.get(argv[1])
         return len(q.jobs) if q is not None else 0
 
-    def cmd_qpeek(self, client: int, argv: list[bytes]) -> Any:
+    def cmd_qpeek(self, client: int, argv: list[bytes]) -> list[list[bytes | None]] | Error:
         count = parse_int(argv[2])
         if count is None:
             return NOT_AN_INTEGER
@@ -313,7 +303,7 @@ class Blocking:
             return []
         return [[j.queue, j.id, j.body] for j in q.peek(count)]
 
-    def cmd_qstat(self, client: int, argv: list[bytes]) -> Any:
+    def cmd_qstat(self, client: int, argv: list[bytes]) -> list[object] | NullArray:
         q = self._queues.get(argv[1])
         if q is None:
             return NULL_ARRAY
@@ -331,7 +321,7 @@ class Blocking:
             b"pause", pause_name(q.flags),
         ]  # fmt: skip
 
-    def cmd_qscan(self, client: int, argv: list[bytes]) -> Any:
+    def cmd_qscan(self, client: int, argv: list[bytes]) -> list[object] | Error:
         args = parse_qscan(argv)
         if isinstance(args, Error):
             return args
@@ -352,7 +342,7 @@ class Blocking:
         cursor, found = scan(islice(queues, start, None), seq_of, args.count, args.busyloop, match)
         return [str(cursor).encode(), [q.name for q in found]]
 
-    def cmd_pause(self, client: int, argv: list[bytes]) -> Any:
+    def cmd_pause(self, client: int, argv: list[bytes]) -> Status | Error:
         bcast = False
         update = False
         new_flags = 0

@@ -10,6 +10,7 @@ import re
 from collections.abc import Container
 from typing import Final, final
 
+from .constants import DEFAULT_TTL, INT64_MAX, INT64_MIN, REPLICATE_MAX, default_retry
 from .ids import valid_job_id
 from .job import state_from_name
 from .replies import Error, err, syntax_error
@@ -39,8 +40,8 @@ _NEEDS_VALUE: Final = "a value must follow it"
 NOT_AN_INTEGER: Final = err("value is not an integer or out of range")
 BADID: Final = Error("BADID Invalid Job ID format.")
 RETRY0_NEEDS_REPLICATE1: Final = err("With RETRY set to 0 please explicitly set REPLICATE to 1 (at-most-once delivery)")
-_INT_MAX: Final = (1 << 63) - 1
-_INT_MIN: Final = -(1 << 63)
+#: An ADDJOB that names neither a RETRY nor a TTL (its common form) gets this RETRY.
+_DEFAULT_RETRY: Final = default_retry(DEFAULT_TTL)
 
 
 def parse_int(raw: bytes) -> int | None:
@@ -55,7 +56,7 @@ def parse_int(raw: bytes) -> int | None:
     if not (raw[1:] if first == 0x2D else raw).isdigit():
         return None
     value = int(raw)
-    if value > _INT_MAX or value < _INT_MIN:
+    if value > INT64_MAX or value < INT64_MIN:
         return None
     return value
 
@@ -100,8 +101,8 @@ class AddJob:
         self.body = body
         self.timeout = timeout
         self.replicate: int | None = None  # None -> cluster default
-        self.ttl = 86400
-        self.retry = -1
+        self.ttl = DEFAULT_TTL
+        self.retry = -1  # none named: default_retry(ttl), once the TTL is known
         self.delay = 0
         self.maxlen = 0
         self.async_ = False
@@ -143,7 +144,7 @@ def parse_addjob(argv: list[bytes]) -> AddJob | Error:
     if n == 4:  # the common case: no options
         if timeout_error is not None:
             return timeout_error
-        req.retry = 300
+        req.retry = _DEFAULT_RETRY
         return req
     # The options of an ADDJOB (argv[4:]) parsed and checked once: a producer sends the same ones
     # job after job. Only options that passed every check are kept, so a hit can fail only on
@@ -177,7 +178,7 @@ def parse_addjob(argv: list[bytes]) -> AddJob | Error:
         return err("The specified DELAY is greater than TTL. Job refused since would never be delivered "
                    "(DELAY %d s, TTL %d s)" % (req.delay, req.ttl))  # fmt: skip
     if req.retry == -1:
-        req.retry = max(1, min(req.ttl // 10, 300))
+        req.retry = default_retry(req.ttl)
     extra = req.extra
     if extra is not None:
         bad = _check_delivery_options(req)
@@ -206,8 +207,8 @@ def _parse_options(req: AddJob, argv: list[bytes], n: int) -> Error | None:
         has_value = i + 1 < n
         if opt == b"replicate" and has_value:
             v = parse_int(argv[i + 1])
-            if v is None or v <= 0 or v > 65535:
-                return err("REPLICATE must be between 1 and 65535")
+            if v is None or v <= 0 or v > REPLICATE_MAX:
+                return err("REPLICATE must be between 1 and %d" % REPLICATE_MAX)
             req.replicate = v
             i += 2
         elif opt == b"ttl" and has_value:

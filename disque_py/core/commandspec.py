@@ -19,7 +19,7 @@ A leaf: it imports nothing, so that both the core and the shell may use it.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Final, Iterable, NamedTuple
+from typing import Callable, Final, Iterable, NamedTuple, TypeVar
 
 __all__ = [
     "CommandSpec",
@@ -36,6 +36,8 @@ __all__ = [
 
 #: The ACL "category" of a command any authenticated connection may run, whatever its rights.
 ALWAYS: Final = ("always",)
+
+H = TypeVar("H")  # a handler: the core's (client, argv), the shell's own
 
 # Where a command names the queues (or jobs) it touches: what an ACL with queue patterns checks.
 QUEUE: Final = "queue"  # the first argument is a queue name (ADDJOB, QLEN ...)
@@ -86,7 +88,7 @@ def check_unique(specs: Iterable[CommandSpec]) -> tuple[CommandSpec, ...]:
     return out
 
 
-def bind(specs: Iterable[CommandSpec], lookup: Callable[[str], Any]) -> dict[bytes, tuple[Any, int]]:
+def bind(specs: Iterable[CommandSpec], lookup: Callable[[str], H]) -> dict[bytes, tuple[H, int]]:
     """A dispatch table, name -> (handler, arity), made once: ``lookup(spec.handler)`` gives
     the callable (``getattr`` of the owning machine, or the shell's functions by name)."""
     return {spec.name: (lookup(spec.handler), spec.arity) for spec in check_unique(specs)}

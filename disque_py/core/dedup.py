@@ -1,7 +1,12 @@
-"""Deduplication keys: ADDJOB ... DEDUP key adds a job once per queue and key, cluster-wide.
+"""ADDJOB's front door, and its DEDUP keys: a job added once per queue and key, cluster-wide.
 
 Theory of operation
 -------------------
+ADDJOB reads top to bottom as one pipeline: ``cmd_addjob`` here parses it once
+(``commands.parse_addjob``), looks its DEDUP key up if it has one (below), and hands the
+parsed request to ``Replication.add``, which checks it against the cluster, makes the job
+and its copies and answers. An ADDJOB without a key (the common case) goes straight on.
+
 A producer that times out does not know whether its ADDJOB was taken. With a
 DEDUP key it asks again, on any node, and gets the same job ID, and nothing is
 added twice. There is no leader to ask, so the design makes the answer the
@@ -15,8 +20,9 @@ same wherever it is computed:
 * A node answers the ID, adding nothing (a hit, ``dedup_hits`` in INFO),
   when it holds the job in any state (queued, active, acked), or remembers
   it: a DEDUP job deleted here (acknowledged and collected, expired,
-  DELJOB) leaves its ID in ``gone`` for ``dedup-window`` seconds (default
-  600; CONFIG SET), written to the AOF (DEDUPGONE) so a restart keeps it.
+  DELJOB) leaves its ID in ``Lifecycle.gone`` (the machine that deletes jobs keeps
+  it) for ``dedup-window`` seconds (default 600; CONFIG SET), written to the AOF
+  (DEDUPGONE) so a restart keeps it.
   The window thus covers the whole life of the job and ``dedup-window``
   after it.
 * A node that holds nothing of the ID asks the others (HASJOB, answered by
@@ -33,37 +39,42 @@ same wherever it is computed:
   merge into one job, and of the two creators the one that wins Disque's
   per-job node comparison (``requeue.compare_ids_by_job``) keeps it queued;
   the other takes it out of its queue, or does not queue it when its copies
-  are made (``F_YIELD``). A copy that arrives for an ID in ``gone`` is not
-  kept: its sender is told SETACK (the job ran already).
+  are made (``F_YIELD``; ``Replication._merge_dedup``, where copies meet). A copy
+  that arrives for an ID in ``gone`` is not kept: its sender is told SETACK (the
+  job ran already).
 
 Under a partition each side can make the job once (it cannot ask the other):
 at most one per side, which merge when the cut heals, and none is lost.
 
-Commands: ADDJOB's DEDUP (``Replication.cmd_addjob`` hands it here). Messages:
-HASJOB, HAVEJOB. Called through the context by ``Replication`` (``dedup_addjob``,
-``dedup_merge``, ``dedup_gone``) and ``Lifecycle`` (``dedup_deleted``).
+Commands: ADDJOB. Messages: HASJOB, HAVEJOB. The top machine: receives ``Lifecycle``
+(the window) and ``Replication`` (the job made); called by ``Node`` only (ADDJOB, the
+messages, the queries' timeouts, a client gone).
 """
 
 from __future__ import annotations
 
-from collections import deque
-from typing import Any, Final, final
+from typing import Final, final
 
+from .commands import AddJob, parse_addjob
+from .commandspec import QUEUE, CommandSpec
 from .context import Context
 from .effects import BLOCKED, Reply
 from .ids import dedup_job_id
-from .job import F_YIELD, QUEUED, WAIT_REPL, Job
-from .messages import HasJob, HaveJob, has_job, have_job, queued, repl_job
+from .job import WAIT_REPL
+from .lifecycle import Lifecycle
+from .messages import HasJob, HaveJob, has_job, have_job, repl_job
+from .replication import DEFAULT_REPLICATE_MAX, Replication
 from .replies import Error, Status
-from .requeue import compare_ids_by_job
-from .store import J_GONE
 from .wire import job_to_wire
 
-__all__ = ["Dedup", "QUERY_TIMEOUT_MS", "DEFAULT_WINDOW_MS"]
+__all__ = ["Dedup", "QUERY_TIMEOUT_MS", "COMMANDS"]
 
 QUERY_TIMEOUT_MS: Final = 200  # how long a node waits for the others' HAVEJOB before it creates the job
-DEFAULT_WINDOW_MS: Final = 600_000  # dedup-window's default (600 s)
-GONE_GC_BATCH: Final = 1024  # tombstones dropped per tick at most
+
+#: The commands this machine answers (commandspec.py; Node dispatches them).
+COMMANDS: Final = (
+    CommandSpec(b"addjob", "cmd_addjob", -4, ("write", "denyoom", "fast"), ("produce",), QUEUE),
+)
 
 
 @final
@@ -73,8 +84,8 @@ class _Query:
 
     __slots__ = ("waiters", "missing", "deadline", "rivals")
 
-    def __init__(self, waiters: list, missing: set, deadline: int) -> None:
-        self.waiters = waiters  # [(client, AddJob)]
+    def __init__(self, waiters: list[tuple[int, AddJob]], missing: set[str], deadline: int) -> None:
+        self.waiters = waiters
         self.missing = missing  # nodes not answered yet
         self.deadline = deadline
         self.rivals: list[str] = []  # nodes that asked for this ID while we were asking too
@@ -82,36 +93,47 @@ class _Query:
 
 @final
 class Dedup:
-    def __init__(self, ctx: Context) -> None:
+    def __init__(self, ctx: Context, lifecycle: Lifecycle, replication: Replication) -> None:
         self.ctx = ctx
+        self._lifecycle = lifecycle
+        self._replication = replication
         self._store = ctx.store
         ctx.stats["dedup_hits"] = 0
-        self.window_ms = DEFAULT_WINDOW_MS
-        #: dedup job ID -> end of its window (monotonic ms), for a job deleted here
-        self.gone: dict[bytes, int] = {}
-        self._gone_order: deque[tuple[int, bytes]] = deque()
         self.queries: dict[bytes, _Query] = {}
-        self._client_queries: dict[int, bytes] = {}
+        self.client_queries: dict[int, bytes] = {}  # client -> the ID its ADDJOB waits on
 
-    # -- ADDJOB DEDUP ---------------------------------------------------------------------
-    def addjob(self, client: int, req: Any) -> Any:
+    # -- ADDJOB ---------------------------------------------------------------------------
+    def cmd_addjob(self, client: int, argv: list[bytes]) -> object:
+        """ADDJOB: parsed, its DEDUP key looked up (if any), then made by ``Replication.add``;
+        the reply, or BLOCKED (its copies are being made, or the other nodes asked)."""
+        req = parse_addjob(argv)
+        if not isinstance(req, AddJob):
+            return req
+        extra = req.extra
+        if extra is None or extra[4] is None:
+            return self._replication.add(client, req, None)
+        return self._addjob(client, req, extra[4])
+
+    def _addjob(self, client: int, req: AddJob, key: bytes) -> object:
+        """ADDJOB with a DEDUP key: a hit (the ID, nothing added), BLOCKED (the other nodes are
+        asked first), or the job made here with its ID (``Replication.add``)."""
         ctx = self.ctx
-        job_id = dedup_job_id(req.queue, req.dedup, req.retry)
-        if self._store.get(job_id) is not None or self.remembers(job_id):
+        job_id = dedup_job_id(req.queue, key, req.retry)
+        if self._store.get(job_id) is not None or self._lifecycle.remembers(job_id):
             ctx.stats["dedup_hits"] += 1
             return Status(job_id)
         query = self.queries.get(job_id)
         if query is not None:
             query.waiters.append((client, req))
-            self._client_queries[client] = job_id
+            self.client_queries[client] = job_id
             return BLOCKED
         others = [n for n in ctx.reachable if n != ctx.id]
-        replicate = req.replicate or min(3, ctx.cluster_size)
+        replicate = req.replicate or min(DEFAULT_REPLICATE_MAX, ctx.cluster_size)
         if not others or replicate >= ctx.cluster_size:
             # Every node holds a copy of such a job: what this one lacks, nobody has.
-            return ctx.replication_add(client, req, job_id)
+            return self._replication.add(client, req, job_id)
         self.queries[job_id] = _Query([(client, req)], set(others), ctx.now + QUERY_TIMEOUT_MS)
-        self._client_queries[client] = job_id
+        self.client_queries[client] = job_id
         ctx.send(others, has_job(job_id))
         return BLOCKED
 
@@ -124,12 +146,12 @@ class Dedup:
         ctx = self.ctx
         effects = ctx.effects
         for client, req in query.waiters:
-            self._client_queries.pop(client, None)
+            self.client_queries.pop(client, None)
             if found or self._store.get(job_id) is not None:
                 ctx.stats["dedup_hits"] += 1
                 effects.append(Reply(client, Status(job_id)))
                 continue
-            reply = ctx.replication_add(client, req, job_id)
+            reply = self._replication.add(client, req, job_id)
             if reply is not BLOCKED:
                 effects.append(Reply(client, reply))
             if query.rivals:
@@ -152,7 +174,7 @@ class Dedup:
         ctx.send(rivals, repl_job(job_to_wire(job, ctx.now), job.state != WAIT_REPL))
 
     def client_closed(self, client: int) -> None:
-        job_id = self._client_queries.pop(client, None)
+        job_id = self.client_queries.pop(client, None)
         if job_id is None:
             return
         query = self.queries.get(job_id)
@@ -161,55 +183,14 @@ class Dedup:
             if not query.waiters:
                 del self.queries[job_id]
 
-    # -- hooks of the other machines ---------------------------------------------------------
-    def merge(self, job: Job, sender: str, made_there: bool, learned: bool) -> None:
-        """A copy of DEDUP ``job``, held here, arrived from ``sender``. ``learned``: its holders
-        named some this node did not know: the union goes to every holder (REPLJOB, no reply),
-        so that each knows all (WILLQUEUE, QUEUED and SETACK reach them all: two makers' copies
-        become one job). ``made_there``: the sender made the job too (a maker lists itself
-        first): of the two, the winner of the per-job comparison keeps it queued."""
-        ctx = self.ctx
-        if learned:
-            me = ctx.id
-            ctx.send([n for n in job.delivered if n != sender and n != me], repl_job(job_to_wire(job, ctx.now), True))
-        if not made_there:
-            return
-        if compare_ids_by_job(sender, self.ctx.id, job.id) <= 0:
-            if job.state == QUEUED:
-                self.ctx.send((sender,), queued(bytes(job.id), 0))  # the sender yields (Requeue.on_queued)
-            return
-        if job.state == QUEUED:
-            self.ctx.dequeue_job(job)
-        elif job.state == WAIT_REPL:
-            job.flags |= F_YIELD  # not queued here when its copies are made
-
-    def is_gone(self, job_id: bytes) -> bool:
-        return self.remembers(job_id)
-
-    def deleted(self, job: Job) -> None:
-        """A DEDUP job is deleted here (``Lifecycle.delete_job``): its ID is remembered for the
-        window. ``job.next_at`` carries the window's end to the AOF (the journal's J_GONE)."""
-        ctx = self.ctx
-        until = ctx.now + self.window_ms
-        self.remember(job.id, until)
-        journal = ctx.journal
-        if journal is not None:
-            job.next_at = until
-            journal.append((J_GONE, job))
-
-    def remember(self, job_id: bytes, until: int) -> None:
-        if until <= self.ctx.now:
-            return
-        self.gone[job_id] = until
-        self._gone_order.append((until, job_id))
-
     # -- messages -----------------------------------------------------------------------
     def on_hasjob(self, sender: str, m: HasJob) -> None:
         job_id = m.job_id
         query = self.queries.get(job_id)
         if query is not None and sender not in query.rivals:
             query.rivals.append(sender)  # asking at once: it gets a copy of what we make
-        self.ctx.send((sender,), have_job(job_id, self._store.get(job_id) is not None or self.remembers(job_id)))
+        held = self._store.get(job_id) is not None or self._lifecycle.remembers(job_id)
+        self.ctx.send((sender,), have_job(job_id, held))
 
     def on_havejob(self, sender: str, m: HaveJob) -> None:
         query = self.queries.get(m.job_id)
@@ -228,23 +209,6 @@ class Dedup:
         for job_id in [i for i, q in self.queries.items() if q.deadline <= now]:
             self._answer(job_id, False)  # the silent ones have nothing we can wait for
 
-    def forget(self, now: int) -> None:
-        """IDs whose window ended (``Node.tick``, once a second at most). Looked up with their
-        end (``remembers``), so one kept a little longer changes no answer."""
-        order = self._gone_order
-        gone = self.gone
-        n = 0
-        while order and order[0][0] <= now and n < GONE_GC_BATCH:
-            until, job_id = order.popleft()
-            if gone.get(job_id) == until:
-                del gone[job_id]
-            n += 1
-
-    def remembers(self, job_id: bytes) -> bool:
-        """Whether ``job_id`` is a deleted DEDUP job's, within its window."""
-        until = self.gone.get(job_id)
-        return until is not None and until > self.ctx.now
-
     def next_wakeup(self) -> int:
         """The first query's end (``Node.next_wakeup``, while there are queries)."""
         return min(q.deadline for q in self.queries.values())
@@ -255,7 +219,5 @@ class Dedup:
             for client, _ in query.waiters:
                 effects.append(Reply(client, Error("NOREPL job removed by DEBUG FLUSHALL")))
         self.queries.clear()
-        self._client_queries.clear()
-        self.gone.clear()
-        self._gone_order.clear()
+        self.client_queries.clear()
 

@@ -42,28 +42,36 @@ n-th delivery; a holder cut from the deliverer may let it be delivered a few
 more times. Disque's own counters (nacks, additional-deliveries) are left as
 they are.
 
-Commands: NACK. Messages: NACKED, DELIVERED. Called by ``Node`` and, through
-the context (``delivered``, ``timed_out``), by ``Blocking`` and ``Requeue``.
+Commands: NACK. Messages: NACKED, DELIVERED. Receives ``Lifecycle`` (the schedule,
+tombstones), ``Requeue`` (queueing), ``Replication`` (a dead letter's copies) and ``Acks``
+(the original acknowledged once its dead letter's copies are made); called by ``Node``
+(NACK, the messages, the end of a RETRY on a job with a policy: ``retry_ended``, a GOTJOB
+for a dead letter: ``copied``, the copies asked for again: ``retry_copies``) and by
+``Blocking`` (``delivered``).
 """
 
 from __future__ import annotations
 
-from typing import Any, Final, final
+from typing import Callable, Final, final
 
+from .acks import Acks
 from .commands import check_job_ids, parse_nack
 from .commandspec import JOB_IDS, CommandSpec
 from .context import Context
 from .ids import dead_letter_id
-from .job import ACKED, ACTIVE, F_BCAST_WILLQUEUE, F_DELIVERED, F_NACK_DELAYED, QUEUED, Extra, Job, retry_deadline
+from .job import (
+    ACKED, ACTIVE, DEAD_SUFFIX, F_BCAST_WILLQUEUE, F_DELIVERED, F_NACK_DELAYED, QUEUED, Extra, Job, retry_deadline,
+)  # fmt: skip
+from .lifecycle import Lifecycle
 from .messages import Delivered, Nacked, delivered, nacked, repl_job, set_ack
+from .replication import Replication
 from .replies import Error, err
+from .requeue import Requeue
 from .store import J_LOAD
 from .wire import job_to_wire
 
-__all__ = ["Delivery", "COMMANDS", "DEAD_SUFFIX", "backoff_ms"]
+__all__ = ["Delivery", "COMMANDS", "backoff_ms"]
 
-#: A job's dead letters go to its queue's name with this appended, unless DEADLETTER names one.
-DEAD_SUFFIX: Final = b".dead"
 #: how often the copies of a dead letter still short of them are asked for again (ms)
 COPIES_RETRY_MS: Final = 1000
 
@@ -72,7 +80,7 @@ COPIES_RETRY_MS: Final = 1000
 COMMANDS: Final = (CommandSpec(b"nack", "cmd_nack", -1, ("write", "denyoom", "fast"), ("consume",), JOB_IDS),)
 
 
-def backoff_ms(extra: Extra, nacks: int, randbits: Any) -> int:
+def backoff_ms(extra: Extra, nacks: int, randbits: Callable[[int], int]) -> int:
     """The delay of a job's next NACK under its BACKOFF: min x 2^(nacks-1) for its
     ``nacks``-th nack, capped at max, then +-10 % of jitter kept within [min, max]."""
     lo, hi = extra.backoff_min, extra.backoff_max
@@ -87,8 +95,13 @@ def backoff_ms(extra: Extra, nacks: int, randbits: Any) -> int:
 
 @final
 class Delivery:
-    def __init__(self, ctx: Context) -> None:
+    def __init__(self, ctx: Context, lifecycle: Lifecycle, requeue: Requeue, replication: Replication,
+                 acks: Acks) -> None:  # fmt: skip
         self.ctx = ctx
+        self._lifecycle = lifecycle
+        self._requeue = requeue
+        self._replication = replication
+        self._acks = acks
         self._store = ctx.store
         self._stats = ctx.stats
         ctx.stats["jobs_dead_lettered"] = 0
@@ -105,7 +118,7 @@ class Delivery:
             journal.append((J_LOAD, job))
 
     # -- NACK ---------------------------------------------------------------------------
-    def cmd_nack(self, client: int, argv: list[bytes]) -> Any:
+    def cmd_nack(self, client: int, argv: list[bytes]) -> int | Error:
         if len(argv) == 1:
             return 0  # Disque's: no IDs, none nacked
         req = parse_nack(argv)
@@ -159,13 +172,13 @@ class Delivery:
         elif reason is not None:
             _extra(job).reason = reason
         if not delay:
-            return ctx.enqueue_job(job, True)
+            return self._requeue.enqueue_job(job, True)
         if not job.retry and job.flags & F_DELIVERED:
             return False  # AT_MOST_ONCE, as enqueue_job refuses it
         job.nacks += 1
         job.flags |= F_NACK_DELAYED
         job.next_at = ctx.now + delay
-        ctx.reschedule(job)
+        self._lifecycle.reschedule(job)
         ctx.send(job.delivered, nacked(bytes(job.id), delay, reason or b""))
         self._journal(job)  # its nacks and the end of its delay: a restart must not queue it sooner
         self._stats["jobs_nack_delayed"] += 1
@@ -186,10 +199,16 @@ class Delivery:
         if journal is not None:
             journal.append((J_LOAD, job))
 
+    def retry_ended(self, job: Job) -> None:
+        """The RETRY period of an active job with an Extra ended (``Requeue.requeue_due`` said
+        so, ``Node._run_due`` hands it here): a failed delivery. Dead-lettered, or queued again
+        (a new period)."""
+        if not self.timed_out(job):
+            self._requeue.enqueue_job(job)
+
     def timed_out(self, job: Job) -> bool:
-        """The RETRY period of an active job with an Extra ended (``Requeue.requeue_due``):
-        True if it was dead-lettered instead of queued again (or its dead letter, made here,
-        still waits for its copies)."""
+        """The RETRY period of an active job with an Extra ended: True if it was dead-lettered
+        instead (or its dead letter, made here, still waits for its copies)."""
         extra = job.extra
         if self.pending and dead_letter_id(job.id) in self.pending:
             self.dead_letter(job, extra.reason if extra is not None else None)
@@ -215,7 +234,7 @@ class Delivery:
         dl = store.get(dl_id)
         if dl is None and dl_id in self.pending:  # made here, then acknowledged and forgotten
             del self.pending[dl_id]
-        elif dl is None and not ctx.is_buried(dl_id):
+        elif dl is None and not self._lifecycle.is_buried(dl_id):
             count = extra.count
             queue = extra.deadletter if extra.deadletter is not None else bytes(job.queue or b"") + DEAD_SUFFIX
             now = ctx.now
@@ -231,8 +250,8 @@ class Delivery:
             if len(holders) > 1:  # every holder named gets its copy, and confirms it
                 ctx.send(holders, repl_job(job_to_wire(dl, now), False))
             if dl.repl > len(holders):  # more holders, as ADDJOB would pick them
-                ctx.replicate_job(dl, dl.repl - len(holders), False)
-            ctx.enqueue_job(dl, False, True)  # fresh: queued here once, whatever its RETRY
+                self._replication.replicate_job(dl, dl.repl - len(holders), False)
+            self._requeue.enqueue_job(dl, False, True)  # fresh: queued here once, whatever its RETRY
             self._stats["jobs_dead_lettered"] += 1
             name = bytes(job.queue or b"")
             self.dead_by_queue[name] = self.dead_by_queue.get(name, 0) + 1
@@ -251,22 +270,22 @@ class Delivery:
                 job.flags &= ~F_NACK_DELAYED
                 if job.retry:
                     job.next_at = retry_deadline(job, now, ctx.randbits)
-                    ctx.reschedule(job)
+                    self._lifecycle.reschedule(job)
                 self._journal(job)
                 return
         elif dl is not None and dl_id in self.pending:
             self._ask_copies(job, dl, self.pending[dl_id])
             if job.retry:
                 job.next_at = retry_deadline(job, ctx.now, ctx.randbits)
-                ctx.reschedule(job)
+                self._lifecycle.reschedule(job)
             return
         self._ack_original(job)
 
     def _ack_original(self, job: Job) -> None:
-        ctx = self.ctx
         if job.state != ACKED:
-            ctx.acknowledge(job, False)
-            ctx.gc_due(job)  # SETACK to every holder now: none queues it again meanwhile
+            acks = self._acks
+            acks.acknowledge(job, False)
+            acks.try_gc(job)  # SETACK to every holder now: none queues it again meanwhile
 
     def _ask_copies(self, job: Job, dl: Job, entry: list) -> None:
         """Ask again for the copies of a dead letter made here that are not confirmed yet: the
@@ -279,7 +298,7 @@ class Delivery:
         if more:
             dl.delivered = tuple(dl.delivered) + more
         if len(dl.delivered) < needed:  # more holders, and every holder asked again
-            ctx.replicate_job(dl, needed - len(dl.delivered), False)
+            self._replication.replicate_job(dl, needed - len(dl.delivered), False)
         else:
             ctx.send([n for n in dl.delivered if n not in confirmed], repl_job(job_to_wire(dl, ctx.now), False))
 
@@ -298,8 +317,8 @@ class Delivery:
             self._ask_copies(job, dl, entry)
 
     def copied(self, dl: Job, sender: str) -> None:
-        """A GOTJOB for a dead letter made here (``Replication.on_gotjob``): once its copies
-        are confirmed, the original is acknowledged."""
+        """A GOTJOB for a dead letter made here (``Replication.on_gotjob`` hands it back to
+        ``Node``): once its copies are confirmed, the original is acknowledged."""
         entry = self.pending.get(dl.id)
         if entry is None:
             return
@@ -320,7 +339,7 @@ class Delivery:
             ctx.send_lazy((sender,), set_ack(bytes(job.id), len(job.delivered)))
             return
         if job.state == QUEUED:
-            ctx.dequeue_job(job)
+            self._requeue.dequeue_job(job)
         job.nacks += 1
         if m.reason:
             _extra(job).reason = m.reason
@@ -330,7 +349,7 @@ class Delivery:
             # node is gone, this one does.
             job.flags |= F_BCAST_WILLQUEUE
             job.next_at = retry_deadline(job, ctx.now + m.delay, ctx.randbits)
-            ctx.reschedule(job)
+            self._lifecycle.reschedule(job)
         self._journal(job)
 
     def on_delivered(self, sender: str, m: Delivered) -> None:
@@ -356,26 +375,3 @@ def _extra(job: Job, delivering: int = 1) -> Extra:
         extra = job.extra = Extra()
         extra.count = job.nacks + job.deliveries + delivering
     return extra
-
-
-def extra_fields(job: Job) -> list:
-    """SHOW's fields for a job with an Extra (after Disque's; none for a job without)."""
-    e = job.extra
-    if e is None:
-        return []
-    out: list = [b"deliveries", e.count]
-    if e.dedup is not None:
-        out += [b"dedup", e.dedup]
-    if e.backoff_max:
-        out += [b"backoff-min-ms", e.backoff_min, b"backoff-max-ms", e.backoff_max]
-    if e.maxdeliver:
-        out += [b"maxdeliver", e.maxdeliver]
-    if e.maxdeliver or e.deadletter is not None:
-        out += [b"deadletter", e.deadletter if e.deadletter is not None else bytes(job.queue or b"") + DEAD_SUFFIX]
-    if e.reason is not None:
-        out += [b"last-nack-reason", e.reason]
-    if e.origin is not None:
-        oid, oqueue, odeliv, oreason, oopts = e.origin
-        out += [b"dead-letter-of", oid, b"original-queue", oqueue, b"original-deliveries", odeliv,
-                b"dead-letter-reason", oreason, b"original-options", list(oopts)]  # fmt: skip
-    return out

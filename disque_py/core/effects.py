@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Final
 
-__all__ = ["Reply", "Send", "BLOCKED"]
+__all__ = ["Reply", "Send", "BLOCKED", "NO_REPLY"]
 
 
 @dataclass(slots=True)
@@ -21,7 +21,8 @@ class Reply:
     """Answer ``client`` (blocked until now) with ``value``; it is unblocked."""
 
     client: int
-    value: Any
+    value: Any  # any reply a command gives: the shell's encoder takes it by its type (and, compiled,
+    # a dataclass field annotated ``object`` does not load: mypyc looks the name up in the module)
 
 
 @dataclass(slots=True)
@@ -29,7 +30,7 @@ class Send:
     """Send a cluster message to the node ``to`` (a node ID)."""
 
     to: str
-    message: Any
+    message: tuple  # its wire form, (kind, *fields) (messages.py)
 
 
 class _Blocked:
@@ -42,3 +43,14 @@ class _Blocked:
 #: Returned by ``Node.execute`` when the client is now blocked; its answer
 #: will come later as a ``Reply`` effect.
 BLOCKED: Final = _Blocked()
+
+
+class _NoReply:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "NO_REPLY"
+
+
+#: Returned by a command handler that answers nothing (the shell's SHUTDOWN closes the link).
+NO_REPLY: Final = _NoReply()

@@ -18,7 +18,7 @@ Pull (Disque's protocol, unchanged on the wire):
   YOURJOBS. The receiver queues them and remembers the sender as a source.
   No jobs go to a node we have no link to (Disque dequeued them, then found
   no link to send them on), and no RETRY 0 job to one whose link still holds
-  output its socket has not taken (``Node.backlogged``): a link torn down
+  output its socket has not taken (``ctx.backlogged``): a link torn down
   drops what it had not sent, and a RETRY 0 job's only copy with it.
   That rule reads the backlog as of the last tick; for what a link took in
   between, the shell hands back every YOURJOBS that never reached the
@@ -94,33 +94,41 @@ the moved copy (see the notes in ``acks.py``). A copy that
 arrives just after this node deleted the job (its ack was collected while
 the copy was on its way, or it got a DELJOB or FASTACK for an ID it did
 not hold yet) is dropped and its sender sent a DELJOB: the node remembers
-such IDs for ``TOMBSTONE_MS`` (``acks.py``, asked through ``ctx.is_buried``). Pushed and
+such IDs for ``TOMBSTONE_MS`` (``Lifecycle.is_buried``). Pushed and
 pulled jobs are batched: all jobs for one peer produced by one input leave
 in one YOURJOBS.
 
-Owns the leases (``ctx.push_leases``), the jobs to send at the end of the
-input (``outgoing``, flushed by ``Node`` after every input with ``flush``),
-and the NEEDJOBS timer of queues with waiters (``tick``, from ``Node.tick``).
-A NEEDJOBS reply (which jobs, how many, to whom) is decided in
-``on_needjobs``; a push in ``push_if_wanted`` (called through the context by
-``Requeue.enqueue_job``); an import in ``on_yourjobs``. Called by ``Node``
-and through the context (``need_jobs``, ``renew_on_take``, ``push_if_wanted``).
+The push itself, the leases and the jobs leaving in YOURJOBS are ``leases.py``'s
+(``Leases``, built before this machine and handed to it): ``Requeue.enqueue_job`` asks it
+whether a job goes to a leased peer, and this machine grants the leases (``on_needjobs``)
+and exports the jobs a NEEDJOBS pulls through it.
+
+Owns the NEEDJOBS timer of queues with waiters (``tick``, from ``Node.tick``). A NEEDJOBS
+reply (which jobs, how many, to whom) is decided in ``on_needjobs``; an import in
+``on_yourjobs``. Receives ``Lifecycle`` (tombstones), ``Leases`` and ``Requeue`` (taking
+jobs out of a queue, queueing imports); called by ``Node`` (messages, timers) and by
+``Blocking`` (``need_jobs``, ``renew_on_take``).
 """
 
 from __future__ import annotations
 
-from itertools import islice
-from typing import Any, Final, final
+from typing import Final, final
 
-from .blocking import CLIENTS_WAITING, REACHED_ZERO
-from .commands import MAX_JOB_BYTES
 from .context import Context
-from .job import ACTIVE, F_BCAST_QUEUED, F_DELIVERED, Job
-from .messages import NeedJobs, YourJobs, del_job_holders, need_jobs, your_jobs
+from .job import ACTIVE, F_BCAST_QUEUED, F_DELIVERED
+from .leases import Leases
+from .lifecycle import Lifecycle
+from .messages import NeedJobs, YourJobs, del_job_holders, need_jobs
 from .queues import PAUSED_OUT, Queue
-from .wire import JOB_WIRE_FIELDS, job_from_wire, job_to_wire
+from .requeue import Requeue
+from .wire import JOB_WIRE_FIELDS, job_from_wire
 
 __all__ = ["Federation", "LEASE_MS", "CLIENTS_WAITING", "REACHED_ZERO"]
+
+# Why a node asks for jobs (``need_jobs``): clients wait on an empty queue, or a consumer
+# took the last job of a queue that imports.
+CLIENTS_WAITING: Final = 0
+REACHED_ZERO: Final = 1
 
 NEEDJOBS_MIN_REQUEST: Final = 5
 NEEDJOBS_MAX_REQUEST: Final = 100
@@ -131,23 +139,7 @@ ADHOC_MAX_DELAY_MS: Final = 2000
 SOURCE_VALIDITY_MS: Final = 5000
 LEASE_MS: Final = BCAST_MAX_DELAY_MS + 2000  # outlasts the asker's slowest re-ask (see the docstring)
 RENEW_AFTER_MS: Final = 1500  # a consumer node re-asks a pushing source whose lease is older than this
-LEASE_GC_BATCH: Final = 10_000  # queue names whose leases are checked per queue-GC pass (every second)
 NEED_PERIOD_MS: Final = 100  # how often queues with waiters are reconsidered
-LOCAL_FIRST_MS: Final = 1000  # a queue a local client took from this recently keeps its next job here
-
-
-def _by_size(jobs: list) -> list[list]:
-    """Wire jobs in order, grouped so that each group's bodies and queue names fit MAX_JOB_BYTES."""
-    parts: list[list] = [[]]
-    size = 0
-    for w in jobs:
-        n = len(w[1]) + len(w[2])
-        if parts[-1] and size + n > MAX_JOB_BYTES:
-            parts.append([])
-            size = 0
-        parts[-1].append(w)
-        size += n
-    return parts
 
 
 def _lease_healthy(q: Queue, peer: str, now: int) -> bool:
@@ -163,18 +155,15 @@ def _request_size(q: Queue, rate: int, sources: int) -> int:
 
 @final
 class Federation:
-    def __init__(self, ctx: Context) -> None:
+    def __init__(self, ctx: Context, lifecycle: Lifecycle, leases: Leases, requeue: Requeue) -> None:
         self.ctx = ctx
+        self._lifecycle = lifecycle
+        self._leases = leases
+        self._requeue = requeue
         self._store = ctx.store
         self._stats = ctx.stats
-        # queue name -> {peer id: [lease end (ms), credit]} (shared: ctx.push_leases)
-        self.leases = ctx.push_leases
-        # peer id -> list of jobs to send in one YOURJOBS at the end of this input (never rebound)
-        self.outgoing: dict[str, list[Any]] = {}
         self._next_need = 0
-        self._importing = False  # jobs being imported are never pushed on at once
-        for key in ("needjobs_sent", "needjobs_received", "yourjobs_sent", "yourjobs_received",
-                    "jobs_imported", "jobs_exported", "jobs_pushed", "jobs_returned"):  # fmt: skip
+        for key in ("needjobs_sent", "needjobs_received", "yourjobs_received", "jobs_imported", "jobs_returned"):
             ctx.stats[key] = 0
 
     # -- asking ------------------------------------------------------------------
@@ -272,15 +261,16 @@ class Federation:
         name = m.name
         self._stats["needjobs_received"] += 1
         count = min(m.count, NEEDJOBS_MAX_REQUEST)
-        leases = self.leases.get(name)
+        by_queue = self._leases.by_queue
+        leases = by_queue.get(name)
         if count == 0:
             if leases is not None:
                 leases.pop(sender, None)
                 if not leases:
-                    del self.leases[name]
+                    del by_queue[name]
             return
         if leases is None:
-            leases = self.leases[name] = {}
+            leases = by_queue[name] = {}
         leases[sender] = [ctx.now + LEASE_MS, count]
         if sender not in ctx.reachable:
             return  # no link to send them on (Disque dequeued them first, and lost RETRY 0 ones)
@@ -294,103 +284,28 @@ class Federation:
         lease = leases[sender]
         hold_amo = sender in ctx.backlogged  # RETRY 0 jobs wait for a link that drains
         jobs = q.jobs
-        fetch = ctx.fetch
+        requeue = self._requeue
+        export = self._leases.export
         for _ in range(n):
             if hold_amo and jobs and jobs[0].retry == 0:
                 break
-            job = fetch(q)
+            job = requeue.fetch(q)
             if job is None:
                 break
-            self._export(sender, job)
+            export(sender, job)
             lease[1] -= 1
         if lease[1] <= 0:
             del leases[sender]
 
-    def gc_leases(self) -> None:
-        """Forget expired leases: the oldest ``LEASE_GC_BATCH`` queue names per call.
-
-        A lease is otherwise dropped only when a job is queued under it, so
-        NEEDJOBS for queues that never get a job here (consumers waiting on a
-        queue that lives elsewhere, or on many short-lived names) would pile
-        up for ever. Names with a lease left move to the back, so the next
-        call goes on where this one stopped.
-        """
-        leases = self.leases
-        now = self.ctx.now
-        for name, peers in list(islice(leases.items(), LEASE_GC_BATCH)):
-            for peer in [p for p, lease in peers.items() if lease[0] < now]:
-                del peers[peer]
-            del leases[name]
-            if peers:
-                leases[name] = peers
-
-    def push_if_wanted(self, q: Queue, job: Job) -> bool:
-        """A job is being queued: push it to a node with a valid lease instead. True if pushed
-        (counted in and out of ``q``, which it never entered, and active here: the peer's to
-        queue); False: the caller queues it."""
-        leases = self.leases.get(q.name)
-        if not leases or q.blocked or q.flags & PAUSED_OUT or self._importing:
-            return False
-        ctx = self.ctx
-        now = ctx.now
-        if q.ltime and now - q.ltime < LOCAL_FIRST_MS and not q.jobs:
-            return False  # a local consumer is between two GETJOBs: it takes this one next
-        reachable = ctx.reachable
-        backlogged = ctx.backlogged
-        for peer, lease in list(leases.items()):
-            if lease[0] < now or lease[1] <= 0:
-                del leases[peer]
-                continue
-            if peer not in reachable or (job.retry == 0 and peer in backlogged):
-                continue  # RETRY 0: its only copy must not wait in a link that may be torn down
-            q.jobs_in += 1
-            q.jobs_out += 1
-            if job.state != ACTIVE:  # never queued here: a new job (wait-repl), pushed at once
-                job.set_state(ACTIVE)
-            job.flags |= F_DELIVERED
-            lease[1] -= 1
-            if lease[1] <= 0:
-                del leases[peer]
-            self._stats["jobs_pushed"] += 1
-            self._export(peer, job)
-            return True
-        if not leases:
-            del self.leases[q.name]
-        return False
-
-    def _export(self, peer: str, job: Job) -> None:
-        self.outgoing.setdefault(peer, []).append(job_to_wire(job, self.ctx.now))
-        self._stats["jobs_exported"] += 1
-        if job.retry == 0:
-            self._store.unregister(job)  # the only copy moves: never two of it
-        elif peer not in job.delivered:
-            # The peer holds a copy now: acks and requeues here must reach it. (Disque's sender
-            # does not note it: an ACKJOB on the sender, or on a holder that only the sender
-            # told, never reached the peer, which queued the job again after RETRY.)
-            job.delivered = tuple(job.delivered) + (peer,)
-
-    def flush(self) -> None:
-        """Send the jobs exported during this input: one YOURJOBS per peer (``Node``, after
-        every input)."""
-        outgoing = self.outgoing
-        ctx = self.ctx
-        for peer, jobs in outgoing.items():  # sending exports nothing: the dict stays as it is
-            # one message for all, unless their bodies would not fit one bus message together
-            # (one job always does: it came in one, or through ADDJOB's MAX_JOB_BYTES)
-            parts = _by_size(jobs) if len(jobs) > 1 else (jobs,)
-            for part in parts:
-                ctx.send((peer,), your_jobs(part))
-                self._stats["yourjobs_sent"] += 1
-        outgoing.clear()
-
     # -- importing ---------------------------------------------------------------
     def on_yourjobs(self, sender: str, m: YourJobs) -> None:
         self._stats["yourjobs_received"] += 1
-        self._importing = True
+        leases = self._leases
+        leases.importing = True
         try:
             self._import_jobs(sender, m.jobs, self.ctx.now)
         finally:
-            self._importing = False
+            leases.importing = False
 
     def _import_jobs(self, sender: str, jobs: list, now: int) -> None:
         ctx = self.ctx
@@ -415,7 +330,7 @@ class Federation:
                 if job is None:
                     malformed = True
                     continue
-                if ctx.is_buried(job.id):
+                if self._lifecycle.is_buried(job.id):
                     # deleted here a moment ago (acked and collected, say) while this copy was on
                     # its way: drop it, and tell the sender, which may not have heard yet
                     ctx.send_lazy((sender,), del_job_holders(bytes(job.id), [me]))
@@ -427,7 +342,7 @@ class Federation:
             if job.retry == 0 and job.flags & F_DELIVERED:
                 continue  # delivered here once already: at most once
             q = ctx.get_queue(job.queue)  # type: ignore[arg-type]  # a queued job has a queue
-            if not ctx.enqueue_job(job, False, True):  # fresh: moved in, queued here this one time
+            if not self._requeue.enqueue_job(job, False, True):  # fresh: moved in, queued here this one time
                 continue
             self._stats["jobs_imported"] += 1
             touched[q.name] = q
@@ -445,23 +360,22 @@ class Federation:
             ctx.bus_stats["messages_malformed"] += 1  # once per message, whatever it took
 
     def on_moves_unsent(self, peer: str, message: tuple, now: int) -> None:
-        """A YOURJOBS to ``peer`` (``moves_to_watch``) never reached the socket: its link closed
+        """A YOURJOBS to ``peer`` (``messages.moves_to_watch``) never reached the socket: its link closed
         first. Its RETRY 0 jobs left their only copy in it, so they are queued here again, as
         never delivered; at-least-once ones still have their copy here, which requeues. Called
         once the link is down, so they are not pushed to ``peer`` again. (``Node`` sets the
-        time and flushes ``outgoing`` after.)"""
+        time and flushes ``Leases.outgoing`` after.)"""
         if not isinstance(message, tuple) or len(message) < 2 or message[0] != "YOURJOBS":
             return
-        ctx = self.ctx
         store = self._store
         for wire in message[1]:
             if wire[7] != 0 or store.get(wire[0]) is not None:
                 continue  # at least once, or a copy of it came back meanwhile
             job = job_from_wire(wire, now)
-            if job is None or ctx.is_buried(job.id):
+            if job is None or self._lifecycle.is_buried(job.id):
                 continue
             store.register(job)
-            if ctx.enqueue_job(job, fresh=True):  # as never delivered: queued this one time
+            if self._requeue.enqueue_job(job, fresh=True):  # as never delivered: queued this one time
                 self._stats["jobs_returned"] += 1
             else:
                 store.unregister(job)

@@ -54,6 +54,7 @@ __all__ = [
     "QUEUED",
     "ACKED",
     "STATE_NAMES",
+    "STATE_BY_NAME",
     "state_from_name",
     "F_BCAST_QUEUED",
     "F_BCAST_WILLQUEUE",
@@ -70,6 +71,8 @@ __all__ = [
     "GC_RETRY_MAX_MS",
     "retry_deadline",
     "gc_deadline",
+    "DEAD_SUFFIX",
+    "extra_fields",
 ]
 
 WAIT_REPL: Final = 0
@@ -77,7 +80,8 @@ ACTIVE: Final = 1
 QUEUED: Final = 2
 ACKED: Final = 3
 STATE_NAMES: Final = ("wait-repl", "active", "queued", "acked")
-_STATE_BY_NAME: Final = {name.encode(): i for i, name in enumerate(STATE_NAMES)}
+#: a state's name as bytes -> the state (JSCAN's STATE, the AOF's records)
+STATE_BY_NAME: Final = {name.encode(): i for i, name in enumerate(STATE_NAMES)}
 
 # Flags (bit set).
 F_BCAST_QUEUED: Final = 1  # the next (re)queue is announced with QUEUED
@@ -127,7 +131,7 @@ illegal_transitions: list[str] = []
 
 
 def state_from_name(name: bytes) -> int | None:
-    return _STATE_BY_NAME.get(name.lower())
+    return STATE_BY_NAME.get(name.lower())
 
 
 TIME_ERROR_MS: Final = 500  # deadlines are desynchronised by +-250 ms
@@ -307,6 +311,34 @@ class Extra:
         if self.deadletter is not None:
             out += [b"DEADLETTER", self.deadletter]
         return out
+
+
+#: A job's dead letters go to its queue's name with this appended, unless DEADLETTER names one
+#: (delivery.py).
+DEAD_SUFFIX: Final = b".dead"
+
+
+def extra_fields(job: Job) -> list:
+    """SHOW's fields for a job with an Extra (after Disque's; none for a job without)."""
+    e = job.extra
+    if e is None:
+        return []
+    out: list = [b"deliveries", e.count]
+    if e.dedup is not None:
+        out += [b"dedup", e.dedup]
+    if e.backoff_max:
+        out += [b"backoff-min-ms", e.backoff_min, b"backoff-max-ms", e.backoff_max]
+    if e.maxdeliver:
+        out += [b"maxdeliver", e.maxdeliver]
+    if e.maxdeliver or e.deadletter is not None:
+        out += [b"deadletter", e.deadletter if e.deadletter is not None else bytes(job.queue or b"") + DEAD_SUFFIX]
+    if e.reason is not None:
+        out += [b"last-nack-reason", e.reason]
+    if e.origin is not None:
+        oid, oqueue, odeliv, oreason, oopts = e.origin
+        out += [b"dead-letter-of", oid, b"original-queue", oqueue, b"original-deliveries", odeliv,
+                b"dead-letter-reason", oreason, b"original-options", list(oopts)]  # fmt: skip
+    return out
 
 
 # Extra's fields, for __eq__ and __repr__ (a compiled class has no __slots__ to read).

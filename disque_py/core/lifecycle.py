@@ -1,52 +1,67 @@
-"""Job lifecycle: the job table's one schedule, expiry, deletion, and the job commands.
+"""Job lifecycle: the job table's one schedule, deletion, what is remembered of deleted jobs.
 
 Theory of operation
 -------------------
+The lowest of the node's machines: it calls no other (``node.py`` tells the order), and
+every other one that reschedules or deletes a job calls it.
+
 Every job this node knows sits in ``ctx.store`` with at most one pending
 wake-up (``Job.awake``, ONE_TIMER). ``reschedule(job)`` is the only place that
 wake-up is computed: the earliest of the job's expiry (``etime``) and its
 ``next_at`` (``job.py``), which is its next requeue for a job active or
 queued (minus ``WILLQUEUE_ADVANCE_MS`` while a WILLQUEUE is to be
 announced) and its next GC attempt for an acked one. Every machine that
-changes one of those times calls ``ctx.reschedule``.
-
-``run_due(now)`` (from ``Node.tick``) takes the jobs whose time came, earliest
-first, and for each:
-
-* past its TTL: counted expired and deleted (``delete_job``);
-* acked: one GC attempt (``ctx.gc_due``, ``acks.py``), which may delete it;
-* active or queued: the requeue machine decides (``ctx.requeue_due``,
-  ``requeue.py``): WILLQUEUE, requeue, or a new RETRY period;
-* then its next wake-up is computed again.
+changes one of those times calls ``reschedule``. When a wake-up comes, ``Node``
+routes the job (``Node._run_due``): past its TTL to ``expire``, acked to the ack
+machine's GC attempt, active or queued to the requeue machine.
 
 ``delete_job`` is the one way a job leaves this node: it unregisters the job,
-takes it out of its queue, tombstones its ID (``ctx.bury``: a copy moving in
-right after is dropped), and tells the replication machine when a client
-still waits for its copies (``ctx.replication_dropped``).
+takes it out of its queue, and remembers its ID:
 
-Commands: DELJOB, SHOW, JSCAN. Called by ``Node`` (commands, ``tick``) and,
-through the context, by every other machine.
+* a tombstone for ``TOMBSTONE_MS`` (at most ``TOMBSTONES_MAX``): a copy still on its
+  way here in a YOURJOBS is dropped instead of being queued as new (``is_buried``, read by
+  ``federation.py`` and ``delivery.py``; ``bury`` also takes the ID of a job FASTACKed or
+  named by a DELJOB while not held here, ``acks.py``);
+* for a DEDUP job, its ID for ``dedup_window_ms`` (``dedup-window``, 600 s by default; the
+  AOF's DEDUPGONE): an ADDJOB with its key answers that ID and adds nothing, and a copy
+  that arrives meanwhile is not kept (``remembers``; ``dedup.py``, ``replication.py``).
+
+A job deleted while its copies are being made (wait-repl: its TTL ended, a DELJOB, a
+FASTACK) answers its ADDJOB client NOREPL and tells the holders, as Disque's
+``unregisterJob`` does (the client is found in ``ctx.repl_clients``, kept by
+``replication.py``).
+
+Commands: DELJOB, SHOW, JSCAN. Also the restore operations the AOF loader calls.
 """
 
 from __future__ import annotations
 
-from typing import Any, Final, final
+from collections import deque
+from typing import Final, final
 
 from .commands import check_job_ids, parse_jscan
 from .commandspec import EVERY_QUEUE, JOB_IDS, CommandSpec
 from .context import Context
-from .delivery import extra_fields
+from .effects import Reply
 from .job import (
-    ACKED, ACTIVE, F_BCAST_QUEUED, F_BCAST_WILLQUEUE, F_DELIVERED, QUEUED, STATE_NAMES, WAIT_REPL, Job, gc_deadline,
-    retry_deadline,
+    ACKED, ACTIVE, F_BCAST_WILLQUEUE, F_DELIVERED, QUEUED, STATE_NAMES, WAIT_REPL, Extra, Job, extra_fields,
+    gc_deadline, retry_deadline,
 )  # fmt: skip
+from .messages import del_job
 from .replies import Error, Status
-from .store import scan
+from .store import J_GONE, scan
 
-__all__ = ["Lifecycle", "WILLQUEUE_ADVANCE_MS", "SCHEDULE_BATCH"]
+__all__ = [
+    "Lifecycle", "WILLQUEUE_ADVANCE_MS", "TOMBSTONE_MS", "TOMBSTONES_MAX", "DEFAULT_WINDOW_MS", "NOREPL_REMOVED",
+]  # fmt: skip
 
 WILLQUEUE_ADVANCE_MS: Final = 500
-SCHEDULE_BATCH: Final = 10_000
+TOMBSTONE_MS: Final = 2000
+TOMBSTONES_MAX = 100_000  # not Final: tests lower it
+DEFAULT_WINDOW_MS: Final = 600_000  # dedup-window's default (600 s)
+GONE_GC_BATCH: Final = 1024  # DEDUP IDs forgotten per call at most
+#: A wait-repl job deleted here (or elsewhere: a DELJOB from a peer, acks.py): its client's answer.
+NOREPL_REMOVED: Final = "NOREPL job removed (expired?) before the requested replication level was achieved"
 
 #: The commands this machine answers (commandspec.py; Node dispatches them).
 COMMANDS: Final = (
@@ -63,6 +78,14 @@ class Lifecycle:
         self._store = ctx.store
         self._queues = ctx.queues
         self._stats = ctx.stats
+        self.tombstones: dict[bytes, int] = {}  # recently dead job id -> forget at (ms)
+        # (forget at, id) oldest first: a dict emptied from the front makes each next(iter()) walk
+        # the holes left there (it showed up at 3 % of a node's time)
+        self._tomb_order: deque[tuple[int, bytes]] = deque()
+        self.dedup_window_ms = DEFAULT_WINDOW_MS  # CONFIG SET dedup-window (server/app.py)
+        #: DEDUP job ID -> end of its window (monotonic ms), for a DEDUP job deleted here
+        self.gone: dict[bytes, int] = {}
+        self._gone_order: deque[tuple[int, bytes]] = deque()
 
     # -- the schedule (ONE_TIMER) ------------------------------------------------------
     def reschedule(self, job: Job) -> None:
@@ -78,40 +101,98 @@ class Lifecycle:
                     at = next_at
         self._store.schedule(job, at if at > 0 else 1)
 
-    def run_due(self, now: int) -> None:
-        """Run every job timer due at ``now`` (at most SCHEDULE_BATCH jobs per call)."""
-        ctx = self.ctx
-        store = self._store
-        for job in store.pop_due(now, SCHEDULE_BATCH):
-            if job.etime <= now:
-                self._stats["jobs_expired"] += 1
-                self.delete_job(job)
-                continue
-            state = job.state
-            if state == ACKED:
-                ctx.gc_due(job)
-                if store.get(job.id) is not job:
-                    continue  # collected
-            elif state != WAIT_REPL:
-                ctx.requeue_due(job)
-            self.reschedule(job)
-
     # -- the end of a job ------------------------------------------------------------
+    def expire(self, job: Job) -> None:
+        """Its TTL ended (``Node._run_due``)."""
+        self._stats["jobs_expired"] += 1
+        self.delete_job(job)
+
     def delete_job(self, job: Job) -> None:
         """Forget a job entirely on this node (expiry, DELJOB, FASTACK, GC)."""
         if not self._store.unregister(job):
             return
-        ctx = self.ctx
-        ctx.bury(job.id)
+        self.bury(job.id)
         if job.extra is not None and job.extra.dedup is not None:
-            ctx.dedup_deleted(job)  # its ID is remembered for the dedup window (dedup.py)
+            self._dedup_deleted(job)
         state = job.state
         if state == QUEUED:
             q = self._queues.get(job.queue)  # type: ignore[arg-type]  # a queued job has a queue
             if q is not None:
                 q.remove(job)
         elif state == WAIT_REPL:  # e.g. its TTL ended while replicating
-            ctx.replication_dropped(job)
+            ctx = self.ctx
+            client = ctx.repl_clients.pop(job.id, None)
+            if client is not None:
+                ctx.repl_client_jobs.pop(client, None)
+                ctx.effects.append(Reply(client, Error(NOREPL_REMOVED)))
+                ctx.send(job.delivered, del_job(bytes(job.id)))
+
+    # -- tombstones --------------------------------------------------------------------
+    def bury(self, job_id: bytes) -> None:
+        """Remember a dead job's ID for TOMBSTONE_MS: a copy of it moving in meanwhile is dropped."""
+        at = self.ctx.now + TOMBSTONE_MS
+        self.tombstones[job_id] = at
+        order = self._tomb_order
+        order.append((at, job_id))
+        if len(order) > TOMBSTONES_MAX:
+            self._unbury_oldest()
+
+    def is_buried(self, job_id: bytes) -> bool:
+        return job_id in self.tombstones
+
+    def _unbury_oldest(self) -> None:
+        at, job_id = self._tomb_order.popleft()
+        if self.tombstones.get(job_id) == at:  # not buried again since
+            del self.tombstones[job_id]
+
+    def forget_buried(self, now: int) -> None:
+        """Tombstones whose time is up (``Node.tick``)."""
+        order = self._tomb_order
+        while order and order[0][0] <= now:
+            self._unbury_oldest()
+
+    # -- the DEDUP window ----------------------------------------------------------------
+    def _dedup_deleted(self, job: Job) -> None:
+        """A DEDUP job is deleted here: its ID is remembered for the window. ``job.next_at``
+        carries the window's end to the AOF (the journal's J_GONE)."""
+        ctx = self.ctx
+        until = ctx.now + self.dedup_window_ms
+        self.remember(job.id, until)
+        journal = ctx.journal
+        if journal is not None:
+            job.next_at = until
+            journal.append((J_GONE, job))
+
+    def remember(self, job_id: bytes, until: int) -> None:
+        """Remember a deleted DEDUP job's ID until ``until`` (monotonic ms)."""
+        if until <= self.ctx.now:
+            return
+        self.gone[job_id] = until
+        self._gone_order.append((until, job_id))
+
+    def remembers(self, job_id: bytes) -> bool:
+        """Whether ``job_id`` is a deleted DEDUP job's, within its window."""
+        until = self.gone.get(job_id)
+        return until is not None and until > self.ctx.now
+
+    def forget_gone(self, now: int) -> None:
+        """DEDUP IDs whose window ended (``Node.tick``, once a second at most). Looked up with
+        their end (``remembers``), so one kept a little longer changes no answer."""
+        order = self._gone_order
+        gone = self.gone
+        n = 0
+        while order and order[0][0] <= now and n < GONE_GC_BATCH:
+            until, job_id = order.popleft()
+            if gone.get(job_id) == until:
+                del gone[job_id]
+            n += 1
+
+    def flushall(self) -> None:
+        """DEBUG FLUSHALL: nothing deleted is remembered any more."""
+        self.tombstones.clear()
+        self._tomb_order.clear()
+        self.gone.clear()
+        self._gone_order.clear()
 
     # -- restoring from the AOF ----------------------------------------------------------
     # The shell's loader (persistence/loader.py) reads the file and calls these, one per
@@ -145,9 +226,9 @@ class Lifecycle:
 
     def restore_gone(self, job_id: bytes, until: int) -> None:
         """A DEDUPGONE: a DEDUP job deleted, its ID remembered until ``until`` (wall-clock ms)."""
-        self.ctx.dedup_remember(job_id, until - self.ctx.wall_offset)
+        self.remember(job_id, until - self.ctx.wall_offset)
 
-    def restore_extra(self, job_id: bytes, extra: Any) -> None:
+    def restore_extra(self, job_id: bytes, extra: Extra) -> None:
         """A JOBEXTRA: the delivery policy and dead-letter facts of the job just restored."""
         job = self._store.get(job_id)
         if job is not None:
@@ -179,15 +260,17 @@ class Lifecycle:
         if job is not None:
             self._store.unregister(job)
 
-    def restore_finish(self, enqueue_once: bool) -> dict[str, int]:
+    def restore_finish(self, enqueue_once: bool) -> tuple[dict[str, int], list[Job]]:
         """Every job restored: give each its state's wake-up. Jobs come back active and are
         requeued by their RETRY timers, a whole RETRY after the restart at the soonest and
         announced with WILLQUEUE (RETRY 0 ones never again); with ``enqueue_once``
-        (aof-enqueue-jobs-once, a controlled restart) the ones written as queued are queued
-        again at once, in their order, RETRY 0 ones included. Returns counts by outcome."""
+        (aof-enqueue-jobs-once, a controlled restart) the ones written as queued are to be
+        queued again at once, in their order, RETRY 0 ones included: returned, for
+        ``Node.restore_finish`` to hand to the requeue machine. Also returns counts by outcome
+        (``queued`` is Node's to fill in)."""
         ctx = self.ctx
         now = ctx.now
-        jobs = acked = expired = queued = 0  # counted in locals: a dict's item per job costs
+        jobs = acked = expired = 0  # counted in locals: a dict's item per job costs
         to_queue: list[Job] = []
         for job in self._store.values():
             if job.etime <= now:
@@ -213,16 +296,10 @@ class Lifecycle:
                     job.flags |= F_BCAST_WILLQUEUE
             self.reschedule(job)
         to_queue.sort(key=lambda j: j.ctime)
-        for job in to_queue:
-            if job.retry == 0 and job.flags & F_DELIVERED:
-                continue  # AT_MOST_ONCE: delivered once (a damaged or foreign file says queued)
-            job.flags &= ~F_BCAST_QUEUED  # a restore, not a requeue: nobody is told, nothing counted
-            if ctx.enqueue_job(job, fresh=True):  # a RETRY 0 one too, this one time
-                queued += 1
-        return {"jobs": jobs, "queued": queued, "acked": acked, "expired": expired}
+        return {"jobs": jobs, "queued": 0, "acked": acked, "expired": expired}, to_queue
 
     # -- commands ---------------------------------------------------------------------
-    def cmd_deljob(self, client: int, argv: list[bytes]) -> Any:
+    def cmd_deljob(self, client: int, argv: list[bytes]) -> int | Error:
         ids = argv[1:]
         bad = check_job_ids(ids)
         if bad:
@@ -230,14 +307,14 @@ class Lifecycle:
         delete_job = self.delete_job
         return self._store.count_done(ids, lambda job: delete_job(job) or True)
 
-    def cmd_show(self, client: int, argv: list[bytes]) -> Any:
+    def cmd_show(self, client: int, argv: list[bytes]) -> list[object] | Error | None:
         bad = check_job_ids(argv[1:2])
         if bad:
             return bad
         job = self._store.get(argv[1])
         return None if job is None else self.job_info(job)
 
-    def cmd_jscan(self, client: int, argv: list[bytes]) -> Any:
+    def cmd_jscan(self, client: int, argv: list[bytes]) -> list[object] | Error:
         args = parse_jscan(argv)
         if isinstance(args, Error):
             return args
@@ -252,14 +329,14 @@ class Lifecycle:
 
         store = self._store
         cursor, found = scan(store.scan_from(args.cursor), store.cursor_of, args.count, args.busyloop, match)
-        items: list[Any]
+        items: list[object]
         if args.reply_all:
             items = [self.job_info(j) for j in found]
         else:
             items = [Status(j.id) for j in found]
         return [str(cursor).encode(), items]
 
-    def job_info(self, job: Job) -> list:
+    def job_info(self, job: Job) -> list[object]:
         now = self.ctx.now
         ttl = max(0, (job.etime - now) // 1000)
         requeue_at = job.requeue_at  # 0 for an acked job

@@ -51,22 +51,22 @@ A level goes down only once ``used`` is ``HYSTERESIS`` percentage points
 below its threshold, so a node hovering at one does not flap (and log) at
 every measure. ``set_limit`` (CONFIG SET maxmemory) re-levels at once.
 
-Called by ``Node`` (composition; its command table is swapped while the level
-is 3, so a command pays nothing for the check) and by the shell
-(``server/dispatch.py``), which measures, logs each crossing and calls
-``free`` while the level is 2 or more.
+Receives ``Lifecycle`` (deletion, the tombstones counted) and ``Acks`` (a GC attempt), and
+from ``Node`` the one call it makes upward, ``on_level`` (a crossing of level 3: ``Node``
+swaps its command table, so a command pays nothing for the check); called by the shell
+(``server/dispatch.py``), which measures, logs each crossing and calls ``free`` while the
+level is 2 or more.
 """
 
 from __future__ import annotations
 
-from typing import Callable, Final, TYPE_CHECKING, final
+from typing import Callable, Final, final
 
+from .acks import Acks
+from .context import Context
 from .job import ACKED, F_DELIVERED
+from .lifecycle import Lifecycle
 from .replies import Error
-from .store import SHARDS
-
-if TYPE_CHECKING:
-    from .context import Context
 
 __all__ = [
     "Memory",
@@ -117,17 +117,19 @@ def level_of(used: int, limit: int, current: int = 0) -> int:
 class Memory:
     """The node's memory level and what it lets go. See the module docstring."""
 
-    def __init__(self, ctx: "Context", extra_items: Callable[[], int] = lambda: 0) -> None:
+    def __init__(self, ctx: Context, lifecycle: Lifecycle, acks: Acks, on_level: Callable[[int], None]) -> None:
         self.ctx = ctx
+        self._lifecycle = lifecycle
+        self._acks = acks
         self._store = ctx.store
         self._queues = ctx.queues
-        self._extra_items = extra_items  # tombstones (acks)
+        self._tombstones = lifecycle.tombstones
         self._limit = 1024**3
         self.frees = True  # maxmemory-policy acks; noeviction: nothing is let go
         self.used = 0
         self.rss = 0
         self.level = 0
-        self.on_level: Callable[[int], None] = lambda level: None  # Node swaps its commands
+        self._on_level = on_level  # the level crossed 3 either way: Node swaps its commands
         self._down_at, self._up_at = self._bounds(0)  # used in [down_at, up_at): level unchanged
         self._free_cursor = 0
         self.freed_jobs = 0
@@ -141,7 +143,7 @@ class Memory:
         return (
             len(store) * JOB_OVERHEAD + store.item_bytes
             + len(self._queues) * (QUEUE_OVERHEAD + 16)
-            + self._extra_items() * TOMBSTONE_OVERHEAD
+            + len(self._tombstones) * TOMBSTONE_OVERHEAD
         )  # fmt: skip
 
     def update(self, now: int, rss: int | None = None) -> tuple[int, int] | None:
@@ -179,7 +181,7 @@ class Memory:
         self.level = new
         self.ctx.memory_level = new
         if (old >= 3) != (new >= 3):
-            self.on_level(new)
+            self._on_level(new)
         return old, new
 
     def _bounds(self, level: int) -> tuple[int, int]:
@@ -206,7 +208,6 @@ class Memory:
         at per call, where the last call stopped. Returns the jobs deleted here."""
         if self.level < 2 or not self.frees:
             return 0
-        ctx = self.ctx
         store = self._store
         freed = 0
         seen = 0
@@ -222,13 +223,13 @@ class Memory:
                 if job.next_at - now > GC_SOONER_MS:  # an acked job's next_at: its next GC attempt
                     self.gc_attempts += 1
                     before = len(store)
-                    ctx.gc_due(job)
+                    self._acks.try_gc(job)
                     if len(store) < before:
                         freed += 1
             elif job.retry == 0 and job.flags & F_DELIVERED and job.queue is not None:
                 # Delivered at most once: it is never queued again, only waits for its ACK or
                 # TTL. Disque lets it go under memory pressure too.
-                ctx.delete_job(job)
+                self._lifecycle.delete_job(job)
                 freed += 1
         self._free_cursor = cursor
         self.freed_jobs += freed

@@ -24,30 +24,73 @@ wall_offset`` (the shell measures the offset once), used only for job
 ``ctime``.
 
 Node decides nothing about jobs itself: it routes each command and message to
-the machine that owns it, lets them share one ``Context`` (``context.py``)
-and runs each one's timers. Each machine declares the commands it answers in
-its module's ``COMMANDS`` (``commandspec.py``); ``Node`` binds them into its
-table once, at construction. Which file decides what:
+the machine that owns it, and each job's wake-up to the machine its state names,
+runs each machine's timers, and takes the earliest of their wake-ups. Each machine
+declares the commands it answers in its module's ``COMMANDS`` (``commandspec.py``);
+``Node`` binds them into its table once, at construction. Which file decides what:
 
 =================  ============================================================
-``lifecycle.py``   the job table's schedule (ONE_TIMER), expiry, deletion;
+``lifecycle.py``   the job table's schedule (ONE_TIMER), deletion, tombstones
+                   and the DEDUP window (what is remembered of deleted jobs);
                    DELJOB, SHOW, JSCAN
+``leases.py``      push leases: where a newly queued job goes instead, and the
+                   jobs leaving in this input's YOURJOBS
 ``requeue.py``     queueing, RETRY requeues, WILLQUEUE/QUEUED/WORKING/ENQUEUE;
                    ENQUEUE, DEQUEUE, WORKING
+``replication.py`` a new job and its copies (REPLJOB/GOTJOB, NOREPL)
+``acks.py``        ACK_ONCE, ack GC (SETACK/GOTACK/DELJOB), dummy acks;
+                   ACKJOB, FASTACK
 ``delivery.py``    NACK (DELAY, REASON, DEAD), BACKOFF, MAXDELIVER, dead letters;
                    NACKED/DELIVERED
-``dedup.py``       ADDJOB's DEDUP keys, their window; HASJOB/HAVEJOB
-``acks.py``        ACK_ONCE, ack GC (SETACK/GOTACK/DELJOB), dummy acks,
-                   tombstones; ACKJOB, FASTACK
-``replication.py`` ADDJOB and its copies (REPLJOB/GOTJOB, NOREPL)
-``federation.py``  NEEDJOBS/YOURJOBS, push leases, imports
+``federation.py``  NEEDJOBS/YOURJOBS, imports
 ``blocking.py``    GETJOB, blocked clients and their timeouts, delivery,
                    queue eviction; QLEN, QPEEK, QSTAT, QSCAN, PAUSE
-``messages.py``    the bus messages' types and their checks
+``dedup.py``       ADDJOB (parsed, its DEDUP key, then ``Replication.add``);
+                   HASJOB/HAVEJOB
 ``memory.py``      the maxmemory level: external replication, what is let
                    go, the commands refused at 100 %
+``messages.py``    the bus messages' types and their checks
 ``invariants.py``  the named invariants, as one check (tests, simulations)
 =================  ============================================================
+
+Who calls whom
+--------------
+The machines share one ``Context`` (``context.py``: state, outbox, two shared tables),
+and each receives, as typed constructor arguments, the machines it calls. ``Node`` builds
+them in this order, so a machine only ever calls one built before it, and no module
+imports one that imports it back (``tests/test_contracts.py``)::
+
+    Lifecycle(ctx)                                          calls none
+    Leases(ctx)                                             calls none
+    Requeue(ctx, lifecycle, leases)
+    Replication(ctx, lifecycle, requeue)
+    Acks(ctx, lifecycle, requeue, replication)
+    Delivery(ctx, lifecycle, requeue, replication, acks)
+    Federation(ctx, lifecycle, leases, requeue)
+    Blocking(ctx, requeue, federation, delivery)
+    Dedup(ctx, lifecycle, replication)                     ADDJOB comes in here
+    Memory(ctx, lifecycle, acks, on_level=Node's)          the shell calls it
+
+What would have to call upward is routed by ``Node`` instead, or told by the
+lower machine's return value:
+
+* a job's wake-up (``_run_due``): past its TTL, ``Lifecycle.expire``; acked,
+  ``Acks.try_gc``; active or queued, ``Requeue.requeue_due``, and when that says
+  the RETRY of a job with a delivery policy ended, ``Delivery.retry_ended``;
+* a GOTJOB (``_on_gotjob``): ``Replication.on_gotjob``, which hands back a dead
+  letter not waiting for its copies, for ``Delivery.copied``;
+* the end of every input: ``Blocking.serve_ready`` (queues the machines below it
+  marked ``ctx.ready``) and ``Leases.flush`` (the YOURJOBS of this input);
+* a restart's queued jobs (``restore_finish``): ``Lifecycle.restore_finish``
+  returns them, ``Requeue.enqueue_restored`` queues them;
+* a job deleted while its copies are made answers its ADDJOB client from
+  ``Lifecycle.delete_job``, through the table ``Replication`` keeps in the context.
+
+ADDJOB, top to bottom: ``Dedup.cmd_addjob`` (parse; a DEDUP key looked up: a hit,
+or a wait for the other nodes' answers) -> ``Replication.add`` (checks, the job,
+its copies) -> ``Requeue.enqueue_job`` (queued, or pushed: ``Leases``) ->
+``Lifecycle.reschedule``; its client is answered now, or when its copies are made
+(``Replication.achieved``).
 
 On a single node the cluster view is empty (``cluster_size`` 1) and every
 ack is collected at once.
@@ -59,9 +102,9 @@ from typing import Any, Callable, Final, final
 
 from . import acks as acks_mod
 from . import blocking as blocking_mod
+from . import dedup as dedup_mod
 from . import delivery as delivery_mod
 from . import lifecycle as lifecycle_mod
-from . import replication as replication_mod
 from . import requeue as requeue_mod
 from .acks import Acks
 from .blocking import Blocking
@@ -69,27 +112,32 @@ from .commandspec import ALWAYS, CommandSpec, bind, check_unique
 from .context import Context
 from .dedup import Dedup
 from .delivery import Delivery
-from .effects import BLOCKED
+from .effects import BLOCKED, Reply, Send
 from .federation import Federation
+from .job import ACKED, WAIT_REPL
+from .leases import Leases
 from .lifecycle import Lifecycle
 from .memory import Memory
-from .messages import receivers
+from .messages import GotJob, receivers
 from .replication import Replication
 from .replies import Error, err
-from .store import J_DEL
 from .requeue import Requeue
+from .store import J_DEL
 
 __all__ = ["Node", "BLOCKED", "CORE_COMMANDS", "OOM_COMMANDS"]
 
 QUEUE_GC_PERIOD_MS: Final = 1000  # queue eviction and lease expiry run this often
+SCHEDULE_BATCH: Final = 10_000  # job wake-ups run per tick at most
 
-Handler = Callable[[int, list], Any]
+#: A command's handler: (client, argv) -> its reply (any value the shell's encoder takes) or
+#: BLOCKED.
+Handler = Callable[[int, list[bytes]], object]
 
 #: The Node attribute holding the machine that answers each module's ``COMMANDS``; the
 #: node itself answers its own (HELLO). One declaration per command (commandspec.py):
 #: the dispatch table, the -OOM refusals, COMMAND's reply and the ACL rights derive from it.
 _OWNERS: Final[tuple[tuple[str | None, tuple[CommandSpec, ...]], ...]] = (
-    ("replication", replication_mod.COMMANDS),
+    ("dedup", dedup_mod.COMMANDS),
     ("blocking", blocking_mod.COMMANDS),
     ("acks", acks_mod.COMMANDS),
     ("lifecycle", lifecycle_mod.COMMANDS),
@@ -103,127 +151,18 @@ CORE_COMMANDS: Final[tuple[CommandSpec, ...]] = check_unique(spec for _, specs i
 OOM_COMMANDS: Final[frozenset[bytes]] = frozenset(spec.name for spec in CORE_COMMANDS if "denyoom" in spec.flags)
 
 
-def _method_of(owner: Any) -> Callable[[str], Any]:
+def _method_of(owner: object) -> Callable[[str], Handler]:
     """``bind``'s lookup for one machine: its method by name."""
 
-    def lookup(name: str) -> Any:
-        return getattr(owner, name)
+    def lookup(name: str) -> Handler:
+        handler: Handler = getattr(owner, name)
+        return handler
 
     return lookup
 
 
 @final
 class Node:
-    # The context's fields the shell reads and sets, as properties written out one by one (a
-    # compiled class takes no property made by a helper at class level).
-    @property
-    def now(self) -> Any:
-        """Monotonic ms of the current input."""
-        return self.ctx.now
-
-    @now.setter
-    def now(self, value: Any) -> None:
-        self.ctx.now = value
-
-    @property
-    def wall_offset(self) -> Any:
-        """Wall-clock ms minus monotonic ms."""
-        return self.ctx.wall_offset
-
-    @wall_offset.setter
-    def wall_offset(self, value: Any) -> None:
-        self.ctx.wall_offset = value
-
-    @property
-    def address(self) -> Any:
-        """(ip, port) for HELLO."""
-        return self.ctx.address
-
-    @address.setter
-    def address(self, value: Any) -> None:
-        self.ctx.address = value
-
-    @property
-    def store(self) -> Any:
-        """The job table and its schedule (``store.JobStore``)."""
-        return self.ctx.store
-
-    @store.setter
-    def store(self, value: Any) -> None:
-        self.ctx.store = value
-
-    @property
-    def queues(self) -> Any:
-        """Queues by name."""
-        return self.ctx.queues
-
-    @queues.setter
-    def queues(self, value: Any) -> None:
-        self.ctx.queues = value
-
-    @property
-    def stats(self) -> Any:
-        """Counters for INFO."""
-        return self.ctx.stats
-
-    @stats.setter
-    def stats(self, value: Any) -> None:
-        self.ctx.stats = value
-
-    @property
-    def cluster_size(self) -> Any:
-        """Nodes in the cluster (membership layer)."""
-        return self.ctx.cluster_size
-
-    @cluster_size.setter
-    def cluster_size(self, value: Any) -> None:
-        self.ctx.cluster_size = value
-
-    @property
-    def reachable(self) -> Any:
-        """Other nodes we can talk to now (membership layer)."""
-        return self.ctx.reachable
-
-    @reachable.setter
-    def reachable(self, value: Any) -> None:
-        self.ctx.reachable = value
-
-    @property
-    def backlogged(self) -> Any:
-        """Nodes whose link holds unsent output (shell, before each tick)."""
-        return self.ctx.backlogged
-
-    @backlogged.setter
-    def backlogged(self, value: Any) -> None:
-        self.ctx.backlogged = value
-
-    @property
-    def known_nodes(self) -> Any:
-        """Every node in the table, this one included (membership layer)."""
-        return self.ctx.known_nodes
-
-    @known_nodes.setter
-    def known_nodes(self, value: Any) -> None:
-        self.ctx.known_nodes = value
-
-    @property
-    def live_nodes(self) -> Any:
-        """Other nodes not failing, linked or not (membership layer)."""
-        return self.ctx.live_nodes
-
-    @live_nodes.setter
-    def live_nodes(self, value: Any) -> None:
-        self.ctx.live_nodes = value
-
-    @property
-    def leaving(self) -> Any:
-        """This node is leaving the cluster (membership layer)."""
-        return self.ctx.leaving
-
-    @leaving.setter
-    def leaving(self, value: Any) -> None:
-        self.ctx.leaving = value
-
     def __init__(
         self,
         node_id: str,
@@ -233,58 +172,40 @@ class Node:
         wall_offset: int = 0,
         address: tuple[str, int] = ("127.0.0.1", 7711),
     ) -> None:
+        # What the machines share; the shell reads and sets the clock and the cluster view on it
+        # (node.ctx.now, .reachable, .cluster_size ...).
         ctx = self.ctx = Context(node_id, seed, now, wall_offset, address)
         self.id = node_id  # read-only outside: set_id changes it (here and in the context)
+        self.store = ctx.store  # the job table and its schedule (never rebound)
+        self.queues = ctx.queues  # queues by name (never rebound)
+        self.stats = ctx.stats  # counters for INFO (never rebound)
         # (id, ip, port, priority) for HELLO; None = just myself.
         self.hello_nodes: list[tuple[str, str, int, int]] | None = None
         self.bus_stats = ctx.bus_stats  # {"messages_malformed": n}
+        # The machines, lowest first: each is handed the ones it calls, all built before it (the
+        # module docstring draws the order).
         self.lifecycle = lifecycle = Lifecycle(ctx)
-        self.requeue = requeue = Requeue(ctx)
-        self.acks = acks = Acks(ctx)
-        self.blocking = blocking = Blocking(ctx)
-        self.federation = federation = Federation(ctx)
-        self.replication = replication = Replication(ctx)
-        self.delivery = delivery = Delivery(ctx)
-        self.dedup = dedup = Dedup(ctx)
+        self.leases = leases = Leases(ctx)
+        self.requeue = requeue = Requeue(ctx, lifecycle, leases)
+        self.replication = replication = Replication(ctx, lifecycle, requeue)
+        self.acks = acks = Acks(ctx, lifecycle, requeue, replication)
+        self.delivery = delivery = Delivery(ctx, lifecycle, requeue, replication, acks)
+        self.federation = federation = Federation(ctx, lifecycle, leases, requeue)
+        self.blocking = blocking = Blocking(ctx, requeue, federation, delivery)
+        self.dedup = dedup = Dedup(ctx, lifecycle, replication)
+        # The memory level (memory.py); while it is 3 ``commands`` is a copy that refuses
+        # OOM_COMMANDS, so no command pays for the check.
+        self.memory = Memory(ctx, lifecycle, acks, self._memory_level_changed)
         self._dedup_queries = dedup.queries  # never rebound: tested on every pass (tick, next_wakeup)
-        # What the machines lend each other (see context.py).
-        ctx.reschedule = lifecycle.reschedule
-        ctx.delete_job = lifecycle.delete_job
-        ctx.enqueue_job = requeue.enqueue_job
-        ctx.dequeue_job = requeue.dequeue_job
-        ctx.requeue_due = requeue.requeue_due
-        ctx.acknowledge = acks.acknowledge
-        ctx.gc_due = acks.try_gc
-        ctx.bury = acks.bury
-        ctx.is_buried = acks.is_buried
-        ctx.replication_achieved = replication.achieved
-        ctx.replication_failed = replication.failed
-        ctx.replication_dropped = replication.dropped
-        ctx.replicate_job = replication.replicate_job
-        ctx.delivered = delivery.delivered
-        ctx.timed_out = delivery.timed_out
-        ctx.dead_letter_copied = delivery.copied
-        ctx.replication_add = lambda client, req, job_id: replication.cmd_addjob(client, None, req, job_id)
-        ctx.dedup_addjob = dedup.addjob
-        ctx.dedup_merge = dedup.merge
-        ctx.dedup_gone = dedup.is_gone
-        ctx.dedup_deleted = dedup.deleted
-        ctx.dedup_remember = dedup.remember
-        ctx.fetch = blocking.fetch
-        ctx.need_jobs = federation.need_jobs
-        ctx.renew_on_take = federation.renew_on_take
-        ctx.push_if_wanted = federation.push_if_wanted
-        # Bound once: the end of every input checks these.
+        # Never rebound: the end of every input checks these.
         self._ready = ctx.ready
-        self._serve_ready = blocking.serve_ready
-        self._outgoing = federation.outgoing
-        self._flush_outgoing = federation.flush
+        self._outgoing = leases.outgoing
         self._next_gc = now + QUEUE_GC_PERIOD_MS
         # kind -> receiver (messages.receivers): checks a peer's message, builds it and calls the
         # handler of the machine that owns the kind, in one call.
         self._receivers = receivers({
             "REPLJOB": replication.on_repljob,
-            "GOTJOB": replication.on_gotjob,
+            "GOTJOB": self._on_gotjob,
             "ENQUEUE": requeue.on_enqueue,
             "QUEUED": requeue.on_queued,
             "WORKING": requeue.on_working,
@@ -300,13 +221,9 @@ class Node:
             "HASJOB": dedup.on_hasjob,
             "HAVEJOB": dedup.on_havejob,
         })  # fmt: skip
-        # The memory level (memory.py); while it is 3 ``commands`` is a copy that refuses
-        # OOM_COMMANDS, so no command pays for the check.
-        self.memory = memory = Memory(ctx, lambda: len(acks.tombstones))
-        memory.on_level = self._memory_level_changed
         self.commands: dict[bytes, tuple[Handler, int]] = {}
         for attr, specs in _OWNERS:
-            owner: Any = self if attr is None else getattr(self, attr)
+            owner: object = self if attr is None else getattr(self, attr)
             self.commands.update(bind(specs, _method_of(owner)))
         self._commands_ok = self.commands
         self._oom = False
@@ -332,7 +249,7 @@ class Node:
         if self._oom:
             memory = self.memory
 
-            def refuse(client: int, argv: list[bytes]) -> Any:
+            def refuse(client: int, argv: list[bytes]) -> Error:
                 memory.refused += 1
                 return memory.oom_error()
 
@@ -350,14 +267,23 @@ class Node:
         self.ctx.journal = journal
         self.ctx.store.journal = journal
 
+    def restore_finish(self, enqueue_once: bool) -> dict[str, int]:
+        """The AOF loaded (``persistence/loader.py``): every job gets its wake-up
+        (``Lifecycle.restore_finish``), and with ``enqueue_once`` the ones written as queued
+        are queued again now, in their order (``Requeue.enqueue_restored``). Counts by outcome."""
+        counts, to_queue = self.lifecycle.restore_finish(enqueue_once)
+        if to_queue:
+            counts["queued"] = self.requeue.enqueue_restored(to_queue)
+        return counts
+
     # =====================================================================
     # Inputs
     # =====================================================================
-    def execute(self, client: int, argv: list[bytes], now: int) -> Any:
+    def execute(self, client: int, argv: list[bytes], now: int) -> object:
         """Run one client command; returns its reply or ``BLOCKED``."""
         return self.execute_named(client, argv[0].lower(), argv, now)
 
-    def execute_named(self, client: int, name: bytes, argv: list[bytes], now: int) -> Any:
+    def execute_named(self, client: int, name: bytes, argv: list[bytes], now: int) -> object:
         """:meth:`execute` for a caller that has lowered the command's name already (the shell's
         dispatcher, once per command)."""
         self.ctx.now = now
@@ -370,9 +296,9 @@ class Node:
             return err("wrong number of arguments for '%s' command" % name.decode())
         reply = handler(client, argv)
         if self._ready:
-            self._serve_ready()
+            self.blocking.serve_ready()
         if self._outgoing:
-            self._flush_outgoing()
+            self.leases.flush()
         return reply
 
     def receive_data(self, sender: Any, kind: Any, body: Any, now: int) -> None:
@@ -391,16 +317,23 @@ class Node:
             self.bus_stats["messages_malformed"] += 1
             return
         if self._ready:
-            self._serve_ready()
+            self.blocking.serve_ready()
         if self._outgoing:
-            self._flush_outgoing()
+            self.leases.flush()
+
+    def _on_gotjob(self, sender: str, m: GotJob) -> None:
+        """GOTJOB: a copy confirmed (``Replication.on_gotjob``); one of a dead letter made here
+        (handed back) counts for ``Delivery.copied``."""
+        dead_letter = self.replication.on_gotjob(sender, m)
+        if dead_letter is not None:
+            self.delivery.copied(dead_letter, sender)
 
     def on_moves_unsent(self, peer: str, message: tuple, now: int) -> None:
         """A YOURJOBS to ``peer`` never reached the socket (see ``Federation.on_moves_unsent``)."""
         self.ctx.now = now
         self.federation.on_moves_unsent(peer, message, now)
         if self._outgoing:
-            self._flush_outgoing()  # pushed on to another node at once, as after any input
+            self.leases.flush()  # pushed on to another node at once, as after any input
 
     def tick(self, now: int) -> None:
         """Run everything that is due at ``now``."""
@@ -409,29 +342,53 @@ class Node:
         replication = self.replication
         if replication.timers:
             replication.tick(now)
-        self.lifecycle.run_due(now)
+        self._run_due(now)
         if self._dedup_queries:  # ADDJOB DEDUPs waiting for the other nodes (dedup.py)
             self.dedup.tick(now)
         blocking = self.blocking
         blocking.tick(now)
-        self.acks.tick(now)
+        lifecycle = self.lifecycle
+        lifecycle.forget_buried(now)
         if now >= self._next_gc:
             blocking.gc_queues()
-            if self.dedup.gone:
-                self.dedup.forget(now)  # DEDUP IDs whose window ended (looked up with their end)
-            if self.federation.leases:
-                self.federation.gc_leases()
+            if lifecycle.gone:
+                lifecycle.forget_gone(now)  # DEDUP IDs whose window ended (looked up with their end)
+            leases = self.leases
+            if leases.by_queue:
+                leases.gc_leases()
             if self.delivery.pending:  # dead letters made here still short of their copies
                 self.delivery.retry_copies(now)
             self._next_gc = now + QUEUE_GC_PERIOD_MS
         if blocking.blocked and ctx.cluster_size > 1:
             self.federation.tick(blocking.waited)
         if self._ready:
-            self._serve_ready()
+            blocking.serve_ready()
         if self._outgoing:
-            self._flush_outgoing()
+            self.leases.flush()
         if ctx.lazy_at and now >= ctx.lazy_at:
             ctx.flush_lazy()
+
+    def _run_due(self, now: int) -> None:
+        """The job wake-ups due at ``now`` (at most SCHEDULE_BATCH), earliest first, each to the
+        machine its state names: past its TTL, ``Lifecycle.expire``; acked, a GC attempt
+        (``Acks.try_gc``, which may delete it); active or queued, ``Requeue.requeue_due``
+        (WILLQUEUE, requeue, or a new RETRY period), and the end of the RETRY of a job with a
+        delivery policy goes on to ``Delivery.retry_ended``. Then its next wake-up."""
+        store = self.store
+        lifecycle = self.lifecycle
+        for job in store.pop_due(now, SCHEDULE_BATCH):
+            if job.etime <= now:
+                lifecycle.expire(job)
+                continue
+            state = job.state
+            if state == ACKED:
+                self.acks.try_gc(job)
+                if store.get(job.id) is not job:
+                    continue  # collected
+            elif state != WAIT_REPL:
+                if self.requeue.requeue_due(job):
+                    self.delivery.retry_ended(job)
+            lifecycle.reschedule(job)
 
     def client_closed(self, client: int) -> None:
         self.blocking.client_closed(client)
@@ -439,7 +396,7 @@ class Node:
         if self.dedup.queries:
             self.dedup.client_closed(client)
 
-    def take_effects(self) -> list[Any]:
+    def take_effects(self) -> list[Reply | Send]:
         effects = self.ctx.effects
         if effects:
             self.ctx.effects = []
@@ -455,7 +412,7 @@ class Node:
         at = blocking.next_wakeup()
         if at is not None and (best is None or at < best):
             best = at
-        if ctx.queues or self.federation.leases or self.dedup.gone:
+        if ctx.queues or self.leases.by_queue or self.lifecycle.gone:
             at = self._next_gc
             if best is None or at < best:
                 best = at
@@ -482,11 +439,11 @@ class Node:
     # =====================================================================
     @property
     def blocked_clients(self) -> int:
-        return len(self.blocking.blocked) + len(self.replication.client_jobs) + len(self.dedup._client_queries)
+        return len(self.blocking.blocked) + len(self.ctx.repl_client_jobs) + len(self.dedup.client_queries)
 
     def is_blocked(self, client: int) -> bool:
-        return (client in self.blocking.blocked or client in self.replication.client_jobs
-                or client in self.dedup._client_queries)  # fmt: skip
+        return (client in self.blocking.blocked or client in self.ctx.repl_client_jobs
+                or client in self.dedup.client_queries)  # fmt: skip
 
     def flushall(self) -> None:
         """DEBUG FLUSHALL: forget every job and queue; waiters get a timeout reply."""
@@ -500,15 +457,15 @@ class Node:
         ctx.store.clear()
         ctx.queues.clear()
         self.blocking.clear()
-        self.acks.clear()
+        self.lifecycle.flushall()
 
-    def info_fields(self) -> dict[str, dict[str, Any]]:
+    def info_fields(self) -> dict[str, dict[str, int]]:
         return {
             "jobs": {"registered_jobs": len(self.ctx.store)},
             "queues": {
                 "registered_queues": len(self.ctx.queues),
                 # (queue, peer) pairs this node may push jobs to (federation leases)
-                "push_leases": sum(map(len, self.federation.leases.values())),
+                "push_leases": sum(map(len, self.leases.by_queue.values())),
             },
         }
 
@@ -520,7 +477,7 @@ class Node:
         self.id = node_id
         self.ctx.set_id(node_id)
 
-    def cmd_hello(self, client: int, argv: list[bytes]) -> Any:
+    def cmd_hello(self, client: int, argv: list[bytes]) -> list[object]:
         ctx = self.ctx
         entries = self.hello_nodes
         if entries is None:

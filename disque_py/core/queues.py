@@ -50,15 +50,16 @@ from typing import Any, Final, Iterable, final
 from sortedcontainers import SortedKeyList
 
 from .job import Job
+from .statics import DEQUE
 
-_deque: Final = deque  # Final: a C static in compiled code (an imported name is a dict lookup per use)
 
-__all__ = ["Queue", "Waiter", "PAUSED_IN", "PAUSED_OUT", "PAUSED_ALL", "pause_name", "SMALL_QUEUE"]
+__all__ = ["Queue", "Waiter", "PAUSED_IN", "PAUSED_OUT", "PAUSED_ALL", "PAUSE_NAMES", "pause_name", "SMALL_QUEUE"]
 
 PAUSED_IN: Final = 1
 PAUSED_OUT: Final = 2
 PAUSED_ALL: Final = 3
-_PAUSE_NAMES: Final = ("none", "in", "out", "all")
+#: a queue's pause flags (``flags & PAUSED_ALL``) -> its name (PAUSE, QSTAT, the admin port)
+PAUSE_NAMES: Final = ("none", "in", "out", "all")
 
 IMPORT_RATE_WINDOW_MS: Final = 5000
 #: up to this many jobs a queue inserts out of order and removes from the middle in its deque;
@@ -69,7 +70,7 @@ _ctime_key = attrgetter("ctime")
 
 
 def pause_name(flags: int) -> str:
-    return _PAUSE_NAMES[flags & PAUSED_ALL]
+    return PAUSE_NAMES[flags & PAUSED_ALL]
 
 
 @final
@@ -147,7 +148,7 @@ class Queue:
     # -- jobs ---------------------------------------------------------------
     def add(self, job: Job) -> None:
         jobs: Any = self.jobs  # one of three containers (type() decides)
-        if type(jobs) is _deque:
+        if type(jobs) is DEQUE:
             if not jobs or job.ctime >= jobs[-1].ctime:
                 jobs.append(job)  # the common case: newest at the tail
             elif len(jobs) < SMALL_QUEUE:
@@ -155,7 +156,7 @@ class Queue:
             else:
                 self._sorted().add(job)
         elif type(jobs) is tuple:
-            self.jobs = _deque((job,))
+            self.jobs = DEQUE((job,))
         else:
             jobs.add(job)
         self.jobs_in += 1
@@ -173,7 +174,7 @@ class Queue:
 
     def remove(self, job: Job) -> None:
         jobs: Any = self.jobs  # one of three containers (type() decides)
-        if type(jobs) is _deque:
+        if type(jobs) is DEQUE:
             if jobs[0] is job:
                 jobs.popleft()
             elif len(jobs) <= SMALL_QUEUE:
@@ -189,7 +190,7 @@ class Queue:
         if not jobs:
             return None
         self.jobs_out += 1
-        return jobs.popleft() if type(jobs) is deque else jobs.pop(0)
+        return jobs.popleft() if type(jobs) is DEQUE else jobs.pop(0)
 
     def peek(self, count: int) -> Iterable[Job]:
         """The ``count`` oldest jobs, oldest first; ``count`` < 0: the ``-count`` newest, newest

@@ -1,11 +1,13 @@
-"""Replication: ADDJOB, and a new job's copies on other nodes (REPLJOB/GOTJOB).
+"""Replication: a new job and its copies on other nodes (ADDJOB's work, REPLJOB/GOTJOB).
 
 Theory of operation
 -------------------
-ADDJOB (``cmd_addjob``) creates the job. With REPLICATE > 1, or on a leaving
-node or one at memory level 1 or more (``ctx.memory_level``, ``memory.py``),
-which replicate *externally* (REPLICATE copies, none local) and ignore
-REPLJOB:
+ADDJOB comes in through ``dedup.py`` (``Dedup.cmd_addjob``: parsed once, and its DEDUP key
+looked up if it has one), which hands the parsed request here: ``add`` checks it against
+the cluster (REPLICATE, MAXLEN, a paused queue), makes the job and its copies, and answers.
+With REPLICATE > 1, or on a leaving node or one at memory level 1 or more
+(``ctx.memory_level``, ``memory.py``), which replicate *externally* (REPLICATE copies, none
+local) and ignore REPLJOB:
 
 * The job is created in ``wait-repl`` (synchronous) and REPLJOB goes to
   REPLICATE-1 reachable nodes picked at random (REPLICATE of them, none
@@ -26,37 +28,40 @@ REPLJOB:
   nodes picked for a new job are taken among the others first. If the ADDJOB
   timeout expires (or the client goes away) the job is deleted here and
   DELJOB goes, best effort, to every node that may have a copy (``failed``).
-  A wait-repl job deleted otherwise (its TTL, a DELJOB) answers its client
-  NOREPL (``dropped``, from ``Lifecycle.delete_job``).
+  A wait-repl job deleted otherwise (its TTL, a DELJOB, a FASTACK) answers its
+  client NOREPL from ``Lifecycle.delete_job``, which finds the client in the
+  table this machine keeps in the context (``ctx.repl_clients``).
 * ASYNC: the client gets the ID at once, REPLJOB asks for no GOTJOB.
+* Copies of a DEDUP job made on two nodes at once meet here (``on_repljob``) and
+  merge into one job (``_merge_dedup``, see ``dedup.py``).
 
 The ADDJOB clients waiting for copies and the add-a-node / timeout timers
-are this module's; ``Node`` asks ``next_wakeup`` and calls ``tick``. Called by
-``Node`` (ADDJOB, REPLJOB, GOTJOB, ticks, a client gone) and through the
-context (``replication_achieved`` from a SETACK for a wait-repl job,
-``replication_failed`` from a DELJOB, ``replication_dropped``).
+are this module's; ``Node`` asks ``next_wakeup`` and calls ``tick``. Receives
+``Lifecycle`` (the schedule, deletion, the DEDUP window) and ``Requeue`` (queueing
+a job whose copies are made); called by ``Node`` (REPLJOB, GOTJOB, ticks, a client
+gone), ``Dedup`` (``add``), ``Acks`` (``achieved`` from a SETACK for a wait-repl
+job, ``failed`` from a DELJOB) and ``Delivery`` (``replicate_job``, a dead
+letter's copies). A GOTJOB for a job not waiting for its copies is handed back to
+``Node`` (``on_gotjob`` returns it): a dead letter's copies are ``delivery.py``'s.
 """
 
 from __future__ import annotations
 
 import heapq
-from typing import Any, Final, final
+from typing import Final, final
 
-from .commands import RETRY0_NEEDS_REPLICATE1, parse_addjob
-from .commandspec import QUEUE, CommandSpec
+from .commands import RETRY0_NEEDS_REPLICATE1, AddJob
 from .context import Context
 from .effects import BLOCKED, Reply, Send
-from .job import ACKED, ACTIVE, F_BCAST_QUEUED, F_BCAST_WILLQUEUE, F_YIELD, WAIT_REPL, Extra, Job, retry_deadline
-from .messages import GotJob, ReplJob, del_job, enqueue, got_job, repl_job, set_ack
+from .job import ACKED, ACTIVE, F_BCAST_QUEUED, F_BCAST_WILLQUEUE, F_YIELD, QUEUED, WAIT_REPL, Extra, Job, retry_deadline
+from .lifecycle import Lifecycle
+from .messages import GotJob, ReplJob, del_job, enqueue, got_job, queued, repl_job, set_ack
 from .queues import PAUSED_IN
-from .replies import Error, Status, err
+from .replies import Error, err
+from .requeue import Requeue, compare_ids_by_job
+from .statics import STATUS
 from .store import J_LOAD
 from .wire import job_from_wire, job_to_wire
-
-# Reply types of an interpreted module, held as Final (a C static in compiled code, where an
-# imported name is a dict lookup at every use): every ADDJOB tests and makes one.
-_Error: Final = Error
-_Status: Final = Status
 
 __all__ = ["Replication", "REPL_ADD_NODE_MS", "DEFAULT_REPLICATE_MAX"]
 
@@ -65,13 +70,8 @@ REPL_RESEND_MAX_MS: Final = 1000
 DEFAULT_REPLICATE_MAX: Final = 3
 _TIMEOUT: Final = 1  # timer kind: the ADDJOB timeout (any other kind: add a node)
 
-#: The commands this machine answers (commandspec.py; Node dispatches them).
-COMMANDS: Final = (
-    CommandSpec(b"addjob", "cmd_addjob", -4, ("write", "denyoom", "fast"), ("produce",), QUEUE),
-)
 
-
-def _not_enough_nodes(replicate: int, others: int, extrepl: Any, leaving: bool) -> Error:
+def _not_enough_nodes(replicate: int, others: int, extrepl: bool, leaving: bool) -> Error:
     """NOREPL for a REPLICATE that cannot be honoured: Disque's text, then the numbers.
 
     ``others``: the other nodes reachable now. This node counts as one more unless it
@@ -97,12 +97,15 @@ def _repl_timeout(job: Job) -> Error:
 
 @final
 class Replication:
-    def __init__(self, ctx: Context) -> None:
+    def __init__(self, ctx: Context, lifecycle: Lifecycle, requeue: Requeue) -> None:
         self.ctx = ctx
+        self._lifecycle = lifecycle
+        self._requeue = requeue
         self._store = ctx.store
-        # job id -> client waiting for synchronous replication, and back
-        self.clients: dict[bytes, int] = {}
-        self.client_jobs: dict[int, bytes] = {}
+        # job id -> client waiting for synchronous replication, and back (the context's: a job
+        # deleted meanwhile answers its client from Lifecycle.delete_job)
+        self.clients = ctx.repl_clients
+        self.client_jobs = ctx.repl_client_jobs
         # (time, seq, kind, job id): kind 1 = ADDJOB timeout, otherwise add a node (kind = the
         # period waited for this timer: 0 the first time)
         self.timers: list[tuple[int, int, int, bytes]] = []
@@ -114,16 +117,10 @@ class Replication:
         heapq.heappush(self.timers, (at, self._seq, kind, job_id))
 
     # -- ADDJOB ------------------------------------------------------------------------
-    def cmd_addjob(self, client: int, argv: list[bytes] | None, req: Any = None, job_id: bytes | None = None) -> Any:
-        """ADDJOB: checks, the job, its copies; the reply, or BLOCKED while its copies are made.
-        ``dedup.py`` calls it again for a DEDUP job that is to be made (``ctx.replication_add``),
-        with the parsed ``req`` (a ``commands.AddJob``) and the ``job_id`` to give it."""
-        if req is None:
-            req = parse_addjob(argv)  # type: ignore[arg-type]
-            if isinstance(req, _Error):
-                return req
-            if req.extra is not None and req.extra[4] is not None:
-                return self.ctx.dedup_addjob(client, req)  # made here (job_id) unless it exists
+    def add(self, client: int, req: AddJob, job_id: bytes | None) -> object:
+        """ADDJOB's work once parsed (``Dedup.cmd_addjob``): checks, the job, its copies; the
+        reply (an ID or an error), or BLOCKED while its copies are made. ``job_id``: a DEDUP
+        job's (``ids.dedup_job_id``); None: a new one."""
         ctx = self.ctx
         replicate = req.replicate or min(DEFAULT_REPLICATE_MAX, ctx.cluster_size)
         if req.retry == 0 and replicate > 1:  # the default factor counts too, as in Disque
@@ -131,7 +128,7 @@ class Replication:
                 return RETRY0_NEEDS_REPLICATE1
             return Error("%s (REPLICATE is %d by default here)" % (RETRY0_NEEDS_REPLICATE1, replicate))
         # A leaving node, or one at memory level 1 or more (memory.py), keeps no copy.
-        extrepl = ctx.leaving or ctx.memory_level
+        extrepl = ctx.leaving or ctx.memory_level > 0
         additional = replicate if extrepl else replicate - 1
         available = max(len(ctx.reachable), ctx.live_nodes)
         if additional > available:
@@ -173,10 +170,10 @@ class Replication:
         discard_local = req.async_ and extrepl
         if not discard_local and not self._store.register(job):
             if job_id is not None:  # a DEDUP job made here meanwhile: that one
-                return _Status(job_id)
+                return STATUS(job_id)
             return err("Internal error creating the job, check server logs")  # 144 random bits colliding: a bug
         ctx.stats["jobs_added"] += 1
-        reply: Any
+        reply: object
         if (replicate > 1 or extrepl) and not req.async_:
             # Synchronous replication: the client waits for GOTJOB confirmations.
             job.confirmed = set() if extrepl else {ctx.id}
@@ -185,7 +182,7 @@ class Replication:
             self._timer(now + REPL_ADD_NODE_MS, 0, job.id)
             if req.timeout:
                 self._timer(now + req.timeout, _TIMEOUT, job.id)
-            ctx.reschedule(job)
+            self._lifecycle.reschedule(job)
             reply = BLOCKED
         else:
             if additional > 0:
@@ -195,12 +192,12 @@ class Replication:
                 additional = 0
             if req.delay == 0:
                 if not extrepl:
-                    ctx.enqueue_job(job, False, True)  # fresh: a RETRY 0 one is queued once too
+                    self._requeue.enqueue_job(job, False, True)  # fresh: a RETRY 0 one is queued once too
             else:
                 job.set_state(ACTIVE)
                 if not discard_local:
-                    ctx.reschedule(job)
-            reply = _Status(job.id)
+                    self._lifecycle.reschedule(job)
+            reply = STATUS(job.id)
         if additional > 0:
             self.replicate_job(job, additional, False)
         if discard_local:
@@ -279,7 +276,7 @@ class Replication:
         return None
 
     # -- outcomes ------------------------------------------------------------------------
-    def failed(self, job: Job, reply: Any, deleted_elsewhere: bool = False) -> None:
+    def failed(self, job: Job, reply: Error, deleted_elsewhere: bool = False) -> None:
         """Replication did not complete: tell the client, delete every copy. A DEDUP job is
         kept instead (``_keep``), unless ``deleted_elsewhere`` (a DELJOB: it was acknowledged
         with FASTACK or deleted on another node meanwhile, so it is done: deleted here too, its
@@ -289,7 +286,7 @@ class Replication:
         dedup = job.extra is not None and job.extra.dedup is not None and not deleted_elsewhere
         if client is not None:
             self.client_jobs.pop(client, None)
-            if dedup and isinstance(reply, Error):
+            if dedup:
                 reply = Error("%s; the DEDUP job is kept with the copies made (ADDJOB again with the "
                               "same key answers its ID)" % reply)  # fmt: skip
             ctx.effects.append(Reply(client, reply))
@@ -298,7 +295,7 @@ class Replication:
             return
         job.set_state(ACTIVE)  # no longer replicating: delete_job leaves its client alone
         ctx.send(job.delivered, del_job(bytes(job.id)))
-        ctx.delete_job(job)
+        self._lifecycle.delete_job(job)
 
     def _keep(self, job: Job) -> None:
         """A DEDUP job whose copies were not all made, or whose client left: kept and queued,
@@ -325,21 +322,11 @@ class Replication:
         if job.flags & F_YIELD:
             job.flags = (job.flags & ~F_YIELD) | F_BCAST_QUEUED | F_BCAST_WILLQUEUE
             job.next_at = retry_deadline(job, ctx.now, ctx.randbits) if job.retry else 0
-            ctx.reschedule(job)
+            self._lifecycle.reschedule(job)
         elif job.delay == 0:
-            ctx.enqueue_job(job, False, True)  # fresh: a RETRY 0 one is queued once too
+            self._requeue.enqueue_job(job, False, True)  # fresh: a RETRY 0 one is queued once too
         else:
-            ctx.reschedule(job)
-
-    def dropped(self, job: Job) -> None:
-        """A wait-repl job is being deleted here (its TTL ended, say): NOREPL for its client."""
-        client = self.clients.pop(job.id, None)
-        if client is not None:
-            ctx = self.ctx
-            self.client_jobs.pop(client, None)
-            ctx.effects.append(Reply(client, Error(
-                "NOREPL job removed (expired?) before the requested replication level was achieved")))
-            ctx.send(job.delivered, del_job(bytes(job.id)))
+            self._lifecycle.reschedule(job)
 
     def client_closed(self, client: int) -> None:
         job_id = self.client_jobs.pop(client, None)
@@ -352,9 +339,8 @@ class Replication:
                 self._keep(job)
                 return
             job.set_state(ACTIVE)  # no longer replicating: delete_job leaves its client alone
-            ctx = self.ctx
-            ctx.send(job.delivered, del_job(bytes(job.id)))
-            ctx.delete_job(job)
+            self.ctx.send(job.delivered, del_job(bytes(job.id)))
+            self._lifecycle.delete_job(job)
 
     def flushall(self) -> None:
         effects = self.ctx.effects
@@ -371,7 +357,7 @@ class Replication:
         client = self.clients.pop(job.id, None)
         if client is not None:
             self.client_jobs.pop(client, None)
-            ctx.effects.append(Reply(client, Status(job.id)))
+            ctx.effects.append(Reply(client, STATUS(job.id)))
         if ctx.id not in job.delivered:  # external replication: hand over and forget
             confirmed = sorted(job.confirmed or ())
             if confirmed:
@@ -409,8 +395,8 @@ class Replication:
             if extra is not None and extra.dedup is not None and existing.state != ACKED:
                 # made there too (its maker lists itself first): one of the two queues it, and
                 # every holder learns every other
-                ctx.dedup_merge(existing, sender, bool(job.delivered) and job.delivered[0] == sender, learned)
-        elif job.extra is not None and job.extra.dedup is not None and ctx.dedup_gone(job.id):
+                self._merge_dedup(existing, sender, bool(job.delivered) and job.delivered[0] == sender, learned)
+        elif job.extra is not None and job.extra.dedup is not None and self._lifecycle.remembers(job.id):
             # a DEDUP job done and forgotten here within its window: the sender's is a repeat
             ctx.send((sender,), set_ack(bytes(job.id), len(job.delivered)))
             return
@@ -425,18 +411,42 @@ class Replication:
             # else next_at stays 0 (job_from_wire): a RETRY 0 copy is never queued by a
             # timer; only a hand-over (ENQUEUE) or a move queues it, as a fresh one
             store.register(job)
-            ctx.reschedule(job)
+            self._lifecycle.reschedule(job)
         if not m.noreply:
             ctx.send((sender,), got_job(bytes(job.id)))
 
-    def on_gotjob(self, sender: str, m: GotJob) -> None:
+    def on_gotjob(self, sender: str, m: GotJob) -> Job | None:
+        """A copy confirmed. Returns a dead letter not waiting for its copies (one made by
+        ``delivery.py``, whose copies it counts: ``Node`` hands it on), else None."""
         job = self._store.get(m.job_id)
         if job is None:
-            return
+            return None
         if job.state != WAIT_REPL or job.confirmed is None:
             if job.extra is not None and job.extra.origin is not None:
-                self.ctx.dead_letter_copied(job, sender)  # a dead letter's copy (delivery.py)
-            return
+                return job  # a dead letter's copy (Delivery.copied)
+            return None
         job.confirmed.add(sender)
         if len(job.confirmed) >= job.repl:
             self.achieved(job)
+        return None
+
+    def _merge_dedup(self, job: Job, sender: str, made_there: bool, learned: bool) -> None:
+        """A copy of DEDUP ``job``, held here, arrived from ``sender`` (``dedup.py``). ``learned``:
+        its holders named some this node did not know: the union goes to every holder (REPLJOB,
+        no reply), so that each knows all (WILLQUEUE, QUEUED and SETACK reach them all: two
+        makers' copies become one job). ``made_there``: the sender made the job too (a maker
+        lists itself first): of the two, the winner of the per-job comparison keeps it queued."""
+        ctx = self.ctx
+        if learned:
+            me = ctx.id
+            ctx.send([n for n in job.delivered if n != sender and n != me], repl_job(job_to_wire(job, ctx.now), True))
+        if not made_there:
+            return
+        if compare_ids_by_job(sender, ctx.id, job.id) <= 0:
+            if job.state == QUEUED:
+                ctx.send((sender,), queued(bytes(job.id), 0))  # the sender yields (Requeue.on_queued)
+            return
+        if job.state == QUEUED:
+            self._requeue.dequeue_job(job)
+        elif job.state == WAIT_REPL:
+            job.flags |= F_YIELD  # not queued here when its copies are made

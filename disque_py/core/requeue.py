@@ -9,17 +9,22 @@ job delivered once; a copy queued here for the first time, ``fresh``, is not
 refused for its ``next_at``), starts the next RETRY period (``next_at``, from
 ``retry_deadline`` in ``job.py``), announces
 the requeue with QUEUED when it is one, and either pushes the job to a node
-holding a lease on its queue (``ctx.push_if_wanted``, ``federation.py``) or adds
-it to the queue and marks the queue ``ready`` for blocked consumers.
+holding a lease on its queue (``Leases.push_if_wanted``, ``leases.py``) or adds
+it to the queue and marks the queue ``ready`` for blocked consumers. ``fetch`` takes a
+queue's first job for delivery (GETJOB, ``blocking.py``) or for a move (a NEEDJOBS,
+``federation.py``).
 
 Every holder of a job runs the same timers (``requeue_due``, called by the
-job's wake-up in ``lifecycle.py``):
+job's wake-up, which ``Node`` routes here for an active or queued job):
 
 * 500 ms before requeueing (``WILLQUEUE_ADVANCE_MS``), a holder with other
   holders sends WILLQUEUE; a node that has the job queued answers with
   QUEUED, one that has it acked answers SETACK.
 * At ``next_at`` an active job is queued again (a RETRY later if its queue
-  is paused in input); a job still queued then just starts a new period.
+  is paused in input); a job still queued then just starts a new period. For a job with
+  a delivery policy (an Extra) the end of a RETRY is a failed delivery, which
+  ``delivery.py`` judges first: ``requeue_due`` says so (True) and ``Node`` hands the job
+  to ``Delivery.retry_ended`` (a dead letter, or queued again here).
 * On requeue a holder broadcasts QUEUED (carrying "count a nack" / "count a
   delivery"); receivers push their own requeue time one RETRY further, and
   a receiver that also has it queued drops it from its queue if the sender
@@ -30,23 +35,25 @@ job's wake-up in ``lifecycle.py``):
 
 Commands: ENQUEUE, DEQUEUE, WORKING (NACK is ``delivery.py``'s, and comes
 here through ``enqueue_job(job, nack=True)``). Messages: QUEUED, WORKING,
-WILLQUEUE, ENQUEUE. Called by ``Node`` (commands and messages) and, through
-the context (``enqueue_job``, ``dequeue_job``, ``requeue_due``), by the other
-machines.
+WILLQUEUE, ENQUEUE. Receives ``Lifecycle`` (the schedule) and ``Leases`` (the push);
+called by ``Node`` (commands, messages, the wake-ups) and by the machines above it
+(``enqueue_job``, ``dequeue_job``, ``fetch``).
 """
 
 from __future__ import annotations
 
-from typing import Any, Final, final
+from typing import Final, final
 
 from .commands import check_job_ids
 from .commandspec import JOB_IDS, CommandSpec
 from .context import Context
 from .job import ACKED, ACTIVE, F_BCAST_QUEUED, F_BCAST_WILLQUEUE, F_DELIVERED, F_NACK_DELAYED, F_YIELD, QUEUED, WAIT_REPL, Job, retry_deadline
-from .lifecycle import WILLQUEUE_ADVANCE_MS
+from .leases import Leases
+from .lifecycle import WILLQUEUE_ADVANCE_MS, Lifecycle
 from .messages import Enqueue, Queued, WillQueue, Working, queued, set_ack, will_queue, working
-from .queues import PAUSED_IN, PAUSED_OUT
+from .queues import PAUSED_IN, PAUSED_OUT, Queue
 from .replies import Error
+from .store import J_ACTIVE
 
 __all__ = ["Requeue", "QUEUED_INCR_NACKS", "QUEUED_INCR_DELIV", "compare_ids_by_job"]
 
@@ -74,13 +81,15 @@ COMMANDS: Final = (
 
 @final
 class Requeue:
-    def __init__(self, ctx: Context) -> None:
+    def __init__(self, ctx: Context, lifecycle: Lifecycle, leases: Leases) -> None:
         self.ctx = ctx
+        self._lifecycle = lifecycle
+        self._leases = leases
+        self._leased = leases.by_queue  # tested for the job's queue before the push is asked
         self._store = ctx.store
         self._queues = ctx.queues
         self._stats = ctx.stats
         self._ready = ctx.ready
-        self._leases = ctx.push_leases
 
     # -- into and out of queues ---------------------------------------------------------
     def enqueue_job(self, job: Job, nack: bool = False, fresh: bool = False) -> bool:
@@ -114,15 +123,15 @@ class Requeue:
             job.flags |= F_BCAST_QUEUED
         q = self._queues.get(job.queue) or ctx.get_queue(job.queue)  # type: ignore[arg-type]  # a queued job has a queue
         q.atime = now
-        leases = self._leases
-        if not q.blocked and leases and q.name in leases and ctx.push_if_wanted(q, job):
+        leased = self._leased
+        if not q.blocked and leased and q.name in leased and self._leases.push_if_wanted(q, job):
             # A consumer waits on another node: sent there, never queued here (active, see
             # push_if_wanted); a RETRY 0 job left this node with its only copy.
             if retry:
-                ctx.reschedule(job)
+                self._lifecycle.reschedule(job)
             return True
         job.set_state(QUEUED)
-        ctx.reschedule(job)
+        self._lifecycle.reschedule(job)
         q.add(job)
         if q.blocked and not q.flags & PAUSED_OUT:
             self._ready[q.name] = q
@@ -137,9 +146,37 @@ class Requeue:
         job.set_state(ACTIVE)
         return True
 
+    def fetch(self, q: Queue) -> Job | None:
+        """Take the queue's first job for delivery (GETJOB) or a move (NEEDJOBS): active, and
+        marked delivered here (F_DELIVERED: a RETRY 0 job is never queued here again)."""
+        job = q.pop()
+        if job is not None:
+            job.set_state(ACTIVE)
+            job.flags |= F_DELIVERED
+            ctx = self.ctx
+            q.atime = ctx.now
+            self._stats["jobs_delivered"] += 1
+            if job.retry == 0 and ctx.journal is not None:  # the AOF must know: never again
+                ctx.journal.append((J_ACTIVE, job))
+        return job
+
+    def enqueue_restored(self, jobs: list[Job]) -> int:
+        """Jobs the AOF had queued, queued again at a restart in their order (aof-enqueue-jobs-
+        once; ``Node.restore_finish``). Returns how many were."""
+        queued = 0
+        for job in jobs:
+            if job.retry == 0 and job.flags & F_DELIVERED:
+                continue  # AT_MOST_ONCE: delivered once (a damaged or foreign file says queued)
+            job.flags &= ~F_BCAST_QUEUED  # a restore, not a requeue: nobody is told, nothing counted
+            if self.enqueue_job(job, fresh=True):  # a RETRY 0 one too, this one time
+                queued += 1
+        return queued
+
     # -- timers -----------------------------------------------------------------------
-    def requeue_due(self, job: Job) -> None:
-        """The wake-up of an active or queued job came (called by ``Lifecycle.run_due``)."""
+    def requeue_due(self, job: Job) -> bool:
+        """The wake-up of an active or queued job came (``Node._run_due``). True: the RETRY of
+        an active job with a delivery policy ended, a failed delivery that
+        ``Delivery.retry_ended`` decides (nothing done here yet)."""
         ctx = self.ctx
         now = ctx.now
         state = job.state
@@ -149,34 +186,35 @@ class Requeue:
                 ctx.send(job.delivered, will_queue(bytes(job.id)))
             job.flags &= ~F_BCAST_WILLQUEUE
         if not at or at > now:
-            return
+            return False
         if state == ACTIVE:
             q = self._queues.get(job.queue)  # type: ignore[arg-type]  # a queued job has a queue
             if job.retry and q is not None and q.flags & PAUSED_IN:
                 job.next_at = retry_deadline(job, now, ctx.randbits)
-                return
+                return False
             if job.flags & F_NACK_DELAYED:
                 # The end of a NACK's delay (delivery.py): not a failure. Queued without a
                 # count; the QUEUED that says so carries none either.
                 job.flags &= ~(F_NACK_DELAYED | F_BCAST_QUEUED)
                 if self.enqueue_job(job):
                     ctx.send(job.delivered, queued(bytes(job.id), 0))
-                return
-            if job.extra is not None and ctx.timed_out(job):
-                return  # its last delivery failed: dead-lettered (MAXDELIVER)
+                return False
+            if job.extra is not None:
+                return True  # its delivery failed: delivery.py's (a dead letter at MAXDELIVER)
             self.enqueue_job(job)  # starts a new period
         elif state == QUEUED and job.retry:
             # Still queued at requeue time: nobody fetched it; just move on.
             if len(job.delivered) > 1:
                 job.flags |= F_BCAST_WILLQUEUE
             job.next_at = retry_deadline(job, now, ctx.randbits)
+        return False
 
     def _postpone(self, job: Job) -> None:
         if job.retry and job.next_at:
             ctx = self.ctx
             job.flags |= F_BCAST_WILLQUEUE
             job.next_at = retry_deadline(job, ctx.now, ctx.randbits)
-            ctx.reschedule(job)
+            self._lifecycle.reschedule(job)
 
     # -- messages -----------------------------------------------------------------------
     def on_enqueue(self, sender: str, m: Enqueue) -> None:
@@ -194,7 +232,7 @@ class Requeue:
             self.enqueue_job(job, fresh=True)
         elif job.retry and job.next_at:
             job.next_at = self.ctx.now + delay * 1000  # queued at the end of its DELAY
-            self.ctx.reschedule(job)
+            self._lifecycle.reschedule(job)
 
     def on_queued(self, sender: str, m: Queued) -> None:
         job = self._store.get(m.job_id)
@@ -239,7 +277,7 @@ class Requeue:
             self.ctx.send_lazy((sender,), set_ack(bytes(job.id), len(job.delivered)))
 
     # -- commands -----------------------------------------------------------------------
-    def cmd_enqueue(self, client: int, argv: list[bytes]) -> Any:
+    def cmd_enqueue(self, client: int, argv: list[bytes]) -> int | Error:
         ids = argv[1:]
         bad = check_job_ids(ids)
         if bad:
@@ -254,14 +292,14 @@ class Requeue:
 
         return self._store.count_done(ids, act)
 
-    def cmd_dequeue(self, client: int, argv: list[bytes]) -> Any:
+    def cmd_dequeue(self, client: int, argv: list[bytes]) -> int | Error:
         ids = argv[1:]
         bad = check_job_ids(ids)
         if bad:
             return bad
         return self._store.count_done(ids, self.dequeue_job)
 
-    def cmd_working(self, client: int, argv: list[bytes]) -> Any:
+    def cmd_working(self, client: int, argv: list[bytes]) -> int | Error:
         bad = check_job_ids(argv[1:2])
         if bad:
             return bad
@@ -284,6 +322,6 @@ class Requeue:
             if len(job.delivered) > 1:
                 job.flags |= F_BCAST_WILLQUEUE
             job.next_at = retry_deadline(job, now, ctx.randbits)
-            ctx.reschedule(job)
+            self._lifecycle.reschedule(job)
         ctx.send(job.delivered, working(bytes(job.id)))
         return job.retry

@@ -31,11 +31,11 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from itertools import chain, islice
-from typing import Any, Callable, Final, Iterable, Iterator, final
+from typing import Callable, Final, Iterable, Iterator, Protocol, TypeVar, final
 
 from .job import Job
 
-__all__ = ["JobStore", "SHARDS", "seq_of", "scan", "J_LOAD", "J_ACTIVE", "J_ACKED", "J_DEL", "J_GONE"]
+__all__ = ["JobStore", "SHARDS", "Sequenced", "seq_of", "scan", "J_LOAD", "J_ACTIVE", "J_ACKED", "J_DEL", "J_GONE"]
 
 # The journal (``JobStore.journal``, ``Context.journal``): what the AOF must learn, as
 # (kind, job) pairs appended by the machines while a node has an AOF, None otherwise. The
@@ -51,16 +51,25 @@ SHARDS: Final = 64  # a power of two
 _MASK: Final = SHARDS - 1
 
 
-def seq_of(item: Any) -> int:
-    """Registration order of a job (or of a queue: anything with ``seq``), the scan key.
-    (``Any``: compiled, an argument typed ``Job`` is checked to be one.)"""
+class Sequenced(Protocol):
+    """Anything registered in order: a job (``seq``, this table's) or a queue (its own)."""
+
+    seq: int
+
+
+T = TypeVar("T")
+
+
+def seq_of(item: Sequenced) -> int:
+    """Registration order of a job or a queue, the scan key. (A protocol, not ``Job``: compiled,
+    an argument typed ``Job`` is checked to be one, and queues are scanned by it too.)"""
     return item.seq
 
 
 @final
 class JobStore:
     __slots__ = (
-        "_shards", "_count", "_heap", "_seq", "rebuilds", "journal", "item_bytes",
+        "_shards", "_count", "_heap", "_seq", "journal", "item_bytes",
     )  # fmt: skip
 
     def __init__(self) -> None:
@@ -68,7 +77,6 @@ class JobStore:
         self._count = 0
         self._heap: list[Job] = []  # ordered by (awake, seq); job.hpos is its index
         self._seq = 0
-        self.rebuilds = 0  # INFO memory's timer_heap_rebuilds: 0 (the heap is never rebuilt now)
         self.journal: list | None = None  # see J_LOAD; set by Node.set_journal
         # Bytes of the bodies and queue names of the jobs held, kept exact at (un)registration
         # (a job's body and queue never change while it is registered): core/memory.py's estimate.
@@ -219,10 +227,6 @@ class JobStore:
         """Jobs in the heap, one slot each (INFO memory's timer_heap_entries)."""
         return len(self._heap)
 
-    @property
-    def rebuilding(self) -> bool:
-        return False  # (a heap of stale entries was once rebuilt a slice at a time; none is now)
-
     def _registered(self, job: Job) -> bool:
         return self._shards[hash(job.id) & _MASK].get(job.id) is job
 
@@ -272,13 +276,13 @@ class JobStore:
 
 
 def scan(
-    items: Iterable[Any], cursor_of: Callable[[Any], int], count: int, busyloop: bool, match: Callable[[Any], bool]
-) -> tuple[int, list]:
+    items: Iterable[T], cursor_of: Callable[[T], int], count: int, busyloop: bool, match: Callable[[T], bool]
+) -> tuple[int, list[T]]:
     """Generic cursor scan (JSCAN, QSCAN): ``items`` in scan order from the cursor on
     (``JobStore.scan_from`` for jobs). Returns the next cursor (``cursor_of`` the first item
     not looked at; 0: done) and the matches; it looks at no more than ten times ``count``
     items, unless BUSYLOOP."""
-    found: list = []
+    found: list[T] = []
     budget = count * 10
     for item in items:
         if not busyloop and (len(found) >= count or budget <= 0):

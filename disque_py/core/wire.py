@@ -19,24 +19,27 @@ second Job). Imports nothing of the node: callers are ``replication`` and
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Any, Final, TypeAlias
 
+from .constants import DURATION_MAX, INT64_MAX, REPLICATE_MAX
 from .ids import NODE_IDS_SEEN, valid_job_id, valid_node_ids
 from .job import ACTIVE, Extra, Job
 
-__all__ = ["JOB_WIRE_FIELDS", "RETRY_FIELD", "job_from_wire", "job_to_wire", "extra_to_wire", "extra_from_wire"]
+__all__ = [
+    "JOB_WIRE_FIELDS", "RETRY_FIELD", "WireJob", "job_from_wire", "job_to_wire", "extra_to_wire", "extra_from_wire",
+]  # fmt: skip
 
 JOB_WIRE_FIELDS: Final = 11
 RETRY_FIELD: Final = 7  # index of RETRY in the array (moves_to_watch reads it)
-_MAX_I64: Final = (1 << 63) - 1
-_MAX_DELAY: Final = 1 << 31
-_INT: Final = int
-_NODE_IDS_SEEN: Final = NODE_IDS_SEEN
+
+#: A job on the bus: its fields in a fixed order, of several types (bytes, ints, the holders'
+#: list, the Extra's map), and from a peer anything at all until ``job_from_wire`` checked it.
+WireJob: TypeAlias = "list[Any]"
 
 
-def job_to_wire(job: Job, now: int) -> list:
+def job_to_wire(job: Job, now: int) -> WireJob:
     """The job as sent to peers (see the module docstring for the field order)."""
-    wire: list[Any] = [
+    wire: WireJob = [
         bytes(job.id), job.queue, job.body, job.repl, max(0, job.etime - now), job.ctime,
         job.delay, job.retry, job.nacks, job.deliveries, list(job.delivered),
     ]  # fmt: skip
@@ -70,7 +73,7 @@ def extra_to_wire(e: Extra) -> dict:
 
 
 def _small_int(v: Any) -> bool:
-    return type(v) is _INT and 0 <= v <= _MAX_I64
+    return type(v) is int and 0 <= v <= INT64_MAX
 
 
 def _name(v: Any) -> bool:
@@ -126,18 +129,18 @@ def job_from_wire(d: Any, now: int) -> Job | None:
     # Plain inline checks (no helper calls): this runs for every replicated or moved job.
     if not (type(job_id) is bytes and valid_job_id(job_id) and type(queue) is bytes and type(body) is bytes):
         return None
-    if not (type(repl) is _INT and type(ttl) is _INT and type(ctime) is _INT and type(delay) is _INT):
+    if not (type(repl) is int and type(ttl) is int and type(ctime) is int and type(delay) is int):
         return None
-    if not (type(retry) is _INT and type(nacks) is _INT and type(deliv) is _INT):
+    if not (type(retry) is int and type(nacks) is int and type(deliv) is int):
         return None
-    if not (1 <= repl <= 65535 and 0 <= delay <= _MAX_DELAY and 0 <= retry <= _MAX_DELAY):
+    if not (1 <= repl <= REPLICATE_MAX and 0 <= delay <= DURATION_MAX and 0 <= retry <= DURATION_MAX):
         return None
-    if not (0 <= ttl <= _MAX_I64 and 0 <= ctime <= _MAX_I64 and 0 <= nacks <= _MAX_I64 and 0 <= deliv <= _MAX_I64):
+    if not (0 <= ttl <= INT64_MAX and 0 <= ctime <= INT64_MAX and 0 <= nacks <= INT64_MAX and 0 <= deliv <= INT64_MAX):
         return None
-    if type(nodes) is not list or len(nodes) > 65535:
+    if type(nodes) is not list or len(nodes) > REPLICATE_MAX:
         return None
     try:
-        seen = _NODE_IDS_SEEN.issuperset(nodes)  # see ids.NODE_IDS_SEEN
+        seen = NODE_IDS_SEEN.issuperset(nodes)  # see ids.NODE_IDS_SEEN
     except TypeError:  # an unhashable element
         return None
     if not seen and not valid_node_ids(nodes):

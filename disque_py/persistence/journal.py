@@ -46,7 +46,7 @@ def encode_entries(entries: Iterable[tuple[int, Job]], wall_offset: int) -> byte
             add(encode_acked(job.id))
         elif kind == J_ACTIVE:
             add(encode_active(job.id))
-        elif kind == J_GONE:  # next_at: the end of its dedup window (dedup.py)
+        elif kind == J_GONE:  # next_at: the end of its dedup window (lifecycle.py)
             add(encode_gone(job.id, job.next_at + wall_offset))
     return b"".join(out)
 
@@ -54,7 +54,7 @@ def encode_entries(entries: Iterable[tuple[int, Job]], wall_offset: int) -> byte
 def snapshot(jobs: Iterable[Job], wall_offset: int, chunk: int = 4096,
              gone: Iterable[tuple[bytes, int]] = ()) -> Iterator[bytes]:  # fmt: skip
     """Every job's LOADJOB, ``chunk`` jobs to a string (a rewrite writes them one by one), then
-    the DEDUP IDs remembered (``gone``: (ID, until on the core's clock), ``Dedup.gone``)."""
+    the DEDUP IDs remembered (``gone``: (ID, until on the core's clock), ``Lifecycle.gone``)."""
     out: list[bytes] = []
     for job_id, until in gone:
         out.append(encode_gone(job_id, until + wall_offset))

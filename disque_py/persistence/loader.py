@@ -5,7 +5,7 @@
 core's restore operations (``Lifecycle.restore_*``), in file order: a later LOADJOB of
 an ID replaces the earlier one, ACKED/ACTIVE change a job's state, DELJOB forgets it.
 ``finish`` then reports a partial record at the end (``records.Truncated``) and hands
-the table to ``restore_finish``, which gives every job its wake-up (and, for a
+the table to ``Node.restore_finish``, which gives every job its wake-up (and, for a
 controlled restart, puts queued jobs back in their queues).
 
 A damaged record raises ``records.CorruptRecord`` (its byte offset and reason) after the
@@ -14,10 +14,10 @@ records before it were applied; what the shell does then (stop the node) is its 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..core.lifecycle import Lifecycle
-from .records import Acked, Active, DedupGone, DelJob, JobExtra, LoadJob, Queued, RecordReader, Truncated
+from .records import Acked, Active, DedupGone, DelJob, JobExtra, LoadJob, Queued, Record, RecordReader, Truncated
 
 if TYPE_CHECKING:
     from ..core.node import Node
@@ -56,12 +56,12 @@ class Loader:
         self._apply(got)
         return len(got)
 
-    def _apply(self, got: list) -> None:
+    def _apply(self, got: list[tuple[int, Record]]) -> None:
         life = self._life  # typed: compiled, restore_job is a native call with native fields
         by_kind = self._by_kind
         expired = 0
         for item in got:
-            record: Any = item[1]
+            record = item[1]
             if isinstance(record, LoadJob):
                 r: LoadJob = record
                 if not life.restore_job(r.id, r.state, r.repl, r.flags, r.ctime, r.expire, r.delay, r.retry, r.nacks,
@@ -80,6 +80,6 @@ class Loader:
         """The end of the file: a partial record left (or None), and the restored counts."""
         truncated = self.reader.finish()
         node = self.node
-        counts = node.lifecycle.restore_finish(enqueue_once)
+        counts = node.restore_finish(enqueue_once)
         node.take_effects()  # nothing to tell anyone: nobody is connected yet
         return truncated, counts

@@ -88,8 +88,9 @@ from typing import Any, Callable, Final, NamedTuple, final
 
 import msgpack
 
+from ..core.constants import DURATION_MAX, INT64_MAX, REPLICATE_MAX
 from ..core.ids import JOB_ID_LEN, NODE_ID_LEN, NODE_IDS_SEEN, valid_job_id, valid_node_ids
-from ..core.job import STATE_NAMES, Job
+from ..core.job import STATE_BY_NAME, STATE_NAMES, Extra, Job
 from ..core.wire import extra_from_wire, extra_to_wire
 
 __all__ = [
@@ -125,9 +126,6 @@ __all__ = [
 # (Final: compiled, a module constant is read natively rather than from the module's dict.)
 MAX_BULK_LEN: Final = 512 * 1024**2
 _LEN_DIGITS: Final = len(str(MAX_BULK_LEN))
-_MAX_I64: Final = (1 << 63) - 1
-_MAX_DELAY: Final = 1 << 31
-_STATE_BY_NAME: Final = {name.encode(): i for i, name in enumerate(STATE_NAMES)}
 _STATE_BYTES = tuple(name.encode() for name in STATE_NAMES)
 _NUMBERS = 9
 
@@ -235,7 +233,7 @@ class DelJob:
 @dataclass(frozen=True, slots=True)
 class JobExtra:
     id: bytes
-    extra: Any  # core.job.Extra
+    extra: Extra
 
 
 @dataclass(frozen=True, slots=True)
@@ -391,7 +389,7 @@ def _decode_loadjob(e: list[bytes]) -> LoadJob:
         raise _Bad("LOADJOB: expected 9 decimal numbers")
     if not valid_job_id(e[1]):
         raise _Bad("LOADJOB: malformed job ID")
-    state = _STATE_BY_NAME.get(e[2])
+    state = STATE_BY_NAME.get(e[2])
     if state is None:
         raise _Bad("LOADJOB: unknown state")
     g = m.groups()
@@ -404,9 +402,9 @@ def _build_loadjob(job_id: bytes, state: int, repl: int, flags: int, ctime: int,
                    body: bytes) -> LoadJob:  # fmt: skip
     """The LoadJob of a LOADJOB's elements, its ID and state already checked, its 9 numbers
     read from their digits. Raises _Bad for a number out of range or a malformed node ID."""
-    if not (1 <= repl <= 65535 and flags <= 255 and delay <= _MAX_DELAY and retry <= _MAX_DELAY):
+    if not (1 <= repl <= REPLICATE_MAX and flags <= 255 and delay <= DURATION_MAX and retry <= DURATION_MAX):
         raise _Bad("LOADJOB: number out of range")
-    if ctime > _MAX_I64 or expire > _MAX_I64 or nacks > _MAX_I64 or deliv > _MAX_I64 or requeue > _MAX_I64:
+    if ctime > INT64_MAX or expire > INT64_MAX or nacks > INT64_MAX or deliv > INT64_MAX or requeue > INT64_MAX:
         raise _Bad("LOADJOB: number out of range")
     nodes = _NODES_SEEN.get(nodes_bytes)
     if nodes is None:
@@ -435,10 +433,10 @@ def _decode_nodes(nodes_bytes: bytes) -> tuple:
     return nodes_tuple
 
 
-def _id_decoder(kind: type) -> Callable[[list[bytes]], Any]:
+def _id_decoder(kind: type[Queued] | type[Active] | type[Acked] | type[DelJob]) -> Callable[[list[bytes]], Record]:
     name = kind.__name__.upper()
 
-    def decode(e: list[bytes]) -> Any:
+    def decode(e: list[bytes]) -> Record:
         if not valid_job_id(e[1]):
             raise _Bad(f"{name}: malformed job ID")
         return kind(e[1])
@@ -469,19 +467,19 @@ _DIGITS_RE = re.compile(rb"\d{1,19}")
 def _decode_dedupgone(e: list[bytes]) -> DedupGone:
     if not valid_job_id(e[1]):
         raise _Bad("DEDUPGONE: malformed job ID")
-    if _DIGITS_RE.fullmatch(e[2]) is None or int(e[2]) > _MAX_I64:
+    if _DIGITS_RE.fullmatch(e[2]) is None or int(e[2]) > INT64_MAX:
         raise _Bad("DEDUPGONE: expected a decimal number")
     return DedupGone(bytes(e[1]), int(e[2]))
 
 
 class Kind(NamedTuple):
     count: int  # type: ignore[assignment]  # elements, the kind and the checksum included
-    decode: Callable[[list[bytes]], Any]  # the elements before the checksum -> record; raises _Bad
+    decode: Callable[[list[bytes]], Record]  # the elements before the checksum -> record; raises _Bad
     limits: tuple  # the largest length of each element before the checksum
 
 
 _ID_LIMITS = (16, JOB_ID_LEN)
-_NODES_LIMIT: Final = 65535 * (NODE_ID_LEN + 1)
+_NODES_LIMIT: Final = REPLICATE_MAX * (NODE_ID_LEN + 1)
 #: Every kind of record by name. A new kind is one more row (and its record type, encoder).
 KINDS: dict[bytes, Kind] = {
     b"LOADJOB": Kind(8, _decode_loadjob,
@@ -506,7 +504,7 @@ _INCOMPLETE = None
 _FAST_ID: Final = re.compile(rb"\*3\r\n\$(\d)\r\n([A-Z]{1,9})\r\n\$40\r\n(.{40})\r\n\$8\r\n([0-9a-f]{8})\r\n", re.DOTALL)
 # A LOADJOB's state element ("$6\r\nqueued") matched whole, and its length digits compared
 # as written (_DECIMAL), not read: the common record costs no int() but its numbers' and body's.
-_STATE_BY_ELEMENT: Final = {b"$%d\r\n%s" % (len(name), name): i for name, i in _STATE_BY_NAME.items()}
+_STATE_BY_ELEMENT: Final = {b"$%d\r\n%s" % (len(name), name): i for name, i in STATE_BY_NAME.items()}
 _FAST_LOADJOB: Final = re.compile(
     rb"\*8\r\n\$7\r\nLOADJOB\r\n\$40\r\n(D-[0-9a-fA-F]{8}-[A-Za-z0-9+/]{24}-[0-9a-fA-F]{4})\r\n("
     + rb"|".join(re.escape(e) for e in _STATE_BY_ELEMENT)
@@ -536,7 +534,7 @@ def _says(digits: bytes, n: int) -> bool:
     return digits == b"%d" % n
 
 
-def _fast(buf: bytearray, pos: int) -> tuple[Any, int] | None:
+def _fast(buf: bytearray, pos: int) -> tuple[Record, int] | None:
     """The record at ``pos`` and its end, if the fast path can take it; raises _Bad as _parse would."""
     if pos + 1 >= len(buf):
         return None
@@ -641,7 +639,7 @@ class RecordReader:
         return Truncated(self._base, len(self._buf))
 
     @staticmethod
-    def _parse(buf: bytearray, pos: int, end: int) -> tuple[Any, int] | None:
+    def _parse(buf: bytearray, pos: int, end: int) -> tuple[Record, int] | None:
         """One record at ``pos``: (record, its end), None if incomplete; raises _Bad.
 
         Every check is made as soon as its bytes are in, and never depends on how many

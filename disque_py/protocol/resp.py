@@ -109,13 +109,8 @@ from typing import Any, Final, final
 
 import hiredis
 
-from disque_py.core.replies import NULL_ARRAY, OK, Error, NullArray, Status
-
-# Reply types of an interpreted module, held as Final (a C static in compiled code, where an
-# imported name is a dict lookup at every use): encode_reply tests every reply against them.
-_Status: Final = Status
-_Error: Final = Error
-_NullArray: Final = NullArray
+from disque_py.core.replies import NULL_ARRAY, OK, Error, Status
+from disque_py.core.statics import ERROR, NULL_ARRAY_TYPE, STATUS
 
 __all__ = [
     "BULK_SLACK",
@@ -144,7 +139,7 @@ class _Incomplete:
 
 
 #: Returned by :meth:`ReplyParser.gets` when no complete reply is buffered.
-INCOMPLETE: Final[Any] = _Incomplete()
+INCOMPLETE: Final = _Incomplete()
 
 _PROTO: Final = "ERR Protocol error: "
 _E_MULTIBULK: Final = _PROTO + "invalid multibulk length"
@@ -263,7 +258,7 @@ def split_inline(line: bytes) -> list[bytes]:
 
 _EMPTY: Final = b""
 _JOIN_MAX: Final = 64 * 1024  # fast-path element check by b"".join up to this size
-_NED: Final[Any] = object()  # hiredis "not enough data" sentinel (False is #f)
+_NED: Final = object()  # hiredis "not enough data" sentinel (False is #f)
 
 # RESP type byte hiredis must have read to produce a value of this type.
 _TYPE_BYTE: Final = {
@@ -278,7 +273,7 @@ _TYPE_BYTE: Final = {
 }
 
 
-def _element_error(value: Any) -> str:
+def _element_error(value: object) -> str:
     if value is None:  # $-1 or _
         return _E_BULK
     return _PROTO + "expected '$', got " + _TYPE_BYTE.get(type(value), "'?'")
@@ -656,7 +651,7 @@ def encode_reply(value: Any, out: bytearray) -> None:
                 out += _CRLF
             else:
                 encode_reply(item, out)
-    elif t is _Status:
+    elif t is STATUS:
         # Statuses are made by the node (job IDs, pause states), never
         # copied from input, so no CR/LF check on this hot path.
         out += b"+"
@@ -671,11 +666,11 @@ def encode_reply(value: Any, out: bytearray) -> None:
         out += b"$%d\r\n" % len(b)
         out += b
         out += _CRLF
-    elif t is _Error:
+    elif t is ERROR:
         out += b"-"
         out += _clean_error(value)
         out += _CRLF
-    elif t is _NullArray:
+    elif t is NULL_ARRAY_TYPE:
         out += _NULL_ARRAY
     elif t is bool:
         out += b":1\r\n" if value else b":0\r\n"
@@ -727,7 +722,7 @@ def encode_reply3(value: Any, out: bytearray) -> None:
     understand ``$-1``/``*-1``) and dicts are maps (``%``).
     """
     t = type(value)
-    if value is None or t is NullArray:
+    if value is None or t is NULL_ARRAY_TYPE:
         out += b"_\r\n"
     elif t is list or t is tuple:
         n = len(value)

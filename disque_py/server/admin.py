@@ -664,7 +664,6 @@ def info_text(ctx: AdminContext, section: str, peak: list[int]) -> str:
                 **memory.info(),
                 **gcpolicy.policy.info(),
                 "timer_heap_entries": node.store.timer_entries,
-                "timer_heap_rebuilds": node.store.rebuilds,
             })  # fmt: skip
         elif name == "jobs":
             emit("Jobs", node.info_fields()["jobs"])
@@ -719,7 +718,7 @@ def info_text(ctx: AdminContext, section: str, peak: list[int]) -> str:
                 "jobs_dead_lettered": node.stats["jobs_dead_lettered"],
                 "jobs_nack_delayed": node.stats["jobs_nack_delayed"],
                 "dedup_hits": node.stats["dedup_hits"],
-                "dedup_ids_remembered": len(node.dedup.gone),
+                "dedup_ids_remembered": len(node.lifecycle.gone),
             })  # fmt: skip
         elif name == "cpu":
             ru = resource.getrusage(resource.RUSAGE_SELF)

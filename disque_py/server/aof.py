@@ -194,7 +194,7 @@ class Aof:
             encode = self._encode_entries = encode_entries
         entries = self.journal[:]
         self.journal.clear()
-        data = encode(entries, self.node.wall_offset)
+        data = encode(entries, self.node.ctx.wall_offset)
         self.batch_seq += 1
         if self.rewrite_buf is not None:
             self.rewrite_buf.append(data)
@@ -547,8 +547,8 @@ class Aof:
         incremental = self.config.aof_rewrite_incremental_fsync
         unsynced = 0
         try:
-            gone = list(self.node.dedup.gone.items())
-            for data in snapshot(self.node.store.values(), self.node.wall_offset, gone=gone):
+            gone = list(self.node.lifecycle.gone.items())
+            for data in snapshot(self.node.store.values(), self.node.ctx.wall_offset, gone=gone):
                 _write_all(fd, data)
                 unsynced += len(data)
                 if incremental and unsynced >= INCREMENTAL_FSYNC_BYTES:  # no burst of dirty pages at the end
@@ -711,7 +711,7 @@ class Aof:
             self.shutdown_rewrite = True
         self._kill_child()
         if self.state == "on" and self.journal:
-            data = encode_entries(self.journal, self.node.wall_offset)
+            data = encode_entries(self.journal, self.node.ctx.wall_offset)
             self.journal.clear()
             try:
                 _write_all(self.fd, data)

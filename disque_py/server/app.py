@@ -76,7 +76,7 @@ class Server:
             wall_offset=wall_offset,
             address=(bind_ip, config.port),
         )
-        node.dedup.window_ms = config.dedup_window * 1000
+        node.lifecycle.dedup_window_ms = config.dedup_window * 1000
         self.stats: dict[str, int] = {}  # INFO stats: each part adds and counts its own
         try:
             self.acl = acl = Acl.from_config(config, NODE_COMMANDS)  # the users: requirepass and the 'user' lines
@@ -178,14 +178,14 @@ class Server:
         elif name == "appendfsync":
             self.aof.settings_changed()
         elif name == "dedup-window":
-            self.node.dedup.window_ms = new * 1000  # IDs already remembered keep their end
+            self.node.lifecycle.dedup_window_ms = new * 1000  # IDs already remembered keep their end
 
     def _load_aof(self) -> None:
         """At start, before anyone is served: the jobs of the AOF, then append to it."""
         cfg = self.config
         if not (cfg.appendonly or cfg.aof_enqueue_jobs_once):
             return
-        self.node.now = now_ms()
+        self.node.ctx.now = now_ms()
         try:
             self.aof.load()
         except AofLoadError as exc:

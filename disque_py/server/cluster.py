@@ -352,31 +352,31 @@ class ClusterService:
         """Refresh the job core's view of the cluster."""
         m = self.membership
         node = self.node
-        node.cluster_size = m.size()
+        node.ctx.cluster_size = m.size()
         # Only nodes with a connected outbound link (Disque skips link-less nodes when it picks
         # replicas): a message for a node whose link is down is dropped, and a RETRY 0 job pushed
         # or moved to it would be lost (its only copy leaves with the message). From a peer's
         # kill -9 to its PFAIL there are node-timeout ms in which only its link says it is gone.
         link_of = m.link_of
         alive = m.reachable()
-        node.reachable = [nid for nid in alive if link_of(nid) is not None]
+        node.ctx.reachable = [nid for nid in alive if link_of(nid) is not None]
         # ADDJOB's REPLICATE counts these (Disque's reachable count): a peer whose link just
         # dropped gets its copy once the link is back, or the ADDJOB times out.
-        node.live_nodes = len(alive)
-        node.known_nodes = m.known()
+        node.ctx.live_nodes = len(alive)
+        node.ctx.known_nodes = m.known()
         node.hello_nodes = m.hello()
         me = m.node(m.my_id)
-        node.leaving = bool(me is not None and me.flags & NODE_LEAVING)
+        node.ctx.leaving = bool(me is not None and me.flags & NODE_LEAVING)
         if node.id != m.my_id:
             node.set_id(m.my_id)
 
     def backlogged(self) -> frozenset[str]:
-        """Reachable nodes whose link still holds output its socket has not taken (``Node.backlogged``)."""
+        """Reachable nodes whose link still holds output its socket has not taken (``ctx.backlogged``)."""
         bus = self.bus
         if bus is None:
             return _NONE
         link_of = self.membership.link_of
-        busy = [nid for nid in self.node.reachable if (link := link_of(nid)) is not None and bus.pending_out(link)]
+        busy = [nid for nid in self.node.ctx.reachable if (link := link_of(nid)) is not None and bus.pending_out(link)]
         return frozenset(busy) if busy else _NONE
 
     def send_data(self, node_id: str, kind: str, body: Any) -> bool:
@@ -457,7 +457,7 @@ class ClusterService:
                 return OK
             if sub == b"leaving" and n in (2, 3):
                 if n == 2:
-                    return Status(b"yes" if self.node.leaving else b"no")
+                    return Status(b"yes" if self.node.ctx.leaving else b"no")
                 value = argv[2].lower()
                 if value not in (b"yes", b"no"):
                     return err("Wrong argument for CLUSTER LEAVING. Use 'yes' or 'no'")

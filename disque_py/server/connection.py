@@ -15,11 +15,11 @@ declare (``__slots__`` says the same in pure Python).
 from __future__ import annotations
 
 from collections import deque
-from typing import Any, Callable, Final, final
+from typing import Callable, Final, Protocol, final
 
-from ..protocol.resp import encode_reply
+from ..protocol.resp import RequestParser, encode_reply
 
-__all__ = ["Connection", "OUT_HOLD", "PERMS_UNSET"]
+__all__ = ["ClientSocket", "Connection", "OUT_HOLD", "PERMS_UNSET"]
 
 #: A client's commands wait, and it is not read, while this much of its output is unsent. Below
 #: it the node goes on reading and running a client's commands while the client does not read
@@ -32,6 +32,19 @@ OUT_HOLD: Final = 64 << 20
 #: a connection in without AUTH when there is no requirepass, and the default user's own rules
 #: (server/acl.py) are applied at its first command.
 PERMS_UNSET: Final = object()
+
+
+class ClientSocket(Protocol):
+    """What a connection reads and writes through: a non-blocking socket, or a TLS link that
+    behaves as one (``tls.TlsSocket``)."""
+
+    def fileno(self) -> int: ...
+
+    def recv(self, size: int) -> bytes: ...
+
+    def send(self, data: bytes | bytearray | memoryview) -> int: ...
+
+    def close(self) -> None: ...
 
 
 @final
@@ -66,10 +79,11 @@ class Connection:
     )
 
     # ``sock``: a non-blocking socket, or a TLS link that behaves as one (tls.py); ``parser``:
-    # a protocol.resp.RequestParser (None in tests that run no input).
-    def __init__(self, cid: int, sock: Any, addr: str, laddr: str, now: float, parser: Any) -> None:
+    # its request parser (None in tests that run no input).
+    def __init__(self, cid: int, sock: ClientSocket, addr: str, laddr: str, now: float,
+                 parser: RequestParser | None) -> None:  # fmt: skip
         self.id: int = cid
-        self.sock: Any = sock
+        self.sock = sock
         self.fd: int = sock.fileno()
         self.addr: str = addr
         self.laddr: str = laddr
@@ -81,7 +95,7 @@ class Connection:
         self.authenticated: bool = False
         self.user: bytes = b"default"  # the user it is authenticated as (server/acl.py)
         # None: may run everything; PERMS_UNSET; else the acl.User its commands are checked against
-        self.perms: Any = PERMS_UNSET
+        self.perms: object = PERMS_UNSET
         self.auth_failures: int = 0  # failed AUTHs in a row (closed at acl.AUTH_FAILURE_LIMIT)
         self.out: bytearray = bytearray()
         self.blocked: bool = False
@@ -92,6 +106,6 @@ class Connection:
         self.armed: int = 0  # the epoll events it is registered for (clients.py: _arm)
         self.read_paused: bool = False  # commands pending (blocked, or held back by output): not read until they run
         self.last_cmd: bytes = b"NULL"
-        self.parser: Any = parser
-        self.encode: Callable[[Any, bytearray], None] = encode_reply  # encode_reply3 after HELLO 3
+        self.parser = parser
+        self.encode: Callable[[object, bytearray], None] = encode_reply  # encode_reply3 after HELLO 3
         self.soft_since: float = 0.0  # when its unsent output first reached the soft limit (0: below it)

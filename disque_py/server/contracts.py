@@ -11,7 +11,8 @@ module sits low in the import graph (it imports nothing of the shell but
 them.
 
 It also holds the two things every part shares: the shell's clock
-(:func:`now_ms`) and :data:`NO_REPLY`.
+(:func:`now_ms`) and :data:`NO_REPLY` (the core's ``effects.NO_REPLY``, beside ``BLOCKED``:
+compiled, the command stage reads it as a C static).
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol
 
 import trio
+
+from ..core.effects import NO_REPLY
 
 if TYPE_CHECKING:
     from cluster_bus.links import Bus
@@ -39,9 +42,6 @@ __all__ = [
     "ClientOutput",
     "CoreHost",
 ]
-
-NO_REPLY = object()  # a command handler answers nothing (SHUTDOWN closes the link)
-
 
 _shift_ms = 0  # moved only by the fault hooks (:mod:`.faults`), for the chaos tests
 _clock_time: Callable[[], float] = trio.current_time  # see bind_clock

@@ -221,7 +221,7 @@ class Dispatcher:
             rss = rss_bytes()
         node = self.node
         memory = node.memory
-        node.now = now
+        node.ctx.now = now
         self._log_level(memory.update(now, rss))
         if memory.level >= 2 and memory.frees and memory.free(now):
             self._log_level(memory.update(now))

@@ -30,25 +30,18 @@ import select
 from bisect import bisect_left
 from collections import deque
 from time import perf_counter_ns
-from typing import TYPE_CHECKING, Any, Callable, Final, final
+from typing import TYPE_CHECKING, Any, Callable, Final, Sequence, final
 
-from ..core.effects import BLOCKED, Reply, Send
-from ..core.replies import Error
+from ..core.effects import BLOCKED, NO_REPLY, Reply, Send
+from ..core.statics import ERROR
 from ..protocol.resp import ProtocolError
 from .cmdstats import LATENCY_BUCKETS_US, SMALL_BUCKETS, CommandStats
 from .connection import OUT_HOLD, Connection
-from .contracts import NO_REPLY, now_ms
-
-# Names from interpreted modules the per-command path uses, held as Final: compiled code reads
-# a Final from a C static, an imported name from the module's dict at every use.
-_now_ms: Final = now_ms
-_perf_counter_ns: Final = perf_counter_ns
-_bisect_left: Final = bisect_left
-_NO_REPLY: Final = NO_REPLY
-_Error: Final = Error
+from .contracts import BusHolder, Commit, now_ms
 
 if TYPE_CHECKING:
     from ..core.node import Node
+    from .waiting import DirectWait
 
 __all__ = ["CommandStage", "PassStage", "READ_SIZE"]
 
@@ -63,7 +56,7 @@ def _no_woken(conn: Connection, depends: bool) -> None:
     pass
 
 
-def _no_send(node_id: str, item: bytes, watch: Any = None) -> bool:
+def _no_send(node_id: str, item: bytes, watch: object = None) -> bool:
     return False
 
 
@@ -79,10 +72,10 @@ class CommandStage:
     def __init__(
         self,
         node: "Node",
-        dispatcher: Any,
+        dispatcher: Any,  # the Dispatcher (a shell part this module may not import), called back
         stats: dict[str, int],
         cmdstats: CommandStats,
-        send_item_of: Callable[[Any], tuple[Any, Any]],
+        send_item_of: Callable[[tuple], tuple[bytes, object]],
     ) -> None:
         self.node = node
         self.dispatcher = dispatcher
@@ -96,11 +89,16 @@ class CommandStage:
         self.woken: Callable[[Connection, bool], None] = _no_woken
         self.send_item: Callable[..., bool] = _no_send
         self.send_item_of = send_item_of
+        # The clocks read per command, held by the stage (compiled, a field is read directly, a
+        # name imported from an interpreted module is a dict lookup at every use; core/statics.py
+        # says why): the shell's (the core's inputs are stamped with it) and the command timer.
+        self._clock: Callable[[], int] = now_ms
+        self._timer: Callable[[], int] = perf_counter_ns
 
     def run_commands(self, conn: Connection, commands: list[list[bytes]]) -> bool:
         """Dispatcher.run_commands (see there)."""
         out = conn.out
-        now = _now_ms()
+        now = self._clock()
         dispatcher = self.dispatcher
         if now >= self.mem_next:
             dispatcher.measure_memory(now)
@@ -118,7 +116,8 @@ class CommandStage:
         small = SMALL_BUCKETS
         watch_us = self.watch_us
         fast = 0  # commands run on the fast path (dispatch counts its own)
-        start = _perf_counter_ns()
+        timer = self._timer
+        start = timer()
         i = 0
         for argv in commands:
             if conn.blocked or conn.closing or len(out) >= OUT_HOLD:
@@ -144,21 +143,21 @@ class CommandStage:
                 name = conn.last_cmd
             if reply is BLOCKED:
                 conn.blocked = True
-            elif reply is not _NO_REPLY:
+            elif reply is not NO_REPLY:
                 conn.encode(reply, out)  # HELLO 3 may just have switched it
-            end = _perf_counter_ns()
+            end = timer()
             usec = (end - start + 500) // 1000
             start = end
             stat = by_wire.get(name)
             if stat is None:
                 stat = cmdstats.stat_for(name)
             stat.usec += usec
-            stat.buckets[small[usec] if usec < 1001 else _bisect_left(LATENCY_BUCKETS_US, usec)] += 1
-            if type(reply) is _Error:
+            stat.buckets[small[usec] if usec < 1001 else bisect_left(LATENCY_BUCKETS_US, usec)] += 1
+            if type(reply) is ERROR:
                 stat.errors += 1
             if usec >= watch_us:
                 dispatcher._slow_command(conn, argv, usec)
-                start = _perf_counter_ns()
+                start = timer()
         if fast:
             self.stats["total_commands_processed"] += fast
         # (a command may turn the AOF on or off: the journal it ran with is the one compared)
@@ -172,9 +171,9 @@ class CommandStage:
             return
         journal = node.ctx.journal
         clients = self.clients
-        last_message: Any = None
-        item: Any = None
-        watch: Any = None
+        last_message: tuple | None = None
+        item = b""
+        watch: object = None
         while effects:
             for effect in effects:
                 if isinstance(effect, Reply):
@@ -205,12 +204,12 @@ class PassStage:
 
     def __init__(
         self,
-        loop: Any,
+        loop: Any,  # the ClientLoop (a shell part this module may not import), called back
         stats: dict[str, int],
-        run_commands: Callable[[Connection, list[list[bytes]]], Any],
+        run_commands: Callable[[Connection, list[list[bytes]]], bool],
         apply_effects: Callable[[], None],
-        links: Any,
-        direct: Any,
+        links: BusHolder,
+        direct: "DirectWait",
         clock_time: Callable[[], float],
     ) -> None:
         self.loop = loop
@@ -222,9 +221,9 @@ class PassStage:
         self.clock_time = clock_time  # trio's clock (a connection's last_active)
         self.clients: dict[int, Connection] = {}  # by client id: every open connection
         self.by_fd: dict[int, Connection] = {}
-        self.others: dict[int, tuple[Any, Any]] = {}  # fd -> (on_readable, on_writable): bus links
+        self.others: dict[int, tuple[Callable[[], None], Callable[[], None]]] = {}  # fd -> (on_readable, on_writable): bus links
         self.current: Connection | None = None  # the client whose commands are running
-        self.commit: Any = None  # the commit stage (Commit: the node's AOF); None: none
+        self.commit: Commit | None = None  # the commit stage (the node's AOF); None: none
         self.in_pass = False
         self.touched: dict[int, Connection] = {}  # this pass: clients with replies to send, in order
         self.depends: set[int] = set()  # this pass: those whose replies wait for its records
@@ -235,7 +234,7 @@ class PassStage:
         self.bus_held: deque[list[Any]] = deque()
 
     # ------------------------------------------------------------- the pass
-    def run_pass(self, ready: Any = (), timers_due: Callable[[], float] | None = None) -> float:
+    def run_pass(self, ready: Sequence[tuple[int, int]] = (), timers_due: Callable[[], float] | None = None) -> float:
         """One pass, stages 1 to 6 (``ClientLoop._pass`` tells them); the seconds until the
         core's next timer (inf: none, or not ours)."""
         bus = self.links.bus
@@ -262,16 +261,14 @@ class PassStage:
                 bus.release()  # 6
         return limit
 
-    def serve(self, ready: Any) -> None:
+    def serve(self, ready: Sequence[tuple[int, int]]) -> None:
         """Stage 1: what each ready socket has: read, parse, run."""
         by_fd = self.by_fd
         others = self.others
         direct = self.direct
         trio_fd: int | None = direct.trio_fd  # None: direct waiting is off
         loop = self.loop
-        for entry in ready:
-            fd: int = entry[0]
-            events: int = entry[1]
+        for fd, events in ready:
             conn = by_fd.get(fd)
             if conn is None:
                 if fd == trio_fd:
@@ -297,7 +294,7 @@ class PassStage:
 
     def readable(self, conn: Connection) -> None:
         try:
-            data: Any = conn.sock.recv(READ_SIZE)
+            data = conn.sock.recv(READ_SIZE)
         except BlockingIOError:
             return
         except OSError:
@@ -308,8 +305,9 @@ class PassStage:
             return
         self.process(conn, data)
 
-    def process(self, conn: Connection, data: Any) -> None:
+    def process(self, conn: Connection, data: bytes) -> None:
         parser = conn.parser
+        assert parser is not None  # every connection the loop reads has one
         self.stats["total_net_input_bytes"] += len(data)
         conn.last_active = self.clock_time()
         parser.feed(data)
@@ -466,7 +464,7 @@ class PassStage:
         if conn.pending:
             self.runnable.append(conn)
 
-    def send_item(self, node_id: str, item: bytes, watch: Any = None) -> bool:
+    def send_item(self, node_id: str, item: bytes, watch: object = None) -> bool:
         """``ClientOutput``: a bus message. One made while records are pending (the GOTJOB of a
         copy just stored, say) waits for the pass's ticket, and so does every one after a
         message that waits (order on each link)."""

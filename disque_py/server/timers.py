@@ -94,7 +94,7 @@ class CoreTimers:
         start = perf_counter_ns() if latency is not None and latency.threshold_us else 0
         try:
             if glue is not None:
-                self.node.backlogged = glue.backlogged()
+                self.node.ctx.backlogged = glue.backlogged()
             self.node.tick(now_ms())
             self._apply_effects()
         finally:

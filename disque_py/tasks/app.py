@@ -18,7 +18,8 @@ A task's options become its job's options: ``retries=N`` is ``MAXDELIVER N+1``
 ``backoff=(min, max)`` is ``BACKOFF min max`` (the node holds a failed job
 ``min * 2^(n-1)`` seconds, at most ``max``), ``ttl``, ``retry``, ``replicate`` are
 ADDJOB's (``retry`` must exceed the time a job may spend in a worker: in its buffer and
-then running; with ``timeout`` and no ``retry`` it is ``max(300, 2 * timeout + 30)``).
+then running; with ``timeout`` and no ``retry`` it is ``2 * timeout + 30``, never less than
+the node's own default, ``core.constants.default_retry(ttl)``: a tenth of the TTL, at most 300).
 ``timeout`` is the time limit the worker enforces; ``result_ttl`` how
 long the result is kept (None: the app's ``result_ttl``; 0: no result).
 """
@@ -35,6 +36,7 @@ from typing import Any
 
 from ..client import commands as cmd
 from ..client.sync import Client
+from ..core.constants import default_retry
 from ..core.ids import dedup_job_id
 from .message import SERIALIZERS, ChainSpec, ChainStep, Message, ResultSpec, chain_key, encode, result_queue
 from .results import Outcome, ResultTimeout, TaskRef, unwrap, wait_outcomes
@@ -147,8 +149,8 @@ class Task:
         retry = self.retry if retry is None else retry
         if retry is None and self.timeout is not None:
             # the job must not come back (RETRY) while a worker may still run it: its time limit
-            # twice over plus some wait in the worker's buffer, and never below the node's 300 s
-            retry = min(max(300, int(math.ceil(2 * self.timeout)) + 30), max(1, int(ttl) - 1))
+            # twice over plus some wait in the worker's buffer, and never below the node's default
+            retry = min(max(default_retry(int(ttl)), int(math.ceil(2 * self.timeout)) + 30), max(1, int(ttl) - 1))
         replicate = options.pop("replicate", None) or self.replicate
         backoff = options.pop("backoff", None) or self.backoff
         timeout_ms = options.pop("timeout_ms", cmd.DEFAULT_ADD_TIMEOUT_MS)

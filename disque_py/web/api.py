@@ -29,6 +29,7 @@ from starlette.responses import JSONResponse, Response
 
 from ..client import deadletters
 from ..core.ids import valid_job_id
+from ..core.queues import PAUSE_NAMES, PAUSED_ALL
 from ..core.replies import Error, NullArray, Status
 from .access import Caller
 from .handle import NodeHandle, Peer
@@ -45,7 +46,6 @@ PEER_QUEUES_MAX = 20_000
 LOCAL_KEEP_MIN = 1000  # this node's queues made into rows at least (the longest), see _local_queue_rows
 _JOBS = operator.attrgetter("jobs")
 PEEK_JOBS = 10
-_PAUSE = ("none", "in", "out", "all")
 #: INFO's names: used_memory is the estimate of the node's data that maxmemory is checked against,
 #: used_memory_rss the process's resident set size (the page labels them "data (estimate)" and "RSS").
 _INFO_FIELDS = (
@@ -172,7 +172,7 @@ def _json(value: Any, status: int = 200) -> Response:
 def readiness(h: NodeHandle) -> tuple[bool, str]:
     if h.loading():
         return False, "loading the AOF"
-    if getattr(h.node, "leaving", False):
+    if h.node.ctx.leaving:
         return False, "leaving the cluster"
     peers = [p for p in h.peers() if "myself" not in p.flags and "handshake" not in p.flags]
     if peers and not any(p.connected and not ({"pfail", "fail"} & set(p.flags)) for p in peers):
@@ -247,7 +247,7 @@ def _local_queue_rows(h: NodeHandle, caller: Caller, limit: int) -> tuple[list[d
             "jobs_in": q.jobs_in,
             "jobs_out": q.jobs_out,
             "import_rate": q.import_rate(now) if q.sources else 0,
-            "paused": _PAUSE[q.flags & 3],
+            "paused": PAUSE_NAMES[q.flags & PAUSED_ALL],
         })  # fmt: skip
     return rows, cut
 
@@ -283,7 +283,7 @@ async def _peer_queue_rows(h: NodeHandle, caller: Caller, peer: Peer) -> tuple[l
     return rows, truncated
 
 
-_PAUSE_BITS = {"none": 0, "in": 1, "out": 2, "all": 3}
+_PAUSE_BITS = {name: flags for flags, name in enumerate(PAUSE_NAMES)}
 
 
 def _merge(per_node: dict[str, list[dict[str, Any]]]) -> dict[bytes, dict[str, Any]]:
@@ -305,7 +305,7 @@ def _merge(per_node: dict[str, list[dict[str, Any]]]) -> dict[bytes, dict[str, A
 def _public(m: dict[str, Any]) -> dict[str, Any]:
     out = {k: v for k, v in m.items() if not k.startswith("_")}
     out["name"] = _text(m["name"])
-    out["paused"] = _PAUSE[m["_pause"]]
+    out["paused"] = PAUSE_NAMES[m["_pause"]]
     return out
 
 
@@ -439,7 +439,7 @@ async def pause(request: Request, h: NodeHandle, caller: Caller) -> Response:
     name = _queue_name(request)
     body = await _json_body(request)
     mode = body.get("mode")
-    if mode not in _PAUSE:
+    if mode not in PAUSE_NAMES:
         raise ApiError(400, "mode must be one of none, in, out, all")
     reply = _check(run_local(h, caller, [[b"PAUSE", name, mode.encode(), b"BCAST"]])[0])
     return _json({"name": _text(name), "paused": _text(reply)})

@@ -27,6 +27,8 @@ from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector,
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.utils import floatToGoString
 
+from ..core.job import STATE_NAMES
+from ..core.queues import PAUSE_NAMES, PAUSED_ALL
 from .handle import NodeHandle
 
 __all__ = ["NodeCollector", "make_registry", "OTHER"]
@@ -35,8 +37,6 @@ OTHER = "_other"
 #: the command latency buckets' upper bounds in microseconds (server/cmdstats.py's, per the
 #: observability contract; read from the stats' own module when it has them)
 LATENCY_BUCKETS_US = (10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, 250000, 1000000)
-_PAUSE_MODES = ("none", "in", "out", "all")
-_JOB_STATES = ("wait-repl", "active", "queued", "acked")
 #: walk the job table for the per-state counts only up to this many jobs (a scrape stays cheap:
 #: ~0.5 us a job); above it only ``queued`` (the queues' lengths) is shown
 STATE_WALK_MAX = 20_000
@@ -108,10 +108,9 @@ class NodeCollector:
             ("dedup_hits", "ADDJOBs with a DEDUP key answered with an existing job's ID (nothing added)"),
         ):
             yield counter("disque_" + key, doc, nstats.get(key, 0))
-        dedup = getattr(node, "dedup", None)
         yield GaugeMetricFamily("disque_dedup_ids_remembered",
                                 "IDs of deleted DEDUP jobs remembered for their dedup window",
-                                value=len(getattr(dedup, "gone", ()) or ()))  # fmt: skip
+                                value=len(node.lifecycle.gone))  # fmt: skip
 
         yield from self._commands()
         yield from self._queues(node, cfg, vals, lens)
@@ -131,7 +130,7 @@ class NodeCollector:
             for shard in store._shards:
                 for state in map(_STATE, shard.values()):
                     counts[state] += 1
-            for i, state in enumerate(_JOB_STATES):
+            for i, state in enumerate(STATE_NAMES):
                 fam.add_metric([state], counts[i])
         else:
             fam.add_metric(["queued"], sum(lens))
@@ -186,8 +185,8 @@ class NodeCollector:
             jin.add_metric([name], q.jobs_in)
             jout.add_metric([name], q.jobs_out)
             rate.add_metric([name], q.import_rate(now) if q.sources else 0)
-            if q.flags & 3:
-                paused.add_metric([name, _PAUSE_MODES[q.flags & 3]], 1)
+            if q.flags & PAUSED_ALL:
+                paused.add_metric([name, PAUSE_NAMES[q.flags & PAUSED_ALL]], 1)
         if over:
             # the rest, summed: everything minus the top
             n_len = sum(lens) - sum(lens[i] for i in picked)
@@ -198,8 +197,8 @@ class NodeCollector:
             n_rate = sum(q.import_rate(now) for q in filter(_SOURCES, vals) if id(q) not in topset)
             modes = [0, 0, 0, 0]
             for q in filter(_FLAGS, vals):
-                if q.flags & 3 and id(q) not in topset:
-                    modes[q.flags & 3] += 1
+                if q.flags & PAUSED_ALL and id(q) not in topset:
+                    modes[q.flags & PAUSED_ALL] += 1
             length.add_metric([OTHER], n_len)
             blocked.add_metric([OTHER], n_blk)
             jin.add_metric([OTHER], n_in)
@@ -207,7 +206,7 @@ class NodeCollector:
             rate.add_metric([OTHER], n_rate)
             for i in (1, 2, 3):
                 if modes[i]:
-                    paused.add_metric([OTHER, _PAUSE_MODES[i]], modes[i])
+                    paused.add_metric([OTHER, PAUSE_NAMES[i]], modes[i])
         yield length
         yield blocked
         yield jin
@@ -220,8 +219,7 @@ class NodeCollector:
         ``admin-metrics-max-queues`` queues with the most, the rest summed under ``_other``."""
         fam = CounterMetricFamily("disque_queue_jobs_dead_lettered", "Jobs of the queue made dead letters here",
                                   labels=["queue"])  # fmt: skip
-        delivery = getattr(node, "delivery", None)
-        counts = dict(getattr(delivery, "dead_by_queue", None) or {})
+        counts = dict(node.delivery.dead_by_queue)
         cap = int(getattr(cfg, "admin_metrics_max_queues", 1000))
         names = list(counts)
         if len(names) > cap:

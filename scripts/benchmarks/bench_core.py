@@ -47,9 +47,9 @@ def run_core(
         for i, nid in enumerate(ids)
     }
     for nid, n in nodes.items():
-        n.cluster_size = len(nodes)
-        n.reachable = [x for x in nodes if x != nid]
-        n.known_nodes = list(nodes)
+        n.ctx.cluster_size = len(nodes)
+        n.ctx.reachable = [x for x in nodes if x != nid]
+        n.ctx.known_nodes = list(nodes)
     a, b = nodes[ids[0]], nodes[ids[1]]
     producer = a if same_node else b
     name = {nid: "ABC"[i] for i, nid in enumerate(ids)}

@@ -1,5 +1,6 @@
 """A job's deadlines (``retry_deadline``, ``gc_deadline``), its one ``next_at`` slot read by
-state, and the table of its state's moves (``job.TRANSITIONS``)."""
+state, the table of its state's moves (``job.TRANSITIONS``), and the RETRY it gets when ADDJOB
+names none (``constants.default_retry``)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import random
 
 import pytest
 
+from disque_py.core.constants import DEFAULT_TTL, default_retry
 from disque_py.core.job import (
     ACKED, ACTIVE, GC_RETRY_MAX_MS, GC_RETRY_MIN_MS, QUEUED, STATE_NAMES, TIME_ERROR_MS, TRANSITIONS, WAIT_REPL,
     IllegalTransition, Job, gc_deadline, illegal_transitions, retry_deadline,
@@ -30,6 +32,17 @@ def test_a_retry_period_lasts_retry_seconds_give_or_take_the_time_error():
     rng = random.Random(1)
     draws = {retry_deadline(job, 5_000, rng.getrandbits) for _ in range(200)}
     assert min(draws) >= low and max(draws) <= high and len(draws) > 50  # spread, not one value
+
+
+@pytest.mark.parametrize("ttl, retry", [(None, 300), (1, 1), (9, 1), (10, 1), (25, 2), (100, 10), (2999, 299),
+                                        (3000, 300), (5000, 300), (DEFAULT_TTL * 30, 300)])  # fmt: skip
+def test_an_addjob_naming_no_retry_gets_disques_default(h: Harness, ttl, retry):
+    """A tenth of its TTL, at most 300 s, at least 1 s (Disque's addjobCommand): decided by one
+    function, which the task layer asks too (tasks/app.py)."""
+    opts = () if ttl is None else ("TTL", ttl)
+    job_id = h.cmd("ADDJOB", "q", "b", 0, *opts)
+    assert h.node.store.get(job_id).retry == retry == default_retry(DEFAULT_TTL if ttl is None else ttl)
+    assert h.cmd("ADDJOB", "q", "b", 0, *opts, "RETRY", 7) and h.node.store.get(h.cmd("QPEEK", "q", -1)[0][1]).retry == 7
 
 
 def test_gc_attempts_back_off_from_one_second_doubling_up_to_three_minutes():

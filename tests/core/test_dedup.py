@@ -13,7 +13,8 @@ import pytest
 
 from cluster_bus.codec import decode_message, encode_message
 from cluster_bus.messages import Data
-from disque_py.core.dedup import DEFAULT_WINDOW_MS, QUERY_TIMEOUT_MS
+from disque_py.core.dedup import QUERY_TIMEOUT_MS
+from disque_py.core.lifecycle import DEFAULT_WINDOW_MS
 from disque_py.core.effects import BLOCKED, Reply, Send
 from disque_py.core.ids import dedup_job_id
 from disque_py.core.job import QUEUED, WAIT_REPL, Job
@@ -85,7 +86,7 @@ def test_dedup_option_errors_change_nothing(h, opts, message):
     assert reply.startswith(message), reply
     assert h.cmd("QLEN", "q") == 0 and len(h.node.store) == 0
     assert h.node.ctx.stats == before and h.effects() == []
-    assert h.node.dedup.gone == {} and h.node.dedup.queries == {}
+    assert h.node.lifecycle.gone == {} and h.node.dedup.queries == {}
 
 
 def test_a_key_of_512_bytes_is_accepted(h):
@@ -122,14 +123,14 @@ def test_acked_and_collected_then_readded_within_the_window_adds_nothing(h):
     assert h.cmd("ACKJOB", job_id) == 1
     h.advance(1000)
     assert h.node.store.get(job_id) is None  # collected
-    assert job_id in h.node.dedup.gone
+    assert job_id in h.node.lifecycle.gone
     h.advance(DEFAULT_WINDOW_MS - 2000)
     assert _id(h.cmd("ADDJOB", "q", "again", 0, "DEDUP", "k")) == job_id
     assert len(h.node.store) == 0 and h.cmd("QLEN", "q") == 0
     assert h.node.ctx.stats["dedup_hits"] == 1
     # after the window: a new job with that ID
     h.advance(2000)
-    assert job_id not in h.node.dedup.gone
+    assert job_id not in h.node.lifecycle.gone
     assert _id(h.cmd("ADDJOB", "q", "again", 0, "DEDUP", "k")) == job_id
     assert h.cmd("QLEN", "q") == 1 and show(h, job_id)["body"] == b"again"
     assert h.node.ctx.stats["dedup_hits"] == 1
@@ -142,27 +143,27 @@ def test_every_way_a_job_ends_remembers_its_key(h, how):
         h.advance(10_001)
     else:
         assert h.cmd(how, job_id) == 1
-    assert h.node.store.get(job_id) is None and job_id in h.node.dedup.gone
+    assert h.node.store.get(job_id) is None and job_id in h.node.lifecycle.gone
     assert _id(h.cmd("ADDJOB", "q", "b", 0, "DEDUP", "k", "TTL", 10, "RETRY", 5)) == job_id
     assert len(h.node.store) == 0
 
 
 def test_changing_the_window(h):
-    dedup = h.node.dedup
-    dedup.window_ms = 1000  # CONFIG SET dedup-window 1 (server/app.py)
+    lifecycle = h.node.lifecycle
+    lifecycle.dedup_window_ms = 1000  # CONFIG SET dedup-window 1 (server/app.py)
     job_id = _id(h.cmd("ADDJOB", "q", "b", 0, "DEDUP", "k"))
     assert h.cmd("DELJOB", job_id) == 1
-    assert dedup.gone[job_id] == h.now + 1000
+    assert lifecycle.gone[job_id] == h.now + 1000
     h.advance(999)
     assert _id(h.cmd("ADDJOB", "q", "b", 0, "DEDUP", "k")) == job_id and len(h.node.store) == 0
-    dedup.window_ms = 60_000  # an ID remembered keeps its end
+    lifecycle.dedup_window_ms = 60_000  # an ID remembered keeps its end
     h.advance(1)
-    assert job_id not in dedup.gone
+    assert job_id not in lifecycle.gone
     assert _id(h.cmd("ADDJOB", "q", "b", 0, "DEDUP", "k")) == job_id and h.cmd("QLEN", "q") == 1
     # 0: forgotten with the job
-    dedup.window_ms = 0
+    lifecycle.dedup_window_ms = 0
     assert h.cmd("DELJOB", job_id) == 1
-    assert job_id not in dedup.gone
+    assert job_id not in lifecycle.gone
     assert _id(h.cmd("ADDJOB", "q", "b", 0, "DEDUP", "k")) == job_id and h.cmd("QLEN", "q") == 1
 
 
@@ -227,7 +228,7 @@ def test_a_node_not_holding_it_asks_and_answers_the_id():
     assert net.cmd(holders[0], "ACKJOB", job_id) == 1
     net.advance(10_000)
     assert net.holders(job_id) == []
-    assert all(job_id in net.nodes[i].dedup.gone for i in holders)
+    assert all(job_id in net.nodes[i].lifecycle.gone for i in holders)
     assert _id(net.cmd(other, "ADDJOB", "q", "b3", 0, "REPLICATE", 2, "DEDUP", "k", client=5)) == job_id
     assert net.jobs_total() == 0 and net.nodes[other].ctx.stats["dedup_hits"] == 2
 
@@ -275,7 +276,7 @@ def test_a_client_that_leaves_mid_query():
     net2.settle()
     net2.advance(QUERY_TIMEOUT_MS * 2)
     assert net2.reply(0, 1) is None and net2.jobs_total() == 0
-    assert net2.nodes[0].dedup.queries == {} and net2.nodes[0].dedup._client_queries == {}
+    assert net2.nodes[0].dedup.queries == {} and net2.nodes[0].dedup.client_queries == {}
 
 
 def test_norepl_of_a_dedup_job_keeps_it_and_a_retry_returns_its_id():
@@ -354,9 +355,9 @@ def test_a_copy_for_a_remembered_id_is_answered_setack_and_not_kept():
     node = h.node
     peer = "f" * 40
     job_id = _id(h.cmd("ADDJOB", "q", "b", 0, "REPLICATE", 1, "DEDUP", "k"))  # alone: made at once
-    node.cluster_size = 2
-    node.known_nodes = [node.id, peer]
-    node.reachable = [peer]
+    node.ctx.cluster_size = 2
+    node.ctx.known_nodes = [node.id, peer]
+    node.ctx.reachable = [peer]
     assert h.cmd("DELJOB", job_id) == 1
     h.effects()
     copy = Job(job_id, QUEUED, b"q", b"b", 2, 1_700_000_000_000_000_000, h.now + 60_000, 0, 300, 0, (peer,))
@@ -376,9 +377,9 @@ def test_hasjob_answers():
     node = h.node
     peer = "f" * 40
     job_id = _id(h.cmd("ADDJOB", "q", "b", 0, "REPLICATE", 1, "DEDUP", "k"))  # alone: made at once
-    node.cluster_size = 2
-    node.known_nodes = [node.id, peer]
-    node.reachable = [peer]
+    node.ctx.cluster_size = 2
+    node.ctx.known_nodes = [node.id, peer]
+    node.ctx.reachable = [peer]
     for jid, have in ((job_id, True), (dedup_job_id(b"q", b"other", 300), False)):
         node.receive_data(peer, "HASJOB", [jid], h.now)
         assert [e.message for e in h.effects()] == [("HAVEJOB", jid, have)]
@@ -419,7 +420,7 @@ def test_a_plain_addjob_writes_no_dedup_record_and_sends_no_query(h):
     h.cmd("DELJOB", job_id)
     data = encode_entries(journal, WALL)
     assert b"JOBEXTRA" not in data and b"DEDUPGONE" not in data
-    assert h.node.dedup.gone == {}
+    assert h.node.lifecycle.gone == {}
 
 
 def _journaled(h) -> list:
@@ -449,15 +450,15 @@ def test_aof_key_and_gone_round_trip_through_a_restart(h):
     kept = _id(h.cmd("ADDJOB", "q", "kept", 0, "DEDUP", "key-1", "MAXDELIVER", 3))
     done = _id(h.cmd("ADDJOB", "q", "done", 0, "DEDUP", "key-2"))
     assert h.cmd("DELJOB", done) == 1
-    until = h.node.dedup.gone[done]
+    until = h.node.lifecycle.gone[done]
     assert [job.id for k, job in journal if k == J_GONE] == [done]
     data = encode_entries(journal, WALL)
     assert b"JOBEXTRA" in data and b"DEDUPGONE" in data
-    rewrite = b"".join(snapshot(h.node.store.values(), WALL, gone=list(h.node.dedup.gone.items())))
+    rewrite = b"".join(snapshot(h.node.store.values(), WALL, gone=list(h.node.lifecycle.gone.items())))
     for name, blob in (("journal", data), ("rewrite", rewrite)):
         h2 = _fresh_loaded(blob, h.now + 5000)
         node = h2.node
-        assert node.dedup.gone == {done: until}, name
+        assert node.lifecycle.gone == {done: until}, name
         job = node.store.get(kept)
         assert job is not None and job.extra.dedup == b"key-1" and job.extra.maxdeliver == 3, name
         assert _id(h2.cmd("ADDJOB", "q", "x", 0, "DEDUP", "key-1", "MAXDELIVER", 3)) == kept
@@ -465,18 +466,18 @@ def test_aof_key_and_gone_round_trip_through_a_restart(h):
         assert len(node.store) == 1 and node.ctx.stats["dedup_hits"] == 2, name
         # the window still ends where it did
         h2.advance(until - h2.now)
-        assert done not in node.dedup.gone
+        assert done not in node.lifecycle.gone
 
 
 def test_a_gone_record_past_its_window_is_not_restored(h):
     from disque_py.persistence.journal import encode_entries
 
     journal = _journaled(h)
-    h.node.dedup.window_ms = 1000
+    h.node.lifecycle.dedup_window_ms = 1000
     done = _id(h.cmd("ADDJOB", "q", "done", 0, "DEDUP", "k"))
     h.cmd("DELJOB", done)
     h2 = _fresh_loaded(encode_entries(journal, WALL), h.now + 1000)
-    assert h2.node.dedup.gone == {}
+    assert h2.node.lifecycle.gone == {}
     assert _id(h2.cmd("ADDJOB", "q", "x", 0, "DEDUP", "k")) == done and len(h2.node.store) == 1
 
 

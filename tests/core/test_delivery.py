@@ -470,7 +470,7 @@ def test_two_holders_dead_lettering_one_job_make_copies_of_one_job():
     assert c.getjob(0) == job_id
     # cut the link: each side sees the other unreachable, messages between them dropped
     for i in range(2):
-        c.node(i).reachable = []
+        c.node(i).ctx.reachable = []
     sent = []
     c.settle = lambda: sent.extend(c.inbox) or c.inbox.clear()  # type: ignore[method-assign]
     assert c.cmd(0, "NACK", job_id) == 1
@@ -527,9 +527,9 @@ def test_a_malformed_extra_is_refused_and_counted_as_a_malformed_repljob(extra):
     assert job_from_wire(wire, T0) is None
     h = Harness()
     node = h.node
-    node.cluster_size = 2
-    node.known_nodes = [node.id, PEER]
-    node.reachable = [PEER]
+    node.ctx.cluster_size = 2
+    node.ctx.known_nodes = [node.id, PEER]
+    node.ctx.reachable = [PEER]
     packed = msgpack.unpackb(msgpack.packb([wire, False], use_bin_type=True), raw=False)
     node.receive_data(PEER, "REPLJOB", packed, h.now)
     assert node.bus_stats["messages_malformed"] == 1

@@ -12,10 +12,10 @@ NOT_ENOUGH = "NOREPL Not enough reachable nodes for the requested replication le
 
 
 def three_nodes_one_lost(h):
-    h.node.cluster_size = 3  # the lost node is still a member: the default REPLICATE is 3
-    h.node.known_nodes = [h.node.id, PEER, LOST]
-    h.node.reachable = [PEER]
-    h.node.live_nodes = 1
+    h.node.ctx.cluster_size = 3  # the lost node is still a member: the default REPLICATE is 3
+    h.node.ctx.known_nodes = [h.node.id, PEER, LOST]
+    h.node.ctx.reachable = [PEER]
+    h.node.ctx.live_nodes = 1
 
 
 def test_default_addjob_with_a_node_lost_says_reachable_and_asked(h):
@@ -29,16 +29,16 @@ def test_default_addjob_with_a_node_lost_says_reachable_and_asked(h):
 
 def test_a_node_without_a_link_but_not_failing_is_counted_reachable(h):
     three_nodes_one_lost(h)
-    h.node.live_nodes = 2  # PFAIL not reached yet: Disque still counts it, so the ADDJOB waits
+    h.node.ctx.live_nodes = 2  # PFAIL not reached yet: Disque still counts it, so the ADDJOB waits
     assert h.cmd("ADDJOB", "q", "body", 0) is BLOCKED
-    h.node.live_nodes = 0
-    h.node.reachable = []
+    h.node.ctx.live_nodes = 0
+    h.node.ctx.reachable = []
     assert h.cmd("ADDJOB", "q", "body", 0, "REPLICATE", 2) == Error(NOT_ENOUGH + " (1 reachable, 2 asked)")
 
 
 def test_leaving_node_says_why_and_counts_only_the_others(h):
     three_nodes_one_lost(h)
-    h.node.leaving = True
+    h.node.ctx.leaving = True
     assert h.cmd("ADDJOB", "q", "body", 0, "REPLICATE", 2) == Error(
         NOT_ENOUGH + ", since I'm unable to hold a copy of the message for the following reason: "
         "I'm leaving the cluster (1 other nodes reachable, 2 asked)"
@@ -48,10 +48,10 @@ def test_leaving_node_says_why_and_counts_only_the_others(h):
 
 
 def test_timeout_says_how_many_copies_were_confirmed_of_how_many(h):
-    h.node.cluster_size = 3
-    h.node.known_nodes = [h.node.id, PEER, LOST]
-    h.node.reachable = [PEER, LOST]
-    h.node.live_nodes = 2
+    h.node.ctx.cluster_size = 3
+    h.node.ctx.known_nodes = [h.node.id, PEER, LOST]
+    h.node.ctx.reachable = [PEER, LOST]
+    h.node.ctx.live_nodes = 2
     assert h.cmd("ADDJOB", "q", "body", 500) is BLOCKED
     sends = [e for e in h.effects() if isinstance(e, Send)]
     job_id = sends[0].message[1][0]
@@ -68,9 +68,9 @@ def test_timeout_says_how_many_copies_were_confirmed_of_how_many(h):
 def test_timeout_0_waits_with_no_limit_as_disque(h):
     # ADDJOB's timeout 0 is no limit (Disque's too): a holder that never answers keeps the
     # client waiting until the job's TTL ends, which answers NOREPL.
-    h.node.cluster_size = 2
-    h.node.reachable = [PEER]
-    h.node.live_nodes = 1
+    h.node.ctx.cluster_size = 2
+    h.node.ctx.reachable = [PEER]
+    h.node.ctx.live_nodes = 1
     assert h.cmd("ADDJOB", "q", "body", 0, "TTL", 5) is BLOCKED
     h.effects()
     h.advance(4_000)
@@ -96,9 +96,9 @@ def test_delay_over_ttl_says_both(h):
 
 
 def test_retry_0_with_the_default_replicate_says_the_default(h):
-    h.node.cluster_size = 3
-    h.node.reachable = [PEER, LOST]
-    h.node.live_nodes = 2
+    h.node.ctx.cluster_size = 3
+    h.node.ctx.reachable = [PEER, LOST]
+    h.node.ctx.live_nodes = 2
     assert h.cmd("ADDJOB", "q", "x", 0, "RETRY", 0) == (
         "ERR With RETRY set to 0 please explicitly set REPLICATE to 1 (at-most-once delivery) "
         "(REPLICATE is 3 by default here)"

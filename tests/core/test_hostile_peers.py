@@ -34,9 +34,9 @@ values = st.recursive(
 def test_any_body_for_any_kind_is_survived(kind, body):
     h = Harness()
     node = h.node
-    node.cluster_size = 2
-    node.known_nodes = [node.id, PEER]
-    node.reachable = [PEER]
+    node.ctx.cluster_size = 2
+    node.ctx.known_nodes = [node.id, PEER]
+    node.ctx.reachable = [PEER]
     job = h.add("q", "keep", "REPLICATE", 1)
     node.receive_data(PEER, kind, body, h.now)
     node.take_effects()
@@ -83,9 +83,9 @@ def test_a_job_array_with_one_bad_field_is_refused_or_sane(index, value, kind):
         assert all(type(n) is str and len(n) == 40 for n in job.delivered)
     h = Harness()
     node = h.node
-    node.cluster_size = 2
-    node.known_nodes = [node.id, PEER]
-    node.reachable = [PEER]
+    node.ctx.cluster_size = 2
+    node.ctx.known_nodes = [node.id, PEER]
+    node.ctx.reachable = [PEER]
     node.receive_data(PEER, kind, [wire, False] if kind == "REPLJOB" else [[wire]], h.now)
     node.take_effects()
     h.advance(1000)
@@ -97,9 +97,9 @@ def test_setack_for_an_unknown_id_is_answered_only_when_the_id_is_well_formed():
 
     h = Harness()
     node = h.node
-    node.cluster_size = 2
-    node.known_nodes = [node.id, PEER]
-    node.reachable = [PEER]
+    node.ctx.cluster_size = 2
+    node.ctx.known_nodes = [node.id, PEER]
+    node.ctx.reachable = [PEER]
     good = b"D-01234567-AAAAAAAAAAAAAAAAAAAAAAAA-05a1"
     for bad in (b"D-0123\r\n67-AAAAAAAAAAAAAAAAAAAAAAAA-05a1", b"+OK", b""):
         node.receive_data(PEER, "SETACK", [bad, 1], h.now)
@@ -117,9 +117,9 @@ def test_the_two_copy_flags_count_only_when_they_are_true():
     def holder_of_a_two_copy_job() -> tuple[Harness, bytes]:
         h = Harness()
         node = h.node
-        node.cluster_size = 2
-        node.known_nodes = [node.id, PEER]
-        node.reachable = [PEER]
+        node.ctx.cluster_size = 2
+        node.ctx.known_nodes = [node.id, PEER]
+        node.ctx.reachable = [PEER]
         wire = list(VALID_JOB)
         wire[10] = [PEER, node.id]
         node.receive_data(PEER, "REPLJOB", [wire, True], h.now)
@@ -176,9 +176,9 @@ MALFORMED = {
 def clustered() -> Harness:
     h = Harness()
     node = h.node
-    node.cluster_size = 2
-    node.known_nodes = [node.id, PEER]
-    node.reachable = [PEER]
+    node.ctx.cluster_size = 2
+    node.ctx.known_nodes = [node.id, PEER]
+    node.ctx.reachable = [PEER]
     return h
 
 
@@ -213,7 +213,7 @@ def test_wrong_kinds_senders_and_bodies_are_counted():
     for n, (sender, kind, body) in enumerate(cases, 1):
         node.receive_data(sender, kind, body, h.now)
         assert node.bus_stats["messages_malformed"] == n, (sender, kind, body)
-    assert node.take_effects() == [] and not node.acks.tombstones
+    assert node.take_effects() == [] and not node.lifecycle.tombstones
 
 
 def test_well_formed_messages_are_not_counted():

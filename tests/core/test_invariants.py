@@ -29,9 +29,9 @@ def broken(node) -> str:
 def clustered() -> Harness:
     h = Harness()
     node = h.node
-    node.cluster_size = 2
-    node.known_nodes = [node.id, PEER]
-    node.reachable = [PEER]
+    node.ctx.cluster_size = 2
+    node.ctx.known_nodes = [node.id, PEER]
+    node.ctx.reachable = [PEER]
     return h
 
 
@@ -186,7 +186,7 @@ def test_leases_a_lease_without_credit():
     h = clustered()
     h.node.receive_data(PEER, "NEEDJOBS", [b"q", 10], h.now)
     invariants.check(h.node)
-    h.node.federation.leases[b"q"][PEER][1] = 0
+    h.node.leases.by_queue[b"q"][PEER][1] = 0
     assert broken(h.node) == "LEASES"
 
 
@@ -194,5 +194,5 @@ def test_tombstones_an_id_without_its_expiry(h):
     job_id = h.add("q", "body")
     assert h.cmd("FASTACK", job_id) == 1
     invariants.check(h.node)
-    h.node.acks._tomb_order.clear()
+    h.node.lifecycle._tomb_order.clear()
     assert broken(h.node) == "TOMBSTONES"

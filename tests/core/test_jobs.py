@@ -449,8 +449,8 @@ def test_moved_jobs_too_big_together_travel_in_several_yourjobs(h):
     from disque_py.core.effects import Send
 
     peer = "f" * 40
-    h.node.reachable = [peer]
-    h.node.cluster_size = 2
+    h.node.ctx.reachable = [peer]
+    h.node.ctx.cluster_size = 2
     body = b"x" * (25 * 1024 * 1024)
     ids = [h.add("q", body, "REPLICATE", 1) for _ in range(6)]  # NEEDJOBS takes half the queue at most
     h.effects()
@@ -469,8 +469,8 @@ def test_replication_resends_back_off_when_no_node_is_left_to_add(h):
     from disque_py.core.effects import Send
 
     peer = "f" * 40
-    h.node.reachable = [peer]
-    h.node.cluster_size = 2
+    h.node.ctx.reachable = [peer]
+    h.node.ctx.cluster_size = 2
     t0 = h.now
     assert h.cmd("ADDJOB", "q", "body", 5000, "REPLICATE", 2) is BLOCKED
     assert [e.to for e in h.effects() if isinstance(e, Send)] == [peer]  # the first copy
@@ -483,18 +483,18 @@ def test_replication_resends_back_off_when_no_node_is_left_to_add(h):
 
 
 def test_replication_resends_skip_a_backlogged_link_but_new_holders_get_their_copy(h):
-    """A holder whose link still holds unsent output (``Node.backlogged``, kept by the shell) gets
+    """A holder whose link still holds unsent output (``ctx.backlogged``, kept by the shell) gets
     no resend: the copy before has not left yet. A node added meanwhile still gets its first copy,
     and the resends to the first holder resume once its link has drained."""
     from disque_py.core.effects import Send
 
     slow, late = "e" * 40, "f" * 40
-    h.node.reachable = [slow]
-    h.node.cluster_size = 3
+    h.node.ctx.reachable = [slow]
+    h.node.ctx.cluster_size = 3
     t0 = h.now
     assert h.cmd("ADDJOB", "q", "body", 5000, "REPLICATE", 2) is BLOCKED
     assert [e.to for e in h.effects() if isinstance(e, Send)] == [slow]
-    h.node.backlogged = frozenset([slow])
+    h.node.ctx.backlogged = frozenset([slow])
     sends = []
 
     def run(ms):
@@ -505,10 +505,10 @@ def test_replication_resends_skip_a_backlogged_link_but_new_holders_get_their_co
 
     run(400)
     assert sends == []  # 50, 150 and 350 ms: no resend while the first copy waits on the link
-    h.node.reachable = [slow, late]
+    h.node.ctx.reachable = [slow, late]
     run(360)
     assert sends == [(750, late)]  # the node added gets its copy; the backlogged one does not
-    h.node.backlogged = frozenset()
+    h.node.ctx.backlogged = frozenset()
     run(50)
     assert sorted(sends[1:]) == [(800, slow), (800, late)]  # the link drained: both resent
 
@@ -519,9 +519,9 @@ def test_new_copies_go_to_nodes_without_a_backlog_first(h):
     from disque_py.core.effects import Send
 
     peers = [c * 40 for c in "bcdef"]
-    h.node.reachable = list(peers)
-    h.node.cluster_size = 6
-    h.node.backlogged = frozenset(peers[:3])
+    h.node.ctx.reachable = list(peers)
+    h.node.ctx.cluster_size = 6
+    h.node.ctx.backlogged = frozenset(peers[:3])
     chosen = set()
     for i in range(40):
         assert h.cmd("ADDJOB", "q%d" % i, "body", 0, "REPLICATE", 2, "ASYNC") is not BLOCKED
@@ -543,8 +543,8 @@ def test_moves_that_never_left_bring_their_at_most_once_jobs_back(h):
     from disque_py.core.messages import moves_to_watch
 
     peer = "f" * 40
-    h.node.reachable = [peer]
-    h.node.cluster_size = 2
+    h.node.ctx.reachable = [peer]
+    h.node.ctx.cluster_size = 2
     h.node.receive_data(peer, "NEEDJOBS", [b"q", 10], h.now)  # a lease: new jobs are pushed
     h.effects()
     amo = [h.add("q", "body%d" % i, "REPLICATE", 1, "RETRY", 0) for i in range(2)]
@@ -559,7 +559,7 @@ def test_moves_that_never_left_bring_their_at_most_once_jobs_back(h):
         for m in messages:
             h.node.on_moves_unsent(peer, m, h.now)
 
-    h.node.reachable = []  # the link went down first
+    h.node.ctx.reachable = []  # the link went down first
     hand_back()
     assert h.cmd("QLEN", "q") == 2 and h.node.stats["jobs_returned"] == 2
     assert not [e for e in h.effects() if isinstance(e, Send)]  # nowhere to go now: stays here
@@ -580,12 +580,12 @@ def test_a_move_handed_back_goes_on_at_once_to_another_node_that_waits(h):
     from disque_py.core.effects import Send
 
     gone, other = "e" * 40, "f" * 40
-    h.node.reachable = [gone]
-    h.node.cluster_size = 3
+    h.node.ctx.reachable = [gone]
+    h.node.ctx.cluster_size = 3
     h.node.receive_data(gone, "NEEDJOBS", [b"q", 10], h.now)
     jid = h.add("q", "body", "REPLICATE", 1, "RETRY", 0)
     (message,) = [e.message for e in h.effects() if isinstance(e, Send) and e.message[0] == "YOURJOBS"]
-    h.node.reachable = [other]
+    h.node.ctx.reachable = [other]
     h.node.receive_data(other, "NEEDJOBS", [b"q", 10], h.now)
     h.effects()
     h.node.on_moves_unsent(gone, message, h.now)
@@ -600,11 +600,12 @@ def test_push_leases_on_queues_that_get_no_job_are_forgotten(h):
     lease behind once it expires (10,000 names checked per second), while a lease that is
     renewed stays and keeps pushing."""
     from disque_py.core.effects import Send
-    from disque_py.core.federation import LEASE_GC_BATCH, LEASE_MS
+    from disque_py.core.federation import LEASE_MS
+    from disque_py.core.leases import LEASE_GC_BATCH
 
     peer = "f" * 40
-    h.node.reachable = [peer]
-    h.node.cluster_size = 2
+    h.node.ctx.reachable = [peer]
+    h.node.ctx.cluster_size = 2
     names = int(2.5 * LEASE_GC_BATCH)
     for i in range(names):
         h.node.receive_data(peer, "NEEDJOBS", [b"reply-%d" % i, 10], h.now)
@@ -629,9 +630,9 @@ def test_queues_are_asked_for_only_while_clients_wait_on_them(h):
     from disque_py.core.effects import Send
 
     peer = "f" * 40
-    h.node.reachable = [peer]
-    h.node.known_nodes = [h.node.id, peer]
-    h.node.cluster_size = 2
+    h.node.ctx.reachable = [peer]
+    h.node.ctx.known_nodes = [h.node.id, peer]
+    h.node.ctx.cluster_size = 2
     t0 = h.now
     assert h.cmd("GETJOB", "TIMEOUT", 5000, "FROM", "w", client=7) is BLOCKED
     assert h.cmd("GETJOB", "FROM", "v", client=8) is BLOCKED
@@ -655,13 +656,13 @@ def test_a_copy_arriving_just_after_its_deljob_is_not_queued_again(h):
     way: the copy arrives after the job was deleted here. It is dropped (and its sender told to
     delete it), not queued as a new job; once TOMBSTONE_MS has passed the ID is forgotten."""
     from disque_py.core.effects import Send
-    from disque_py.core.acks import TOMBSTONE_MS
+    from disque_py.core.lifecycle import TOMBSTONE_MS
     from disque_py.core.wire import job_to_wire
 
     peer, other = "f" * 40, "e" * 40
-    h.node.reachable = [peer, other]
-    h.node.known_nodes = [h.node.id, peer, other]
-    h.node.cluster_size = 3
+    h.node.ctx.reachable = [peer, other]
+    h.node.ctx.known_nodes = [h.node.id, peer, other]
+    h.node.ctx.cluster_size = 3
     jid = h.add("q", "body", "REPLICATE", 1)
     job = h.node.store.get(jid)
     wire = job_to_wire(job, h.now)
@@ -679,14 +680,14 @@ def test_a_copy_arriving_just_after_its_deljob_is_not_queued_again(h):
 
 
 def test_deleted_ids_remembered_are_bounded(h, monkeypatch):
-    import disque_py.core.acks as acks_mod
+    import disque_py.core.lifecycle as lifecycle_mod
 
-    monkeypatch.setattr(acks_mod, "TOMBSTONES_MAX", 5)
+    monkeypatch.setattr(lifecycle_mod, "TOMBSTONES_MAX", 5)
     ids = [h.add("q", "b%d" % i) for i in range(8)]
     assert h.cmd("FASTACK", *ids) == 8
-    assert list(h.node.acks.tombstones) == ids[3:]  # the newest five, oldest first
-    h.advance(acks_mod.TOMBSTONE_MS)
-    assert not h.node.acks.tombstones
+    assert list(h.node.lifecycle.tombstones) == ids[3:]  # the newest five, oldest first
+    h.advance(lifecycle_mod.TOMBSTONE_MS)
+    assert not h.node.lifecycle.tombstones
 
 
 @pytest.mark.parametrize("how", ["FASTACK here", "DELJOB from a peer"])
@@ -696,19 +697,19 @@ def test_a_job_deleted_before_it_got_here_is_not_taken_when_it_arrives(h, how):
     from disque_py.core.wire import job_to_wire
 
     peer = "f" * 40
-    h.node.reachable = [peer]
-    h.node.known_nodes = [h.node.id, peer]
-    h.node.cluster_size = 2
+    h.node.ctx.reachable = [peer]
+    h.node.ctx.known_nodes = [h.node.id, peer]
+    h.node.ctx.cluster_size = 2
     jid = h.add("q", "body", "REPLICATE", 1)
     wire = job_to_wire(h.node.store.get(jid), h.now)
     assert h.cmd("FASTACK", jid) == 1  # gone from here; the wire stands for a copy on the peer
-    h.node.acks.tombstones.clear()
+    h.node.lifecycle.tombstones.clear()
     if how == "FASTACK here":
         assert h.cmd("FASTACK", jid) == 0
     else:
         h.node.receive_data(peer, "DELJOB", [jid, [peer]], h.now)
     h.node.receive_data(peer, "DELJOB", [b"D-not-a-job-id", [peer]], h.now)
-    assert list(h.node.acks.tombstones) == [jid]  # a malformed ID is not remembered
+    assert list(h.node.lifecycle.tombstones) == [jid]  # a malformed ID is not remembered
     h.node.receive_data(peer, "YOURJOBS", [[wire]], h.now)
     assert h.cmd("SHOW", jid) is None and h.cmd("QLEN", "q") == 0
 
@@ -720,9 +721,9 @@ def test_a_moved_job_held_here_already_is_queued_from_the_held_copy(h):
     from disque_py.core.wire import job_to_wire
 
     peer = "f" * 40
-    h.node.reachable = [peer]
-    h.node.known_nodes = [h.node.id, peer]
-    h.node.cluster_size = 2
+    h.node.ctx.reachable = [peer]
+    h.node.ctx.known_nodes = [h.node.id, peer]
+    h.node.ctx.cluster_size = 2
     jid = h.add("q", "body", "REPLICATE", 1)
     held = h.node.store.get(jid)
     wire = job_to_wire(held, h.now)
@@ -751,25 +752,25 @@ def test_no_jobs_move_to_a_peer_without_a_link_or_with_a_link_that_does_not_drai
     def yourjobs() -> list:
         return [w[0] for e in h.effects() if isinstance(e, Send) and e.message[0] == "YOURJOBS" for w in e.message[1]]
 
-    h.node.reachable = [peer]
-    h.node.cluster_size = 2
+    h.node.ctx.reachable = [peer]
+    h.node.ctx.cluster_size = 2
     h.node.receive_data(peer, "NEEDJOBS", [b"q", 10], h.now)  # a lease: new jobs are pushed
     h.effects()
     pushed = h.add("q", "body", "REPLICATE", 1, "RETRY", 0)
     assert yourjobs() == [pushed] and h.cmd("QLEN", "q") == 0
-    h.node.backlogged = frozenset([peer])
+    h.node.ctx.backlogged = frozenset([peer])
     kept = [h.add("q", "body", "REPLICATE", 1, "RETRY", 0) for _ in range(4)]
     assert yourjobs() == [] and h.cmd("QLEN", "q") == 4
     h.node.receive_data(peer, "NEEDJOBS", [b"q", 10], h.now)  # asked again while backlogged
     assert yourjobs() == [] and h.cmd("QLEN", "q") == 4
-    h.node.backlogged = frozenset()
-    h.node.reachable = []  # its link went down (a kill -9, before the failure detector sees it)
+    h.node.ctx.backlogged = frozenset()
+    h.node.ctx.reachable = []  # its link went down (a kill -9, before the failure detector sees it)
     h.node.receive_data(peer, "NEEDJOBS", [b"q", 10], h.now)
     assert yourjobs() == [] and h.cmd("QLEN", "q") == 4
-    h.node.reachable = [peer]  # linked and draining again: it asks, and gets half the queue
+    h.node.ctx.reachable = [peer]  # linked and draining again: it asks, and gets half the queue
     h.node.receive_data(peer, "NEEDJOBS", [b"q", 10], h.now)
     assert yourjobs() == kept[:2] and h.cmd("QLEN", "q") == 2
-    h.node.backlogged = frozenset([peer])  # an at-least-once job still moves into a backlog
+    h.node.ctx.backlogged = frozenset([peer])  # an at-least-once job still moves into a backlog
     alo = h.add("q", "body", "REPLICATE", 1, "RETRY", 30)
     assert yourjobs() == [alo] and h.cmd("QLEN", "q") == 2
     h.node.receive_data(peer, "NEEDJOBS", [b"q", 10], h.now)  # the queue's head is RETRY 0: held

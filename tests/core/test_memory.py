@@ -152,8 +152,8 @@ def test_lowering_maxmemory_takes_effect_at_once(h):
 
 
 def test_at_level_1_a_new_job_is_replicated_externally_and_handed_over(h):
-    h.node.reachable = [PEER]
-    h.node.cluster_size = 2
+    h.node.ctx.reachable = [PEER]
+    h.node.ctx.cluster_size = 2
     h.add("q", "warm", "REPLICATE", 1)  # something to measure
     set_level(h, 1)
     assert h.cmd("ADDJOB", "q", "body", 0, "REPLICATE", 1) is BLOCKED
@@ -172,8 +172,8 @@ def test_at_level_1_a_new_job_is_replicated_externally_and_handed_over(h):
 
 def test_at_level_1_replicate_2_goes_to_two_other_nodes(h):
     other = "e" * 40
-    h.node.reachable = [PEER, other]
-    h.node.cluster_size = 3
+    h.node.ctx.reachable = [PEER, other]
+    h.node.ctx.cluster_size = 3
     h.add("q", "warm", "REPLICATE", 1)
     set_level(h, 1)
     assert h.cmd("ADDJOB", "q", "body", 0, "REPLICATE", 2) is BLOCKED
@@ -183,8 +183,8 @@ def test_at_level_1_replicate_2_goes_to_two_other_nodes(h):
 
 
 def test_at_level_1_repljob_from_a_peer_is_ignored(h):
-    h.node.reachable = [PEER]
-    h.node.cluster_size = 2
+    h.node.ctx.reachable = [PEER]
+    h.node.ctx.cluster_size = 2
     h.add("q", "warm", "REPLICATE", 1)
     set_level(h, 1)
     before = len(h.node.store)
@@ -214,9 +214,9 @@ def test_at_level_2_delivered_at_most_once_jobs_are_let_go_and_queued_ones_kept(
 
 
 def test_at_level_2_an_acked_job_gets_a_gc_attempt_now(h):
-    h.node.reachable = [PEER]
-    h.node.cluster_size = 2
-    h.node.known_nodes = [h.node.id, PEER]
+    h.node.ctx.reachable = [PEER]
+    h.node.ctx.cluster_size = 2
+    h.node.ctx.known_nodes = [h.node.id, PEER]
     job_id = h.add("q", "x", "REPLICATE", 1)
     job = h.node.store.get(job_id)
     job.delivered = (h.node.id, PEER)

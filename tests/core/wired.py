@@ -47,9 +47,9 @@ class Wired:
     def _views(self) -> None:
         for i, node in enumerate(self.nodes):
             if node is not None:
-                node.cluster_size = len(self.ids)
-                node.known_nodes = list(self.ids)
-                node.reachable = [self.ids[j] for j in self.live() if j != i and self.linked(i, j)]
+                node.ctx.cluster_size = len(self.ids)
+                node.ctx.known_nodes = list(self.ids)
+                node.ctx.reachable = [self.ids[j] for j in self.live() if j != i and self.linked(i, j)]
 
     def partition(self, *groups) -> None:
         self.groups = [set(g) for g in groups]

@@ -92,9 +92,9 @@ class Machines:
         self.membership = Membership(MY_ID, "127.0.0.1", 7711, node_timeout=5000, now=T0, rng=random.Random(1))
         self.membership.link_peer(1, "127.0.0.2", "127.0.0.1")
         self.node = Node(MY_ID, seed=b"fuzz-seed", now=T0)
-        self.node.cluster_size = 2
-        self.node.known_nodes = [MY_ID, PEER_ID]
-        self.node.reachable = [PEER_ID]
+        self.node.ctx.cluster_size = 2
+        self.node.ctx.known_nodes = [MY_ID, PEER_ID]
+        self.node.ctx.reachable = [PEER_ID]
 
     def deliver(self, msg) -> None:
         self.now += 10

@@ -125,10 +125,10 @@ class Driver:
             node.flushall()
         elif name == b".peers":
             n = _int(arg) % (len(PEERS) + 1)
-            node.cluster_size = 1 + n
-            node.known_nodes = [node.id, *PEERS[:n]]
-            node.reachable = PEERS[:n]
-            node.live_nodes = n
+            node.ctx.cluster_size = 1 + n
+            node.ctx.known_nodes = [node.id, *PEERS[:n]]
+            node.ctx.reachable = PEERS[:n]
+            node.ctx.live_nodes = n
         elif name == b".recv":
             kind = arg.decode("utf-8", "replace")
             body = _body(args[1]) if len(args) > 1 else []

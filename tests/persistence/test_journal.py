@@ -43,7 +43,7 @@ def restart(data: bytes, *, after_ms: int = 0, enqueue_once: bool = False, step:
 
 
 def shown(node: Node, job_id: bytes) -> dict | None:
-    got = node.execute(1, [b"SHOW", job_id], node.now)
+    got = node.execute(1, [b"SHOW", job_id], node.ctx.now)
     if got is None:
         return None
     info = dict(zip(got[::2], got[1::2]))
@@ -68,9 +68,9 @@ def test_every_job_comes_back_as_show_reports_it_active_and_requeued_by_its_retr
             before[b"state"] = after[b"state"]
         assert after == before
     # at-least-once jobs are queued again by their RETRY timer; the RETRY 0 one never
-    assert node.execute(1, [b"QLEN", b"q1"], node.now) == 0
+    assert node.execute(1, [b"QLEN", b"q1"], node.ctx.now) == 0
     h2 = Harness()
-    h2.node, h2.now = node, node.now
+    h2.node, h2.now = node, node.ctx.now
     h2.advance(6000)
     assert node.execute(1, [b"QLEN", b"q1"], h2.now) == 5
     assert node.execute(1, [b"QLEN", b"q2"], h2.now) == 0
@@ -99,15 +99,15 @@ def test_acked_deleted_and_delivered_retry0_jobs_keep_their_fate():
 def test_an_acked_job_comes_back_acked_and_its_gc_starts_again():
     h, journal = journaling()
     peer = "f" * 40
-    h.node.cluster_size = 2
-    h.node.known_nodes = [NODE_ID, peer]
+    h.node.ctx.cluster_size = 2
+    h.node.ctx.known_nodes = [NODE_ID, peer]
     job_id = h.add("q", "body", "RETRY", 5, "REPLICATE", 1)
     h.node.store.get(job_id).delivered = (NODE_ID, peer)  # a copy elsewhere: the GC must ask it
     assert h.cmd("ACKJOB", job_id) == 1
     assert h.node.store.get(job_id).state == ACKED
     node, _, counts = restart(encode_entries(journal, WALL), after_ms=100)
     assert node.store.get(job_id).state == ACKED and counts["acked"] == 1
-    assert node.next_wakeup() is not None and node.next_wakeup() <= node.now + 10_000  # a GC attempt, not the TTL
+    assert node.next_wakeup() is not None and node.next_wakeup() <= node.ctx.now + 10_000  # a GC attempt, not the TTL
 
 
 def test_a_controlled_restart_restores_every_queue_in_order_from_a_snapshot():
@@ -120,7 +120,7 @@ def test_a_controlled_restart_restores_every_queue_in_order_from_a_snapshot():
     data = b"".join(snapshot(h.node.store.values(), WALL))
     node, _, counts = restart(data, after_ms=100, enqueue_once=True)
     for q, items in before.items():
-        assert node.execute(1, [b"QPEEK", q, b"100"], node.now) == items
+        assert node.execute(1, [b"QPEEK", q, b"100"], node.ctx.now) == items
     assert counts["queued"] == 37
 
 
@@ -171,9 +171,9 @@ def test_a_damaged_record_raises_with_its_offset_after_applying_the_ones_before(
 
 def test_wait_repl_jobs_and_dummy_acks_are_not_written_until_they_count():
     h, journal = journaling()
-    h.node.cluster_size = 2
-    h.node.reachable = ["f" * 40]
-    h.node.known_nodes = [NODE_ID, "f" * 40]
+    h.node.ctx.cluster_size = 2
+    h.node.ctx.reachable = ["f" * 40]
+    h.node.ctx.known_nodes = [NODE_ID, "f" * 40]
     reply = h.cmd("ADDJOB", "q", "body", 0, "REPLICATE", 2, client=7)
     assert not isinstance(reply, bytes)  # waiting for its copy
     assert encode_entries(journal, WALL) == b""
@@ -206,7 +206,7 @@ def test_a_job_whose_requeue_time_passed_while_the_node_was_down_waits_a_whole_r
     node, _, _ = restart(data, after_ms=60_000)
     assert node.store.get(job_id).flags & F_BCAST_WILLQUEUE
     h2 = Harness()
-    h2.node, h2.now = node, node.now
+    h2.node, h2.now = node, node.ctx.now
     assert node.execute(1, [b"QLEN", b"q"], h2.now) == 0
     h2.advance(1400)  # RETRY 2 s, less the largest time error
     assert node.execute(1, [b"QLEN", b"q"], h2.now) == 0

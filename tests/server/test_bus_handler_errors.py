@@ -105,7 +105,7 @@ async def test_a_failing_handler_is_counted_in_cluster_info_and_the_node_serves_
             to_b = await trio.open_tcp_stream("127.0.0.1", ports[1])
             buf = bytearray()
             assert await _command(to_b, buf, b"CLUSTER MEET 127.0.0.1 %d\r\n" % ports[0]) == b"+OK\r\n"
-            await _until(lambda: a.node.id in b.node.reachable and b.node.id in a.node.reachable)
+            await _until(lambda: a.node.id in b.node.ctx.reachable and b.node.id in a.node.ctx.reachable)
             info = await _command(to_b, buf, b"CLUSTER INFO\r\n")
             assert b"cluster_stats_handler_errors:0\r\n" in info
             assert b"cluster_stats_messages_malformed:0\r\n" in info

@@ -32,13 +32,14 @@ class Runner:
         self.closed: list[int] = []
         self.effects_applied = 0
 
-    def run_commands(self, conn: Connection, commands) -> None:
+    def run_commands(self, conn: Connection, commands) -> bool:
+        """False: nothing journaled (the CommandRunner contract)."""
         out = conn.out
         for i, argv in enumerate(commands):
             if conn.blocked or conn.closing or len(out) >= OUT_HOLD:
                 if not conn.closing or conn.blocked:
                     conn.pending.extend(commands[i:])
-                return
+                return False
             if argv[0] == b"BOOM":
                 raise RuntimeError("injected failure")
             self.ran.append((conn.id, argv))
@@ -48,6 +49,7 @@ class Runner:
                 encode_reply(b"x" * BIG, out)
             else:
                 encode_reply(Status(b" ".join(argv[1:])), out)
+        return False
 
     def apply_effects(self) -> None:
         self.effects_applied += 1

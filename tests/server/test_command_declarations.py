@@ -90,7 +90,7 @@ async def test_every_name_the_node_dispatches_has_exactly_one_declaration_and_is
             assert arity == spec.arity, name
             assert handler.__name__ == spec.handler, name  # the declared handler, not one put in by hand
     machines = {type(m) for m in (server.node.lifecycle, server.node.requeue, server.node.acks,
-                                   server.node.blocking, server.node.replication, server.node.delivery)}  # fmt: skip
+                                   server.node.blocking, server.node.dedup, server.node.delivery)}  # fmt: skip
     for name in core:
         owner = getattr(core[name][0], "__self__", None)
         assert owner is server.node or type(owner) in machines, name

@@ -58,10 +58,10 @@ async def test_an_at_most_once_job_pushed_on_a_link_that_fails_before_it_leaves_
             buf_a, buf_b = bytearray(), bytearray()
             await to_b.send_all(b"CLUSTER MEET 127.0.0.1 %d\r\n" % ports[0])
             assert await _read_reply(to_b, buf_b, b"\r\n") == b"+OK\r\n"
-            await _until(lambda: a.node.id in b.node.reachable and b.node.id in a.node.reachable)
+            await _until(lambda: a.node.id in b.node.ctx.reachable and b.node.id in a.node.ctx.reachable)
 
             await to_a.send_all(b"GETJOB TIMEOUT 25000 FROM q\r\n")  # the consumer waits on A
-            await _until(lambda: a.node.id in b.node.federation.leases.get(b"q", {}))  # B is to push to A
+            await _until(lambda: a.node.id in b.node.leases.by_queue.get(b"q", {}))  # B is to push to A
 
             bus = b.cluster.bus
             link = bus.links[b.cluster.membership.link_of(a.node.id)]

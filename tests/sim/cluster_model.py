@@ -426,7 +426,7 @@ class SimCluster:
             wall_offset=self.wall_offset[i],
             address=("127.0.0.%d" % (i + 1), 7711),
         )
-        node.leaving = self.leaving_flag[i]
+        node.ctx.leaving = self.leaving_flag[i]
         self.nodes[i] = node
         self.alive[i] = True
         self._last_tick[i] = self.now
@@ -478,7 +478,7 @@ class SimCluster:
         node = self.nodes[i]
         if node is not None:
             ids = self.ids
-            node.backlogged = frozenset(ids[j] for j, n in enumerate(self._inflight[i]) if n)
+            node.ctx.backlogged = frozenset(ids[j] for j, n in enumerate(self._inflight[i]) if n)
         self._call_node(i, "tick", self.node_now(i))
 
     # -------------------------------------------------------------- effects
@@ -768,7 +768,7 @@ class SimCluster:
     def set_leaving(self, i: int, flag: bool = True) -> None:
         self.leaving_flag[i] = flag
         if self.nodes[i] is not None:
-            self.nodes[i].leaving = flag
+            self.nodes[i].ctx.leaving = flag
         self._note("F leaving %d %s" % (i, flag))
         self._topology_changed()
 
@@ -796,14 +796,14 @@ class SimCluster:
         if node is None:
             return
         known = [j for j in range(self.n) if j == i or j not in self.forgotten]
-        node.cluster_size = len(known)
-        node.known_nodes = [self.ids[j] for j in known]
-        node.reachable = [
+        node.ctx.cluster_size = len(known)
+        node.ctx.known_nodes = [self.ids[j] for j in known]
+        node.ctx.reachable = [
             self.ids[j]
             for j in known
             if j != i and self.connected(i, j) and not self.leaving_flag[j]
         ]  # fmt: skip
-        node.leaving = self.leaving_flag[i]
+        node.ctx.leaving = self.leaving_flag[i]
 
     def _apply_views(self) -> None:
         for i in range(self.n):

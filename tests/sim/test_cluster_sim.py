@@ -38,8 +38,8 @@ async def test_chain_of_seven_becomes_full_mesh(nursery, tmp_path, autojump_cloc
     took = await wait_until(lambda: all_know(nodes, 7), timeout=30, what="full mesh")
     assert took < 15
     for s in nodes:
-        assert s.node.cluster_size == 7
-        assert len(s.node.reachable) == 6
+        assert s.node.ctx.cluster_size == 7
+        assert len(s.node.ctx.reachable) == 6
         lines = s.cmd("CLUSTER", "NODES").decode().splitlines()
         assert len(lines) == 7
         assert all(line.split()[2] in ("myself", "noflags") for line in lines), lines
@@ -64,7 +64,7 @@ async def test_killed_nodes_fail_and_recover(nursery, tmp_path, autojump_clock):
         what="victims flagged FAIL everywhere",
     )
     for s in alive:
-        assert not set(ids) & set(s.node.reachable)
+        assert not set(ids) & set(s.node.ctx.reachable)
         prio = {e[0]: e[3] for e in s.node.execute(1, [b"HELLO"], int(trio.current_time() * 1000))[2:]}
         assert all(prio[i.encode()] == b"100" for i in ids)
     # bring them back with the same identity (nodes.conf kept in their dirs)
@@ -76,7 +76,7 @@ async def test_killed_nodes_fail_and_recover(nursery, tmp_path, autojump_clock):
         revived.append(r)
     everyone = alive + revived
     await wait_until(
-        lambda: all(len(s.node.reachable) == 6 for s in everyone),
+        lambda: all(len(s.node.ctx.reachable) == 6 for s in everyone),
         timeout=NODE_TIMEOUT * 4 / 1000,
         what="FAIL cleared everywhere",
     )
@@ -103,7 +103,7 @@ async def test_partition_minority_sees_pfail_majority_fail_then_heal(nursery, tm
     assert all(s.flags(m) == "fail?" for s in minority for m in majority)
     net.heal()
     await wait_until(
-        lambda: all(len(s.node.reachable) == 6 for s in nodes),
+        lambda: all(len(s.node.ctx.reachable) == 6 for s in nodes),
         timeout=NODE_TIMEOUT * 4 / 1000,
         what="partition healed",
     )
@@ -125,7 +125,7 @@ async def test_forget_leaving_and_pause_bcast(nursery, tmp_path, autojump_clock)
 
     await wait_until(lambda: all(sees_leaving(s) for s in nodes), timeout=10, what="leaving flag everywhere")
     assert nodes[0].flags(nodes[2]) == "leaving"
-    assert nodes[2].node.leaving
+    assert nodes[2].node.ctx.leaving
     # PAUSE ... bcast sets the state on the other nodes
     now = int(trio.current_time() * 1000)
     assert nodes[0].node.execute(1, [b"PAUSE", b"q", b"in", b"bcast"], now) == b"in"
@@ -186,7 +186,7 @@ async def test_a_node_that_reset_its_id_is_not_waited_for(nursery, tmp_path, aut
                      timeout=NODE_TIMEOUT * 3 / 1000, what="old ID without address")  # fmt: skip
     now = int(trio.current_time() * 1000)
     for s in nodes[:2]:
-        assert s.node.cluster_size == 3 and old not in s.node.reachable
+        assert s.node.ctx.cluster_size == 3 and old not in s.node.ctx.reachable
         # the default factor is the cluster size (3): only one other node can take a copy
         reply = s.node.execute(1, [b"ADDJOB", b"q", b"body", b"0"], now)
         assert str(reply).startswith("NOREPL Not enough reachable nodes"), reply
@@ -198,26 +198,26 @@ async def test_replayed_frame_closes_the_link_and_is_counted(nursery, tmp_path, 
     net, nodes = await start_cluster(nursery, tmp_path, 3, cluster_secret="s3cret")
     for b in nodes[1:]:
         nodes[0].cmd("CLUSTER", "MEET", "127.0.0.1", b.port)
-    await wait_until(lambda: all(len(s.node.reachable) == 2 for s in nodes), timeout=20, what="mesh")
+    await wait_until(lambda: all(len(s.node.ctx.reachable) == 2 for s in nodes), timeout=20, what="mesh")
     a, b = nodes[0], nodes[1]
     net.replay_next_write(a.port + 10000, b.port + 10000)
     await wait_until(lambda: b.cluster.stats["auth_failures"] >= 1, timeout=10, what="replay detected")
     # the link was dropped and re-established; the cluster stays whole
     await trio.sleep(NODE_TIMEOUT * 2 / 1000)
-    assert all(len(s.node.reachable) == 2 for s in nodes)
+    assert all(len(s.node.ctx.reachable) == 2 for s in nodes)
     assert all(s.flags(o) == "noflags" for s in nodes for o in nodes if o is not s)
 
 
 async def test_garbage_on_a_link_is_counted_and_the_node_carries_on(nursery, tmp_path, autojump_clock):
     net, nodes = await start_cluster(nursery, tmp_path, 2)
     nodes[0].cmd("CLUSTER", "MEET", "127.0.0.1", nodes[1].port)
-    await wait_until(lambda: all(len(s.node.reachable) == 1 for s in nodes), timeout=20, what="meet")
+    await wait_until(lambda: all(len(s.node.ctx.reachable) == 1 for s in nodes), timeout=20, what="meet")
     evil = await net.transport(9999).open_connection("127.0.0.1", nodes[1].port + 10000)
     await evil.send_all(b"\x00\x00\x00\x05\xc1\xc1\xc1\xc1\xc1")  # a frame of invalid msgpack
     await wait_until(lambda: nodes[1].cluster.stats["bad_frames"] >= 1, timeout=5, what="bad frame counted")
     assert await evil.receive_some(10) == b""  # closed on us
     await trio.sleep(NODE_TIMEOUT * 2 / 1000)
-    assert len(nodes[1].node.reachable) == 1
+    assert len(nodes[1].node.ctx.reachable) == 1
 
 
 async def test_a_silent_inbound_link_is_closed_and_counted(nursery, tmp_path, autojump_clock):
@@ -226,7 +226,7 @@ async def test_a_silent_inbound_link_is_closed_and_counted(nursery, tmp_path, au
 
     net, nodes = await start_cluster(nursery, tmp_path, 2)
     nodes[0].cmd("CLUSTER", "MEET", "127.0.0.1", nodes[1].port)
-    await wait_until(lambda: all(len(s.node.reachable) == 1 for s in nodes), timeout=20, what="meet")
+    await wait_until(lambda: all(len(s.node.ctx.reachable) == 1 for s in nodes), timeout=20, what="meet")
     bus = nodes[1].cluster.bus
     silent = await net.transport(9999).open_connection("127.0.0.1", nodes[1].port + 10000)
     t0 = trio.current_time()
@@ -236,7 +236,7 @@ async def test_a_silent_inbound_link_is_closed_and_counted(nursery, tmp_path, au
     assert bus.stats["silent_links"] == 1 and nodes[1].cluster.stats["bad_frames"] == 1
     # the peers' own links, which spoke at once, are untouched
     await trio.sleep(NODE_TIMEOUT * 2 / 1000)
-    assert len(nodes[1].node.reachable) == 1 and bus.stats["silent_links"] == 1
+    assert len(nodes[1].node.ctx.reachable) == 1 and bus.stats["silent_links"] == 1
 
 
 async def test_a_flood_of_silent_links_cycles_through_a_bounded_number(nursery, tmp_path, autojump_clock):
@@ -246,7 +246,7 @@ async def test_a_flood_of_silent_links_cycles_through_a_bounded_number(nursery, 
 
     net, nodes = await start_cluster(nursery, tmp_path, 2)
     nodes[0].cmd("CLUSTER", "MEET", "127.0.0.1", nodes[1].port)
-    await wait_until(lambda: all(len(s.node.reachable) == 1 for s in nodes), timeout=20, what="meet")
+    await wait_until(lambda: all(len(s.node.ctx.reachable) == 1 for s in nodes), timeout=20, what="meet")
     bus = nodes[1].cluster.bus
     links_before = len(bus.links)
     t0 = trio.current_time()
@@ -263,7 +263,7 @@ async def test_a_flood_of_silent_links_cycles_through_a_bounded_number(nursery, 
             assert await s.receive_some(10) == b""
     assert bus.stats["silent_links"] == MAX_UNHEARD_LINKS and bus.stats["evicted_links"] == 10
     await trio.sleep(NODE_TIMEOUT * 2 / 1000)
-    assert len(nodes[1].node.reachable) == 1 and len(bus.links) == links_before
+    assert len(nodes[1].node.ctx.reachable) == 1 and len(bus.links) == links_before
 
 
 @pytest.mark.parametrize("secret", [None, "s3cret"])
@@ -272,7 +272,7 @@ async def test_data_sent_in_one_turn_travels_as_one_batch_in_order(nursery, tmp_
     net, nodes = await start_cluster(nursery, tmp_path, 2, **extra)
     a, b = nodes
     a.cmd("CLUSTER", "MEET", "127.0.0.1", b.port)
-    await wait_until(lambda: all(len(s.node.reachable) == 1 for s in nodes), timeout=20, what="meet")
+    await wait_until(lambda: all(len(s.node.ctx.reachable) == 1 for s in nodes), timeout=20, what="meet")
     bus_stats = a.cluster.bus.stats
     frames_before, data_before = bus_stats["frames_sent"], bus_stats["data_sent"]
     b.data.clear()

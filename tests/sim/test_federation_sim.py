@@ -7,7 +7,8 @@ import random
 import pytest
 
 from disque_py.core.effects import BLOCKED
-from disque_py.core.federation import LEASE_MS, LOCAL_FIRST_MS, NEEDJOBS_MAX_REQUEST
+from disque_py.core.federation import LEASE_MS, NEEDJOBS_MAX_REQUEST
+from disque_py.core.leases import LOCAL_FIRST_MS
 from disque_py.core.replies import NULL_ARRAY
 
 from .cluster_model import ACKED, SimCluster

@@ -77,8 +77,8 @@ def test_harness_node_ids_and_clocks_derive_from_the_seed():
     assert all(re.fullmatch("[0-9a-f]{40}", i) for i in a.ids)  # node IDs as the bus wants them
     for i, node in enumerate(a.nodes):
         assert node.id == a.ids[i]
-        assert node.cluster_size == 5 and node.known_nodes == a.ids
-        assert sorted(node.reachable) == sorted(x for x in a.ids if x != node.id)
+        assert node.ctx.cluster_size == 5 and node.ctx.known_nodes == a.ids
+        assert sorted(node.ctx.reachable) == sorted(x for x in a.ids if x != node.id)
     # different monotonic origins, wall clocks within +-50 ms of each other
     assert len(set(a.mono_offset)) == 5
     walls = [a.node_now(i) + a.wall_offset[i] for i in range(5)]
@@ -174,13 +174,13 @@ def test_harness_messages_go_through_the_bus_codec(monkeypatch):
 def test_harness_partition_cuts_links_and_views():
     c = SimCluster(3, 16, delay=(50, 50))
     c.partition([0], [1, 2])
-    assert c.nodes[0].reachable == []
-    assert c.nodes[1].reachable == [c.ids[2]]
+    assert c.nodes[0].ctx.reachable == []
+    assert c.nodes[1].ctx.reachable == [c.ids[2]]
     _pause_traffic(c, 1)
     c.run_for(100)
     assert c.stats["dropped_cut"] == 2 and c.stats["delivered"] == 0
     c.heal()
-    assert sorted(c.nodes[0].reachable) == sorted(c.ids[1:])
+    assert sorted(c.nodes[0].ctx.reachable) == sorted(c.ids[1:])
     # a message in flight when the link is cut is lost, even if it heals before arrival
     c.client(0).cmd("PAUSE", "late", "in", "bcast")
     c.run_for(10)
@@ -196,13 +196,13 @@ def test_harness_detection_delay():
     c = SimCluster(3, 17, detect_delay_ms=500)
     c.crash(2)
     c.run_for(499)
-    assert c.ids[2] in c.nodes[0].reachable  # not noticed yet
+    assert c.ids[2] in c.nodes[0].ctx.reachable  # not noticed yet
     c.run_for(1)
-    assert c.ids[2] not in c.nodes[0].reachable
+    assert c.ids[2] not in c.nodes[0].ctx.reachable
     c.set_leaving(1, True)
-    assert c.nodes[1].leaving  # its own flag at once
+    assert c.nodes[1].ctx.leaving  # its own flag at once
     c.run_for(500)
-    assert c.nodes[0].reachable == []  # node 1 leaving, node 2 down
+    assert c.nodes[0].ctx.reachable == []  # node 1 leaving, node 2 down
 
 
 def test_harness_crash_loses_memory_and_clients():
@@ -218,7 +218,7 @@ def test_harness_crash_loses_memory_and_clients():
         blocked.cmd("QLEN", "q")
     with pytest.raises(ClientGone, match="^node 1 is down$"):
         c.client(1)
-    assert c.ids[1] not in c.nodes[0].reachable
+    assert c.ids[1] not in c.nodes[0].ctx.reachable
     assert c.ledger.lost[job] == {1}
     assert c.ledger.crashes[0][1] == 1 and job in c.ledger.crashes[0][2]
     c.run_for(1000)
@@ -226,7 +226,7 @@ def test_harness_crash_loses_memory_and_clients():
     assert c.nodes[1] is not old and c.nodes[1].id == c.ids[1]
     assert c.nodes[1].store.get(job) is None and c.holders(job) == []
     assert c.client(1).cmd("QLEN", "q") == 0
-    assert c.ids[1] in c.nodes[0].reachable
+    assert c.ids[1] in c.nodes[0].ctx.reachable
     assert c.ledger.restarts == [(c.now, 1)]
 
 

@@ -131,6 +131,12 @@ def test_the_registry_names_checks_and_maps_options_to_the_job():
     with_limit = app.task(name="limited", timeout=200)(lambda: None)
     argv, _ = with_limit.addjob_argv(b"{}")
     assert argv[argv.index(b"RETRY") + 1] == 430  # no retry given: above twice the time limit
+    quick = app.task(name="quick", timeout=5)(lambda: None)
+    for ttl, retry in ((None, 300), (1000, 100), (200, 40), (50, 40), (30, 29)):
+        # the node's own default for the TTL at the least (a tenth of it, at most 300), twice the
+        # time limit plus 30 s if that is more, below the TTL
+        argv, _ = quick.addjob_argv(b"{}", **({} if ttl is None else {"ttl": ttl}))
+        assert argv[argv.index(b"RETRY") + 1] == retry, ttl
     with pytest.raises(TypeError, match="unknown send option"):
         plain.addjob_argv(b"{}", colour="red")
     sig = plain.s()  # a signature may lack its first arguments (a chain passes a value on)...

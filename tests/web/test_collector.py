@@ -28,7 +28,7 @@ class FakeStats:
 
 def make(queues: dict[str, int], cmdstats=None, cap: int = 1000) -> tuple[Node, NodeHandle]:
     node = Node(ME, seed=os.urandom(20), now=1000, wall_offset=0, address=("127.0.0.1", 7711))
-    node.cluster_size = 1
+    node.ctx.cluster_size = 1
     for name, n in queues.items():
         for i in range(n):
             node.execute(1, [b"ADDJOB", name.encode(), b"x", b"0"], 1000)
