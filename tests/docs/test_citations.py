@@ -1,6 +1,6 @@
 """Every section that code, docs or scripts cite exists where they say.
 
-A citation is written ``(FILE, "Section")`` or ``FILE, section "Section"``: FILE a Markdown file
+A citation is written ``(FILE, "Section")``, ``FILE, section "Section"`` or ``FILE ("Section")``: FILE a Markdown file
 of the repository (``BENCHMARKS.md``, ``docs/ARCHITECTURE.md`` ...), Section the start of one of
 its headings (``## The house rebuilt: ...`` is cited as ``"The house rebuilt"``), compared without
 case. A section that moves (BENCHMARKS.md became a dashboard, its sections went to
@@ -23,7 +23,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 #: a citation: the file, then the quoted start of a heading
-CITATION = re.compile(r'\b((?:[\w.-]+/)*[\w.-]+\.md)\)?,\s+(?:section\s+)?"([^"\n]+)"')
+CITATION = re.compile(r'\b((?:[\w.-]+/)*[\w.-]+\.md)\)?(?:,\s+(?:section\s+)?|\s+\()"([^"\n]+)"')
 #: a Markdown file named by its path (docs/X.md, tests/.../X.md, README.md ...)
 MD_PATH = re.compile(r"(?<![\w./-])((?:docs|tests|scripts|examples)/(?:[\w.-]+/)*[\w.-]+\.md|[A-Z][A-Z_]+\.md)\b")
 TEXT_SUFFIXES = {".py", ".md", ".js", ".html", ".toml", ".example", ".sh", ".tcl", ".cfg", ".ini", ""}
@@ -111,7 +111,8 @@ def test_the_check_finds_a_moved_section_and_a_missing_file(tmp_path, monkeypatc
     ]
 
 
-@pytest.mark.parametrize("text", ['see (README.md, "Installing")', 'docs/ARCHITECTURE.md, section "The compiled build"'])
+@pytest.mark.parametrize("text", ['see (README.md, "Installing")', 'docs/ARCHITECTURE.md, section "The compiled build"',
+                                  'as docs/ARCHITECTURE.md ("The rooms") says'])
 def test_real_citations_read_as_citations(text):
     m = CITATION.search(text)
     assert m is not None
