@@ -7,6 +7,7 @@ serves on."""
 from __future__ import annotations
 
 import json
+import re
 import socket
 import subprocess
 import sys
@@ -141,9 +142,8 @@ def test_bad_worker_input_gets_clear_errors_and_the_node_serves_on(node):
         (("WORKER",), "wrong number of arguments for 'worker' command"),
     ]
     for argv, text in cases:
-        with pytest.raises(redis.ResponseError, match="^") as caught:
+        with pytest.raises(redis.ResponseError, match=re.escape(text)):
             r.execute_command(*argv)
-        assert text in str(caught.value), (argv, caught.value)
     assert r.ping() and r.execute_command("WORKER", "LIST") == []
     assert r.execute_command("WORKER", "BEAT", "w1", "1000", '{"ok":1}') == b"OK"
     assert json.loads(r.execute_command("WORKER", "LIST")[0])["info"] == {"ok": 1}
@@ -159,10 +159,10 @@ def test_rights_beats_are_a_consumers_and_the_list_is_inspecting(start_node, tmp
     ops = node.client(username="ops", password="opw")
     assert consumer.execute_command("WORKER", "BEAT", "w1", "1000", "{}") == b"OK"
     assert consumer.execute_command("WORKER", "FORGET", "nope") == 0
-    with pytest.raises(redis.exceptions.NoPermissionError):
+    with pytest.raises(redis.exceptions.NoPermissionError, match=r"no permissions to run the 'worker\|list' command"):
         consumer.execute_command("WORKER", "LIST")
     assert [json.loads(e)["id"] for e in ops.execute_command("WORKER", "LIST")] == ["w1"]
-    with pytest.raises(redis.exceptions.NoPermissionError):
+    with pytest.raises(redis.exceptions.NoPermissionError, match=r"no permissions to run the 'worker\|beat' command"):
         ops.execute_command("WORKER", "BEAT", "w2", "1000", "{}")
     assert consumer.execute_command("WORKER", "HELP")
 
