@@ -105,6 +105,13 @@ def test_two_workers_are_listed_with_the_job_each_runs_then_drop_off_on_stop_and
     top_workers = {w["id"]: w for w in json.loads(result.stdout)["workers"]}
     assert set(top_workers) == {p["id"], t["id"]}
     assert [j["id"] for j in top_workers[p["id"]]["running"]] == [job_id]
+    # and its tables: a line per worker, with what it runs now
+    result = CliRunner().invoke(main, ["top", "--nodes", addr(node), "--once", "--interval", "0.2"])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert any(line.startswith("WORKER") and "NOW RUNNING" in line for line in lines), result.output
+    assert any(line.startswith(t["id"]) and mod.crunch.name in line for line in lines), result.output
+    assert any(line.startswith(p["id"]) and "holders:hold" in line for line in lines), result.output
 
     # done: the counters move, nothing runs
     release(directory)
