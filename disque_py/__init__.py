@@ -6,7 +6,7 @@ not load it): ``disque_py.Client`` (blocking), ``disque_py.AsyncClient`` (trio; 
 the exceptions (``disque_py.DisqueError``...). See docs/CLIENT.md.
 
 The package's root holds only what a user imports; the programs an operator runs (``disque-py
-server|cli|top|dead|worker|cluster|gen-certs|check-aof``) live in ``disque_py.cli``.
+server|cli|top|dead|worker|workers|cluster|gen-certs|check-aof``) live in ``disque_py.cli``.
 """
 
 from __future__ import annotations

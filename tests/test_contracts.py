@@ -9,7 +9,7 @@
 * The AOF record format (``disque_py.persistence.records``) is sans-I/O as well: it
   may import the core, and nothing else of ``disque_py`` nor any module the core may not.
 * ``cluster_bus`` is a library of its own: it never imports ``disque_py``.
-* The shell's parts (``server.clients``, ``dispatch``, ``timers``, ``cluster``,
+* The shell's parts (``server.clients``, ``dispatch``, ``timers``, ``cluster``, ``workers``,
   ``admin``) do not import each other: each is handed what it needs, and only
   ``server.app`` composes them (nothing in the shell imports ``app``).
 * The Spark source (``disque_py.spark``) is a client of the cluster: it imports no
@@ -65,7 +65,7 @@ ROOT_MODULES_MAX = 8
 #: What the tasks layer may import besides the client and itself: the package, two leaves of the
 #: core (which import nothing), the extras' check.
 TASKS_MAY_IMPORT = frozenset({"disque_py", "disque_py.core.ids", "disque_py.core.constants", "disque_py.util.extras"})
-SHELL_PARTS = frozenset(SHELL + "." + p for p in ("clients", "dispatch", "timers", "cluster", "admin"))
+SHELL_PARTS = frozenset(SHELL + "." + p for p in ("clients", "dispatch", "timers", "cluster", "admin", "workers"))
 
 
 def module_files(root: Path, packages=PACKAGES) -> dict[str, Path]:

@@ -2,7 +2,7 @@
 ``--help`` anywhere) goes through the click command line, :mod:`disque_py.cli.app`.
 
     disque-py server [disque.conf] [--port 7712 --loglevel verbose ...]
-    disque-py cli|cluster|check-aof|gen-certs|top|dead|worker ...   (see disque_py/cli/app.py)
+    disque-py cli|cluster|check-aof|gen-certs|top|dead|worker|workers ...   (see disque_py/cli/app.py)
 
 A node's start is what a restart after kill -9 waits for, so the server's path imports neither
 click (some 15-20 ms) nor anything else a node does not use: its arguments are a config file and

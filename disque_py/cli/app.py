@@ -7,6 +7,7 @@ but a plain ``disque-py server``, which starts a node without loading click.
     disque-py gen-certs DIR [--dns NAME ...] [--ip ADDRESS ...] [--force]
     disque-py top [--nodes HOST:PORT,...] [--sort length|in|out|blocked|name] [--once [--json]]
     disque-py dead list|show|requeue|purge [QUEUE] [JOB_ID... | --all] [--nodes HOST:PORT,...]
+    disque-py workers [--nodes HOST:PORT,...] [--json]
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ class _Commands(click.Group):
     """The command group, with the commands that live in other modules imported when asked for (run or
     listed by --help): `disque-py server` starts a node without loading the client library."""
 
-    LAZY = {"worker": ("disque_py.cli.worker", "worker"), "dead": ("disque_py.cli.dead", "dead")}
+    LAZY = {"worker": ("disque_py.cli.worker", "worker"), "dead": ("disque_py.cli.dead", "dead"),
+            "workers": ("disque_py.cli.workers", "workers")}
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*self.commands, *self.LAZY})
@@ -536,7 +538,7 @@ def gen_certs(directory: str, dns: tuple[str, ...], ip: tuple[str, ...], client_
                    "ready for when it does, and for TLS proxies in front of the nodes.")  # fmt: skip
 
 
-@main.command("top", context_settings=CONTEXT, short_help="Live view of the cluster's queues and nodes.")
+@main.command("top", context_settings=CONTEXT, short_help="Live view of the cluster's queues, nodes and workers.")
 @node_options()
 @click.option("--no-discover", is_flag=True, help="Ask only the nodes given, not the nodes their HELLO lists.")
 @click.option("--interval", default=1.0, show_default=True, type=click.FloatRange(0.1, 3600),
@@ -562,7 +564,10 @@ def top(conn: NodeOptions, no_discover: bool, interval: float, sort: str, revers
     what any node pauses (`in*`: only some nodes do). NODES counts the nodes
     holding it. The node table shows each node's INFO (jobs, queues,
     clients, ops/s, memory used/maxmemory), whether it answered, and its
-    flags as the other nodes see it (pfail, fail, leaving).
+    flags as the other nodes see it (pfail, fail, leaving). The worker table
+    lists the live workers (WORKER LIST on every node): queues, concurrency,
+    jobs running, done and failed, the last beat, and what runs now
+    (`disque-py workers` lists every running job).
 
     \b
     Keys (on a terminal):  l length   i in/s   o out/s   b blocked

@@ -5,14 +5,15 @@ Two halves that do not know each other:
 * **gathering** (:class:`Collector`, :func:`compute`): every node given, and
   every node their HELLO lists, is asked on its own connection (a
   ``NodeConnection``, as the Spark source does: ``Client`` hides which node it
-  talks to) for ``INFO``, ``HELLO`` and ``CLUSTER NODES`` in one pipelined
-  round trip, then its queues with a ``QSCAN`` cursor loop and one pipelined
+  talks to) for ``INFO``, ``HELLO``, ``CLUSTER NODES`` and ``WORKER LIST`` in one
+  pipelined round trip, then its queues with a ``QSCAN`` cursor loop and one pipelined
   ``QSTAT`` per queue. The nodes are asked in parallel (a thread each), so a
   stopped node costs its timeout once per sample, not once per node. Two
   samples make a :class:`View`: queues summed across the nodes that hold
   them, with in/out rates from the ``jobs-in``/``jobs-out`` counters of
-  each node between the two samples. An unreachable node is a row saying so,
-  never an exception.
+  each node between the two samples, and the live workers merged by ID
+  (``client/workers.py``). An unreachable node is a row saying so, never an
+  exception.
 * **showing** (:func:`render`, :func:`run_live`, :func:`run_once`): rich
   tables, sorted by a column; the live loop reads keys from the terminal in
   cbreak mode (restored on exit) without blocking the refresh.
@@ -32,6 +33,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..client import commands as cmd
+from ..client import workers as wk
 from ..client.cluster import Address, parse_node_list as parse_nodes
 from ..client.config import ClientConfig
 from ..client.connection import NodeConnection
@@ -84,6 +86,7 @@ class NodeSample:
     peers: dict[str, tuple[str, ...]] = field(default_factory=dict)  # CLUSTER NODES: id -> flags
     queues: dict[str, QueueStat] = field(default_factory=dict)
     truncated: bool = False  # more queues than max_queues
+    workers: Any = None  # its WORKER LIST reply (an error for a node without the command)
 
 
 @dataclass(slots=True)
@@ -174,7 +177,8 @@ class Collector:
 
     def _sample_node(self, address: Address) -> NodeSample:
         conn = self._conn(address)
-        info_r, hello_r, nodes_r = conn.request_many([(b"INFO",), (b"HELLO",), (b"CLUSTER", b"NODES")], self.timeout)
+        info_r, hello_r, nodes_r, workers_r = conn.request_many(
+            [(b"INFO",), (b"HELLO",), (b"CLUSTER", b"NODES"), (b"WORKER", b"LIST")], self.timeout)
         for reply in (info_r, hello_r):
             if isinstance(reply, BaseException):
                 raise reply
@@ -186,7 +190,7 @@ class Collector:
                 parts = line.split()
                 if len(parts) >= 3:
                     peers[parts[0]] = tuple(f for f in parts[2].split(",") if f and f != "-")
-        node = NodeSample(address, 0.0, True, id=hello.node_id, info=info, peers=peers,
+        node = NodeSample(address, 0.0, True, id=hello.node_id, info=info, peers=peers, workers=workers_r,
                           hello=[(n.id, n.host, n.port, n.priority) for n in hello.nodes])  # fmt: skip
         names: list[bytes] = []
         cursor = 0
@@ -305,9 +309,12 @@ class View:
     queues: list[QueueRow]
     nodes: list[NodeRow]
     truncated: bool
+    workers: list[wk.WorkerView] = field(default_factory=list)  # the live workers, merged over the nodes
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        data["workers"] = [w.as_json(self.wall) for w in self.workers]
+        return data
 
 
 _PAUSE_BITS = {"none": 0, "in": 1, "out": 2, "all": 3}
@@ -386,7 +393,8 @@ def compute(current: Sample, previous: Sample | None = None) -> View:
         ))  # fmt: skip
     interval = max(gaps) if gaps else None
     truncated = any(s.truncated for s in current.nodes)
-    return View(current.wall, interval, sort_queues(list(rows.values()), "length"), nodes, truncated)
+    workers = wk.merge((_node_key(s), s.workers) for s in current.nodes if s.reachable)
+    return View(current.wall, interval, sort_queues(list(rows.values()), "length"), nodes, truncated, workers)
 
 
 def sort_queues(rows: list[QueueRow], by: str = "length", reverse: bool = False) -> list[QueueRow]:
@@ -500,9 +508,37 @@ def render(view: View | None, *, sort: str = "length", reverse: bool = False, li
     if limit is not None and len(rows) > len(shown):
         parts.append(Text("... %d more queue(s)" % (len(rows) - len(shown)), style="dim"))
     parts += [Text(""), nodes]
+    if view.workers:
+        parts += [Text(""), _workers_table(view)]
     if keys_help:
         parts.append(Text("sort: l length  i in/s  o out/s  b blocked  n name  r reverse   q quit", style="dim"))
     return Group(*parts)
+
+
+def _now_running(w: wk.WorkerView, now: float) -> str:
+    """What a worker runs, in one cell: its oldest job's label (or queue) and for how long, and how
+    many more."""
+    if not w.running:
+        return "-" if not w.running_total else "%d job(s)" % w.running_total
+    job = w.running[0]
+    text = "%s %s" % (w.label_of(job) or job.queue, wk.age_text(now - job.since) if job.since else "")
+    more = w.running_total - 1
+    return text.rstrip() + (" +%d" % more if more > 0 else "")
+
+
+def _workers_table(view: View):
+    """One line per live worker (``disque-py workers`` has their jobs one per line)."""
+    from rich.table import Table
+
+    table = Table(box=None, header_style="bold reverse", pad_edge=False, collapse_padding=True)
+    for label, justify in (("WORKER", "left"), ("QUEUES", "left"), ("CONC", "right"), ("RUN", "right"),
+                           ("DONE", "right"), ("FAILED", "right"), ("BEAT", "right")):  # fmt: skip
+        table.add_column(label, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+    table.add_column("NOW RUNNING", no_wrap=True, overflow="ellipsis")
+    for w in view.workers:
+        table.add_row(w.id, ",".join(w.queues), str(w.concurrency), str(w.running_total), str(w.processed),
+                      str(w.failed), wk.age_text(w.last_beat_ago), _now_running(w, view.wall))  # fmt: skip
+    return table
 
 
 class Keys:
@@ -566,7 +602,8 @@ def run_live(collector: Collector, *, interval: float = 1.0, sort: str = "length
     def screen():
         rows = limit
         if console.is_terminal:  # what fits under the title, above the node table and the keys
-            fits = max(3, console.size.height - len(view.nodes if view else ()) - 8)
+            shown = len(view.nodes) + (len(view.workers) + 2 if view.workers else 0) if view else 0
+            fits = max(3, console.size.height - shown - 8)
             rows = fits if rows is None else min(rows, fits)
         return render(view, sort=sort, reverse=reverse, limit=rows, keys_help=keys.fd is not None)
 

@@ -151,6 +151,14 @@ def _unreachable(seeds: list[str], timeout: float) -> list[str]:
     type=float,
     help="Send WORKING every SECONDS while a handler runs (0: auto, from the job's RETRY).",
 )
+@click.option(
+    "--beacon-interval",
+    default=5.0,
+    show_default=True,
+    type=click.FloatRange(0),
+    help="Seconds between the worker's beats to the cluster (WORKER BEAT: `disque-py workers` lists it, with "
+    "what it runs; it drops off after 3 silent intervals); 0: no beats.",
+)
 @click.option("--fast-ack", is_flag=True, help="Acknowledge with FASTACK instead of ACKJOB.")
 @click.option(
     "--grace-period",
@@ -198,6 +206,7 @@ def worker(
     pause_ratio: float,
     max_pause: float,
     heartbeat: float | None,
+    beacon_interval: float,
     fast_ack: bool,
     grace_period: float,
     fetch_timeout: int,
@@ -275,6 +284,7 @@ def worker(
         backoff_after=pause_after,
         backoff_ratio=pause_ratio,
         heartbeat=False if heartbeat is None else (True if heartbeat == 0 else heartbeat),
+        beacon_interval=beacon_interval or None,
         fast_ack=fast_ack,
         grace_period=grace_period,
         fetch_timeout_ms=fetch_timeout,
@@ -299,10 +309,13 @@ def worker(
             serve_metrics(runner.metrics, metrics_port, metrics_host, worker=w)
             click.echo("worker: metrics on http://%s:%d/metrics" % (metrics_host, metrics_port), err=True)
     else:
-        w = Worker(client, list(queues), fn, max_attempts=max_attempts or None, **options)
+        try:
+            w = Worker(client, list(queues), fn, max_attempts=max_attempts or None, **options)
+        except ValueError as exc:
+            raise click.UsageError(str(exc)) from None
     click.echo(
-        "worker: %s on %s from %s (concurrency %d, max in flight %d)"
-        % (handler, ", ".join(w.queues), ", ".join(seeds), w.concurrency, w.max_in_flight),
+        "worker: %s on %s from %s (concurrency %d, max in flight %d; id %s)"
+        % (handler, ", ".join(w.queues), ", ".join(seeds), w.concurrency, w.max_in_flight, w.id),
         err=True,
     )
     if not (conn.tls or any(s.lower().startswith("rediss://") for s in seeds)):
@@ -316,5 +329,4 @@ def worker(
         stats = run_worker(app, w, handle_signals=True)
     else:
         stats = w.run_sync(handle_signals=True)
-    click.echo("worker stopped: processed=%d failed=%d retried=%d dead=%d"
-               % (stats.processed, stats.failed, stats.retried, stats.dead), err=True)  # fmt: skip
+    click.echo("worker stopped: %s" % stats, err=True)  # the counters as one line (WorkerStats.__str__)

@@ -126,9 +126,13 @@ class Client(TrioBase):
             timeout=self.config.socket_timeout,
             ssl_context=self.config.ssl_context(),
         )
-        if user:  # a named user: AUTH username password
+        name = self.config.client_name
+        if user or name:
             try:
-                await conn.request((b"AUTH", user, self.config.password), self.config.socket_timeout)
+                if user:  # a named user: AUTH username password
+                    await conn.request((b"AUTH", user, self.config.password), self.config.socket_timeout)
+                if name:  # seen in CLIENT LIST
+                    await conn.request((b"CLIENT", b"SETNAME", name), self.config.socket_timeout)
             except BaseException:
                 conn.close()
                 raise

@@ -28,6 +28,7 @@ from typing import Any, Generic, NamedTuple, TypeVar
 
 from .errors import BatchError, DisqueError
 from .model import DeliveryInfo, HelloInfo, Job, NodeInfo, decode_name, encode_body, encode_name
+from .workers import parse_list as _parse_worker_list
 
 __all__ = [
     "Call",
@@ -59,6 +60,9 @@ __all__ = [
     "qscan",
     "jscan",
     "pause",
+    "worker_beat",
+    "worker_list",
+    "worker_forget",
     "info",
     "hello",
     "ping",
@@ -647,6 +651,35 @@ def pause(queue: str | bytes, *flags: str) -> Call[str]:
         if flag.lower() not in PAUSE_FLAGS:
             raise ValueError("unknown PAUSE option %r (one of %s)" % (flag, ", ".join(PAUSE_FLAGS)))
     return Call((b"PAUSE", encode_name(queue), *(f.encode() for f in flags)), _str)
+
+
+# ---------------------------------------------------------------- workers (ours: server/workers.py)
+
+
+def _worker_id(worker_id: str | bytes) -> bytes:
+    raw = worker_id.encode() if isinstance(worker_id, str) else bytes(worker_id)
+    if not raw or any(c <= 32 or c >= 127 for c in raw):
+        raise ValueError("a worker ID is printable ASCII without spaces, got %r" % (worker_id,))
+    return raw
+
+
+def worker_beat(worker_id: str | bytes, interval: float, info: dict[str, Any] | bytes) -> Call[str]:
+    """WORKER BEAT: this worker lives, and says ``info`` (a dict, sent as JSON) of itself; the node
+    forgets it after 3 ``interval`` seconds without a beat (disque-py's command, docs/CLIENT.md)."""
+    ms = round(interval * 1000)
+    body = info if isinstance(info, bytes) else json.dumps(info, separators=(",", ":"), allow_nan=False).encode()
+    return Call((b"WORKER", b"BEAT", _worker_id(worker_id), b"%d" % ms, body), _str)
+
+
+def worker_list() -> Call[list[dict[str, Any]]]:
+    """WORKER LIST: the live workers this node hears from, one dict each (``client/workers.py``
+    merges the nodes' answers)."""
+    return Call((b"WORKER", b"LIST"), _parse_worker_list)
+
+
+def worker_forget(worker_id: str | bytes) -> Call[int]:
+    """WORKER FORGET: drop a worker now (a clean stop); 1, or 0 if the node did not know it."""
+    return Call((b"WORKER", b"FORGET", _worker_id(worker_id)), _int)
 
 
 # ---------------------------------------------------------------- server

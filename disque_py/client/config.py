@@ -52,7 +52,10 @@ class ClientConfig:
     ``trio.sleep``; ``sleep`` is awaited by the trio client). ``tls`` and ``ssl_*``:
     redis-py's names (SECURITY.md). ``prefer``: one address (a seed or not) tried first
     whenever it is not marked down, instead of a random seed: for a caller that spreads its
-    own clients over the nodes; the other nodes remain the failover.
+    own clients over the nodes; the other nodes remain the failover. ``client_name``: each
+    connection sends ``CLIENT SETNAME`` with it when opened, so that ``CLIENT LIST`` shows who
+    it is (printable ASCII without spaces, as the command demands; a worker names its own
+    ``disque-py-worker:<host>:<pid>``).
     """
 
     def __init__(
@@ -80,7 +83,12 @@ class ClientConfig:
         ssl_password: str | None = None,
         ssl_check_hostname: bool = True,
         prefer: Any = None,
+        client_name: str | None = None,
     ) -> None:
+        if client_name is not None and (not client_name or any(not 32 < ord(c) < 127 for c in client_name)):
+            raise ValueError("client_name must be printable ASCII without spaces, got %r" % client_name)
+        # CLIENT SETNAME on every connection when set (None: connections stay unnamed).
+        self.client_name = client_name or None
         self.seeds: list[Address] = parse_seeds(seeds)
         # The node to use whenever it is up (None: a random seed, then the HELLO list).
         self.prefer: Address | None = parse_address(prefer) if prefer is not None else None
@@ -133,6 +141,7 @@ class ClientConfig:
             "affinity": self.affinity is not None,
             "retry_writes": self.retry_writes,
             "max_retries": self.max_retries,
+            "client_name": self.client_name,
             **self.tls_kwargs(),
         }
 

@@ -72,6 +72,7 @@ class NodeConnection:
             protocol=2,
             parser_class=_RawErrorParser,
             retry=Retry(NoBackoff(), 0),
+            client_name=config.client_name,  # CLIENT SETNAME at connect, when the config names it
             **_NO_SETINFO,
         )
         try:

@@ -147,6 +147,8 @@ class AdminContext:
     cmdstats: CommandStats | None = None
     slowlog: SlowLog | None = None
     latency: LatencyMonitor | None = None
+    # live workers heard from (server/workers.py): INFO clients' connected_workers
+    connected_workers: Callable[[], int] = lambda: 0
 
     def __post_init__(self) -> None:
         if self.acl is None:
@@ -638,6 +640,7 @@ def info_text(ctx: AdminContext, section: str, peak: list[int]) -> str:
                 "client_longest_output_list": max((len(c.out) for c in ctx.clients.values()), default=0),
                 "client_biggest_input_buf": 0,
                 "blocked_clients": node.blocked_clients,
+                "connected_workers": ctx.connected_workers(),  # ours: WORKER BEAT (server/workers.py)
             })  # fmt: skip
         elif name == "memory":
             # used_memory is what the maxmemory policy reads: the estimate of the node's data

@@ -12,7 +12,8 @@ them (:class:`Server`):
   sends the replies and flushes the bus;
 * the core's timers and the cron (:mod:`.timers`);
 * the cluster service (:mod:`.cluster`): membership, the bus, nodes.conf;
-* the shell's own commands (:mod:`.admin`), bound to what they need.
+* the shell's own commands (:mod:`.admin`), bound to what they need;
+* the workers the node hears from (:mod:`.workers`: WORKER BEAT, LIST, FORGET).
 
 ``run_node(config, task_status=...)`` (called by the CLI) runs one nursery
 holding the client loop, the timer task, the cron, a signal watcher
@@ -45,6 +46,8 @@ from .dispatch import SENT_BY_KIND, Dispatcher
 from .fdlimit import fit_maxclients
 from .logs import log, set_format, set_level, set_node_id
 from .timers import CoreTimers, Cron
+from .workers import COMMANDS as WORKER_COMMANDS
+from .workers import WorkerTable
 from .tls import TLS_DIRECTIVES, TlsService
 from .tls import describe as describe_tls
 
@@ -53,7 +56,8 @@ __all__ = ["Server", "run_node", "now_ms", "NODE_COMMANDS"]
 #: Every command a node answers, each declared once beside the code that answers it
 #: (core/commandspec.py), in the order COMMAND lists them. The dispatch tables, COMMAND's
 #: reply, the -OOM refusals and the ACL rights are all made from these.
-NODE_COMMANDS: tuple[CommandSpec, ...] = check_unique(CLUSTER_COMMANDS + admin.COMMANDS + CORE_COMMANDS)
+NODE_COMMANDS: tuple[CommandSpec, ...] = check_unique(
+    CLUSTER_COMMANDS + admin.COMMANDS + WORKER_COMMANDS + CORE_COMMANDS)
 
 
 class Server:
@@ -112,6 +116,8 @@ class Server:
             loop.apply_effects()  # what freeing produced
 
         self.cron.every_step.append(measure_memory)
+        self.workers = workers = WorkerTable()  # WORKER BEAT/LIST/FORGET; past entries dropped each second
+        self.cron.every_second.append(workers.expire)
         timers.latency = self.cron.latency = aof.latency = dispatcher.latency  # slow events (latency.py)
         context = admin.AdminContext(
             config=config,
@@ -128,8 +134,10 @@ class Server:
             cmdstats=dispatcher.cmdstats,
             slowlog=dispatcher.slowlog,
             latency=dispatcher.latency,
+            connected_workers=workers.count,
         )
-        dispatcher.admin = admin.build_table(context) | bind(CLUSTER_COMMANDS, partial(getattr, cluster))
+        dispatcher.admin = (admin.build_table(context) | bind(CLUSTER_COMMANDS, partial(getattr, cluster))
+                            | bind(WORKER_COMMANDS, partial(getattr, workers)))
         dispatcher.hello = partial(admin.hello_handshake, context)
         # The admin HTTP port (admin-port; off by default): server/web.py, the app in disque_py/web.
         # Imported only when it is on: a node without it does not carry the HTTP stack.
@@ -142,7 +150,8 @@ class Server:
                 start_time=self.start_time, dispatch=dispatcher.dispatch, apply_effects=loop.apply_effects,
                 poke_timers=timers.poke, cluster=cluster,
                 sent_by_kind=SENT_BY_KIND, aof_info=aof.info, loading=lambda: bool(aof.loading),
-                cmdstats=lambda: dispatcher.cmdstats))  # fmt: skip
+                cmdstats=lambda: dispatcher.cmdstats,
+                workers=lambda: (workers.count(), workers.running())))  # fmt: skip
         self.shutdown_event = trio.Event()
         self.listeners: list[trio.SocketListener] = []
         self.tls_listeners: list[trio.SocketListener] = []

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 from time import perf_counter_ns
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import trio
 
@@ -121,7 +121,8 @@ class CoreTimers:
 
 
 class Cron:
-    """Every 100 ms: ops/s samples; every second: ``check_clients(timeout)`` and the GC policy."""
+    """Every 100 ms: ops/s samples; every second: ``check_clients(timeout)``, the GC policy and
+    ``every_second`` (the workers' table drops the silent ones)."""
 
     PERIOD = 0.1
 
@@ -133,6 +134,7 @@ class Cron:
         self._ops_idx = 0
         self._last_ops = 0
         self.every_step: list[Callable[[], None]] = []  # run every PERIOD (the memory measure)
+        self.every_second: list[Callable[[], Any]] = []  # run every 10th step
         self.latency: "LatencyMonitor | None" = None  # set by the node: slow steps are recorded
 
     async def run(self) -> None:
@@ -157,6 +159,8 @@ class Cron:
         if self._ops_idx % 10 == 0:
             self.check_clients(self.config.timeout)
             gcpolicy.policy.maybe_full()
+            for step in self.every_second:
+                step()
 
     def instantaneous_ops(self) -> int:
         n = min(self._ops_idx, len(self._ops_samples))

@@ -156,13 +156,15 @@ def make_handle(
     aof_info: Callable[[], dict[str, Any]],
     loading: Callable[[], bool],
     cmdstats: Callable[[], Any],
+    workers: Callable[[], tuple[int, int]] = lambda: (0, 0),
 ) -> NodeHandle:
     """The app's view of a node, from the few things it reads and calls.
 
     ``dispatch(conn, argv, now_ms)``: the dispatcher's; ``apply_effects()``: the client loop's
     (outside a pass it also runs the pass's tail: held commands, the AOF commit, the release
     of replies, the bus); ``poke_timers()``: wakes the core's timers; ``sent_by_kind``: the dispatcher's count of bus messages sent by kind. The config,
-    users, core node, INFO stats and client table are read, never written."""
+    users, core node, INFO stats and client table are read, never written; ``workers()``: the live
+    workers heard from and the jobs they run (server/workers.py)."""
     from .. import __version__
 
     def run_command(argv: list[bytes], user: Any) -> Any:
@@ -211,6 +213,7 @@ def make_handle(
         aof_info=aof_info,
         cmdstats=cmdstats,
         loading=loading,
+        workers=workers,
         version=__version__,
     )
 

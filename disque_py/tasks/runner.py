@@ -70,6 +70,14 @@ class Runner:
         assert self.worker is not None
         return self.worker.client
 
+    def describe(self, job: Any) -> str:
+        """A running job's label in the worker's beats (``disque-py workers``): its task's name
+        (read at each beat, not per job)."""
+        try:
+            return decode(job.body)[0].task
+        except MessageError:
+            return "?"
+
     # ------------------------------------------------------------ the handler
     async def __call__(self, job: Any) -> None:
         try:
@@ -163,6 +171,7 @@ def make_worker(
         raise ValueError("the app has no task (and no queue was given)")
     runner = Runner(app, concurrency=concurrency, metrics=metrics)
     worker_options.setdefault("max_attempts", None)
+    worker_options.setdefault("describe", runner.describe)  # running jobs listed by their task's name
     worker = Worker(client if client is not None else app.client(), queues, runner, concurrency=concurrency,
                     **worker_options)  # fmt: skip
     runner.worker = worker

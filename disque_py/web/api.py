@@ -28,6 +28,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from ..client import deadletters
+from ..client import workers as wk
 from ..core.ids import valid_job_id
 from ..core.queues import PAUSE_NAMES, PAUSED_ALL
 from ..core.replies import Error, NullArray, Status
@@ -35,7 +36,7 @@ from .access import Caller
 from .handle import NodeHandle, Peer
 
 __all__ = ["ApiError", "readiness", "cluster", "queues", "queue", "pause", "job_get", "job_action", "dead_queues",
-           "dead_queue", "dead_action", "PEER_TIMEOUT"]
+           "dead_queue", "dead_action", "workers", "PEER_TIMEOUT"]
 
 #: Longest wait for one peer's answers (connect included), in seconds.
 PEER_TIMEOUT = 1.5
@@ -553,6 +554,26 @@ async def job_action(request: Request, h: NodeHandle, caller: Caller) -> Respons
             raise ApiError(502, "node %s: %s" % (node_id[:8], exc)) from None
         result += _int(_check(reply))
     return _json({"id": _text(job_id), "action": action, "result": result})
+
+
+# ---------------------------------------------------------------- workers
+async def workers(request: Request, h: NodeHandle, caller: Caller) -> Response:
+    """Every node's WORKER LIST, merged by worker ID (client/workers.py, as `disque-py workers`)."""
+    answers = await ask_all(h, caller, _members(h), lambda p: [[b"WORKER", b"LIST"]])
+    lists: list[tuple[str, Any]] = []
+    unreachable: list[dict[str, str]] = []
+    for node_id, got in answers.items():
+        reply = got[0] if isinstance(got, list) else got
+        if isinstance(reply, Exception):
+            unreachable.append({"id": node_id, "error": str(reply) or type(reply).__name__})
+        else:
+            lists.append((node_id, reply))
+    denied = [u["error"] for u in unreachable if u["error"].startswith(("NOPERM", "NOAUTH"))]
+    if denied and not lists:
+        raise ApiError(403, denied[0])
+    now = time.time()
+    found = wk.merge(lists)
+    return _json({"time": now, "workers": [w.as_json(now) for w in found], "unreachable": unreachable})
 
 
 # ---------------------------------------------------------------- dead letters

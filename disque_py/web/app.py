@@ -7,7 +7,7 @@ Routes (docs/OBSERVABILITY.md; the API is described in ``openapi.json``, served 
 * ``GET /api/cluster``, ``GET /api/queues``, ``GET /api/queues/{name}``,
   ``POST /api/queues/{name}/pause``, ``GET /api/jobs/{id}``,
   ``POST /api/jobs/{id}/ack|nack|dequeue``, ``GET /api/dead``, ``GET /api/dead/{name}``,
-  ``POST /api/dead/{name}/requeue|purge`` (:mod:`.api`);
+  ``POST /api/dead/{name}/requeue|purge``, ``GET /api/workers`` (:mod:`.api`);
 * ``GET /`` serves ``static/index.html`` when the page is installed, ``/static/*`` its
   files.
 
@@ -113,6 +113,7 @@ def make_app(handle: NodeHandle) -> Starlette:
         Route("/api/queues/{name:path}", g(api.queue), methods=["GET"]),
         Route("/api/jobs/{rest:path}", g(api.job_get), methods=["GET"]),
         Route("/api/dead", g(api.dead_queues), methods=["GET"]),
+        Route("/api/workers", g(api.workers), methods=["GET"]),
         Route("/api/dead/{name:path}/requeue", g(api.dead_action, read=False), methods=["POST"]),
         Route("/api/dead/{name:path}/purge", g(api.dead_action, read=False), methods=["POST"]),
         Route("/api/dead/{name:path}", g(api.dead_queue), methods=["GET"]),

@@ -46,5 +46,7 @@ class NodeHandle:
     aof_info: Callable[[], dict[str, Any]] = dict
     cmdstats: Callable[[], Any] = lambda: None  # server.cmdstats.CommandStats when the node has it
     loading: Callable[[], bool] = lambda: False
+    #: the live workers this node hears from (WORKER BEAT) and the jobs they said they run
+    workers: Callable[[], tuple[int, int]] = lambda: (0, 0)
     version: str = ""
     extra: dict[str, Any] = field(default_factory=dict)

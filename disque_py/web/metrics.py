@@ -84,6 +84,10 @@ class NodeCollector:
         yield GaugeMetricFamily("disque_registered_queues", "Queues known to this node", value=len(node.queues))
         yield GaugeMetricFamily("disque_connected_clients", "Open client connections", value=len(h.clients))
         yield GaugeMetricFamily("disque_blocked_clients", "Clients blocked in GETJOB", value=node.blocked_clients)
+        workers, running = h.workers()
+        yield GaugeMetricFamily("disque_workers", "Live workers beating to this node (WORKER BEAT)", value=workers)
+        yield GaugeMetricFamily("disque_worker_jobs_running", "Jobs the workers beating to this node run now",
+                                value=running)  # fmt: skip
 
         def counter(name: str, doc: str, value: Any) -> CounterMetricFamily:
             return CounterMetricFamily(name, doc, value=value or 0)

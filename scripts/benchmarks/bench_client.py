@@ -21,7 +21,8 @@ The client's share of end-to-end time is ``1 - client_rate / raw_rate``: of
 the best rates, and (``median share``) the median over the interleaved
 pairs of runs, which is steadier on a busy machine. ``--only add`` or
 ``--only consume``, ``--concurrency 8`` (repeatable) and ``--handler sync``
-pick rows.
+pick rows; ``--beacon-interval 0`` runs the worker without its beats to the cluster (what
+they cost a worker: BENCHMARKS.md, "What the workers' beats cost a node").
 """
 
 from __future__ import annotations
@@ -158,7 +159,8 @@ def raw_consume(r: redis.Redis, jobs: int, batch: int, count: int) -> float:
     return jobs / elapsed
 
 
-def worker_consume(port: int, r: redis.Redis, jobs: int, batch: int, concurrency: int, sync_handler: bool) -> float:
+def worker_consume(port: int, r: redis.Redis, jobs: int, batch: int, concurrency: int, sync_handler: bool,
+                   beacon_interval: float | None = 5.0) -> float:  # fmt: skip
     queue = "bench-" + uuid.uuid4().hex[:8]
     fill(r, queue, jobs, batch)
 
@@ -173,7 +175,8 @@ def worker_consume(port: int, r: redis.Redis, jobs: int, batch: int, concurrency
     async def main() -> float:
         async with AioClient("127.0.0.1:%d" % port) as c:
             await c.ping()
-            w = Worker(c, queue, handler, concurrency=concurrency, fetch_timeout_ms=50)
+            w = Worker(c, queue, handler, concurrency=concurrency, fetch_timeout_ms=50,
+                       beacon_interval=beacon_interval)
             t = time.perf_counter()
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(w.run)
@@ -202,6 +205,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--concurrency", type=int, action="append", default=None,
                         help="worker concurrency (repeatable; default 1 and 8)")  # fmt: skip
     parser.add_argument("--handler", choices=["async", "sync"], default=None, help="one kind of worker handler")
+    parser.add_argument("--beacon-interval", type=float, default=5.0,
+                        help="the worker's beats to the cluster (WORKER BEAT), seconds; 0: none (default 5)")
     args = parser.parse_args(argv)
 
     proc = None
@@ -227,7 +232,8 @@ def main(argv: list[str] | None = None) -> None:
             for sync_handler in kinds:
                 label = "consume (Worker, %s no-op, concurrency %d)" % ("sync" if sync_handler else "async", conc)
                 raw_run = functools.partial(raw_consume, r, n, b, 2 * conc)
-                worker_run = functools.partial(worker_consume, port, r, n, b, conc, sync_handler)
+                worker_run = functools.partial(worker_consume, port, r, n, b, conc, sync_handler,
+                                               args.beacon_interval or None)
                 cells.append((label, raw_run, worker_run))
         rows: list[tuple[str, float, float, float]] = []
         with progress.bar(len(cells), "scripts/bench client-lib") as bar:

@@ -97,7 +97,7 @@ def test_every_addjob_option_is_on_both_faces_as_declared():
 
 def test_the_settings_are_declared_once():
     declared = list(inspect.signature(ClientConfig).parameters.values())
-    assert "max_retries" in [p.name for p in declared] and len(declared) == 22
+    assert "max_retries" in [p.name for p in declared] and len(declared) == 23
     for face in FACES.values():
         assert list(inspect.signature(face).parameters.values()) == declared
     sync = Client("127.0.0.1:1", max_retries=2, failover_timeout=0.5, affinity=True, username="u", password="p")

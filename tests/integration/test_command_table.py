@@ -33,6 +33,7 @@ EXPECTED = (
     (b"acl", -2, (b"admin", b"readonly", b"loading")),
     (b"slowlog", -2, (b"admin", b"readonly", b"loading")),
     (b"latency", -2, (b"admin", b"readonly", b"loading")),
+    (b"worker", -2, (b"readonly", b"fast")),  # ours (server/workers.py): the workers' beats
     (b"addjob", -4, (b"write", b"denyoom", b"fast")),
     (b"getjob", -2, (b"write", b"fast")),
     (b"ackjob", -1, (b"write", b"fast")),
@@ -72,7 +73,7 @@ def test_command_info_of_every_command_is_byte_identical(node):
     expected = b"*%d\r\n" % len(EXPECTED) + b"".join(entry_bytes(*e) for e in EXPECTED)
     assert raw_reply(node, b"COMMAND", b"INFO", *names) == expected
     upper = raw_reply(node, b"COMMAND", b"INFO", b"NACK", b"nosuch", b"GetJob")
-    assert upper == b"*3\r\n" + entry_bytes(*EXPECTED[28]) + b"$-1\r\n" + entry_bytes(*EXPECTED[17])
+    assert upper == b"*3\r\n" + entry_bytes(*EXPECTED[29]) + b"$-1\r\n" + entry_bytes(*EXPECTED[18])
 
 
 def test_command_lists_the_same_entries_and_count(node):

@@ -1,11 +1,12 @@
 """The Worker: the stages wired together, their tasks in one trio run, and what a user calls.
 
 ``Worker(...)`` builds one of each stage from its :class:`~.settings.WorkerSettings` and hands
-each the others it calls; :meth:`Worker.run` starts their tasks: the acker and the stop's grace
-timer (and signal receiver) around the work, and in the handlers' nursery the fetcher with the
-runners (``async def`` handlers) or the handler threads and their collector (plain functions).
-When the fetcher is done and the handlers have finished (or were cancelled at the end of the
-grace period), the jobs left are given back, the acker sends the last outcomes and returns.
+each the others it calls; :meth:`Worker.run` starts their tasks: the acker, the beacon (the
+worker's beats to the cluster) and the stop's grace timer (and signal receiver) around the
+work, and in the handlers' nursery the fetcher with the runners (``async def`` handlers) or the
+handler threads and their collector (plain functions). When the fetcher is done and the
+handlers have finished (or were cancelled at the end of the grace period), the jobs left are
+given back, the acker sends the last outcomes and returns, and the beacon says WORKER FORGET.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from ..aio import Client as AioClient
 from ..model import Job
 from ..sync import Client as SyncClient
 from .acks import Acks
+from .beacon import Beacon, handler_name, make_worker_id, worker_client_name
 from .direct import DIRECT_FETCH
 from .fetch import Fetcher
 from .handlers import Handler, is_async_callable
@@ -62,6 +64,11 @@ class Worker:
 
     ``settings``: a :class:`~.settings.WorkerSettings`; ``options``: any of its fields as
     keywords (``concurrency=4, max_attempts=3, ...``), which replace the settings' own.
+
+    ``id``: the worker's ID in the cluster's list (``host:pid:random``, one per worker). A client
+    the worker makes names its connections ``disque-py-worker:<host>:<pid>`` (``CLIENT LIST``),
+    unless the blocking client it copies has a ``client_name``; a trio client handed over keeps
+    its own.
     """
 
     def __init__(self, client_or_seeds: Any, queues: str | Sequence[str], handler: Handler,
@@ -72,16 +79,18 @@ class Worker:
         if not self.queues:
             raise ValueError("at least one queue is needed")
         self.handler = handler
+        self.id = make_worker_id()
         self._owns_client = False
         if isinstance(client_or_seeds, AioClient) or (
             not isinstance(client_or_seeds, SyncClient) and hasattr(client_or_seeds, "get_jobs")
         ):
             self.client = client_or_seeds
         elif isinstance(client_or_seeds, SyncClient):
-            self.client = AioClient.from_config(client_or_seeds.config)
+            config = client_or_seeds.config
+            self.client = AioClient.from_config(config, client_name=config.client_name or worker_client_name())
             self._owns_client = True
         else:
-            self.client = AioClient(client_or_seeds, password=password)
+            self.client = AioClient(client_or_seeds, password=password, client_name=worker_client_name())
             self._owns_client = True
         client = self.client
 
@@ -104,7 +113,18 @@ class Worker:
         self._nursery: trio.Nursery | None = None
         self._runners: Runners | None = None
         self._threads: HandlerThreads | None = None
+        # the beats to the cluster (beacon.py): on unless turned off, or the client cannot send them
+        # (a test's stand-in)
+        beacon = self._beacon = None
+        if settings.beacon_interval and hasattr(client, "worker_beat"):
+            beacon = self._beacon = Beacon(
+                client, self.id, settings.beacon_interval, queues=self.queues, concurrency=settings.concurrency,
+                max_in_flight=max_in_flight, handler=handler_name(handler), stats=self.stats,
+                stopping=lambda: stop.stopping, describe=settings.describe,
+            )  # fmt: skip
         if is_async_callable(handler):
+            if beacon is not None:
+                handler = beacon.track(handler)  # its running jobs, for the beats
             runners = self._runners = Runners(handler, settings.concurrency, settings.max_attempts, buffer=buffer,
                                               counters=counters, fetcher=fetcher, outcomes=outcomes, stop=stop,
                                               keepalive=keepalive)  # fmt: skip
@@ -117,6 +137,8 @@ class Worker:
             )  # fmt: skip
             fetcher.arrived, fetcher.on_done = threads.arrived, threads.collect_wake.fire
             stop.halts.append(threads.halt)
+            if beacon is not None:
+                beacon.threads = threads  # the jobs they run, read at each beat
             # the threads may fetch for themselves on their own connection to the trio client's
             # node: not with heartbeats (the trio side starts them) or affinity (the trio client
             # follows the jobs' origin)
@@ -189,6 +211,9 @@ class Worker:
         try:
             async with trio.open_nursery() as outer:
                 outer.start_soon(acks.run)
+                beacon_scope = trio.CancelScope()
+                if self._beacon is not None:
+                    outer.start_soon(_in_scope, beacon_scope, self._beacon.run)
                 timer_scope = trio.CancelScope()
                 outer.start_soon(_in_scope, timer_scope, stop.grace_timer)
                 if handle_signals:
@@ -209,8 +234,11 @@ class Worker:
                 acks.done = True
                 acks.wake.fire()  # the acker sends what is left, then returns
                 timer_scope.cancel()
+                beacon_scope.cancel()
                 stop.signal_scope.cancel()
                 outer.cancel_scope.deadline = trio.current_time() + 10.0  # bounds the acker's last flush
+            if self._beacon is not None:
+                await self._beacon.forget()  # a clean stop: off the cluster's list at once
         finally:
             if threads is not None:
                 threads.join(5.0)  # idle threads exit at once; abandoned ones when their handler returns
@@ -219,7 +247,7 @@ class Worker:
                 with trio.CancelScope(shield=True):
                     await self.client.aclose()
         stats = self.stats()
-        log.info("worker stopped: %s", stats)
+        log.info("worker %s stopped: %s", self.id, stats)  # WorkerStats.__str__: the counters as one line
         if stop.fatal_error is not None:
             raise stop.fatal_error
         return stats

@@ -11,6 +11,7 @@ documented), or ``Worker(client, queues, handler, settings=WorkerSettings(...))`
 * sending outcomes (``acks.py``): ``fast_ack``;
 * the jobs' heartbeats (``keepalive.py``): ``heartbeat``;
 * the stop (``stop.py``): ``grace_period``;
+* the worker's beats to the cluster (``beacon.py``): ``beacon_interval``, ``describe``;
 * the jitters (retry delays, pauses): ``rng``.
 """
 
@@ -20,9 +21,11 @@ import dataclasses
 import enum
 import random
 from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
 from ..cluster import Backoff
+from ..model import Job
 from .handlers import DeadLetterHandler
 from .pause import DEFAULT_PAUSE_BACKOFF, FailureGate
 
@@ -65,6 +68,11 @@ class WorkerSettings:
     ``fast_ack``: FASTACK instead of ACKJOB. ``heartbeat``: False, True (auto) or seconds
     between WORKING commands. ``grace_period``: seconds running handlers get after a stop.
     ``rng``: the random generator for the jitters (None: a new one).
+
+    ``beacon_interval``: seconds between the worker's beats to the cluster (``WORKER BEAT``:
+    who it is, what it runs, its counters; ``disque-py workers`` lists it), at least 0.1; None:
+    no beats. ``describe``: ``job -> str``, the label a running job is shown with (the task
+    runner gives the task's name; None: none).
     """
 
     concurrency: int = 1
@@ -80,6 +88,8 @@ class WorkerSettings:
     heartbeat: bool | float = False
     grace_period: float = 30.0
     rng: random.Random | None = dataclasses.field(default=None, compare=False)
+    beacon_interval: float | None = 5.0
+    describe: Callable[[Job], str] | None = None
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:
@@ -91,6 +101,8 @@ class WorkerSettings:
         if self.fetch_timeout_ms < 1:
             raise ValueError("fetch_timeout_ms must be >= 1")
         FailureGate.check(self.backoff_after, self.backoff_ratio)
+        if self.beacon_interval is not None and not 0.1 <= self.beacon_interval <= 86400:
+            raise ValueError("beacon_interval must be between 0.1 and 86400 seconds (or None: no beats)")
 
     @classmethod
     def of(cls, settings: "WorkerSettings | None", options: dict[str, Any]) -> "WorkerSettings":

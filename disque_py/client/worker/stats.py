@@ -33,6 +33,13 @@ class WorkerStats:
     ack_errors: int
     starved: bool
 
+    def __str__(self) -> str:
+        """The counters as one line for people and for grep (the worker's exit line):
+        ``processed=12 failed=1 retried=1 dead=0 fetched=13 in_flight=0 running=0 backoffs=0 ack_errors=0``."""
+        return ("processed=%d failed=%d retried=%d dead=%d fetched=%d in_flight=%d running=%d backoffs=%d "
+                "ack_errors=%d" % (self.processed, self.failed, self.retried, self.dead, self.fetched,
+                                   self.in_flight, self.running, self.backoffs, self.ack_errors))  # fmt: skip
+
 
 class Counters:
     """The worker's counts, shared by its stages. ``in_flight``: fetched and not settled (the

@@ -1,5 +1,5 @@
-// The admin page of a disque-py node: the cluster map, the queues with their live rates, the
-// dead letters and a job inspector, all read from the node's JSON API (/api/...). No framework and no build step.
+// The admin page of a disque-py node: the cluster map, the live workers, the queues with their live
+// rates, the dead letters and a job inspector, all read from the node's JSON API (/api/...). No framework and no build step.
 // Every value from the API reaches the page through textContent or an attribute, never as HTML.
 "use strict";
 
@@ -192,6 +192,59 @@
     });
     $("nodes-body").replaceChildren(...rows);
   }
+
+  // ---- the workers ----------------------------------------------------------------------------
+  // /api/workers: every node's WORKER LIST merged by worker ID, each with the jobs it runs (as of
+  // its last beat); a job's ID opens it in the inspector.
+
+  function renderWorkers(data) {
+    const list = Array.isArray(data.workers) ? data.workers : [];
+    setText($("worker-count"), "(" + list.length + ")");
+    const rows = list.map((w) => {
+      const running = Array.isArray(w.running) ? w.running : [];
+      const jobs = running.map((j) => el("div", { class: "running-job", "data-testid": "worker-job", "data-job-id": String(j.id) },
+        el("span", { "data-testid": "worker-job-label" }, String(j.label || w.handler || "")), " ",
+        el("button", { type: "button", class: "link mono", title: "show the job", onclick: () => inspect(String(j.id)) }, String(j.id)),
+        el("span", { class: "muted" }, " on " + String(j.queue) + (typeof j.running_for === "number" ? ", for " + fmtDuration(j.running_for) : ""))));
+      const more = (w.running_total || 0) - running.length;
+      if (more > 0) jobs.push(el("div", { class: "muted" }, "… " + fmtInt(more) + " more"));
+      const queues = Array.isArray(w.queues) ? w.queues.map(String).join(", ") : "";
+      return el("tr", { "data-testid": "worker-row", "data-worker-id": String(w.id), class: w.stopping ? "stopping" : "" },
+        el("td", { class: "mono", title: "handler " + String(w.handler || "") + ", version " + String(w.version || "") }, String(w.id)),
+        el("td", { class: "mono" }, String(w.host || "")),
+        el("td", { class: "num" }, fmtInt(w.pid)),
+        el("td", { class: "mono" }, queues),
+        el("td", { class: "num" }, fmtInt(w.concurrency)),
+        el("td", { class: "num", "data-testid": "worker-processed" }, fmtInt(w.processed)),
+        el("td", { class: "num" }, fmtInt(w.failed)),
+        el("td", { class: "num", title: "beats every " + String(w.interval) + " s to node " + String(w.node || "").slice(0, 8) },
+          fmtDuration(w.last_beat_ago) + (w.stopping ? " (stopping)" : "")),
+        el("td", { "data-testid": "worker-running" }, ...(jobs.length ? jobs : [el("span", { class: "muted" }, "idle")])),
+      );
+    });
+    $("workers-body").replaceChildren(...rows);
+    $("workers-empty").hidden = list.length > 0;
+    showUnreachable("worker-nodes", "workers", data);
+  }
+
+  // the nodes a cluster-wide view could not ask: one line of the banner per view
+  function showUnreachable(source, what, data) {
+    const unreachable = Array.isArray(data.unreachable) ? data.unreachable : [];
+    if (unreachable.length) showError(source, what + ": not asked: " + unreachable.map((u) => String(u.id).slice(0, 8) + " (" + String(u.error) + ")").join(", "));
+    else clearError(source);
+  }
+
+  // GET a view and render it; its error goes to the banner, under source
+  async function refreshView(source, path, render) {
+    try {
+      render(await api("GET", path));
+      clearError(source);
+    } catch (exc) {
+      showError(source, String(exc.message || exc));
+    }
+  }
+
+  const refreshWorkers = () => refreshView("workers", "/api/workers", renderWorkers);
 
   // ---- the queues -----------------------------------------------------------------------------
 
@@ -483,18 +536,11 @@
     });
     $("dead-body").replaceChildren(...rows);
     $("dead-empty").hidden = list.length > 0;
-    const unreachable = Array.isArray(data.unreachable) ? data.unreachable : [];
-    if (unreachable.length) showError("dead-nodes", "dead letters: not asked: " + unreachable.map((u) => String(u.id).slice(0, 8) + " (" + String(u.error) + ")").join(", "));
-    else clearError("dead-nodes");
+    showUnreachable("dead-nodes", "dead letters", data);
   }
 
   async function refreshDead() {
-    try {
-      renderDead(await api("GET", "/api/dead"));
-      clearError("dead");
-    } catch (exc) {
-      showError("dead", String(exc.message || exc));
-    }
+    await refreshView("dead", "/api/dead", renderDead);
     if (deadShown !== null) await showDead(deadShown, true);
   }
 
@@ -599,7 +645,7 @@
     if (ticking) return;
     ticking = true;
     const dead = deadTicks++ % DEAD_EVERY === 0 ? refreshDead() : null;
-    const [a, b] = await Promise.all([refreshCluster(), refreshQueues(), dead]);
+    const [a, b] = await Promise.all([refreshCluster(), refreshQueues(), refreshWorkers(), dead]);
     if (a && b) setStatus(true, "connected");
     else if (!a && !b) setStatus(false, "node unreachable");
     else setStatus(false, "partial");
