@@ -39,6 +39,7 @@ from typing import Final, final
 
 from .commands import NOT_AN_INTEGER, parse_getjob, parse_int, parse_qscan
 from .commandspec import EVERY_QUEUE, FROM_QUEUES, QUEUE, CommandSpec
+from .constants import INTERNAL_QUEUE_PREFIX
 from .context import Context
 from .delivery import Delivery
 from .effects import BLOCKED, Reply
@@ -326,8 +327,11 @@ class Blocking:
         if isinstance(args, Error):
             return args
         now = self.ctx.now
+        internal = args.internal
 
         def match(q: Queue) -> bool:
+            if not internal and q.name.startswith(INTERNAL_QUEUE_PREFIX):
+                return False  # the cluster's own (a task's result): only with ALL
             qlen = len(q.jobs)
             if args.minlen != -1 and qlen < args.minlen:
                 return False

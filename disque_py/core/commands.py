@@ -12,7 +12,7 @@ from typing import Final, final
 
 from .constants import DEFAULT_TTL, INT64_MAX, INT64_MIN, REPLICATE_MAX, default_retry
 from .ids import valid_job_id
-from .job import state_from_name
+from .job import TRACE_MAX, state_from_name
 from .replies import Error, err, syntax_error
 
 __all__ = [
@@ -22,6 +22,7 @@ __all__ = [
     "ScanArgs",
     "parse_addjob",
     "parse_nack",
+    "trace_tail",
     "parse_seconds_ms",
     "NACK_OPTIONS",
     "parse_getjob",
@@ -317,24 +318,38 @@ def _check_delivery_options(req: AddJob) -> Error | None:
 
 @final
 class Nack:
-    """NACK's options: DELAY (ms, or None), REASON (or None), DEAD."""
+    """NACK's options: DELAY (ms, or None), REASON (or None), TRACE (its tail, or None), DEAD."""
 
-    __slots__ = ("ids", "delay", "reason", "dead")
+    __slots__ = ("ids", "delay", "reason", "trace", "dead")
 
     def __init__(self, ids: list[bytes]) -> None:
         self.ids = ids
         self.delay: int | None = None
         self.reason: bytes | None = None
+        self.trace: bytes | None = None
         self.dead = False
 
 
-NACK_OPTIONS: Final = frozenset((b"delay", b"reason", b"dead"))
+NACK_OPTIONS: Final = frozenset((b"delay", b"reason", b"trace", b"dead"))
 MAX_REASON: Final = 1024
 
 
+def trace_tail(text: bytes) -> bytes:
+    """A TRACE as the node keeps it: its last ``TRACE_MAX`` bytes (a traceback ends with the
+    failing line and the error), starting at a UTF-8 character's first byte."""
+    if len(text) <= TRACE_MAX:
+        return text
+    start = len(text) - TRACE_MAX
+    end = min(start + 4, len(text))
+    while start < end and 0x80 <= text[start] < 0xC0:  # a continuation byte: not a character's start
+        start += 1
+    return text[start:]
+
+
 def parse_nack(argv: list[bytes]) -> Nack | Error:
-    """NACK id ... [DELAY seconds] [REASON text] [DEAD]: the job IDs come first; the first
-    argument that is an option's name ends them."""
+    """NACK id ... [DELAY seconds] [REASON text] [TRACE text] [DEAD]: the job IDs come first;
+    the first argument that is an option's name ends them. A TRACE longer than TRACE_MAX is
+    kept by its tail (``trace_tail``)."""
     n = len(argv)
     i = 1
     while i < n and argv[i].lower() not in NACK_OPTIONS:
@@ -362,6 +377,8 @@ def parse_nack(argv: list[bytes]) -> Nack | Error:
             if ms is None:
                 return err("DELAY must be a non negative number of seconds (up to 3 decimals)")
             req.delay = ms
+        elif opt == b"trace":
+            req.trace = trace_tail(value)
         else:
             if len(value) > MAX_REASON:
                 return err("REASON is %d bytes, at most %d" % (len(value), MAX_REASON))
@@ -428,7 +445,8 @@ def parse_getjob(argv: list[bytes]) -> GetJob | Error:
 
 @final
 class ScanArgs:
-    __slots__ = ("cursor", "count", "busyloop", "minlen", "maxlen", "importrate", "queue", "states", "reply_all")
+    __slots__ = ("cursor", "count", "busyloop", "minlen", "maxlen", "importrate", "queue", "states", "reply_all",
+                 "internal")  # fmt: skip
 
     def __init__(self) -> None:
         self.cursor = 0
@@ -440,6 +458,7 @@ class ScanArgs:
         self.queue: bytes | None = None
         self.states: set[int] = set()
         self.reply_all = False
+        self.internal = False  # QSCAN ALL: the cluster's own queues too (constants.INTERNAL_QUEUE_PREFIX)
 
 
 _QSCAN_VALUED: Final = (b"count", b"minlen", b"maxlen", b"importrate")
@@ -462,6 +481,9 @@ def _parse_scan(argv: list[bytes], jobs: bool) -> ScanArgs | Error:
             i += 2
         elif opt == b"busyloop":
             args.busyloop = True
+            i += 1
+        elif not jobs and opt == b"all":
+            args.internal = True
             i += 1
         elif not jobs and opt in (b"minlen", b"maxlen", b"importrate") and has_value:
             v = parse_int(argv[i + 1])
@@ -504,7 +526,8 @@ def _parse_scan(argv: list[bytes], jobs: bool) -> ScanArgs | Error:
 
 
 def parse_qscan(argv: list[bytes]) -> ScanArgs | Error:
-    """QSCAN [cursor] [COUNT n] [BUSYLOOP] [MINLEN n] [MAXLEN n] [IMPORTRATE r]"""
+    """QSCAN [cursor] [COUNT n] [BUSYLOOP] [MINLEN n] [MAXLEN n] [IMPORTRATE r] [ALL] (ALL: ours, the
+    cluster's own queues too)"""
     return _parse_scan(argv, jobs=False)
 
 

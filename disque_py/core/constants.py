@@ -13,6 +13,7 @@ from typing import Final
 
 __all__ = [
     "INT64_MIN", "INT64_MAX", "REPLICATE_MAX", "DURATION_MAX", "DEFAULT_TTL", "DEFAULT_RETRY_MAX", "default_retry",
+    "INTERNAL_QUEUE_PREFIX",
 ]  # fmt: skip
 
 #: Redis's ``long long``: the range of a command's integer (``commands.parse_int``), of a
@@ -25,6 +26,11 @@ INT64_MAX: Final = (1 << 63) - 1
 REPLICATE_MAX: Final = 65535
 #: The longest DELAY or RETRY a job arriving from a peer or the AOF may carry (seconds; 68 years).
 DURATION_MAX: Final = 1 << 31
+
+#: Queues whose names start with this are the cluster's own (a task's result: ``@result:<job ID>``):
+#: queues in every respect (replicated, their TTL, GETJOB), but QSCAN leaves them out unless
+#: asked (``QSCAN ... ALL``), and so do ``disque-py top``, the admin page and /metrics.
+INTERNAL_QUEUE_PREFIX: Final = b"@"
 
 #: ADDJOB's TTL when it names none (seconds; Disque's: a day).
 DEFAULT_TTL: Final = 86400

@@ -42,7 +42,31 @@ n-th delivery; a holder cut from the deliverer may let it be delivered a few
 more times. Disque's own counters (nacks, additional-deliveries) are left as
 they are.
 
-Commands: NACK. Messages: NACKED, DELIVERED. Receives ``Lifecycle`` (the schedule,
+Deliveries given back: RELEASE (ours; a worker that stops gives back the jobs it
+fetched and never started) queues a job again now, as ENQUEUE does, but the
+delivery does not count: no nack, no additional delivery, and one *return* that
+MAXDELIVER subtracts (``Extra.delivered``: count - returns). Returns are counted
+per node, by the node that took each RELEASE (``Extra.returned``, node -> its
+count), and merged by the larger count per node: each node counts only its own,
+so a return told twice, or told late, or two nodes' returns at once, are counted
+exactly once each (a single count lowered by RETURNED "delivery n was given back"
+would be wrong after a delivery elsewhere at the same moment: the releasing node
+then learns a count that included the delivery it gave back, and stays one
+above). The node tells every node with RETURNED (its whole ``returned``; not only
+the holders it knows of: a holder's list of the others is not always whole, and
+releases are rare), before the QUEUED of the job queued again; every later
+DELIVERED of the job carries the returns too (a trailing field), and a holder
+that gets a DELIVERED missing some of them answers with a RETURNED, so a holder
+that missed one learns it at the next delivery. Until it learns it, a holder counts the given
+back delivery (one above the truth: a failure judged there meanwhile may
+dead-letter the job one delivery early); a lost DELIVERED still only lowers.
+
+The last failure's traceback: NACK's TRACE (the tail, ``job.TRACE_MAX`` bytes) is
+kept in ``Extra.trace``, told to the other holders with NACKED (a trailing field),
+and given to the job's dead letter (its own ``Extra.trace``); SHOW shows it
+(``last-failure-trace``).
+
+Commands: NACK, RELEASE. Messages: NACKED, DELIVERED, RETURNED. Receives ``Lifecycle`` (the schedule,
 tombstones), ``Requeue`` (queueing), ``Replication`` (a dead letter's copies) and ``Acks``
 (the original acknowledged once its dead letter's copies are made); called by ``Node``
 (NACK, the messages, the end of a RETRY on a job with a policy: ``retry_ended``, a GOTJOB
@@ -60,15 +84,19 @@ from .commandspec import JOB_IDS, CommandSpec
 from .context import Context
 from .ids import dead_letter_id
 from .job import (
-    ACKED, ACTIVE, DEAD_SUFFIX, F_BCAST_WILLQUEUE, F_DELIVERED, F_NACK_DELAYED, QUEUED, Extra, Job, retry_deadline,
+    ACKED, ACTIVE, DEAD_SUFFIX, F_BCAST_QUEUED, F_BCAST_WILLQUEUE, F_DELIVERED, F_NACK_DELAYED, QUEUED, Extra, Job,
+    retry_deadline,
 )  # fmt: skip
 from .lifecycle import Lifecycle
-from .messages import Delivered, Nacked, delivered, nacked, repl_job, set_ack
+from .messages import (
+    Delivered, DeliveredReturned, Nacked, NackedTrace, Returned, delivered, delivered_returned, nacked, nacked_trace,
+    queued, repl_job, returned, set_ack,
+)  # fmt: skip
 from .replication import Replication
 from .replies import Error, err
 from .requeue import Requeue
 from .store import J_LOAD
-from .wire import job_to_wire
+from .wire import job_to_wire, returned_to_wire
 
 __all__ = ["Delivery", "COMMANDS", "backoff_ms"]
 
@@ -76,8 +104,12 @@ __all__ = ["Delivery", "COMMANDS", "backoff_ms"]
 COPIES_RETRY_MS: Final = 1000
 
 #: The commands this machine answers (commandspec.py; Node dispatches them). NACK queues a
-#: job again, so it is refused at memory level 3 (denyoom), as Disque's.
-COMMANDS: Final = (CommandSpec(b"nack", "cmd_nack", -1, ("write", "denyoom", "fast"), ("consume",), JOB_IDS),)
+#: job again, so it is refused at memory level 3 (denyoom), as Disque's. RELEASE (ours) is not:
+#: it gives back a job held already, and a worker that stops must be able to.
+COMMANDS: Final = (
+    CommandSpec(b"nack", "cmd_nack", -1, ("write", "denyoom", "fast"), ("consume",), JOB_IDS),
+    CommandSpec(b"release", "cmd_release", -2, ("write", "fast"), ("consume",), JOB_IDS),
+)
 
 
 def backoff_ms(extra: Extra, nacks: int, randbits: Callable[[int], int]) -> int:
@@ -106,6 +138,7 @@ class Delivery:
         self._stats = ctx.stats
         ctx.stats["jobs_dead_lettered"] = 0
         ctx.stats["jobs_nack_delayed"] = 0
+        ctx.stats["jobs_released"] = 0
         #: original queue -> jobs dead-lettered here from it (INFO, /metrics)
         self.dead_by_queue: dict[bytes, int] = {}
         #: dead letter ID -> [original job, nodes that confirmed its copy, copies needed]: the
@@ -129,8 +162,8 @@ class Delivery:
         if bad:
             return bad
         store = self._store
-        delay, reason, dead = req.delay, req.reason, req.dead
-        if delay is None and reason is None and not dead:  # Disque's NACK
+        delay, reason, dead, trace = req.delay, req.reason, req.dead, req.trace
+        if delay is None and reason is None and not dead and trace is None:  # Disque's NACK
             nack = self.nack
             return store.count_done(ids, lambda job: job.state == ACTIVE and nack(job, None, None))
         now = self.ctx.now
@@ -146,40 +179,57 @@ class Delivery:
             def act(job: Job) -> bool:
                 if job.state != ACTIVE:
                     return False
-                if reason is not None:
-                    _extra(job).reason = reason
+                if reason is not None or trace is not None:
+                    extra = _extra(job)
+                    if reason is not None:
+                        extra.reason = reason
+                    if trace is not None:
+                        extra.trace = trace
                 dead_letter(job, reason)
                 return True
 
             return store.count_done(ids, act)
         nack = self.nack
-        return store.count_done(ids, lambda job: job.state == ACTIVE and nack(job, delay, reason))
+        return store.count_done(ids, lambda job: job.state == ACTIVE and nack(job, delay, reason, trace))
 
-    def nack(self, job: Job, delay: int | None, reason: bytes | None) -> bool:
+    def nack(self, job: Job, delay: int | None, reason: bytes | None, trace: bytes | None = None) -> bool:
         """One active job NACKed: dead-lettered (MAXDELIVER reached), queued again after a
         delay (DELAY, or its BACKOFF), or queued again now (Disque's). False if refused (a
-        RETRY 0 job delivered here: never queued again)."""
+        RETRY 0 job delivered here: never queued again). ``trace``: NACK's TRACE, kept as
+        the job's last failure's traceback."""
         ctx = self.ctx
         extra = job.extra
         if extra is not None:
             if reason is not None:
                 extra.reason = reason
-            if extra.maxdeliver and extra.count >= extra.maxdeliver:
+            if trace is not None:
+                extra.trace = trace
+            if extra.maxdeliver and extra.delivered() >= extra.maxdeliver:
                 self.dead_letter(job, extra.reason)
                 return True
             if delay is None and extra.backoff_max:
                 delay = backoff_ms(extra, job.nacks + 1, ctx.randbits)
-        elif reason is not None:
-            _extra(job).reason = reason
+        elif reason is not None or trace is not None:
+            extra = _extra(job)
+            if reason is not None:
+                extra.reason = reason
+            if trace is not None:
+                extra.trace = trace
         if not delay:
-            return self._requeue.enqueue_job(job, True)
+            done = self._requeue.enqueue_job(job, True)
+            if done and (reason is not None or trace is not None):
+                self._journal(job)  # its reason and traceback: a restart keeps them
+            return done
         if not job.retry and job.flags & F_DELIVERED:
             return False  # AT_MOST_ONCE, as enqueue_job refuses it
         job.nacks += 1
         job.flags |= F_NACK_DELAYED
         job.next_at = ctx.now + delay
         self._lifecycle.reschedule(job)
-        ctx.send(job.delivered, nacked(bytes(job.id), delay, reason or b""))
+        if trace is None:
+            ctx.send(job.delivered, nacked(bytes(job.id), delay, reason or b""))
+        else:
+            ctx.send(job.delivered, nacked_trace(bytes(job.id), delay, reason or b"", trace))
         self._journal(job)  # its nacks and the end of its delay: a restart must not queue it sooner
         self._stats["jobs_nack_delayed"] += 1
         return True
@@ -194,7 +244,12 @@ class Delivery:
             job.flags &= ~F_NACK_DELAYED
         ctx = self.ctx
         if len(job.delivered) > 1:
-            ctx.send(job.delivered, delivered(bytes(job.id), extra.count))  # type: ignore[union-attr]
+            given_back = extra.returned  # type: ignore[union-attr]
+            if not given_back:
+                ctx.send(job.delivered, delivered(bytes(job.id), extra.count))  # type: ignore[union-attr]
+            else:  # the returns go with it: a holder that missed a RETURNED learns them here
+                count = extra.count  # type: ignore[union-attr]
+                ctx.send(job.delivered, delivered_returned(bytes(job.id), count, returned_to_wire(given_back)))
         journal = ctx.journal
         if journal is not None:
             journal.append((J_LOAD, job))
@@ -213,7 +268,7 @@ class Delivery:
         if self.pending and dead_letter_id(job.id) in self.pending:
             self.dead_letter(job, extra.reason if extra is not None else None)
             return True
-        if extra is None or not extra.maxdeliver or extra.count < extra.maxdeliver:
+        if extra is None or not extra.maxdeliver or extra.delivered() < extra.maxdeliver:
             return False
         reason = extra.reason
         if reason is None:
@@ -235,7 +290,7 @@ class Delivery:
         if dl is None and dl_id in self.pending:  # made here, then acknowledged and forgotten
             del self.pending[dl_id]
         elif dl is None and not self._lifecycle.is_buried(dl_id):
-            count = extra.count
+            count = extra.delivered()
             queue = extra.deadletter if extra.deadletter is not None else bytes(job.queue or b"") + DEAD_SUFFIX
             now = ctx.now
             created = job.ctime // 1_000_000 - ctx.wall_offset
@@ -246,6 +301,7 @@ class Delivery:
                      now + ttl, 0, job.retry, 0, holders)  # fmt: skip
             dl.extra = e = Extra()
             e.origin = (bytes(job.id), bytes(job.queue or b""), count, reason, extra.options())
+            e.trace = extra.trace  # the original's last failure, shown with the dead letter
             store.register(dl)
             if len(holders) > 1:  # every holder named gets its copy, and confirms it
                 ctx.send(holders, repl_job(job_to_wire(dl, now), False))
@@ -343,6 +399,8 @@ class Delivery:
         job.nacks += 1
         if m.reason:
             _extra(job).reason = m.reason
+        if type(m) is NackedTrace:
+            _extra(job).trace = m.trace
         job.flags |= F_NACK_DELAYED
         if job.retry and job.next_at:
             # A RETRY past the end of the delay: the NACK's node queues it first, and if that
@@ -352,17 +410,83 @@ class Delivery:
             self._lifecycle.reschedule(job)
         self._journal(job)
 
-    def on_delivered(self, sender: str, m: Delivered) -> None:
+    def on_delivered(self, sender: str, m: Delivered | DeliveredReturned) -> None:
         """A holder handed the job out, and counts ``m.count`` deliveries with it: the larger
         of that and our own count. Never above the true number (a message lost or repeated
-        changes nothing; two deliveries at once on two nodes count one: late, never early)."""
+        changes nothing; two deliveries at once on two nodes count one: late, never early).
+        A DeliveredReturned carries the returns the sender knows of too (merged)."""
         job = self._store.get(m.job_id)
         if job is None or job.state == ACKED:
             return
         extra = _extra(job, 0)
+        changed = False
         if m.count > extra.count:
             extra.count = m.count
+            changed = True
+        theirs = m.returned if type(m) is DeliveredReturned else None
+        if theirs is not None and extra.merge_returned(theirs):
+            changed = True
+        mine = extra.returned
+        if mine:
+            # The sender does not know of every return we know of (its holders are not ours: a
+            # RELEASE there told others): tell it, so its next DELIVERED carries them.
+            if theirs is None or any(theirs.get(node, 0) < n for node, n in mine.items()):
+                self.ctx.send((sender,), returned(bytes(job.id), returned_to_wire(mine)))
+            if sender not in job.delivered:
+                job.delivered = tuple(job.delivered) + (sender,)  # a holder: told of the next return
+        if changed:
             self._journal(job)
+
+    # -- RELEASE: deliveries given back -----------------------------------------------------
+    def cmd_release(self, client: int, argv: list[bytes]) -> int | Error:
+        """RELEASE id ...: each job active here is queued again now, as ENQUEUE does, and its
+        delivery given back (see the module docstring). Returns how many were queued."""
+        ids = argv[1:]
+        bad = check_job_ids(ids)
+        if bad:
+            return bad
+        return self._store.count_done(ids, self.release)
+
+    def release(self, job: Job) -> bool:
+        """Give back one delivery of ``job`` and queue it again now; False if it is not active
+        here, or never to be queued again (a RETRY 0 job delivered here: AT_MOST_ONCE; one
+        whose dead letter, made here, waits for its copies)."""
+        if job.state != ACTIVE or not job.next_at or (not job.retry and job.flags & F_DELIVERED):
+            return False
+        if self.pending and dead_letter_id(job.id) in self.pending:
+            return False  # dead-lettered here, its copies not confirmed yet: never queued again
+        ctx = self.ctx
+        # One return, whichever delivery it was (a job delivered twice at once, one of them
+        # NACKed with a delay meanwhile, still has the other given back), and even before this
+        # node heard of the delivery (its DELIVERED still on its way: the count then catches up,
+        # and count - returns is exact). The node cannot tell a RELEASE of a delivery nobody
+        # held: then the count is only lower (MAXDELIVER later, never sooner).
+        extra = _extra(job)
+        me = ctx.id
+        mine = extra.returned
+        extra.merge_returned({me: (mine.get(me, 0) if mine is not None else 0) + 1})
+        # To every node: a holder's list of the others is not always whole (a job moved, or
+        # queued by another holder), and one that missed it would count the delivery given back.
+        # Releases are rare (a worker that stops); a node without the job ignores it.
+        message = returned(bytes(job.id), returned_to_wire(extra.returned))  # type: ignore[arg-type]
+        ctx.send(ctx.known_nodes if len(ctx.known_nodes) > 1 else job.delivered, message)
+        # queued as at the end of a NACK's delay: nothing counted, a QUEUED without a counter
+        job.flags &= ~(F_NACK_DELAYED | F_BCAST_QUEUED)
+        self._requeue.enqueue_job(job)
+        ctx.send(job.delivered, queued(bytes(job.id), 0))
+        self._journal(job)
+        self._stats["jobs_released"] += 1
+        return True
+
+    def on_returned(self, sender: str, m: Returned) -> None:
+        """A holder took a RELEASE of the job: its returns (``m.returned``) merged into ours."""
+        job = self._store.get(m.job_id)
+        if job is None or job.state == ACKED:
+            return
+        if _extra(job).merge_returned(m.returned):
+            self._journal(job)
+        if sender not in job.delivered:
+            job.delivered = tuple(job.delivered) + (sender,)
 
 
 def _extra(job: Job, delivering: int = 1) -> Extra:

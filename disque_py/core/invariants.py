@@ -50,6 +50,10 @@ LEASES
 TOMBSTONES
     At most ``TOMBSTONES_MAX`` IDs are remembered, each with its entry in
     the expiry order.
+RETURNS
+    A job's returns (``Extra.returns``, what MAXDELIVER subtracts) are the sum
+    of its per-node counts (``Extra.returned``), of ``RETURNED_NODES_MAX``
+    nodes at most, and its trace is at most ``TRACE_MAX`` bytes.
 """
 
 from __future__ import annotations
@@ -58,7 +62,10 @@ from typing import TYPE_CHECKING, Any
 from weakref import WeakKeyDictionary
 
 from . import lifecycle as lifecycle_mod
-from .job import ACKED, F_BCAST_WILLQUEUE, F_DELIVERED, QUEUED, WAIT_REPL, Job, illegal_transitions, watch_transitions
+from .job import (
+    ACKED, F_BCAST_WILLQUEUE, F_DELIVERED, QUEUED, RETURNED_NODES_MAX, TRACE_MAX, WAIT_REPL, Job, illegal_transitions,
+    watch_transitions,
+)  # fmt: skip
 from .lifecycle import WILLQUEUE_ADVANCE_MS
 from .queues import PAUSED_OUT
 
@@ -69,7 +76,7 @@ __all__ = ["check", "InvariantViolation", "INVARIANTS"]
 
 INVARIANTS = (
     "TRANSITIONS", "AT_MOST_ONCE", "ACK_ONCE", "ACK_GC_PENDING", "ONE_TIMER", "QUEUED_ONCE", "WAITERS", "SERVED",
-    "REPL_CLIENTS", "LEASES", "TOMBSTONES",
+    "REPL_CLIENTS", "LEASES", "TOMBSTONES", "RETURNS",
 )  # fmt: skip
 
 
@@ -139,6 +146,14 @@ def check(node: "Node") -> None:
                 _fail("ACK_GC_PENDING", "acked job %r has no GC attempt scheduled" % job.id)
         elif state == WAIT_REPL:
             wait_repl.add(job.id)
+        extra = job.extra
+        if extra is not None:
+            returned = extra.returned
+            total = sum(returned.values()) if returned else 0
+            if extra.returns != total or (returned is not None and len(returned) > RETURNED_NODES_MAX):
+                _fail("RETURNS", "job %r counts %d returns, of %r" % (job.id, extra.returns, returned))
+            if extra.trace is not None and len(extra.trace) > TRACE_MAX:
+                _fail("RETURNS", "job %r keeps a trace of %d bytes" % (job.id, len(extra.trace)))
     in_queues = 0
     for q in queues.values():
         in_queues += len(q.jobs)

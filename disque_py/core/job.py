@@ -73,6 +73,8 @@ __all__ = [
     "gc_deadline",
     "DEAD_SUFFIX",
     "extra_fields",
+    "RETURNED_NODES_MAX",
+    "TRACE_MAX",
 ]
 
 WAIT_REPL: Final = 0
@@ -274,11 +276,17 @@ class Extra:
 
     Times are milliseconds. ``count``: the deliveries of the job this node knows of (its
     own GETJOBs and the DELIVERED messages of the other holders); a lower bound of the
-    true count, so MAXDELIVER never dead-letters a job early. ``origin`` (a dead letter
-    only): (original ID, original queue, deliveries, reason or None, the original's
-    delivery options as ADDJOB arguments). ``dedup``: ADDJOB's DEDUP key (``dedup.py``)."""
+    true count, so MAXDELIVER never dead-letters a job early. ``returned``: the deliveries
+    given back unstarted (RELEASE), by the node that took each RELEASE (node ID -> how
+    many; None: none), merged by the larger count per node; ``returns`` is their sum, and
+    what counts against MAXDELIVER is ``count - returns`` (``delivery.py``, ``delivered``).
+    ``origin`` (a dead letter only): (original ID, original queue, deliveries, reason or
+    None, the original's delivery options as ADDJOB arguments). ``dedup``: ADDJOB's DEDUP
+    key (``dedup.py``). ``trace``: the last failure's traceback (NACK's TRACE, its tail at
+    most ``TRACE_MAX`` bytes), or None."""
 
-    __slots__ = ("backoff_min", "backoff_max", "maxdeliver", "deadletter", "count", "reason", "origin", "dedup")
+    __slots__ = ("backoff_min", "backoff_max", "maxdeliver", "deadletter", "count", "reason", "origin", "dedup",
+                 "returns", "returned", "trace")  # fmt: skip
 
     def __init__(self, backoff_min: int = 0, backoff_max: int = 0, maxdeliver: int = 0,
                  deadletter: bytes | None = None, dedup: bytes | None = None) -> None:  # fmt: skip
@@ -290,6 +298,9 @@ class Extra:
         self.reason: bytes | None = None  # the last NACK's REASON
         self.origin: tuple | None = None
         self.dedup = dedup  # ADDJOB's DEDUP key (dedup.py)
+        self.returns = 0  # sum(returned.values()), kept with it
+        self.returned: dict[str, int] | None = None
+        self.trace: bytes | None = None  # the last failure's traceback (NACK ... TRACE)
 
     def __eq__(self, other: object) -> bool:
         if type(other) is not Extra:
@@ -300,6 +311,26 @@ class Extra:
 
     def __repr__(self) -> str:
         return "Extra(%s)" % ", ".join("%s=%r" % (f, getattr(self, f)) for f in _EXTRA_FIELDS)
+
+    def delivered(self) -> int:
+        """The deliveries that count against MAXDELIVER: those known, minus those given back."""
+        n = self.count - self.returns
+        return n if n > 0 else 0
+
+    def merge_returned(self, returned: dict[str, int]) -> bool:
+        """Take in another holder's ``returned`` (each node's count: the larger); True if it
+        taught anything. A job remembers the returns of ``RETURNED_NODES_MAX`` nodes at most."""
+        mine = self.returned
+        if mine is None:
+            mine = self.returned = {}
+        changed = False
+        for node, n in returned.items():
+            had = mine.get(node, 0)
+            if n > had and (had or len(mine) < RETURNED_NODES_MAX):
+                mine[node] = n
+                self.returns += n - had
+                changed = True
+        return changed
 
     def options(self) -> list[bytes]:
         """The delivery options as ADDJOB arguments (a dead letter requeued gets them back)."""
@@ -313,17 +344,27 @@ class Extra:
         return out
 
 
+#: The nodes whose RELEASEs of one job are remembered (``Extra.returned``): more nodes than
+#: this giving back one job are not counted (its count stays higher: MAXDELIVER comes sooner).
+RETURNED_NODES_MAX: Final = 64
+#: NACK's TRACE is kept up to this many bytes, its tail (a traceback ends with the failing line).
+TRACE_MAX: Final = 16384
+
 #: A job's dead letters go to its queue's name with this appended, unless DEADLETTER names one
 #: (delivery.py).
 DEAD_SUFFIX: Final = b".dead"
 
 
-def extra_fields(job: Job) -> list:
-    """SHOW's fields for a job with an Extra (after Disque's; none for a job without)."""
+def extra_fields(job: Job, trace: bool = False) -> list:
+    """SHOW's fields for a job with an Extra (after Disque's; none for a job without); with
+    ``trace`` (SHOW and JSCAN, not GETJOB's WITHCOUNTERS) its last failure's traceback too."""
     e = job.extra
     if e is None:
         return []
-    out: list = [b"deliveries", e.count]
+    n = e.count - e.returns
+    out: list = [b"deliveries", n if n > 0 else 0]
+    if e.returns:
+        out += [b"returns", e.returns]
     if e.dedup is not None:
         out += [b"dedup", e.dedup]
     if e.backoff_max:
@@ -338,11 +379,14 @@ def extra_fields(job: Job) -> list:
         oid, oqueue, odeliv, oreason, oopts = e.origin
         out += [b"dead-letter-of", oid, b"original-queue", oqueue, b"original-deliveries", odeliv,
                 b"dead-letter-reason", oreason, b"original-options", list(oopts)]  # fmt: skip
+    if trace and e.trace is not None:
+        out += [b"last-failure-trace", e.trace]
     return out
 
 
 # Extra's fields, for __eq__ and __repr__ (a compiled class has no __slots__ to read).
-_EXTRA_FIELDS: Final = ("backoff_min", "backoff_max", "maxdeliver", "deadletter", "count", "reason", "origin", "dedup")
+_EXTRA_FIELDS: Final = ("backoff_min", "backoff_max", "maxdeliver", "deadletter", "count", "reason", "origin", "dedup",
+                        "returns", "returned", "trace")  # fmt: skip
 
 
 def _seconds(ms: int) -> bytes:

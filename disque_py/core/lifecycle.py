@@ -358,4 +358,4 @@ class Lifecycle:
             b"next-requeue-within", next_requeue,
             b"next-awake-within", next_awake,
             b"body", job.body,
-        ] + (extra_fields(job) if job.extra is not None else [])  # fmt: skip
+        ] + (extra_fields(job, True) if job.extra is not None else [])  # fmt: skip

@@ -4,7 +4,7 @@ Theory of operation
 -------------------
 Every message a node receives on the bus's DATA channel (REPLJOB, GOTJOB,
 ENQUEUE, QUEUED, WORKING, WILLQUEUE, SETACK, GOTACK, DELJOB, PAUSE, NEEDJOBS,
-YOURJOBS, and ours: NACKED, DELIVERED, HASJOB, HAVEJOB) reaches its handler as a tuple subclass with named fields
+YOURJOBS, and ours: NACKED, DELIVERED, RETURNED, HASJOB, HAVEJOB) reaches its handler as a tuple subclass with named fields
 (``_Message``: a ``typing.NamedTuple`` but for its constructor) whose first
 field is its kind, so that its tuple form *is* the wire form ``(kind,
 *fields)``. A type is made from its tuple form, ``SetAck(("SETACK", id, n))``:
@@ -19,12 +19,16 @@ encodes it, ``on_moves_unsent`` reads it by index), and building a typed one
 on both sides cost twice the ~110 ns a type's construction costs over a plain
 tuple, 11 times per job at REPLICATE 3 (docs/benchmarks-history.md, "The house rebuilt").
 
-Three kinds have an optional trailing field, so each has two types, one per
+Five kinds have an optional trailing field, so each has two types, one per
 wire shape: ``SetAck`` / ``SetAckTwoCopies`` (SETACK id 2 True: "I am your
 only other holder's only other holder"), ``GotAck`` / ``GotAckDeleted``
-(GOTACK id True True: "and I deleted my copy") and ``DelJob`` /
-``DelJobHolders`` (DELJOB id holders: the holders told). A trailing field
-with another value than these is ignored, as before.
+(GOTACK id True True: "and I deleted my copy"), ``DelJob`` /
+``DelJobHolders`` (DELJOB id holders: the holders told), ``Nacked`` /
+``NackedTrace`` (NACKED id delay reason trace: the failure's traceback) and
+``Delivered`` / ``DeliveredReturned`` (DELIVERED id count returned: the
+deliveries given back). A trailing field with another value (another type)
+than these is ignored, as before, so an older node reads the newer shapes and
+a newer node a later version's.
 
 A peer's message is checked here, by the receiver of its kind
 (``receivers``, one per kind around the handler of the machine that owns it;
@@ -52,8 +56,8 @@ hot path:
   and queue, and a malformed job leaves out that job, not the others (the
   message counts once).
 
-Imports only ``ids`` and ``wire``; used by every machine that sends, and by
-``node`` (receivers).
+Imports only ``ids``, ``wire`` and a bound of ``job``; used by every machine that
+sends, and by ``node`` (receivers).
 """
 
 from __future__ import annotations
@@ -70,12 +74,14 @@ except ImportError:  # not CPython: the same, a little slower
 
 
 from .ids import JOB_ID_LEN, NODE_IDS_SEEN, valid_node_ids
-from .wire import RETRY_FIELD
+from .job import TRACE_MAX
+from .wire import RETRY_FIELD, returned_from_wire
 
 __all__ = [
     "ReplJob", "GotJob", "Enqueue", "Queued", "Working", "WillQueue", "SetAck", "SetAckTwoCopies",
     "GotAck", "GotAckDeleted", "DelJob", "DelJobHolders", "Pause", "NeedJobs", "YourJobs",
-    "Nacked", "Delivered", "nacked", "delivered", "HasJob", "HaveJob", "has_job", "have_job",
+    "Nacked", "NackedTrace", "Delivered", "DeliveredReturned", "Returned", "nacked", "nacked_trace", "delivered",
+    "delivered_returned", "returned", "HasJob", "HaveJob", "has_job", "have_job",
     "repl_job", "got_job", "enqueue", "queued", "working", "will_queue", "set_ack", "set_ack_two_copies",
     "got_ack", "got_ack_deleted", "del_job", "del_job_holders", "pause", "need_jobs", "your_jobs",
     "receivers", "KINDS", "moves_to_watch",
@@ -250,6 +256,18 @@ class Nacked(_Message):
     reason: bytes
 
 
+class NackedTrace(_Message):
+    """NACKED with the NACK's TRACE (the failure's traceback, at most ``job.TRACE_MAX`` bytes)
+    after the reason: a trailing field, which an older node ignores."""
+
+    __slots__ = ()
+    kind: str
+    job_id: bytes
+    delay: int
+    reason: bytes
+    trace: bytes
+
+
 class Delivered(_Message):
     """I handed ``job_id`` to a consumer, and count ``count`` deliveries of it with this one
     (jobs with a delivery policy only, so that MAXDELIVER is judged on every holder;
@@ -259,6 +277,30 @@ class Delivered(_Message):
     kind: str
     job_id: bytes
     count: int
+
+
+class DeliveredReturned(_Message):
+    """DELIVERED of a job some of whose deliveries were given back (RELEASE): ``returned`` is
+    what the sender knows of them (node -> its count, ``Extra.returned``; a trailing field on
+    the wire, ``wire.returned_to_wire``'s list), so a holder that missed a RETURNED learns it."""
+
+    __slots__ = ()
+    kind: str
+    job_id: bytes
+    count: int
+    returned: dict
+
+
+class Returned(_Message):
+    """I took a RELEASE of ``job_id``: a delivery given back unstarted, which no longer counts
+    against MAXDELIVER. ``returned``: the returns the sender knows of, its own included (node ->
+    its count; ``wire.returned_to_wire``'s list on the wire). Sent before the QUEUED of the
+    job queued again (delivery.py)."""
+
+    __slots__ = ()
+    kind: str
+    job_id: bytes
+    returned: dict
 
 
 class HasJob(_Message):
@@ -290,8 +332,20 @@ def nacked(job_id: bytes, delay: int, reason: bytes) -> tuple:  # Nacked
     return ("NACKED", job_id, delay, reason)
 
 
+def nacked_trace(job_id: bytes, delay: int, reason: bytes, trace: bytes) -> tuple:  # NackedTrace
+    return ("NACKED", job_id, delay, reason, trace)
+
+
 def delivered(job_id: bytes, count: int) -> tuple:  # Delivered
     return ("DELIVERED", job_id, count)
+
+
+def delivered_returned(job_id: bytes, count: int, returned: list) -> tuple:  # DeliveredReturned
+    return ("DELIVERED", job_id, count, returned)
+
+
+def returned(job_id: bytes, returned: list) -> tuple:  # Returned
+    return ("RETURNED", job_id, returned)
 
 
 def repl_job(job: list, noreply: bool) -> tuple:  # ReplJob
@@ -520,8 +574,45 @@ def _nacked(handle: Handler) -> Receiver:
         job_id, delay, reason = b[0], b[1], b[2]
         if type(job_id) is bytes and len(job_id) == _ID_LEN and type(delay) is int and 0 <= delay < 1 << 40:
             if type(reason) is bytes and len(reason) <= 65536:
+                if len(b) > 3 and type(b[3]) is bytes:  # the TRACE (another type: a later field)
+                    trace = b[3]
+                    if len(trace) > TRACE_MAX:
+                        return False
+                    return handle(sender, NackedTrace(("NACKED", job_id, delay, reason, trace)))
                 return handle(sender, Nacked(("NACKED", job_id, delay, reason)))
         return False
+
+    return receive
+
+
+def _delivered(handle: Handler) -> Receiver:
+    def receive(sender: str, b: list) -> Any:
+        if len(b) < 2:
+            return False
+        job_id, count = b[0], b[1]
+        if type(job_id) is not bytes or len(job_id) != _ID_LEN or type(count) is not int:
+            return False
+        if len(b) > 2 and type(b[2]) is list:  # the returns (another type: a later field)
+            returned = returned_from_wire(b[2])
+            if returned is None:
+                return False
+            return handle(sender, DeliveredReturned(("DELIVERED", job_id, count, returned)))
+        return handle(sender, Delivered(("DELIVERED", job_id, count)))
+
+    return receive
+
+
+def _returned(handle: Handler) -> Receiver:
+    def receive(sender: str, b: list) -> Any:
+        if len(b) < 2:
+            return False
+        job_id = b[0]
+        if type(job_id) is not bytes or len(job_id) != _ID_LEN:
+            return False
+        returned = returned_from_wire(b[1])
+        if not returned:
+            return False
+        return handle(sender, Returned(("RETURNED", job_id, returned)))
 
     return receive
 
@@ -552,7 +643,8 @@ _RECEIVERS: dict[str, Callable[[Handler], Receiver]] = {
     "NEEDJOBS": _needjobs,
     "YOURJOBS": _yourjobs,
     "NACKED": _nacked,
-    "DELIVERED": _id_int("DELIVERED", Delivered),
+    "DELIVERED": _delivered,
+    "RETURNED": _returned,
     "HASJOB": _id_only("HASJOB", HasJob),
     "HAVEJOB": _havejob,
 }

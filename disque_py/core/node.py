@@ -40,8 +40,8 @@ declares the commands it answers in its module's ``COMMANDS`` (``commandspec.py`
 ``replication.py`` a new job and its copies (REPLJOB/GOTJOB, NOREPL)
 ``acks.py``        ACK_ONCE, ack GC (SETACK/GOTACK/DELJOB), dummy acks;
                    ACKJOB, FASTACK
-``delivery.py``    NACK (DELAY, REASON, DEAD), BACKOFF, MAXDELIVER, dead letters;
-                   NACKED/DELIVERED
+``delivery.py``    NACK (DELAY, REASON, TRACE, DEAD), RELEASE, BACKOFF,
+                   MAXDELIVER, dead letters; NACKED/DELIVERED/RETURNED
 ``federation.py``  NEEDJOBS/YOURJOBS, imports
 ``blocking.py``    GETJOB, blocked clients and their timeouts, delivery,
                    queue eviction; QLEN, QPEEK, QSTAT, QSCAN, PAUSE
@@ -218,6 +218,7 @@ class Node:
             "YOURJOBS": federation.on_yourjobs,
             "NACKED": delivery.on_nacked,
             "DELIVERED": delivery.on_delivered,
+            "RETURNED": delivery.on_returned,
             "HASJOB": dedup.on_hasjob,
             "HAVEJOB": dedup.on_havejob,
         })  # fmt: skip

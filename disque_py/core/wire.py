@@ -7,7 +7,10 @@ quarter of its time there). Extra trailing fields are ignored, so a later
 version may append some. One is appended already, only for a job whose
 ``extra`` is set (delivery policy, dead-letter facts): a map with short keys
 (``extra_to_wire``), which the AOF's JOBEXTRA record stores too; a node that
-does not know it ignores it, and a job without it travels as before.
+does not know it ignores it, and a job without it travels as before. A key the
+map's reader does not know is ignored too, so a field added later (``rt``, the
+deliveries given back; ``t``, the last failure's traceback) reads as absent on
+a node or in an AOF of before it.
 
 ``job_from_wire`` checks a peer's array and builds the ``Job`` in one pass
 (one unpack of the array), where the job is needed: a REPLJOB's handler
@@ -23,10 +26,11 @@ from typing import Any, Final, TypeAlias
 
 from .constants import DURATION_MAX, INT64_MAX, REPLICATE_MAX
 from .ids import NODE_IDS_SEEN, valid_job_id, valid_node_ids
-from .job import ACTIVE, Extra, Job
+from .job import ACTIVE, RETURNED_NODES_MAX, TRACE_MAX, Extra, Job
 
 __all__ = [
     "JOB_WIRE_FIELDS", "RETRY_FIELD", "WireJob", "job_from_wire", "job_to_wire", "extra_to_wire", "extra_from_wire",
+    "returned_to_wire", "returned_from_wire",
 ]  # fmt: skip
 
 JOB_WIRE_FIELDS: Final = 11
@@ -69,7 +73,36 @@ def extra_to_wire(e: Extra) -> dict:
         d["o"] = list(e.origin)
     if e.dedup is not None:
         d["k"] = e.dedup
+    if e.returned:
+        d["rt"] = returned_to_wire(e.returned)
+    if e.trace is not None:
+        d["t"] = e.trace
     return d
+
+
+def returned_to_wire(returned: dict[str, int]) -> list:
+    """``Extra.returned`` as the bus and the AOF carry it: a flat list, node, count, node, count..."""
+    out: list = []
+    for node, n in returned.items():
+        out.append(node)
+        out.append(n)
+    return out
+
+
+def returned_from_wire(v: Any) -> dict[str, int] | None:
+    """``returned_to_wire``'s list as a dict, or None when anything is off (an odd length, more
+    than ``RETURNED_NODES_MAX`` nodes, a node ID or a count of the wrong shape)."""
+    if type(v) is not list or len(v) % 2 or len(v) > 2 * RETURNED_NODES_MAX:
+        return None
+    out: dict[str, int] = {}
+    for i in range(0, len(v), 2):
+        node, n = v[i], v[i + 1]
+        if type(node) is not str or not _small_int(n):
+            return None
+        out[node] = n
+    if not NODE_IDS_SEEN.issuperset(out) and not valid_node_ids(list(out)):
+        return None
+    return out
 
 
 def _small_int(v: Any) -> bool:
@@ -91,6 +124,15 @@ def extra_from_wire(d: Any) -> Extra | None:
     k = get("k")
     if k is not None and not (type(k) is bytes and 0 < len(k) <= 512):
         return None
+    t = get("t")
+    if t is not None and not (type(t) is bytes and len(t) <= TRACE_MAX):
+        return None
+    rt = get("rt")
+    returned: dict[str, int] | None = None
+    if rt is not None:
+        returned = returned_from_wire(rt)
+        if returned is None:
+            return None
     if not (_small_int(bm) and _small_int(bx) and bm <= bx and _small_int(md) and _small_int(c)):
         return None
     if (dl is not None and not _name(dl)) or (r is not None and not _name(r)):
@@ -108,6 +150,9 @@ def extra_from_wire(d: Any) -> Extra | None:
         o = (oid, oqueue, odeliv, oreason, oopts)
     e.backoff_min, e.backoff_max, e.maxdeliver, e.deadletter, e.count, e.reason, e.origin = bm, bx, md, dl, c, r, o
     e.dedup = k
+    e.trace = t
+    if returned:
+        e.merge_returned(returned)
     return e
 
 

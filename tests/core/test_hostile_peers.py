@@ -12,7 +12,7 @@ from .conftest import Harness
 
 PEER = "f" * 40
 KINDS = ["REPLJOB", "GOTJOB", "ENQUEUE", "QUEUED", "WILLQUEUE", "SETACK", "GOTACK", "DELJOB", "WORKING",
-         "PAUSE", "NEEDJOBS", "YOURJOBS", "NOSUCHKIND"]  # fmt: skip
+         "PAUSE", "NEEDJOBS", "YOURJOBS", "NACKED", "DELIVERED", "RETURNED", "NOSUCHKIND"]  # fmt: skip
 
 leaf = st.one_of(
     st.none(), st.booleans(), st.integers(-(2**63), 2**63 - 1), st.binary(max_size=50), st.text(max_size=50),
@@ -166,8 +166,15 @@ MALFORMED = {
     "NEEDJOBS": [[b"q"], [b"q", -1], [b"q", "5"], ["q", 5]],
     "YOURJOBS": [[], ["x"], [5], [{"jobs": []}]],
     "NACKED": [[GOOD_ID], [GOOD_ID, 100], [GOOD_ID, -1, b""], [GOOD_ID, 100, "why"], [b"x", 100, b""],
-               [GOOD_ID, 1.5, b""], [GOOD_ID, 100, b"x" * 70000]],
-    "DELIVERED": [[], [None], [b"bad", 1], [GOOD_ID], [GOOD_ID, "1"]],
+               [GOOD_ID, 1.5, b""], [GOOD_ID, 100, b"x" * 70000],
+               [GOOD_ID, 100, b"why", b"t" * 16385]],  # a TRACE over job.TRACE_MAX
+    "DELIVERED": [[], [None], [b"bad", 1], [GOOD_ID], [GOOD_ID, "1"],
+                  # the returns (a trailing list): node, count, node, count ...
+                  [GOOD_ID, 2, [PEER]], [GOOD_ID, 2, [PEER, -1]], [GOOD_ID, 2, [PEER, "1"]], [GOOD_ID, 2, ["short", 1]],
+                  [GOOD_ID, 2, [PEER.encode(), 1]], [GOOD_ID, 2, [PEER, 1] * 65]],
+    "RETURNED": [[], [GOOD_ID], [b"bad", [PEER, 1]], [GOOD_ID, []], [GOOD_ID, {PEER: 1}], [GOOD_ID, [PEER]],
+                 [GOOD_ID, [PEER, 1, "x" * 40]], [GOOD_ID, [PEER, 2**64]], [GOOD_ID, [PEER, True]],
+                 [GOOD_ID, [None, 1]], [GOOD_ID, ["e" * 40, 1] * 65], [GOOD_ID[:39], [PEER, 1]]],
     "HASJOB": [[], [None], [b"bad"]],
     "HAVEJOB": [[GOOD_ID], [GOOD_ID, 1], [b"x", True], [GOOD_ID, None]],
 }  # fmt: skip
@@ -225,6 +232,12 @@ def test_well_formed_messages_are_not_counted():
     node.receive_data(PEER, "NEEDJOBS", [b"q", 0], h.now)
     node.receive_data(PEER, "REPLJOB", [list(VALID_JOB), True, "later field"], h.now)
     node.receive_data(PEER, "YOURJOBS", [[]], h.now)
+    # later fields of another type than ours are ignored (NACKED's TRACE is bytes, DELIVERED's
+    # returns a list): a later version's message reads as the shape known here
+    node.receive_data(PEER, "NACKED", [GOOD_ID, 100, b"why", 5], h.now)
+    node.receive_data(PEER, "DELIVERED", [GOOD_ID, 1, "later"], h.now)
+    node.receive_data(PEER, "RETURNED", [GOOD_ID, [PEER, 1], "later"], h.now)
+    node.receive_data(PEER, "NACKED", [GOOD_ID, 100, b"why", b"Traceback ...", "later"], h.now)
     assert node.bus_stats["messages_malformed"] == 0
     assert node.store.get(GOOD_ID) is not None  # the REPLJOB copy
 

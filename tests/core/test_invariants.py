@@ -36,7 +36,7 @@ def clustered() -> Harness:
 
 
 def test_every_invariant_is_named_and_a_healthy_node_passes(h):
-    assert len(set(invariants.INVARIANTS)) == len(invariants.INVARIANTS) == 11
+    assert len(set(invariants.INVARIANTS)) == len(invariants.INVARIANTS) == 12
     h.add("q", "a")
     h.add("q", "b", "RETRY", 0)
     assert h.cmd("GETJOB", "FROM", "empty", client=2) is BLOCKED
@@ -196,3 +196,16 @@ def test_tombstones_an_id_without_its_expiry(h):
     invariants.check(h.node)
     h.node.lifecycle._tomb_order.clear()
     assert broken(h.node) == "TOMBSTONES"
+
+
+def test_returns_a_sum_out_of_step_or_a_trace_too_long(h):
+    job_id = h.add("q", "body", "RETRY", 5, "MAXDELIVER", 2)
+    assert h.cmd("GETJOB", "NOHANG", "FROM", "q")
+    assert h.cmd("RELEASE", job_id) == 1
+    invariants.check(h.node)
+    extra = h.node.store.get(job_id).extra
+    extra.returns += 1
+    assert broken(h.node) == "RETURNS"
+    extra.returns -= 1
+    extra.trace = b"x" * 16385
+    assert broken(h.node) == "RETURNS"

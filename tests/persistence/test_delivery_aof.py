@@ -211,3 +211,36 @@ def test_check_aof_reports_a_damaged_jobextra_record(start_node, tmp_path):  # n
         if name == "bad-map":
             assert "JOBEXTRA" in out.stdout, out.stdout
         assert "AOF is not valid" in out.stdout
+
+
+@pytest.mark.parametrize("how", ["kill9", "rewrite-then-kill9"])
+def test_returns_and_the_last_traceback_survive_a_restart(start_node, how):  # noqa: F811
+    """RELEASE's returns and NACK's TRACE are in the JOBEXTRA map (keys ``rt`` and ``t``): a
+    job given back once and failed once comes back with both, and its one real delivery left
+    before MAXDELIVER 2 dead-letters it (an AOF written before them has neither key: returns
+    0, no trace, as every other JOBEXTRA of these tests)."""
+    node = start_node(auto_aof_rewrite_percentage=0, **AOF)
+    r = node.client()
+    job = r.execute_command("ADDJOB", "q", "flaky", 5000, "RETRY", 5, "MAXDELIVER", 2)
+    assert getjob(r, "q")[0][1] == job
+    assert r.execute_command("RELEASE", job) == 1  # given back: no delivery counted
+    assert getjob(r, "q")[0][1] == job
+    trace = b"Traceback (most recent call last):\n  File \"t.py\", line 3\nKeyError: 'missing'\n"
+    assert r.execute_command("NACK", job, "REASON", "KeyError: 'missing'", "TRACE", trace) == 1
+    before = show(r, job)
+    assert before["deliveries"] == 1 and before["returns"] == 1 and before["last-failure-trace"] == trace
+    if how == "rewrite-then-kill9":
+        r.execute_command("BGREWRITEAOF")
+        wait_for(lambda: rewrite_done(r), timeout=20, what="the rewrite done")
+    kill9(node)
+    extras = {rec.id: rec.extra for _, rec in RecordReader().feed(aof_path(node).read_bytes()) if type(rec) is JobExtra}
+    assert extras[job].returns == 1 and extras[job].trace == trace
+    node = restart(start_node, node)
+    r = node.client()
+    after = show(r, job)
+    assert (after["deliveries"], after["returns"], after["last-failure-trace"]) == (1, 1, trace)
+    got = getjob(r, "q", 10000)  # back after its RETRY at the latest
+    assert got and got[0][1] == job
+    assert r.execute_command("NACK", job, "TRACE", b"second\nValueError") == 1  # its 2nd delivery failed
+    dead = show(r, dead_letter_id(job))
+    assert dead["original-deliveries"] == 2 and dead["last-failure-trace"] == b"second\nValueError"

@@ -913,7 +913,9 @@ class RandomRun:
     would; ``failing``: jobs that fail (``core/delivery.py``): some ADDJOBs
     carry MAXDELIVER and BACKOFF, a "poison" job is never acked (NACKed, with
     a DELAY or a REASON, or left to time out) until it is dead-lettered, dead
-    letters are acked, and checks (g)-(i) hold. Everything derives from ``seed``.
+    letters are acked, and checks (g)-(i) hold; ``releasing``: consumers also give
+    jobs back unstarted (RELEASE, ``core/delivery.py``), and without faults check (g)
+    counts the deliveries given back as none. Everything derives from ``seed``.
     """
 
     def __init__(
@@ -926,6 +928,7 @@ class RandomRun:
         faults: bool = True,
         replace: bool = False,
         failing: bool = False,
+        releasing: bool = False,
         fault_ms: int = 15_000,
         drain_max_ms: int = 400_000,
         replay: str | None = None,
@@ -933,7 +936,8 @@ class RandomRun:
     ) -> None:
         self.seed = seed
         self._args = dict(n_nodes=n_nodes, replicate=replicate, dummy_acks=dummy_acks, faults=faults,
-                          replace=replace, failing=failing, fault_ms=fault_ms, drain_max_ms=drain_max_ms, replay=replay)  # fmt: skip
+                          replace=replace, failing=failing, releasing=releasing, fault_ms=fault_ms,
+                          drain_max_ms=drain_max_ms, replay=replay)  # fmt: skip
         self.wrng = random.Random(seed * 7919 + 1)  # workload decisions, separate from the network's RNG
         w = self.wrng
         self.replicate = replicate
@@ -973,6 +977,14 @@ class RandomRun:
         self.dead_ids: dict[bytes, set[bytes]] = defaultdict(set)  # original id -> dead letters delivered
         self.fail_problems: list[str] = []
         self.drain_ms = 0
+        # releasing: its draws from an RNG of its own too (the other variants' seeds unchanged)
+        self.releasing = releasing
+        self.rrng = random.Random(seed * 15485863 + 7)
+        self.held: Counter = Counter()  # id -> deliveries a consumer holds (got, not ended since)
+        # id -> deliveries given back: a RELEASE answered 1 of a delivery held, while no node had
+        # the job acked or dead-lettered (a RELEASE of a job nobody held is one too for the node:
+        # its count only goes lower)
+        self.given_back: Counter = Counter()
 
     # -- helpers ---------------------------------------------------------------
     def _live(self) -> list[int]:
@@ -1007,8 +1019,25 @@ class RandomRun:
         if name == b"GETJOB" and isinstance(value, list):
             for item in value:
                 job_id = bytes(item[1])
+                self.held[job_id] += 1
                 if job_id not in self.cluster.ledger.acked:
                     self.outstanding[job_id] = client.node
+        elif name in (b"ACKJOB", b"FASTACK", b"NACK", b"RELEASE"):
+            for raw in argv[1:]:
+                job_id = bytes(raw)
+                if self.held[job_id] <= 0:
+                    continue
+                if name == b"RELEASE" and value == 1 and self._unsettled(job_id):
+                    self.given_back[job_id] += 1
+                self.held[job_id] -= 1
+
+    def _unsettled(self, job_id: bytes) -> bool:
+        """No node has ``job_id`` acked, nor holds its dead letter."""
+        c = self.cluster
+        if c.holders(dead_letter_id(job_id)):
+            return False
+        return not any(node is not None and (job := node.store.get(job_id)) is not None and job.state == ACKED
+                       for node in c.nodes)  # fmt: skip
 
     def _failing_reply(self, client: SimClient, argv: list[bytes], value: Any) -> None:
         """``failing``: note each job's MAXDELIVER and poison; at each delivery of a dead letter,
@@ -1040,6 +1069,16 @@ class RandomRun:
                     self.fail_problems.append(
                         "(g) %s dead-lettered after %d true deliveries (MAXDELIVER %d, it says %d), seen on node %d"
                         % (oid.decode(), true, limit, odeliv, client.node)
+                    )  # fmt: skip
+                # Deliveries given back count as none. Without faults every holder hears of each
+                # return (RETURNED, or the next DELIVERED): a count never above the deliveries
+                # not given back, so none dead-letters early. (With faults a holder that missed
+                # the RETURNED may count the delivery given back: one early at most, per return.)
+                back = self.given_back[oid]
+                if back and not self.faults and (true - back < limit or odeliv > true - back):
+                    self.fail_problems.append(
+                        "(g) %s dead-lettered after %d true deliveries, %d given back (MAXDELIVER %d, it says %d), "
+                        "seen on node %d" % (oid.decode(), true, back, limit, odeliv, client.node)
                     )  # fmt: skip
 
     def _failing_options(self, args: list, retry: int) -> None:
@@ -1156,6 +1195,10 @@ class RandomRun:
             elif c.alive[where]:
                 i = where
             else:
+                return
+            if self.releasing and self.rrng.random() < 0.15:
+                self._free_client(i).cmd(b"RELEASE", job_id)  # given back unstarted (0 if not active there)
+                del self.outstanding[job_id]
                 return
             if self.failing and self._failing_consume(i, job_id):
                 return

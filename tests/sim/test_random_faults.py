@@ -26,6 +26,12 @@ REASON, or a consumer that dies) until they are dead-lettered; dead letters are 
   (i) none lost: every job of (a) with a RETRY was acked by a consumer or its dead letter
       delivered.
 
+Jobs given back (``test_random_faults_released_jobs``, ``RandomRun(releasing=True)``, with
+failing jobs): consumers also RELEASE jobs they got, on any node. (g), (h) and (i) hold, and
+without faults (``test_random_traffic_healthy_released_jobs``) (g) counts the deliveries given
+back as none: no job is dead-lettered before its MAXDELIVER-th delivery not given back, and the
+count it says is not above them (per-node returns, merged, and carried by DELIVERED).
+
 Seeds: ``SIM_SEEDS=N`` runs seeds 0..N-1 (``SIM_SEED_START`` shifts them);
 ``SIM_SEED=x`` runs only x. A failure prints the command replaying it, e.g.
 ``SIM_SEED=1234 .venv/bin/pytest tests/sim/test_random_faults.py -k replay_faults -s``
@@ -50,6 +56,7 @@ DEFAULT_SEEDS_R1 = 60
 DEFAULT_SEEDS_HEALTHY = 200
 DEFAULT_SEEDS_REPLACE = 200
 DEFAULT_SEEDS_FAILING = 300
+DEFAULT_SEEDS_RELEASING = 200
 
 
 def _seeds(default: int) -> list[int]:
@@ -133,13 +140,44 @@ def test_random_traffic_healthy_failing_jobs(seed):
     run_failing_healthy(seed).check()
 
 
+def run_releasing(seed: int, **kw) -> RandomRun:
+    """Failing jobs, every fault, and consumers that give jobs back (RELEASE)."""
+    return RandomRun(seed, failing=True, releasing=True, replay=_replay("releasing", seed), **kw).run()
+
+
+def run_releasing_healthy(seed: int, **kw) -> RandomRun:
+    """Failing jobs and jobs given back, no fault at all: (g) counts the returns."""
+    return RandomRun(seed, failing=True, releasing=True, faults=False, replay=_replay("releasing_healthy", seed),
+                     **kw).run()  # fmt: skip
+
+
+@pytest.mark.replication
+@pytest.mark.parametrize("seed", _seeds(DEFAULT_SEEDS_RELEASING))
+def test_random_faults_released_jobs(seed):
+    run_releasing(seed).check()
+
+
+@pytest.mark.parametrize("seed", _seeds(DEFAULT_SEEDS_RELEASING))
+def test_random_traffic_healthy_released_jobs(seed):
+    run_releasing_healthy(seed).check()
+
+
+def test_the_releasing_workload_gives_jobs_back():
+    """The runs above test something: their workload gives deliveries back, of jobs that then
+    fail (a short run gives some back in most seeds, not in every one)."""
+    runs = [run_releasing_healthy(seed, fault_ms=5000) for seed in range(5)]
+    assert sum(sum(run.given_back.values()) for run in runs) >= 5
+    assert any(set(run.given_back) & run.poison for run in runs)
+
+
 def _replay_seed(variant: str) -> None:
     if not os.environ.get("SIM_SEED"):
         pytest.skip("set SIM_SEED=<seed> to replay one seed")
     seed = int(os.environ["SIM_SEED"])
     trace = bool(os.environ.get("SIM_TRACE"))
     variants = {"faults": run_faults, "r1": run_r1, "healthy": run_healthy, "replace": run_replace,
-                "failing": run_failing, "failing_healthy": run_failing_healthy}  # fmt: skip
+                "failing": run_failing, "failing_healthy": run_failing_healthy, "releasing": run_releasing,
+                "releasing_healthy": run_releasing_healthy}  # fmt: skip
     run = variants[variant](
         seed, record_trace=trace
     )
@@ -175,6 +213,15 @@ def test_replay_failing():
 
 def test_replay_failing_healthy():
     _replay_seed("failing_healthy")
+
+
+@pytest.mark.replication
+def test_replay_releasing():
+    _replay_seed("releasing")
+
+
+def test_replay_releasing_healthy():
+    _replay_seed("releasing_healthy")
 
 
 # ---------------------------------------------------------------------------
