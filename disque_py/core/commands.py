@@ -22,6 +22,7 @@ __all__ = [
     "ScanArgs",
     "parse_addjob",
     "parse_nack",
+    "parse_release",
     "trace_tail",
     "parse_seconds_ms",
     "NACK_OPTIONS",
@@ -387,6 +388,27 @@ def parse_nack(argv: list[bytes]) -> Nack | Error:
     if req.dead and req.delay is not None:
         return err("DEAD and DELAY together: a job dead-lettered is not queued again")
     return req
+
+
+def parse_release(argv: list[bytes]) -> tuple[list[bytes], int] | Error:
+    """RELEASE id ... [DELAY seconds]: the job IDs, then the delay in ms (0: queued now)."""
+    n = len(argv)
+    i = 1
+    while i < n and argv[i].lower() != b"delay":
+        i += 1
+    if i == 1:
+        return err("wrong number of arguments for 'release' command")
+    ids = argv[1:i]
+    if i == n:
+        return ids, 0
+    if i + 1 >= n:
+        return syntax_error(argv[i], _NEEDS_VALUE)
+    if i + 2 != n:
+        return syntax_error(argv[i + 2])
+    ms = parse_seconds_ms(argv[i + 1])
+    if ms is None:
+        return err("DELAY must be a non negative number of seconds (up to 3 decimals)")
+    return ids, ms
 
 
 @final

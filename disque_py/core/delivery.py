@@ -54,7 +54,10 @@ would be wrong after a delivery elsewhere at the same moment: the releasing node
 then learns a count that included the delivery it gave back, and stays one
 above). The node tells every node with RETURNED (its whole ``returned``; not only
 the holders it knows of: a holder's list of the others is not always whole, and
-releases are rare), before the QUEUED of the job queued again; every later
+releases are rare), before the QUEUED of the job queued again (with DELAY, the
+job stays active here until the delay ends, as after a NACK's delay, and the
+RETURNED carries the delay: the holders put their requeue a RETRY past it,
+counting no nack); every later
 DELIVERED of the job carries the returns too (a trailing field), and a holder
 that gets a DELIVERED missing some of them answers with a RETURNED, so a holder
 that missed one learns it at the next delivery. Until it learns it, a holder counts the given
@@ -79,7 +82,7 @@ from __future__ import annotations
 from typing import Callable, Final, final
 
 from .acks import Acks
-from .commands import check_job_ids, parse_nack
+from .commands import check_job_ids, parse_nack, parse_release
 from .commandspec import JOB_IDS, CommandSpec
 from .context import Context
 from .ids import dead_letter_id
@@ -89,8 +92,8 @@ from .job import (
 )  # fmt: skip
 from .lifecycle import Lifecycle
 from .messages import (
-    Delivered, DeliveredReturned, Nacked, NackedTrace, Returned, delivered, delivered_returned, nacked, nacked_trace,
-    queued, repl_job, returned, set_ack,
+    Delivered, DeliveredReturned, Nacked, NackedTrace, Returned, ReturnedDelay, delivered, delivered_returned, nacked,
+    nacked_trace, queued, repl_job, returned, returned_delay, set_ack,
 )  # fmt: skip
 from .replication import Replication
 from .replies import Error, err
@@ -439,18 +442,32 @@ class Delivery:
 
     # -- RELEASE: deliveries given back -----------------------------------------------------
     def cmd_release(self, client: int, argv: list[bytes]) -> int | Error:
-        """RELEASE id ...: each job active here is queued again now, as ENQUEUE does, and its
-        delivery given back (see the module docstring). Returns how many were queued."""
-        ids = argv[1:]
+        """RELEASE id ... [DELAY seconds]: each job active here is queued again (now, or when
+        DELAY ends), as ENQUEUE does, and its delivery given back (see the module docstring).
+        Returns how many were given back."""
+        req = parse_release(argv)
+        if isinstance(req, Error):
+            return req
+        ids, delay = req
         bad = check_job_ids(ids)
         if bad:
             return bad
-        return self._store.count_done(ids, self.release)
+        store = self._store
+        if delay:
+            now = self.ctx.now
+            for job_id in ids:  # refused as a whole, before anything is done (NACK's rule)
+                job = store.get(job_id)
+                if job is not None and job.state == ACTIVE and now + delay >= job.etime:
+                    return err("DELAY %g s is beyond the TTL left to job %s (%d s)"
+                               % (delay / 1000, job_id.decode(), max(0, job.etime - now) // 1000))  # fmt: skip
+            release = self.release
+            return store.count_done(ids, lambda job: release(job, delay))
+        return store.count_done(ids, self.release)
 
-    def release(self, job: Job) -> bool:
-        """Give back one delivery of ``job`` and queue it again now; False if it is not active
-        here, or never to be queued again (a RETRY 0 job delivered here: AT_MOST_ONCE; one
-        whose dead letter, made here, waits for its copies)."""
+    def release(self, job: Job, delay: int = 0) -> bool:
+        """Give back one delivery of ``job`` and queue it again, now or after ``delay`` ms;
+        False if it is not active here, or never to be queued again (a RETRY 0 job delivered
+        here: AT_MOST_ONCE; one whose dead letter, made here, waits for its copies)."""
         if job.state != ACTIVE or not job.next_at or (not job.retry and job.flags & F_DELIVERED):
             return False
         if self.pending and dead_letter_id(job.id) in self.pending:
@@ -468,25 +485,46 @@ class Delivery:
         # To every node: a holder's list of the others is not always whole (a job moved, or
         # queued by another holder), and one that missed it would count the delivery given back.
         # Releases are rare (a worker that stops); a node without the job ignores it.
-        message = returned(bytes(job.id), returned_to_wire(extra.returned))  # type: ignore[arg-type]
-        ctx.send(ctx.known_nodes if len(ctx.known_nodes) > 1 else job.delivered, message)
-        # queued as at the end of a NACK's delay: nothing counted, a QUEUED without a counter
-        job.flags &= ~(F_NACK_DELAYED | F_BCAST_QUEUED)
-        self._requeue.enqueue_job(job)
-        ctx.send(job.delivered, queued(bytes(job.id), 0))
+        wire = returned_to_wire(extra.returned)  # type: ignore[arg-type]
+        to = ctx.known_nodes if len(ctx.known_nodes) > 1 else job.delivered
+        if delay:
+            # queued here when the delay ends, as at the end of a NACK's delay (Requeue: no
+            # count, a QUEUED without a counter); the holders put their own requeue past it
+            ctx.send(to, returned_delay(bytes(job.id), wire, delay))
+            job.flags = (job.flags & ~F_BCAST_QUEUED) | F_NACK_DELAYED
+            job.next_at = ctx.now + delay
+            self._lifecycle.reschedule(job)
+        else:
+            ctx.send(to, returned(bytes(job.id), wire))
+            # queued as at the end of a NACK's delay: nothing counted, a QUEUED without a counter
+            job.flags &= ~(F_NACK_DELAYED | F_BCAST_QUEUED)
+            self._requeue.enqueue_job(job)
+            ctx.send(job.delivered, queued(bytes(job.id), 0))
         self._journal(job)
         self._stats["jobs_released"] += 1
         return True
 
-    def on_returned(self, sender: str, m: Returned) -> None:
-        """A holder took a RELEASE of the job: its returns (``m.returned``) merged into ours."""
+    def on_returned(self, sender: str, m: Returned | ReturnedDelay) -> None:
+        """A holder took a RELEASE of the job: its returns (``m.returned``) merged into ours;
+        with a DELAY, it queues the job when the delay ends: our requeue goes a RETRY past it
+        (as for a NACKED with a delay, no nack counted)."""
         job = self._store.get(m.job_id)
         if job is None or job.state == ACKED:
             return
-        if _extra(job).merge_returned(m.returned):
-            self._journal(job)
+        changed = _extra(job).merge_returned(m.returned)
         if sender not in job.delivered:
             job.delivered = tuple(job.delivered) + (sender,)
+        if type(m) is ReturnedDelay:
+            if job.state == QUEUED:
+                self._requeue.dequeue_job(job)
+            job.flags |= F_NACK_DELAYED
+            if job.retry and job.next_at:
+                job.flags |= F_BCAST_WILLQUEUE
+                job.next_at = retry_deadline(job, self.ctx.now + m.delay, self.ctx.randbits)
+                self._lifecycle.reschedule(job)
+            changed = True
+        if changed:
+            self._journal(job)
 
 
 def _extra(job: Job, delivering: int = 1) -> Extra:

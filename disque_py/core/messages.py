@@ -19,14 +19,15 @@ encodes it, ``on_moves_unsent`` reads it by index), and building a typed one
 on both sides cost twice the ~110 ns a type's construction costs over a plain
 tuple, 11 times per job at REPLICATE 3 (docs/benchmarks-history.md, "The house rebuilt").
 
-Five kinds have an optional trailing field, so each has two types, one per
+Six kinds have an optional trailing field, so each has two types, one per
 wire shape: ``SetAck`` / ``SetAckTwoCopies`` (SETACK id 2 True: "I am your
 only other holder's only other holder"), ``GotAck`` / ``GotAckDeleted``
 (GOTACK id True True: "and I deleted my copy"), ``DelJob`` /
 ``DelJobHolders`` (DELJOB id holders: the holders told), ``Nacked`` /
 ``NackedTrace`` (NACKED id delay reason trace: the failure's traceback) and
 ``Delivered`` / ``DeliveredReturned`` (DELIVERED id count returned: the
-deliveries given back). A trailing field with another value (another type)
+deliveries given back) and ``Returned`` / ``ReturnedDelay`` (RETURNED id
+returned delay: RELEASE's DELAY). A trailing field with another value (another type)
 than these is ignored, as before, so an older node reads the newer shapes and
 a newer node a later version's.
 
@@ -81,7 +82,7 @@ __all__ = [
     "ReplJob", "GotJob", "Enqueue", "Queued", "Working", "WillQueue", "SetAck", "SetAckTwoCopies",
     "GotAck", "GotAckDeleted", "DelJob", "DelJobHolders", "Pause", "NeedJobs", "YourJobs",
     "Nacked", "NackedTrace", "Delivered", "DeliveredReturned", "Returned", "nacked", "nacked_trace", "delivered",
-    "delivered_returned", "returned", "HasJob", "HaveJob", "has_job", "have_job",
+    "delivered_returned", "returned", "ReturnedDelay", "returned_delay", "HasJob", "HaveJob", "has_job", "have_job",
     "repl_job", "got_job", "enqueue", "queued", "working", "will_queue", "set_ack", "set_ack_two_copies",
     "got_ack", "got_ack_deleted", "del_job", "del_job_holders", "pause", "need_jobs", "your_jobs",
     "receivers", "KINDS", "moves_to_watch",
@@ -303,6 +304,18 @@ class Returned(_Message):
     returned: dict
 
 
+class ReturnedDelay(_Message):
+    """RETURNED of a RELEASE with a DELAY: the job is queued again by the sender when ``delay``
+    (ms) ends, so a holder puts its own requeue past it (as for a NACKED with a delay), without
+    counting a nack (a trailing field on the wire)."""
+
+    __slots__ = ()
+    kind: str
+    job_id: bytes
+    returned: dict
+    delay: int
+
+
 class HasJob(_Message):
     """Do you hold ``job_id``, or remember it (a DEDUP job's window)? Answer HAVEJOB (dedup.py)."""
 
@@ -346,6 +359,10 @@ def delivered_returned(job_id: bytes, count: int, returned: list) -> tuple:  # D
 
 def returned(job_id: bytes, returned: list) -> tuple:  # Returned
     return ("RETURNED", job_id, returned)
+
+
+def returned_delay(job_id: bytes, returned: list, delay: int) -> tuple:  # ReturnedDelay
+    return ("RETURNED", job_id, returned, delay)
 
 
 def repl_job(job: list, noreply: bool) -> tuple:  # ReplJob
@@ -612,6 +629,11 @@ def _returned(handle: Handler) -> Receiver:
         returned = returned_from_wire(b[1])
         if not returned:
             return False
+        if len(b) > 2 and type(b[2]) is int:  # RELEASE's DELAY, ms (another type: a later field)
+            delay = b[2]
+            if not 0 <= delay < 1 << 40:
+                return False
+            return handle(sender, ReturnedDelay(("RETURNED", job_id, returned, delay)))
         return handle(sender, Returned(("RETURNED", job_id, returned)))
 
     return receive

@@ -174,7 +174,9 @@ MALFORMED = {
                   [GOOD_ID, 2, [PEER.encode(), 1]], [GOOD_ID, 2, [PEER, 1] * 65]],
     "RETURNED": [[], [GOOD_ID], [b"bad", [PEER, 1]], [GOOD_ID, []], [GOOD_ID, {PEER: 1}], [GOOD_ID, [PEER]],
                  [GOOD_ID, [PEER, 1, "x" * 40]], [GOOD_ID, [PEER, 2**64]], [GOOD_ID, [PEER, True]],
-                 [GOOD_ID, [None, 1]], [GOOD_ID, ["e" * 40, 1] * 65], [GOOD_ID[:39], [PEER, 1]]],
+                 [GOOD_ID, [None, 1]], [GOOD_ID, ["e" * 40, 1] * 65], [GOOD_ID[:39], [PEER, 1]],
+                 # RELEASE's DELAY (a trailing int, ms)
+                 [GOOD_ID, [PEER, 1], -1], [GOOD_ID, [PEER, 1], 1 << 40]],
     "HASJOB": [[], [None], [b"bad"]],
     "HAVEJOB": [[GOOD_ID], [GOOD_ID, 1], [b"x", True], [GOOD_ID, None]],
 }  # fmt: skip
@@ -237,6 +239,7 @@ def test_well_formed_messages_are_not_counted():
     node.receive_data(PEER, "NACKED", [GOOD_ID, 100, b"why", 5], h.now)
     node.receive_data(PEER, "DELIVERED", [GOOD_ID, 1, "later"], h.now)
     node.receive_data(PEER, "RETURNED", [GOOD_ID, [PEER, 1], "later"], h.now)
+    node.receive_data(PEER, "RETURNED", [GOOD_ID, [PEER, 1], 5000, "later"], h.now)
     node.receive_data(PEER, "NACKED", [GOOD_ID, 100, b"why", b"Traceback ...", "later"], h.now)
     assert node.bus_stats["messages_malformed"] == 0
     assert node.store.get(GOOD_ID) is not None  # the REPLJOB copy

@@ -105,6 +105,40 @@ def test_a_nack_delayed_job_released_is_queued_now(h):
     assert h.cmd("RELEASE", job_id) == 0  # queued: nothing to give back
 
 
+def test_release_with_a_delay_queues_it_when_the_delay_ends(h):
+    """RELEASE ... DELAY (the task runner's unknown task: given back, but not at once, so the
+    worker that cannot run it does not take it again in a loop): one return, no nack, queued
+    when the delay ends with no count."""
+    job_id = h.add("q", "x", "RETRY", 60, "MAXDELIVER", 1)
+    assert delivered_one(h) == job_id
+    assert h.cmd("RELEASE", job_id, "DELAY", "2.5") == 1
+    job = h.node.store.get(job_id)
+    assert job.state == ACTIVE and h.cmd("QLEN", "q") == 0
+    assert h.cmd("RELEASE", job_id, "DELAY", 1) == 1  # still active: given back again (a second return)
+    h.advance(900)
+    assert job.state == ACTIVE  # the second RELEASE's 1 s counts from its own time
+    h.advance(200)
+    assert job.state == QUEUED and h.cmd("QLEN", "q") == 1
+    info = show(h, job_id)
+    assert info["returns"] == 2 and info["nacks"] == 0 and info["deliveries"] == 0
+    assert info["additional-deliveries"] == 0 and h.cmd("QLEN", "q.dead") == 0
+    assert h.node.ctx.stats["jobs_released"] == 2
+
+
+def test_release_delay_bad_input(h):
+    job_id = h.add("q", "x", "RETRY", 5, "TTL", 100)
+    assert delivered_one(h) == job_id
+    assert str(h.cmd("RELEASE", job_id, "DELAY")) == "ERR syntax error near 'DELAY': a value must follow it"
+    assert str(h.cmd("RELEASE", job_id, "DELAY", "1", "x")) == "ERR syntax error near 'x'"
+    assert str(h.cmd("RELEASE", job_id, "DELAY", "-1")).startswith("ERR DELAY must be a non negative number")
+    assert str(h.cmd("RELEASE", job_id, "DELAY", "soon")).startswith("ERR DELAY must be")
+    assert str(h.cmd("RELEASE", "DELAY", "1")) == "ERR wrong number of arguments for 'release' command"
+    assert str(h.cmd("RELEASE", job_id, "DELAY", "200")).startswith("ERR DELAY 200 s is beyond the TTL left")
+    assert h.node.store.get(job_id).state == ACTIVE and h.node.store.get(job_id).extra is None  # nothing done
+    assert h.cmd("RELEASE", job_id, "delay", "0") == 1  # DELAY 0: now
+    assert h.node.store.get(job_id).state == QUEUED
+
+
 # =============================================================== several nodes
 def test_every_holder_learns_the_return_and_nothing_else_counts():
     c = Cluster()
@@ -130,6 +164,26 @@ def test_every_holder_learns_the_return_and_nothing_else_counts():
     assert c.cmd(1, "NACK", job_id, "REASON", "boom") == 1
     dl_id = _one_dead_letter(c, job_id)
     assert c.job(c.queued_on(dl_id)[0], dl_id).extra.origin[2] == 2
+
+
+def test_a_delayed_release_keeps_every_holder_from_queueing_it_sooner():
+    """RETRY 1 s, RELEASE ... DELAY 5: the other holders put their requeue past the delay (no
+    nack counted), so the job comes back once, from the releasing node, when the delay ends;
+    if that node dies, another holder queues it a RETRY later."""
+    c = Cluster()
+    job_id = c.add(0, "RETRY", 1, "MAXDELIVER", 1)
+    assert c.getjob(0) == job_id
+    assert c.cmd(0, "RELEASE", job_id, "DELAY", 5) == 1
+    for i in range(3):
+        job = c.job(i, job_id)
+        assert job.extra.returns == 1 and job.extra.delivered() == 0 and job.nacks == 0, i
+    c.advance(4000)  # past the holders' RETRY, short of the delay
+    assert c.queued_on(job_id) == []
+    c.advance(1200)
+    assert c.queued_on(job_id) == [0]
+    assert c.getjob(0) == job_id  # its one true delivery: MAXDELIVER 1 still allows it
+    assert c.cmd(0, "NACK", job_id) == 1
+    _one_dead_letter(c, job_id)
 
 
 def test_released_on_a_holder_that_did_not_deliver_it():

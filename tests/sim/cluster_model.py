@@ -1023,7 +1023,7 @@ class RandomRun:
                 if job_id not in self.cluster.ledger.acked:
                     self.outstanding[job_id] = client.node
         elif name in (b"ACKJOB", b"FASTACK", b"NACK", b"RELEASE"):
-            for raw in argv[1:]:
+            for raw in argv[1:2] if name == b"RELEASE" else argv[1:]:
                 job_id = bytes(raw)
                 if self.held[job_id] <= 0:
                     continue
@@ -1197,7 +1197,9 @@ class RandomRun:
             else:
                 return
             if self.releasing and self.rrng.random() < 0.15:
-                self._free_client(i).cmd(b"RELEASE", job_id)  # given back unstarted (0 if not active there)
+                # given back unstarted (0 if not active there), half of them after a delay
+                delay = [b"DELAY", b"%.1f" % self.rrng.uniform(0.1, 3)] if self.rrng.random() < 0.5 else []
+                self._free_client(i).cmd(b"RELEASE", job_id, *delay)
                 del self.outstanding[job_id]
                 return
             if self.failing and self._failing_consume(i, job_id):
