@@ -260,6 +260,7 @@ class ClientBase:
     nack = command(cmd.nack)
     enqueue = command(cmd.enqueue)
     dequeue = command(cmd.dequeue)
+    release = command(cmd.release)
     del_job = command(cmd.del_job)
     working = command(cmd.working)
     show = command(cmd.show)

@@ -48,6 +48,7 @@ __all__ = [
     "fast_ack",
     "enqueue",
     "dequeue",
+    "release",
     "del_job",
     "ids_command",
     "nack",
@@ -447,7 +448,7 @@ def get_job(*queues: str | bytes, timeout_ms: int | None = None, nohang: bool = 
 
 
 def ids_command(name: bytes, ids: Iterable[str | bytes]) -> Call[int]:
-    """ACKJOB, FASTACK, NACK, ENQUEUE, DEQUEUE, DELJOB: ids -> an integer."""
+    """ACKJOB, FASTACK, NACK, ENQUEUE, DEQUEUE, RELEASE, DELJOB: ids -> an integer."""
     return Call((name, *_ids(ids)), _int)
 
 
@@ -469,6 +470,13 @@ def enqueue(*ids: str | bytes) -> Call[int]:
 def dequeue(*ids: str | bytes) -> Call[int]:
     """DEQUEUE: take the jobs out of their queues (they stay active); returns how many."""
     return ids_command(b"DEQUEUE", ids)
+
+
+def release(*ids: str | bytes) -> Call[int]:
+    """RELEASE (disque-py's): give back jobs delivered and never started. Each job active on
+    this node is queued again now, as ENQUEUE does, and its delivery does not count: no nack, no
+    additional delivery, nothing against MAXDELIVER. Returns how many were queued."""
+    return ids_command(b"RELEASE", ids)
 
 
 def del_job(*ids: str | bytes) -> Call[int]:

@@ -22,22 +22,32 @@ then running; with ``timeout`` and no ``retry`` it is ``2 * timeout + 30``, neve
 the node's own default, ``core.constants.default_retry(ttl)``: a tenth of the TTL, at most 300).
 ``timeout`` is the time limit the worker enforces; ``result_ttl`` how
 long the result is kept (None: the app's ``result_ttl``; 0: no result).
+
+Celery's words are these under Celery's names: ``add.delay(...)`` sends, ``add.apply_async(...)``
+takes Celery's options (:mod:`.calling` turns them into ours: ``countdown``/``eta`` into ADDJOB's
+``DELAY``, ``expires`` into its ``TTL``, and refuses ``priority``), ``bind=True`` passes the run's
+:class:`~.context.TaskContext` first, ``add.si(...)`` is a signature given nothing in a chain.
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 import os
 import threading
+import time
 import uuid
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 from ..client import commands as cmd
 from ..client.sync import Client
 from ..core.constants import default_retry
 from ..core.ids import dedup_job_id
+from .calling import job_times, refuse_task_options, send_options, unknown_options
+from .context import TaskContext, current_task
 from .message import SERIALIZERS, ChainSpec, ChainStep, Message, ResultSpec, chain_key, encode, result_queue
 from .results import Outcome, ResultTimeout, TaskRef, unwrap, wait_outcomes
 
@@ -67,6 +77,7 @@ class Task:
         retry: int | None,
         replicate: int | None,
         serializer: str,
+        bind: bool = False,
     ) -> None:
         if not name:
             raise ValueError("a task needs a name")
@@ -99,9 +110,19 @@ class Task:
         self.serializer = serializer
         self.is_async = inspect.iscoroutinefunction(fn)
         try:
-            self.signature: inspect.Signature | None = inspect.signature(fn)
+            self.fn_signature: inspect.Signature | None = inspect.signature(fn)
         except (TypeError, ValueError):  # a builtin without one: not checked
-            self.signature = None
+            self.fn_signature = None
+        self.bind = bool(bind)
+        if self.bind:  # given its run's context first (Celery's bind=True): the arguments sent are the rest
+            params = [] if self.fn_signature is None else list(self.fn_signature.parameters.values())
+            if self.fn_signature is not None and (not params or params[0].kind not in (params[0].POSITIONAL_ONLY,
+                                                                                     params[0].POSITIONAL_OR_KEYWORD)):
+                raise ValueError("a task declared with bind=True takes its context first: def %s(self, ...)"
+                                 % getattr(fn, "__name__", name))  # fmt: skip
+            if self.fn_signature is not None:
+                self.fn_signature = self.fn_signature.replace(parameters=params[1:])
+            self.fn = _bound(fn)
         self.__doc__ = fn.__doc__
         self.__wrapped__ = fn
 
@@ -109,6 +130,8 @@ class Task:
         return "<Task %s queue=%s>" % (self.name, self.queue)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self.bind:  # here and now: a context of its own, with no job (called_directly)
+            return self.__wrapped__(TaskContext(self, "", self.queue, args, kwargs, {}, 1, True), *args, **kwargs)
         return self.fn(*args, **kwargs)
 
     @property
@@ -118,11 +141,11 @@ class Task:
     def check_arguments(self, args: tuple[Any, ...], kwargs: dict[str, Any], partial: bool = False) -> None:
         """TypeError when the function cannot be called with these arguments (``partial``:
         with these and more)."""
-        if self.signature is not None:
+        if self.fn_signature is not None:
             if partial:
-                self.signature.bind_partial(*args, **kwargs)
+                self.fn_signature.bind_partial(*args, **kwargs)
             else:
-                self.signature.bind(*args, **kwargs)
+                self.fn_signature.bind(*args, **kwargs)
 
     def s(self, *args: Any, **kwargs: Any) -> "Signature":
         """A signature: this task with these arguments, to send later or in a group."""
@@ -131,6 +154,32 @@ class Task:
     def send(self, *args: Any, **kwargs: Any) -> TaskRef:
         """Queue the task with these arguments; returns its :class:`TaskRef`."""
         return self.send_with(args=args, kwargs=kwargs)
+
+    # Celery's words (docs/TASKS.md, "From Celery and dramatiq"); Celery's options: .calling
+    def delay(self, *args: Any, **kwargs: Any) -> TaskRef:
+        """Celery's shortcut for sending: :meth:`send` (the send option ``delay=`` is something
+        else: the seconds, or the moment, before the task runs)."""
+        return self.send_with(args=args, kwargs=kwargs)
+
+    def apply_async(self, args: Any = None, kwargs: dict[str, Any] | None = None, *, countdown: float | None = None,
+                    eta: Any = None, expires: Any = None, priority: Any = None, queue: str | None = None,
+                    retries: int | None = None, **options: Any) -> TaskRef:  # fmt: skip
+        """Celery's ``apply_async``: ``countdown`` (seconds) or ``eta`` (an aware datetime, or
+        seconds) before it runs, ``expires`` (seconds or an aware datetime) the job's life,
+        ``ignore_result=True``, ``queue``, ``retries`` and any :meth:`send_with` option; the same
+        :class:`TaskRef`. ``priority`` is refused: the cluster keeps none (yet)."""
+        options.update(countdown=countdown, eta=eta, expires=expires, priority=priority, queue=queue, retries=retries)
+        return self.send_with(tuple(args or ()), kwargs, **send_options(options))
+
+    def si(self, *args: Any, **kwargs: Any) -> "Signature":
+        """An immutable signature: in a chain it is not given the previous task's value."""
+        return Signature(self, args, kwargs, immutable=True)
+
+    def signature(self, args: Any = None, kwargs: dict[str, Any] | None = None, *, immutable: bool = False,
+                  **options: Any) -> "Signature":  # fmt: skip
+        """Celery's ``task.signature(args, kwargs, **options)``, options as :meth:`apply_async`'s
+        (taken when it is sent: a ``countdown`` counts from then)."""
+        return Signature(self, tuple(args or ()), dict(kwargs or {}), send_options(options), immutable=immutable)
 
     def message(self, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None, *,
                 result_ttl: int | None = None, meta: dict[str, Any] | None = None) -> Message:  # fmt: skip
@@ -144,24 +193,37 @@ class Task:
         retries = self.retries if retries is None else retries
         dedup = options.pop("dedup", None)
         delay = options.pop("delay", None)
-        ttl = options.pop("ttl", None) or self.ttl
+        expires = options.pop("expires", None)
+        ttl = options.pop("ttl", None) or None
         retry = options.pop("retry", None)
+        if isinstance(retry, bool):
+            raise TypeError("retry= is the seconds before an unacknowledged job is queued again (Disque's RETRY), "
+                            "not Celery's retry=True/False (the client's own settings decide)")  # fmt: skip
         retry = self.retry if retry is None else retry
-        if retry is None and self.timeout is not None:
-            # the job must not come back (RETRY) while a worker may still run it: its time limit
-            # twice over plus some wait in the worker's buffer, and never below the node's default
-            retry = min(max(default_retry(int(ttl)), int(math.ceil(2 * self.timeout)) + 30), max(1, int(ttl) - 1))
         replicate = options.pop("replicate", None) or self.replicate
         backoff = options.pop("backoff", None) or self.backoff
         timeout_ms = options.pop("timeout_ms", cmd.DEFAULT_ADD_TIMEOUT_MS)
         if options:
-            raise TypeError("unknown send option(s): %s" % ", ".join(sorted(options)))
+            raise unknown_options(options)
+        delay, ttl = job_times(delay, expires, ttl, self.ttl, time.time())
+        if expires is not None and retry is not None and retry >= ttl:
+            raise ValueError("the job's retry (%s s) is not below its life (%d s, to expires=): a job whose worker "
+                             "died would not be queued again before it expires; give a shorter retry= or a later "
+                             "expires=" % (retry, ttl))  # fmt: skip
+        if isinstance(backoff, (tuple, list)) and len(backoff) == 2 and all(
+                isinstance(b, (int, float)) for b in backoff) and backoff[1] > ttl:  # fmt: skip
+            # a wait past the job's life never ends (the node refuses one): the job expires first anyway
+            backoff = (min(backoff[0], ttl), ttl)
+        if retry is None and self.timeout is not None:
+            # the job must not come back (RETRY) while a worker may still run it: its time limit
+            # twice over plus some wait in the worker's buffer, and never below the node's default
+            retry = min(max(default_retry(int(ttl)), int(math.ceil(2 * self.timeout)) + 30), max(1, int(ttl) - 1))
         argv = cmd.addjob_argv(
             queue,
             body,
             timeout_ms=timeout_ms,
             replicate=replicate,
-            delay=None if delay is None else int(math.ceil(delay)),
+            delay=delay,
             retry=retry,
             ttl=ttl,
             backoff=None if retry == 0 else backoff,
@@ -180,9 +242,10 @@ class Task:
         meta: dict[str, Any] | None = None,
         **options: Any,
     ) -> TaskRef:
-        """Queue the task with any job option: ``delay`` (s), ``dedup`` (key: one job per key
-        and queue, whoever sends it), ``ttl``, ``retry``, ``replicate``, ``queue``,
-        ``retries``, ``backoff``, ``timeout_ms`` (ADDJOB's wait for copies), and
+        """Queue the task with any job option: ``delay`` (seconds, or an aware datetime: when it
+        runs), ``dedup`` (key: one job per key and queue, whoever sends it), ``ttl`` (s) or
+        ``expires`` (seconds or an aware datetime: the job's life), ``retry``, ``replicate``,
+        ``queue``, ``retries``, ``backoff``, ``timeout_ms`` (ADDJOB's wait for copies), and
         ``result_ttl`` (0: no result), ``meta`` (a map the hooks see)."""
         self.check_arguments(tuple(args), dict(kwargs or {}))
         message = self.message(tuple(args), kwargs, result_ttl=result_ttl, meta=meta)
@@ -192,28 +255,62 @@ class Task:
         return TaskRef(self.app, job_id, self.name, result_queue(job_id) if message.result else None)
 
 
+def _bound(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` called with the running task's context first (``bind=True``), as a plain or an
+    ``async def`` function like ``fn``."""
+    if inspect.iscoroutinefunction(fn):
+
+        @functools.wraps(fn)
+        async def run_bound(*args: Any, **kwargs: Any) -> Any:
+            return await fn(current_task(), *args, **kwargs)
+
+        return run_bound
+
+    @functools.wraps(fn)
+    def call_bound(*args: Any, **kwargs: Any) -> Any:
+        return fn(current_task(), *args, **kwargs)
+
+    return call_bound
+
+
 class Signature:
-    """A task with its arguments (``task.s(...)``): sent later, or with a group."""
+    """A task with its arguments (``task.s(...)``): sent later, or with a group. An immutable
+    one (``task.si(...)``) is not given the previous task's value in a chain."""
 
-    __slots__ = ("task", "args", "kwargs", "options")
+    __slots__ = ("task", "args", "kwargs", "options", "immutable")
 
-    def __init__(self, task: Task, args: tuple[Any, ...], kwargs: dict[str, Any], options: dict[str, Any] | None = None):
-        # partly: in a chain the previous task's value comes first (checked whole when sent)
-        task.check_arguments(args, kwargs, partial=True)
+    def __init__(self, task: Task, args: tuple[Any, ...], kwargs: dict[str, Any], options: dict[str, Any] | None = None,
+                 immutable: bool = False):  # fmt: skip
+        # partly: in a chain the previous task's value comes first (checked whole when sent);
+        # an immutable one is given nothing more
+        task.check_arguments(args, kwargs, partial=not immutable)
         self.task = task
         self.args = args
         self.kwargs = kwargs
         self.options = options or {}
+        self.immutable = immutable
 
     def __repr__(self) -> str:
-        return "%s.s(%s)" % (self.task.name, ", ".join([repr(a) for a in self.args] +
-                                                     ["%s=%r" % kv for kv in self.kwargs.items()]))  # fmt: skip
+        return "%s.%s(%s)" % (self.task.name, "si" if self.immutable else "s", ", ".join(
+            [repr(a) for a in self.args] + ["%s=%r" % kv for kv in self.kwargs.items()]))  # fmt: skip
 
     def with_options(self, **options: Any) -> "Signature":
-        return Signature(self.task, self.args, self.kwargs, {**self.options, **options})
+        return Signature(self.task, self.args, self.kwargs, {**self.options, **options}, self.immutable)
 
     def send(self) -> TaskRef:
         return self.task.send_with(self.args, self.kwargs, **self.options)
+
+    def delay(self, *args: Any, **kwargs: Any) -> TaskRef:
+        """Celery's ``sig.delay(*args, **kwargs)``: :meth:`apply_async` with these arguments."""
+        return self.apply_async(args, kwargs)
+
+    def apply_async(self, args: Any = (), kwargs: dict[str, Any] | None = None, **options: Any) -> TaskRef:
+        """Celery's: sent with ``args`` before its own and ``kwargs`` over its own (an immutable
+        signature takes neither, as Celery's), and apply_async's options over its own."""
+        if self.immutable:
+            args, kwargs = (), None
+        options = {**self.options, **send_options(options)}
+        return self.task.send_with(tuple(args or ()) + self.args, {**self.kwargs, **(kwargs or {})}, **options)
 
     def __or__(self, other: Any) -> "Chain":
         return Chain(self.task.app, [self]) | other
@@ -270,8 +367,13 @@ class Chain:
         steps: list[ChainStep] = []
         sigs[0].task.check_arguments(sigs[0].args, sigs[0].kwargs)
         for sig in sigs[1:]:
-            sig.task.check_arguments((None,) + sig.args, sig.kwargs)  # the value it is given comes first
+            # the value it is given comes first (an immutable one is given none)
+            sig.task.check_arguments(sig.args if sig.immutable else (None,) + sig.args, sig.kwargs)
             options = dict(sig.options)
+            for word in ("delay", "expires"):
+                if isinstance(options.get(word), datetime):
+                    raise ValueError("a chained task is added when the one before it ends: its %s= is seconds from "
+                                     "then, not a datetime" % word)  # fmt: skip
             options.pop("result_ttl", None)
             options.pop("meta", None)
             if options.pop("dedup", None) is not None:
@@ -279,7 +381,7 @@ class Chain:
             argv, queue = sig.task.addjob_argv(b"", **options)
             words = tuple(w.decode() if isinstance(w, bytes) else w for w in argv[3:])
             result = ResultSpec(ttl, final) if sig is last else None
-            steps.append(ChainStep(sig.task.name, queue, sig.args, dict(sig.kwargs), words, result))
+            steps.append(ChainStep(sig.task.name, queue, sig.args, dict(sig.kwargs), words, result, sig.immutable))
         first = sigs[0]
         options = dict(first.options)
         options.pop("result_ttl", None)
@@ -300,6 +402,10 @@ class Chain:
             ids.append(dedup_job_id(step.queue.encode(), chain_key(ids[-1]).encode(), retry).decode())
         return ChainRef(self.app, ids, name, final)
 
+    def delay(self) -> ChainRef:
+        """Celery's name for :meth:`send`."""
+        return self.send()
+
 
 class GroupRef:
     """The sent tasks of a group, in order."""
@@ -313,6 +419,10 @@ class GroupRef:
 
     def __len__(self) -> int:
         return len(self.refs)
+
+    def get(self, timeout: float | None = None, propagate: bool = True) -> list[Any]:
+        """Celery's ``GroupResult.get``: :meth:`results` (``propagate=False``: errors in the list)."""
+        return self.results(timeout, return_exceptions=not propagate)
 
     def results(self, timeout: float | None = None, *, return_exceptions: bool = False) -> list[Any]:
         """Every task's value, in order, waited for together (one GETJOB over their result
@@ -363,6 +473,10 @@ class Group:
 
     def send(self) -> GroupRef:
         return GroupRef([sig.send() for sig in self.signatures])
+
+    def delay(self) -> GroupRef:
+        """Celery's name for :meth:`send`."""
+        return self.send()
 
 
 class App:
@@ -429,8 +543,12 @@ class App:
     def task(self, fn: Callable[..., Any] | None = None, *, name: str | None = None, queue: str = "default",
              retries: int = 3, backoff: tuple[float, float] | None = (1, 300), timeout: float | None = None,
              result_ttl: int | None = None, ttl: int = 86400, retry: int | None = None,
-             replicate: int | None = None, serializer: str | None = None) -> Any:  # fmt: skip
-        """Register ``fn`` as a task (``@app.task`` or ``@app.task(...)``); see the module docstring."""
+             replicate: int | None = None, serializer: str | None = None, bind: bool = False,
+             rate_limit: Any = None, priority: Any = None, **celery_options: Any) -> Any:  # fmt: skip
+        """Register ``fn`` as a task (``@app.task`` or ``@app.task(...)``); see the module docstring.
+        ``bind=True``: the function takes its run's :class:`TaskContext` first (Celery's ``self``).
+        ``rate_limit=``, ``priority=`` and Celery's other words are refused, saying what to use."""
+        refuse_task_options(rate_limit, priority, celery_options)
 
         def register(fn: Callable[..., Any]) -> Task:
             if isinstance(fn, Task):
@@ -438,7 +556,7 @@ class App:
             task = Task(
                 self, fn, name=name or "%s.%s" % (fn.__module__, fn.__qualname__), queue=queue, retries=retries,
                 backoff=backoff, timeout=timeout, result_ttl=result_ttl, ttl=ttl, retry=retry,
-                replicate=replicate, serializer=serializer or self.serializer,
+                replicate=replicate, serializer=serializer or self.serializer, bind=bind,
             )  # fmt: skip
             if task.name in self.tasks:
                 raise ValueError("a task named %r is registered already" % task.name)

@@ -1,4 +1,4 @@
-"""One run of a task with its hooks around it: :class:`TaskContext`, :func:`current_task`.
+"""One run of a task with its hooks around it (its :class:`TaskContext` and :func:`current_task`: :mod:`.context`).
 
 ``before_task`` hooks run before the function (one that raises fails the run), ``after_task``
 hooks after a success, ``on_failure`` hooks after a failure (an error in these two is logged
@@ -9,16 +9,15 @@ under the time limit) and may be ``async def`` too; for a plain function in the 
 
 from __future__ import annotations
 
-import contextvars
 import inspect
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import trio
 
 from ..client.worker import describe_error
+from .context import TaskContext, _current, current_task
 from .timelimit import TimeLimitExceeded, exceeded, limit
 
 if TYPE_CHECKING:
@@ -27,36 +26,6 @@ if TYPE_CHECKING:
 __all__ = ["TaskContext", "current_task", "call_hooks", "acall_hooks", "run_sync", "run_async"]
 
 log = logging.getLogger("disque_py.tasks")
-
-
-@dataclass
-class TaskContext:
-    """What the hooks see of one run of a task."""
-
-    task: "Task"
-    job_id: str
-    queue: str
-    args: tuple[Any, ...]
-    kwargs: dict[str, Any]
-    meta: dict[str, Any]
-    attempt: int
-    final: bool  # a failure of this run is not retried
-    result: Any = None
-    error: BaseException | None = None
-    started: float = 0.0  # time.monotonic()
-    duration: float | None = None
-    extra: dict[str, Any] = field(default_factory=dict)  # for the hooks' own use
-
-
-_current: contextvars.ContextVar[TaskContext] = contextvars.ContextVar("disque_py_task")
-
-
-def current_task() -> TaskContext:
-    """The :class:`TaskContext` of the task running in this thread (or trio task)."""
-    try:
-        return _current.get()
-    except LookupError:
-        raise RuntimeError("current_task() called outside a task") from None
 
 
 def _hook_failed(what: str, hook: Any, ctx: TaskContext, exc: Exception) -> None:

@@ -26,10 +26,11 @@ A chain (``add.s(1, 2) | mul.s(10)``) rides in its first task's body::
               "ttl": 300}                          # its result TTL (errors are written there)
 
 When the task succeeds, the worker adds the first of ``then`` with the value as its first
-argument, the rest of ``then`` as its chain, ADDJOB's options as ``addjob`` lists them
-(its timeout first) and the deduplication key ``chain:<this job's ID>``: a task run twice
-adds its next one once, and the producer knows every ID beforehand (``ids.dedup_job_id``).
-When a task of the chain fails for good, its error is written to ``final`` as well.
+argument (not a step marked ``"immutable": true``, a ``task.si(...)``: its own arguments only),
+the rest of ``then`` as its chain, ADDJOB's options as ``addjob`` lists them (its timeout first)
+and the deduplication key ``chain:<this job's ID>``: a task run twice adds its next one once,
+and the producer knows every ID beforehand (``ids.dedup_job_id``). When a task of the
+chain fails for good, its error is written to ``final`` as well.
 
 The msgpack form is the same map packed; the worker tells the two apart by the
 first byte (``{``, after any blanks: JSON; a msgpack map header: msgpack), and
@@ -151,6 +152,7 @@ class ChainStep:
     kwargs: dict[str, Any] = field(default_factory=dict)
     addjob: tuple[Any, ...] = ()  # ADDJOB's words after the body: timeout, then options
     result: ResultSpec | None = None
+    immutable: bool = False  # given its own arguments only, not the previous task's value (task.si)
 
 
 #: ADDJOB's options that take one value, as the clients' ``add_job`` keywords: (keyword, type).
@@ -236,7 +238,8 @@ def encode(message: Message, serializer: str = "json") -> bytes:
     if message.chain is not None:
         chain = message.chain
         obj["chain"] = {"then": [{"task": st.task, "queue": st.queue, "args": list(st.args), "kwargs": st.kwargs,
-                                  "addjob": list(st.addjob), "result": None if st.result is None else _result_obj(st.result)}
+                                  "addjob": list(st.addjob), "result": None if st.result is None else _result_obj(st.result),
+                                  **({"immutable": True} if st.immutable else {})}
                                  for st in chain.then],
                         "final": chain.final, "ttl": chain.ttl}  # fmt: skip
     return dumps(obj, serializer)
@@ -301,6 +304,9 @@ def _result_spec(spec: Any, name: str) -> ResultSpec | None:
     return ResultSpec(ttl, queue)
 
 
+_STEP_FIELDS = frozenset({"task", "queue", "args", "kwargs", "addjob", "result", "immutable"})
+
+
 def _chain_spec(obj: Any) -> ChainSpec | None:
     if obj is None:
         return None
@@ -322,9 +328,9 @@ def _chain_spec(obj: Any) -> ChainSpec | None:
         where = "chain.then[%d]." % i
         if not isinstance(st, dict):
             raise MessageError("'chain.then[%d]' must be a map" % i)
-        if set(st) - {"task", "queue", "args", "kwargs", "addjob", "result"}:
+        if set(st) - _STEP_FIELDS:
             raise MessageError("unknown field(s) in 'chain.then[%d]': %s" % (
-                i, ", ".join(sorted(map(str, set(st) - {"task", "queue", "args", "kwargs", "addjob", "result"})))))
+                i, ", ".join(sorted(map(str, set(st) - _STEP_FIELDS)))))
         task, queue = st.get("task"), st.get("queue")
         if not isinstance(task, str) or not task:
             raise MessageError("'%stask' must be a non-empty string" % where)
@@ -335,7 +341,11 @@ def _chain_spec(obj: Any) -> ChainSpec | None:
         if (not isinstance(addjob, list) or not addjob or not _is_int(addjob[0]) or addjob[0] < 0
                 or not all(isinstance(w, str) or _is_int(w) for w in addjob)):  # fmt: skip
             raise MessageError("'%saddjob' must be an array: a timeout (ms), then ADDJOB's options" % where)
-        steps.append(ChainStep(task, queue, args, kwargs, tuple(addjob), _result_spec(st.get("result"), where + "result")))
+        immutable = st.get("immutable", False)
+        if not isinstance(immutable, bool):
+            raise MessageError("'%simmutable' must be true or false" % where)
+        steps.append(ChainStep(task, queue, args, kwargs, tuple(addjob), _result_spec(st.get("result"), where + "result"),
+                               immutable))  # fmt: skip
     return ChainSpec(tuple(steps), final, ttl)
 
 

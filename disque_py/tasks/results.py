@@ -258,6 +258,39 @@ class TaskRef:
             return False
         return True
 
+    # Celery's AsyncResult words, where they mean the same (docs/TASKS.md, "From Celery and dramatiq")
+    def get(self, timeout: float | None = None, propagate: bool = True) -> Any:
+        """Celery's ``get``: :meth:`result`; ``propagate=False`` returns a failed task's
+        :class:`TaskError` instead of raising it."""
+        if propagate:
+            return self.result(timeout)
+        try:
+            return self.result(timeout)
+        except TaskError as exc:
+            return exc
+
+    def ready(self) -> bool:
+        """Celery's ``ready``: :meth:`done` (the task succeeded, or failed for good)."""
+        return self.done()
+
+    def successful(self) -> bool:
+        """The task succeeded (False while there is no result)."""
+        return self.done() and self._outcome is not None and self._outcome.ok
+
+    def failed(self) -> bool:
+        """The task failed for good (False while there is no result)."""
+        return self.done() and self._outcome is not None and not self._outcome.ok
+
+    @property
+    def state(self) -> str:
+        """Celery's states that a result can tell: ``"SUCCESS"``, ``"FAILURE"``, else ``"PENDING"``
+        (queued, delayed, running or retried, or expired: there is no result to say which)."""
+        if not self.done():
+            return "PENDING"
+        return "SUCCESS" if self._outcome is not None and self._outcome.ok else "FAILURE"
+
+    status = state
+
 
 def unwrap(outcome: Outcome, job_id: str | None) -> Any:
     if outcome.ok:

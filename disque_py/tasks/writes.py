@@ -58,7 +58,8 @@ async def add_next_in_chain(client: Any, job: Any, message: Message, serializer:
     chain = message.chain
     assert chain is not None
     step, rest = chain.then[0], chain.then[1:]
-    nxt = Message(step.task, (value,) + tuple(step.args), step.kwargs, step.result, message.meta,
+    args = tuple(step.args) if step.immutable else (value,) + tuple(step.args)  # task.si(...): its own only
+    nxt = Message(step.task, args, step.kwargs, step.result, message.meta,
                   ChainSpec(rest, chain.final, chain.ttl) if rest else None)  # fmt: skip
     try:
         body = encode(nxt, serializer)

@@ -298,6 +298,31 @@ async def test_delivery_options_and_dead_letters(flavor, node):
         await c.aclose()
 
 
+async def test_release_gives_a_delivery_back(flavor, node):
+    """RELEASE (ours): the jobs delivered here are queued again now, and their delivery does not
+    count (no nack, nothing against MAXDELIVER); the reply counts the jobs queued."""
+    c = make_client(flavor, addr(node))
+    q = "rel-" + uuid.uuid4().hex[:10]
+    try:
+        ids = await c.add_jobs(q, [b"a", b"b", b"c"], retry=30, maxdeliver=1)
+        got = await c.get_jobs(q, count=2)
+        assert [j.id for j in got] == ids[:2] and all(j.last_delivery for j in got)
+        assert await c.release(*ids) == 2  # the third was queued, not delivered: not counted
+        for job_id in ids[:2]:
+            shown = await c.show(job_id)
+            assert (shown["state"], shown["nacks"], shown["returns"], shown["deliveries"]) == ("queued", 0, 1, 0)
+        again = await c.get_jobs(q, count=3)
+        assert sorted(j.id for j in again) == sorted(ids) and all(j.deliveries == 1 and j.attempt == 1 for j in again)
+        assert await c.ack(*ids) == 3 and await c.release(*ids) == 0  # acknowledged: never queued again
+        assert await c.qlen(q + ".dead") == 0
+        with pytest.raises(BadIdError, match="Invalid Job ID format"):
+            await c.release(ids[0], "not-an-id")  # refused as a whole
+        with pytest.raises(ValueError, match="at least one job ID"):
+            await c.release()
+    finally:
+        await c.aclose()
+
+
 async def test_non_utf8_queue_and_body(flavor, node):
     c = make_client(flavor, addr(node))
     q = b"bin-\xff\xfe-" + uuid.uuid4().hex[:6].encode()

@@ -160,8 +160,8 @@ def test_settings_and_the_exit_line():
     for bad in (0, 0.05, -1, 86401):
         with pytest.raises(ValueError, match="beacon_interval must be between 0.1 and 86400 seconds"):
             WorkerSettings(beacon_interval=bad)
-    assert str(STATS) == ("processed=7 failed=1 retried=1 dead=0 fetched=9 in_flight=2 running=2 backoffs=0 "
-                          "ack_errors=0")  # fmt: skip
+    assert str(STATS) == ("processed=7 failed=1 retried=1 dead=0 released=0 fetched=9 in_flight=2 running=2 "
+                          "backoffs=0 ack_errors=0")  # fmt: skip
 
 
 # ---------------------------------------------------------------- the programs' side

@@ -60,7 +60,8 @@ def behind(face: type, awaited: bool) -> list[str]:
 
 
 def test_both_faces_have_every_command_as_declared():
-    assert {"add_job", "add_jobs", "get_jobs", "ack", "nack", "qscan", "jscan", "pipeline", "execute"} <= set(declarations())
+    assert {"add_job", "add_jobs", "get_jobs", "ack", "nack", "release", "qscan", "jscan", "pipeline",
+            "execute"} <= set(declarations())  # fmt: skip
     assert behind(Client, awaited=False) == []
     assert behind(AsyncClient, awaited=True) == []
     for name, declared in declarations().items():

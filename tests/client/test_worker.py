@@ -16,10 +16,11 @@ import trio
 
 from disque_py import Backoff, Client, DeadLetter, Job, Worker, WorkerStats, current_worker
 from disque_py.aio import Client as AioClient
-from disque_py.client.errors import BadIdError
+from disque_py.client.errors import BadIdError, CommandError
 from disque_py.client.worker import describe_error
+from disque_py.client.worker.acks import unknown_command
 
-from .conftest import ROOT, addr, run_until, sample_in_flight, wait_for
+from .conftest import ROOT, addr, raw, run_until, sample_in_flight, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -338,15 +339,131 @@ async def test_graceful_shutdown_with_jobs_in_hand(node, queue):
             await trio.sleep(0)
             release.set()  # finishes inside the grace period
     stats = w.stats()
-    assert stats.processed == 1 and stats.retried == 3 and stats.in_flight == 0
+    assert (stats.processed, stats.retried, stats.released, stats.failed, stats.in_flight) == (1, 1, 2, 0, 0)
+    assert "retried=1 dead=0 released=2 fetched=4" in str(stats)
     states = {body: c.show(i) for i, body in zip(ids, [b"finishes", b"hangs", b"buffered-1", b"buffered-2",
                                                        b"never-fetched-1", b"never-fetched-2"])}  # fmt: skip
     assert states[b"finishes"] is None  # acknowledged
-    for body in (b"hangs", b"buffered-1", b"buffered-2"):
-        assert states[body]["state"] == "queued" and states[body]["nacks"] == 1, body
+    # cut short by the end of the grace period: NACKed, its delivery counts, the reason says why
+    assert states[b"hangs"]["state"] == "queued" and states[b"hangs"]["nacks"] == 1
+    assert states[b"hangs"]["last-nack-reason"].startswith("WorkerStopped: ")
+    for body in (b"buffered-1", b"buffered-2"):  # never started: given back, nothing counted
+        info = states[body]
+        assert info["state"] == "queued" and info["nacks"] == 0 and info["returns"] == 1, body
+        assert info["additional-deliveries"] == 0 and info["deliveries"] == 0, body
     for body in (b"never-fetched-1", b"never-fetched-2"):
         assert states[body]["state"] == "queued" and states[body]["nacks"] == 0
     assert sorted(started) == [b"finishes", b"hangs"]
+
+
+@pytest.mark.parametrize("kind", ["async", "sync"])
+async def test_a_stop_gives_back_the_jobs_not_started_without_using_an_attempt(node, queue, kind):
+    """Worker.stop() with one job running and three buffered, every job with MAXDELIVER 1 (a task
+    with retries=0): the three go back with RELEASE, queued again at once with no nack and their
+    delivery not counted, so none is dead-lettered; the next worker gets each on its first
+    counted delivery. Async handlers (the trio runners) and plain functions (the handler threads)."""
+    c = Client(addr(node))
+    ids = c.add_jobs(queue, [b"%d" % i for i in range(6)], retry=60, maxdeliver=1)
+    entered, go = threading.Event(), threading.Event()
+    handled: list[str] = []
+
+    if kind == "async":
+
+        async def handler(job):
+            handled.append(job.id)
+            entered.set()
+            await trio.to_thread.run_sync(go.wait, 10)
+    else:
+
+        def handler(job):
+            handled.append(job.id)
+            entered.set()
+            go.wait(10)
+
+    w = Worker(addr(node), queue, handler, concurrency=1, max_in_flight=4, grace_period=10, fetch_timeout_ms=100)
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(w.run)
+            await trio.to_thread.run_sync(entered.wait, 10)
+            while w.stats().in_flight < 4:
+                await trio.sleep(0.005)
+            w.stop()
+            go.set()  # the running handler finishes within the grace period
+    stats = w.stats()
+    assert (stats.processed, stats.released, stats.retried, stats.failed, stats.dead) == (1, 3, 0, 0, 0)
+    assert stats.in_flight == 0 and "dead=0 released=3 fetched=4" in str(stats)
+    [done] = handled
+    states = {job_id: c.show(job_id) for job_id in ids if job_id != done}
+    given_back = [job_id for job_id, info in states.items() if info.get("returns")]
+    assert len(given_back) == 3, states
+    for job_id, info in states.items():
+        assert info["state"] == "queued" and info["nacks"] == 0 and info["additional-deliveries"] == 0, info
+        assert info["deliveries"] == 0 and info.get("returns", 0) == (1 if job_id in given_back else 0), info
+    assert c.qlen(queue + ".dead") == 0
+
+    # the next worker: each job on its first counted delivery, done once, and no dead letter
+    seen: list[Job] = []
+
+    if kind == "async":
+
+        async def record(job):
+            seen.append(job)
+    else:
+
+        def record(job):
+            seen.append(job)
+
+    w2 = Worker(addr(node), queue, record, fetch_timeout_ms=100)
+    stats = await run_until(w2, lambda: w2.stats().processed == 5)
+    assert sorted(j.id for j in seen) == sorted(states) and all(j.deliveries == 1 and j.attempt == 1 for j in seen)
+    assert stats.released == 0 and c.qlen(queue + ".dead") == 0 and all(c.show(i) is None for i in states)
+
+
+async def test_a_job_given_back_goes_to_the_node_that_delivered_it(make_cluster, queue):
+    """Jobs fetched from node A (held there only: REPLICATE 1), then the worker's client moves to B
+    (A leaves the cluster): at the stop, the RELEASE goes to A, where the jobs are."""
+    a, b = make_cluster(2)
+    c = Client(addr(a))
+    ids = c.add_jobs(queue, [b"%d" % i for i in range(4)], replicate=1, retry=60, maxdeliver=1)
+    go = trio.Event()
+    handled: list[str] = []
+
+    async def handler(job):
+        handled.append(job.id)
+        await go.wait()
+
+    client = AioClient(addr(a), refresh_interval=0.1)
+    w = Worker(client, queue, handler, concurrency=1, max_in_flight=4, beacon_interval=0.1, fetch_timeout_ms=100)
+    try:
+        with trio.fail_after(20):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(w.run)
+                while not (handled and w.stats().in_flight == 4):
+                    await trio.sleep(0.005)
+                raw(a).execute_command("CLUSTER", "LEAVING", "yes")
+                while client.current_address is None or client.current_address[1] != b.port:
+                    await trio.sleep(0.02)  # the beats' next HELLO moves it away from the leaving node
+                w.stop()
+                go.set()
+    finally:
+        await client.aclose()
+    assert w.stats().released == 3 and w.stats().ack_errors == 0
+    for job_id in ids[1:]:
+        info = c.show(job_id)  # on A, the only holder
+        assert (info["state"], info["nacks"], info.get("returns"), info["deliveries"]) == ("queued", 0, 1, 0), info
+    assert "cmdstat_release" in raw(a).info("commandstats") and "cmdstat_release" not in raw(b).info("commandstats")
+
+
+def test_the_worker_tells_an_unknown_command_from_other_refusals(node):
+    """What a node without RELEASE answers (a real node, asked a command it lacks) is what makes the
+    worker fall back to ENQUEUE; a RELEASE refused for its input is not that."""
+    c = Client(addr(node))
+    with pytest.raises(CommandError) as unknown:
+        c.execute("RELEASEX", "D-01234567-AAAAAAAAAAAAAAAAAAAAAAAA-05a1")
+    assert unknown_command(unknown.value)
+    with pytest.raises(BadIdError) as refused:
+        c.release("not-an-id")
+    assert not unknown_command(refused.value)
 
 
 async def test_graceful_shutdown_abandons_a_stuck_thread(node, queue):
@@ -521,6 +638,7 @@ class FakeClient:
         self.fetches: list[tuple[float, int]] = []
         self.acked: list[str] = []
         self.nacked: list[str] = []
+        self.released: list[str] = []  # given back (RELEASE): fetched, never started
         self.ack_times: list[float] = []
         self.n = 0
 
@@ -544,6 +662,11 @@ class FakeClient:
     async def nack(self, *ids):
         await trio.sleep(0)
         self.nacked += ids
+        return len(ids)
+
+    async def release(self, *ids):
+        await trio.sleep(0)
+        self.released += ids
         return len(ids)
 
     async def pipeline(self, calls):
@@ -610,7 +733,7 @@ async def test_fetch_count_is_bounded_by_free_slots(autojump_clock):
     start = trio.current_time()
     await w.run()
     assert fake.fetches[0][1] == 5 and all(1 <= n <= 5 for _, n in fake.fetches)
-    assert len(fake.acked) + len(fake.nacked) == fake.n  # every fetched job answered
+    assert len(fake.acked) + len(fake.nacked) + len(fake.released) == fake.n  # every fetched job answered
     # 20 jobs of 1 s on 2 runners: 10 s, no runner ever idle waiting for a fetch
     assert finished[0] - start == pytest.approx(10.0)
 
@@ -657,7 +780,7 @@ async def test_a_paused_async_handler_lets_other_runners_take_the_next_jobs():
         await w.run()
     assert len(quick_tasks) == 1  # handlers that never pause: all in one runner
     assert done.index(b"30") >= 37 and len(done) >= 50 and len(tasks) >= 2
-    assert len(fake.acked) + len(fake.nacked) == fake.n
+    assert len(fake.acked) + len(fake.nacked) + len(fake.released) == fake.n
 
 
 async def test_idle_handler_threads_take_jobs_left_behind_a_busy_one():
@@ -684,7 +807,7 @@ async def test_idle_handler_threads_take_jobs_left_behind_a_busy_one():
         stats = await w.run()
     assert done.index(b"1") >= 8 and len(done) >= 30 and len(names) >= 2
     assert stats.processed == len(done) and stats.running == 0 and stats.in_flight == 0
-    assert len(fake.acked) + len(fake.nacked) == fake.n
+    assert len(fake.acked) + len(fake.nacked) + len(fake.released) == fake.n
     assert handler_threads() == []
 
 
@@ -707,7 +830,7 @@ async def test_sync_handler_outcomes_travel_in_batches():
     w = Worker(fake, "q", handler, concurrency=4)
     with trio.fail_after(20):
         stats = await w.run()
-    assert stats.processed >= 2000 and len(fake.acked) + len(fake.nacked) == fake.n
+    assert stats.processed >= 2000 and len(fake.acked) + len(fake.nacked) + len(fake.released) == fake.n
     assert sum(calls) / len(calls) > 2  # the average exchange carries several outcomes
 
 

@@ -116,5 +116,84 @@ def test_a_stop_halts_the_threads_before_it_gives_back_the_jobs_not_started():
 
     trio.run(main)
     assert stop.stopping and stop.event.is_set() and seen_at_halt == [2]
-    assert not buffer and acks.nacks == ["D-1", "D-2"] and counters.retried == 2
+    assert not buffer and acks.releases == {None: ["D-1", "D-2"]} and not acks.nacks
+    assert counters.released == 2 and counters.retried == 0
     assert gate.probe is None  # the probe was given back without running: another will be fetched
+
+
+def test_a_job_given_back_goes_to_the_node_it_came_from():
+    """While the client stays on one node nothing is kept; once it moved, the jobs still buffered
+    keep the node they came from, and only those (the others go to where the client is)."""
+    counters = Counters()
+    buffer: deque = deque()
+    acks = make_acks(counters, buffer)
+    stop = Stop(5.0, counters, acks, FailureGate(DEFAULT_PAUSE_BACKOFF, 20, random.Random()), buffer, Wakeup())
+    a, b = ("127.0.0.1", 7711), ("127.0.0.1", 7712)
+    stop.fetched(a)
+    buffer.extend([job("D-1"), job("D-2")])
+    stop.fetched(a)
+    assert stop.earlier == {}  # the same node: nothing to remember
+    stop.fetched(b)  # the client moved: D-1 and D-2 came from a
+    buffer.append(job("D-3"))
+    assert stop.earlier == {"D-1": a, "D-2": a}
+    buffer.popleft()  # D-1 starts; the client moves once more (not known where D-4 came from)
+    stop.fetched(None)
+    buffer.append(job("D-4"))
+    assert stop.earlier == {"D-2": a, "D-3": b}
+    for _ in range(3):
+        stop.give_back(buffer.popleft())
+    assert acks.releases == {a: ["D-2"], b: ["D-3"], None: ["D-4"]} and not stop.earlier
+    assert counters.released == 3 and counters.retried == 0
+
+
+class ReleasingClient:
+    """A node's answers to RELEASE and ENQUEUE, for the acker; ``knows_release=False``: Disque's."""
+
+    def __init__(self, knows_release: bool) -> None:
+        self.knows_release = knows_release
+        self.sent: list[tuple[str, ...]] = []
+        self.current_address = ("127.0.0.1", 7711)
+
+    async def release(self, *ids):
+        await trio.sleep(0)
+        self.sent.append(("RELEASE", *ids))
+        if not self.knows_release:
+            raise error_from_reply("ERR unknown command 'RELEASE'")
+        return len(ids)
+
+    async def enqueue(self, *ids):
+        await trio.sleep(0)
+        self.sent.append(("ENQUEUE", *ids))
+        return len(ids)
+
+
+@pytest.mark.parametrize("knows_release", [True, False])
+def test_the_acker_gives_back_with_one_release_per_node_or_enqueue_on_a_disque_node(knows_release, caplog):
+    counters = Counters()
+    counters.in_flight = 5
+    client = ReleasingClient(knows_release)
+    acks = Acks(client, counters, deque(), max_in_flight=8, fast_ack=False, fetch_wake=Wakeup())
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(acks.run)
+            for n in (1, 2, 3):
+                acks.release(job("D-%d" % n), None)
+            acks.release(job("D-4"), client.current_address)
+            while counters.in_flight > 1:
+                await trio.sleep(0.01)
+            acks.release(job("D-5"), None)  # later: a node known not to have RELEASE gets ENQUEUE at once
+            acks.done = True
+            acks.wake.fire()
+
+    with caplog.at_level("INFO", logger="disque_py.worker"):
+        trio.run(main)
+    assert counters.in_flight == 0 and counters.ack_errors == 0 and not acks.releases
+    # one command for the node: None is the client's node, whose address D-4 names
+    if knows_release:
+        assert client.sent == [("RELEASE", "D-1", "D-2", "D-3", "D-4"), ("RELEASE", "D-5")]
+        assert "RELEASE" not in caplog.text
+    else:
+        assert client.sent == [("RELEASE", "D-1", "D-2", "D-3", "D-4"), ("ENQUEUE", "D-1", "D-2", "D-3", "D-4"),
+                               ("ENQUEUE", "D-5")]  # fmt: skip
+        assert caplog.text.count("does not know RELEASE") == 1  # logged once for the node

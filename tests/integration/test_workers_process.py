@@ -122,7 +122,7 @@ def test_two_workers_are_listed_with_the_job_each_runs_then_drop_off_on_stop_and
     # a clean stop: off the list at once (WORKER FORGET), its exit line readable
     log = plain.stop()
     assert p["id"] not in {w["id"] for w in workers_json(addr(node))["workers"]}
-    assert "worker stopped: processed=1 failed=0 retried=0 dead=0 fetched=1 in_flight=0" in log
+    assert "worker stopped: processed=1 failed=0 retried=0 dead=0 released=0 fetched=1 in_flight=0" in log
     assert "WorkerStats(" not in log
 
     # killed with -9: still listed, until 3 of its intervals have passed without a beat

@@ -12,16 +12,28 @@ per batch, and the NACKs with options in one pipeline. A NACK with options the n
 DELAY beyond the job's TTL) is sent again plain, so the job is never lost; a node that refuses
 NACK's options altogether (Disque's own) switches the worker to plain NACKs and to dead letters
 it ADDs itself (``legacy``).
+
+Jobs fetched and never started (a stop) are *given back*, never NACKed: ``RELEASE id id ...``
+(disque-py's) queues them again at once without counting their delivery (no attempt used, no
+nack, nothing against MAXDELIVER). The acker sends them, one RELEASE per node: to the node each
+job came from (:meth:`Acks.release`'s ``origin``), through the client when that is the client's
+node, else on a connection of its own (the client's node if that one cannot be reached). A node
+that does not know RELEASE (Disque's own) gets ``ENQUEUE`` instead, which queues them as well but
+lets their delivery count; the worker logs it once per node.
 """
 
 from __future__ import annotations
 
 import logging
 from collections import deque
+from collections.abc import Awaitable, Callable
 from typing import Any
 
+import trio
+
 from .. import commands as cmd
-from ..errors import BadIdError, DisqueError
+from ..connection import NodeConnection  # a blocking connection to one node
+from ..errors import BadIdError, DisqueError, ServerError
 from ..model import Job
 from .stats import Counters
 from .wakeup import Wakeup
@@ -30,7 +42,7 @@ __all__ = ["Acks", "OPS", "Groups", "outcome_argvs", "outcome_calls", "count_set
 
 log = logging.getLogger("disque_py.worker")
 
-OPS = {"ack": b"ACKJOB", "fast_ack": b"FASTACK", "nack": b"NACK"}
+OPS = {"ack": b"ACKJOB", "fast_ack": b"FASTACK", "nack": b"NACK", "release": b"RELEASE", "enqueue": b"ENQUEUE"}
 
 #: A NACK with options waiting to be sent: ("retry" or "dead", the job, the command).
 Retry = tuple[str, Job, tuple[Any, ...]]
@@ -88,6 +100,8 @@ class Acks:
         self.acks: list[str] = []  # IDs to ACKJOB (or FASTACK)
         self.nacks: list[str] = []  # IDs to NACK (plain: handed back)
         self.retries: list[Retry] = []  # NACKs with options (DELAY, REASON, DEAD), one command each
+        self.releases: dict[Any, list[str]] = {}  # IDs to give back, by the node they came from (None: the client's)
+        self.no_release: set[Any] = set()  # nodes that do not know RELEASE: ENQUEUE there
         self.carrying = False  # the fetcher will send outcomes with its next GETJOB
         self.legacy = False  # the node refused NACK's options (a Disque node): plain NACKs, ADDJOB dead letters
         self.done = False  # no job will end any more: the acker sends what is left and returns
@@ -121,6 +135,12 @@ class Acks:
         """A plain NACK: the job goes back to its queue now."""
         self.nacks.append(job.id)
         self.queued()
+
+    def release(self, job: Job, origin: Any) -> None:
+        """Give back a job no handler started: RELEASE on ``origin``, the node it came from (None:
+        the client's node). The acker sends it, never the fetcher (a stop ends its rounds)."""
+        self.releases.setdefault(origin, []).append(job.id)
+        self.wake.fire()
 
     def nack_with(self, kind: str, job: Job, argv: tuple[Any, ...]) -> None:
         """Queue one NACK with options for a job (``kind``: "retry" or "dead")."""
@@ -200,6 +220,15 @@ class Acks:
         """Send the outcomes the fetcher cannot carry; returns once the work is over and all are sent."""
         client = self.client
         while True:
+            if self.releases:  # one RELEASE per node (None: the client's node)
+                releases, self.releases = self.releases, {}
+                here = getattr(client, "current_address", None)
+                by_node: dict[Any, list[str]] = {}
+                for origin, ids in releases.items():
+                    by_node.setdefault(here if origin is None else origin, []).extend(ids)
+                for node, ids in by_node.items():
+                    await self._give_back(node, ids)
+                continue
             if (self.acks or self.nacks or self.retries) and not self.carrying:
                 for op, items in self.take():
                     if op == "retry":  # one command per job, in one round trip
@@ -220,3 +249,61 @@ class Acks:
             if self.done and not (self.acks or self.nacks or self.retries):
                 return
             await self.wake.wait()
+
+    # ------------------------------------------------------------ jobs given back
+    async def _give_back(self, node: Any, ids: list[str]) -> None:
+        """RELEASE ``ids`` on ``node`` (see the module docstring); their slots are free once
+        the node answered."""
+        here = getattr(self.client, "current_address", None)
+        if node is not None and node != here:
+            try:
+                await self._give_back_on(node, ids, lambda op: self._elsewhere(node, op, ids))
+                return
+            except DisqueError as exc:  # unreachable: its copies' holders can take them
+                log.info("giving back %d job(s) to %s:%s failed (%s): through the client's node instead",
+                         len(ids), node[0], node[1], exc)  # fmt: skip
+        try:
+            await self._give_back_on(here, ids, lambda op: getattr(self.client, op)(*ids))
+        except DisqueError as exc:
+            self.settled("release", len(ids), exc)
+
+    async def _give_back_on(self, node: Any, ids: list[str], send: Callable[[str], Awaitable[int]]) -> None:
+        """RELEASE with ``send`` (ENQUEUE on a node known not to have it); a refusal settles the
+        jobs with an error, a connection lost is raised."""
+        op = "enqueue" if node in self.no_release else "release"
+        try:
+            try:
+                queued = await send(op)
+            except ServerError as exc:
+                if op != "release" or not unknown_command(exc):
+                    raise
+                self.no_release.add(node)
+                log.warning("the node%s does not know RELEASE (a Disque node?): jobs not started are given back "
+                            "there with ENQUEUE, which counts their delivery",
+                            "" if node is None else " at %s:%s" % node)  # fmt: skip
+                op = "enqueue"
+                queued = await send(op)
+        except ServerError as exc:
+            self.settled(op, len(ids), exc)
+            return
+        if queued < len(ids):  # acknowledged meanwhile, queued again already, or not held there
+            log.info("%s: %d of %d job(s) queued again", OPS[op].decode(), queued, len(ids))
+        self.settled(op, len(ids), None)
+
+    async def _elsewhere(self, address: Any, op: str, ids: list[str]) -> int:
+        """``op`` for ``ids`` on the node at ``address``, on a connection of its own (in a thread)."""
+        argv = (OPS[op], *[i.encode() for i in ids])
+        return await trio.to_thread.run_sync(_request_at, address, self.client.config, argv, abandon_on_cancel=True)
+
+
+def unknown_command(error: ServerError) -> bool:
+    """The node does not know the command (``-ERR unknown command '...'``)."""
+    return error.code == "ERR" and error.message.lower().startswith("unknown command")
+
+
+def _request_at(address: Any, config: Any, argv: tuple[Any, ...]) -> Any:
+    conn = NodeConnection(address, config)
+    try:
+        return conn.request(argv, config.socket_timeout)
+    finally:
+        conn.close()

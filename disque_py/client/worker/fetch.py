@@ -185,6 +185,7 @@ class Fetcher:
                 flush = False
                 groups = acks.take()
                 acks.carry(bool(groups))  # a NOHANG exchange is quick: new outcomes can wait for it
+                asked = self.address()
                 try:
                     got = await self._exchange(groups, free)
                 except AuthError as exc:  # no retry can fix a password: stop, raise it from run()
@@ -200,6 +201,9 @@ class Fetcher:
                         await stop.event.wait()
                     continue
                 errors = 0
+                if got:  # from the node asked (or connected to), unless the client moved meanwhile: not known
+                    answered = self.address()
+                    stop.fetched(answered if asked is None or answered == asked else None)
                 counters.starved = path.took(counters, got, free)
                 if limit == 1 and got:
                     gate.took_probe(got[0].id)
@@ -213,6 +217,10 @@ class Fetcher:
             acks.carry(False)
             self.done = True
             self.on_done()
+
+    def address(self) -> Any:
+        """The node the client uses now (None for a client that does not say)."""
+        return getattr(self.client, "current_address", None)
 
     async def _exchange(self, groups: Groups, count: int) -> list[Job]:
         """Send ``groups`` and fetch up to ``count`` jobs (blocking only when there is nothing to send)."""

@@ -164,7 +164,7 @@ class Worker:
             fetched, processed, in_flight = fetched + d_fetched, processed + d_processed, in_flight + d_in_flight
         return WorkerStats(
             fetched, processed, c.failed, c.retried, c.dead,
-            in_flight, self._running_count(), c.backoffs, c.ack_errors, self.starved(),
+            in_flight, self._running_count(), c.backoffs, c.ack_errors, self.starved(), c.released,
         )  # fmt: skip
 
     def starved(self) -> bool:

@@ -3,12 +3,19 @@
 A stop (:meth:`Stop.request` from any thread, a signal with ``handle_signals=True``, a fatal
 error): the fetcher stops after its current GETJOB (which waits at most ``fetch_timeout_ms``),
 jobs that arrive after the stop and jobs not started yet are given back at once
-(:meth:`Stop.give_back`), running handlers get ``grace_period`` seconds to finish; then they
-are cancelled (a thread cannot be killed: it is abandoned, and exits when its handler returns)
-and their jobs handed back (:meth:`Stop.hand_back`). A second signal ends the grace period at
-once. A ``KeyboardInterrupt``/``SystemExit`` raised by a handler, or an
-:class:`~disque_py.client.errors.AuthError` from the node, stops the worker the same way and
-is raised again from :meth:`Worker.run` at the end (:meth:`Stop.fatal`).
+(:meth:`Stop.give_back`: RELEASE, so they count as never delivered: no attempt used, no nack, no
+dead letter, queued again at once for another worker; :mod:`.acks`), running handlers get
+``grace_period`` seconds to finish; then they are cancelled (a thread cannot be killed: it is
+abandoned, and exits when its handler returns) and their jobs handed back
+(:meth:`Stop.hand_back`: a NACK, as for a failure: they ran, and may run too long each time).
+A second signal ends the grace period at once. A ``KeyboardInterrupt``/``SystemExit`` raised by
+a handler, or an :class:`~disque_py.client.errors.AuthError` from the node, stops the worker the
+same way and is raised again from :meth:`Worker.run` at the end (:meth:`Stop.fatal`).
+
+A job goes back to the node it came from: the fetcher tells :meth:`Stop.fetched` where each
+round's jobs came from, and when that changes (the client failed over, or followed its jobs)
+the jobs still buffered keep their node in ``earlier`` (nothing is kept while the client stays
+on one node).
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from typing import Any
 
 import trio
 
+from .. import commands as cmd
 from ..model import Job
 from .acks import Acks
 from .pause import FailureGate
@@ -31,6 +39,9 @@ from .wakeup import Wakeup
 __all__ = ["Stop"]
 
 log = logging.getLogger("disque_py.worker")
+
+#: NACK's REASON for a job handed back (:meth:`Stop.hand_back`)
+HANDED_BACK = "WorkerStopped: the worker stopped while the job ran (the grace period ended)"
 
 
 class Stop:
@@ -58,6 +69,8 @@ class Stop:
         self._grace_deadline = math.inf
         self._grace_changed = trio.Event()
         self.signal_scope = trio.CancelScope()
+        self.origin: Any = None  # the node the last round's jobs came from (None: not known)
+        self.earlier: dict[str, Any] = {}  # buffered jobs from another node than ``origin``: theirs
 
     # ------------------------------------------------------------ asking for a stop
     def request(self, grace_period: float | None = None) -> None:
@@ -109,17 +122,33 @@ class Stop:
                 break
             self.give_back(job)
 
+    def fetched(self, origin: Any) -> None:
+        """The jobs of a round, not buffered yet, came from the node at ``origin`` (None: not
+        known, they go back through the client's node). In the trio thread."""
+        if origin != self.origin:  # the client moved: the buffered jobs keep where they came from
+            earlier, before = self.earlier, self.origin
+            self.earlier = {job.id: earlier.get(job.id, before) for job in tuple(self.buffer)}
+            self.origin = origin
+
     def give_back(self, job: Job) -> None:
-        """A fetched job no handler started (stopping, or arrived after the stop): back to its
-        queue. Today this is the same plain NACK as :meth:`hand_back`, so it counts an attempt."""
-        self.hand_back(job)
+        """A fetched job no handler started (stopping, or arrived after the stop): RELEASE on the
+        node it came from, queued again at once with its delivery not counted (:mod:`.acks`)."""
+        self.counters.released += 1
+        self.gate.neutral(job.id)
+        earlier = self.earlier
+        self.acks.release(job, earlier.pop(job.id, self.origin) if earlier else self.origin)
 
     def hand_back(self, job: Job) -> None:
         """A job whose handler was cut short (the grace period is over) or whose dead-lettering
-        was: a plain NACK, the job goes back to its queue now."""
+        was: a plain NACK, the job goes back to its queue now. Its delivery counts (it ran, maybe
+        in part: a job that always outlasts the grace period ends as a dead letter)."""
         self.counters.retried += 1
         self.gate.neutral(job.id)
-        self.acks.nack(job)
+        acks = self.acks
+        if acks.legacy:  # a node without NACK's REASON
+            acks.nack(job)
+        else:  # the reason a dead letter shows, should this have been its last delivery
+            acks.nack_with("retry", job, cmd.nack_argv([job.id], reason=HANDED_BACK))
 
     # ------------------------------------------------------------ tasks
     async def grace_timer(self) -> None:

@@ -356,7 +356,10 @@ class HandlerThreads:
         address = self.client.current_address
         longest = OUTCOME_LINGER if self.concurrency == 1 else HELPER_DELAY
         self.absorb()
-        if address is None or not self._open_direct(address, longest):
+        if address is None:
+            return False
+        self.stop.fetched(address)  # what the threads fetch comes from there
+        if not self._open_direct(address, longest):
             return False
         self.acks.carry(False)
         wake = self.fetcher.wake
