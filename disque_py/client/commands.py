@@ -368,6 +368,7 @@ def _job_extras(fields: dict[bytes, Any]) -> dict[str, Any]:
     get = fields.get
     out: dict[str, Any] = {
         "deliveries": _opt_int(get(b"deliveries")),
+        "returns": _opt_int(get(b"returns")),
         "maxdeliver": _opt_int(get(b"maxdeliver")),
         "last_nack_reason": _opt_text(get(b"last-nack-reason")),
         "dead_letter_of": _opt_text(get(b"dead-letter-of")),
@@ -472,11 +473,14 @@ def dequeue(*ids: str | bytes) -> Call[int]:
     return ids_command(b"DEQUEUE", ids)
 
 
-def release(*ids: str | bytes) -> Call[int]:
+def release(*ids: str | bytes, delay: float | None = None) -> Call[int]:
     """RELEASE (disque-py's): give back jobs delivered and never started. Each job active on
-    this node is queued again now, as ENQUEUE does, and its delivery does not count: no nack, no
-    additional delivery, nothing against MAXDELIVER. Returns how many were queued."""
-    return ids_command(b"RELEASE", ids)
+    this node is queued again now (or after ``delay`` seconds), as ENQUEUE does, and its delivery
+    does not count: no nack, no additional delivery, nothing against MAXDELIVER. Returns how
+    many were given back. (``RELEASE id... [DELAY s]``)"""
+    if delay is None:
+        return ids_command(b"RELEASE", ids)
+    return Call((b"RELEASE", *_ids(ids), b"DELAY", _seconds("delay", delay)), _int)
 
 
 def del_job(*ids: str | bytes) -> Call[int]:

@@ -56,6 +56,7 @@ class DeliveryInfo:
     dead_letter_reason: str | None = None
     original_options: tuple[str, ...] | None = None
     dedup: str | None = None
+    returns: int | None = None
 
 
 _NO_DELIVERY_INFO = DeliveryInfo()
@@ -82,6 +83,8 @@ class Job:
     * for a dead letter: ``dead_letter_of`` (the original job's ID),
       ``original_queue``, ``original_deliveries``, ``dead_letter_reason`` and
       ``original_options`` (the ADDJOB options to give it back to its queue);
+    * ``returns``: how often a delivery was given back unstarted (RELEASE), also
+      :attr:`Job.returns` (0 when not reported);
     * ``dedup``: the job's deduplication key (``ADDJOB ... DEDUP key``, ``add_job(...,
       dedup=key)``), as ``str`` (bytes that are not UTF-8 round-trip through
       ``surrogateescape``).
@@ -137,6 +140,12 @@ class Job:
     @property
     def dedup(self) -> str | None:
         return (self.delivery or _NO_DELIVERY_INFO).dedup
+
+    @property
+    def returns(self) -> int:
+        """How often a delivery of the job was given back unstarted (RELEASE: a worker that
+        stopped, or one that did not know its task); 0 when not reported."""
+        return (self.delivery or _NO_DELIVERY_INFO).returns or 0
 
     @property
     def node_prefix(self) -> str:

@@ -5,10 +5,16 @@ many as ``concurrency``) take the jobs and its flow control, retries, dead
 letters and graceful shutdown apply as they are. For each job:
 
 1. decode the body (:mod:`.message`), find the task by name, check the
-   arguments against its signature. Any of these failing can never succeed:
-   the worker raises :class:`~disque_py.client.worker.Reject` and the job is
-   dead-lettered at once (``NACK <id> DEAD REASON <what is wrong>``), with an
-   error result for a waiter, if the message asked for one;
+   arguments against its signature. A body that cannot be read or arguments
+   that do not fit can never succeed: the worker raises
+   :class:`~disque_py.client.worker.Reject` and the job is dead-lettered at once
+   (``NACK <id> DEAD REASON <what is wrong>``), with an error result for a
+   waiter, if the message asked for one. A task this worker does not know may be
+   known to another (a deploy of new code under way): it is given back
+   (:class:`~disque_py.client.worker.GiveBack`, ``RELEASE <id> DELAY <s>``: no
+   attempt used; 1 s, doubled at each return, at most a minute), and rejected
+   as above once given back ``unknown_task_returns`` times (10 by default:
+   about five minutes);
 2. run the task with its hooks (:mod:`.hooks`): ``async def`` tasks in the trio
    thread, plain functions in a thread (``trio.to_thread``, at most
    ``concurrency`` at once), under the task's time limit (:mod:`.timelimit`);
@@ -37,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from ..client.worker import Reject, Worker, describe_error
+from ..client.worker import GiveBack, Reject, Worker, describe_error
 from . import hooks
 from .hooks import TaskContext, current_task
 from .message import MessageError, Outcome, decode
@@ -53,12 +59,23 @@ __all__ = ["current_task", "Runner", "TaskContext", "TaskMetrics", "TimeLimitExc
 
 log = logging.getLogger("disque_py.tasks")
 
+#: A job naming a task the worker does not know is given back this many times at most (a
+#: stop's returns count too), then dead-lettered (UnknownTask).
+UNKNOWN_TASK_RETURNS = 10
+#: Its first return's delay (seconds), doubled at each return, at most UNKNOWN_TASK_DELAY_MAX:
+#: 1 + 2 + ... + 32 + 60 x 4 s, about five minutes for a deploy to reach a worker that knows it.
+UNKNOWN_TASK_DELAY = 1.0
+UNKNOWN_TASK_DELAY_MAX = 60.0
+
 
 class Runner:
     """The Worker's handler for an app's task jobs (see the module docstring)."""
 
-    def __init__(self, app: "App", *, concurrency: int = 8, metrics: TaskMetrics | None = None) -> None:
+    def __init__(self, app: "App", *, concurrency: int = 8, metrics: TaskMetrics | None = None,
+                 unknown_task_returns: int = UNKNOWN_TASK_RETURNS, unknown_task_delay: float = UNKNOWN_TASK_DELAY) -> None:  # fmt: skip
         self.app = app
+        self.unknown_task_returns = unknown_task_returns
+        self.unknown_task_delay = unknown_task_delay
         self.concurrency = concurrency
         self.metrics = metrics or TaskMetrics()
         self.limiter = trio.CapacityLimiter(concurrency)
@@ -87,8 +104,15 @@ class Runner:
             raise Reject("bad task message: %s" % exc) from None
         task = self.app.tasks.get(message.task)
         if task is None:
-            self.metrics.count("rejected", message.task)
             text = "no task named %r in this worker's app" % message.task
+            returns = job.returns
+            if returns < self.unknown_task_returns:
+                # A deploy of new code: a worker that knows it may come; given back, no attempt used
+                delay = min(self.unknown_task_delay * (1 << min(returns, 16)), UNKNOWN_TASK_DELAY_MAX)
+                self.metrics.count("given_back", message.task)
+                raise GiveBack("UnknownTask: " + text, delay=delay, limit=self.unknown_task_returns)
+            self.metrics.count("rejected", message.task)
+            text += " (given back %d times: no worker knew it)" % returns
             await write_result(self.client, job, message, serializer, Outcome(False, None, "UnknownTask", text))
             raise Reject("UnknownTask: " + text)
         try:
@@ -158,6 +182,8 @@ def make_worker(
     concurrency: int = 8,
     metrics: TaskMetrics | None = None,
     client: Any = None,
+    unknown_task_returns: int = UNKNOWN_TASK_RETURNS,
+    unknown_task_delay: float = UNKNOWN_TASK_DELAY,
     **worker_options: Any,
 ) -> tuple[Worker, Runner]:
     """A :class:`Worker` running ``app``'s tasks from ``queues`` (default: every task's queue).
@@ -165,11 +191,15 @@ def make_worker(
     ``worker_options`` go to the Worker (``max_in_flight``, ``grace_period``,
     ``retry_backoff``, ``fetch_timeout_ms``...). Its ``max_attempts`` is None: the
     jobs' MAXDELIVER (a task's ``retries``) decides when a failure dead-letters.
+    A job naming a task the app does not know is given back for another worker (no attempt
+    used), after ``unknown_task_delay`` seconds doubled at each return (at most a minute), and
+    dead-lettered (``UnknownTask``) once given back ``unknown_task_returns`` times.
     """
     queues = list(queues or app.queues())
     if not queues:
         raise ValueError("the app has no task (and no queue was given)")
-    runner = Runner(app, concurrency=concurrency, metrics=metrics)
+    runner = Runner(app, concurrency=concurrency, metrics=metrics, unknown_task_returns=unknown_task_returns,
+                    unknown_task_delay=unknown_task_delay)  # fmt: skip
     worker_options.setdefault("max_attempts", None)
     worker_options.setdefault("describe", runner.describe)  # running jobs listed by their task's name
     worker = Worker(client if client is not None else app.client(), queues, runner, concurrency=concurrency,

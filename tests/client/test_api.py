@@ -313,6 +313,14 @@ async def test_release_gives_a_delivery_back(flavor, node):
             assert (shown["state"], shown["nacks"], shown["returns"], shown["deliveries"]) == ("queued", 0, 1, 0)
         again = await c.get_jobs(q, count=3)
         assert sorted(j.id for j in again) == sorted(ids) and all(j.deliveries == 1 and j.attempt == 1 for j in again)
+        # DELAY: given back now, queued when the delay ends (the job's returns: 2 for this one)
+        delayed = ids[0]
+        assert await c.release(delayed, delay=0.5) == 1
+        assert (await c.show(delayed))["state"] == "active" and await c.qlen(q) == 0
+        [back] = await c.get_jobs(q, count=1, timeout_ms=5000)
+        assert (back.id, back.returns, back.attempt, back.deliveries) == (delayed, 2, 1, 1)
+        with pytest.raises(ValueError, match="delay must be a finite number >= 0"):
+            await c.release(delayed, delay=-1)
         assert await c.ack(*ids) == 3 and await c.release(*ids) == 0  # acknowledged: never queued again
         assert await c.qlen(q + ".dead") == 0
         with pytest.raises(BadIdError, match="Invalid Job ID format"):

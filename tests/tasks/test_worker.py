@@ -261,7 +261,7 @@ def test_bad_bodies_unknown_tasks_and_wrong_arguments_are_dead_lettered(app, nod
         return a + b
 
     r = raw(node)
-    w = run_worker(app, concurrency=2)
+    w = run_worker(app, concurrency=2, unknown_task_returns=2, unknown_task_delay=0.1)
     bodies = [
         b"not json",
         b'{"v":1,"task":',
@@ -278,13 +278,46 @@ def test_bad_bodies_unknown_tasks_and_wrong_arguments_are_dead_lettered(app, nod
     assert reasons[1].startswith("bad task message: unreadable json body")
     assert reasons[2] == "bad task message: unsupported format version 2 (this worker reads 1)"
     assert reasons[3] == "bad task message: 'task' must be a non-empty string"
-    assert reasons[4] == "UnknownTask: no task named 'nobody.here' in this worker's app"
+    # an unknown task is given back (twice here, 0.1 then 0.2 s later) before it is rejected
+    assert reasons[4] == "UnknownTask: no task named 'nobody.here' in this worker's app (given back 2 times: no worker knew it)"
     assert reasons[5].startswith("TypeError: wrong arguments for task %s: too many positional" % add.name)
     assert reasons[6].startswith("TypeError: wrong arguments for task %s:" % add.name)
     with pytest.raises(TaskError, match="UnknownTask: no task named"):
         TaskRef.for_job(app, ids[4]).result(timeout=5)
     assert add.send(2, 2).result(timeout=10) == 4  # the worker is alive and well
     assert w.runner.metrics.total("rejected") == 7
+    assert w.runner.metrics.total("given_back") == 2
+
+
+def test_an_unknown_task_is_given_back_until_a_worker_that_knows_it_runs_it(app, node, run_worker):
+    """A deploy of new task code: the task is sent (with retries=0: one delivery) while the only
+    worker runs the old code. It gives the job back, no attempt used, until a worker with the new
+    code comes; that one runs it. No dead letter, the waiter gets the value."""
+    q = "t-" + uuid.uuid4().hex[:8]
+    old = App(nodes=app.nodes)
+
+    @old.task(queue=q)
+    def existing():
+        return "old"
+
+    new = App(nodes=app.nodes)
+
+    @new.task(queue=q, name="deploy.new_task", retries=0)
+    def new_task(x):
+        return x * 2
+
+    old_worker = run_worker(old, concurrency=1, unknown_task_delay=0.2)
+    ref = new_task.send(21)
+    r = raw(node)
+    wait_for(lambda: old_worker.runner.metrics.total("given_back") >= 2, timeout=10)  # 0.2 s, then 0.4 s
+    show = r.execute_command("SHOW", ref.id)
+    fields = dict(zip(show[::2], show[1::2]))
+    assert fields[b"returns"] >= 2 and fields[b"nacks"] == 0 and fields[b"deliveries"] == 0
+    stats = old_worker.worker.stats()
+    assert stats.released >= 2 and stats.failed == 0
+    run_worker(new, concurrency=1)
+    assert ref.result(timeout=15) == 42
+    assert r.execute_command("QLEN", q + ".dead") == 0
 
 
 def test_a_task_from_redis_cli_in_the_documented_format_runs(app, node, run_worker, redis_cli):

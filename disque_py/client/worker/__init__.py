@@ -28,7 +28,8 @@ A job's way: the fetcher puts it in the buffer; a runner or a handler thread tak
 the handler; :mod:`.outcome` decides its outcome, which waits in :mod:`.acks` until the fetcher
 carries it in its next round (or the acker sends it); its slot is free once the node answered.
 Either kind of handler succeeds by returning (the value is ignored) and fails by raising
-anything; raising :class:`Reject` dead-letters the job at once, with its message as the reason.
+anything; raising :class:`Reject` dead-letters the job at once, with its message as the reason;
+raising :class:`GiveBack` gives it back for another worker (a task this one does not know).
 
 :meth:`Worker.starved` is the signal for batch handlers: it is True when
 the worker has no more jobs available right now: nothing is waiting in the
@@ -41,7 +42,7 @@ it sees it; :func:`current_worker` finds the worker from inside a handler.
 
 from __future__ import annotations
 
-from .handlers import Reject, describe_error
+from .handlers import GiveBack, Reject, describe_error
 from .pause import FailureGate
 from .runtime import Worker, current_worker
 from .settings import DEFAULT_DEAD_LETTER, DEFAULT_PAUSE_BACKOFF, DEFAULT_RETRY_BACKOFF, WorkerSettings
@@ -55,6 +56,7 @@ __all__ = [
     "current_worker",
     "describe_error",
     "Reject",
+    "GiveBack",
     "DEFAULT_DEAD_LETTER",
     "DEFAULT_RETRY_BACKOFF",
     "DEFAULT_PAUSE_BACKOFF",

@@ -44,7 +44,8 @@ log = logging.getLogger("disque_py.worker")
 
 OPS = {"ack": b"ACKJOB", "fast_ack": b"FASTACK", "nack": b"NACK", "release": b"RELEASE", "enqueue": b"ENQUEUE"}
 
-#: A NACK with options waiting to be sent: ("retry" or "dead", the job, the command).
+#: A NACK with options (or a RELEASE with a delay) waiting to be sent: ("retry", "dead" or
+#: "release", the job, the command).
 Retry = tuple[str, Job, tuple[Any, ...]]
 
 #: Outcomes taken to be sent: ``(op, ids)`` groups (one command each) and ``("retry", [(kind,
@@ -143,7 +144,8 @@ class Acks:
         self.wake.fire()
 
     def nack_with(self, kind: str, job: Job, argv: tuple[Any, ...]) -> None:
-        """Queue one NACK with options for a job (``kind``: "retry" or "dead")."""
+        """Queue one NACK with options for a job (``kind``: "retry" or "dead"), or a RELEASE with
+        a delay ("release": a job given back for another worker, :class:`~.handlers.GiveBack`)."""
         self.retries.append((kind, job, argv))
         self.queued()
 
@@ -211,6 +213,9 @@ class Acks:
         log.error("%s for job %s failed (%s): plain NACK instead", argv[0].decode(), job.id, error)
         if kind == "dead":
             counters.dead -= 1
+            counters.retried += 1
+        elif kind == "release":  # a node without RELEASE, or a DELAY past the TTL: a NACK counts it
+            counters.released -= 1
             counters.retried += 1
         self.nacks.append(job.id)  # its slot stays taken until this NACK is answered
         self.queued()

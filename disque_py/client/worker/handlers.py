@@ -1,7 +1,8 @@
 """What a handler may raise and how its error is told, and how a handler is called.
 
 A handler succeeds by returning (the value is ignored) and fails by raising anything;
-:class:`Reject` asks for the job to be dead-lettered at once. :func:`describe_error` is the one
+:class:`Reject` asks for the job to be dead-lettered at once, :class:`GiveBack` for it to be given
+back to another worker. :func:`describe_error` is the one
 place where a failure becomes the text the node keeps (NACK's REASON, a dead letter's reason).
 """
 
@@ -13,7 +14,7 @@ from typing import Any
 
 from ..model import Job
 
-__all__ = ["Handler", "DeadLetterHandler", "Reject", "describe_error", "reason_of", "is_async_callable", "call_sync"]
+__all__ = ["Handler", "DeadLetterHandler", "Reject", "GiveBack", "describe_error", "reason_of", "is_async_callable", "call_sync"]
 
 Handler = Callable[[Job], Any]
 DeadLetterHandler = Callable[[Job, str], Any]
@@ -24,6 +25,20 @@ class Reject(Exception):
     it does not know): the job is dead-lettered at once, whatever attempts it has left,
     with the exception's message as the reason (``NACK <id> DEAD REASON <message>`` with
     the default ``dead_letter``)."""
+
+
+class GiveBack(Exception):
+    """Raised by a handler for a job another worker may run and this one cannot (a task it
+    does not know yet, during a deploy of new code): the job is given back without using an
+    attempt (``RELEASE <id> DELAY <delay>``: queued again when ``delay`` seconds end, so this
+    worker does not take it again at once), unless it was given back ``limit`` times already
+    (``Job.returns``, which counts a stop's returns too): then it is dead-lettered, with the
+    exception's message as the reason. On a node without RELEASE it is NACKed plainly."""
+
+    def __init__(self, message: str, *, delay: float = 1.0, limit: int = 10) -> None:
+        super().__init__(message)
+        self.delay = delay
+        self.limit = limit
 
 
 def describe_error(exc: BaseException) -> str:

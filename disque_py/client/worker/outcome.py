@@ -18,6 +18,9 @@
 * a failure on the delivery the job's own MAXDELIVER makes its last:
   ``NACK <id> REASON <error>``, and the node dead-letters it;
 * :class:`~.handlers.Reject` raised: dead-lettered at once, with its message as the reason.
+* :class:`~.handlers.GiveBack` raised (a task this worker does not know): given back for another
+  worker, ``RELEASE <id> DELAY <s>``, no attempt used; dead-lettered once given back ``limit``
+  times (:attr:`~disque_py.client.model.Job.returns`).
 
 On a node that refuses NACK's options (Disque's own), the first refusal
 switches the worker back to plain NACKs and to dead letters it ADDs itself:
@@ -39,7 +42,7 @@ import trio
 from .. import commands as cmd
 from ..model import DeadLetter, Job
 from .acks import Acks
-from .handlers import Reject, describe_error, is_async_callable, reason_of
+from .handlers import GiveBack, Reject, describe_error, is_async_callable, reason_of
 from .pause import FailureGate
 from .settings import DEFAULT_DEAD_LETTER, WorkerSettings
 from .stats import Counters
@@ -109,6 +112,8 @@ class Outcomes:
 
     def fail(self, job: Job, error: BaseException) -> str | None:
         """Count a handler failure and NACK the job, or return the error text if it must be dead-lettered."""
+        if type(error) is GiveBack:
+            return self.given_back(job, error)
         counters = self.counters
         counters.failed += 1
         rejected = isinstance(error, Reject)
@@ -138,6 +143,22 @@ class Outcomes:
         if fatal:  # KeyboardInterrupt, SystemExit...: stop gracefully, re-raise from run()
             self.stop.fatal(error)
         return text if dead else None
+
+    def given_back(self, job: Job, error: GiveBack) -> str | None:
+        """A handler gave the job back for another worker (:class:`~.handlers.GiveBack`):
+        RELEASE ... DELAY, no attempt used; its text if it must be dead-lettered instead (given
+        back ``limit`` times already)."""
+        text = reason_of(error)
+        self.gate.neutral(job.id)
+        if job.returns >= error.limit:
+            self.counters.failed += 1
+            log.warning("job %s given back %d times: dead-lettered: %s", job.id, job.returns, text)
+            return text
+        self.counters.released += 1
+        log.info("job %s given back (%d of %d), queued again in %.3g s: %s", job.id, job.returns + 1, error.limit,
+                 error.delay, text)  # fmt: skip
+        self.acks.nack_with("release", job, cmd.release(job.id, delay=error.delay).argv)
+        return None
 
     def retry_delay(self, job: Job) -> float | None:
         """Seconds before a failed job comes back (NACK's DELAY): exponential in its attempt,
