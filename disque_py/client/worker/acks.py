@@ -1,7 +1,7 @@
 """Acknowledging: the outcomes waiting to be sent, who sends them, what their answers free.
 
 An outcome is ``ACKJOB`` (``FASTACK`` with ``fast_ack``) for a job done, a plain ``NACK`` for
-a job handed back, or a NACK with options (``DELAY``, ``REASON``, ``DEAD``; one command per job)
+a job handed back, or a NACK with options (``DELAY``, ``REASON``, ``TRACE``, ``DEAD``; one command per job)
 for a failure (:mod:`.outcome` decides which). A job stays *in flight* until the node answered
 its outcome: only then is its slot free (:meth:`Acks.settled`).
 
@@ -11,7 +11,8 @@ trip, see :mod:`.fetch`); while it cannot (its GETJOB blocks, a pause, a stop) t
 per batch, and the NACKs with options in one pipeline. A NACK with options the node refuses (a
 DELAY beyond the job's TTL) is sent again plain, so the job is never lost; a node that refuses
 NACK's options altogether (Disque's own) switches the worker to plain NACKs and to dead letters
-it ADDs itself (``legacy``).
+it ADDs itself (``legacy``); one that refuses only TRACE (an older disque-py) gets the same NACK
+without it, and no TRACE from then on (``takes_trace``).
 """
 
 from __future__ import annotations
@@ -90,6 +91,7 @@ class Acks:
         self.retries: list[Retry] = []  # NACKs with options (DELAY, REASON, DEAD), one command each
         self.carrying = False  # the fetcher will send outcomes with its next GETJOB
         self.legacy = False  # the node refused NACK's options (a Disque node): plain NACKs, ADDJOB dead letters
+        self.takes_trace = True  # False once a node refused NACK's TRACE (an older disque-py): NACKs without it
         self.done = False  # no job will end any more: the acker sends what is left and returns
 
     # ------------------------------------------------------------ queueing
@@ -181,6 +183,15 @@ class Acks:
             self.settled("nack", 1, None)
             return
         kind, job, argv = entry
+        if b"TRACE" in argv and "TRACE" in str(error):  # an older disque-py node: the same NACK without it
+            if self.takes_trace:
+                self.takes_trace = False
+                log.warning("the node does not know NACK's TRACE (%s): failures are sent without their "
+                            "traceback from now on", error)  # fmt: skip
+            at = argv.index(b"TRACE")
+            self.retries.append((kind, job, argv[:at] + argv[at + 2:]))  # its slot stays taken until answered
+            self.queued()
+            return
         counters = self.counters
         counters.ack_errors += 1
         # Disque's NACK takes every argument for a job ID (-BADID); ours refuses unknown words
