@@ -9,6 +9,7 @@ their HELLO lists), and the printing.
 from __future__ import annotations
 
 import json
+import re
 import sys
 import time
 from typing import TYPE_CHECKING, Any
@@ -187,7 +188,8 @@ def dead() -> None:
     delivery (or is NACKed with DEAD) becomes a dead letter: a new job with
     the same body in its dead-letter queue (DEADLETTER, default
     `<queue>.dead`), whose SHOW names the original job, its queue, how many
-    times it was delivered and the last failure's REASON. These commands ask
+    times it was delivered, the last failure's REASON and its traceback (a
+    worker's NACK ... TRACE). These commands ask
     every node of the cluster (the nodes given, and each node their HELLO
     lists) and count each dead letter once.
 
@@ -242,15 +244,19 @@ def dead_list(as_json: bool, **kwargs: Any) -> None:
 @click.argument("queue")
 @_connection_options
 @click.option("--limit", default=100, show_default=True, type=click.IntRange(1), help="Show at most this many jobs.")
-@click.option("--json", "as_json", is_flag=True, help="Print the jobs as JSON (bodies included).")
-def dead_show(queue: str, limit: int, as_json: bool, **kwargs: Any) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Print the jobs as JSON (bodies and tracebacks included).")
+@click.option("--traceback/--no-traceback", "tracebacks", default=True, show_default=True,
+              help="Print the traceback of each one's last failure under the table.")
+def dead_show(queue: str, limit: int, as_json: bool, tracebacks: bool, **kwargs: Any) -> None:
     """Show the dead letters of QUEUE, oldest first: job ID, original queue,
     the task and its arguments (for a task's job), deliveries of the
-    original, age, and the last failure reason.
+    original, age, and the last failure reason; then the traceback of that
+    failure, for each that has one (a worker's NACK sends it).
 
     \b
     Examples:
       disque-py dead show orders.dead
+      disque-py dead show orders.dead --limit 10 --no-traceback
       disque-py dead show orders.dead --limit 10 --json
     """
     cluster = _open(_split(kwargs))
@@ -278,7 +284,7 @@ def dead_show(queue: str, limit: int, as_json: bool, **kwargs: Any) -> None:
     for j in jobs:
         task, args = _task_of(j.body)
         rows.append([j.id, _name(j.original_queue), task, _short(args, 40), str(j.deliveries), _age(j.age(now)),
-                     "" if j.reason is None else _short(_name(j.reason), 60)])  # fmt: skip
+                     "" if j.reason is None else _short(_CONTROL.sub(_escape, _name(j.reason)), 60)])  # fmt: skip
     header = ["ID", "ORIGINAL QUEUE", "TASK", "ARGUMENTS", "DELIVERIES", "AGE", "REASON"]
     if not any(r[2] for r in rows):  # no task among them: plain jobs have no task nor arguments
         rows = [r[:2] + r[4:] for r in rows]
@@ -286,6 +292,23 @@ def dead_show(queue: str, limit: int, as_json: bool, **kwargs: Any) -> None:
     click.echo(_table(rows, header))
     if total > limit:
         click.echo("(%d more; --limit to see them)" % (total - limit))
+    if tracebacks:
+        for j in jobs:
+            if j.trace:
+                click.echo("\n%s: the traceback of its last failure\n%s" % (j.id, _indented(_name(j.trace))))
+
+
+def _indented(text: str) -> str:
+    """A traceback indented under its heading, its control characters shown as escapes (a
+    failure's text is anyone's: it must not drive the terminal)."""
+    return "\n".join("    " + _CONTROL.sub(_escape, line) for line in text.rstrip("\n").split("\n"))
+
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def _escape(match: "re.Match[str]") -> str:
+    return "\\x%02x" % ord(match.group())
 
 
 def _selected(cluster: Cluster, queue: str, ids: tuple[str, ...], all_: bool) -> list[dl.DeadLetter]:

@@ -53,6 +53,8 @@ __all__ = [
     "ids_command",
     "nack",
     "nack_argv",
+    "cut_reason",
+    "cut_trace",
     "working",
     "show",
     "qlen",
@@ -490,25 +492,56 @@ def del_job(*ids: str | bytes) -> Call[int]:
 
 #: NACK's REASON is kept by the node up to this many bytes.
 MAX_REASON_BYTES = 1024
+#: NACK's TRACE is kept by the node up to this many bytes: its tail (``core/job.py``'s TRACE_MAX).
+MAX_TRACE_BYTES = 16384
+
+
+def _utf8(text: str) -> bytes:
+    """``text`` as UTF-8; bytes kept in a str by ``surrogateescape`` come back as they were, any
+    other lone surrogate (an exception's message may hold one) as ``\\udXXX``."""
+    try:
+        return text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace")
 
 
 def cut_reason(reason: str | bytes) -> bytes:
     """A failure reason as NACK's REASON takes it: UTF-8, at most 1024 bytes (cut on a
     character boundary)."""
-    raw = reason.encode("utf-8", "surrogateescape") if isinstance(reason, str) else bytes(reason)
+    raw = _utf8(reason) if isinstance(reason, str) else bytes(reason)
     if len(raw) <= MAX_REASON_BYTES:
         return raw
     cut = raw[:MAX_REASON_BYTES]
     return cut.decode("utf-8", "ignore").encode("utf-8") if isinstance(reason, str) else cut
 
 
-def nack(*ids: str | bytes, delay: float | None = None, reason: str | bytes | None = None, dead: bool = False) -> Call[int]:
+def cut_trace(trace: str | bytes) -> bytes:
+    """A traceback as NACK's TRACE takes it: UTF-8, at most 16 KiB. A longer one keeps its tail
+    (where a traceback names the failing line and the error), from the start of a line, after
+    a first line saying how much was cut."""
+    raw = _utf8(trace) if isinstance(trace, str) else bytes(trace)
+    if len(raw) <= MAX_TRACE_BYTES:
+        return raw
+    head = b"[traceback cut: its first %d bytes left out]\n" % len(raw)  # sized below, never longer
+    start = len(raw) - (MAX_TRACE_BYTES - len(head))
+    line = raw.find(b"\n", start, len(raw) - 1)
+    if line >= 0:
+        start = line + 1
+    while start < len(raw) and 0x80 <= raw[start] < 0xC0:  # a continuation byte: not a character's start
+        start += 1
+    return b"[traceback cut: its first %d bytes left out]\n" % start + raw[start:]
+
+
+def nack(*ids: str | bytes, delay: float | None = None, reason: str | bytes | None = None,
+         trace: str | bytes | None = None, dead: bool = False) -> Call[int]:  # fmt: skip
     """NACK: put the jobs back now, counting a failed attempt (plain ``NACK id...``, as Disque).
 
     disque-py's options: ``delay`` seconds before they are queued again
     (cluster-wide); ``reason`` kept as the jobs' last failure (cut to 1024
-    bytes); ``dead=True`` dead-letters them now, whatever their MAXDELIVER.
-    (``NACK id... [DELAY s] [REASON text] [DEAD]``)
+    bytes); ``trace`` kept as that failure's traceback (SHOW's ``last-failure-trace``,
+    handed to a dead letter; its tail, at most 16 KiB); ``dead=True`` dead-letters
+    them now, whatever their MAXDELIVER.
+    (``NACK id... [DELAY s] [REASON text] [TRACE text] [DEAD]``)
     """
     argv: list[Any] = [b"NACK", *_ids(ids)]
     if dead and delay is not None:
@@ -517,6 +550,8 @@ def nack(*ids: str | bytes, delay: float | None = None, reason: str | bytes | No
         argv += [b"DELAY", _seconds("delay", delay)]
     if reason is not None:
         argv += [b"REASON", cut_reason(reason)]
+    if trace is not None:
+        argv += [b"TRACE", cut_trace(trace)]
     if dead:
         argv.append(b"DEAD")
     return Call(tuple(argv), _int)

@@ -1,7 +1,8 @@
 """Dead letters as an operator sees them: found, listed, requeued and purged.
 
 A dead letter is a job whose SHOW has ``dead-letter-of`` (the node makes one when a job
-fails past its MAXDELIVER, or is NACKed with DEAD; ``core/delivery.py``). A dead-letter
+fails past its MAXDELIVER, or is NACKed with DEAD; ``core/delivery.py``), and
+``last-failure-trace`` when the original's last failure was NACKed with its traceback. A dead-letter
 queue is a queue holding such jobs. No server command lists them: every node of the
 cluster is asked ``JSCAN ... REPLY all`` (a job lives on several nodes, so what they say
 is merged by job ID, the queued copy preferred), and what is not a dead letter, or is
@@ -81,6 +82,7 @@ class DeadLetter:
     reason: bytes | None
     options: list[bytes]  # original-options: what ADDJOB is given back on a requeue
     node: str = ""  # the node it was found on (its queued copy's when one is queued)
+    trace: bytes | None = None  # last-failure-trace: the traceback of the original's last failure
 
     def age(self, now: float | None = None) -> float:
         """Seconds since the dead letter was made (from its ctime)."""
@@ -93,6 +95,7 @@ class DeadLetter:
             "deliveries": self.deliveries, "reason": None if self.reason is None else _text(self.reason),
             "age": round(self.age(now), 3), "ctime": self.ctime_ns, "ttl": self.ttl, "retry": self.retry,
             "repl": self.repl, "options": [_text(o) for o in self.options], "node": self.node,
+            "traceback": None if self.trace is None else _text(self.trace),
         }  # fmt: skip
         try:
             out["body"], out["body_encoding"] = self.body.decode("utf-8"), "utf-8"
@@ -115,6 +118,7 @@ def from_fields(reply: Any, node: str = "") -> DeadLetter | None:
     if f.get("dead-letter-of") is None or f.get("id") is None:
         return None
     reason = f.get("dead-letter-reason")
+    trace = f.get("last-failure-trace")
     options = f.get("original-options") or []
     return DeadLetter(
         id=_text(f["id"]), queue=_bytes(f.get("queue", b"")), state=_text(f.get("state")),
@@ -123,6 +127,7 @@ def from_fields(reply: Any, node: str = "") -> DeadLetter | None:
         original_queue=_bytes(f.get("original-queue", b"")), deliveries=_int(f.get("original-deliveries")),
         reason=None if reason is None else _bytes(reason),
         options=[_bytes(o) for o in options] if isinstance(options, (list, tuple)) else [], node=node,
+        trace=None if trace is None else _bytes(trace),
     )  # fmt: skip
 
 

@@ -231,8 +231,9 @@ class DeadLetter:
     dead letters were kept by the cluster; see :attr:`Job.dead_letter_of` for those).
 
     Stored as JSON: the original body goes in ``"body"`` when it is valid
-    UTF-8, else base64-encoded in ``"body_base64"``. ``DeadLetter.parse``
-    gives back the original bytes either way.
+    UTF-8, else base64-encoded in ``"body_base64"``; the last failure's traceback in
+    ``"traceback"`` when there is one. ``DeadLetter.parse`` gives back the original
+    bytes either way.
     """
 
     queue: str
@@ -243,10 +244,12 @@ class DeadLetter:
     nacks: int = 0
     additional_deliveries: int = 0
     time: float = field(default_factory=time.time)
+    traceback: str | None = None
 
     @classmethod
-    def from_job(cls, job: Job, error: str) -> "DeadLetter":
-        return cls(job.queue, job.id, job.body, error, job.attempt, job.nacks, job.additional_deliveries)
+    def from_job(cls, job: Job, error: str, traceback: str | None = None) -> "DeadLetter":
+        return cls(job.queue, job.id, job.body, error, job.attempt, job.nacks, job.additional_deliveries,
+                   traceback=traceback)  # fmt: skip
 
     def encode(self) -> bytes:
         doc: dict[str, Any] = {
@@ -258,6 +261,8 @@ class DeadLetter:
             "additional_deliveries": self.additional_deliveries,
             "time": self.time,
         }
+        if self.traceback is not None:
+            doc["traceback"] = self.traceback
         try:
             doc["body"] = self.body.decode("utf-8")
         except UnicodeDecodeError:
@@ -274,7 +279,9 @@ class DeadLetter:
             raw = base64.b64decode(doc["body_base64"])
         else:
             raw = doc["body"].encode("utf-8")
+        trace = doc.get("traceback")
         return cls(
             doc["queue"], doc["id"], raw, doc["error"], int(doc["attempt"]),
             int(doc.get("nacks", 0)), int(doc.get("additional_deliveries", 0)), float(doc.get("time", 0.0)),
+            trace if isinstance(trace, str) else None,
         )  # fmt: skip

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextvars
 from dataclasses import dataclass, field
+from types import TracebackType
 from typing import Any
 
 __all__ = ["TaskContext", "current_task"]
@@ -33,6 +34,8 @@ class TaskContext:
     final: bool  # a failure of this run is not retried
     result: Any = None
     error: BaseException | None = None
+    #: the task's own part of ``error``'s traceback (from its function, or the hook that raised, down)
+    error_tb: TracebackType | None = None
     started: float = 0.0  # time.monotonic()
     duration: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)  # for the hooks' own use

@@ -12,6 +12,7 @@ from __future__ import annotations
 import inspect
 import logging
 from collections.abc import Callable
+from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -62,6 +63,13 @@ async def acall_hooks(hooks: list[Callable[[Any], Any]], ctx: TaskContext, what:
             _hook_failed(what, hook, ctx, exc)
 
 
+def _own(exc: BaseException) -> TracebackType | None:
+    """The part of ``exc``'s traceback below the frame that caught it (run_sync, run_async): the
+    task's function (or the hook) down to where it failed, without the runner's plumbing."""
+    tb = exc.__traceback__
+    return None if tb is None else tb.tb_next
+
+
 def run_sync(app: "App", task: "Task", ctx: TaskContext) -> Any:
     """A plain-function task and its hooks, in its thread; the time limit raised in it
     (:mod:`.timelimit`) becomes the task's TimeLimitExceeded."""
@@ -74,13 +82,13 @@ def run_sync(app: "App", task: "Task", ctx: TaskContext) -> Any:
             if close is not None:
                 close()
             raise TypeError("task %s returned an awaitable: declare it with async def" % task.name)
-    except TimeLimitExceeded:
+    except TimeLimitExceeded as interrupted:
         error = exceeded(task.name, task.timeout)
-        ctx.error = error
+        ctx.error, ctx.error_tb = error, _own(interrupted)  # where the time limit interrupted it
         call_hooks(app.failure_hooks, ctx, "on_failure", swallow=True)
         raise error from None
     except Exception as exc:
-        ctx.error = exc
+        ctx.error, ctx.error_tb = exc, _own(exc)
         call_hooks(app.failure_hooks, ctx, "on_failure", swallow=True)
         raise
     ctx.result = value
@@ -101,7 +109,7 @@ async def run_async(app: "App", task: "Task", ctx: TaskContext) -> Any:
         await acall_hooks(app.failure_hooks, ctx, "on_failure", swallow=True)
         raise error from None
     except Exception as exc:
-        ctx.error = exc
+        ctx.error, ctx.error_tb = exc, _own(exc)
         await acall_hooks(app.failure_hooks, ctx, "on_failure", swallow=True)
         raise
     ctx.result = value

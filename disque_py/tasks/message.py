@@ -39,7 +39,11 @@ writes the result in the form the task came in.
 A result is a job too, in the same serializer::
 
     {"v": 1, "ok": true,  "value": 3}
-    {"v": 1, "ok": false, "error": {"type": "ValueError", "message": "boom"}}
+    {"v": 1, "ok": false, "error": {"type": "ValueError", "message": "boom",
+                                    "traceback": "Traceback (most recent call last):\n..."}}
+
+``traceback`` (optional: a writer may leave it out, a reader may find none) is the task's
+formatted traceback, its tail at most 16 KiB (the worker's ``trace_of``).
 
 This module is pure (no I/O): the tests read it directly.
 """
@@ -351,18 +355,21 @@ def _chain_spec(obj: Any) -> ChainSpec | None:
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
-    """What a task's run left: its value, or its error's type name and message."""
+    """What a task's run left: its value, or its error's type name, message and traceback."""
 
     ok: bool
     value: Any = None
     error_type: str | None = None
     error_message: str | None = None
+    error_traceback: str | None = None
 
 
 def encode_outcome(outcome: Outcome, serializer: str = "json") -> bytes:
     if outcome.ok:
         return dumps({"v": FORMAT_VERSION, "ok": True, "value": outcome.value}, serializer)
     error = {"type": outcome.error_type or "Exception", "message": outcome.error_message or ""}
+    if outcome.error_traceback is not None:
+        error["traceback"] = outcome.error_traceback
     return dumps({"v": FORMAT_VERSION, "ok": False, "error": error}, serializer)
 
 
@@ -375,4 +382,6 @@ def decode_outcome(body: bytes) -> Outcome:
     error = obj.get("error")
     if not isinstance(error, dict):
         raise MessageError("a failed result without its 'error' map")
-    return Outcome(False, None, str(error.get("type") or "Exception"), str(error.get("message") or ""))
+    trace = error.get("traceback")
+    return Outcome(False, None, str(error.get("type") or "Exception"), str(error.get("message") or ""),
+                   trace if isinstance(trace, str) and trace else None)  # fmt: skip

@@ -23,7 +23,8 @@ waiter that got nothing from a GETJOB of ``PEEK_EVERY`` seconds also reads the q
 ``QPEEK`` on every other node (``Client.on_other_nodes``) before it waits again. It also
 looks for the task's dead letter then (``SHOW``, its ID derived from the task's): a task whose
 worker died during its last delivery is dead-lettered by the node and no result is written,
-so the waiter gets a ``WorkerLost`` error with the cluster's reason, not a timeout. Many results
+so the waiter gets a ``WorkerLost`` error with the cluster's reason (and the traceback of the
+last failure the cluster kept, ``last-failure-trace``: an earlier delivery's), not a timeout. Many results
 are awaited with one GETJOB over their queues (:func:`wait_outcomes`).
 """
 
@@ -36,8 +37,8 @@ from ..client import commands as cmd
 from ..core.ids import dead_letter_id
 from .message import RESULT_QUEUE_PREFIX, MessageError, Outcome, decode_outcome, encode_outcome, result_queue
 
-__all__ = ["TaskError", "ResultTimeout", "NoResult", "TaskRef", "wait_outcomes", "result_argv", "result_options",
-           "RESULT_DEDUP"]
+__all__ = ["TaskError", "RemoteTraceback", "ResultTimeout", "NoResult", "TaskRef", "wait_outcomes", "result_argv",
+           "result_options", "RESULT_DEDUP"]
 
 #: the DEDUP key of every result job (its queue is the task's own, so one key is enough)
 RESULT_DEDUP = "result"
@@ -45,17 +46,37 @@ RESULT_DEDUP = "result"
 PEEK_EVERY = 1.0
 
 
+class RemoteTraceback(Exception):
+    """The traceback of a task's failure, in the worker that ran it: the cause of its
+    :class:`TaskError`, so that one raised and not caught prints it above its own (as
+    ``concurrent.futures`` shows a process's)."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.text = text
+
+    def __str__(self) -> str:
+        return '\n"""\n%s"""' % self.text
+
+
 class TaskError(Exception):
     """The task failed: ``type`` is its error's type name, ``message`` its message.
 
-    ``str()`` reads ``"ValueError: boom"``; ``job_id`` is the task's job.
+    ``str()`` reads ``"ValueError: boom"``; ``job_id`` is the task's job; ``traceback`` the
+    task's formatted traceback in the worker that ran it (its tail, at most 16 KiB), or None
+    (a worker that sent none, or a task rejected before it ran). With one, the error's
+    ``__cause__`` is a :class:`RemoteTraceback`: a TaskError not caught prints the task's
+    traceback above its own.
     """
 
-    def __init__(self, type_name: str, message: str, job_id: str | None = None) -> None:
+    def __init__(self, type_name: str, message: str, job_id: str | None = None, traceback: str | None = None) -> None:
         super().__init__("%s: %s" % (type_name, message) if message else type_name)
         self.type = type_name
         self.message = message
         self.job_id = job_id
+        self.traceback = traceback
+        if traceback:
+            self.__cause__ = RemoteTraceback(traceback)
 
 
 class ResultTimeout(TimeoutError):
@@ -122,8 +143,10 @@ def _lost(show: Any) -> Outcome | None:
     if not fields:
         return None
     reason = fields.get("dead-letter-reason") or "dead-lettered"
+    trace = fields.get("last-failure-trace")
     return Outcome(False, None, "WorkerLost", "the task's job was dead-lettered by the cluster after %s "
-                   "deliveries without a result: %s" % (fields.get("original-deliveries", "?"), reason))  # fmt: skip
+                   "deliveries without a result: %s" % (fields.get("original-deliveries", "?"), reason),
+                   trace if isinstance(trace, str) and trace else None)  # fmt: skip
 
 
 def _look_around(client: Any, queues: list[str]) -> dict[str, Outcome]:
@@ -295,4 +318,4 @@ class TaskRef:
 def unwrap(outcome: Outcome, job_id: str | None) -> Any:
     if outcome.ok:
         return outcome.value
-    raise TaskError(outcome.error_type or "Exception", outcome.error_message or "", job_id)
+    raise TaskError(outcome.error_type or "Exception", outcome.error_message or "", job_id, outcome.error_traceback)

@@ -20,11 +20,13 @@ letters and graceful shutdown apply as they are. For each job:
    ``concurrency`` at once), under the task's time limit (:mod:`.timelimit`);
 3. success: the result job is written (:mod:`.writes`), then the Worker ACKs;
 4. failure: a retry when the job has deliveries left (the worker NACKs it with
-   the error as REASON; the node's BACKOFF, or the worker's retry delay, decides
-   when it comes back), else an error result is written and the job is
-   dead-lettered with the error (its MAXDELIVER does it on the NACK; a job sent
-   without MAXDELIVER, e.g. from redis-cli, is rejected once ``retries`` are
-   spent).
+   the error as REASON and its traceback as TRACE; the node's BACKOFF, or the
+   worker's retry delay, decides when it comes back), else an error result is
+   written (with the traceback) and the job is dead-lettered with the error (its
+   MAXDELIVER does it on the NACK; a job sent without MAXDELIVER, e.g. from
+   redis-cli, is rejected once ``retries`` are spent). The worker logs each failure,
+   once, with its traceback (``disque_py.worker``); the traceback is formatted once
+   (``trace_of``), for the result and the NACK alike.
 
 The counters (:class:`~.metrics.TaskMetrics`) are served on ``/metrics`` when the worker
 is asked to (``metrics_port``, :mod:`.metrics`). The runner reaches the cluster only through
@@ -43,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from ..client.worker import GiveBack, Reject, Worker, describe_error
+from ..client.worker import GiveBack, Reject, Worker, describe_error, trace_of
 from . import hooks
 from .hooks import TaskContext, current_task
 from .message import MessageError, Outcome, decode
@@ -133,21 +135,20 @@ class Runner:
                 value = await hooks.run_async(self.app, task, ctx)
             else:
                 value = await self._run_thread(task, ctx)
-        except Exception as exc:
+        except Exception as exc:  # logged by the worker, once, with its traceback
             ctx.duration = time.monotonic() - ctx.started
-            text = describe_error(exc)
+            # formatted here, once, from the task's own frames: the worker's NACK reuses it
+            trace = trace_of(exc, ctx.error_tb if ctx.error is exc else None)
             if not final:
                 self.metrics.count("retried", task.name, ctx.duration)
-                log.info("task %s (%s) failed, attempt %d, retried: %s", task.name, job.id, job.attempt, text)
                 raise
             self.metrics.count("failed", task.name, ctx.duration)
-            log.warning("task %s (%s) failed for good, attempt %d: %s", task.name, job.id, job.attempt, text)
-            failed = Outcome(False, None, type(exc).__name__, _message_of(exc))
+            failed = Outcome(False, None, type(exc).__name__, _message_of(exc), trace)
             await write_result(self.client, job, message, serializer, failed)
             if message.chain is not None:  # the chain ends here: its waiter reads the error
                 await write_chain_failure(self.client, job, message.chain, serializer, failed)
             if job.maxdeliver is None:
-                raise Reject(text) from exc
+                raise Reject(describe_error(exc)) from exc  # its traceback is its cause's
             raise  # a NACK on the last delivery: the node dead-letters it with this error
         ctx.duration = time.monotonic() - ctx.started
         await write_result(self.client, job, message, serializer, Outcome(True, value), reject_unserializable=True)

@@ -65,3 +65,50 @@ def test_the_dead_letter_view_lists_requeues_and_purges(cluster, open_page):
     expect(row).to_have_count(0, timeout=15_000)
     expect(detail.get_by_test_id("dead-detail-empty")).to_be_visible(timeout=15_000)
     assert sum(n.client().execute_command("QLEN", "pay.dead") for n in cluster) == 0
+
+
+def test_a_dead_letters_traceback_unfolds_as_text_and_stays_unfolded(cluster, open_page):
+    from tests.tasks.tracing import ERROR_LINE, FAILING_LINE, fail_for_good, failing_app
+
+    a = cluster[0]
+    f = failing_app("127.0.0.1:%d" % a.port)
+    try:
+        _, err = fail_for_good(f)  # a task failing at a known line until its retries are spent
+    finally:
+        f.app.close()
+    page = open_page(a)
+    row = page.locator('[data-testid=dead-row][data-queue="%s.dead"]' % f.queue)
+    row.get_by_test_id("dead-name").click()
+    detail = page.get_by_test_id("dead-detail")
+    expect(detail.get_by_test_id("dead-job")).to_have_count(1)
+    expect(detail.get_by_test_id("dead-job-reason")).to_have_text(ERROR_LINE)
+    trace = detail.get_by_test_id("dead-job-trace")
+    text = trace.get_by_test_id("dead-job-trace-text")
+    expect(text).to_be_hidden()  # folded: a line per dead letter until asked
+    trace.locator("summary").click()
+    expect(text).to_be_visible()
+    assert text.text_content() == err.traceback and FAILING_LINE in err.traceback
+    # a refresh draws the view anew: what was unfolded stays so
+    before = text.element_handle()
+    page.get_by_test_id("dead-refresh").click()
+    page.wait_for_function("node => !node.isConnected", arg=before)
+    expect(text).to_be_visible()
+    assert text.text_content() == err.traceback
+
+
+def test_a_traceback_that_looks_like_html_is_shown_as_text(cluster, open_page):
+    c = cluster[1].client()
+    trace = 'Traceback:\n<img src=x onerror="document.title=\'owned\'"><b>bold</b> & "quotes"\nKeyError: \'<i>\'\n'
+    job_id = c.execute_command("ADDJOB", "html-trace", "x", 0, "RETRY", 1, "MAXDELIVER", 1).decode()
+    assert c.execute_command("GETJOB", "NOHANG", "FROM", "html-trace")[0][1].decode() == job_id
+    assert c.execute_command("NACK", job_id, "REASON", "<b>no</b>", "TRACE", trace) == 1
+    page = open_page(cluster[0])
+    page.locator('[data-testid=dead-row][data-queue="html-trace.dead"]').get_by_test_id("dead-name").click()
+    detail = page.get_by_test_id("dead-detail")
+    detail.get_by_test_id("dead-job-trace").locator("summary").click()
+    text = detail.get_by_test_id("dead-job-trace-text")
+    expect(text).to_be_visible()
+    assert text.text_content() == trace
+    expect(detail.get_by_test_id("dead-job-reason")).to_have_text("<b>no</b>")
+    expect(detail.locator("img, b, i")).to_have_count(0)
+    expect(page).to_have_title("Disque admin")

@@ -331,6 +331,31 @@ async def test_release_gives_a_delivery_back(flavor, node):
         await c.aclose()
 
 
+async def test_nack_trace_is_shown_and_handed_to_the_dead_letter(flavor, node):
+    """NACK ... TRACE from either face: SHOW's last-failure-trace (never GETJOB's counters),
+    kept by its tail past 16 KiB, and the dead letter's."""
+    c = make_client(flavor, addr(node))
+    q = "trace-" + uuid.uuid4().hex[:10]
+    tb = ('Traceback (most recent call last):\n  File "app.py", line 7, in charge\n    card = cards["missing"]\n'
+          "KeyError: 'missing'\n")
+    try:
+        jid = await c.add_job(q, b"payload", retry=5, maxdeliver=2)
+        await c.get_jobs(q)
+        assert await c.nack(jid, delay=0.1, reason="KeyError: 'missing'", trace=tb) == 1
+        shown = await c.show(jid)
+        assert shown["last-failure-trace"] == tb and shown["last-nack-reason"] == "KeyError: 'missing'"
+        [job] = await c.get_jobs(q, timeout_ms=5000)
+        assert job.last_nack_reason == "KeyError: 'missing'"
+        huge = "x" * 200_000 + "\n" + tb  # the tail is what is kept: the failing line and the error
+        assert await c.nack(jid, reason="again", trace=huge) == 1  # its MAXDELIVER: dead-lettered
+        [dead] = await c.get_jobs(q + ".dead", timeout_ms=5000)
+        kept = (await c.show(dead.id))["last-failure-trace"]
+        assert len(kept.encode()) <= 16384 and kept.endswith(tb) and kept.startswith("[traceback cut: its first ")
+        await c.ack(dead.id)
+    finally:
+        await c.aclose()
+
+
 async def test_non_utf8_queue_and_body(flavor, node):
     c = make_client(flavor, addr(node))
     q = b"bin-\xff\xfe-" + uuid.uuid4().hex[:6].encode()

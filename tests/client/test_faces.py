@@ -88,6 +88,11 @@ def test_a_face_written_by_hand_that_fell_behind_is_caught():
     assert behind(AsyncClient, awaited=False)[:1] == ["add_job: awaitable"]
 
 
+def test_nacks_trace_is_on_both_faces():
+    for face in FACES.values():
+        assert list(inspect.signature(face.nack).parameters)[1:] == ["ids", "delay", "reason", "trace", "dead"]
+
+
 def test_every_addjob_option_is_on_both_faces_as_declared():
     options = [p for p in inspect.signature(cmd.addjob).parameters.values() if p.kind is p.KEYWORD_ONLY]
     assert {"timeout_ms", "retry", "dedup"} <= {p.name for p in options}

@@ -351,6 +351,30 @@ def test_disque_calls_send_what_they_sent_and_new_options_only_when_given():
     # REASON: at most 1024 bytes, never half a character
     assert cmd.cut_reason("é" * 600) == ("é" * 512).encode() and len(cmd.cut_reason("a" + "é" * 600)) == 1023
     assert cmd.cut_reason(b"\xff" * 2000) == b"\xff" * 1024
+    # a lone surrogate (an exception's message may hold one) is sent escaped, not raised
+    assert cmd.cut_reason("bad \ud800") == b"bad \\ud800" and cmd.cut_reason("\udcff") == b"\xff"
+
+
+def test_nack_trace_is_sent_whole_or_by_its_tail():
+    tb = "Traceback (most recent call last):\n  File \"t.py\", line 3, in f\nKeyError: 'missing'\n"
+    assert cmd.nack_argv(["D-1"], delay=1, reason="KeyError: 'missing'", trace=tb) == (
+        b"NACK", b"D-1", b"DELAY", b"1", b"REASON", b"KeyError: 'missing'", b"TRACE", tb.encode())  # fmt: skip
+    assert cmd.nack_argv(["D-1"], trace=b"tb", dead=True) == (b"NACK", b"D-1", b"TRACE", b"tb", b"DEAD")
+    assert cmd.cut_trace(b"x" * cmd.MAX_TRACE_BYTES) == b"x" * cmd.MAX_TRACE_BYTES  # up to the limit: as it is
+    # longer: its tail, from a line's start, after a line that says what was cut
+    lines = "".join("  File \"f%d.py\", line %d, in g\n" % (i, i) for i in range(4000)) + "KeyError: 'é'\n"
+    cut = cmd.cut_trace(lines)
+    assert len(cut) <= cmd.MAX_TRACE_BYTES and cut.endswith("KeyError: 'é'\n".encode())
+    head, first, rest = cut.split(b"\n", 2)
+    left_out = len(lines.encode()) - len(cut) + len(head) + 1
+    assert head == b"[traceback cut: its first %d bytes left out]" % left_out
+    assert first.startswith(b'  File "f') and lines.encode().endswith(first + b"\n" + rest)
+    # one endless line (no line start to cut at): never half a character, never over the limit
+    for text in ("é" * 20000, "€" * 9000 + "x", b"\x80" * 20000, "\ud800" * 9000):
+        cut = cmd.cut_trace(text)
+        assert len(cut) <= cmd.MAX_TRACE_BYTES and cut.startswith(b"[traceback cut: its first ")
+        if isinstance(text, str):
+            cut.decode("utf-8")
 
 
 def test_job_extras_from_withcounters():

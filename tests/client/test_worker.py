@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import signal
@@ -16,8 +17,8 @@ import trio
 
 from disque_py import Backoff, Client, DeadLetter, Job, Worker, WorkerStats, current_worker
 from disque_py.aio import Client as AioClient
-from disque_py.client.errors import BadIdError, CommandError
-from disque_py.client.worker import describe_error
+from disque_py.client.errors import BadIdError, CommandError, error_from_reply
+from disque_py.client.worker import Reject, describe_error
 from disque_py.client.worker.acks import unknown_command
 
 from .conftest import ROOT, addr, raw, run_until, sample_in_flight, wait_for
@@ -145,6 +146,82 @@ async def test_dead_letter_after_max_attempts(node, queue):
     assert shown["dead-letter-reason"] == "ValueError: boom 3"
     c.ack(dead.id)
     wait_for(lambda: c.show(jid) is None, what="original acknowledged")
+
+
+def check_out(order):
+    return order["missing"]  # the handler's failing line
+
+
+async def test_a_failure_goes_to_the_node_with_its_traceback_and_is_logged_once(node, queue, caplog):
+    """Each failure: one record of disque_py.worker (WARNING, then ERROR for the one that ends
+    the job) with the traceback under its line; the NACK's TRACE, shown by SHOW at the next
+    delivery and kept in the dead letter."""
+    c = Client(addr(node))
+    jid = c.add_job(queue, b"order 1")
+    kept: list[str | None] = []
+
+    def handler(job):
+        kept.append(c.show(job.id).get("last-failure-trace"))  # what the node has of the last failure
+        check_out({})
+
+    retry = Backoff(initial=0.05, maximum=0.1, jitter=0.0)
+    w = Worker(addr(node), queue, handler, max_attempts=2, retry_backoff=retry, fetch_timeout_ms=100)
+    with caplog.at_level(logging.INFO, "disque_py"):
+        await run_until(w, lambda: w.stats().dead == 1 and w.stats().in_flight == 0)
+    failing = 'return order["missing"]  # the handler\'s failing line'
+    assert kept[0] is None and failing in kept[1] and kept[1].endswith("KeyError: 'missing'\n")
+    [dead] = c.get_jobs(queue + ".dead", nohang=True)
+    trace = c.show(dead.id)["last-failure-trace"]
+    assert trace.startswith("Traceback (most recent call last):\n") and failing in trace
+    records = [r for r in caplog.records if jid in r.getMessage()]
+    assert [(r.name, r.levelno) for r in records] == [("disque_py.worker", logging.WARNING),
+                                                      ("disque_py.worker", logging.ERROR)]  # fmt: skip
+    first, last = (r.getMessage() for r in records)
+    assert first.startswith("job %s failed (attempt 1), again in 0.050 s: KeyError: 'missing'\nTraceback" % jid)
+    assert last.startswith("job %s failed on its last attempt (attempt 2): KeyError: 'missing'\nTraceback" % jid)
+    assert all(m.count(failing) == 1 and m.endswith("\nKeyError: 'missing'") for m in (first, last))
+    c.ack(dead.id)
+
+
+async def test_failures_that_are_hard_to_print_or_rejected(node, queue, caplog):
+    """A message with a lone surrogate, an exception whose str() raises: sent and kept all the
+    same; a Reject is a decision: no traceback, unless it was raised from an error."""
+    c = Client(addr(node))
+    bodies = [b"surrogate", b"unprintable", b"reject", b"reject-from"]
+    c.add_jobs(queue, bodies)
+
+    class Unprintable(Exception):
+        def __str__(self):
+            raise RuntimeError("no text")
+
+    async def handler(job):
+        if job.body == b"surrogate":
+            raise ValueError("lone \ud800 <b>surrogate</b>")
+        if job.body == b"unprintable":
+            raise Unprintable()
+        if job.body == b"reject":
+            raise Reject("not for us")
+        try:
+            check_out({})
+        except KeyError as exc:
+            raise Reject("no such order") from exc
+
+    w = Worker(addr(node), queue, handler, max_attempts=1, fetch_timeout_ms=100, backoff_after=1000)
+    with caplog.at_level(logging.INFO, "disque_py"):
+        stats = await run_until(w, lambda: w.stats().dead == 4 and w.stats().in_flight == 0)
+    assert (stats.failed, stats.dead) == (4, 4)
+    logged = [r.getMessage() for r in caplog.records if "surrogate" in r.getMessage()]
+    assert len(logged) == 1 and "): ValueError: lone \\ud800 <b>surrogate</b>\nTraceback" in logged[0]
+    logged[0].encode("utf-8")  # a log file that takes UTF-8 strictly keeps it
+    letters = {d.body: c.show(d.id) for d in c.get_jobs(queue + ".dead", count=10, nohang=True)}
+    assert sorted(letters) == sorted(bodies)
+    surrogate = letters[b"surrogate"]
+    assert surrogate["dead-letter-reason"] == "ValueError: lone \\ud800 <b>surrogate</b>"
+    assert surrogate["last-failure-trace"].endswith("ValueError: lone \\ud800 <b>surrogate</b>\n")
+    assert letters[b"unprintable"]["last-failure-trace"].endswith("Unprintable: <exception str() failed>\n")
+    assert letters[b"reject"]["dead-letter-reason"] == "not for us" and "last-failure-trace" not in letters[b"reject"]
+    assert letters[b"reject-from"]["last-failure-trace"].endswith("KeyError: 'missing'\n")  # its cause's
+    c.ack(*[d["id"] for d in letters.values()])
 
 
 async def test_a_jobs_own_maxdeliver_and_backoff_decide(node, queue):
@@ -979,6 +1056,43 @@ class DisqueLikeClient(FakeClient):
         return results
 
 
+class OlderNodeClient(FakeClient):
+    """A disque-py node from before NACK's TRACE: its other options taken, TRACE refused."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.nacks: list[tuple] = []
+
+    async def pipeline(self, calls):
+        results = []
+        for call in calls:
+            if call.argv[0] == b"NACK":
+                self.nacks.append(call.argv)
+                if b"TRACE" in call.argv:
+                    results.append(error_from_reply("ERR syntax error near 'TRACE'"))
+                    continue
+            results += await super().pipeline([call])
+        return results
+
+
+async def test_a_node_without_nacks_trace_gets_the_nacks_without_it(autojump_clock):
+    fake = OlderNodeClient()
+
+    async def handler(job):
+        if len(fake.nacks) >= 4:
+            w.stop()
+        raise ValueError("bad %s" % job.body.decode())
+
+    w = Worker(fake, "q", handler, max_in_flight=1, max_attempts=None, backoff_after=1000)
+    with trio.fail_after(60):
+        stats = await w.run()
+    first, again, *rest = fake.nacks
+    at = first.index(b"TRACE")
+    assert first[at + 1].endswith(b"ValueError: bad 1\n") and again == first[:at] + first[at + 2:]
+    assert rest and all(b"TRACE" not in argv and b"DELAY" in argv and b"REASON" in argv for argv in rest)
+    assert stats.ack_errors == 0 and stats.retried == stats.failed and "D-00000000-%024d-05a1" % 1 in fake.nacked
+
+
 async def test_a_node_without_nack_options_gets_plain_nacks_and_worker_dead_letters(autojump_clock):
     fake = DisqueLikeClient()
 
@@ -999,4 +1113,6 @@ async def test_a_node_without_nack_options_gets_plain_nacks_and_worker_dead_lett
     assert all(queue == "q.dead" for queue, _ in fake.added) and len(letters) >= 3
     assert [letter.id for letter in letters] == ["D-00000000-%024d-05a1" % n for n in range(2, 2 + len(letters))]
     assert letters[0].error == "ValueError: bad 2" and letters[0].body == b"2"
+    assert letters[0].traceback.startswith("Traceback (most recent call last):\n")
+    assert letters[0].traceback.endswith('raise ValueError("bad %s" % job.body.decode())\nValueError: bad 2\n')
     assert stats.dead == len(letters) and stats.ack_errors == 1

@@ -101,6 +101,26 @@ def test_a_refused_nack_with_options_goes_back_plain_and_a_node_without_them_is_
     assert acks.acks == ["D-2"] and len(acks.retries) == 1 and acks.pending() == 3
 
 
+def test_a_node_without_nacks_trace_gets_the_same_nack_without_it():
+    """An older disque-py node refuses TRACE alone ("syntax error near 'TRACE'"): the NACK goes
+    again without it (its DELAY, REASON or DEAD kept), and no NACK carries one from then on."""
+    counters = Counters()
+    counters.in_flight, counters.dead = 2, 1
+    acks = make_acks(counters)
+    acks.nack_with("retry", job("D-1"), cmd.nack_argv(["D-1"], delay=1, reason="x", trace="tb"))
+    acks.nack_with("dead", job("D-2"), cmd.nack_argv(["D-2"], reason="y", trace="tb", dead=True))
+    groups = acks.take()
+    refused = error_from_reply("ERR syntax error near 'TRACE'")
+    acks.answered(groups, [refused, refused])
+    assert not acks.takes_trace and not acks.legacy and acks.nacks == []
+    assert [(kind, argv) for kind, _, argv in acks.retries] == [
+        ("retry", (b"NACK", b"D-1", b"DELAY", b"1", b"REASON", b"x")),
+        ("dead", (b"NACK", b"D-2", b"REASON", b"y", b"DEAD"))]  # fmt: skip
+    assert (counters.in_flight, counters.ack_errors, counters.dead) == (2, 0, 1)  # still in flight, still dead
+    acks.answered(acks.take(), [1, 1])
+    assert counters.in_flight == 0 and acks.pending() == 0
+
+
 def test_a_stop_halts_the_threads_before_it_gives_back_the_jobs_not_started():
     counters = Counters()
     buffer = deque([job("D-1"), job("D-2")])

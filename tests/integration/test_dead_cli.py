@@ -111,6 +111,40 @@ def test_dead_show_names_a_tasks_name_and_arguments(cluster3):
     assert header == ["ID", "ORIGINAL", "QUEUE", "DELIVERIES", "AGE", "REASON"]
 
 
+def test_dead_show_prints_each_ones_last_traceback(cluster3):
+    from tests.tasks.tracing import ERROR_LINE, FAILING_LINE, fail_for_good, failing_app
+
+    a = cluster3[0]
+    f = failing_app("127.0.0.1:%d" % a.port)
+    try:
+        ref, err = fail_for_good(f)  # two deliveries, each failing at the known line
+    finally:
+        f.app.close()
+    dead_q = f.queue + ".dead"
+    [job] = wait_for(lambda: json.loads(dead(a, "show", dead_q, "--json").stdout), what="the dead letter")
+    assert (job["original_id"], job["task"], job["reason"]) == (ref.id, "tracing.fails", ERROR_LINE)
+    assert job["traceback"] == err.traceback and FAILING_LINE in job["traceback"]
+    out = dead(a, "show", dead_q)
+    assert out.returncode == 0, out.stderr
+    table, _, traces = out.stdout.partition("\n\n")
+    assert ref.id not in table and job["id"] in table.splitlines()[1]
+    heading, *lines = traces.rstrip("\n").split("\n")
+    assert heading == "%s: the traceback of its last failure" % job["id"]
+    assert lines == ["    " + line for line in err.traceback.rstrip("\n").split("\n")]
+    assert "    " + ERROR_LINE == lines[-1] and any(FAILING_LINE in line for line in lines)
+    brief = dead(a, "show", dead_q, "--no-traceback").stdout.splitlines()
+    assert brief[0] == table.splitlines()[0] and len(brief) == 2 and job["id"] in brief[1]  # the table only
+
+    # a traceback is anyone's text: its control characters are shown, never sent to the terminal
+    c = a.client()
+    job_id = c.execute_command("ADDJOB", "hostile", "x", 0, "RETRY", 1, "MAXDELIVER", 1).decode()
+    c.execute_command("GETJOB", "NOHANG", "FROM", "hostile")
+    assert c.execute_command("NACK", job_id, "REASON", "bad\x1b]0;owned\x07", "TRACE", "Trace\x1b[2J\r\nEnd\x00") == 1
+    text = wait_for(lambda: dead(a, "show", "hostile.dead").stdout, what="the hostile dead letter")
+    assert "\x1b" not in text and "\x07" not in text and "\x00" not in text
+    assert "bad\\x1b]0;owned\\x07" in text and text.endswith("    Trace\\x1b[2J\\x0d\n    End\\x00\n")
+
+
 def test_dead_help_teaches_with_examples():
     out = subprocess.run([sys.executable, "-m", "disque_py.cli", "dead", "--help"], capture_output=True, text=True,
                          timeout=60, cwd=ROOT)  # fmt: skip

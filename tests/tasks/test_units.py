@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import threading
+import traceback
 import time
 
 import msgpack
@@ -14,6 +15,7 @@ import pytest
 from disque_py.tasks import App, GroupRef, MessageError, Outcome, ResultTimeout, TaskError, TaskRef
 from disque_py.tasks import message as m
 from disque_py.tasks.metrics import TaskMetrics
+from disque_py.tasks.results import unwrap
 from disque_py.tasks.timelimit import ThreadCall, TimeLimitExceeded
 
 
@@ -93,6 +95,29 @@ def test_outcomes_and_what_cannot_be_serialized():
         m.dumps(float("nan"), "json")
     with pytest.raises(MessageError, match="not a task result"):
         m.decode_outcome(b'{"v":1}')
+
+
+def test_a_failed_outcome_carries_its_traceback_to_the_task_error():
+    tb = 'Traceback (most recent call last):\n  File "t.py", line 2, in f\n    d["missing"]\nKeyError: \'missing\'\n'
+    failed = Outcome(False, None, "KeyError", "'missing'", tb)
+    for ser in ("json", "msgpack"):
+        assert m.decode_outcome(m.encode_outcome(failed, ser)) == failed
+    error = json.loads(m.encode_outcome(failed))["error"]
+    assert error == {"type": "KeyError", "message": "'missing'", "traceback": tb}
+    assert "traceback" not in json.loads(m.encode_outcome(Outcome(False, None, "KeyError", "'x'")))["error"]
+    # what another writer may put there: anything but a string reads as none
+    for odd in (None, 42, ["a"], {"x": 1}, ""):
+        body = json.dumps({"v": 1, "ok": False, "error": {"type": "E", "message": "m", "traceback": odd}})
+        assert m.decode_outcome(body.encode()).error_traceback is None
+    with pytest.raises(TaskError) as err:
+        unwrap(failed, "D-1")
+    assert (str(err.value), err.value.traceback, err.value.job_id) == ("KeyError: 'missing'", tb, "D-1")
+    # not caught, it prints the task's traceback above its own (str() stays one line)
+    printed = "".join(traceback.format_exception(err.value))
+    assert printed.index('    d["missing"]') < printed.index("TaskError: KeyError: 'missing'")
+    with pytest.raises(TaskError) as err:
+        unwrap(Outcome(False, None, "KeyError", "'missing'"), "D-1")
+    assert err.value.traceback is None and err.value.__cause__ is None
 
 
 def test_the_registry_names_checks_and_maps_options_to_the_job():

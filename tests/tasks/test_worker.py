@@ -6,6 +6,8 @@ msgpack, a producer that speaks only RESP, metrics."""
 from __future__ import annotations
 
 import json
+import logging
+import re
 import subprocess
 import threading
 import time
@@ -20,7 +22,9 @@ from disque_py.tasks import App, NoResult, ResultTimeout, TaskError, TaskRef, cu
 from disque_py.tasks.runner import serve_metrics
 from tests.integration.conftest import free_port
 
+from . import tracing
 from .conftest import addr, raw, wait_for
+from .tracing import ERROR_LINE, FAILING_LINE, fail_for_good, failing_app, running_worker
 
 
 def dead_letters(node, queue: str, count: int, timeout: float = 10.0) -> list[dict]:
@@ -222,6 +226,77 @@ def test_a_worker_lost_on_the_last_delivery_gives_its_waiters_the_dead_letter_re
     assert dead["dead-letter-of"].decode() == ref.id
 
 
+def test_a_failed_tasks_traceback_reaches_its_waiter_and_dead_letter_and_is_logged_once(node, caplog):
+    f = failing_app(addr(node))
+    try:
+        with caplog.at_level(logging.INFO, "disque_py"):
+            ref, err = fail_for_good(f)
+    finally:
+        f.app.close()
+    tb = err.traceback
+    assert str(err) == ERROR_LINE and (err.type, err.job_id) == ("KeyError", ref.id)
+    # the task's own frames, from its function down: none of the runner's plumbing
+    assert tb.startswith("Traceback (most recent call last):\n  File ") and ", in fails\n" in tb
+    assert FAILING_LINE in tb and tb.endswith("\n" + ERROR_LINE + "\n") and "runner.py" not in tb
+    (dead,) = dead_letters(node, f.queue, 1)
+    assert dead["dead-letter-of"].decode() == ref.id and dead["last-failure-trace"].decode() == tb  # formatted once
+    # each failure logged once, by the worker, with its traceback; never by the task runner too
+    records = [r for r in caplog.records if ref.id in r.getMessage()]
+    assert [(r.name, r.levelno) for r in records] == [("disque_py.worker", logging.WARNING),
+                                                      ("disque_py.worker", logging.ERROR)]  # fmt: skip
+    for r, attempt in zip(records, (1, 2)):
+        line, _, trace = r.getMessage().partition("\n")
+        assert line.startswith("job %s (tracing.fails) failed " % ref.id) and line.endswith(ERROR_LINE)
+        assert "(attempt %d" % attempt in line and trace + "\n" == tb
+
+
+def test_a_huge_traceback_is_kept_by_its_tail_end_to_end(node, caplog):
+    f = failing_app(addr(node))
+    try:
+        with caplog.at_level(logging.INFO, "disque_py"):
+            ref, err = fail_for_good(f, f.huge)
+    finally:
+        f.app.close()
+    tb = err.traceback
+    assert 16000 < len(tb.encode()) <= 16384  # of more than 100 KiB
+    first, rest = tb.split("\n", 1)
+    assert re.fullmatch(r"\[traceback cut: its first (\d+) bytes left out\]", first)
+    assert int(first.split()[4]) > 100_000 - 16384 and rest.startswith("a line of the context\n")
+    # the end: the task's failure, with where it failed (the tail of what it was handling before it)
+    end = rest[rest.index("During handling of the above exception, another exception occurred:"):]
+    assert ", in huge\n    return lookup({})\n" in end and end.endswith("\n" + ERROR_LINE + "\n")
+    where = (tracing.__file__, tracing.FAILING_LINE_NO, FAILING_LINE)
+    assert '  File "%s", line %d, in lookup\n    %s\n' % where in end
+    (dead,) = dead_letters(node, f.queue, 1)
+    assert dead["last-failure-trace"].decode() == tb
+    [record] = [r for r in caplog.records if ref.id in r.getMessage()]
+    assert record.getMessage().endswith("\n" + tb.rstrip("\n")) and len(record.getMessage()) < 17000
+
+
+def test_a_worker_lost_after_a_failure_gives_its_waiter_that_failures_traceback(node):
+    app = App(addr(node), result_ttl=60)
+    q = "t-" + uuid.uuid4().hex[:8]
+
+    @app.task(queue=q, retries=1, backoff=(3, 3), retry=1)
+    def fails_then_lost():
+        return tracing.lookup({})
+
+    try:
+        with running_worker(app) as worker:
+            ref = fails_then_lost.send()
+            wait_for(lambda: worker.stats().failed == 1, what="the first failure")
+        # back in 3 s (BACKOFF), to a worker that takes it and dies before it acknowledges
+        lost = raw(node)
+        assert lost.execute_command("GETJOB", "TIMEOUT", 10000, "FROM", q)[0][1].decode() == ref.id
+        lost.close()
+        with pytest.raises(TaskError) as err:
+            ref.result(timeout=20)
+    finally:
+        app.close()
+    assert err.value.type == "WorkerLost" and "after 2 deliveries" in err.value.message
+    assert FAILING_LINE in err.value.traceback and err.value.traceback.endswith(ERROR_LINE + "\n")
+
+
 def test_time_limits_for_threads_and_trio(app, node, run_worker):
     q = "t-" + uuid.uuid4().hex[:8]
 
@@ -244,10 +319,14 @@ def test_time_limits_for_threads_and_trio(app, node, run_worker):
     run_worker(app, concurrency=4)
     started = time.monotonic()
     refs = [busy.send(), stuck.send(), sleepy.send()]
+    traces = []
     for ref in refs:
         with pytest.raises(TaskError) as err:
             ref.result(timeout=10)
         assert err.value.type == "TimeLimitExceeded"
+        traces.append(err.value.traceback)
+    # a thread interrupted by its limit: its traceback says where the task was
+    assert ", in busy\n" in traces[0] and traces[0].endswith("0.3 s time limit\n") and "runner.py" not in traces[0]
     assert time.monotonic() - started < 15  # nobody waited for the 30 s tasks (10x the 1.3 s expected)
     reasons = sorted(d["dead-letter-reason"].decode() for d in dead_letters(node, q, 3))
     assert all(r.startswith("TimeLimitExceeded: task ") and "0.3 s time limit" in r for r in reasons), reasons

@@ -74,6 +74,33 @@ def test_dead_letter_queues_jobs_requeue_and_purge_across_the_cluster(cluster3):
     assert [q["name"] for q in http(port, "GET", "/api/dead").json()["queues"]] == ["emails.dead"]
 
 
+def test_a_dead_letter_comes_with_its_last_traceback(admin_node):
+    from tests.tasks.tracing import ERROR_LINE, FAILING_LINE, fail_for_good, failing_app
+
+    port = admin_port(admin_node)
+    f = failing_app("127.0.0.1:%d" % admin_node.port)
+    try:
+        ref, err = fail_for_good(f)
+    finally:
+        f.app.close()
+    path = "/api/dead/%s.dead" % f.queue
+
+    def listed():
+        r = validated(http(port, "GET", path), "get", path, "/api/dead/{name}", name=f.queue + ".dead")
+        return r.json()["jobs"]
+
+    [job] = wait_for(listed, what="the task's dead letter")
+    assert (job["original_id"], job["reason"]) == (ref.id, ERROR_LINE)
+    assert job["traceback"] == err.traceback and FAILING_LINE in job["traceback"]
+    assert job["traceback"].endswith("\n" + ERROR_LINE + "\n")
+    # one without (a plain NACK): null
+    dead_letter(admin_node.client(), "plain", "x", "why")
+    path = "/api/dead/plain.dead"
+    [plain] = wait_for(lambda: http(port, "GET", path).json()["jobs"], what="the plain dead letter")
+    assert plain["traceback"] is None and plain["reason"] == "why"
+    validated(http(port, "GET", path), "get", path, "/api/dead/{name}", name="plain.dead")
+
+
 def test_requeue_gives_the_job_back_to_its_queue_with_its_options(admin_node):
     c = admin_node.client()
     port = admin_port(admin_node)

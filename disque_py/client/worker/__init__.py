@@ -20,7 +20,8 @@ A :class:`Worker` is a trio program built on the trio client
 ``stop.py``        :meth:`Worker.stop`, signals, the grace period, the jobs given back
 ``stats.py``       the counters and :class:`WorkerStats`
 ``settings.py``    :class:`WorkerSettings`, every setting declared once
-``handlers.py``    what a handler may raise (:class:`Reject`) and how its error is told
+``handlers.py``    what a handler may raise (:class:`Reject`) and how its error is told (its text,
+                   its traceback)
 ``runtime.py``     :class:`Worker`: the stages wired together and run
 =================  ===========================================================================
 
@@ -42,7 +43,7 @@ it sees it; :func:`current_worker` finds the worker from inside a handler.
 
 from __future__ import annotations
 
-from .handlers import GiveBack, Reject, describe_error
+from .handlers import GiveBack, Reject, describe_error, trace_of
 from .pause import FailureGate
 from .runtime import Worker, current_worker
 from .settings import DEFAULT_DEAD_LETTER, DEFAULT_PAUSE_BACKOFF, DEFAULT_RETRY_BACKOFF, WorkerSettings
@@ -55,6 +56,7 @@ __all__ = [
     "FailureGate",
     "current_worker",
     "describe_error",
+    "trace_of",
     "Reject",
     "GiveBack",
     "DEFAULT_DEAD_LETTER",

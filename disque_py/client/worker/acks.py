@@ -1,7 +1,7 @@
 """Acknowledging: the outcomes waiting to be sent, who sends them, what their answers free.
 
 An outcome is ``ACKJOB`` (``FASTACK`` with ``fast_ack``) for a job done, a plain ``NACK`` for
-a job handed back, or a NACK with options (``DELAY``, ``REASON``, ``DEAD``; one command per job)
+a job handed back, or a NACK with options (``DELAY``, ``REASON``, ``TRACE``, ``DEAD``; one command per job)
 for a failure (:mod:`.outcome` decides which). A job stays *in flight* until the node answered
 its outcome: only then is its slot free (:meth:`Acks.settled`).
 
@@ -11,7 +11,8 @@ trip, see :mod:`.fetch`); while it cannot (its GETJOB blocks, a pause, a stop) t
 per batch, and the NACKs with options in one pipeline. A NACK with options the node refuses (a
 DELAY beyond the job's TTL) is sent again plain, so the job is never lost; a node that refuses
 NACK's options altogether (Disque's own) switches the worker to plain NACKs and to dead letters
-it ADDs itself (``legacy``).
+it ADDs itself (``legacy``); one that refuses only TRACE (an older disque-py) gets the same NACK
+without it, and no TRACE from then on (``takes_trace``).
 
 Jobs fetched and never started (a stop) are *given back*, never NACKed: ``RELEASE id id ...``
 (disque-py's) queues them again at once without counting their delivery (no attempt used, no
@@ -105,6 +106,7 @@ class Acks:
         self.no_release: set[Any] = set()  # nodes that do not know RELEASE: ENQUEUE there
         self.carrying = False  # the fetcher will send outcomes with its next GETJOB
         self.legacy = False  # the node refused NACK's options (a Disque node): plain NACKs, ADDJOB dead letters
+        self.takes_trace = True  # False once a node refused NACK's TRACE (an older disque-py): NACKs without it
         self.done = False  # no job will end any more: the acker sends what is left and returns
 
     # ------------------------------------------------------------ queueing
@@ -203,6 +205,15 @@ class Acks:
             self.settled("nack", 1, None)
             return
         kind, job, argv = entry
+        if b"TRACE" in argv and "TRACE" in str(error):  # an older disque-py node: the same NACK without it
+            if self.takes_trace:
+                self.takes_trace = False
+                log.warning("the node does not know NACK's TRACE (%s): failures are sent without their "
+                            "traceback from now on", error)  # fmt: skip
+            at = argv.index(b"TRACE")
+            self.retries.append((kind, job, argv[:at] + argv[at + 2:]))  # its slot stays taken until answered
+            self.queued()
+            return
         counters = self.counters
         counters.ack_errors += 1
         # Disque's NACK takes every argument for a job ID (-BADID); ours refuses unknown words

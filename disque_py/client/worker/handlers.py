@@ -2,19 +2,24 @@
 
 A handler succeeds by returning (the value is ignored) and fails by raising anything;
 :class:`Reject` asks for the job to be dead-lettered at once, :class:`GiveBack` for it to be given
-back to another worker. :func:`describe_error` is the one
-place where a failure becomes the text the node keeps (NACK's REASON, a dead letter's reason).
+back to another worker. :func:`describe_error` is the one place where a failure becomes the text
+the node keeps (NACK's REASON, a dead letter's reason), and :func:`trace_of` where it becomes its
+traceback (NACK's TRACE, a task's error result).
 """
 
 from __future__ import annotations
 
 import inspect
+import traceback
 from collections.abc import Callable
+from types import TracebackType
 from typing import Any
 
+from ..commands import cut_trace
 from ..model import Job
 
-__all__ = ["Handler", "DeadLetterHandler", "Reject", "GiveBack", "describe_error", "reason_of", "is_async_callable", "call_sync"]
+__all__ = ["Handler", "DeadLetterHandler", "Reject", "GiveBack", "describe_error", "reason_of", "trace_of",
+           "is_async_callable", "call_sync"]  # fmt: skip
 
 Handler = Callable[[Job], Any]
 DeadLetterHandler = Callable[[Job, str], Any]
@@ -60,6 +65,39 @@ def reason_of(error: BaseException) -> str:
     if isinstance(error, Reject):
         return str(error) or describe_error(error)
     return describe_error(error)
+
+
+#: where :func:`trace_of` keeps an exception's formatted traceback (it is formatted once)
+_TRACE_ATTR = "__disque_py_trace__"
+
+
+def trace_of(error: BaseException, tb: TracebackType | None = None) -> str | None:
+    """A handler's failure as its formatted traceback (``traceback.format_exception``, the
+    chained exceptions included): what NACK's TRACE sends and a task's error result carries.
+    Its tail when it is longer than the node keeps (16 KiB, :func:`~..commands.cut_trace`).
+    ``tb``: the part of the error's traceback to show (the task runner shows the task's own
+    frames, not its plumbing's); default, all of it.
+
+    Formatted once per exception: kept on it, so that whoever asks again (the task runner
+    writing the result, then the worker sending the NACK) gets the same text. A
+    :class:`Reject` has its cause's (``raise Reject(...) from exc``), or none: a rejection
+    is a decision, not a bug. None as well when formatting fails."""
+    if isinstance(error, Reject):
+        cause = error.__cause__
+        return None if cause is None else trace_of(cause)
+    kept = error.__dict__.get(_TRACE_ATTR) if hasattr(error, "__dict__") else None
+    if kept is not None:
+        return kept
+    try:
+        lines = traceback.format_exception(type(error), error, tb if tb is not None else error.__traceback__)
+        text = cut_trace("".join(lines)).decode("utf-8", "replace")
+    except Exception:  # noqa: BLE001 - a failure must be reported even when its traceback cannot be
+        return None
+    try:
+        setattr(error, _TRACE_ATTR, text)
+    except (AttributeError, TypeError):  # an exception type that takes no attribute: formatted each time
+        pass
+    return text
 
 
 def is_async_callable(fn: Any) -> bool:

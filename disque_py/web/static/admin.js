@@ -518,6 +518,19 @@
   const DEAD_EVERY = 5; // refreshed every this many ticks (a scan of every node's jobs)
   let deadTicks = 0;
   let deadShown = null; // the queue whose jobs are shown
+  const deadTraceOpen = new Set(); // the dead letters whose traceback is unfolded (kept over refreshes)
+
+  // A dead letter's traceback (the last failure's, NACK ... TRACE), folded in a row of its own
+  // under the job's; as text, like every value.
+  function deadTraceRow(j) {
+    const id = String(j.id);
+    const toggle = (e) => { if (e.target.open) deadTraceOpen.add(id); else deadTraceOpen.delete(id); };
+    return el("tr", { class: "trace-row", "data-testid": "dead-job-trace-row", "data-id": id },
+      el("td", { colspan: "7" },
+        el("details", { "data-testid": "dead-job-trace", "data-id": id, open: deadTraceOpen.has(id), ontoggle: toggle },
+          el("summary", {}, "traceback of the last failure"),
+          el("pre", { class: "trace", "data-testid": "dead-job-trace-text" }, String(j.traceback)))));
+  }
 
   function renderDead(data) {
     const list = Array.isArray(data.queues) ? data.queues : [];
@@ -559,7 +572,7 @@
           ? el("table", { class: "jobs", "data-testid": "dead-jobs-table" },
             el("thead", {}, el("tr", {}, el("th", {}, "job"), el("th", {}, "original queue"), el("th", { class: "num" }, "deliveries"),
               el("th", {}, "reason"), el("th", { class: "num" }, "age"), el("th", {}, "body"), el("th", {}, "actions"))),
-            el("tbody", {}, ...jobs.map((j) => el("tr", { "data-testid": "dead-job", "data-id": String(j.id) },
+            el("tbody", {}, ...jobs.flatMap((j) => [el("tr", { "data-testid": "dead-job", "data-id": String(j.id) },
               el("td", { class: "mono" }, el("button", { type: "button", class: "link", title: "original job " + String(j.original_id), onclick: () => inspect(String(j.id)) }, String(j.id))),
               el("td", { class: "mono", "data-testid": "dead-job-origin" }, String(j.original_queue)),
               el("td", { class: "num", "data-testid": "dead-job-deliveries" }, fmtInt(j.deliveries)),
@@ -568,7 +581,8 @@
               el("td", { class: "body-preview" }, String(j.body === undefined ? "" : j.body).slice(0, 80)),
               el("td", {}, el("div", { class: "actions-cell" },
                 el("button", { type: "button", class: "small", "data-testid": "dead-job-requeue", onclick: () => deadAction(name, "requeue", String(j.id)) }, "Requeue"),
-                el("button", { type: "button", class: "small danger", "data-testid": "dead-job-purge", onclick: () => deadAction(name, "purge", String(j.id)) }, "Purge")))))))
+                el("button", { type: "button", class: "small danger", "data-testid": "dead-job-purge", onclick: () => deadAction(name, "purge", String(j.id)) }, "Purge")))),
+              typeof j.traceback === "string" && j.traceback ? deadTraceRow(j) : null])))
           : el("p", { class: "muted", "data-testid": "dead-detail-empty" }, "No dead letters in this queue."),
       );
       panel.hidden = false;
