@@ -38,7 +38,8 @@ from ..client import commands as cmd
 from ..client.sync import Client
 from ..core.constants import default_retry
 from ..core.ids import dedup_job_id
-from .message import SERIALIZERS, ChainSpec, ChainStep, Message, ResultSpec, chain_key, encode, result_queue
+from .message import (SERIALIZERS, ChainSpec, ChainStep, Message, ResultSpec, chain_key, chain_result_queue, encode,
+                      result_queue)  # fmt: skip
 from .results import Outcome, ResultTimeout, TaskRef, unwrap, wait_outcomes
 
 __all__ = ["App", "Task", "Signature", "Group", "GroupRef", "Chain", "ChainRef", "Hook"]
@@ -266,7 +267,7 @@ class Chain:
         ttl = last.task.effective_result_ttl if ttl is None else int(ttl)
         if ttl <= 0:
             raise ValueError("the last task of a chain needs a result (result_ttl > 0): its waiter reads it")
-        final = "result:chain-" + uuid.uuid4().hex
+        final = chain_result_queue(uuid.uuid4().hex)
         steps: list[ChainStep] = []
         sigs[0].task.check_arguments(sigs[0].args, sigs[0].kwargs)
         for sig in sigs[1:]:
