@@ -451,7 +451,9 @@ class App:
     def periodic(self, fn: Callable[..., Any] | None = None, *, every: float | None = None, cron: str | None = None,
                  **options: Any) -> Any:  # fmt: skip
         """A task run on a schedule (``every=`` seconds or ``cron=``): registered as
-        :meth:`task` (same options) and listed in ``periodic_tasks`` for the schedulers."""
+        :meth:`task` (same options) and listed in ``periodic_tasks`` for the schedulers. A slot's
+        job keeps no result unless ``result_ttl`` is given here (the app's default does not
+        count: nobody waits for a slot's result); sent by hand, the task keeps one as any task."""
         from .cron import Schedule
 
         if (every is None) == (cron is None):

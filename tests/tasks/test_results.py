@@ -1,7 +1,8 @@
 """Where results live, with real nodes: in the cluster's own queues (``@result:<job ID>``), which
 ``disque-py top``, the admin API and /metrics leave out unless asked (``--all``, ``?all=1``,
-``QSCAN ... ALL``), still replicated and gone after their ``result_ttl``; a result an older
-worker wrote under the old name (``result:<job ID>``) is still found."""
+``QSCAN ... ALL``), still replicated and gone after their ``result_ttl``; periodic slots keep
+none unless their declaration asks; a result an older worker wrote under the old name
+(``result:<job ID>``) is still found."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from disque_py.cli import launcher
 from disque_py.cli.app import main
-from disque_py.tasks import App, GroupRef, ResultTimeout, TaskRef
+from disque_py.tasks import App, GroupRef, ResultTimeout, TaskRef, current_task
+from disque_py.tasks.periodic import start_scheduler
 from tests.integration.conftest import free_port
 from tests.web.conftest import http, validated
 
@@ -150,6 +152,40 @@ def test_a_result_is_replicated_read_from_another_node_and_gone_after_its_result
     finally:
         for app in (here, there, third):
             app.close()
+
+
+def test_a_periodic_task_keeps_no_result_unless_its_declaration_asks(node, run_worker):
+    q = "p-" + uuid.uuid4().hex[:8]
+    app = App(addr(node), result_ttl=600)
+    ran: dict[str, list[str]] = {"quiet": [], "kept": []}
+
+    @app.periodic(every=1, queue=q, name=q + ".quiet")
+    def quiet():
+        ran["quiet"].append(current_task().job_id)
+
+    @app.periodic(every=1, queue=q, name=q + ".kept", result_ttl=30)
+    def kept():
+        ran["kept"].append(current_task().job_id)
+        return "kept"
+
+    r = raw(node)
+    run_worker(app, concurrency=2)
+    _, stop = start_scheduler(app)
+    try:
+        wait_for(lambda: len(ran["quiet"]) >= 3 and len(ran["kept"]) >= 3, timeout=15, what="three runs of each")
+    finally:
+        stop.set()
+    runs = {name: list(ids) for name, ids in ran.items()}
+    # each run is over (its result, if any, written before its job's ACK: the job is gone)
+    wait_for(lambda: all(r.execute_command("SHOW", i) is None for ids in runs.values() for i in ids),
+             what="every run acknowledged")  # fmt: skip
+    queues = qscan(node, "ALL")
+    for job_id in runs["quiet"]:
+        assert "@result:" + job_id not in queues and "result:" + job_id not in queues
+    for job_id in runs["kept"]:
+        assert r.execute_command("QLEN", "@result:" + job_id) == 1
+    # sent by hand, the same task keeps its result as any task (the app's result_ttl)
+    assert quiet.send().result(timeout=10) is None
 
 
 def write_old(node, job_id: str, body: bytes = OK_3) -> None:
