@@ -116,6 +116,15 @@ def _text(view, **kw) -> str:
     return out.getvalue()
 
 
+def test_a_view_of_every_queue_says_so_in_its_title_and_its_json():
+    sample = Sample(0.0, [node("n1", 0.0, {"jobs": q(1, 0), "@result:D-x": q(1, 1)})], all_queues=True)
+    view = compute(sample)
+    assert view.all_queues is True and view.to_json()["all_queues"] is True
+    assert "queues 2 (the cluster's own too)" in _text(view)
+    plain = compute(Sample(0.0, [node("n1", 0.0, {"jobs": q(1, 0)})]))
+    assert plain.to_json()["all_queues"] is False and "own too" not in _text(plain)
+
+
 def test_parse_nodes():
     assert parse_nodes("127.0.0.1:7711, 10.0.0.1:7712,[::1]:7713,127.0.0.1:7711") == [
         ("127.0.0.1", 7711), ("10.0.0.1", 7712), ("::1", 7713)]  # fmt: skip

@@ -551,10 +551,12 @@ def gen_certs(directory: str, dns: tuple[str, ...], ip: tuple[str, ...], client_
 @click.option("--limit", default=None, type=click.IntRange(1), help="Show at most this many queues.")
 @click.option("--max-queues", default=10000, show_default=True, type=click.IntRange(1),
               help="Queues read per node per sample (QSCAN stops there; the view says so).")
+@click.option("--all", "all_queues", is_flag=True,
+              help="The cluster's own queues too (names starting with @, such as a task's result: QSCAN ... ALL).")
 @click.option("--timeout", default=2.0, show_default=True, type=click.FloatRange(0.1, 60),
               help="Seconds to wait for a node before showing it unreachable.")
 def top(conn: NodeOptions, no_discover: bool, interval: float, sort: str, reverse: bool, once: bool, as_json: bool,
-        limit: int | None, max_queues: int, timeout: float) -> None:  # fmt: skip
+        limit: int | None, max_queues: int, all_queues: bool, timeout: float) -> None:  # fmt: skip
     """Watch the queues and nodes of a cluster, refreshed every --interval seconds.
 
     Queues are found with QSCAN on every node and read with QSTAT; a queue
@@ -562,9 +564,11 @@ def top(conn: NodeOptions, no_discover: bool, interval: float, sort: str, revers
     OUT/s are the jobs queued and taken per second (QSTAT's jobs-in and
     jobs-out counters between two samples, summed over the nodes). PAUSED is
     what any node pauses (`in*`: only some nodes do). NODES counts the nodes
-    holding it. The node table shows each node's INFO (jobs, queues,
-    clients, ops/s, memory used/maxmemory), whether it answered, and its
-    flags as the other nodes see it (pfail, fail, leaving). The worker table
+    holding it. The cluster's own queues (names starting with @, such as a
+    task's result) are left out unless --all. The node table shows each
+    node's INFO (jobs, queues: the cluster's own counted, clients, ops/s,
+    memory used/maxmemory), whether it answered, and its flags as the other
+    nodes see it (pfail, fail, leaving). The worker table
     lists the live workers (WORKER LIST on every node): queues, concurrency,
     jobs running, done and failed, the last beat, and what runs now
     (`disque-py workers` lists every running job).
@@ -579,6 +583,7 @@ def top(conn: NodeOptions, no_discover: bool, interval: float, sort: str, revers
       disque-py top --nodes 10.0.0.5:7711,10.0.0.6:7711 --sort in
       disque-py top --once --sort out --limit 20        (for scripts: after two samples)
       disque-py top --once --json | jq '.queues[] | {name, len, in_rate}'
+      disque-py top --once --all --sort name            (task results too: @result:...)
       disque-py top --tls --cacert ca.crt --nodes db1:7712,db2:7712
 
     Exit status with --once: 0, or 1 when no node answered.
@@ -596,7 +601,7 @@ def top(conn: NodeOptions, no_discover: bool, interval: float, sort: str, revers
             sys.exit(1)
     with toplib.Collector(seeds, discover=not no_discover, password=conn.password, username=conn.username,
                           tls=conn.tls, cacert=conn.cacert, cert=conn.cert, key=conn.key, timeout=timeout,
-                          max_queues=max_queues) as collector:  # fmt: skip
+                          max_queues=max_queues, all_queues=all_queues) as collector:  # fmt: skip
         if not once:
             toplib.run_live(collector, interval=interval, sort=sort, reverse=reverse, limit=limit)
             return

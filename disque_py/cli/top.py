@@ -7,7 +7,8 @@ Two halves that do not know each other:
   ``NodeConnection``, as the Spark source does: ``Client`` hides which node it
   talks to) for ``INFO``, ``HELLO``, ``CLUSTER NODES`` and ``WORKER LIST`` in one
   pipelined round trip, then its queues with a ``QSCAN`` cursor loop and one pipelined
-  ``QSTAT`` per queue. The nodes are asked in parallel (a thread each), so a
+  ``QSTAT`` per queue (the cluster's own queues, ``@`` names such as a task's result, only
+  with ``all_queues``: ``QSCAN ... ALL``). The nodes are asked in parallel (a thread each), so a
   stopped node costs its timeout once per sample, not once per node. Two
   samples make a :class:`View`: queues summed across the nodes that hold
   them, with in/out rates from the ``jobs-in``/``jobs-out`` counters of
@@ -93,6 +94,7 @@ class NodeSample:
 class Sample:
     wall: float  # time.time()
     nodes: list[NodeSample]
+    all_queues: bool = False  # the cluster's own queues (@...) were asked for too
 
 
 def _text(address: Address) -> str:
@@ -127,11 +129,14 @@ class Collector:
         key: str | None = None,
         timeout: float = 2.0,
         max_queues: int = 10000,
+        all_queues: bool = False,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.seeds = list(seeds)
         self.discover = discover
         self.max_queues = max_queues
+        self.all_queues = all_queues
+        self._scan_options: tuple[bytes, ...] = (b"ALL",) if all_queues else ()
         self.config = ClientConfig(
             self.seeds, password=password, username=username, socket_timeout=timeout, connect_timeout=timeout,
             tls=tls, ssl_ca_certs=cacert, ssl_certfile=cert, ssl_keyfile=key,
@@ -195,7 +200,7 @@ class Collector:
         names: list[bytes] = []
         cursor = 0
         while True:
-            reply = conn.request((b"QSCAN", cursor, b"COUNT", SCAN_COUNT), self.timeout)
+            reply = conn.request((b"QSCAN", cursor, b"COUNT", SCAN_COUNT, *self._scan_options), self.timeout)
             cursor = int(reply[0])
             names.extend(reply[1])
             if len(names) >= self.max_queues:
@@ -238,7 +243,7 @@ class Collector:
             samples += self._sample_many(new)
         if self.discover:
             samples = self._forget(samples)
-        return Sample(wall, samples)
+        return Sample(wall, samples, self.all_queues)
 
     def _learn(self, samples: Iterable[NodeSample]) -> list[Address]:
         """Addresses of the nodes HELLO lists that are not sampled yet (by ID, then by address)."""
@@ -310,6 +315,7 @@ class View:
     nodes: list[NodeRow]
     truncated: bool
     workers: list[wk.WorkerView] = field(default_factory=list)  # the live workers, merged over the nodes
+    all_queues: bool = False  # the cluster's own queues (@...) are among ``queues``
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -394,7 +400,8 @@ def compute(current: Sample, previous: Sample | None = None) -> View:
     interval = max(gaps) if gaps else None
     truncated = any(s.truncated for s in current.nodes)
     workers = wk.merge((_node_key(s), s.workers) for s in current.nodes if s.reachable)
-    return View(current.wall, interval, sort_queues(list(rows.values()), "length"), nodes, truncated, workers)
+    return View(current.wall, interval, sort_queues(list(rows.values()), "length"), nodes, truncated, workers,
+                current.all_queues)  # fmt: skip
 
 
 def sort_queues(rows: list[QueueRow], by: str = "length", reverse: bool = False) -> list[QueueRow]:
@@ -461,8 +468,9 @@ def render(view: View | None, *, sort: str = "length", reverse: bool = False, li
     up = sum(n.reachable for n in view.nodes)
     title = Text.assemble(
         ("disque-py top", "bold"),
-        "  %s  nodes %d/%d up  queues %d" % (time.strftime("%H:%M:%S", time.localtime(view.wall)), up,
-                                            len(view.nodes), len(rows)),  # fmt: skip
+        "  %s  nodes %d/%d up  queues %d%s" % (time.strftime("%H:%M:%S", time.localtime(view.wall)), up,
+                                              len(view.nodes), len(rows),
+                                              " (the cluster's own too)" if view.all_queues else ""),  # fmt: skip
         ("  (more queues than --max-queues on a node: not all shown)" if view.truncated else "", "yellow"),
         ("  " + status if status else "", "dim"),
     )

@@ -636,8 +636,12 @@ def qscan(
     minlen: int | None = None,
     maxlen: int | None = None,
     importrate: int | None = None,
+    all: bool = False,
 ) -> Call[tuple[int, list[str]]]:
-    """Every queue name (QSCAN, page after page; one page: (next cursor, names))."""
+    """Every queue name (QSCAN, page after page; one page: (next cursor, names)).
+
+    ``all``: the cluster's own queues too (names starting with ``@``, a task's result), which
+    QSCAN leaves out unless asked (``QSCAN ... ALL``, an option of ours)."""
     argv: list[Any] = [b"QSCAN", cursor]
     if count is not None:
         argv += [b"COUNT", count]
@@ -649,6 +653,8 @@ def qscan(
         argv += [b"MAXLEN", maxlen]
     if importrate is not None:
         argv += [b"IMPORTRATE", importrate]
+    if all:
+        argv.append(b"ALL")
     return Call(tuple(argv), _parse_scan_names)
 
 

@@ -48,7 +48,8 @@ from ..core.constants import default_retry
 from ..core.ids import dedup_job_id
 from .calling import job_times, refuse_task_options, send_options, unknown_options
 from .context import TaskContext, current_task
-from .message import SERIALIZERS, ChainSpec, ChainStep, Message, ResultSpec, chain_key, encode, result_queue
+from .message import (SERIALIZERS, ChainSpec, ChainStep, Message, ResultSpec, chain_key, chain_result_queue, encode,
+                      result_queue)  # fmt: skip
 from .results import Outcome, ResultTimeout, TaskRef, unwrap, wait_outcomes
 
 __all__ = ["App", "Task", "Signature", "Group", "GroupRef", "Chain", "ChainRef", "Hook"]
@@ -363,7 +364,7 @@ class Chain:
         ttl = last.task.effective_result_ttl if ttl is None else int(ttl)
         if ttl <= 0:
             raise ValueError("the last task of a chain needs a result (result_ttl > 0): its waiter reads it")
-        final = "result:chain-" + uuid.uuid4().hex
+        final = chain_result_queue(uuid.uuid4().hex)
         steps: list[ChainStep] = []
         sigs[0].task.check_arguments(sigs[0].args, sigs[0].kwargs)
         for sig in sigs[1:]:
@@ -568,7 +569,9 @@ class App:
     def periodic(self, fn: Callable[..., Any] | None = None, *, every: float | None = None, cron: str | None = None,
                  **options: Any) -> Any:  # fmt: skip
         """A task run on a schedule (``every=`` seconds or ``cron=``): registered as
-        :meth:`task` (same options) and listed in ``periodic_tasks`` for the schedulers."""
+        :meth:`task` (same options) and listed in ``periodic_tasks`` for the schedulers. A slot's
+        job keeps no result unless ``result_ttl`` is given here (the app's default does not
+        count: nobody waits for a slot's result); sent by hand, the task keeps one as any task."""
         from .cron import Schedule
 
         if (every is None) == (cron is None):

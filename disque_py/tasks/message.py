@@ -11,8 +11,12 @@ A task's job body (JSON by default, msgpack per task) is one map::
      "chain": {...}}                  # the tasks to run after this one (optional; below)
 
 ``result`` may also name the queue to write the result to (``{"ttl": 300, "queue":
-"my-results"}``); without it the result goes to the queue ``result:<job ID>``
-(:func:`result_queue`), so a producer that knows only the ID from ADDJOB finds it.
+"my-results"}``); without it the result goes to the queue ``@result:<job ID>``
+(:func:`result_queue`), so a producer that knows only the ID from ADDJOB finds it. A name
+that starts with ``@`` is one of the cluster's own queues (``core.constants.INTERNAL_QUEUE_PREFIX``):
+a queue in every respect, but QSCAN, ``disque-py top``, the admin page and /metrics leave it
+out unless asked. Workers before that wrote to ``result:<job ID>``
+(:data:`LEGACY_RESULT_QUEUE_PREFIX`), which waiters still read (:mod:`.results`).
 A producer in another language needs nothing else::
 
     redis-cli ADDJOB default '{"v":1,"task":"myapp.tasks.add","args":[1,2],"result":{"ttl":60}}' 0
@@ -22,7 +26,7 @@ A chain (``add.s(1, 2) | mul.s(10)``) rides in its first task's body::
     "chain": {"then": [{"task": "myapp.tasks.mul", "queue": "math", "args": [10],
                         "kwargs": {}, "addjob": [5000, "RETRY", 300, "MAXDELIVER", 4],
                         "result": {"ttl": 300}}],
-              "final": "result:D-...",             # the last task's result queue
+              "final": "@result:chain-...",        # the last task's result queue
               "ttl": 300}                          # its result TTL (errors are written there)
 
 When the task succeeds, the worker adds the first of ``then`` with the value as its first
@@ -54,10 +58,13 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..core.constants import INTERNAL_QUEUE_PREFIX
+
 __all__ = [
     "FORMAT_VERSION",
     "SERIALIZERS",
     "RESULT_QUEUE_PREFIX",
+    "LEGACY_RESULT_QUEUE_PREFIX",
     "MessageError",
     "ResultSpec",
     "ChainStep",
@@ -72,13 +79,19 @@ __all__ = [
     "encode_outcome",
     "decode_outcome",
     "result_queue",
+    "chain_result_queue",
+    "legacy_result_queue",
     "chain_key",
     "addjob_options",
 ]
 
 FORMAT_VERSION = 1
 SERIALIZERS = ("json", "msgpack")
-RESULT_QUEUE_PREFIX = "result:"
+#: a task's result queue is ``@result:<job ID>``: one of the cluster's own queues (see above)
+RESULT_QUEUE_PREFIX = INTERNAL_QUEUE_PREFIX.decode("ascii") + "result:"
+#: where workers wrote a task's result before it moved to the cluster's own queues; a waiter
+#: still reads it (QPEEK only), so a result an older worker wrote during an upgrade is found
+LEGACY_RESULT_QUEUE_PREFIX = "result:"
 #: the longest result TTL a body may ask for (seconds): 30 days
 MAX_RESULT_TTL = 30 * 86400
 
@@ -93,8 +106,23 @@ def chain_key(job_id: str) -> str:
 
 
 def result_queue(job_id: str) -> str:
-    """The queue a task's result goes to when its body names none."""
+    """The queue a task's result goes to when its body names none: ``@result:<job ID>``."""
     return RESULT_QUEUE_PREFIX + job_id
+
+
+def chain_result_queue(token: str) -> str:
+    """The queue of a chain's last result (``@result:chain-<token>``), named by its sender."""
+    return RESULT_QUEUE_PREFIX + "chain-" + token
+
+
+def legacy_result_queue(queue: str) -> str | None:
+    """Where a worker of the earlier layout wrote the result that now goes to ``queue``
+    (``result:<job ID>`` for ``@result:<job ID>``); None for any other queue (a chain's own
+    queue, or one the body names: the body says where, whoever writes it)."""
+    if not queue.startswith(RESULT_QUEUE_PREFIX):
+        return None
+    rest = queue[len(RESULT_QUEUE_PREFIX):]
+    return LEGACY_RESULT_QUEUE_PREFIX + rest if len(rest) == 40 and rest.startswith("D-") else None
 
 
 def detect(body: bytes) -> str:

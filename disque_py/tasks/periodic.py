@@ -8,7 +8,10 @@ start of a slot it adds the slot's job with the deduplication key::
     periodic:<task name>:<slot start, Unix seconds>
 
 and the slot's start in the job's ``meta`` (``{"periodic_slot": <slot start>}``), which the
-task reads as ``current_task().meta["periodic_slot"]``.
+task reads as ``current_task().meta["periodic_slot"]``. A slot's job keeps no result (nobody
+holds its ref to wait for one: a task every 5 s would keep 120 result jobs for the default
+10 minutes) unless the declaration sets ``result_ttl`` (``@app.periodic(every=60,
+result_ttl=300)``); the app's default ``result_ttl`` does not count here.
 The cluster answers every ADDJOB of the same queue and key with the same job ID and adds
 nothing more (``ADDJOB ... DEDUP``, README.md), so the slot's job is in the queue once
 however many schedulers run, on whichever nodes they are connected to; and it is there as long
@@ -264,6 +267,8 @@ class Scheduler:
         # the slot rides in the body too, so that the task knows which run it is
         # (current_task().meta["periodic_slot"]); every scheduler sends the same body for a slot
         options: dict[str, Any] = {"dedup": key, "meta": {"periodic_slot": int(start) if start == int(start) else start}}
+        if getattr(e.task, "result_ttl", None) is None:
+            options["result_ttl"] = 0  # nobody waits for a slot's result: none unless the declaration asks
         if slot.replicate is not None:
             options["replicate"] = slot.replicate
         try:

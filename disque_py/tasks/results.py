@@ -3,8 +3,10 @@
 A task whose message asks for a result (``"result": {"ttl": s}``) gets one job
 written by the worker that ran it, before its own job is acknowledged:
 
-* in the queue ``result:<task job ID>`` (or the queue the message names), so
-  that a waiter needs nothing but the ID ADDJOB gave back;
+* in the queue ``@result:<task job ID>`` (or the queue the message names), so
+  that a waiter needs nothing but the ID ADDJOB gave back. ``@``: one of the cluster's own
+  queues, which QSCAN (unless ``ALL``), ``disque-py top``, the admin page and /metrics leave
+  out, so that results do not crowd the queues an operator watches;
 * with ``TTL`` = the result TTL: the cluster forgets it after that, on every node;
 * with ``DEDUP result``: a write retried after a lost connection, or a task run
   twice (at-least-once), adds one result job: the first one written wins, and the
@@ -26,6 +28,14 @@ worker died during its last delivery is dead-lettered by the node and no result 
 so the waiter gets a ``WorkerLost`` error with the cluster's reason (and the traceback of the
 last failure the cluster kept, ``last-failure-trace``: an earlier delivery's), not a timeout. Many results
 are awaited with one GETJOB over their queues (:func:`wait_outcomes`).
+
+Workers of the earlier layout wrote a task's result to ``result:<task job ID>``. So that a
+result such a worker writes during a rolling upgrade is found, a waiter reads that name too,
+with QPEEK only: at its first look (in the same round trip as the new name) and at each look
+around (here and on the other nodes), so within ``PEEK_EVERY`` seconds of the write. It never
+waits on it with GETJOB, which would make a plain queue of that name on the node for as long
+as it waits. The other way round, a waiter of the earlier layout does not read ``@result:``:
+upgrade the processes that wait for results before the workers.
 """
 
 from __future__ import annotations
@@ -35,7 +45,8 @@ from typing import Any
 
 from ..client import commands as cmd
 from ..core.ids import dead_letter_id
-from .message import RESULT_QUEUE_PREFIX, MessageError, Outcome, decode_outcome, encode_outcome, result_queue
+from .message import (RESULT_QUEUE_PREFIX, MessageError, Outcome, decode_outcome, encode_outcome,
+                      legacy_result_queue, result_queue)  # fmt: skip
 
 __all__ = ["TaskError", "RemoteTraceback", "ResultTimeout", "NoResult", "TaskRef", "wait_outcomes", "result_argv",
            "result_options", "RESULT_DEDUP"]
@@ -112,19 +123,28 @@ def _outcome_of(job: Any) -> Outcome:
     return _decoded(job.queue, job.body)
 
 
+def _qpeek(queue: str) -> tuple[Any, ...]:
+    return ("QPEEK", queue, 1)
+
+
 def _peek(client: Any, queue: str) -> Outcome | None:
+    """The result where the client is, read with QPEEK (nothing taken): in ``queue`` and, for a
+    task's own queue, under the name an older worker wrote it to, in one round trip."""
+    legacy = legacy_result_queue(queue)
+    names = [queue] if legacy is None else [queue, legacy]
     try:
-        jobs = client.execute("QPEEK", queue, 1)
+        replies = client.pipeline([cmd.execute(*_qpeek(name)) for name in names])
     except Exception:  # noqa: BLE001 - the GETJOB that follows says what is wrong, or fails over
         return None
-    if not jobs:
-        return None
-    return _decoded(queue, jobs[0][2])
+    for name, jobs in zip(names, replies):
+        if isinstance(jobs, list) and jobs:
+            return _decoded(name, jobs[0][2])
+    return None
 
 
 def _dead_letter_show(queue: str) -> tuple[Any, ...] | None:
     """SHOW of the dead letter of the task whose result goes to ``queue`` (None when the queue
-    is not a task's own ``result:<job ID>``)."""
+    is not a task's own ``@result:<job ID>``)."""
     if not queue.startswith(RESULT_QUEUE_PREFIX):
         return None
     job_id = queue[len(RESULT_QUEUE_PREFIX):].encode("ascii", "replace")
@@ -151,42 +171,40 @@ def _lost(show: Any) -> Outcome | None:
 
 def _look_around(client: Any, queues: list[str]) -> dict[str, Outcome]:
     """After a while without a result: QPEEK ``queues`` on every other node the client knows
-    (a result held there), and, for what is still missing, SHOW the task's dead letter here and
-    there (a task whose worker died on its last delivery: the node dead-lettered it, and no
-    result will come)."""
-    argvs: list[tuple[Any, ...]] = [("QPEEK", q, 1) for q in queues]
-    shows = [(q, _dead_letter_show(q)) for q in queues]
-    shows = [(q, argv) for q, argv in shows if argv is not None]
-    argvs += [argv for _, argv in shows]
-    answers: list[tuple[Any, list[Any]]] = []
+    (a result held there), and the names older workers wrote results to here and there; for
+    what is still missing, SHOW the task's dead letter here and there (a task whose worker died
+    on its last delivery: the node dead-lettered it, and no result will come)."""
+    legacy = [(q, old) for q in queues if (old := legacy_result_queue(q)) is not None]
+    shows = [(q, argv) for q in queues if (argv := _dead_letter_show(q)) is not None]
+    # (the pending queue a read answers for, the read); here the GETJOB reads ``queues`` itself
+    there = [(q, _qpeek(q)) for q in queues] + [(q, _qpeek(old)) for q, old in legacy] + shows
+    here = [(q, _qpeek(old)) for q, old in legacy] + shows
+    answers: list[list[tuple[tuple[str, tuple[Any, ...]], Any]]] = []
+    if here:
+        try:
+            answers.append(list(zip(here, client.pipeline([cmd.execute(*argv) for _, argv in here]))))
+        except Exception:  # noqa: BLE001 - the GETJOB that follows says what is wrong
+            pass
     look = getattr(client, "on_other_nodes", None)
     try:
         if look is not None:
-            answers = list(look(argvs))
+            answers += [list(zip(there, replies)) for _, replies in look([argv for _, argv in there])]
     except Exception:  # noqa: BLE001 - the GETJOB goes on waiting
-        answers = []
+        pass
     got: dict[str, Outcome] = {}
-    for _, replies in answers:
-        for queue, reply in zip(queues, replies):
-            if queue in got or not isinstance(reply, list) or not reply:
-                continue
-            job = reply[0]
-            got[queue] = _decoded(queue, job[2] if isinstance(job, list) and len(job) > 2 else b"")
-    if shows:
-        lost: dict[str, Outcome] = {}
-        try:
-            here = [client.execute(*argv) for _, argv in shows]
-        except Exception:  # noqa: BLE001 - the GETJOB that follows says what is wrong
-            here = [None] * len(shows)
-        for k, (queue, _) in enumerate(shows):
-            seen = [here[k]] + [replies[len(queues) + k] for _, replies in answers if len(replies) > len(queues) + k]
-            for show in seen:
-                outcome = _lost(show)
+    lost: dict[str, Outcome] = {}
+    for answer in answers:
+        for (queue, argv), reply in answer:
+            if argv[0] == "QPEEK":
+                if queue not in got and isinstance(reply, list) and reply:
+                    job = reply[0]
+                    got[queue] = _decoded(argv[1], job[2] if isinstance(job, list) and len(job) > 2 else b"")
+            elif queue not in lost:
+                outcome = _lost(reply)
                 if outcome is not None:
                     lost[queue] = outcome
-                    break
-        for queue, outcome in lost.items():
-            got.setdefault(queue, outcome)
+    for queue, outcome in lost.items():
+        got.setdefault(queue, outcome)  # a result found anywhere wins
     return got
 
 

@@ -33,7 +33,7 @@ from ..core.ids import valid_job_id
 from ..core.queues import PAUSE_NAMES, PAUSED_ALL
 from ..core.replies import Error, NullArray, Status
 from .access import Caller
-from .handle import NodeHandle, Peer
+from .handle import NodeHandle, Peer, split_queues
 
 __all__ = ["ApiError", "readiness", "cluster", "queues", "queue", "pause", "job_get", "job_action", "dead_queues",
            "dead_queue", "dead_action", "workers", "PEER_TIMEOUT"]
@@ -224,14 +224,15 @@ async def cluster(request: Request, h: NodeHandle, caller: Caller) -> Response:
 
 
 # ---------------------------------------------------------------- queues
-def _local_queue_rows(h: NodeHandle, caller: Caller, limit: int) -> tuple[list[dict[str, Any]], bool]:
+def _local_queue_rows(h: NodeHandle, caller: Caller, limit: int, internal: bool) -> tuple[list[dict[str, Any]], bool]:
     """This node's queues as rows; past ``max(2 * limit, LOCAL_KEEP_MIN)`` queues only the longest
     ones (picked in C, as /metrics does: a row per queue cost 3 us, 300 ms for 100k queues, and the
-    page asks every second), and then the answer says it was cut."""
+    page asks every second), and then the answer says it was cut. The cluster's own queues (``@``
+    names) only with ``internal``, as QSCAN's ALL."""
     node = h.node
     now = node.ctx.now
     user = caller.user
-    queues = list(node.queues.values())
+    queues = list(node.queues.values()) if internal else split_queues(node.queues)[0]
     if not user.allkeys:
         queues = [q for q in queues if user.may_use(q.name)]
     keep = max(2 * limit, LOCAL_KEEP_MIN)
@@ -265,9 +266,12 @@ def _stat_row(stat: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-async def _peer_queue_rows(h: NodeHandle, caller: Caller, peer: Peer) -> tuple[list[dict[str, Any]], bool]:
-    """A peer's queues: QSCAN BUSYLOOP for the names, then QSTAT of each (pipelined)."""
-    reply = await ask(h, caller, peer, [[b"QSCAN", b"BUSYLOOP", b"COUNT", b"1000"]])
+async def _peer_queue_rows(h: NodeHandle, caller: Caller, peer: Peer,
+                           internal: bool) -> tuple[list[dict[str, Any]], bool]:  # fmt: skip
+    """A peer's queues: QSCAN BUSYLOOP (ALL with ``internal``) for the names, then QSTAT of each
+    (pipelined)."""
+    scan = [b"QSCAN", b"BUSYLOOP", b"COUNT", b"1000"] + ([b"ALL"] if internal else [])
+    reply = await ask(h, caller, peer, [scan])
     scan = reply[0]
     if isinstance(scan, Exception):
         raise scan
@@ -310,7 +314,7 @@ def _public(m: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-async def _gather_rows(h: NodeHandle, caller: Caller, limit: int) -> tuple[dict[str, list], bool]:
+async def _gather_rows(h: NodeHandle, caller: Caller, limit: int, internal: bool) -> tuple[dict[str, list], bool]:
     per_node: dict[str, list] = {}
     truncated = False
     myself = h.node.id
@@ -318,12 +322,12 @@ async def _gather_rows(h: NodeHandle, caller: Caller, limit: int) -> tuple[dict[
     async def one(peer: Peer) -> None:
         nonlocal truncated
         if peer.id == myself:
-            per_node[peer.id], cut = _local_queue_rows(h, caller, limit)
+            per_node[peer.id], cut = _local_queue_rows(h, caller, limit, internal)
             truncated = truncated or cut
             return
         try:
             with trio.fail_after(PEER_TIMEOUT * 2):
-                rows, cut = await _peer_queue_rows(h, caller, peer)
+                rows, cut = await _peer_queue_rows(h, caller, peer, internal)
         except Exception:  # noqa: BLE001 - an unreachable peer adds nothing (the cluster view says why)
             return
         per_node[peer.id] = rows
@@ -348,9 +352,19 @@ def _limit(request: Request) -> int:
     return limit
 
 
+def _all(request: Request) -> bool:
+    """``?all=1``: the cluster's own queues (``@`` names, tasks' results) too."""
+    raw = request.query_params.get("all")
+    if raw is None or raw in ("0", "false"):
+        return False
+    if raw in ("1", "true"):
+        return True
+    raise ApiError(400, "all must be 1 or 0 (or true or false)")
+
+
 async def queues(request: Request, h: NodeHandle, caller: Caller) -> Response:
     limit = _limit(request)
-    per_node, truncated = await _gather_rows(h, caller, limit)
+    per_node, truncated = await _gather_rows(h, caller, limit, _all(request))
     merged = list(_merge(per_node).values())
     merged.sort(key=lambda m: (-m["len"], m["name"]))
     if len(merged) > limit:

@@ -10,7 +10,10 @@ Queues: at most ``admin-metrics-max-queues`` distinct ``queue`` labels, the long
 queues (``heapq.nlargest``: O(n log k), not a full sort); the rest are summed under
 ``queue="_other"`` (lengths, blocked clients, counters and import rates; paused
 queues among them count under their mode). One pass over the queues builds every
-queue family.
+queue family. The cluster's own queues (names starting with ``@``: tasks' results) have no
+``queue`` label and are not in ``_other``: two gauges count them and their jobs
+(``disque_internal_queues``, ``disque_internal_queue_jobs``), so that results, one queue each,
+add no series.
 
 The names are those of the observability contract (docs/OBSERVABILITY.md).
 """
@@ -29,7 +32,7 @@ from prometheus_client.utils import floatToGoString
 
 from ..core.job import STATE_NAMES
 from ..core.queues import PAUSE_NAMES, PAUSED_ALL
-from .handle import NodeHandle
+from .handle import NodeHandle, split_queues
 
 __all__ = ["NodeCollector", "make_registry", "OTHER"]
 
@@ -77,11 +80,15 @@ class NodeCollector:
         # One length per queue, the only per-queue Python call (a SortedKeyList's __len__), shared
         # by the job states and the queue families; the rest runs in C (map/attrgetter/sum/filter,
         # heapq with a C key).
-        vals = list(node.queues.values())
+        vals, own = split_queues(node.queues)
         lens = list(map(len, map(_JOBS, vals)))
-        yield from self._jobs(node, lens)
+        own_jobs = sum(map(len, map(_JOBS, own)))
+        yield from self._jobs(node, sum(lens) + own_jobs)
         yield GaugeMetricFamily("disque_registered_jobs", "Jobs known to this node", value=len(node.ctx.store))
         yield GaugeMetricFamily("disque_registered_queues", "Queues known to this node", value=len(node.queues))
+        yield GaugeMetricFamily("disque_internal_queues", "The cluster's own queues known to this node (names "
+                                "starting with @: tasks' results), which have no queue label", value=len(own))  # fmt: skip
+        yield GaugeMetricFamily("disque_internal_queue_jobs", "Jobs queued in the cluster's own queues", value=own_jobs)
         yield GaugeMetricFamily("disque_connected_clients", "Open client connections", value=len(h.clients))
         yield GaugeMetricFamily("disque_blocked_clients", "Clients blocked in GETJOB", value=node.blocked_clients)
         workers, running = h.workers()
@@ -124,7 +131,7 @@ class NodeCollector:
         yield from self._aof(h)
 
     # ------------------------------------------------------------------ parts
-    def _jobs(self, node: Any, lens: list[int]) -> Iterator[Metric]:
+    def _jobs(self, node: Any, queued: int) -> Iterator[Metric]:
         """Jobs by state: the queued ones are the queues' lengths; the others need a walk of the
         job table, done only while it is small enough (STATE_WALK_MAX): then only ``queued``."""
         store = node.ctx.store
@@ -137,7 +144,7 @@ class NodeCollector:
             for i, state in enumerate(STATE_NAMES):
                 fam.add_metric([state], counts[i])
         else:
-            fam.add_metric(["queued"], sum(lens))
+            fam.add_metric(["queued"], queued)
         yield fam
 
     def _commands(self) -> Iterator[Metric]:

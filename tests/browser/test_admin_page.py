@@ -184,6 +184,25 @@ def test_a_queue_s_first_jobs_open_in_the_job_inspector(cluster, open_page):
     assert r2.execute_command("QLEN", "detail-q") == 0
 
 
+def test_the_clusters_own_queues_show_only_when_asked(cluster, open_page):
+    # a task's result lives in a queue whose name starts with @ (one on each of two nodes here)
+    cluster[0].client().execute_command("ADDJOB", "@result:page-own", '{"v":1,"ok":true,"value":1}', 0, "REPLICATE", 1)
+    cluster[2].client().execute_command("ADDJOB", "@result:page-peer", '{"v":1,"ok":true,"value":2}', 0, "REPLICATE", 1)
+    cluster[2].client().execute_command("ADDJOB", "page-plain", "x", 0, "REPLICATE", 1)
+    page = open_page(cluster[0])
+    own = page.locator('[data-testid=queue-row][data-queue^="@"]')
+    expect(page.locator('[data-testid=queue-row][data-queue="page-plain"]')).to_have_count(1)
+    expect(own).to_have_count(0)
+    toggle = page.get_by_test_id("queue-all")
+    expect(toggle).not_to_be_checked()
+    toggle.check()
+    expect(page.locator('[data-testid=queue-row][data-queue="@result:page-own"]')).to_have_count(1)
+    expect(page.locator('[data-testid=queue-row][data-queue="@result:page-peer"]')).to_have_count(1)
+    toggle.uncheck()
+    expect(own).to_have_count(0)
+    expect(page.locator('[data-testid=queue-row][data-queue="page-plain"]')).to_have_count(1)
+
+
 def test_a_body_that_is_not_utf8_shows_as_base64(cluster, open_page):
     job_id = cluster[0].client().execute_command("ADDJOB", "binary-q", b"\xff\xfe\x00<", 0, "REPLICATE", 1).decode()
     page = open_page(cluster[0])

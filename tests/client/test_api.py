@@ -173,6 +173,12 @@ async def test_every_call(flavor, nodes):
         assert len(states) == 23 and all(d["state"] == "queued" and d["queue"] == q for d in states)
         assert [i async for i in c.jscan(queue=q, states="active")] == []
         assert q in [n async for n in c.qscan(minlen=23)] and q not in [n async for n in c.qscan(minlen=24)]
+        # the cluster's own queues (a name starting with @, a task's result): only with all=True (QSCAN ... ALL)
+        own = "@result:" + q
+        own_id = await c.add_job(own, b"r", replicate=1)
+        assert own not in [n async for n in c.qscan()] and own in [n async for n in c.qscan(all=True)]
+        assert own in [n async for n in c.qscan(all=True, minlen=1, count=1)]
+        assert await c.del_job(own_id) == 1
         await c.get_jobs(q, count=23)
         await c.ack(*ids)
 

@@ -23,7 +23,7 @@ app = App(
 
 # retry=4: a slot's job queued on a node that dies is queued again by a node holding a copy
 # within seconds, not after the node's default RETRY
-@app.periodic(every=2, name="tick", queue="periodic", retry=4, result_ttl=0)
+@app.periodic(every=2, name="tick", queue="periodic", retry=4)
 def tick():
     ctx = current_task()
     line = "%s %d %s %d\n" % (ctx.meta["periodic_slot"], os.getpid(), ctx.job_id, ctx.attempt)

@@ -1,5 +1,5 @@
 """A minimal stand-in for the task App, following the interface the scheduler relies on
-(``app.client()``, ``app.periodic_tasks``, ``task.name``, ``task.send_with(dedup=...)``), so
+(``app.client()``, ``app.periodic_tasks``, ``task.name``, ``task.send_with(dedup=..., result_ttl=0)``), so
 that disque_py.tasks.periodic is tested against real nodes on its own.
 
 It writes the documented job body (``{"v": 1, "task": ..., "args": [], "kwargs": {}, ...}``)
@@ -27,12 +27,12 @@ class StandinTask:
         self.sent: list[str] = []
 
     def send_with(self, args=(), kwargs=None, delay=None, dedup=None, ttl=None, replicate=None, retry=None,
-                  meta=None) -> str:
+                  meta=None, result_ttl=None) -> str:
         meta = {**(meta or {}), "nonce": uuid.uuid4().hex}
         if dedup is not None:
             meta["dedup"] = dedup
         body = json.dumps({"v": 1, "task": self.name, "args": list(args), "kwargs": kwargs or {},
-                           "result": None, "meta": meta})  # fmt: skip
+                           "result": {"ttl": result_ttl} if result_ttl else None, "meta": meta})  # fmt: skip
         argv: list[Any] = ["ADDJOB", self.queue, body, 2000]
         for word, value in (("DELAY", delay), ("TTL", ttl), ("RETRY", retry), ("DEDUP", dedup),
                             ("REPLICATE", replicate or self.replicate)):  # fmt: skip

@@ -12,6 +12,7 @@ import time
 import msgpack
 import pytest
 
+from disque_py.core.constants import INTERNAL_QUEUE_PREFIX
 from disque_py.tasks import App, GroupRef, MessageError, Outcome, ResultTimeout, TaskError, TaskRef
 from disque_py.tasks import message as m
 from disque_py.tasks.metrics import TaskMetrics
@@ -40,6 +41,17 @@ def test_a_chain_round_trips_in_both_serializers():
     for ser in ("json", "msgpack"):
         assert m.decode(m.encode(msg, ser)) == (msg, ser)
     assert m.chain_key("D-1") == "chain:D-1"
+
+
+def test_results_live_in_the_clusters_own_queues_and_the_old_name_is_known_for_a_tasks_own():
+    job_id = "D-dcb833cf-8YL1NT17e9+wsA/09NqxscQI-05a1"
+    assert m.result_queue(job_id) == "@result:" + job_id  # QSCAN, top, the page and /metrics leave it out
+    assert m.result_queue(job_id).encode().startswith(INTERNAL_QUEUE_PREFIX)
+    assert m.legacy_result_queue(m.result_queue(job_id)) == "result:" + job_id  # what older workers wrote
+    chain = m.chain_result_queue("f00d")
+    assert chain == "@result:chain-f00d" and m.legacy_result_queue(chain) is None  # named in the body: no other
+    for other in ("result:" + job_id, "mine", "@result:short", "@other:" + job_id, "@result:X" + job_id[1:]):
+        assert m.legacy_result_queue(other) is None, other
 
 
 @pytest.mark.parametrize(
@@ -221,7 +233,7 @@ def test_group_logic_in_order_with_errors_in_place():
     with pytest.raises(TypeError, match="signatures"):
         app.group(add)
     assert len(app.group([add.s(1, 2), add.s(3, 4)])) == 2
-    refs = [TaskRef(app, "id%d" % i, add.name, "result:id%d" % i) for i in range(3)]
+    refs = [TaskRef(app, "id%d" % i, add.name, "@result:id%d" % i) for i in range(3)]
     refs[0]._outcome = Outcome(True, 3)
     refs[1]._outcome = Outcome(False, None, "KeyError", "'x'")
     refs[2]._outcome = Outcome(True, 7)

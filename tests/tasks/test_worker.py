@@ -97,7 +97,8 @@ def test_a_result_read_is_left_for_every_other_waiter_on_any_node(cluster3, run_
         ref = inc.send(1)
         assert ref.result(timeout=10) == 2
         results = raw(cluster3[0])
-        queue = "result:" + ref.id
+        queue = ref.result_queue
+        assert queue == "@result:" + ref.id  # the cluster's own queue (left out of QSCAN unless ALL)
         assert results.execute_command("QLEN", queue) == 1  # read where it is (QPEEK): not taken
         # another node holds no queued copy: its waiter's GETJOB fetches it (and puts it back there)
         assert raw(cluster3[1]).execute_command("QLEN", queue) == 0
@@ -411,7 +412,7 @@ def test_a_task_from_redis_cli_in_the_documented_format_runs(app, node, run_work
     out = subprocess.run([redis_cli, "-p", str(node.port), "ADDJOB", q, body, "0"],
                          capture_output=True, text=True, check=True, timeout=10)  # fmt: skip
     job_id = out.stdout.strip()
-    got = subprocess.run([redis_cli, "-p", str(node.port), "GETJOB", "TIMEOUT", "10000", "FROM", "result:" + job_id],
+    got = subprocess.run([redis_cli, "-p", str(node.port), "GETJOB", "TIMEOUT", "10000", "FROM", "@result:" + job_id],
                          capture_output=True, text=True, check=True, timeout=20)  # fmt: skip
     assert '{"v":1,"ok":true,"value":3}' in got.stdout
     packed = msgpack.packb({"v": 1, "task": "myapp.tasks.add", "kwargs": {"a": 2, "b": 5}, "result": {"ttl": 60}})

@@ -113,6 +113,30 @@ def test_queue_labels_are_capped_with_the_rest_under_other(admin_node):
     assert labels_of(fams, "disque_queue_length", "queue") == {"q%d" % n for n in range(1, 7)}
 
 
+def test_the_clusters_own_queues_have_no_queue_label_and_two_gauges_count_them(admin_node):
+    c = admin_node.client()
+    c.execute_command("ADDJOB", "a", "x", 0)
+    for i in range(3):  # a task's result is a queue of its own, named @result:<job ID>
+        c.execute_command("ADDJOB", "@result:%d" % i, "r", 0)
+    c.execute_command("ADDJOB", "@result:0", "again", 0)
+    fams = scrape(admin_node)
+    for family in ("disque_queue_length", "disque_queue_blocked_clients", "disque_queue_jobs_in_total",
+                   "disque_queue_jobs_out_total", "disque_queue_import_rate"):  # fmt: skip
+        assert labels_of(fams, family, "queue") == {"a"}, family
+    assert value(fams, "disque_internal_queues") == 3
+    assert value(fams, "disque_internal_queue_jobs") == 4
+    assert value(fams, "disque_jobs", state="queued") == 5  # jobs are jobs, wherever queued
+    assert value(fams, "disque_registered_queues") == 4  # INFO's count: every queue
+    # past the cap, the rest summed under _other holds none of them either
+    c.execute_command("ADDJOB", "b", "x", 0)
+    c.execute_command("ADDJOB", "b", "y", 0)
+    assert c.execute_command("CONFIG", "SET", "admin-metrics-max-queues", "1") == b"OK"
+    fams = scrape(admin_node)
+    assert labels_of(fams, "disque_queue_length", "queue") == {"b", "_other"}
+    assert value(fams, "disque_queue_length", queue="_other") == 1
+    assert value(fams, "disque_queue_jobs_in_total", queue="_other") == 1
+
+
 def test_bus_messages_are_counted_by_kind(start_node):
     a, b = (start_node(admin_port=free_port()) for _ in range(2))
     launcher.join([(n.host, n.port) for n in (a, b)], timeout=30)

@@ -638,9 +638,13 @@
     }
   }
 
+  let queuesAsked = 0;
+
   async function refreshQueues() {
+    const asked = ++queuesAsked;
     try {
-      const data = await api("GET", "/api/queues");
+      const data = await api("GET", $("queue-all").checked ? "/api/queues?all=1" : "/api/queues");
+      if (asked !== queuesAsked) return true; // a later ask (the toggle's) shows its own answer
       updateQueues(data);
       lastOrder = (Array.isArray(data.queues) ? data.queues : []).map((q) => String(q.name));
       clearError("queues");
@@ -671,6 +675,7 @@
   function init() {
     $("error-dismiss").addEventListener("click", () => { errors.clear(); renderErrors(); });
     $("queue-filter").addEventListener("input", () => renderQueueOrder(lastOrder));
+    $("queue-all").addEventListener("change", () => refreshQueues());
     $("dead-refresh").addEventListener("click", () => refreshDead());
     $("job-form").addEventListener("submit", (ev) => { ev.preventDefault(); inspect($("job-id").value); });
     for (const b of document.querySelectorAll("#job-view [data-action]")) {
