@@ -277,7 +277,7 @@ async def test_command_docs_are_made_from_the_declarations(server):
             assert set(arg) <= {b"name", b"type", b"token", b"flags", b"arguments"}
             assert all(isinstance(f, Status) for f in arg.get(b"flags", ()))  # simple strings, as redis-cli asserts
     assert _run(server, b"COMMAND", b"DOCS", b"AddJob", b"nosuch", b"addjob") == {b"addjob": docs[b"addjob"]}
-    assert _run(server, b"COMMAND", b"DOCS", b"nosuch") == {}
+    assert _run(server, b"COMMAND", b"DOCS", b"nosuch", b"\xff\x00", b"") == {}  # junk: nothing, no error
     getjob = docs[b"getjob"][b"arguments"]
     assert getjob[1] == {b"name": b"ms-timeout", b"type": b"string", b"token": b"TIMEOUT", b"flags": [Status(b"optional")]}
     assert getjob[-1] == {b"name": b"queue", b"type": b"string", b"flags": [Status(b"multiple")]}
