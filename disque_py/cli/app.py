@@ -108,10 +108,14 @@ def cli(conn: NodeOptions, raw: bool | None, repeat: int, interval: float, timeo
       disque-py cli -p 7712 GETJOB TIMEOUT 1000 FROM myqueue
       disque-py cli -r 5 -i 1 QLEN myqueue
       disque-py cli INFO jobs
-      disque-py cli            (a prompt with line editing and history; 'quit' or Ctrl-D to leave)
+      disque-py cli            (a prompt with line editing, history and Tab; 'quit' or Ctrl-D to leave)
+      disque-py cli help GETJOB   (the commands' syntax, at the prompt too: help, help @jobs)
       disque-py cli -p 7712 --tls --cacert ca.crt --cert client.crt --key client.key PING
     """
     from . import shell
+
+    if command and command[0].lower() in _HELP:  # answered here, the node up or not
+        sys.exit(_help(list(command[1:])))
 
     host, port = conn.first()  # the first node named (-h/-p, --nodes, $DISQUE_NODES)
     password, username = conn.password, conn.username
@@ -154,9 +158,47 @@ def cli(conn: NodeOptions, raw: bool | None, repeat: int, interval: float, timeo
     _prompt(host, port, connect, raw)
 
 
+#: The words that ask for help (redis-cli's): answered by the cli, never sent to the node.
+_HELP = ("help", "?")
+
+
+def _help(words: list[str]) -> int:
+    """``help ...``: printed from the commands' declarations (cli/commandhelp.py); 0, or 2 when
+    it names nothing known (as an error reply)."""
+    from .commandhelp import help_text
+
+    width = None
+    if sys.stdout.isatty():
+        import shutil
+
+        width = shutil.get_terminal_size().columns
+    text, known = help_text(words, width)
+    click.echo(text, nl=False)
+    return 0 if known else 2
+
+
+def _completer():
+    """readline's completer: the node's commands and help topics (cli/commandhelp.py, imported at
+    the first Tab)."""
+    import readline
+
+    found: list[str] = []
+
+    def complete(text: str, state: int) -> str | None:
+        if state == 0:
+            from .commandhelp import complete as candidates
+
+            found[:] = candidates(readline.get_line_buffer()[: readline.get_begidx()], text)
+        return found[state] if state < len(found) else None
+
+    return complete
+
+
 def _prompt(host: str, port: int, connect, raw: bool) -> None:
-    """The interactive loop: readline's line editing and history when stdin is a terminal; lines
-    read one by one (no prompt) when it is not, as redis-cli does."""
+    """The interactive loop: readline's line editing, history and Tab completion when stdin is a
+    terminal; lines read one by one (no prompt) when it is not, as redis-cli does. ``help`` is
+    answered here; the node is connected to at once on a terminal (the prompt names it), at the
+    first command otherwise."""
     import os
 
     from . import shell
@@ -169,6 +211,10 @@ def _prompt(host: str, port: int, connect, raw: bool) -> None:
         except ImportError:  # pragma: no cover - Python built without it: a plain prompt
             readline = None  # type: ignore[assignment]
         if readline is not None:
+            readline.set_completer(_completer())
+            readline.set_completer_delims(" \t\n")
+            # libedit (macOS's Python) reads its own binding syntax
+            readline.parse_and_bind("bind ^I rl_complete" if "libedit" in (readline.__doc__ or "") else "tab: complete")
             history = os.environ.get("DISQUE_CLI_HISTFILE") or os.path.join(os.path.expanduser("~"),
                                                                              ".disque-py-cli_history")  # fmt: skip
             if history != os.devnull:
@@ -181,12 +227,12 @@ def _prompt(host: str, port: int, connect, raw: bool) -> None:
                 history = None
     out = sys.stdout.buffer
     conn = None
-    try:
-        conn = connect()
-    except shell.ConnectFailed as exc:
-        click.echo(str(exc), err=True)
-        if not interactive:
-            sys.exit(1)
+    tried = False  # piped: the first connection failing ends the run (exit 1), as before any line
+    if interactive:
+        try:
+            conn = connect()
+        except shell.ConnectFailed as exc:
+            click.echo(str(exc), err=True)
     try:
         while True:
             prompt = "%s:%d> " % (host, port) if conn is not None else "not connected> "
@@ -208,6 +254,9 @@ def _prompt(host: str, port: int, connect, raw: bool) -> None:
                 continue
             if argv[0].lower() in ("quit", "exit"):
                 return
+            if argv[0].lower() in _HELP:
+                _help(argv[1:])
+                continue
             times = 1
             if len(argv) > 1 and argv[0].isdigit():  # "3 QLEN q", as redis-cli: the command 3 times
                 times, argv = int(argv[0]), argv[1:]
@@ -217,7 +266,11 @@ def _prompt(host: str, port: int, connect, raw: bool) -> None:
                         conn = connect()
                     except shell.ConnectFailed as exc:
                         click.echo(str(exc), err=True)
+                        if not interactive and not tried:
+                            sys.exit(1)
                         break
+                    finally:
+                        tried = True
                 try:
                     reply = conn.request(argv)
                 except shell.ReplyLost as exc:

@@ -129,7 +129,8 @@ def node_options(*, what: str = "the nodes") -> Callable[[Callable[..., Any]], C
             click.option("--user", "username", default=None, help="AUTH as this user (with --password)."),
             click.option("--tls", is_flag=True, help="Connect with TLS (give the nodes' tls-ports)."),
             click.option("--cacert", default=None, type=click.Path(dir_okay=False),
-                         help="CA to check %s' certificates with (implies --tls)." % what),
+                         help="CA to check %s certificates with (implies --tls)."
+                              % (what + ("'" if what.endswith("s") else "'s"))),
             click.option("--cert", default=None, type=click.Path(dir_okay=False),
                          help="Client certificate, for nodes with tls-auth-clients (implies --tls)."),
             click.option("--key", default=None, type=click.Path(dir_okay=False), help="Private key of --cert."),

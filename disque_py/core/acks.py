@@ -80,8 +80,12 @@ GC_UNKNOWN_HOLDER_ATTEMPT: Final = 3
 
 #: The commands this machine answers (commandspec.py; Node dispatches them).
 COMMANDS: Final = (
-    CommandSpec(b"ackjob", "cmd_ackjob", -1, ("write", "fast"), ("consume",), JOB_IDS),
-    CommandSpec(b"fastack", "cmd_fastack", -1, ("write", "fast"), ("consume",), JOB_IDS),
+    CommandSpec(b"ackjob", "cmd_ackjob", -1, ("write", "fast"), ("consume",), JOB_IDS,
+                syntax="ACKJOB job-id [job-id ...]",
+                summary="Acknowledge jobs: done, deleted on every node that holds a copy", group="jobs"),
+    CommandSpec(b"fastack", "cmd_fastack", -1, ("write", "fast"), ("consume",), JOB_IDS,
+                syntax="FASTACK job-id [job-id ...]",
+                summary="Acknowledge jobs with a best-effort delete: fewer messages than ACKJOB", group="jobs"),
 )
 
 

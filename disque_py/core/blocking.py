@@ -74,12 +74,28 @@ def job_item(job: Job, withcounters: bool) -> list[object]:
 _QUEUE_READS: Final = ("produce", "consume", "inspect")
 #: The commands this machine answers (commandspec.py; Node dispatches them).
 COMMANDS: Final = (
-    CommandSpec(b"getjob", "cmd_getjob", -2, ("write", "fast"), ("consume",), FROM_QUEUES),
-    CommandSpec(b"qlen", "cmd_qlen", 2, ("readonly", "fast"), _QUEUE_READS, QUEUE),
-    CommandSpec(b"qpeek", "cmd_qpeek", 3, ("readonly",), _QUEUE_READS, QUEUE),
-    CommandSpec(b"qstat", "cmd_qstat", 2, ("readonly", "fast"), _QUEUE_READS, QUEUE),
-    CommandSpec(b"qscan", "cmd_qscan", -1, ("readonly",), ("inspect",), EVERY_QUEUE),
-    CommandSpec(b"pause", "cmd_pause", -3, ("readonly", "fast"), ("admin",), QUEUE),
+    CommandSpec(b"getjob", "cmd_getjob", -2, ("write", "fast"), ("consume",), FROM_QUEUES,
+                syntax="GETJOB [NOHANG] [TIMEOUT ms-timeout] [COUNT count] [WITHCOUNTERS] FROM queue [queue ...]",
+                summary="Take jobs from the first queue that has some, waiting up to TIMEOUT (0: for ever)",
+                group="jobs"),
+    CommandSpec(b"qlen", "cmd_qlen", 2, ("readonly", "fast"), _QUEUE_READS, QUEUE,
+                syntax="QLEN queue_name", summary="How many jobs a queue holds on this node", group="queues"),
+    CommandSpec(b"qpeek", "cmd_qpeek", 3, ("readonly",), _QUEUE_READS, QUEUE,
+                syntax="QPEEK queue_name count",
+                summary="Look at the oldest count jobs of a queue (the newest if count is negative)",
+                group="queues"),
+    CommandSpec(b"qstat", "cmd_qstat", 2, ("readonly", "fast"), _QUEUE_READS, QUEUE,
+                syntax="QSTAT queue_name",
+                summary="A queue's length, age, blocked clients, imports, jobs in and out, pause state",
+                group="queues"),
+    CommandSpec(b"qscan", "cmd_qscan", -1, ("readonly",), ("inspect",), EVERY_QUEUE,
+                syntax="QSCAN [cursor] [COUNT count] [BUSYLOOP] [MINLEN len] [MAXLEN len] [IMPORTRATE rate] [ALL]",
+                summary="Iterate over this node's queues (ALL: the cluster's own @ queues too)",
+                group="queues"),
+    CommandSpec(b"pause", "cmd_pause", -3, ("readonly", "fast"), ("admin",), QUEUE,
+                syntax="PAUSE queue_name IN|OUT|ALL|NONE|STATE|BCAST [IN|OUT|ALL|NONE|STATE|BCAST ...]",
+                summary="Pause a queue's input, output or both (BCAST: on every node); its pause state",
+                group="queues"),
 )
 
 

@@ -12,7 +12,18 @@ declarations, once, when a node is made:
 * the commands refused at memory level 3 (``denyoom`` in ``flags``);
 * COMMAND's reply (arity and flags);
 * the ACL rights (``server/acl.py``: the categories, the commands every
-  connection may run, and where a command names its queues or job IDs).
+  connection may run, and where a command names its queues or job IDs);
+* what a person is told of it: ``disque-py cli``'s ``help`` (``cli/commandhelp.py``) and
+  COMMAND DOCS (``server/commanddocs.py``), from its ``syntax``, ``summary``, ``group``
+  and ``since``.
+
+The syntax is written in Redis's notation, the arguments named as Disque's README names
+them: the command's name first, upper case; an UPPER-CASE word is typed as it is (a
+token: ``FROM``, ``REPLICATE``; any case works); a lower-case word is a value the user
+gives (``queue_name``, ``ms-timeout``); ``[...]`` is optional; ``x [x ...]`` is one or
+more; ``A|B`` (no spaces) is one of two words; `` | `` (spaced) separates alternatives
+of whole argument lists, at the top (a command's subcommands: ``CONFIG GET parameter |
+SET parameter value``) or inside brackets.
 
 A leaf: it imports nothing, so that both the core and the shell may use it.
 """
@@ -30,6 +41,8 @@ __all__ = [
     "EVERY_QUEUE",
     "KEY_KINDS",
     "FLAGS",
+    "GROUPS",
+    "DISQUE",
     "bind",
     "check_unique",
 ]
@@ -49,6 +62,12 @@ KEY_KINDS: Final = frozenset({QUEUE, FROM_QUEUES, JOB_IDS, EVERY_QUEUE})
 #: The flags COMMAND shows (Redis's names for Disque's letters: w r m a l F).
 FLAGS: Final = frozenset({"write", "readonly", "denyoom", "admin", "loading", "fast"})
 
+#: What a command is about (``help @jobs``, COMMAND DOCS' ``group``), in the order help lists them.
+GROUPS: Final = ("jobs", "queues", "workers", "cluster", "connection", "server")
+
+#: ``since`` of the commands Disque 1.0-rc1 has; ours say ``disque-py <version>``.
+DISQUE: Final = "Disque 1.0-rc1"
+
 
 class CommandSpec(NamedTuple):
     """One command, as its owner declares it.
@@ -61,7 +80,10 @@ class CommandSpec(NamedTuple):
     that grant it (``ALWAYS``: needs no right). ``keys``: where its queue names or job
     IDs sit (one of ``KEY_KINDS``; None: none). ``subcommands``: (subcommand, its
     categories) for those whose rights differ from the command's; the others go as
-    the command.
+    the command. ``syntax``: the whole command in the notation of the module docstring;
+    ``summary``: one line on what it does; ``group``: one of ``GROUPS``; ``since``: the
+    release that brought it (``DISQUE``, or ``disque-py <version>`` for ours). Read by
+    people (help, COMMAND DOCS), never by the dispatch path.
     """
 
     name: bytes
@@ -71,6 +93,10 @@ class CommandSpec(NamedTuple):
     acl: tuple[str, ...]
     keys: str | None = None
     subcommands: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    syntax: str = ""
+    summary: str = ""
+    group: str = ""
+    since: str = DISQUE
 
 
 def check_unique(specs: Iterable[CommandSpec]) -> tuple[CommandSpec, ...]:
@@ -85,6 +111,8 @@ def check_unique(specs: Iterable[CommandSpec]) -> tuple[CommandSpec, ...]:
             raise ValueError("command %r: a lower-case name and a non-zero arity" % spec.name)
         if not set(spec.flags) <= FLAGS or (spec.keys is not None and spec.keys not in KEY_KINDS):
             raise ValueError("command %r: unknown flag or key kind" % spec.name)
+        if spec.group and spec.group not in GROUPS:
+            raise ValueError("command %r: unknown group %r" % (spec.name, spec.group))
     return out
 
 

@@ -110,8 +110,14 @@ COPIES_RETRY_MS: Final = 1000
 #: job again, so it is refused at memory level 3 (denyoom), as Disque's. RELEASE (ours) is not:
 #: it gives back a job held already, and a worker that stops must be able to.
 COMMANDS: Final = (
-    CommandSpec(b"nack", "cmd_nack", -1, ("write", "denyoom", "fast"), ("consume",), JOB_IDS),
-    CommandSpec(b"release", "cmd_release", -2, ("write", "fast"), ("consume",), JOB_IDS),
+    CommandSpec(b"nack", "cmd_nack", -1, ("write", "denyoom", "fast"), ("consume",), JOB_IDS,
+                syntax="NACK job-id [job-id ...] [DELAY sec] [REASON text] [TRACE text] [DEAD]",
+                summary="Jobs failed: queued again (after DELAY or the job's BACKOFF), or dead-lettered",
+                group="jobs"),
+    CommandSpec(b"release", "cmd_release", -2, ("write", "fast"), ("consume",), JOB_IDS,
+                syntax="RELEASE job-id [job-id ...] [DELAY sec]",
+                summary="Give back jobs taken and never started: queued again (after DELAY), the delivery not counted",
+                group="jobs", since="disque-py 0.1.0"),
 )
 
 

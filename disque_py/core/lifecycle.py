@@ -65,9 +65,15 @@ NOREPL_REMOVED: Final = "NOREPL job removed (expired?) before the requested repl
 
 #: The commands this machine answers (commandspec.py; Node dispatches them).
 COMMANDS: Final = (
-    CommandSpec(b"deljob", "cmd_deljob", -1, ("write", "fast"), ("admin",), JOB_IDS),
-    CommandSpec(b"show", "cmd_show", 2, ("readonly", "fast"), ("produce", "consume", "inspect"), JOB_IDS),
-    CommandSpec(b"jscan", "cmd_jscan", -1, ("readonly",), ("inspect",), EVERY_QUEUE),
+    CommandSpec(b"deljob", "cmd_deljob", -1, ("write", "fast"), ("admin",), JOB_IDS,
+                syntax="DELJOB job-id [job-id ...]", summary="Delete jobs from this node only", group="jobs"),
+    CommandSpec(b"show", "cmd_show", 2, ("readonly", "fast"), ("produce", "consume", "inspect"), JOB_IDS,
+                syntax="SHOW job-id", summary="Describe a job: state, queue, nodes, counters, options",
+                group="jobs"),
+    CommandSpec(b"jscan", "cmd_jscan", -1, ("readonly",), ("inspect",), EVERY_QUEUE,
+                syntax="JSCAN [cursor] [COUNT count] [BUSYLOOP] [QUEUE queue] [STATE state [STATE state ...]] "
+                       "[REPLY ALL|ID]",
+                summary="Iterate over this node's jobs, by queue and state", group="jobs"),
 )
 
 

@@ -143,7 +143,10 @@ _OWNERS: Final[tuple[tuple[str | None, tuple[CommandSpec, ...]], ...]] = (
     ("lifecycle", lifecycle_mod.COMMANDS),
     ("requeue", requeue_mod.COMMANDS),
     ("delivery", delivery_mod.COMMANDS),
-    (None, (CommandSpec(b"hello", "cmd_hello", 1, ("readonly", "fast"), ALWAYS),)),
+    (None, (CommandSpec(b"hello", "cmd_hello", 1, ("readonly", "fast"), ALWAYS,
+                        syntax="HELLO [protover [AUTH username password] [SETNAME clientname]]",
+                        summary="The cluster's nodes and their priorities; HELLO 2|3: Redis's handshake",
+                        group="cluster"),)),
 )
 #: Every command of the core, each declared once.
 CORE_COMMANDS: Final[tuple[CommandSpec, ...]] = check_unique(spec for _, specs in _OWNERS for spec in specs)

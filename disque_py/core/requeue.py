@@ -73,9 +73,17 @@ def compare_ids_by_job(a: str, b: str, job_id: bytes) -> int:
 #: queues a job again, so it is refused at memory level 3 (denyoom), as Disque's. NACK, which
 #: enqueue_job serves too, is delivery.py's (its DELAY, REASON and DEAD).
 COMMANDS: Final = (
-    CommandSpec(b"enqueue", "cmd_enqueue", -1, ("write", "denyoom", "fast"), ("admin",), JOB_IDS),
-    CommandSpec(b"dequeue", "cmd_dequeue", -1, ("write", "fast"), ("admin",), JOB_IDS),
-    CommandSpec(b"working", "cmd_working", 2, ("write", "fast"), ("consume",), JOB_IDS),
+    CommandSpec(b"enqueue", "cmd_enqueue", -1, ("write", "denyoom", "fast"), ("admin",), JOB_IDS,
+                syntax="ENQUEUE job-id [job-id ...]",
+                summary="Queue jobs held here that are not queued, counting an additional delivery",
+                group="jobs"),
+    CommandSpec(b"dequeue", "cmd_dequeue", -1, ("write", "fast"), ("admin",), JOB_IDS,
+                syntax="DEQUEUE job-id [job-id ...]", summary="Take jobs out of their queue on this node",
+                group="jobs"),
+    CommandSpec(b"working", "cmd_working", 2, ("write", "fast"), ("consume",), JOB_IDS,
+                syntax="WORKING job-id",
+                summary="Still working on a job: its next delivery is put off by its RETRY (seconds)",
+                group="jobs"),
 )
 
 

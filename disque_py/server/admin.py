@@ -39,6 +39,7 @@ from ..util.rss import rss_bytes
 from . import faults, gcpolicy
 from .acl import AUTH_FAILURE_LIMIT, WRONGPASS, Acl, AclError
 from .cmdstats import CommandStats
+from .commanddocs import docs_reply
 from .connection import PERMS_UNSET
 from .contracts import NO_REPLY
 from .latency import LatencyMonitor
@@ -59,31 +60,56 @@ _ADMIN = ("admin",)
 #: of :func:`build_table`. COMMAND lists them in this order, after CLUSTER and before the core's;
 #: the flags are informational, as Disque's.
 COMMANDS: tuple[CommandSpec, ...] = (
-    CommandSpec(b"auth", "auth", -2, ("readonly", "loading", "fast"), ALWAYS),
-    CommandSpec(b"ping", "ping", -1, ("readonly", "fast"), ALWAYS),
-    CommandSpec(b"echo", "echo", 2, ("readonly", "fast"), ALWAYS),
-    CommandSpec(b"quit", "quit_", 1, ("readonly", "fast"), ALWAYS),
-    CommandSpec(b"time", "time_", 1, ("readonly", "fast"), ALWAYS),
-    CommandSpec(b"info", "info", -1, ("readonly", "loading"), ("inspect",)),
-    CommandSpec(b"command", "command", -1, ("readonly", "loading"), ALWAYS),
+    CommandSpec(b"auth", "auth", -2, ("readonly", "loading", "fast"), ALWAYS,
+                syntax="AUTH [username] password",
+                summary="Log in: with requirepass, or as an ACL user", group="connection"),
+    CommandSpec(b"ping", "ping", -1, ("readonly", "fast"), ALWAYS,
+                syntax="PING [message]", summary="PONG, or the message", group="connection"),
+    CommandSpec(b"echo", "echo", 2, ("readonly", "fast"), ALWAYS,
+                syntax="ECHO message", summary="The message, back", group="connection", since="disque-py 0.1.0"),
+    CommandSpec(b"quit", "quit_", 1, ("readonly", "fast"), ALWAYS,
+                syntax="QUIT", summary="Close the connection", group="connection"),
+    CommandSpec(b"time", "time_", 1, ("readonly", "fast"), ALWAYS,
+                syntax="TIME", summary="The node's clock: seconds and microseconds", group="server"),
+    CommandSpec(b"info", "info", -1, ("readonly", "loading"), ("inspect",),
+                syntax="INFO [section]",
+                summary="The node's state and counters, by section (all, commandstats: more)", group="server"),
+    CommandSpec(b"command", "command", -1, ("readonly", "loading"), ALWAYS,
+                syntax="COMMAND [COUNT | LIST | INFO command [command ...] | DOCS [command [command ...]]]",
+                summary="The node's commands: arity and flags; DOCS: syntax and summary", group="server"),
     CommandSpec(b"client", "client", -2, ("admin", "readonly"), ALWAYS, subcommands=(
         ("id", ALWAYS), ("getname", ALWAYS), ("setname", ALWAYS), ("setinfo", ALWAYS), ("info", ALWAYS),
         ("kill", _ADMIN), ("list", _ADMIN),
-    )),
-    CommandSpec(b"config", "config", -2, ("admin", "readonly"), _ADMIN),
-    CommandSpec(b"shutdown", "shutdown", -1, ("admin", "readonly", "loading"), _ADMIN),
-    CommandSpec(b"bgrewriteaof", "bgrewriteaof", 1, ("admin", "readonly"), _ADMIN),
-    CommandSpec(b"debug", "debug", -2, ("admin",), _ADMIN),
+    ), syntax="CLIENT ID | GETNAME | SETNAME connection-name | SETINFO LIB-NAME|LIB-VER value | INFO | LIST | "
+              "KILL ip:port | KILL [ID client-id] [ADDR ip:port] [LADDR ip:port] [SKIPME YES|NO]",
+       summary="This connection (its ID and name), or every one: list them, close some", group="connection"),
+    CommandSpec(b"config", "config", -2, ("admin", "readonly"), _ADMIN,
+                syntax="CONFIG GET parameter | SET parameter value | REWRITE | RESETSTAT",
+                summary="Read and change the directives at run time, save them to the config file",
+                group="server"),
+    CommandSpec(b"shutdown", "shutdown", -1, ("admin", "readonly", "loading"), _ADMIN,
+                syntax="SHUTDOWN [SAVE|NOSAVE|REWRITE-AOF]",
+                summary="Stop the node (REWRITE-AOF: a fresh AOF first)", group="server"),
+    CommandSpec(b"bgrewriteaof", "bgrewriteaof", 1, ("admin", "readonly"), _ADMIN,
+                syntax="BGREWRITEAOF", summary="Rewrite the AOF in the background", group="server"),
+    CommandSpec(b"debug", "debug", -2, ("admin",), _ADMIN,
+                syntax="DEBUG FLUSHALL | SLEEP seconds | ERROR message | GC",
+                summary="Empty the node, block it, answer an error, run a full garbage collection",
+                group="server"),
     CommandSpec(b"acl", "acl_", -2, ("admin", "readonly", "loading"), _ADMIN, subcommands=(
         ("whoami", ALWAYS), ("cat", ALWAYS),
-    )),
+    ), syntax="ACL SETUSER username [rule [rule ...]] | DELUSER username [username ...] | LIST | USERS | "
+              "WHOAMI | CAT [category]",
+       summary="The users and their rights (SECURITY.md)", group="server", since="disque-py 0.1.0"),
     CommandSpec(b"slowlog", "slowlog", -2, ("admin", "readonly", "loading"), _ADMIN, subcommands=(
         ("get", _MONITOR_READ), ("len", _MONITOR_READ), ("help", _MONITOR_READ), ("reset", _ADMIN),
-    )),
+    ), syntax="SLOWLOG GET [count] | LEN | RESET | HELP",
+       summary="The commands that ran longer than slowlog-log-slower-than", group="server"),
     CommandSpec(b"latency", "latency", -2, ("admin", "readonly", "loading"), _ADMIN, subcommands=(
         ("latest", _MONITOR_READ), ("history", _MONITOR_READ), ("doctor", _MONITOR_READ),
         ("help", _MONITOR_READ), ("reset", _ADMIN),
-    )),
+    ), syntax="LATENCY LATEST | HISTORY event | RESET [event [event ...]] | DOCTOR | HELP",
+       summary="Latency spikes over latency-monitor-threshold, by event", group="server"),
 )  # fmt: skip
 
 INFO_SECTIONS = ("server", "clients", "memory", "jobs", "queues", "persistence", "stats", "cpu")
@@ -166,6 +192,7 @@ def build_table(ctx: AdminContext) -> dict[bytes, tuple[Callable[["Connection", 
     """The shell's commands (:data:`COMMANDS`) bound to ``ctx``: name -> (handler, arity)."""
     peak = [0]
     reply = _command_reply(ctx.commands)  # COMMAND's entries, made once
+    docs = docs_reply(ctx.commands)  # COMMAND DOCS' (server/commanddocs.py), made once
 
     def auth(conn: "Connection", argv: list[bytes]) -> Any:
         if len(argv) > 3:
@@ -212,8 +239,10 @@ def build_table(ctx: AdminContext) -> dict[bytes, tuple[Callable[["Connection", 
             return len(table)
         if sub == b"info":
             return [table.get(name.lower()) for name in argv[2:]]
-        if sub == b"docs":
-            return []
+        if sub == b"docs":  # Redis 7's shape: a map, name -> summary, since, group, arguments
+            if len(argv) == 2:
+                return docs
+            return {name: docs[name] for name in dict.fromkeys(a.lower() for a in argv[2:]) if name in docs}
         if sub == b"list":
             return [entry[0] for entry in table.values()]
         return err("Unknown subcommand or wrong number of arguments for '%s'" % argv[1].decode("utf-8", "replace"))

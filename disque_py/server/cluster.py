@@ -75,7 +75,13 @@ _kind_of = itemgetter(0)
 
 #: The command this service answers (core/commandspec.py): the node's shell table binds it to
 #: the service (``server/app.py``).
-COMMANDS = (CommandSpec(b"cluster", "cmd_cluster", -2, ("admin", "readonly"), ("admin",)),)
+COMMANDS = (
+    CommandSpec(b"cluster", "cmd_cluster", -2, ("admin", "readonly"), ("admin",),
+                syntax="CLUSTER MEET ip port | NODES | INFO | MYID | FORGET node-id | RESET [SOFT|HARD] | "
+                       "LEAVING [YES|NO] | SAVECONFIG",
+                summary="Join and list the cluster's nodes, forget one, leave (LEAVING yes), save nodes.conf",
+                group="cluster"),
+)
 
 
 class CoreFeed:

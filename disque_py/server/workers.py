@@ -60,7 +60,9 @@ _CONSUME = ("consume",)
 COMMANDS = (
     CommandSpec(b"worker", "cmd_worker", -2, ("readonly", "fast"), _CONSUME, subcommands=(
         ("beat", _CONSUME), ("forget", _CONSUME), ("list", ("inspect",)), ("help", ALWAYS),
-    )),
+    ), syntax="WORKER BEAT worker-id interval-ms info-json | FORGET worker-id | LIST | HELP",
+       summary="The live workers: their beats (gone 3 intervals after the last), goodbyes, the list",
+       group="workers", since="disque-py 0.1.0"),
 )  # fmt: skip
 
 HELP = [

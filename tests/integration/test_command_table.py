@@ -51,6 +51,7 @@ EXPECTED = (
     (b"working", 2, (b"write", b"fast")),
     (b"pause", -3, (b"readonly", b"fast")),
     (b"hello", 1, (b"readonly", b"fast")),
+    (b"release", -2, (b"write", b"fast")),  # ours (core/delivery.py): deliveries given back unstarted
 )
 
 

@@ -19,11 +19,13 @@ import pytest
 import disque_py.core
 import disque_py.server
 from disque_py.config import load_config
-from disque_py.core.commandspec import ALWAYS, FLAGS, KEY_KINDS, CommandSpec, bind, check_unique
+from disque_py.core.commandspec import ALWAYS, DISQUE, FLAGS, GROUPS, KEY_KINDS, CommandSpec, bind, check_unique
 from disque_py.core.memory import OOM_ERROR
 from disque_py.core.node import CORE_COMMANDS, OOM_COMMANDS
+from disque_py.core.replies import Status
 from disque_py.server.acl import CATEGORY_NAMES
 from disque_py.server.app import NODE_COMMANDS, Server
+from disque_py.server.commanddocs import SyntaxProblem, alternatives, read_syntax
 from disque_py.server.connection import Connection
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -176,3 +178,106 @@ def test_bind_makes_the_table_once_from_a_lookup():
     assert bind(specs, functions.__getitem__) == {b"one": (len, 2), b"two": (repr, -1)}
     with pytest.raises(KeyError, match="'f'"):
         bind(specs, {}.__getitem__)  # a declaration naming no handler fails when the node is made
+
+
+# ------------------------------------------------------------------ what a person is told (help, COMMAND DOCS)
+
+#: Disque 1.0-rc1's commands: its server.c's serverCommandTable, and QUIT (answered before the table
+#: is looked up). Of these we have no MONITOR, and no LOADJOB (Disque's AOF records; ours differ).
+DISQUE_COMMANDS = {
+    b"auth", b"ping", b"info", b"shutdown", b"monitor", b"debug", b"config", b"cluster", b"client", b"slowlog",
+    b"time", b"command", b"latency", b"hello", b"addjob", b"getjob", b"ackjob", b"fastack", b"deljob", b"show",
+    b"loadjob", b"bgrewriteaof", b"qlen", b"qpeek", b"qstat", b"qscan", b"jscan", b"enqueue", b"nack", b"dequeue",
+    b"working", b"pause", b"quit",
+}  # fmt: skip
+
+
+async def test_every_command_the_node_answers_says_its_syntax_summary_and_group(server):
+    """Walks what the node dispatches: a command declared without its syntax, summary or group
+    (help and COMMAND DOCS would have nothing to say of it) fails here."""
+    dispatched = set(server.node.commands) | set(server.dispatcher.admin)
+    assert dispatched == set(SPECS)
+    for name in sorted(dispatched):
+        spec = SPECS[name]
+        upper = name.decode().upper()
+        assert spec.syntax.split(" ")[0] == upper, spec.syntax
+        read_syntax(spec)  # the notation (commandspec's docstring), or SyntaxProblem
+        assert spec.summary and "\n" not in spec.summary and len(spec.summary) <= 90, spec.summary
+        assert spec.summary[0].isupper() and not spec.summary.endswith("."), spec.summary
+        assert spec.group in GROUPS, spec
+        forms = alternatives(spec)
+        assert all(form.startswith(upper) for form in forms)
+        # a subcommand whose rights are its own is a form of the syntax, so that help can say its rights
+        assert {sub for sub, _ in spec.subcommands} <= {f.split()[1].lower() for f in forms if " " in f}, spec
+    assert {spec.group for spec in NODE_COMMANDS} == set(GROUPS)  # no group is empty
+
+
+def test_since_tells_disques_commands_from_ours():
+    ours = {spec.name for spec in NODE_COMMANDS if spec.since != DISQUE}
+    assert ours == set(SPECS) - DISQUE_COMMANDS == {b"echo", b"acl", b"worker", b"release"}
+    assert {SPECS[name].since for name in ours} == {"disque-py 0.1.0"}
+
+
+@pytest.mark.parametrize("syntax, problem", [
+    ("PONG", "must start with PING"),
+    ("PING [message", "the brackets do not pair"),
+    ("PING ] message [", "a ] closes nothing"),
+    ("PING Message", "'Message' is neither a token"),
+    ("PING [message ...]", "must repeat what comes just before it"),
+    ("PING message ...", r"\.\.\. only as in x \[x \.\.\.\]"),
+    ("PING a | ", "an alternative is empty"),
+    ("PING A||B", "an empty choice in 'A\\|\\|B'"),
+    ("PING []", r"\[\] holds nothing"),
+])  # fmt: skip
+def test_a_syntax_that_breaks_the_notation_is_refused(syntax, problem):
+    with pytest.raises(SyntaxProblem, match=problem):
+        read_syntax(CommandSpec(b"ping", "ping", -1, (), ALWAYS, syntax=syntax))
+
+
+def test_a_group_must_be_one_of_the_groups():
+    with pytest.raises(ValueError, match="unknown group 'jbos'"):
+        check_unique([CommandSpec(b"one", "f", 2, (), ALWAYS, group="jbos")])
+
+
+def redis_params(arguments: list) -> str:
+    """The parameters redis-cli 7 prints from COMMAND DOCS' arguments (its cliAddArgument)."""
+    out = []
+    for arg in arguments:
+        kind, flags = arg[b"type"], set(arg.get(b"flags", ()))
+        token = arg.get(b"token", b"").decode()
+        if kind == b"oneof":
+            repeat = "|".join(redis_params([a]) for a in arg[b"arguments"])
+        elif kind == b"block":
+            repeat = redis_params(arg[b"arguments"])
+        elif kind == b"pure-token":
+            repeat = ""
+        else:
+            repeat = arg[b"name"].decode()
+        head = token + " " if token and kind != b"pure-token" else token
+        text = head + repeat
+        if b"multiple" in flags:
+            text += " [" + (head if b"multiple_token" in flags else "") + repeat + " ...]"
+        out.append("[" + text + "]" if b"optional" in flags else text)
+    return " ".join(out)
+
+
+async def test_command_docs_are_made_from_the_declarations(server):
+    docs = _run(server, b"COMMAND", b"DOCS")
+    assert list(docs) == [spec.name for spec in NODE_COMMANDS]
+    for spec in NODE_COMMANDS:
+        doc = docs[spec.name]
+        assert (doc[b"summary"], doc[b"since"], doc[b"group"]) == (spec.summary.encode(), spec.since.encode(),
+                                                                   spec.group.encode())  # fmt: skip
+        # Redis 7's argument maps, read back as redis-cli 7 does, give the declared syntax (its
+        # subcommand forms joined by a bare |, as Redis writes a oneof)
+        params = spec.syntax.partition(" ")[2].replace(" | ", "|")
+        assert redis_params(doc.get(b"arguments", [])) == params, spec.name
+        assert (b"arguments" in doc) == bool(params)
+        for arg in doc.get(b"arguments", []):
+            assert set(arg) <= {b"name", b"type", b"token", b"flags", b"arguments"}
+            assert all(isinstance(f, Status) for f in arg.get(b"flags", ()))  # simple strings, as redis-cli asserts
+    assert _run(server, b"COMMAND", b"DOCS", b"AddJob", b"nosuch", b"addjob") == {b"addjob": docs[b"addjob"]}
+    assert _run(server, b"COMMAND", b"DOCS", b"nosuch", b"\xff\x00", b"") == {}  # junk: nothing, no error
+    getjob = docs[b"getjob"][b"arguments"]
+    assert getjob[1] == {b"name": b"ms-timeout", b"type": b"string", b"token": b"TIMEOUT", b"flags": [Status(b"optional")]}
+    assert getjob[-1] == {b"name": b"queue", b"type": b"string", b"flags": [Status(b"multiple")]}
