@@ -116,7 +116,7 @@ COMMANDS: Final = (
                 group="jobs"),
     CommandSpec(b"release", "cmd_release", -2, ("write", "fast"), ("consume",), JOB_IDS,
                 syntax="RELEASE job-id [job-id ...] [DELAY sec]",
-                summary="Give back jobs taken and never started: queued again (after DELAY), the delivery not counted",
+                summary="Give back jobs taken, never started: queued again (now or after DELAY), not counted",
                 group="jobs", since="disque-py 0.1.0"),
 )
 
