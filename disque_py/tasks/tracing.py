@@ -79,8 +79,10 @@ class _Otel:
 
 
 _otel: Any = None  # an _Otel once imported; False: opentelemetry is not importable (never tried again)
-_global_asked = False
 _MISSING = object()
+#: an app's tracing while it waits for the global provider (the API's module holds it as
+#: _TRACER_PROVIDER, None until set: read directly, its getter looks up the environment each call)
+WAITING: Any = object()
 
 
 def _import() -> _Otel | None:
@@ -98,26 +100,14 @@ def available() -> bool:
     return _import() is not None
 
 
-def _global_provider(otel: _Otel) -> Any:
-    """The global tracer provider once one is set, else None."""
-    global _global_asked
-    provider: Any = _MISSING
-    if _global_asked:
-        # the API's own global, read directly: its getter looks up the environment on each call
-        provider = getattr(otel.trace, "_TRACER_PROVIDER", _MISSING)
-    if provider is _MISSING:
-        # the getter, the first time: it sets a provider named by OTEL_PYTHON_TRACER_PROVIDER
-        _global_asked = True
-        provider = otel.trace.get_tracer_provider()
-    if provider is None or isinstance(provider, otel.trace.ProxyTracerProvider):
-        return None
-    return provider
-
-
 def active(app: Any) -> "Tracing | None":
     """The app's :class:`Tracing`, or None when traces are off: the one check of the send and
     run paths (see the module docstring)."""
     state = app._tracing
+    if state is WAITING:
+        if _otel.trace._TRACER_PROVIDER is None:
+            return None
+        return _settle(app)
     if state is UNSET:
         return _settle(app)
     return state
@@ -130,8 +120,12 @@ def _settle(app: Any) -> "Tracing | None":
         return None
     provider = app.tracer_provider
     if provider is None or isinstance(provider, otel.trace.ProxyTracerProvider):
-        provider = _global_provider(otel)
-        if provider is None:  # none set yet: asked again at the next send or run
+        # the global one; the getter sets one named by OTEL_PYTHON_TRACER_PROVIDER
+        provider = otel.trace.get_tracer_provider()
+        if isinstance(provider, otel.trace.ProxyTracerProvider):  # none set yet
+            # asked again at the next send or run: by WAITING's one read, or the getter again
+            # should a later API keep its global under another name
+            app._tracing = WAITING if getattr(otel.trace, "_TRACER_PROVIDER", _MISSING) is None else UNSET
             return None
     tracer = provider.get_tracer(TRACER_NAME, __version__)
     if isinstance(tracer, otel.trace.NoOpTracer):  # the API's no-op provider, or a disabled SDK
