@@ -173,6 +173,14 @@ def test_a_body_from_another_language_is_continued_and_a_hostile_one_starts_a_tr
     runs = spans_named(exporter, 1 + len(hostile), "run echo")["run echo"][1:]
     assert all(s.parent is None for s in runs), [s.parent for s in runs]  # each one a trace of its own
     assert len({s.context.trace_id for s in runs}) == len(hostile)
+    # a body that is no task message: dead-lettered as without traces, no span to name after it
+    spans_before = len(exporter.get_finished_spans())
+    r.execute_command("ADDJOB", q, b"\x00 not a task", 0)
+    wait_for(lambda: r.execute_command("QLEN", q + ".dead") == 1, what="the bad body dead-lettered")
+    assert TaskRef.for_job(app, r.execute_command("ADDJOB", q, json.dumps({"task": "echo", "args": [2], "result": {
+        "ttl": 60}}), 0).decode()).result(timeout=10) == 2  # the worker goes on
+    spans_named(exporter, 1 + len(hostile) + 1, "run echo")  # its run's span ends after its result is written
+    assert len(exporter.get_finished_spans()) == spans_before + 1  # that one alone
 
 
 def test_without_a_provider_a_body_has_no_trace_field(node, exporter):
