@@ -13,20 +13,36 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def bench_tasks(tmp_path: Path, *options: str, timeout: float) -> tuple[dict, str]:
+    """``scripts/bench tasks`` with a few tasks, unpinned: its results and its output."""
+    out = tmp_path / "tasks.json"
+    run = subprocess.run(
+        [sys.executable, "-m", "benchmarks.bench", "tasks", *options, "--concurrency", "2", "--no-pin",
+         "--write", str(out)],
+        cwd=ROOT, env={"PYTHONPATH": "%s/scripts:%s" % (ROOT, ROOT), "PATH": "/usr/bin:/bin"},
+        capture_output=True, text=True, timeout=timeout,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout + run.stderr
+    return json.loads(out.read_text())["results"], run.stdout
+
+
 @pytest.mark.integration
 @pytest.mark.timeout(120)
 def test_the_disque_side_runs_and_checks_every_result(tmp_path):
-    out = tmp_path / "tasks.json"
-    run = subprocess.run(
-        [sys.executable, "-m", "benchmarks.bench", "tasks", "--only", "disque", "--tasks", "200", "--latency", "5",
-         "--concurrency", "2", "--no-pin", "--write", str(out)],
-        cwd=ROOT, env={"PYTHONPATH": "%s/scripts:%s" % (ROOT, ROOT), "PATH": "/usr/bin:/bin"},
-        capture_output=True, text=True, timeout=110,
-    )  # fmt: skip
-    assert run.returncode == 0, run.stdout + run.stderr
-    result = json.loads(out.read_text())["results"]["disque"]
+    results, _ = bench_tasks(tmp_path, "--only", "disque", "--tasks", "200", "--latency", "5", timeout=110)
+    result = results["disque"]
     assert isinstance(result, dict), result
     assert result["tasks"] == 200 and result["tasks_per_s"] > 0 and result["rtt_median_ms"] > 0
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(180)
+def test_otel_runs_the_disque_side_three_ways_each_checked_on_or_off(tmp_path):
+    # each side's producer fails the run if its traces were not as the row says
+    results, text = bench_tasks(tmp_path, "--otel", "--only", "disque", "--tasks", "50", "--latency", "2", timeout=170)
+    assert sorted(results) == ["disque", "disque-no-otel", "disque-traced"]
+    assert all(isinstance(r, dict) and r["tasks"] == 50 for r in results.values()), results
+    assert "traced / no opentelemetry: tasks/s" in text
 
 
 def test_the_report_puts_both_sides_and_their_ratio():

@@ -20,7 +20,8 @@
 * The tasks layer (``disque_py.tasks``) is a client of the cluster: it imports the
   client (``disque_py.client``), two leaves of the core at most (``core.ids``, the IDs of
   DEDUP jobs and dead letters, and ``core.constants``, ADDJOB's default RETRY), and nothing
-  of a node; those two leaves import nothing of ``disque_py``.
+  of a node; those two leaves import nothing of ``disque_py``. opentelemetry (the ``otel`` extra)
+  is imported by ``tasks.tracing`` alone, and only when first asked (inside a function).
 * The programs an operator runs (``disque_py.cli``: the click entry, ``server``, ``cli``, ``top``,
   ``dead``, ``worker``, the dev cluster, the launcher, certificates) are the top floor: nothing
   else of ``disque_py`` imports them. The package's root holds at most 8 modules (what a user
@@ -65,6 +66,8 @@ ROOT_MODULES_MAX = 8
 #: What the tasks layer may import besides the client and itself: the package, two leaves of the
 #: core (which import nothing), the extras' check.
 TASKS_MAY_IMPORT = frozenset({"disque_py", "disque_py.core.ids", "disque_py.core.constants", "disque_py.util.extras"})
+#: the only module that imports opentelemetry, never when it is itself imported
+TRACING = TASKS + ".tracing"
 SHELL_PARTS = frozenset(SHELL + "." + p for p in ("clients", "dispatch", "timers", "cluster", "admin", "workers"))
 
 
@@ -163,6 +166,29 @@ def private_client_calls(root: Path, packages=PACKAGES) -> list[str]:
     return out
 
 
+def eager_imports(path: Path) -> set[str]:
+    """The top-level names a module imports when it is imported: not inside a function, nor under
+    ``if TYPE_CHECKING:`` (a class's body, a try or an if run at import, and count)."""
+    out: set[str] = set()
+
+    def visit(nodes: list) -> None:
+        for node in nodes:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            if isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING"):
+                visit(node.orelse)
+                continue
+            if isinstance(node, ast.Import):
+                out.update(alias.name.partition(".")[0] for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                out.add(node.module.partition(".")[0])
+            for name in ("body", "orelse", "finalbody", "handlers"):
+                visit(getattr(node, name, None) or [])
+
+    visit(ast.parse(path.read_text(encoding="utf-8"), str(path)).body)
+    return out
+
+
 def circles(graph: dict[str, set[str]]) -> list[list[str]]:
     """Strongly connected components with more than one module (Tarjan), sorted."""
     index: dict[str, int] = {}
@@ -232,6 +258,10 @@ def breaches(root: Path, packages=PACKAGES) -> list[str]:
             for target in sorted(internal[mod]):
                 if not target.startswith((TASKS, "disque_py.client")) and target not in TASKS_MAY_IMPORT:
                     out.append(f"the tasks layer imports {target}: {mod}")
+        if "opentelemetry" in external[mod] and mod != TRACING:
+            out.append(f"opentelemetry imported outside {TRACING}: {mod}")
+        if mod == TRACING and "opentelemetry" in eager_imports(module_files(root, packages)[mod]):
+            out.append(f"opentelemetry imported by {TRACING} when it is imported (not when first asked)")
         if mod in TASKS_MAY_IMPORT and mod.startswith(CORE + "."):
             for target in sorted(internal[mod]):
                 if target.partition(".")[0] == "disque_py":
@@ -445,6 +475,26 @@ def test_the_tasks_layer_reaching_for_the_server_is_caught(tmp_path):
         "the tasks layer imports disque_py.server.dispatch: disque_py.tasks.app",
         "the tasks layer imports disque_py.core.node: disque_py.tasks.runner",
     ]
+
+
+def test_opentelemetry_imported_elsewhere_or_eagerly_is_caught(tmp_path):
+    files = {
+        "disque_py/tasks/__init__.py": "",
+        "disque_py/tasks/runner.py": "def f():\n    from opentelemetry import trace\n",
+        "disque_py/tasks/tracing.py": "try:\n    import opentelemetry.trace\nexcept ImportError:\n    pass\n",
+    }
+    root = _tree(tmp_path, files)
+    assert breaches(root) == [
+        "opentelemetry imported outside disque_py.tasks.tracing: disque_py.tasks.runner",
+        "opentelemetry imported by disque_py.tasks.tracing when it is imported (not when first asked)",
+    ]
+    # lazily, and for type checkers only: allowed
+    (root / "disque_py/tasks/runner.py").write_text("")
+    (root / "disque_py/tasks/tracing.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from opentelemetry import trace\n"
+        "class Otel:\n    def __init__(self):\n        from opentelemetry import trace\n"
+    )
+    assert breaches(root) == []
 
 
 def test_a_private_method_of_the_client_called_from_outside_is_caught(tmp_path):

@@ -2,7 +2,7 @@
 port and top's tables say which extra they need.
 
 Each check runs in a fresh interpreter whose `sitecustomize` refuses to import the extras'
-modules (hypercorn, starlette, prometheus_client, rich), as an interpreter where they were
+modules (hypercorn, starlette, prometheus_client, rich, opentelemetry), as an interpreter where they were
 never installed would: importing one raises ModuleNotFoundError. python-json-logger (log-format
 json, a small pure-Python library) stays a dependency of every install.
 """
@@ -73,6 +73,7 @@ import sys
 import disque_py.client, disque_py.client.aio, disque_py.cli.worker
 from disque_py import Client, Worker, Job, DisqueError
 import disque_py.cli, disque_py.cli.app, disque_py.cli.top
+import disque_py.tasks, disque_py.tasks.tracing
 loaded = sorted(m for m in sys.modules if m.partition(".")[0] in %r)
 print("loaded:", loaded)
 """ % (BLOCKED,)

@@ -51,6 +51,7 @@ from .context import TaskContext, current_task
 from .message import (SERIALIZERS, ChainSpec, ChainStep, Message, ResultSpec, chain_key, chain_result_queue, encode,
                       result_queue)  # fmt: skip
 from .results import Outcome, ResultTimeout, TaskRef, unwrap, wait_outcomes
+from .tracing import UNSET, active
 
 __all__ = ["App", "Task", "Signature", "Group", "GroupRef", "Chain", "ChainRef", "Hook"]
 
@@ -250,10 +251,20 @@ class Task:
         ``result_ttl`` (0: no result), ``meta`` (a map the hooks see)."""
         self.check_arguments(tuple(args), dict(kwargs or {}))
         message = self.message(tuple(args), kwargs, result_ttl=result_ttl, meta=meta)
-        body = encode(message, self.serializer)
-        argv, _ = self.addjob_argv(body, **options)
-        job_id = self.app._addjob(argv, retry_safe=b"DEDUP" in argv)
+        job_id = self.add_message(message, options)
         return TaskRef(self.app, job_id, self.name, result_queue(job_id) if message.result else None)
+
+    def add_message(self, message: Message, options: dict[str, Any]) -> str:
+        """``message``'s job added with :meth:`send_with`'s job ``options``: its ID. With traces on,
+        in a ``send`` span whose context the body carries (:mod:`.tracing`)."""
+        traced = active(self.app)
+        if traced is not None:
+            return traced.send(self.name, options.get("queue") or self.queue, message, lambda m: self._add(m, options))
+        return self._add(message, options)
+
+    def _add(self, message: Message, options: dict[str, Any]) -> str:
+        argv, _ = self.addjob_argv(encode(message, self.serializer), **options)
+        return self.app._addjob(argv, retry_safe=b"DEDUP" in argv)
 
 
 def _bound(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -392,9 +403,7 @@ class Chain:
         else:
             message = Message(first.task.name, first.args, dict(first.kwargs), None, meta or {},
                               ChainSpec(tuple(steps), final, ttl))  # fmt: skip
-        argv, _ = first.task.addjob_argv(encode(message, first.task.serializer), **options)
-        first_id = self.app._addjob(argv, retry_safe=b"DEDUP" in argv)
-        ids = [first_id]
+        ids = [first.task.add_message(message, options)]
         for step in steps:
             retry = 1
             for i, word in enumerate(step.addjob[:-1]):
@@ -487,11 +496,13 @@ class App:
     127.0.0.1:7711); ``client_options``: any :class:`disque_py.Client` option
     (``password``, ``username``, ``tls``, ``ssl_ca_certs``...). ``result_ttl``: the
     default seconds a result is kept (0: tasks store no result unless they say so).
-    ``serializer``: the default of the tasks (``"json"`` or ``"msgpack"``).
+    ``serializer``: the default of the tasks (``"json"`` or ``"msgpack"``). ``tracer_provider``:
+    the OpenTelemetry provider of the tasks' spans (default: the global one, once set; docs/TASKS.md,
+    "Traces").
     """
 
     def __init__(self, nodes: Any = None, *, result_ttl: int = 600, serializer: str = "json",
-                 **client_options: Any) -> None:  # fmt: skip
+                 tracer_provider: Any = None, **client_options: Any) -> None:  # fmt: skip
         if serializer not in SERIALIZERS:
             raise ValueError("serializer must be one of %s" % ", ".join(SERIALIZERS))
         if result_ttl < 0:
@@ -509,6 +520,8 @@ class App:
         self.before_hooks: list[Hook] = []
         self.after_hooks: list[Hook] = []
         self.failure_hooks: list[Hook] = []
+        self.tracer_provider = tracer_provider
+        self._tracing: Any = UNSET  # the traces' decision, made on first use (tasks/tracing.py)
         self._local = threading.local()
         self._clients: list[Client] = []
         self._clients_lock = threading.Lock()

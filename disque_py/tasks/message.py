@@ -7,7 +7,8 @@ A task's job body (JSON by default, msgpack per task) is one map::
      "args": [1, 2],                  # positional arguments (optional, default [])
      "kwargs": {"x": 3},              # keyword arguments (optional, default {})
      "result": {"ttl": 300},          # store the result for 300 s (optional; null/missing: none)
-     "meta": {...},                   # anything the producer wants the hooks to see (optional)
+     "meta": {...},                   # anything the producer wants the hooks to see (optional);
+                                      # "traceparent"/"tracestate": W3C trace context (.tracing)
      "chain": {...}}                  # the tasks to run after this one (optional; below)
 
 ``result`` may also name the queue to write the result to (``{"ttl": 300, "queue":

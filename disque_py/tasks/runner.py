@@ -51,6 +51,7 @@ from .hooks import TaskContext, current_task
 from .message import MessageError, Outcome, decode
 from .metrics import TaskMetrics, serve_metrics
 from .timelimit import TIME_LIMIT_GRACE, TimeLimitExceeded, exceeded, run_in_thread
+from .tracing import active
 from .writes import add_next_in_chain, write_chain_failure, write_result
 
 if TYPE_CHECKING:
@@ -99,6 +100,12 @@ class Runner:
 
     # ------------------------------------------------------------ the handler
     async def __call__(self, job: Any) -> None:
+        traced = active(self.app)
+        if traced is not None:  # in a run span, continuing the body's trace (tasks/tracing.py)
+            return await traced.run(job, self._handle, self.worker)
+        await self._handle(job)
+
+    async def _handle(self, job: Any) -> None:
         try:
             message, serializer = decode(job.body)
         except MessageError as exc:

@@ -17,6 +17,7 @@ import trio
 from ..client.worker import Reject, describe_error
 from .message import ChainSpec, Message, Outcome, addjob_options, chain_key, encode, encode_outcome, result_queue
 from .results import result_options
+from .tracing import sending
 
 __all__ = ["write_result", "write_chain_failure", "add_next_in_chain", "RESULT_WRITE_ATTEMPTS"]
 
@@ -59,25 +60,25 @@ async def add_next_in_chain(client: Any, job: Any, message: Message, serializer:
     assert chain is not None
     step, rest = chain.then[0], chain.then[1:]
     args = tuple(step.args) if step.immutable else (value,) + tuple(step.args)  # task.si(...): its own only
-    nxt = Message(step.task, args, step.kwargs, step.result, message.meta,
-                  ChainSpec(rest, chain.final, chain.ttl) if rest else None)  # fmt: skip
-    try:
-        body = encode(nxt, serializer)
-    except TypeError as exc:
-        text = "the value task %s passes down its chain is %s" % (message.task, exc)
-        await write_chain_failure(client, job, chain, serializer, Outcome(False, None, "TypeError", text))
-        raise Reject("TypeError: " + text) from None
-    options = addjob_options(step.addjob)
-    options["dedup"] = chain_key(job.id)  # the chain's key, whatever the step says
-    await _add(client, step.queue, body, options, job)
+    with sending(step.task, step.queue) as send:  # in a traced run: a send span, its context in the body
+        nxt = Message(step.task, args, step.kwargs, step.result, send.meta(message.meta),
+                      ChainSpec(rest, chain.final, chain.ttl) if rest else None)  # fmt: skip
+        try:
+            body = encode(nxt, serializer)
+        except TypeError as exc:
+            text = "the value task %s passes down its chain is %s" % (message.task, exc)
+            await write_chain_failure(client, job, chain, serializer, Outcome(False, None, "TypeError", text))
+            raise Reject("TypeError: " + text) from None
+        options = addjob_options(step.addjob)
+        options["dedup"] = chain_key(job.id)  # the chain's key, whatever the step says
+        send.sent(await _add(client, step.queue, body, options, job))
 
 
-async def _add(client: Any, queue: str, body: bytes, options: dict[str, Any], job: Any) -> None:
-    """One ADDJOB with a DEDUP key, tried again (written once) up to RESULT_WRITE_ATTEMPTS times."""
+async def _add(client: Any, queue: str, body: bytes, options: dict[str, Any], job: Any) -> str:
+    """One ADDJOB with a DEDUP key, tried again (written once) up to RESULT_WRITE_ATTEMPTS times; its job ID."""
     for attempt in range(RESULT_WRITE_ATTEMPTS):
         try:
-            await client.add_job(queue, body, **options)
-            return
+            return await client.add_job(queue, body, **options)
         except Exception as exc:  # noqa: BLE001 - tried again (DEDUP: written once)
             if attempt == RESULT_WRITE_ATTEMPTS - 1:
                 log.error("writing the result of %s failed: %s: handed back", job.id, describe_error(exc))

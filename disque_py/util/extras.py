@@ -1,11 +1,13 @@
 """The optional parts of disque-py and what each needs installed.
 
-``pip install disque-py`` gives the client, the worker, the CLI and a node; two parts
+``pip install disque-py`` gives the client, the worker, the CLI and a node; three parts
 need more, installed as extras:
 
 * ``admin``: the admin HTTP port of a node (``admin-port``: the web page, /metrics,
   the JSON API): hypercorn, starlette, prometheus-client;
-* ``top``: ``disque-py top``'s live tables: rich (``top --once --json`` needs nothing).
+* ``top``: ``disque-py top``'s live tables: rich (``top --once --json`` needs nothing);
+* ``otel``: the tasks' traces (opentelemetry-api), imported by ``tasks.tracing`` alone, when
+  an app first sends or runs a task; without it, traces are off.
 
 :func:`missing` says which of an extra's modules cannot be found, without importing them
 (the CLI asks before it starts a node with an admin port, or ``top``'s tables), and
@@ -23,6 +25,7 @@ __all__ = ["EXTRAS", "missing", "install_hint"]
 EXTRAS: dict[str, tuple[str, ...]] = {
     "admin": ("hypercorn", "starlette", "prometheus_client"),
     "top": ("rich",),
+    "otel": ("opentelemetry",),
 }
 
 

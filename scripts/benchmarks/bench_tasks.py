@@ -4,6 +4,13 @@
     scripts/bench tasks --only dramatiq        one side (disque or dramatiq)
     scripts/bench tasks --tasks 20000 --concurrency 8 --repeat 3
     scripts/bench tasks --dramatiq-venv DIR    where dramatiq lives (default bench-results/dramatiq-venv)
+    scripts/bench tasks --otel                 and what traces cost: disque-py's side three ways
+
+``--otel`` runs disque-py's side three ways, one after the other within each of ``--repeat``'s
+rounds: ``disque`` (opentelemetry-api installed, no tracer provider: traces off), ``disque-no-otel``
+(its import refused, as where the ``otel`` extra is not installed) and ``disque-traced`` (the SDK's
+provider in the producer and the worker, every span recorded and handed to an exporter that drops
+it); the producer checks that its traces were on or off as the row says.
 
 Each side: a broker (one disque-py node, or redis-server with no persistence) pinned to CPU
 0, one worker process with ``--concurrency`` threads and the producer pinned to CPU 1
@@ -23,11 +30,14 @@ with ``message.get_result(block=True)``). The producer (``benchmarks.tasks_measu
 dramatiq is never a dependency of disque-py: the first run creates a venv of its own under
 bench-results/ and installs ``dramatiq[redis]`` from PyPI there (``pip`` must reach PyPI), or
 uses ``--dramatiq-venv`` if given one that has it. Results go to bench-results/tasks-<time>.json.
+The sides run in turn within each round (best of ``--repeat`` kept), so that the machine's drift
+falls on each alike.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
 import json
 import os
@@ -125,8 +135,24 @@ def run_side(name: str, broker_argv: list[str], broker_port: int, worker_argv: l
         log.close()
 
 
-# -- the two sides -------------------------------------------------------------------------------
-def disque_side(args: Any, scratch: Path) -> dict | str:
+#: refuses opentelemetry in the benchmark's processes (--otel's disque-no-otel), as where it is not installed
+REFUSE_OTEL = """
+import sys
+
+
+class _NotInstalled:
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] == "opentelemetry":
+            raise ModuleNotFoundError("No module named %r (refused by scripts/bench tasks)" % name, name=name)
+        return None
+
+
+sys.meta_path.insert(0, _NotInstalled())
+"""
+
+
+# -- the sides -----------------------------------------------------------------------------------
+def disque_side(args: Any, scratch: Path, otel: str = "") -> dict | str:
     if importlib.util.find_spec("disque_py.tasks") is None:
         return "skipped: disque_py.tasks is not in this tree"
     try:
@@ -137,7 +163,14 @@ def disque_side(args: Any, scratch: Path) -> dict | str:
     node_dir = scratch / ("node-%d" % port)
     node_dir.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(SCRIPTS), str(ROOT)]),
-               BENCH_DISQUE_NODES="127.0.0.1:%d" % port)  # fmt: skip
+               BENCH_DISQUE_NODES="127.0.0.1:%d" % port, BENCH_OTEL=otel)  # fmt: skip
+    if otel == "off":
+        refuse = scratch / "refuse-otel"
+        refuse.mkdir(exist_ok=True)
+        (refuse / "sitecustomize.py").write_text(REFUSE_OTEL)
+        env["PYTHONPATH"] = os.pathsep.join([str(refuse), env["PYTHONPATH"]])
+    elif otel and importlib.util.find_spec("opentelemetry.sdk") is None:
+        return "skipped: opentelemetry-sdk is not installed (the dev extra has it)"
     broker = launcher.node_argv(port, None, "--bind", "127.0.0.1", "--dir", str(node_dir), "--loglevel", "warning")
     worker = [sys.executable, "-m", "disque_py.cli", "worker", "benchmarks.tasks_disque:app",
               "-n", "127.0.0.1:%d" % port, "-c", str(args.concurrency)]  # fmt: skip
@@ -177,6 +210,10 @@ def dramatiq_side(args: Any, scratch: Path) -> dict | str:
 
 
 SIDES = {"disque": disque_side, "dramatiq": dramatiq_side}
+#: --otel: disque-py's side three ways (see the module docstring)
+OTEL_SIDES = {"disque": functools.partial(disque_side, otel="api"),
+              "disque-no-otel": functools.partial(disque_side, otel="off"),
+              "disque-traced": functools.partial(disque_side, otel="sdk")}  # fmt: skip
 
 
 def report(results: dict[str, Any]) -> str:
@@ -198,6 +235,14 @@ def report(results: dict[str, Any]) -> str:
         lines.append("")
         lines.append("disque-py / dramatiq tasks/s: %.2fx (target >= 1.0: %s); CPU per task %+.0f us"
                      % (ratio, "met" if ratio >= 1.0 else "NOT met", ours["total_cpu_us"] - theirs["total_cpu_us"]))  # fmt: skip
+    bare = results.get("disque-no-otel")
+    if isinstance(bare, dict):
+        for name, what in (("disque", "opentelemetry installed, no provider"), ("disque-traced", "traced")):
+            r = results.get(name)
+            if isinstance(r, dict):
+                lines.append("%s / no opentelemetry: tasks/s %.2fx; CPU per task: producer %+.0f us, worker %+.0f us"
+                             % (what, r["tasks_per_s"] / bare["tasks_per_s"], r["producer_cpu_us"] - bare["producer_cpu_us"],
+                                r["worker_cpu_us"] - bare["worker_cpu_us"]))  # fmt: skip
     return "\n".join(lines)
 
 
@@ -211,26 +256,33 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dramatiq-venv", default=str(ROOT / "bench-results" / "dramatiq-venv"))
     p.add_argument("--no-pin", dest="pin", action="store_false", help="no taskset")
     p.add_argument("--write", metavar="FILE", help="JSON results (default bench-results/tasks-<time>.json)")
+    p.add_argument("--otel", action="store_true", help="disque-py's side three ways: what traces cost")
     args = p.parse_args(argv)
     if os.cpu_count() == 1:
         args.pin = False
-    results: dict[str, Any] = {}
+    sides = dict(SIDES)
+    if args.otel:
+        sides = {**OTEL_SIDES, "dramatiq": dramatiq_side}
+    names = [n for n in sides if args.only is None or n.partition("-")[0] == args.only]
+    results: dict[str, Any] = {name: None for name in names}
+    stopped: set[str] = set()  # skipped or failed: not tried again
     with tempfile.TemporaryDirectory(prefix="bench-tasks-") as tmp:
-        for name in [args.only] if args.only else list(SIDES):
-            best: dict | str | None = None
-            for run in range(args.repeat):
+        for run in range(args.repeat):  # the sides in turn within each round: the drift falls on each alike
+            for name in names:
+                if name in stopped:
+                    continue
                 print(">> %s, run %d of %d" % (name, run + 1, args.repeat), file=sys.stderr)
                 try:
-                    r = SIDES[name](args, Path(tmp))
+                    r = sides[name](args, Path(tmp))
                 except (RuntimeError, launcher.LaunchError, subprocess.TimeoutExpired) as exc:
                     r = "failed: %s" % str(exc).strip().splitlines()[-1][:300]
                     print(str(exc), file=sys.stderr)
+                best = results[name]
                 if isinstance(r, str):
-                    best = best if isinstance(best, dict) else r
-                    break
-                if not isinstance(best, dict) or r["tasks_per_s"] > best["tasks_per_s"]:
-                    best = r
-            results[name] = best
+                    stopped.add(name)
+                    results[name] = best if isinstance(best, dict) else r
+                elif not isinstance(best, dict) or r["tasks_per_s"] > best["tasks_per_s"]:
+                    results[name] = r
     text = report(results)
     print("%d tasks, %d round trips, worker concurrency %d, python %s, %d CPU(s)%s"
           % (args.tasks, args.latency, args.concurrency, sys.version.split()[0], os.cpu_count() or 0,
