@@ -117,33 +117,40 @@ def _revoked_ttl(ref: Any) -> int:
 
 
 # ------------------------------------------------------------ revoke and cancel
-def _write_revoked(ref: Any, text: str, result_options: Callable[[int], dict[str, Any]]) -> None:
+def _write_revoked(ref: Any, text: str, result_options: Callable[[int], dict[str, Any]]) -> str | None:
+    """ADD the revoked result (the first result written wins); the result job's ID."""
     if ref.result_queue is None:
-        return
+        return None
     body = encode_outcome(Outcome(False, None, REVOKED, text), "json")
-    ref.app.client().add_job(ref.result_queue, body, **result_options(_revoked_ttl(ref)))
+    return str(ref.app.client().add_job(ref.result_queue, body, **result_options(_revoked_ttl(ref))))
 
 
-def _standing(ref: Any) -> bool:
-    """Whether the task's result is the revoked one (True without a result queue: nothing else
-    can stand)."""
-    if ref.result_queue is None:
+def _standing(ref: Any, result_id: str | None) -> bool:
+    """Whether the task's result (job ``result_id``) is the revoked one: SHOW where the client
+    is, else on every node (nothing taken from a waiter); True when no node shows it (nothing
+    else can stand), or without a result queue."""
+    if result_id is None:
         return True
-    ref._outcome = None
+    client = ref.app.client()
+    shown = client.show(result_id)
+    if shown is None:
+        found = _shows(_everywhere(client, [("SHOW", result_id)]), 0)
+        shown = found[0] if found else None
+    if shown is None:
+        return True
     try:
-        outcome = ref.outcome(2.0)
-    except Exception:  # noqa: BLE001 - not readable now: the revoke stands as far as we know
+        return decode_outcome(shown.get("body")).error_type == REVOKED
+    except (MessageError, TypeError):
         return True
-    return outcome.error_type == REVOKED
 
 
 def revoke(ref: Any, result_options: Callable[[int], dict[str, Any]]) -> bool:
     """The task never runs (see the module docstring); True if its revoked result stands (False:
     it had finished already, and its result stays). ``ref``: a ``TaskRef``; ``result_options``:
     ``results.result_options``, the ADDJOB options of a result job."""
-    _write_revoked(ref, "task %s (%s) was revoked" % (ref.task_name, ref.id), result_options)
+    result_id = _write_revoked(ref, "task %s (%s) was revoked" % (ref.task_name, ref.id), result_options)
     ref.app.client().ack(ref.id)
-    return _standing(ref)
+    return _standing(ref, result_id)
 
 
 def cancel(ref: Any, result_options: Callable[[int], dict[str, Any]]) -> bool:
@@ -152,11 +159,11 @@ def cancel(ref: Any, result_options: Callable[[int], dict[str, Any]]) -> bool:
     client = ref.app.client()
     argvs: list[tuple[Any, ...]] = [("SHOW", ref.id)]
     shows = _shows(_everywhere(client, argvs), 0)
-    _write_revoked(ref, "task %s (%s) was cancelled" % (ref.task_name, ref.id), result_options)
+    result_id = _write_revoked(ref, "task %s (%s) was cancelled" % (ref.task_name, ref.id), result_options)
     client.ack(ref.id)  # cluster-wide: a retry cannot bring it back, whatever the worker does
     delivered = any(int(s.get("deliveries") or 0) > 0 or int(s.get("nacks") or 0) > 0 for s in shows)
     if shows and not delivered:
-        return _standing(ref)  # queued or delayed: the revoke is all it takes
+        return _standing(ref, result_id)  # queued or delayed: the revoke is all it takes
     answers = _everywhere(client, [("WORKER", "LIST")])
     views, addresses = _workers(answers, 0)
     targets = [w for w in views if any(r.id == ref.id for r in w.running)]
@@ -167,7 +174,7 @@ def cancel(ref: Any, result_options: Callable[[int], dict[str, Any]]) -> bool:
         targets = [w for w in views if not queues or queues & set(w.queues)]
     for worker in targets:
         _notify(client, addresses.get(worker.node), worker.id, ref.id)
-    return _standing(ref)
+    return _standing(ref, result_id)
 
 
 def _notify(client: Any, address: Any, worker_id: str, job_id: str) -> None:

@@ -136,6 +136,8 @@ class Runner:
         """The job ends as revoked: its TaskRevoked result (the canceller's stands if it is
         written), the chain's end, and a normal return, so that the worker ACKs it."""
         self.metrics.count("revoked", task_name)
+        if ran and self.worker is not None:
+            self.worker.beat_soon()  # off the beats' running list within a second
         text = "task %s (%s) was cancelled %s" % (task_name, job.id, "while it ran" if ran else "before it ran")
         outcome = Outcome(False, None, REVOKED, text)
         await write_result(self.client, job, message, serializer, outcome)

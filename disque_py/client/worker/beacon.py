@@ -168,6 +168,10 @@ class Beacon:
         brought forward (at most one early beat every :data:`PROGRESS_GAP` seconds)."""
         entry: dict[str, Any] = {"done": done, "total": total, "note": None if note is None else _cut(str(note))}
         self.progress[job_id] = entry
+        self.soon()
+
+    def soon(self) -> None:
+        """Beat soon (what runs changed: a job cancelled), within PROGRESS_GAP seconds; from any thread."""
         token = self._token
         if token is not None:
             try:

@@ -195,6 +195,11 @@ class Worker:
         if self._beacon is not None:
             self._beacon.report(job_id, done, total, note)
 
+    def beat_soon(self) -> None:
+        """Tell the cluster what runs within a second (a job cancelled); from any thread."""
+        if self._beacon is not None:
+            self._beacon.soon()
+
     def _running_count(self) -> int:
         if self._threads is not None:
             return self._threads.running()
