@@ -13,7 +13,7 @@ import time
 import pytest
 
 from disque_py.client.sync import Client
-from disque_py.core.ids import dead_letter_id
+from disque_py.core.ids import dead_letter_id, dedup_job_id
 from disque_py.tasks import App, TaskError, TaskRef, TaskRevoked
 from tests.client.conftest import ROOT, start_cluster, stop_all
 from tests.integration.conftest import wait_for
@@ -236,3 +236,44 @@ def test_progress_of_a_bound_task_seen_by_another_process(nodes, app, worker):
                          capture_output=True, text=True, timeout=30)  # fmt: skip
     assert "/25 bound" in out.stdout, out.stdout + out.stderr
     assert ref.result(timeout=30) == 25
+
+
+def test_a_revoked_job_never_runs_after_its_node_restarts_from_the_aof(tmp_path):
+    from tests.integration.conftest import NodeProcess, stop_all
+
+    node = NodeProcess(tmp_path, appendonly="yes", appendfsync="always").start()
+    started = [node]
+    app = App(nodes=[addr(node)], result_ttl=120)
+    from tests.tasks import controlapp
+
+    try:
+        quick = app.task(name=controlapp.quick.name, queue="ctl-quick", retries=0)(controlapp.quick.fn)
+        # a job loaded from the AOF waits its RETRY before it is queued again (Disque's rule): 2 s
+        kept = quick.send_with(args=(1,), retry=2)  # the control: not revoked, it runs
+        gone = [quick.send_with(args=(2,), delay=2, retry=2), quick.send_with(args=(3,), retry=2)]
+        assert all(ref.revoke() for ref in gone)
+        app.close()
+        assert node.stop() in (0, None), node.log()[-3000:]
+        again = NodeProcess(node.dir.parent, **{**node.directives, "port": node.port}).start()
+        started.append(again)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "disque_py.cli", "worker", APP, "-n", addr(again), "--queues", "ctl-quick",
+             "--fetch-timeout", "200", "--log-level", "warning"],
+            cwd=str(ROOT), env=dict(os.environ, PYTHONPATH=str(ROOT)), stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        try:
+            assert kept.result(timeout=30) == 10  # the worker runs what the AOF kept
+            assert app.client().show(kept.id) is None or app.client().show(kept.id)["state"] == "acked"
+            time.sleep(2.5)  # past the delay and the RETRY of any job that came back
+            for ref in gone:
+                assert app.client().show(ref.id) is None  # the ack was in the AOF: no job came back
+                # the revoked result is kept too (loaded as active, it is queued again after its RETRY)
+                result = app.client().show(dedup_job_id(ref.result_queue.encode(), b"result", 1).decode())
+                assert result is not None and b"TaskRevoked" in result["body"], result
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(20)
+    finally:
+        app.close()
+        stop_all(started)
