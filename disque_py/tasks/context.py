@@ -46,7 +46,7 @@ class TaskContext:
     def progress(self, done: float, total: float | None = None, note: str | None = None) -> None:
         """Report how far the task is (``done`` of ``total``, a short ``note``): shown by
         ``ref.progress()``, ``ref.status()``, ``disque-py workers`` and the admin page within a
-        second (it rides in the worker's beats; docs/TASKS.md, "Progress"). Nothing for a task
+        second (it rides in the worker's beats; docs/TASKS.md, "Revoke, cancel, status, progress"). Nothing for a task
         called here and now."""
         for name, value in (("done", done), ("total", total)):
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
