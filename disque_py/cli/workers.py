@@ -57,8 +57,9 @@ def render(found: list[wk.WorkerView], now: float) -> str:
         lines.append("  ".join(c.ljust(width) for c, width in zip(row, widths)).rstrip())
         for job in w.running:
             label = w.label_of(job) + "  " if w.label_of(job) else ""
-            lines.append("    %s  %s  %s%s" % (job.id, job.queue, label,
-                                             "for " + wk.age_text(now - job.since) if job.since else ""))  # fmt: skip
+            progress = "  " + job.progress_text() if job.progress else ""
+            lines.append("    %s  %s  %s%s%s" % (job.id, job.queue, label,
+                                               "for " + wk.age_text(now - job.since) if job.since else "", progress))  # fmt: skip
         if w.running_total > len(w.running):
             lines.append("    ... %d more" % (w.running_total - len(w.running)))
     return "\n".join(lines)

@@ -37,16 +37,29 @@ def _str(value: Any) -> str:
 @dataclass(slots=True)
 class RunningJob:
     """A job a worker runs: its ID, queue, when its handler started (the worker's clock, Unix
-    seconds) and the label the worker gives it (a task's name; empty for a plain handler)."""
+    seconds), the label the worker gives it (a task's name; empty for a plain handler) and its
+    last progress report (``{"done", "total", "note"}``; None: none)."""
 
     id: str
     queue: str
     since: float
     label: str = ""
+    progress: dict[str, Any] | None = None
 
     def as_json(self, now: float) -> dict[str, Any]:
         return {"id": self.id, "queue": self.queue, "since": self.since, "label": self.label,
-                "running_for": round(max(0.0, now - self.since), 3) if self.since else None}  # fmt: skip
+                "running_for": round(max(0.0, now - self.since), 3) if self.since else None,
+                "progress": self.progress}  # fmt: skip
+
+    def progress_text(self) -> str:
+        """``3/10 note``, ``3 note``, or empty: the progress for a table cell."""
+        p = self.progress
+        if not p:
+            return ""
+        done, total = p.get("done"), p.get("total")
+        text = "%g/%g" % (done, total) if total is not None else "%g" % done
+        note = p.get("note")
+        return text + (" " + note if note else "")
 
 
 @dataclass(slots=True)
@@ -94,6 +107,19 @@ class WorkerView:
         }  # fmt: skip
 
 
+def _progress(value: Any) -> dict[str, Any] | None:
+    """A running job's ``progress`` read leniently: ``done`` a number, ``total`` one or None,
+    ``note`` a string or None; anything else reads as no progress."""
+    if not isinstance(value, dict):
+        return None
+    done, total, note = value.get("done"), value.get("total"), value.get("note")
+    if isinstance(done, bool) or not isinstance(done, (int, float)):
+        return None
+    if isinstance(total, bool) or not isinstance(total, (int, float)):
+        total = None
+    return {"done": done, "total": total, "note": note if isinstance(note, str) else None}
+
+
 def parse_list(reply: Any) -> list[dict[str, Any]]:
     """WORKER LIST's reply (bulk strings of JSON) -> the entries; one that is not a JSON object
     is left out. Anything but a list (an error reply, a node without the command) -> []."""
@@ -123,7 +149,7 @@ def from_entry(entry: dict[str, Any], node_id: str) -> WorkerView | None:
     for item in listed if isinstance(listed, list) else ():
         if isinstance(item, dict) and _str(item.get("id")):
             running.append(RunningJob(_str(item.get("id")), _str(item.get("queue")), _num(item.get("since")),
-                                      _str(item.get("label"))))  # fmt: skip
+                                      _str(item.get("label")), _progress(item.get("progress"))))  # fmt: skip
     queues = info.get("queues")
     return WorkerView(
         id=worker_id, host=_str(info.get("host")), pid=_int(info.get("pid")), started=_num(info.get("started")),

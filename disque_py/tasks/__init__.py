@@ -6,7 +6,8 @@ MAXDELIVER and BACKOFF, a task that fails for good is a dead letter with its err
 and a result is a job of its own (:mod:`.results`). ``disque-py worker myapp.tasks:app``
 runs them (:mod:`.runner`, on :class:`disque_py.client.worker.Worker`; a run's hooks in
 :mod:`.hooks`, its time limit in :mod:`.timelimit`, what it writes in :mod:`.writes`, its
-counts and ``/metrics`` in :mod:`.metrics`).
+counts and ``/metrics`` in :mod:`.metrics`; revoke, cancel, status and progress of a sent
+task in :mod:`.control`).
 
 A client of the cluster: it imports :mod:`disque_py.client` and nothing of the server.
 """
@@ -15,7 +16,8 @@ from __future__ import annotations
 
 from .app import App, Chain, ChainRef, Group, GroupRef, Signature, Task
 from .message import Message, MessageError, Outcome, result_queue
-from .results import NoResult, ResultTimeout, TaskError, TaskRef
+from .control import TaskStatus
+from .results import NoResult, ResultTimeout, TaskError, TaskRef, TaskRevoked
 from .hooks import TaskContext, current_task
 from .metrics import TaskMetrics
 from .runner import Runner, make_worker
@@ -31,6 +33,8 @@ __all__ = [
     "ChainRef",
     "TaskRef",
     "TaskError",
+    "TaskRevoked",
+    "TaskStatus",
     "ResultTimeout",
     "NoResult",
     "TimeLimitExceeded",

@@ -13,6 +13,7 @@ context of a bound task called here and now) and the hooks both build on it.
 from __future__ import annotations
 
 import contextvars
+import math
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
@@ -39,6 +40,23 @@ class TaskContext:
     started: float = 0.0  # time.monotonic()
     duration: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)  # for the hooks' own use
+    #: ``(job_id, done, total, note) -> None``: where :meth:`progress` goes (the worker's beats)
+    reporter: Any = None
+
+    def progress(self, done: float, total: float | None = None, note: str | None = None) -> None:
+        """Report how far the task is (``done`` of ``total``, a short ``note``): shown by
+        ``ref.progress()``, ``ref.status()``, ``disque-py workers`` and the admin page within a
+        second (it rides in the worker's beats; docs/TASKS.md, "Revoke, cancel, status, progress"). Nothing for a task
+        called here and now."""
+        for name, value in (("done", done), ("total", total)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+                raise TypeError("progress %s must be a number, not %s" % (name, type(value).__name__))
+            if value is not None and not math.isfinite(value):
+                raise ValueError("progress %s must be finite, not %r" % (name, value))
+        if note is not None and not isinstance(note, str):
+            raise TypeError("progress note must be a str, not %s" % type(note).__name__)
+        if self.reporter is not None and self.job_id:
+            self.reporter(self.job_id, done, total, note)
 
     # Celery's names for the same things: a bound task's ``self.request.id`` reads as in Celery
     @property

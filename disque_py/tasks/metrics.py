@@ -18,7 +18,8 @@ __all__ = ["TaskMetrics", "serve_metrics"]
 
 class TaskMetrics:
     """Counts per task name: done, failed (for good), retried, rejected, given back (a task this
-    worker does not know, for another worker), and the run time."""
+    worker does not know, for another worker), revoked (cancelled: ``TaskRef.cancel()``), and
+    the run time."""
 
     BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 60.0, float("inf"))
 
@@ -29,6 +30,7 @@ class TaskMetrics:
         self.retried: dict[str, int] = {}
         self.rejected: dict[str, int] = {}
         self.given_back: dict[str, int] = {}
+        self.revoked: dict[str, int] = {}
         self.duration_sum: dict[str, float] = {}
         self.duration_buckets: dict[str, list[int]] = {}
 
@@ -52,6 +54,7 @@ class TaskMetrics:
             return {
                 "done": dict(self.done), "failed": dict(self.failed), "retried": dict(self.retried),
                 "rejected": dict(self.rejected), "given_back": dict(self.given_back),
+                "revoked": dict(self.revoked),
                 "duration_sum": dict(self.duration_sum),
                 "duration_buckets": {k: list(v) for k, v in self.duration_buckets.items()},
             }  # fmt: skip
@@ -72,6 +75,7 @@ class TaskMetrics:
                     ("retried", "Task runs that failed and will be retried"),
                     ("rejected", "Task jobs that could not run (bad body, unknown task, wrong arguments)"),
                     ("given_back", "Task jobs given back for another worker (a task this one does not know)"),
+                    ("revoked", "Task jobs cancelled (TaskRef.cancel()): stopped, or not run"),
                 ):
                     family = CounterMetricFamily("disque_py_tasks_%s" % kind, help_text, labels=["task"])
                     for name, value in sorted(snap[kind].items()):

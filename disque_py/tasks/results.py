@@ -45,10 +45,12 @@ from typing import Any
 
 from ..client import commands as cmd
 from ..core.ids import dead_letter_id
+from . import control
+from .control import REVOKED
 from .message import (RESULT_QUEUE_PREFIX, MessageError, Outcome, decode_outcome, encode_outcome,
                       legacy_result_queue, result_queue)  # fmt: skip
 
-__all__ = ["TaskError", "RemoteTraceback", "ResultTimeout", "NoResult", "TaskRef", "wait_outcomes", "result_argv",
+__all__ = ["TaskError", "TaskRevoked", "RemoteTraceback", "ResultTimeout", "NoResult", "TaskRef", "wait_outcomes", "result_argv",
            "result_options", "RESULT_DEDUP"]
 
 #: the DEDUP key of every result job (its queue is the task's own, so one key is enough)
@@ -88,6 +90,11 @@ class TaskError(Exception):
         self.traceback = traceback
         if traceback:
             self.__cause__ = RemoteTraceback(traceback)
+
+
+class TaskRevoked(TaskError):
+    """The task was revoked or cancelled (``ref.revoke()``, ``ref.cancel()``): it never ran, or
+    was stopped while it ran; its ``type`` is ``"TaskRevoked"``."""
 
 
 class ResultTimeout(TimeoutError):
@@ -322,18 +329,58 @@ class TaskRef:
         """The task failed for good (False while there is no result)."""
         return self.done() and self._outcome is not None and not self._outcome.ok
 
+    # Control (tasks/control.py): from any process that knows the job ID
+    def revoke(self) -> bool:
+        """The task never runs, on any node, and every waiter gets :class:`TaskRevoked` at once;
+        True if the revoke stands (False: the task had finished, its result stays). A running
+        task runs on (see :meth:`cancel`) but its success is not written over the revoke."""
+        return control.revoke(self, result_options)
+
+    def cancel(self) -> bool:
+        """:meth:`revoke`, and the worker running the task stops it (within a second): it ends as
+        revoked, never retried, never dead-lettered. True if the revoke stands."""
+        return control.cancel(self, result_options)
+
+    def progress(self) -> Any:
+        """The task's last ``progress(done, total, note)`` report while it runs
+        (``{"done", "total", "note"}``), or None."""
+        return control.progress(self)
+
+    @property
+    def status(self) -> "_StatusWord":
+        """Celery's ``status`` (:attr:`state`), which called, ``ref.status()``, tells where the
+        task is: a :class:`~.control.TaskStatus` (queued, delayed, running, retrying, done,
+        failed, dead, revoked)."""
+        return _StatusWord(self.state, self)
+
     @property
     def state(self) -> str:
-        """Celery's states that a result can tell: ``"SUCCESS"``, ``"FAILURE"``, else ``"PENDING"``
+        """Celery's states that a result can tell: ``"SUCCESS"``, ``"FAILURE"``, ``"REVOKED"``, else ``"PENDING"``
         (queued, delayed, running or retried, or expired: there is no result to say which)."""
         if not self.done():
             return "PENDING"
+        if self._outcome is not None and self._outcome.error_type == REVOKED:
+            return "REVOKED"
         return "SUCCESS" if self._outcome is not None and self._outcome.ok else "FAILURE"
 
-    status = state
+
+class _StatusWord(str):
+    """``ref.status``: Celery's state word, and ``ref.status()``: the task's :class:`TaskStatus`."""
+
+    __slots__ = ("_ref",)
+
+    def __new__(cls, word: str, ref: TaskRef) -> "_StatusWord":
+        self = super().__new__(cls, word)
+        self._ref = ref
+        return self
+
+    def __call__(self) -> Any:
+        return control.status(self._ref)
 
 
 def unwrap(outcome: Outcome, job_id: str | None) -> Any:
     if outcome.ok:
         return outcome.value
+    if outcome.error_type == REVOKED:
+        raise TaskRevoked(REVOKED, outcome.error_message or "", job_id, outcome.error_traceback)
     raise TaskError(outcome.error_type or "Exception", outcome.error_message or "", job_id, outcome.error_traceback)

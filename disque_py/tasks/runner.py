@@ -28,6 +28,14 @@ letters and graceful shutdown apply as they are. For each job:
    once, with its traceback (``disque_py.worker``); the traceback is formatted once
    (``trace_of``), for the result and the NACK alike.
 
+A task cancelled while it runs (``TaskRef.cancel()``: a notice on the worker's control queue,
+``client/worker/control.py``, handed to :meth:`Runner.cancel`) is stopped: an ``async def``
+task's cancel scope is cancelled, a plain function gets :class:`~.timelimit.TaskCancelled`
+raised in its thread (as its time limit would). It then ends as revoked: the ``TaskRevoked``
+result (the canceller wrote one first; the first written wins), no retry, no dead letter (the
+worker ACKs the job). A job whose notice came before it started is not run. ``ctx.progress()``
+goes to the worker's beats (:meth:`Worker.report_progress`).
+
 The counters (:class:`~.metrics.TaskMetrics`) are served on ``/metrics`` when the worker
 is asked to (``metrics_port``, :mod:`.metrics`). The runner reaches the cluster only through
 the worker's client, with its public calls.
@@ -48,9 +56,10 @@ import trio
 from ..client.worker import GiveBack, Reject, Worker, describe_error, trace_of
 from . import hooks
 from .hooks import TaskContext, current_task
+from .control import REVOKED
 from .message import MessageError, Outcome, decode
 from .metrics import TaskMetrics, serve_metrics
-from .timelimit import TIME_LIMIT_GRACE, TimeLimitExceeded, exceeded, run_in_thread
+from .timelimit import TIME_LIMIT_GRACE, TaskCancelled, ThreadCall, TimeLimitExceeded, exceeded, run_in_thread
 from .tracing import active
 from .writes import add_next_in_chain, write_chain_failure, write_result
 
@@ -69,6 +78,9 @@ UNKNOWN_TASK_RETURNS = 10
 #: 1 + 2 + ... + 32 + 60 x 4 s, about five minutes for a deploy to reach a worker that knows it.
 UNKNOWN_TASK_DELAY = 1.0
 UNKNOWN_TASK_DELAY_MAX = 60.0
+#: Cancel notices remembered for jobs this worker does not run (yet): one fetched after its
+#: notice came is not run.
+CANCELLED_KEPT = 1024
 
 
 class Runner:
@@ -83,6 +95,8 @@ class Runner:
         self.metrics = metrics or TaskMetrics()
         self.limiter = trio.CapacityLimiter(concurrency)
         self.worker: Worker | None = None  # set by make_worker; its trio client writes the results
+        self.running: dict[str, Any] = {}  # job ID -> what stops it (a CancelScope, a ThreadCall)
+        self.cancelled: dict[str, None] = {}  # job IDs of the cancel notices, oldest first (CANCELLED_KEPT)
 
     @property
     def client(self) -> Any:
@@ -97,6 +111,39 @@ class Runner:
             return decode(job.body)[0].task
         except MessageError:
             return "?"
+
+    # ------------------------------------------------------------ cancel and progress
+    def cancel(self, job_id: str) -> bool:
+        """A cancel notice (the worker's ``on_cancel``, in the trio thread): stop the job if it
+        runs here; remembered, so that it does not run if it comes later. True if it ran here."""
+        cancelled = self.cancelled
+        cancelled[job_id] = None
+        while len(cancelled) > CANCELLED_KEPT:
+            del cancelled[next(iter(cancelled))]
+        handle = self.running.get(job_id)
+        if handle is None:
+            return False
+        log.info("task job %s cancelled while it runs", job_id)
+        handle.cancel()
+        return True
+
+    def report_progress(self, job_id: str, done: float, total: float | None, note: str | None) -> None:
+        """A task's ``ctx.progress(...)`` (any thread): into the worker's beats."""
+        worker = self.worker
+        if worker is not None:
+            worker.report_progress(job_id, done, total, note)
+
+    async def _revoked(self, job: Any, message: Any, serializer: str, task_name: str, ran: bool) -> None:
+        """The job ends as revoked: its TaskRevoked result (the canceller's stands if it is
+        written), the chain's end, and a normal return, so that the worker ACKs it."""
+        self.metrics.count("revoked", task_name)
+        if ran and self.worker is not None:
+            self.worker.beat_soon()  # off the beats' running list within a second
+        text = "task %s (%s) was cancelled %s" % (task_name, job.id, "while it ran" if ran else "before it ran")
+        outcome = Outcome(False, None, REVOKED, text)
+        await write_result(self.client, job, message, serializer, outcome)
+        if message.chain is not None:
+            await write_chain_failure(self.client, job, message.chain, serializer, outcome)
 
     # ------------------------------------------------------------ the handler
     async def __call__(self, job: Any) -> None:
@@ -135,14 +182,23 @@ class Runner:
             final = job.last_delivery
         else:  # no MAXDELIVER on the job (sent from elsewhere): the task's retries decide
             final = job.attempt > task.retries
+        if job.id in self.cancelled:
+            return await self._revoked(job, message, serializer, task.name, ran=False)
         ctx = TaskContext(task, job.id, job.queue, message.args, message.kwargs, message.meta, job.attempt, final)
         ctx.started = time.monotonic()
+        ctx.reporter = self.report_progress
         try:
             if task.is_async:
-                value = await hooks.run_async(self.app, task, ctx)
+                with trio.CancelScope() as scope:
+                    self.running[job.id] = scope
+                    value = await hooks.run_async(self.app, task, ctx)
+                if scope.cancelled_caught:
+                    return await self._revoked(job, message, serializer, task.name, ran=True)
             else:
                 value = await self._run_thread(task, ctx)
         except Exception as exc:  # logged by the worker, once, with its traceback
+            if job.id in self.cancelled:  # TaskCancelled raised in its thread (or anything after the notice)
+                return await self._revoked(job, message, serializer, task.name, ran=True)
             ctx.duration = time.monotonic() - ctx.started
             # formatted here, once, from the task's own frames: the worker's NACK reuses it
             trace = trace_of(exc, ctx.error_tb if ctx.error is exc else None)
@@ -157,6 +213,10 @@ class Runner:
             if job.maxdeliver is None:
                 raise Reject(describe_error(exc)) from exc  # its traceback is its cause's
             raise  # a NACK on the last delivery: the node dead-letters it with this error
+        finally:
+            self.running.pop(job.id, None)
+        if job.id in self.cancelled:  # it finished as the notice came: the canceller's result stands
+            return await self._revoked(job, message, serializer, task.name, ran=True)
         ctx.duration = time.monotonic() - ctx.started
         await write_result(self.client, job, message, serializer, Outcome(True, value), reject_unserializable=True)
         if message.chain is not None:
@@ -165,10 +225,15 @@ class Runner:
 
     async def _run_thread(self, task: "Task", ctx: TaskContext) -> Any:
         """A plain-function task in a thread, under its time limit."""
-        finished, value = await run_in_thread(functools.partial(hooks.run_sync, self.app, task, ctx), task.timeout,
-                                              self.limiter)  # fmt: skip
+        call = ThreadCall(functools.partial(hooks.run_sync, self.app, task, ctx))
+        self.running[ctx.job_id] = call
+        finished, value = await run_in_thread(call.fn, task.timeout, self.limiter, call)
         if finished:
             return value
+        if ctx.job_id in self.cancelled:
+            log.warning("task %s (%s): its thread did not stop %.1f s after it was cancelled: left behind",
+                        task.name, ctx.job_id, TIME_LIMIT_GRACE)  # fmt: skip
+            raise TaskCancelled("cancelled")
         log.warning("task %s (%s): its thread did not stop %.1f s after the time limit: left behind",
                     task.name, ctx.job_id, TIME_LIMIT_GRACE)  # fmt: skip
         error = exceeded(task.name, task.timeout)
@@ -210,6 +275,7 @@ def make_worker(
                     unknown_task_delay=unknown_task_delay)  # fmt: skip
     worker_options.setdefault("max_attempts", None)
     worker_options.setdefault("describe", runner.describe)  # running jobs listed by their task's name
+    worker_options.setdefault("on_cancel", runner.cancel)  # TaskRef.cancel()'s notices
     worker = Worker(client if client is not None else app.client(), queues, runner, concurrency=concurrency,
                     **worker_options)  # fmt: skip
     runner.worker = worker

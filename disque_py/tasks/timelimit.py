@@ -8,19 +8,25 @@ delivers it at the thread's next bytecode, so a thread blocked in one long C cal
 ``time.sleep(60)``, a socket read without timeout) sees it only when the call returns; after
 ``TIME_LIMIT_GRACE`` more seconds the worker stops waiting, fails the task and leaves the
 thread behind (it keeps its slot until it ends): :func:`run_in_thread`.
+
+A task cancelled while it runs (``TaskRef.cancel()``, :mod:`.control`) is stopped the same
+way: :class:`TaskCancelled` raised in its cancel scope (``async def``) or in its thread
+(:meth:`ThreadCall.cancel`), with the same grace before the thread is left behind.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import math
 import threading
 from collections.abc import Callable
 from typing import Any, ContextManager
 
 import trio
 
-__all__ = ["TimeLimitExceeded", "TIME_LIMIT_GRACE", "ThreadCall", "exceeded", "limit", "run_in_thread"]
+__all__ = ["TimeLimitExceeded", "TaskCancelled", "TIME_LIMIT_GRACE", "ThreadCall", "exceeded", "limit",
+           "run_in_thread"]  # fmt: skip
 
 #: seconds a thread gets, after the time limit raised in it, before it is left behind
 TIME_LIMIT_GRACE = 1.0
@@ -28,6 +34,10 @@ TIME_LIMIT_GRACE = 1.0
 
 class TimeLimitExceeded(Exception):
     """The task ran longer than its ``timeout``."""
+
+
+class TaskCancelled(Exception):
+    """The task was cancelled while it ran (``TaskRef.cancel()``): raised in its thread."""
 
 
 def exceeded(name: str, timeout: float | None) -> TimeLimitExceeded:
@@ -49,10 +59,14 @@ class ThreadCall:
         self.ident: int | None = None
         self.running = False
         self.interrupted = False  # the time limit is over: raise in the thread (now, or when it starts)
+        self.error: type[BaseException] = TimeLimitExceeded  # what is raised in it
+        self.cancelled = trio.Event()  # set by cancel(): run_in_thread stops waiting for the limit
 
     def run(self) -> Any:
         with self.lock:
             if self.interrupted:
+                if self.error is TaskCancelled:
+                    raise TaskCancelled("cancelled before the task started")
                 raise TimeLimitExceeded("time limit over before the task started")
             self.ident = threading.get_ident()
             self.running = True
@@ -64,22 +78,30 @@ class ThreadCall:
                 if self.interrupted:  # a TimeLimitExceeded not delivered yet must not escape this call
                     ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self.ident), None)
 
-    def interrupt(self) -> None:
+    def interrupt(self, error: type[BaseException] = TimeLimitExceeded) -> None:
         with self.lock:
+            if self.interrupted:
+                return  # once: a cancel and the time limit do not both raise
             self.interrupted = True
+            self.error = error
             if self.running and self.ident is not None:
-                ctypes.pythonapi.PyThreadState_SetAsyncExc(
-                    ctypes.c_ulong(self.ident), ctypes.py_object(TimeLimitExceeded)
-                )
+                ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self.ident), ctypes.py_object(error))
+
+    def cancel(self) -> None:
+        """Stop the task (in the trio thread): :class:`TaskCancelled` raised in its thread."""
+        self.cancelled.set()
 
 
-async def run_in_thread(fn: Callable[[], Any], timeout: float | None, limiter: trio.CapacityLimiter) -> tuple[bool, Any]:
+async def run_in_thread(fn: Callable[[], Any], timeout: float | None, limiter: trio.CapacityLimiter,
+                        call: ThreadCall | None = None) -> tuple[bool, Any]:  # fmt: skip
     """Run ``fn`` in a thread of ``limiter``'s; ``(True, its value)``, its error raised, or
     ``(False, None)`` when its thread did not stop ``TIME_LIMIT_GRACE`` seconds after the
-    time limit was raised in it (left behind)."""
-    call = ThreadCall(fn)
-    if timeout is None:
-        return True, await trio.to_thread.run_sync(call.run, abandon_on_cancel=True, limiter=limiter)
+    time limit (or a cancel: ``call.cancel()``, ``call`` made by the caller) was raised in it
+    (left behind)."""
+    if call is None:
+        call = ThreadCall(fn)
+        if timeout is None:
+            return True, await trio.to_thread.run_sync(call.run, abandon_on_cancel=True, limiter=limiter)
     outcome: list[Any] = []
 
     async def in_thread(cancel: trio.CancelScope) -> None:
@@ -91,8 +113,9 @@ async def run_in_thread(fn: Callable[[], Any], timeout: float | None, limiter: t
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(in_thread, nursery.cancel_scope)
-        await trio.sleep(timeout)
-        call.interrupt()  # raised in the thread at its next bytecode
+        with trio.move_on_after(timeout if timeout else math.inf):
+            await call.cancelled.wait()
+        call.interrupt(TaskCancelled if call.cancelled.is_set() else TimeLimitExceeded)  # at its next bytecode
         await trio.sleep(TIME_LIMIT_GRACE)
         nursery.cancel_scope.cancel()  # stuck in a C call: left behind
     if outcome:

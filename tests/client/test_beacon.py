@@ -181,7 +181,8 @@ def test_the_nodes_answers_are_merged_by_worker_freshest_beat_first():
         ("a:1:x", "n1", ["n1"], 0), ("b:2:x", "n2", ["n1", "n2"], 5)]
     b = merged[1]
     assert b.interval == 2.0 and b.running_total == 1 and b.label_of(b.running[0]) == ""
-    assert b.as_json(11.0)["running"] == [{"id": "D-1", "queue": "q", "since": 1.0, "label": "", "running_for": 10.0}]
+    assert b.as_json(11.0)["running"] == [{"id": "D-1", "queue": "q", "since": 1.0, "label": "", "running_for": 10.0,
+                                            "progress": None}]
 
 
 def test_an_entry_of_another_shape_is_read_leniently():

@@ -17,6 +17,12 @@ Which jobs run: the handler threads keep theirs (``HandlerThreads.current`` and
 ``.started``), read at each beat and nothing per job; an ``async def`` handler's jobs are noted
 as each starts (:meth:`Beacon.track`: the job, the time and its coroutine into a dict, a job
 whose coroutine is done left out; about 0.15 us per job), and only when the beacon is on.
+
+Progress: a handler (a task's ``progress(done, total, note)``) reports through
+:meth:`Beacon.report`, from any thread; the running job's entry in the beat then carries
+``"progress": {"done", "total", "note"}``, and the change brings the next beat forward, at
+most one early beat a second (:data:`PROGRESS_GAP`). A worker whose jobs report no progress
+beats as before: nothing is added to its beat, and no early beat is sent.
 """
 
 from __future__ import annotations
@@ -38,7 +44,7 @@ from ..errors import ConnectionLost, DisqueError, ServerError
 from ..model import Job
 from .handlers import Handler
 
-__all__ = ["Beacon", "make_worker_id", "worker_client_name", "MAX_INFO", "MAX_RUNNING"]
+__all__ = ["Beacon", "make_worker_id", "worker_client_name", "MAX_INFO", "MAX_RUNNING", "PROGRESS_GAP"]
 
 log = logging.getLogger("disque_py.worker")
 
@@ -50,6 +56,9 @@ MAX_RUNNING = 100
 MAX_TEXT = 200
 #: Queues named at most in a beat.
 MAX_QUEUES = 100
+
+#: Seconds at least between two beats, when a progress report brings one forward.
+PROGRESS_GAP = 1.0
 
 _UNSAFE = re.compile(r"[^!-~]")  # anything but printable ASCII without the space
 
@@ -108,6 +117,9 @@ class Beacon:
         self.off = False  # the node cannot take beats: stopped for good
         self._failing = False  # a failure was logged; the next success says so
         self._label_failed = False
+        self.progress: dict[str, dict[str, Any]] = {}  # job ID -> its last progress report (report)
+        self._token: trio.lowlevel.TrioToken | None = None
+        self._early: trio.Event | None = None  # set: a progress report wants a beat soon
 
     # ------------------------------------------------------------ what runs
     def track(self, handler: Handler) -> Handler:
@@ -151,6 +163,27 @@ class Beacon:
         out.sort(key=lambda item: item[1])
         return out
 
+    def report(self, job_id: str, done: float, total: float | None = None, note: str | None = None) -> None:
+        """A running job's progress (from any thread): kept for the beats, and the next beat
+        brought forward (at most one early beat every :data:`PROGRESS_GAP` seconds)."""
+        entry: dict[str, Any] = {"done": done, "total": total, "note": None if note is None else _cut(str(note))}
+        self.progress[job_id] = entry
+        self.soon()
+
+    def soon(self) -> None:
+        """Beat soon (what runs changed: a job cancelled), within PROGRESS_GAP seconds; from any thread."""
+        token = self._token
+        if token is not None:
+            try:
+                token.run_sync_soon(self._wake)
+            except trio.RunFinishedError:  # pragma: no cover - the worker's run is over
+                pass
+
+    def _wake(self) -> None:
+        early = self._early
+        if early is not None:
+            early.set()
+
     def _label(self, job: Job) -> str:
         describe = self.describe
         if describe is None:
@@ -179,6 +212,16 @@ class Beacon:
                         for job, since in running[:MAX_RUNNING]],
             "running_total": len(running),
         }  # fmt: skip
+        progress = self.progress
+        if progress:  # only a worker whose jobs report progress pays for it
+            listed = info["running"]
+            for entry in listed:
+                got = progress.get(entry["id"])
+                if got is not None:
+                    entry["progress"] = got
+            ids = {job.id for job, _ in running}
+            for job_id in [k for k in progress if k not in ids]:  # their jobs ended
+                progress.pop(job_id, None)
         return info
 
     def encoded(self) -> bytes:
@@ -225,9 +268,17 @@ class Beacon:
             log.warning("worker %s: a beat failed (%s); trying again every %gs", self.id, exc, self.interval)
 
     async def run(self) -> None:
-        """Beat now, then every interval, until cancelled (or the node cannot take beats)."""
-        while await self.beat():
-            await trio.sleep(self.interval)
+        """Beat now, then every interval (or sooner after a progress report, at most one early
+        beat every PROGRESS_GAP seconds), until cancelled (or the node cannot take beats)."""
+        self._token = trio.lowlevel.current_trio_token()
+        while True:
+            self._early = early = trio.Event()
+            last = trio.current_time()
+            if not await self.beat():
+                return
+            with trio.move_on_at(last + self.interval):
+                await early.wait()
+                await trio.sleep_until(last + PROGRESS_GAP)
 
     async def forget(self) -> None:
         """The worker stopped cleanly: WORKER FORGET (within a second, or never)."""

@@ -26,6 +26,7 @@ from ..model import Job
 from ..sync import Client as SyncClient
 from .acks import Acks
 from .beacon import Beacon, handler_name, make_worker_id, worker_client_name
+from .control import Control
 from .direct import DIRECT_FETCH
 from .fetch import Fetcher
 from .handlers import Handler, is_async_callable
@@ -122,6 +123,10 @@ class Worker:
                 max_in_flight=max_in_flight, handler=handler_name(handler), stats=self.stats,
                 stopping=lambda: stop.stopping, describe=settings.describe,
             )  # fmt: skip
+        # the control queue (control.py): read only for a handler that can stop a job
+        self._control = None
+        if settings.on_cancel is not None and hasattr(client, "get_jobs") and hasattr(client, "fast_ack"):
+            self._control = Control(client, self.id, settings.on_cancel)
         if is_async_callable(handler):
             if beacon is not None:
                 handler = beacon.track(handler)  # its running jobs, for the beats
@@ -184,6 +189,17 @@ class Worker:
         """
         self._stop.request(grace_period)
 
+    def report_progress(self, job_id: str, done: float, total: float | None = None, note: str | None = None) -> None:
+        """A running job's progress, shown in the worker's beats (``disque-py workers``) within
+        a second; from any thread. Nothing without beats."""
+        if self._beacon is not None:
+            self._beacon.report(job_id, done, total, note)
+
+    def beat_soon(self) -> None:
+        """Tell the cluster what runs within a second (a job cancelled); from any thread."""
+        if self._beacon is not None:
+            self._beacon.soon()
+
     def _running_count(self) -> int:
         if self._threads is not None:
             return self._threads.running()
@@ -214,6 +230,9 @@ class Worker:
                 beacon_scope = trio.CancelScope()
                 if self._beacon is not None:
                     outer.start_soon(_in_scope, beacon_scope, self._beacon.run)
+                control_scope = trio.CancelScope()
+                if self._control is not None:
+                    outer.start_soon(_in_scope, control_scope, self._control.run)
                 timer_scope = trio.CancelScope()
                 outer.start_soon(_in_scope, timer_scope, stop.grace_timer)
                 if handle_signals:
@@ -235,6 +254,7 @@ class Worker:
                 acks.wake.fire()  # the acker sends what is left, then returns
                 timer_scope.cancel()
                 beacon_scope.cancel()
+                control_scope.cancel()
                 stop.signal_scope.cancel()
                 outer.cancel_scope.deadline = trio.current_time() + 10.0  # bounds the acker's last flush
             if self._beacon is not None:

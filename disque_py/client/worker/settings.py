@@ -12,6 +12,7 @@ documented), or ``Worker(client, queues, handler, settings=WorkerSettings(...))`
 * the jobs' heartbeats (``keepalive.py``): ``heartbeat``;
 * the stop (``stop.py``): ``grace_period``;
 * the worker's beats to the cluster (``beacon.py``): ``beacon_interval``, ``describe``;
+* the worker's control queue (``control.py``): ``on_cancel``;
 * the jitters (retry delays, pauses): ``rng``.
 """
 
@@ -73,6 +74,10 @@ class WorkerSettings:
     who it is, what it runs, its counters; ``disque-py workers`` lists it), at least 0.1; None:
     no beats. ``describe``: ``job -> str``, the label a running job is shown with (the task
     runner gives the task's name; None: none).
+
+    ``on_cancel``: ``job_id -> None``, called in the trio thread for each cancel notice the
+    worker's control queue brings (``@control:<worker id>``, :mod:`.control`; the task runner
+    stops that task); None: no control queue is read.
     """
 
     concurrency: int = 1
@@ -90,6 +95,7 @@ class WorkerSettings:
     rng: random.Random | None = dataclasses.field(default=None, compare=False)
     beacon_interval: float | None = 5.0
     describe: Callable[[Job], str] | None = None
+    on_cancel: Callable[[str], Any] | None = None
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:

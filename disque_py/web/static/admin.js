@@ -48,7 +48,14 @@
     return (i === 0 ? n : n.toFixed(1)) + " " + units[i];
   }
 
-  function fmtDuration(s) {
+  // a running job's progress ({done, total, note}) as "3/10 note", or "" without one
+function progressText(p) {
+  if (!p || typeof p.done !== "number") return "";
+  const n = typeof p.total === "number" ? p.done + "/" + p.total : String(p.done);
+  return typeof p.note === "string" && p.note ? n + " " + p.note : n;
+}
+
+function fmtDuration(s) {
     if (typeof s !== "number" || !isFinite(s)) return "–";
     s = Math.floor(s);
     if (s < 60) return s + "s";
@@ -205,7 +212,8 @@
       const jobs = running.map((j) => el("div", { class: "running-job", "data-testid": "worker-job", "data-job-id": String(j.id) },
         el("span", { "data-testid": "worker-job-label" }, String(j.label || w.handler || "")), " ",
         el("button", { type: "button", class: "link mono", title: "show the job", onclick: () => inspect(String(j.id)) }, String(j.id)),
-        el("span", { class: "muted" }, " on " + String(j.queue) + (typeof j.running_for === "number" ? ", for " + fmtDuration(j.running_for) : ""))));
+        el("span", { class: "muted" }, " on " + String(j.queue) + (typeof j.running_for === "number" ? ", for " + fmtDuration(j.running_for) : "")),
+        progressText(j.progress) ? el("span", { "data-testid": "worker-job-progress" }, " " + progressText(j.progress)) : null));
       const more = (w.running_total || 0) - running.length;
       if (more > 0) jobs.push(el("div", { class: "muted" }, "… " + fmtInt(more) + " more"));
       const queues = Array.isArray(w.queues) ? w.queues.map(String).join(", ") : "";
