@@ -164,7 +164,7 @@ def test_rights_beats_are_a_consumers_and_the_list_is_inspecting(start_node, tmp
     node = start_node(config_file=str(conf))
     consumer = node.client(username="w", password="wpw")
     ops = node.client(username="ops", password="opw")
-    assert consumer.execute_command("WORKER", "BEAT", "w1", "1000", "{}") == b"OK"
+    assert consumer.execute_command("WORKER", "BEAT", "w1", "60000", "{}") == b"OK"  # listed all along
     assert consumer.execute_command("WORKER", "FORGET", "nope") == 0
     with pytest.raises(redis.exceptions.NoPermissionError, match=r"no permissions to run the 'worker\|list' command"):
         consumer.execute_command("WORKER", "LIST")
