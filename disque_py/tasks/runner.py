@@ -39,11 +39,12 @@ import trio
 
 from ..client.worker import Reject, Worker, describe_error
 from . import hooks
+from .chords import last_run, with_errors
 from .hooks import TaskContext, current_task
 from .message import MessageError, Outcome, decode
 from .metrics import TaskMetrics, serve_metrics
 from .timelimit import TIME_LIMIT_GRACE, TimeLimitExceeded, exceeded, run_in_thread
-from .writes import add_next_in_chain, write_chain_failure, write_result
+from .writes import add_next_in_chain, settle_member, write_chain_failure, write_result
 
 if TYPE_CHECKING:
     from .app import App, Task
@@ -85,6 +86,7 @@ class Runner:
         except MessageError as exc:
             self.metrics.count("rejected", "?")
             raise Reject("bad task message: %s" % exc) from None
+        message = with_errors(message)  # a chord's callback given its members' errors: TaskErrors in place
         task = self.app.tasks.get(message.task)
         if task is None:
             self.metrics.count("rejected", message.task)
@@ -98,7 +100,12 @@ class Runner:
             text = "wrong arguments for task %s: %s" % (task.name, exc)
             await write_result(self.client, job, message, serializer, Outcome(False, None, "TypeError", text))
             raise Reject("TypeError: " + text) from None
-        if job.maxdeliver is not None:
+        if message.chord is not None:  # a chord's member: its last run comes before a spare delivery (chords.py)
+            last = last_run(job, task)
+            if job.attempt > 1 and await settle_member(self.client, job, message, serializer, last):
+                return
+            final = job.attempt >= last
+        elif job.maxdeliver is not None:
             final = job.last_delivery
         else:  # no MAXDELIVER on the job (sent from elsewhere): the task's retries decide
             final = job.attempt > task.retries
@@ -122,7 +129,7 @@ class Runner:
             await write_result(self.client, job, message, serializer, failed)
             if message.chain is not None:  # the chain ends here: its waiter reads the error
                 await write_chain_failure(self.client, job, message.chain, serializer, failed)
-            if job.maxdeliver is None:
+            if job.maxdeliver is None or message.chord is not None:
                 raise Reject(text) from exc
             raise  # a NACK on the last delivery: the node dead-letters it with this error
         ctx.duration = time.monotonic() - ctx.started
