@@ -124,6 +124,9 @@ class Client(TrioBase):
                 out[i] = await conn.request_many(argvs, self.config.socket_timeout)
             except DisqueError as exc:
                 conn.close()
+                for stale in idle:  # the node went away: its other idle connections with it
+                    stale.close()
+                idle.clear()
                 out[i] = exc
                 return
             except BaseException:

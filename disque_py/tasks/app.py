@@ -474,8 +474,8 @@ class Chain:
         if isinstance(last, Group):
             ttl = groups[len(items) - 1].final_ttl
         else:
-            ttl = last.options.get("result_ttl")
-            ttl = last.task.effective_result_ttl if ttl is None else int(ttl)
+            given = last.options.get("result_ttl")
+            ttl = last.task.effective_result_ttl if given is None else int(given)
             if ttl <= 0:
                 raise ValueError("the last task of a chain needs a result (result_ttl > 0): its waiter reads it")
         final = "result:chain-" + uuid.uuid4().hex
@@ -551,7 +551,9 @@ class Chord(Chain):
         return self.items[0]  # type: ignore[return-value]
 
     def send(self) -> ChordRef:
-        return super().send()  # type: ignore[return-value]
+        ref = super().send()
+        assert isinstance(ref, ChordRef)
+        return ref
 
     def delay(self) -> ChordRef:
         """Celery's name for :meth:`send`."""
@@ -559,7 +561,8 @@ class Chord(Chain):
 
     def __call__(self, body: "Signature | Chain | None" = None) -> ChordRef:
         """Celery's ``chord(header)(callback)``: sent, with ``body`` after the group if given."""
-        return (self if body is None else self | body).send()  # type: ignore[union-attr]
+        chord = self if body is None else Chord(self.app, [*self.items, *(body.items if isinstance(body, Chain) else [body])])
+        return chord.send()
 
 
 def _chain(app: "App", items: list["Signature | Group"]) -> Chain:
@@ -652,7 +655,7 @@ class Group:
 
     def __or__(self, other: Any) -> "Chord":
         if isinstance(other, Chain):
-            return Chord(self.app, [self] + other.items)
+            return Chord(self.app, [self, *other.items])
         if isinstance(other, (Signature, Group)):
             return Chord(self.app, [self, other])
         return NotImplemented

@@ -68,7 +68,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 __all__ = [
     "FORMAT_VERSION",
@@ -338,7 +338,7 @@ def _step_obj(st: Step) -> dict[str, Any]:
             **({"immutable": True} if st.immutable else {})}  # fmt: skip
 
 
-def _is_int(value: Any) -> bool:
+def _is_int(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
@@ -411,7 +411,7 @@ def _final_and_ttl(obj: dict, name: str) -> tuple[str, int]:
     final = obj.get("final")
     if not isinstance(final, str) or not final:
         raise MessageError("'%s.final' must be a non-empty string" % name)
-    ttl = obj.get("ttl")
+    ttl: Any = obj.get("ttl")
     if not _is_int(ttl) or not 1 <= ttl <= MAX_RESULT_TTL:
         raise MessageError("'%s.ttl' must be an integer of seconds in [1, %d]" % (name, MAX_RESULT_TTL))
     return final, ttl
@@ -533,7 +533,7 @@ def _errors(obj: Any, args: tuple[Any, ...]) -> tuple[ErrorAt, ...]:
         if not isinstance(e, dict):
             raise MessageError("'%s' must be a map" % where)
         _unknown(e, ("at", "type", "message", "job"), where)
-        at = e.get("at")
+        at: Any = e.get("at")
         if not _is_int(at) or not 0 <= at < len(values):
             raise MessageError("'%s.at' must be a place in the first argument (0 to %d)" % (where, len(values) - 1))
         if not all(isinstance(e.get(k, ""), str) for k in ("type", "message", "job")) or not e.get("type"):

@@ -130,20 +130,25 @@ async def complete_chord(client: Any, job: Any, message: Message, serializer: st
                    result_options(spec.ttl), job)  # fmt: skip
         return
     values = [o.value if o.ok else None for o in outcomes]
-    try:
-        if not spec.then:  # the last step of a chain: the values are its result
-            jobs = [(spec.final, encode_outcome(Outcome(True, values), serializer), result_options(spec.ttl))]
-        else:
-            ids = chords.member_ids(spec)
-            errors = tuple(ErrorAt(i, o.error_type or "Exception", o.error_message or "", ids[i])
-                           for i, o in enumerate(outcomes) if not o.ok)  # fmt: skip
-            jobs = _next_jobs(spec.then, spec.final, spec.ttl, message.meta, serializer, values, errors,
-                              chord_key(spec.id))  # fmt: skip
-    except TypeError as exc:  # every check would find the same: the chord ends here
-        text = "the values of chord %s are %s" % (spec.id, exc)
-        await _add(client, spec.final, encode_outcome(Outcome(False, None, "TypeError", text), serializer),
-                   result_options(spec.ttl), job)  # fmt: skip
-        return
+    ids = chords.member_ids(spec)
+    errors = tuple(ErrorAt(i, o.error_type or "Exception", o.error_message or "", ids[i])
+                   for i, o in enumerate(outcomes) if not o.ok)  # fmt: skip
+    jobs: list[tuple[str, bytes, dict[str, Any]]] = []
+    text = ""
+    # the member that completes the chord may be any of them: values another member's serializer
+    # carried (msgpack's bytes) are carried by msgpack, whichever it is
+    for form in dict.fromkeys((serializer, "msgpack")):
+        try:
+            if not spec.then:  # the last step of a chain: the values are its result
+                jobs = [(spec.final, encode_outcome(Outcome(True, values), form), result_options(spec.ttl))]
+            else:
+                jobs = _next_jobs(spec.then, spec.final, spec.ttl, message.meta, form, values, errors, chord_key(spec.id))
+            break
+        except TypeError as exc:  # every check finds the same: the chord ends here
+            text = "the values of chord %s are %s" % (spec.id, exc)
+    if not jobs:
+        jobs = [(spec.final, encode_outcome(Outcome(False, None, "TypeError", text), serializer),
+                 result_options(spec.ttl))]  # fmt: skip
     for queue, body, options in jobs:
         await _add(client, queue, body, options, job)
 

@@ -9,7 +9,6 @@ the acknowledgement (a check that fails is not lost: the member comes back and c
 from __future__ import annotations
 
 import threading
-import time
 import uuid
 
 import pytest
@@ -209,6 +208,25 @@ def test_a_failed_member_fails_the_chord_or_is_given_to_the_callback(app, run_wo
     assert raw_qlen(app, q + "-cb") == 0
     called = chord(group(add.s(1, 2), boom.s("luck"), add.s(3, 4)), describe.s(), on_error="call").send()
     assert called.result(timeout=20) == [3, "ValueError(no luck)", 7]
+
+
+def test_values_only_msgpack_carries_reach_the_callback_whichever_member_ends_last(app, run_worker):
+    q = "ch-" + uuid.uuid4().hex[:8]
+    add, boom, total, describe = declare(app, q)
+
+    @app.task(queue=q, name="blob", serializer="msgpack", retry=2)
+    def blob(n):
+        return b"\x00" * n
+
+    @app.task(queue=q + "-cb", name="keep", serializer="msgpack", retry=2)
+    def keep(values):
+        return values
+
+    run_worker(app, concurrency=4, queues=[q, q + "-cb"])
+    for _ in range(3):  # a JSON member or a msgpack one may end last: the same callback either way
+        assert (group(add.s(1, 2), blob.s(2), add.s(3, 4)) | keep.s()).send().result(timeout=20) == [3, b"\x00\x00", 7]
+    with pytest.raises(TaskError, match="ChordError: 1 of 2 members failed"):  # failed: whatever the forms
+        (group(blob.s(1), boom.s(1)) | keep.s()).send().result(timeout=20)
 
 
 def raw_qlen(app, queue):
