@@ -340,7 +340,8 @@ class ChainRef(TaskRef):
 
 class ChordRef(ChainRef):
     """A sent chord (a chain whose first step is a group): ``group`` is its members'
-    :class:`GroupRef`, ``id`` its callback's job ID (known before it is added), :meth:`result`
+    :class:`GroupRef`, ``id`` its callback's job ID (known before it is added; the first member's
+    when a group follows the group), :meth:`result`
     the callback's value (the last task's, when a chain follows it), or a ``ChordError``
     :class:`TaskError` naming the members that failed (``on_error="fail"``); :meth:`progress`
     how many members are done."""
@@ -416,7 +417,8 @@ class _Members:
             if _word(words, "RETRY", 1) == 0:
                 raise ValueError("a chord's member must be given back when its worker dies (retry > 0)")
             result_ttl = max(result_ttl, ttl)
-            life = max(life, _word(words, "TTL", sig.task.ttl))
+            # a member may run until its job's TTL, and a little past it (its last RETRY)
+            life = max(life, _word(words, "TTL", sig.task.ttl) + _word(words, "RETRY", 0))
             self.argvs.append(argv)
             steps.append((sig, queue, words))
         #: the results' TTL: as long as any member may still run, so the last check finds them all
@@ -428,7 +430,7 @@ class _Members:
         self.runs = member_runs([st.queue for st in self.steps])
 
     def ids(self) -> list[str]:
-        return member_ids(ChordSpec(self.id, self.runs, "fail", (), "-", 1))
+        return member_ids(self.id, self.runs)
 
     def step(self) -> GroupStep:
         return GroupStep(self.id, self.steps, self.group.on_error)
@@ -492,18 +494,23 @@ class Chain:
             options = _later_options(item, "chained task", "chain's (chain:<previous job ID>)")
             options.pop("result_ttl", None)
             argv, queue = item.task.addjob_argv(b"", **options)
-            result = ResultSpec(ttl, final) if item is last else None
+            result = ResultSpec(ttl, final) if k == len(items) - 1 else None
             steps.append(ChainStep(item.task.name, queue, item.args, dict(item.kwargs), _words(argv), result,
                                    item.immutable))  # fmt: skip
         if isinstance(first, Group):
             members = groups[0]
-            meta = first.signatures[0].options.get("meta") or {}
+            meta = first.signatures[0].options.get("meta") or {}  # the chain's: its first signature's
             chord = ChordSpec(members.id, members.runs, first.on_error, tuple(steps), final, ttl)
+            added = []
             for i, (sig, argv) in enumerate(zip(first.signatures, members.argvs)):
                 body = encode(Message(sig.task.name, sig.args, dict(sig.kwargs), ResultSpec(members.ttl), meta,
                                       None, chord), sig.task.serializer)  # fmt: skip
-                self.app._addjob((*argv[:2], body, *argv[3:], b"DEDUP", member_key(members.id, i)), retry_safe=True)
-            ids: list[Any] = [members.ids()]
+                added.append(self.app._addjob((*argv[:2], body, *argv[3:], b"DEDUP", member_key(members.id, i)),
+                                              retry_safe=True))  # fmt: skip
+            if added != members.ids():  # what every member's check derives: a node that makes other IDs
+                raise RuntimeError("the nodes gave chord %s's members IDs other than their keys' (%s, not %s): "
+                                   "its check could not find them" % (members.id, added, members.ids()))  # fmt: skip
+            ids: list[Any] = [added]
             key = chord_key(members.id)
         else:
             options = dict(first.options)

@@ -95,13 +95,15 @@ class Progress(NamedTuple):
         return "%d/%d" % (self.done, self.total)
 
 
-def member_ids(spec: ChordSpec) -> list[str]:
-    """The members' job IDs, in order (each from its queue and key, as the node made it)."""
+def member_ids(spec: ChordSpec | str, runs: tuple[tuple[str, int], ...] = ()) -> list[str]:
+    """The members' job IDs, in order (each from its queue and key, as the node made it), of a
+    chord's body, or of its group's ID and its members' ``(queue, count)`` runs."""
+    group_id, runs = (spec.id, spec.members) if isinstance(spec, ChordSpec) else (spec, runs)
     out: list[str] = []
-    for queue, count in spec.members:
+    for queue, count in runs:
         q = queue.encode("utf-8", "surrogateescape")
         for _ in range(count):
-            out.append(dedup_job_id(q, member_key(spec.id, len(out)).encode(), 1).decode())
+            out.append(dedup_job_id(q, member_key(group_id, len(out)).encode(), 1).decode())
     return out
 
 
