@@ -425,12 +425,13 @@ class _Members:
         self.ttl = min(max(result_ttl, life), MAX_RESULT_TTL)
         #: the result TTL of the values, when they are a chain's last result
         self.final_ttl = result_ttl
-        self.steps = tuple(ChainStep(sig.task.name, queue, sig.args, dict(sig.kwargs), words, ResultSpec(self.ttl),
-                                     sig.immutable) for sig, queue, words in steps)  # fmt: skip
-        self.runs = member_runs([st.queue for st in self.steps])
-
-    def ids(self) -> list[str]:
-        return member_ids(self.id, self.runs)
+        self.runs = member_runs([queue for _, queue, _ in steps])
+        self.ids = member_ids(self.id, self.runs)
+        # each member's result queue is named in its body: a dead letter sent back (a new job ID)
+        # still writes the result its chord reads
+        self.results = [ResultSpec(self.ttl, result_queue(job_id)) for job_id in self.ids]
+        self.steps = tuple(ChainStep(sig.task.name, queue, sig.args, dict(sig.kwargs), words, result, sig.immutable)
+                           for (sig, queue, words), result in zip(steps, self.results))  # fmt: skip
 
     def step(self) -> GroupStep:
         return GroupStep(self.id, self.steps, self.group.on_error)
@@ -503,13 +504,13 @@ class Chain:
             chord = ChordSpec(members.id, members.runs, first.on_error, tuple(steps), final, ttl)
             added = []
             for i, (sig, argv) in enumerate(zip(first.signatures, members.argvs)):
-                body = encode(Message(sig.task.name, sig.args, dict(sig.kwargs), ResultSpec(members.ttl), meta,
-                                      None, chord), sig.task.serializer)  # fmt: skip
+                body = encode(Message(sig.task.name, sig.args, dict(sig.kwargs), members.results[i], meta, None,
+                                      chord), sig.task.serializer)  # fmt: skip
                 added.append(self.app._addjob((*argv[:2], body, *argv[3:], b"DEDUP", member_key(members.id, i)),
                                               retry_safe=True))  # fmt: skip
-            if added != members.ids():  # what every member's check derives: a node that makes other IDs
+            if added != members.ids:  # what every member's check derives: a node that makes other IDs
                 raise RuntimeError("the nodes gave chord %s's members IDs other than their keys' (%s, not %s): "
-                                   "its check could not find them" % (members.id, added, members.ids()))  # fmt: skip
+                                   "its check could not find them" % (members.id, added, members.ids))  # fmt: skip
             ids: list[Any] = [added]
             key = chord_key(members.id)
         else:
@@ -526,7 +527,7 @@ class Chain:
             key = chain_key(ids[0])
         for k, step in enumerate(steps, 1):
             if isinstance(step, GroupStep):
-                ids.append(groups[k].ids())
+                ids.append(groups[k].ids)
                 key = chord_key(step.id)
             else:
                 ids.append(dedup_job_id(step.queue.encode(), key.encode(), _word(step.addjob, "RETRY", 1)).decode())

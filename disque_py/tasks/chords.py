@@ -213,10 +213,10 @@ async def gather(client: Any, spec: ChordSpec) -> list[Outcome] | None:
     return [_decoded(found[rid]) for rid in ids]
 
 
-async def own_result(client: Any, job_id: str) -> Outcome | None:
-    """The result of the task ``job_id`` if the cluster holds one (a delivery before this one
-    wrote it); None when no node showed it."""
-    rid = result_id(job_id)
+async def own_result(client: Any, queue: str) -> Outcome | None:
+    """The result in ``queue`` if the cluster holds one (a delivery before this one wrote it);
+    None when no node showed it."""
+    rid = result_job_id(queue)
     reading = await read_async(client, [rid])
     body = reading.found.get(rid)
     return None if body is None else _decoded(body)

@@ -45,7 +45,9 @@ in its body, the chord that joins them::
               "ttl": 300}                           # its result TTL
 
 Every member's ID follows from its queue and key (``ids.dedup_job_id``), its result's from its
-ID; the worker that writes a member's result checks them all, and the one that finds every
+ID (its body names that result queue, so that the member sent back as a new job, a dead letter
+requeued, still writes the result its chord reads); the worker that writes a member's result
+checks them all, and the one that finds every
 result adds ``then[0]`` (given the list of values) with the key ``chord:<group ID>``
 (:mod:`.chords`). A callback called with errors (``"on_error": "call"``) carries them as
 ``"errors": [{"at": 2, "type": "ValueError", "message": "boom", "job": "D-..."}]``: the items
@@ -368,8 +370,8 @@ def decode(body: bytes) -> tuple[Message, str]:
     if chord is not None:
         if chain is not None:
             raise MessageError("a chord's member carries no 'chain': what follows is the chord's 'then'")
-        if result is None or result.queue is not None:
-            raise MessageError("a chord's member needs its result ('result.ttl'), in its own queue")
+        if result is None:
+            raise MessageError("a chord's member needs its result ('result': its TTL and queue)")
     errors = _errors(obj.get("errors"), args)
     return Message(task, args, kwargs, result, meta, chain, chord, errors), serializer
 
@@ -490,8 +492,8 @@ def _group_step(obj: Any, name: str) -> GroupStep:
     steps = _steps(members, name + ".members", groups=False)
     for i, st in enumerate(steps):
         assert isinstance(st, ChainStep)
-        if st.result is None or st.result.queue is not None:
-            raise MessageError("'%s.members[%d].result' must give the member's result TTL (its own queue)" % (name, i))
+        if st.result is None:
+            raise MessageError("'%s.members[%d].result' must give the member's result (its TTL and queue)" % (name, i))
     return GroupStep(_group_id(obj.get("id"), name + ".id"), steps,  # type: ignore[arg-type]
                      _on_error(obj.get("on_error", "fail"), name + ".on_error"))  # fmt: skip
 

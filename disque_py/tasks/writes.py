@@ -164,7 +164,8 @@ async def settle_member(client: Any, job: Any, message: Message, serializer: str
       the worker of the last run was lost. Its result is a ``WorkerLost`` error, written now,
       then the chord is checked, and the job dead-lettered.
     """
-    outcome = await chords.own_result(client, job.id)
+    assert message.result is not None  # a chord's member always has one (message.decode)
+    outcome = await chords.own_result(client, message.result.queue or result_queue(job.id))
     if outcome is None:
         if job.attempt <= last:
             return False
