@@ -102,7 +102,7 @@ class Runner:
             raise Reject("TypeError: " + text) from None
         if message.chord is not None:  # a chord's member: its last run comes before a spare delivery (chords.py)
             last = last_run(job, task)
-            if job.attempt > 1 and await settle_member(self.client, job, message, serializer, last):
+            if await settle_member(self.client, job, message, serializer, last):
                 return
             final = job.attempt >= last
         elif job.maxdeliver is not None:

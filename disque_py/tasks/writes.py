@@ -154,8 +154,8 @@ async def complete_chord(client: Any, job: Any, message: Message, serializer: st
 
 
 async def settle_member(client: Any, job: Any, message: Message, serializer: str, last: int) -> bool:
-    """A chord member delivered again (not its first delivery), before it runs: True when it
-    must not run (acknowledge it; Reject raised for an error), False to run it.
+    """A chord member before it runs: True when it must not run (acknowledge it; Reject raised
+    for an error), False to run it. Its first delivery runs, with no read; later:
 
     * Its result is there: a delivery before this one wrote it, and its worker died or lost
       the connection before the acknowledgement. The chord is checked again (that delivery
@@ -163,15 +163,28 @@ async def settle_member(client: Any, job: Any, message: Message, serializer: str
     * No result, and this delivery comes after its last run (``last``, :func:`.chords.last_run`):
       the worker of the last run was lost. Its result is a ``WorkerLost`` error, written now,
       then the chord is checked, and the job dead-lettered.
+
+    A member sent back from the dead letters is a new job, whose body names the member's result
+    queue, not its own: it runs when the member has no result (its run writes it and checks),
+    and is acknowledged without running when the member has one: its chord used that one, and
+    may be over long ago (its callback's key forgotten: a check now would add it again).
     """
     assert message.result is not None  # a chord's member always has one (message.decode)
-    outcome = await chords.own_result(client, message.result.queue or result_queue(job.id))
+    queue = message.result.queue or result_queue(job.id)
+    sent_back = queue != result_queue(job.id)
+    if job.attempt == 1 and not sent_back:
+        return False
+    outcome = await chords.own_result(client, queue)
     if outcome is None:
         if job.attempt <= last:
             return False
         outcome = Outcome(False, None, "WorkerLost", "the worker of its last run (delivery %d) was lost before it "
                           "wrote a result" % last)  # fmt: skip
         await write_result(client, job, message, serializer, outcome)
+    elif sent_back:
+        log.info("task %s (%s), a member of chord %s sent back: its result was written before, not run again",
+                 message.task, job.id, message.chord.id if message.chord else "?")  # fmt: skip
+        return True
     else:
         await complete_chord(client, job, message, serializer)
     if not outcome.ok:
