@@ -45,8 +45,11 @@ The limits: the callback's key is remembered for its job's life and the nodes'
 ``dedup-window`` after (600 s by default), so every check must come within that of the first
 add. Checks come from a member's run, and again only from a delivery of a member whose worker
 did not acknowledge it (after the member's RETRY): keep members' ``retry`` (300 s at most by
-default) and their run time below ``dedup-window``. A member's result is kept as long as any
-member may still run (the longest member's ``ttl``), so the last check finds the first result.
+default) and their run time below ``dedup-window``. A member sent back from the dead letters
+(a new job, its body naming the member's result queue) checks only if it writes the member's
+result: one that finds it there is acknowledged without running (:func:`.writes.settle_member`).
+A member's result is kept as long as any member may still run (the longest member's ``ttl``),
+so the last check finds the first result. The user's side of this: (docs/TASKS.md, "Chords").
 
 This module reads (both faces); what is written (results, the callback) is :mod:`.writes`'s.
 """

@@ -19,6 +19,9 @@ letters and graceful shutdown apply as they are. For each job:
    dead-lettered with the error (its MAXDELIVER does it on the NACK; a job sent
    without MAXDELIVER, e.g. from redis-cli, is rejected once ``retries`` are
    spent).
+5. a chord's member (:mod:`.chords`): its result is followed by its chord's check,
+   a delivery after its first reads its result before it runs (:func:`.writes.settle_member`),
+   and its last run comes one delivery before its MAXDELIVER (the spare, for a worker lost).
 
 The counters (:class:`~.metrics.TaskMetrics`) are served on ``/metrics`` when the worker
 is asked to (``metrics_port``, :mod:`.metrics`). The runner reaches the cluster only through
