@@ -64,6 +64,7 @@ class Client(TrioBase):
         self._idle: list[RespConnection] = []
         self._lock = trio.Lock()
         self._refreshing = False
+        self._side: dict[Address, list[RespConnection]] = {}  # on_every_node's idle connections, per node
 
     # ------------------------------------------------------------ lifecycle
     async def __aenter__(self) -> "Client":
@@ -78,6 +79,10 @@ class Client(TrioBase):
         The client reconnects if it is used again.
         """
         self._invalidate()
+        side, self._side = self._side, {}
+        for conns in side.values():
+            for conn in conns:
+                conn.close()
         await trio.lowlevel.checkpoint()
 
     async def connect(self) -> "Client":
@@ -95,6 +100,47 @@ class Client(TrioBase):
         """HELLO (also refreshes the client's node list)."""
         reply = await self._call(cmd.hello())
         return self._learn(reply, self._node[0] if self._node else None)
+
+    async def on_every_node(self, argvs: Sequence[Sequence[Any]]) -> list[tuple[Address, list[Any] | DisqueError]]:
+        """Send ``argvs`` (pipelined) to every node of the last HELLO, the one in use included,
+        all at once: ``[(address, replies)]`` for every node, with the error in place of the
+        replies of a node that did not answer (error replies are values in the list). For reads
+        that must tell "no node has it" from "a node did not say" (a chord's results,
+        docs/TASKS.md). Each node's connections are kept apart from the pool of the node in use
+        (at most ``max_idle`` idle per node); nothing here changes the node in use."""
+        if self._node is None or not self._topology.nodes:
+            await self.connect()  # the node list comes with the first HELLO
+        addresses = [n.address for n in self._topology.nodes.values()]
+        out: list[Any] = [None] * len(addresses)
+
+        async def ask(i: int, address: Address) -> None:
+            idle = self._side.setdefault(address, [])
+            try:
+                conn = idle.pop() if idle else await self._open_connection(address)
+            except DisqueError as exc:
+                out[i] = exc
+                return
+            try:
+                out[i] = await conn.request_many(argvs, self.config.socket_timeout)
+            except DisqueError as exc:
+                conn.close()
+                for stale in idle:  # the node went away: its other idle connections with it
+                    stale.close()
+                idle.clear()
+                out[i] = exc
+                return
+            except BaseException:
+                conn.close()
+                raise
+            if len(idle) < self.max_idle:
+                idle.append(conn)
+            else:
+                conn.close()
+
+        async with trio.open_nursery() as nursery:
+            for i, address in enumerate(addresses):
+                nursery.start_soon(ask, i, address)
+        return list(zip(addresses, out))
 
     # ------------------------------------------------------------ plumbing
     def _invalidate(self) -> None:

@@ -118,16 +118,31 @@ class Client(SyncBase):
             self._ensure()
             current = self.current_address
             addresses = [n.address for n in self._topology.nodes.values() if n.address != current]
-        out: list[tuple[Address, list[Any]]] = []
+        return [(a, replies) for a, replies in self._ask_each(addresses, argvs) if not isinstance(replies, Exception)]
+
+    def on_every_node(self, argvs: Sequence[Sequence[Any]]) -> list[tuple[Address, list[Any] | DisqueError]]:
+        """Send ``argvs`` (pipelined) to every node of the last HELLO, the one in use included,
+        each over a connection of its own that is closed after: ``[(address, replies)]`` for
+        every node, with the error in place of the replies of a node that did not answer (error
+        replies are values in the list). For reads that must tell "no node has it" from "a node
+        did not say" (a chord's results, docs/TASKS.md); nothing here changes the node in use."""
+        with self._lock:
+            self._ensure()
+            addresses = [n.address for n in self._topology.nodes.values()]
+        return self._ask_each(addresses, argvs)
+
+    def _ask_each(self, addresses: list[Address], argvs: Sequence[Sequence[Any]]) -> list[tuple[Address, Any]]:
+        out: list[tuple[Address, Any]] = []
         for address in addresses:
             try:
                 conn = NodeConnection(address, self.config)
-            except DisqueError:
+            except DisqueError as exc:
+                out.append((address, exc))
                 continue
             try:
                 out.append((address, conn.request_many(argvs, self.config.socket_timeout)))
-            except DisqueError:
-                pass
+            except DisqueError as exc:
+                out.append((address, exc))
             finally:
                 conn.close()
         return out

@@ -48,12 +48,17 @@ from ..core.constants import default_retry
 from ..core.ids import dedup_job_id
 from .calling import job_times, refuse_task_options, send_options, unknown_options
 from .context import TaskContext, current_task
-from .message import (SERIALIZERS, ChainSpec, ChainStep, Message, ResultSpec, chain_key, chain_result_queue, encode,
-                      result_queue)  # fmt: skip
+from .chords import Progress, member_ids, member_runs
+from .chords import progress as chord_progress
+from .message import (
+    MAX_RESULT_TTL, ON_ERROR, SERIALIZERS, ChainSpec, ChainStep, ChordSpec, GroupStep, Message, ResultSpec, Step,
+    chain_key, chain_result_queue, chord_key, encode, member_key, result_queue,
+)  # fmt: skip
 from .results import Outcome, ResultTimeout, TaskRef, unwrap, wait_outcomes
 from .tracing import UNSET, active
 
-__all__ = ["App", "Task", "Signature", "Group", "GroupRef", "Chain", "ChainRef", "Hook"]
+__all__ = ["App", "Task", "Signature", "Group", "GroupRef", "Chain", "ChainRef", "Chord", "ChordRef", "Hook", "group",
+           "chain", "chord"]  # fmt: skip
 
 Hook = Callable[[Any], Any]
 
@@ -330,91 +335,256 @@ class Signature:
 
 class ChainRef(TaskRef):
     """A sent chain: ``id`` is its first job's ID, ``ids`` every task's (those not added yet
-    included: each is the deduplication ID its worker will add it with); :meth:`result` waits
-    for the last task's value, or raises the error of the first task that failed for good."""
+    included: each is the deduplication ID its worker will add it with; a group's is the list
+    of its members'); :meth:`result` waits for the last task's value (a group's, the list of its
+    values), or raises the error of the first task that failed for good."""
 
     __slots__ = ("ids",)
 
-    def __init__(self, app: Any, ids: list[str], task_name: str, final_queue: str) -> None:
-        super().__init__(app, ids[0], task_name, final_queue)
+    def __init__(self, app: Any, ids: list[Any], task_name: str, final_queue: str, job_id: str | None = None) -> None:
+        super().__init__(app, job_id or ids[0], task_name, final_queue)
         self.ids = ids
 
     def __repr__(self) -> str:
-        return "ChainRef(%r, ids=%r)" % (self.task_name, self.ids)
+        return "%s(%r, ids=%r)" % (type(self).__name__, self.task_name, self.ids)
+
+
+class ChordRef(ChainRef):
+    """A sent chord (a chain whose first step is a group): ``group`` is its members'
+    :class:`GroupRef`, ``id`` its callback's job ID (known before it is added; the first member's
+    when a group follows the group), :meth:`result`
+    the callback's value (the last task's, when a chain follows it), or a ``ChordError``
+    :class:`TaskError` naming the members that failed (``on_error="fail"``); :meth:`progress`
+    how many members are done."""
+
+    __slots__ = ("group",)
+
+    def __init__(self, app: Any, ids: list[Any], task_name: str, final_queue: str, group: "GroupRef") -> None:
+        after = ids[1] if len(ids) > 1 else None
+        super().__init__(app, ids, task_name, final_queue, after if isinstance(after, str) else group.refs[0].id)
+        self.group = group
+
+    def progress(self) -> Progress:
+        """The members done (read from the cluster, :meth:`GroupRef.progress`)."""
+        return self.group.progress()
+
+
+def _word(words: tuple[Any, ...], name: str, default: int) -> int:
+    """The value of ADDJOB's option ``name`` in a step's words (timeout first), or ``default``."""
+    for i, word in enumerate(words[:-1]):
+        if isinstance(word, str) and word.upper() == name:
+            return int(words[i + 1])
+    return default
+
+
+def _later_options(sig: Signature, what: str, whose: str) -> dict[str, Any]:
+    """The send options of a signature added by a worker later (in a chain, or a chord's member):
+    its ``delay`` and ``expires`` count from then, its key is the chain's or the chord's."""
+    options = dict(sig.options)
+    for word in ("delay", "expires"):
+        if isinstance(options.get(word), datetime):
+            raise ValueError("a chained task is added when the one before it ends: its %s= is seconds from "
+                             "then, not a datetime" % word)  # fmt: skip
+    options.pop("meta", None)
+    if options.pop("dedup", None) is not None:
+        raise ValueError("a %s's deduplication key is the %s" % (what, whose))
+    return options
+
+
+def _words(argv: tuple[Any, ...]) -> tuple[Any, ...]:
+    return tuple(w.decode() if isinstance(w, bytes) else w for w in argv[3:])
+
+
+class _Members:
+    """A group's members as a chord adds them: each signature's ADDJOB (one delivery more than
+    its task's retries: the spare, ``chords.last_run``), its step and the result TTL they share,
+    long enough for the last member's check to find the first member's result."""
+
+    def __init__(self, group: "Group", given: bool) -> None:
+        if not group.signatures:
+            raise ValueError("a chord's group needs at least one signature")
+        self.group = group
+        self.id = uuid.uuid4().hex
+        self.argvs: list[tuple[Any, ...]] = []
+        steps: list[tuple[Signature, str, tuple[Any, ...]]] = []
+        result_ttl = life = 0
+        for sig in group.signatures:
+            sig.task.check_arguments((None,) + sig.args if given and not sig.immutable else sig.args, sig.kwargs)
+            if given:  # added by a worker, when the step before it ends
+                options = _later_options(sig, "chord's member", "chord's (chord:<group ID>:<i>)")
+            else:
+                options = dict(sig.options)
+                options.pop("meta", None)
+                if options.pop("dedup", None) is not None:
+                    raise ValueError("a chord's member's deduplication key is the chord's (chord:<group ID>:<i>)")
+            ttl = options.pop("result_ttl", None)
+            ttl = sig.task.effective_result_ttl if ttl is None else int(ttl)
+            if ttl <= 0:
+                raise ValueError("a chord's member needs a result (result_ttl > 0): its chord reads it")
+            retries = options.pop("retries", None)
+            retries = sig.task.retries if retries is None else retries
+            argv, queue = sig.task.addjob_argv(b"", retries=retries + 1, **options)
+            words = _words(argv)
+            if _word(words, "RETRY", 1) == 0:
+                raise ValueError("a chord's member must be given back when its worker dies (retry > 0)")
+            result_ttl = max(result_ttl, ttl)
+            # a member may run until its job's TTL, and a little past it (its last RETRY)
+            life = max(life, _word(words, "TTL", sig.task.ttl) + _word(words, "RETRY", 0))
+            self.argvs.append(argv)
+            steps.append((sig, queue, words))
+        #: the results' TTL: as long as any member may still run, so the last check finds them all
+        self.ttl = min(max(result_ttl, life), MAX_RESULT_TTL)
+        #: the result TTL of the values, when they are a chain's last result
+        self.final_ttl = result_ttl
+        self.runs = member_runs([queue for _, queue, _ in steps])
+        self.ids = member_ids(self.id, self.runs)
+        # each member's result queue is named in its body: a dead letter sent back (a new job ID)
+        # still writes the result its chord reads
+        self.results = [ResultSpec(self.ttl, result_queue(job_id)) for job_id in self.ids]
+        self.steps = tuple(ChainStep(sig.task.name, queue, sig.args, dict(sig.kwargs), words, result, sig.immutable)
+                           for (sig, queue, words), result in zip(steps, self.results))  # fmt: skip
+
+    def step(self) -> GroupStep:
+        return GroupStep(self.id, self.steps, self.group.on_error)
+
+
+def _name(item: "Signature | Group") -> str:
+    if isinstance(item, Group):
+        return "group(%s)" % ", ".join(sig.task.name for sig in item.signatures)
+    return item.task.name
 
 
 class Chain:
     """Signatures run one after another, each given the previous one's value as its first
     argument: ``(add.s(1, 2) | mul.s(10)).send().result(timeout=5)`` is 30. The worker that
-    finishes a task adds the next (``message.ChainSpec``): nothing waits in between."""
+    finishes a task adds the next (``message.ChainSpec``): nothing waits in between. A step may
+    be a group: its members run together, each given the value, and the step after it is
+    given the list of their values (a chord, :mod:`.chords`)."""
 
-    def __init__(self, app: "App", signatures: list[Signature]) -> None:
-        for sig in signatures:
-            if not isinstance(sig, Signature):
-                raise TypeError("a chain takes signatures (task.s(...)), not %s" % type(sig).__name__)
-        if not signatures:
+    def __init__(self, app: "App", items: list["Signature | Group"]) -> None:
+        for item in items:
+            if not isinstance(item, (Signature, Group)):
+                raise TypeError("a chain takes signatures (task.s(...)) and groups, not %s" % type(item).__name__)
+        if not items:
             raise ValueError("a chain needs at least one signature")
         self.app = app
-        self.signatures = list(signatures)
+        self.items = list(items)
 
     def __len__(self) -> int:
-        return len(self.signatures)
+        return len(self.items)
 
     def __or__(self, other: Any) -> "Chain":
         if isinstance(other, Chain):
-            return Chain(self.app, self.signatures + other.signatures)
-        if isinstance(other, Signature):
-            return Chain(self.app, self.signatures + [other])
+            return _chain(self.app, self.items + other.items)
+        if isinstance(other, (Signature, Group)):
+            return _chain(self.app, self.items + [other])
         return NotImplemented
 
     def send(self) -> ChainRef:
-        sigs = self.signatures
-        name = " | ".join(sig.task.name for sig in sigs)
-        last = sigs[-1]
-        ttl = last.options.get("result_ttl")
-        ttl = last.task.effective_result_ttl if ttl is None else int(ttl)
-        if ttl <= 0:
-            raise ValueError("the last task of a chain needs a result (result_ttl > 0): its waiter reads it")
-        final = chain_result_queue(uuid.uuid4().hex)
-        steps: list[ChainStep] = []
-        sigs[0].task.check_arguments(sigs[0].args, sigs[0].kwargs)
-        for sig in sigs[1:]:
-            # the value it is given comes first (an immutable one is given none)
-            sig.task.check_arguments(sig.args if sig.immutable else (None,) + sig.args, sig.kwargs)
-            options = dict(sig.options)
-            for word in ("delay", "expires"):
-                if isinstance(options.get(word), datetime):
-                    raise ValueError("a chained task is added when the one before it ends: its %s= is seconds from "
-                                     "then, not a datetime" % word)  # fmt: skip
-            options.pop("result_ttl", None)
-            options.pop("meta", None)
-            if options.pop("dedup", None) is not None:
-                raise ValueError("a chained task's deduplication key is the chain's (chain:<previous job ID>)")
-            argv, queue = sig.task.addjob_argv(b"", **options)
-            words = tuple(w.decode() if isinstance(w, bytes) else w for w in argv[3:])
-            result = ResultSpec(ttl, final) if sig is last else None
-            steps.append(ChainStep(sig.task.name, queue, sig.args, dict(sig.kwargs), words, result, sig.immutable))
-        first = sigs[0]
-        options = dict(first.options)
-        options.pop("result_ttl", None)
-        meta = options.pop("meta", None)
-        if len(sigs) == 1:
-            message = Message(first.task.name, first.args, dict(first.kwargs), ResultSpec(ttl, final), meta or {})
+        items = self.items
+        name = " | ".join(_name(item) for item in items)
+        groups = {k: _Members(item, given=k > 0) for k, item in enumerate(items) if isinstance(item, Group)}
+        last = items[-1]
+        if isinstance(last, Group):
+            ttl = groups[len(items) - 1].final_ttl
         else:
-            message = Message(first.task.name, first.args, dict(first.kwargs), None, meta or {},
-                              ChainSpec(tuple(steps), final, ttl))  # fmt: skip
-        ids = [first.task.add_message(message, options)]
-        for step in steps:
-            retry = 1
-            for i, word in enumerate(step.addjob[:-1]):
-                if isinstance(word, str) and word.upper() == "RETRY":
-                    retry = int(step.addjob[i + 1])
-            ids.append(dedup_job_id(step.queue.encode(), chain_key(ids[-1]).encode(), retry).decode())
+            given = last.options.get("result_ttl")
+            ttl = last.task.effective_result_ttl if given is None else int(given)
+            if ttl <= 0:
+                raise ValueError("the last task of a chain needs a result (result_ttl > 0): its waiter reads it")
+        final = chain_result_queue(uuid.uuid4().hex)
+        steps: list[Step] = []
+        first = items[0]
+        if isinstance(first, Signature):
+            first.task.check_arguments(first.args, first.kwargs)
+        for k, item in enumerate(items[1:], 1):
+            if isinstance(item, Group):
+                steps.append(groups[k].step())
+                continue
+            # the value it is given comes first (an immutable one is given none)
+            item.task.check_arguments(item.args if item.immutable else (None,) + item.args, item.kwargs)
+            options = _later_options(item, "chained task", "chain's (chain:<previous job ID>)")
+            options.pop("result_ttl", None)
+            argv, queue = item.task.addjob_argv(b"", **options)
+            result = ResultSpec(ttl, final) if k == len(items) - 1 else None
+            steps.append(ChainStep(item.task.name, queue, item.args, dict(item.kwargs), _words(argv), result,
+                                   item.immutable))  # fmt: skip
+        if isinstance(first, Group):
+            members = groups[0]
+            meta = first.signatures[0].options.get("meta") or {}  # the chain's: its first signature's
+            chord = ChordSpec(members.id, members.runs, first.on_error, tuple(steps), final, ttl)
+            added = []
+            for i, (sig, argv) in enumerate(zip(first.signatures, members.argvs)):
+                body = encode(Message(sig.task.name, sig.args, dict(sig.kwargs), members.results[i], meta, None,
+                                      chord), sig.task.serializer)  # fmt: skip
+                added.append(self.app._addjob((*argv[:2], body, *argv[3:], b"DEDUP", member_key(members.id, i)),
+                                              retry_safe=True))  # fmt: skip
+            if added != members.ids:  # what every member's check derives: a node that makes other IDs
+                raise RuntimeError("the nodes gave chord %s's members IDs other than their keys' (%s, not %s): "
+                                   "its check could not find them" % (members.id, added, members.ids))  # fmt: skip
+            ids: list[Any] = [added]
+            key = chord_key(members.id)
+        else:
+            options = dict(first.options)
+            options.pop("result_ttl", None)
+            meta = options.pop("meta", None)
+            if len(items) == 1:
+                message = Message(first.task.name, first.args, dict(first.kwargs), ResultSpec(ttl, final), meta or {})
+            else:
+                message = Message(first.task.name, first.args, dict(first.kwargs), None, meta or {},
+                                  ChainSpec(tuple(steps), final, ttl))  # fmt: skip
+            ids = [first.task.add_message(message, options)]  # traced as any send (tasks/tracing.py)
+            key = chain_key(ids[0])
+        for k, step in enumerate(steps, 1):
+            if isinstance(step, GroupStep):
+                ids.append(groups[k].ids)
+                key = chord_key(step.id)
+            else:
+                ids.append(dedup_job_id(step.queue.encode(), key.encode(), _word(step.addjob, "RETRY", 1)).decode())
+                key = chain_key(ids[-1])
+        if isinstance(first, Group):
+            refs = [TaskRef.for_job(self.app, job_id, sig.task.name) for job_id, sig in zip(ids[0], first.signatures)]
+            return ChordRef(self.app, ids, name, final, GroupRef(refs))
         return ChainRef(self.app, ids, name, final)
 
     def delay(self) -> ChainRef:
         """Celery's name for :meth:`send`."""
         return self.send()
+
+
+class Chord(Chain):
+    """A group and what runs once every member is done, given their values in order:
+    ``(group(add.s(1, 2), add.s(3, 4)) | total.s()).send().result(timeout=5)`` is ``total([3, 7])``.
+    The member that finishes last adds the callback, exactly once (:mod:`.chords`); the group's
+    ``on_error`` says what a member that failed for good does: ``"fail"`` the chord (the callback
+    does not run, the waiter gets a ``ChordError``), or ``"call"`` it with the error in place."""
+
+    def __init__(self, app: "App", items: list["Signature | Group"]) -> None:
+        super().__init__(app, items)
+        if not isinstance(self.items[0], Group):
+            raise TypeError("a chord starts with a group")
+
+    @property
+    def group(self) -> "Group":
+        return self.items[0]  # type: ignore[return-value]
+
+    def send(self) -> ChordRef:
+        ref = super().send()
+        assert isinstance(ref, ChordRef)
+        return ref
+
+    def delay(self) -> ChordRef:
+        """Celery's name for :meth:`send`."""
+        return self.send()
+
+    def __call__(self, body: "Signature | Chain | None" = None) -> ChordRef:
+        """Celery's ``chord(header)(callback)``: sent, with ``body`` after the group if given."""
+        chord = self if body is None else Chord(self.app, [*self.items, *(body.items if isinstance(body, Chain) else [body])])
+        return chord.send()
+
+
+def _chain(app: "App", items: list["Signature | Group"]) -> Chain:
+    return Chord(app, items) if items and isinstance(items[0], Group) else Chain(app, items)
 
 
 class GroupRef:
@@ -423,12 +593,28 @@ class GroupRef:
     def __init__(self, refs: list[TaskRef]) -> None:
         self.refs = refs
 
+    @classmethod
+    def for_jobs(cls, app: Any, ids: list[str]) -> "GroupRef":
+        """The group of these job IDs (got elsewhere: another process, a chain's ``ids``)."""
+        return cls([TaskRef.for_job(app, job_id) for job_id in ids])
+
     @property
     def ids(self) -> list[str]:
         return [r.id for r in self.refs]
 
     def __len__(self) -> int:
         return len(self.refs)
+
+    def progress(self) -> Progress:
+        """How many of the tasks are done (a result, or a dead letter without one), read on every
+        node of the cluster: ``Progress(done, total, failed)``, ``str()`` reads ``7/10``. From any
+        process (:meth:`for_jobs`); a node that does not answer may hold results not counted."""
+        for ref in self.refs:
+            if ref.result_queue is None:
+                ref.outcome()  # raises NoResult
+        if not self.refs:
+            return Progress(0, 0)
+        return chord_progress(self.refs[0].app.client(), self.ids, [r.result_queue for r in self.refs])  # type: ignore[misc]
 
     def get(self, timeout: float | None = None, propagate: bool = True) -> list[Any]:
         """Celery's ``GroupResult.get``: :meth:`results` (``propagate=False``: errors in the list)."""
@@ -468,25 +654,65 @@ class GroupRef:
 
 
 class Group:
-    """Signatures sent together; their results are awaited together."""
+    """Signatures sent together; their results are awaited together. Followed by a task
+    (``group(...) | total.s()``) it is a :class:`Chord`; ``on_error`` is what a member that
+    failed for good does to it: ``"fail"`` (the default) or ``"call"``."""
 
-    def __init__(self, app: "App", signatures: list[Signature]) -> None:
+    def __init__(self, app: "App", signatures: list[Signature], on_error: str = "fail") -> None:
         for sig in signatures:
             if not isinstance(sig, Signature):
                 raise TypeError("a group takes signatures (task.s(...)), not %s" % type(sig).__name__)
-            sig.task.check_arguments(sig.args, sig.kwargs)
+        if on_error not in ON_ERROR:
+            raise ValueError("on_error must be %s, not %r" % (" or ".join('"%s"' % p for p in ON_ERROR), on_error))
         self.app = app
         self.signatures = signatures
+        self.on_error = on_error
 
     def __len__(self) -> int:
         return len(self.signatures)
 
+    def __or__(self, other: Any) -> "Chord":
+        if isinstance(other, Chain):
+            return Chord(self.app, [self, *other.items])
+        if isinstance(other, (Signature, Group)):
+            return Chord(self.app, [self, other])
+        return NotImplemented
+
     def send(self) -> GroupRef:
+        for sig in self.signatures:  # every argument checked before anything is sent
+            sig.task.check_arguments(sig.args, sig.kwargs)
         return GroupRef([sig.send() for sig in self.signatures])
 
     def delay(self) -> GroupRef:
         """Celery's name for :meth:`send`."""
         return self.send()
+
+
+def _app_of(items: tuple[Any, ...]) -> "App":
+    for item in items:
+        if isinstance(item, Signature):
+            return item.task.app
+        if isinstance(item, (Group, Chain)):
+            return item.app
+        if isinstance(item, (list, tuple)):
+            return _app_of(tuple(item))
+    raise ValueError("give at least one signature (task.s(...))")
+
+
+def group(*signatures: Any, on_error: str = "fail") -> Group:
+    """Celery's ``group(add.s(1, 2), add.s(3, 4))``: the signatures' app's :meth:`App.group`."""
+    return _app_of(signatures).group(*signatures, on_error=on_error)
+
+
+def chain(*items: Any) -> Chain:
+    """Celery's ``chain(add.s(1, 2), mul.s(10))``: the signatures' app's :meth:`App.chain`."""
+    return _app_of(items).chain(*items)
+
+
+def chord(header: Any, body: Any = None, *, on_error: str | None = None) -> Chord:
+    """Celery's ``chord(header, body)`` (or ``chord(header)(body)``, which sends it): the
+    signatures' app's :meth:`App.chord`."""
+    return _app_of((header,)).chord(header, body, on_error=on_error)
 
 
 class App:
@@ -620,14 +846,26 @@ class App:
         return fn
 
     # ------------------------------------------------------------ groups
-    def group(self, *signatures: Signature) -> Group:
-        """``app.group(add.s(1, 2), add.s(3, 4)).send().results(timeout=5)``."""
+    def group(self, *signatures: Signature, on_error: str = "fail") -> Group:
+        """``app.group(add.s(1, 2), add.s(3, 4)).send().results(timeout=5)``; followed by a task
+        it is a chord, and ``on_error`` (``"fail"`` or ``"call"``) its policy for a member that failed."""
         if len(signatures) == 1 and isinstance(signatures[0], (list, tuple)):
             signatures = tuple(signatures[0])
-        return Group(self, list(signatures))
+        return Group(self, list(signatures), on_error)
 
-    def chain(self, *signatures: Signature) -> Chain:
-        """``app.chain(add.s(1, 2), mul.s(10))``, the same as ``add.s(1, 2) | mul.s(10)``."""
-        if len(signatures) == 1 and isinstance(signatures[0], (list, tuple)):
-            signatures = tuple(signatures[0])
-        return Chain(self, list(signatures))
+    def chain(self, *items: Any) -> Chain:
+        """``app.chain(add.s(1, 2), mul.s(10))``, the same as ``add.s(1, 2) | mul.s(10)`` (groups too)."""
+        if len(items) == 1 and isinstance(items[0], (list, tuple)):
+            items = tuple(items[0])
+        return _chain(self, list(items))
+
+    def chord(self, header: Any, body: Any = None, *, on_error: str | None = None) -> Chord:
+        """``app.chord([add.s(1, 2), add.s(3, 4)], total.s())``, the same as ``group(...) | total.s()``:
+        ``header`` a :class:`Group` or signatures, ``body`` a signature or a chain (None: given
+        later, ``chord(header)(body)`` as Celery's, or the values are the result), ``on_error``
+        the group's policy for a member that failed for good (``"fail"`` or ``"call"``)."""
+        if isinstance(header, Group):
+            group = Group(self, header.signatures, on_error or header.on_error)
+        else:
+            group = self.group(*(header if isinstance(header, (list, tuple)) else (header,)), on_error=on_error or "fail")
+        return Chord(self, [group]) if body is None else group | body

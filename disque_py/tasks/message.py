@@ -37,6 +37,28 @@ and the deduplication key ``chain:<this job's ID>``: a task run twice adds its n
 and the producer knows every ID beforehand (``ids.dedup_job_id``). When a task of the
 chain fails for good, its error is written to ``final`` as well.
 
+A chain's step may be a group (``add.s(1) | group(...) | total.s()``): its item in ``then`` is
+``{"group": {"id": "<group ID>", "members": [step, ...], "on_error": "fail"}}``, and the worker
+adds every member (the value first, unless immutable) with the key ``chord:<group ID>:<i>`` and,
+in its body, the chord that joins them::
+
+    "chord": {"id": "<group ID>",                   # the members' keys: chord:<id>:<i>
+              "members": [["math", 20]],            # their queues, in runs: member i's ID follows
+              "on_error": "fail",                   # or "call"
+              "then": [...],                        # the callback and what follows it (may be empty)
+              "final": "@result:chain-...",         # the last task's result queue
+              "ttl": 300}                           # its result TTL
+
+Every member's ID follows from its queue and key (``ids.dedup_job_id``), its result's from its
+ID (its body names that result queue, so that the member sent back as a new job, a dead letter
+requeued, still writes the result its chord reads); the worker that writes a member's result
+checks them all, and the one that finds every
+result adds ``then[0]`` (given the list of values) with the key ``chord:<group ID>``
+(:mod:`.chords`). A callback called with errors (``"on_error": "call"``) carries them as
+``"errors": [{"at": 2, "type": "ValueError", "message": "boom", "job": "D-..."}]``: the items
+of its first argument at those places are the members' errors (the worker passes a
+``TaskError`` there).
+
 The msgpack form is the same map packed; the worker tells the two apart by the
 first byte (``{``, after any blanks: JSON; a msgpack map header: msgpack), and
 writes the result in the form the task came in.
@@ -57,7 +79,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 from ..core.constants import INTERNAL_QUEUE_PREFIX
 
@@ -69,7 +91,11 @@ __all__ = [
     "MessageError",
     "ResultSpec",
     "ChainStep",
+    "GroupStep",
     "ChainSpec",
+    "ChordSpec",
+    "ErrorAt",
+    "ON_ERROR",
     "Message",
     "Outcome",
     "detect",
@@ -83,6 +109,8 @@ __all__ = [
     "chain_result_queue",
     "legacy_result_queue",
     "chain_key",
+    "chord_key",
+    "member_key",
     "addjob_options",
 ]
 
@@ -95,6 +123,10 @@ RESULT_QUEUE_PREFIX = INTERNAL_QUEUE_PREFIX.decode("ascii") + "result:"
 LEGACY_RESULT_QUEUE_PREFIX = "result:"
 #: the longest result TTL a body may ask for (seconds): 30 days
 MAX_RESULT_TTL = 30 * 86400
+#: what a chord does when a member failed: fail the chord, or call its callback with the errors
+ON_ERROR = ("fail", "call")
+#: the most members a chord body may name (a hostile body must not make a worker loop for good)
+MAX_MEMBERS = 100_000
 
 
 class MessageError(ValueError):
@@ -104,6 +136,16 @@ class MessageError(ValueError):
 def chain_key(job_id: str) -> str:
     """The deduplication key of the task a chain adds after the job ``job_id``."""
     return "chain:" + job_id
+
+
+def member_key(group_id: str, index: int) -> str:
+    """The deduplication key of member ``index`` of the group (chord) ``group_id``."""
+    return "chord:%s:%d" % (group_id, index)
+
+
+def chord_key(group_id: str) -> str:
+    """The deduplication key of what a chord adds once its members are done (its callback)."""
+    return "chord:" + group_id
 
 
 def result_queue(job_id: str) -> str:
@@ -238,10 +280,51 @@ def addjob_options(words: tuple[Any, ...] | list[Any]) -> dict[str, Any]:
 
 
 @dataclass(frozen=True, slots=True)
+class GroupStep:
+    """A group in a chain: its members are added together, each with the chord that joins them
+    (:class:`ChordSpec`, what follows the group as its ``then``)."""
+
+    id: str  # the group's ID: its members' keys chord:<id>:<i>, its callback's chord:<id>
+    members: tuple[ChainStep, ...]
+    on_error: str = "fail"
+
+
+#: a step of a chain: a task, or a group
+Step = ChainStep | GroupStep
+
+
+@dataclass(frozen=True, slots=True)
 class ChainSpec:
-    then: tuple[ChainStep, ...]
+    then: tuple[Step, ...]
     final: str  # the last task's result queue
     ttl: int  # its result TTL
+
+
+@dataclass(frozen=True, slots=True)
+class ChordSpec:
+    """What a member of a chord carries: the group's ID and its members' queues (from which
+    every member's ID follows), the failure policy and what runs once all are done."""
+
+    id: str
+    members: tuple[tuple[str, int], ...]  # (queue, count) runs, in the members' order
+    on_error: str
+    then: tuple[Step, ...]  # the callback and what follows it; empty: the values are the final result
+    final: str
+    ttl: int
+
+    @property
+    def size(self) -> int:
+        return sum(count for _, count in self.members)
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorAt:
+    """A member's error in the list a chord's callback is given (``on_error="call"``)."""
+
+    at: int  # its place in the callback's first argument
+    type: str
+    message: str
+    job: str  # the member's job ID
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,6 +335,8 @@ class Message:
     result: ResultSpec | None = None
     meta: dict[str, Any] = field(default_factory=dict)
     chain: ChainSpec | None = None
+    chord: ChordSpec | None = None
+    errors: tuple[ErrorAt, ...] = ()  # the items of args[0] that are a chord's members' errors
 
 
 def _result_obj(spec: ResultSpec) -> dict[str, Any]:
@@ -270,15 +355,25 @@ def encode(message: Message, serializer: str = "json") -> bytes:
         obj["meta"] = message.meta
     if message.chain is not None:
         chain = message.chain
-        obj["chain"] = {"then": [{"task": st.task, "queue": st.queue, "args": list(st.args), "kwargs": st.kwargs,
-                                  "addjob": list(st.addjob), "result": None if st.result is None else _result_obj(st.result),
-                                  **({"immutable": True} if st.immutable else {})}
-                                 for st in chain.then],
-                        "final": chain.final, "ttl": chain.ttl}  # fmt: skip
+        obj["chain"] = {"then": [_step_obj(st) for st in chain.then], "final": chain.final, "ttl": chain.ttl}
+    if message.chord is not None:
+        chord = message.chord
+        obj["chord"] = {"id": chord.id, "members": [[q, n] for q, n in chord.members], "on_error": chord.on_error,
+                        "then": [_step_obj(st) for st in chord.then], "final": chord.final, "ttl": chord.ttl}  # fmt: skip
+    if message.errors:
+        obj["errors"] = [{"at": e.at, "type": e.type, "message": e.message, "job": e.job} for e in message.errors]
     return dumps(obj, serializer)
 
 
-def _is_int(value: Any) -> bool:
+def _step_obj(st: Step) -> dict[str, Any]:
+    if isinstance(st, GroupStep):
+        return {"group": {"id": st.id, "members": [_step_obj(m) for m in st.members], "on_error": st.on_error}}
+    return {"task": st.task, "queue": st.queue, "args": list(st.args), "kwargs": st.kwargs, "addjob": list(st.addjob),
+            "result": None if st.result is None else _result_obj(st.result),
+            **({"immutable": True} if st.immutable else {})}  # fmt: skip
+
+
+def _is_int(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
@@ -290,7 +385,7 @@ def decode(body: bytes) -> tuple[Message, str]:
     version = obj.get("v", FORMAT_VERSION)
     if version != FORMAT_VERSION:
         raise MessageError("unsupported format version %r (this worker reads %d)" % (version, FORMAT_VERSION))
-    unknown = set(obj) - {"v", "task", "args", "kwargs", "result", "meta", "chain"}
+    unknown = set(obj) - {"v", "task", "args", "kwargs", "result", "meta", "chain", "chord", "errors"}
     if unknown:
         raise MessageError("unknown field(s): %s" % ", ".join(sorted(map(str, unknown))))
     task = obj.get("task")
@@ -304,7 +399,14 @@ def decode(body: bytes) -> tuple[Message, str]:
     if not isinstance(meta, dict):
         raise MessageError("'meta' must be a map")
     chain = _chain_spec(obj.get("chain"))
-    return Message(task, args, kwargs, result, meta, chain), serializer
+    chord = _chord_spec(obj.get("chord"))
+    if chord is not None:
+        if chain is not None:
+            raise MessageError("a chord's member carries no 'chain': what follows is the chord's 'then'")
+        if result is None:
+            raise MessageError("a chord's member needs its result ('result': its TTL and queue)")
+    errors = _errors(obj.get("errors"), args)
+    return Message(task, args, kwargs, result, meta, chain, chord, errors), serializer
 
 
 def _args(obj: dict, where: str) -> tuple[tuple[Any, ...], dict[str, Any]]:
@@ -340,46 +442,139 @@ def _result_spec(spec: Any, name: str) -> ResultSpec | None:
 _STEP_FIELDS = frozenset({"task", "queue", "args", "kwargs", "addjob", "result", "immutable"})
 
 
+def _final_and_ttl(obj: dict, name: str) -> tuple[str, int]:
+    final = obj.get("final")
+    if not isinstance(final, str) or not final:
+        raise MessageError("'%s.final' must be a non-empty string" % name)
+    ttl: Any = obj.get("ttl")
+    if not _is_int(ttl) or not 1 <= ttl <= MAX_RESULT_TTL:
+        raise MessageError("'%s.ttl' must be an integer of seconds in [1, %d]" % (name, MAX_RESULT_TTL))
+    return final, ttl
+
+
+def _unknown(obj: dict, allowed: Any, name: str) -> None:
+    if set(obj) - set(allowed):
+        raise MessageError("unknown field(s) in '%s': %s" % (name, ", ".join(sorted(map(str, set(obj) - set(allowed))))))
+
+
 def _chain_spec(obj: Any) -> ChainSpec | None:
     if obj is None:
         return None
     if not isinstance(obj, dict):
         raise MessageError("'chain' must be a map or null")
-    if set(obj) - {"then", "final", "ttl"}:
-        raise MessageError("unknown field(s) in 'chain': %s" % ", ".join(sorted(map(str, set(obj) - {"then", "final", "ttl"}))))
+    _unknown(obj, ("then", "final", "ttl"), "chain")
     then = obj.get("then")
     if not isinstance(then, list) or not then:
         raise MessageError("'chain.then' must be a non-empty array")
-    final = obj.get("final")
-    if not isinstance(final, str) or not final:
-        raise MessageError("'chain.final' must be a non-empty string")
-    ttl = obj.get("ttl")
-    if not _is_int(ttl) or not 1 <= ttl <= MAX_RESULT_TTL:
-        raise MessageError("'chain.ttl' must be an integer of seconds in [1, %d]" % MAX_RESULT_TTL)
-    steps = []
+    final, ttl = _final_and_ttl(obj, "chain")
+    return ChainSpec(_steps(then, "chain.then"), final, ttl)
+
+
+def _steps(then: list, name: str, groups: bool = True) -> tuple[Step, ...]:
+    steps: list[Step] = []
     for i, st in enumerate(then):
-        where = "chain.then[%d]." % i
+        where = "%s[%d]" % (name, i)
         if not isinstance(st, dict):
-            raise MessageError("'chain.then[%d]' must be a map" % i)
-        if set(st) - _STEP_FIELDS:
-            raise MessageError("unknown field(s) in 'chain.then[%d]': %s" % (
-                i, ", ".join(sorted(map(str, set(st) - _STEP_FIELDS)))))
-        task, queue = st.get("task"), st.get("queue")
-        if not isinstance(task, str) or not task:
-            raise MessageError("'%stask' must be a non-empty string" % where)
-        if not isinstance(queue, str) or not queue:
-            raise MessageError("'%squeue' must be a non-empty string" % where)
-        args, kwargs = _args(st, where)
-        addjob = st.get("addjob", [])
-        if (not isinstance(addjob, list) or not addjob or not _is_int(addjob[0]) or addjob[0] < 0
-                or not all(isinstance(w, str) or _is_int(w) for w in addjob)):  # fmt: skip
-            raise MessageError("'%saddjob' must be an array: a timeout (ms), then ADDJOB's options" % where)
-        immutable = st.get("immutable", False)
-        if not isinstance(immutable, bool):
-            raise MessageError("'%simmutable' must be true or false" % where)
-        steps.append(ChainStep(task, queue, args, kwargs, tuple(addjob), _result_spec(st.get("result"), where + "result"),
-                               immutable))  # fmt: skip
-    return ChainSpec(tuple(steps), final, ttl)
+            raise MessageError("'%s' must be a map" % where)
+        if groups and "group" in st:
+            _unknown(st, ("group",), where)
+            steps.append(_group_step(st["group"], where + ".group"))
+        else:
+            steps.append(_task_step(st, where))
+    return tuple(steps)
+
+
+def _task_step(st: dict, name: str) -> ChainStep:
+    where = name + "."
+    _unknown(st, _STEP_FIELDS, name)
+    task, queue = st.get("task"), st.get("queue")
+    if not isinstance(task, str) or not task:
+        raise MessageError("'%stask' must be a non-empty string" % where)
+    if not isinstance(queue, str) or not queue:
+        raise MessageError("'%squeue' must be a non-empty string" % where)
+    args, kwargs = _args(st, where)
+    addjob = st.get("addjob", [])
+    if (not isinstance(addjob, list) or not addjob or not _is_int(addjob[0]) or addjob[0] < 0
+            or not all(isinstance(w, str) or _is_int(w) for w in addjob)):  # fmt: skip
+        raise MessageError("'%saddjob' must be an array: a timeout (ms), then ADDJOB's options" % where)
+    immutable = st.get("immutable", False)
+    if not isinstance(immutable, bool):
+        raise MessageError("'%simmutable' must be true or false" % where)
+    return ChainStep(task, queue, args, kwargs, tuple(addjob), _result_spec(st.get("result"), where + "result"), immutable)
+
+
+def _group_id(value: Any, name: str) -> str:
+    if not isinstance(value, str) or not 1 <= len(value) <= 128:
+        raise MessageError("'%s' must be a string of 1 to 128 characters" % name)
+    return value
+
+
+def _on_error(value: Any, name: str) -> str:
+    if value not in ON_ERROR:
+        raise MessageError("'%s' must be one of %s" % (name, ", ".join('"%s"' % p for p in ON_ERROR)))
+    return value
+
+
+def _group_step(obj: Any, name: str) -> GroupStep:
+    if not isinstance(obj, dict):
+        raise MessageError("'%s' must be a map" % name)
+    _unknown(obj, ("id", "members", "on_error"), name)
+    members = obj.get("members")
+    if not isinstance(members, list) or not members or len(members) > MAX_MEMBERS:
+        raise MessageError("'%s.members' must be an array of 1 to %d steps" % (name, MAX_MEMBERS))
+    steps = _steps(members, name + ".members", groups=False)
+    for i, st in enumerate(steps):
+        assert isinstance(st, ChainStep)
+        if st.result is None:
+            raise MessageError("'%s.members[%d].result' must give the member's result (its TTL and queue)" % (name, i))
+    return GroupStep(_group_id(obj.get("id"), name + ".id"), steps,  # type: ignore[arg-type]
+                     _on_error(obj.get("on_error", "fail"), name + ".on_error"))  # fmt: skip
+
+
+def _chord_spec(obj: Any) -> ChordSpec | None:
+    if obj is None:
+        return None
+    if not isinstance(obj, dict):
+        raise MessageError("'chord' must be a map or null")
+    _unknown(obj, ("id", "members", "on_error", "then", "final", "ttl"), "chord")
+    runs = obj.get("members")
+    if not isinstance(runs, list) or not runs:
+        raise MessageError("'chord.members' must be a non-empty array of [queue, count]")
+    members: list[tuple[str, int]] = []
+    for i, run in enumerate(runs):
+        if (not isinstance(run, list) or len(run) != 2 or not isinstance(run[0], str) or not run[0]
+                or not _is_int(run[1]) or run[1] < 1):  # fmt: skip
+            raise MessageError("'chord.members[%d]' must be [queue, count], a non-empty queue and a count >= 1" % i)
+        members.append((run[0], run[1]))
+    if sum(n for _, n in members) > MAX_MEMBERS:
+        raise MessageError("'chord.members' names more than %d members" % MAX_MEMBERS)
+    then = obj.get("then", [])
+    if not isinstance(then, list):
+        raise MessageError("'chord.then' must be an array")
+    final, ttl = _final_and_ttl(obj, "chord")
+    return ChordSpec(_group_id(obj.get("id"), "chord.id"), tuple(members), _on_error(obj.get("on_error", "fail"),
+                     "chord.on_error"), _steps(then, "chord.then"), final, ttl)  # fmt: skip
+
+
+def _errors(obj: Any, args: tuple[Any, ...]) -> tuple[ErrorAt, ...]:
+    if obj is None:
+        return ()
+    values = args[0] if args else None
+    if not isinstance(obj, list) or not isinstance(values, list):
+        raise MessageError("'errors' must be an array, and the first argument the list it names places of")
+    errors = []
+    for i, e in enumerate(obj):
+        where = "errors[%d]" % i
+        if not isinstance(e, dict):
+            raise MessageError("'%s' must be a map" % where)
+        _unknown(e, ("at", "type", "message", "job"), where)
+        at: Any = e.get("at")
+        if not _is_int(at) or not 0 <= at < len(values):
+            raise MessageError("'%s.at' must be a place in the first argument (0 to %d)" % (where, len(values) - 1))
+        if not all(isinstance(e.get(k, ""), str) for k in ("type", "message", "job")) or not e.get("type"):
+            raise MessageError("'%s' needs a 'type' (and 'message', 'job') as strings" % where)
+        errors.append(ErrorAt(at, e["type"], e.get("message", ""), e.get("job", "")))
+    return tuple(errors)
 
 
 @dataclass(frozen=True, slots=True)

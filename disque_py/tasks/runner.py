@@ -26,7 +26,10 @@ letters and graceful shutdown apply as they are. For each job:
    MAXDELIVER does it on the NACK; a job sent without MAXDELIVER, e.g. from
    redis-cli, is rejected once ``retries`` are spent). The worker logs each failure,
    once, with its traceback (``disque_py.worker``); the traceback is formatted once
-   (``trace_of``), for the result and the NACK alike.
+   (``trace_of``), for the result and the NACK alike;
+5. a chord's member (:mod:`.chords`): its result is followed by its chord's check,
+   a delivery after its first reads its result before it runs (:func:`.writes.settle_member`),
+   and its last run comes one delivery before its MAXDELIVER (the spare, for a worker lost).
 
 A task cancelled while it runs (``TaskRef.cancel()``: a notice on the worker's control queue,
 ``client/worker/control.py``, handed to :meth:`Runner.cancel`) is stopped: an ``async def``
@@ -55,13 +58,14 @@ import trio
 
 from ..client.worker import GiveBack, Reject, Worker, describe_error, trace_of
 from . import hooks
+from .chords import last_run, with_errors
 from .hooks import TaskContext, current_task
 from .control import REVOKED
 from .message import MessageError, Outcome, decode
 from .metrics import TaskMetrics, serve_metrics
 from .timelimit import TIME_LIMIT_GRACE, TaskCancelled, ThreadCall, TimeLimitExceeded, exceeded, run_in_thread
 from .tracing import active
-from .writes import add_next_in_chain, write_chain_failure, write_result
+from .writes import add_next_in_chain, settle_member, write_chain_failure, write_result
 
 if TYPE_CHECKING:
     from .app import App, Task
@@ -158,6 +162,7 @@ class Runner:
         except MessageError as exc:
             self.metrics.count("rejected", "?")
             raise Reject("bad task message: %s" % exc) from None
+        message = with_errors(message)  # a chord's callback given its members' errors: TaskErrors in place
         task = self.app.tasks.get(message.task)
         if task is None:
             text = "no task named %r in this worker's app" % message.task
@@ -178,7 +183,12 @@ class Runner:
             text = "wrong arguments for task %s: %s" % (task.name, exc)
             await write_result(self.client, job, message, serializer, Outcome(False, None, "TypeError", text))
             raise Reject("TypeError: " + text) from None
-        if job.maxdeliver is not None:
+        if message.chord is not None:  # a chord's member: its last run comes before a spare delivery (chords.py)
+            last = last_run(job, task)
+            if await settle_member(self.client, job, message, serializer, last):
+                return
+            final = job.attempt >= last
+        elif job.maxdeliver is not None:
             final = job.last_delivery
         else:  # no MAXDELIVER on the job (sent from elsewhere): the task's retries decide
             final = job.attempt > task.retries
@@ -210,7 +220,7 @@ class Runner:
             await write_result(self.client, job, message, serializer, failed)
             if message.chain is not None:  # the chain ends here: its waiter reads the error
                 await write_chain_failure(self.client, job, message.chain, serializer, failed)
-            if job.maxdeliver is None:
+            if job.maxdeliver is None or message.chord is not None:
                 raise Reject(describe_error(exc)) from exc  # its traceback is its cause's
             raise  # a NACK on the last delivery: the node dead-letters it with this error
         finally:

@@ -355,3 +355,31 @@ def test_on_other_nodes_asks_every_node_but_the_one_in_use(cluster3):
         assert one[0] == 1 and two[0] == 0
         assert all(isinstance(r[1], Exception) and "unknown command" in str(r[1]) for r in (one, two))
         assert c.current_address == (cluster3[0].host, cluster3[0].port)  # still on its node
+
+
+def test_on_every_node_asks_them_all_and_names_the_silent_ones_on_both_faces(make_cluster):
+    nodes = make_cluster(3)
+    q = "oen-" + uuid.uuid4().hex[:8]
+    raw(nodes[1]).execute_command("ADDJOB", q, "here", 0, "REPLICATE", 1)
+    everyone = {(n.host, n.port) for n in nodes}
+
+    async def trio_face():
+        async with AioClient(addr(nodes[0])) as ac:
+            first = dict(await ac.on_every_node([("QLEN", q)]))
+            again = dict(await ac.on_every_node([("QLEN", q), ("NOSUCHCOMMAND",)]))  # its idle connections
+            kill(nodes[2])
+            after = dict(await ac.on_every_node([("QLEN", q)]))
+            return first, again, after, ac.current_address
+
+    with Client(addr(nodes[0])) as c:
+        answers = dict(c.on_every_node([("QLEN", q)]))
+        assert set(answers) == everyone  # the node in use included
+        assert [answers[(n.host, n.port)] for n in nodes] == [[0], [1], [0]]
+        first, again, after, current = trio.run(trio_face)
+        assert first == answers and set(again) == everyone
+        assert all(isinstance(r[1], Exception) and "unknown command" in str(r[1]) for r in again.values())
+        assert current == (nodes[0].host, nodes[0].port)  # still on its node
+        # a node that does not answer is named, with the error in place of its replies
+        for seen in (after, dict(c.on_every_node([("QLEN", q)]))):
+            assert set(seen) == everyone and isinstance(seen[(nodes[2].host, nodes[2].port)], ConnectionLost)
+            assert seen[(nodes[1].host, nodes[1].port)] == [1]

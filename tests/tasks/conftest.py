@@ -3,6 +3,8 @@ running in a thread of the test process (stopped, and its stats checked, at the 
 
 from __future__ import annotations
 
+import signal
+import subprocess
 import threading
 
 import pytest
@@ -10,6 +12,19 @@ import pytest
 from disque_py.tasks import make_worker
 from tests.client.conftest import addr, cluster3, make_cluster, node, queue, raw  # noqa: F401
 from tests.integration.conftest import redis_cli, start_node, wait_for  # noqa: F401
+
+
+def stop_processes(procs: list[subprocess.Popen]) -> None:
+    """SIGTERM to each process still running, then wait for all (SIGKILL after 15 s)."""
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    for p in procs:
+        try:
+            p.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
 
 
 class RunningWorker:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import math
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -30,6 +29,8 @@ import pytest
 
 from disque_py.cli import launcher
 from tests.integration.conftest import ROOT, wait_for
+
+from .conftest import stop_processes
 
 pytestmark = pytest.mark.integration
 
@@ -91,15 +92,7 @@ def test_three_workers_a_worker_and_a_node_killed_each_slot_ran_once(start_node,
             raise AssertionError("slots not run (worker and node killed at %.1f): %s\n%s" % (
                 killed_at, sorted(expected - set(ran)), "\n".join(p.read_text()[-3000:] for p in logs)))
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        for p in procs:
-            try:
-                p.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        stop_processes(procs)
     nodes[1].proc.wait()
 
     ran = runs_by_slot(runs)

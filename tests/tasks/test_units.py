@@ -180,7 +180,7 @@ def test_the_registry_names_checks_and_maps_options_to_the_job():
     with pytest.raises(TypeError, match="missing a required argument: 'a'"):
         sig.send()  # ... but a missing argument is caught at the producer, before anything is sent
     with pytest.raises(TypeError, match="missing a required argument: 'a'"):
-        app.group(sig)
+        app.group(sig).send()  # a group's members are checked whole when it is sent (in a chain: given a value)
     with pytest.raises(TypeError, match="too many positional arguments"):
         plain.s(1, 2, 3, 4, 5)  # too many is caught at once
     with pytest.raises(TypeError, match="not JSON serializable"):
