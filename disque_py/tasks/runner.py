@@ -50,6 +50,7 @@ import functools
 import importlib
 import inspect
 import logging
+import random
 import threading
 import time
 from typing import TYPE_CHECKING, Any
@@ -169,7 +170,10 @@ class Runner:
             returns = job.returns
             if returns < self.unknown_task_returns:
                 # A deploy of new code: a worker that knows it may come; given back, no attempt used
+                # +-25 %: a delay in step with the workers' fetch timeouts would hand it back to the
+                # worker that gave it back, whose GETJOB then always waits the longest
                 delay = min(self.unknown_task_delay * (1 << min(returns, 16)), UNKNOWN_TASK_DELAY_MAX)
+                delay = round(delay * (0.75 + random.random() / 2), 3)
                 self.metrics.count("given_back", message.task)
                 raise GiveBack("UnknownTask: " + text, delay=delay, limit=self.unknown_task_returns)
             self.metrics.count("rejected", message.task)

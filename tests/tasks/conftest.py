@@ -42,8 +42,10 @@ class RunningWorker:
             self.error = exc
 
     def stop(self) -> None:
-        self.worker.stop(grace_period=5.0)
-        self.thread.join(15)
+        """Stop the worker (again: a test may stop it before the fixture does)."""
+        if self.thread.is_alive():
+            self.worker.stop(grace_period=5.0)
+            self.thread.join(15)
         assert not self.thread.is_alive(), "the worker did not stop"
         if self.error is not None:
             raise self.error

@@ -372,7 +372,7 @@ def test_bad_bodies_unknown_tasks_and_wrong_arguments_are_dead_lettered(app, nod
 def test_an_unknown_task_is_given_back_until_a_worker_that_knows_it_runs_it(app, node, run_worker):
     """A deploy of new task code: the task is sent (with retries=0: one delivery) while the only
     worker runs the old code. It gives the job back, no attempt used, until a worker with the new
-    code comes; that one runs it. No dead letter, the waiter gets the value."""
+    code comes (and the old one stops); that one runs it. No dead letter, the waiter gets the value."""
     q = "t-" + uuid.uuid4().hex[:8]
     old = App(nodes=app.nodes)
 
@@ -399,7 +399,9 @@ def test_an_unknown_task_is_given_back_until_a_worker_that_knows_it_runs_it(app,
     assert fields[b"nacks"] == 0 and fields[b"deliveries"] == 0 and fields[b"additional-deliveries"] == 0
     assert old_worker.runner.metrics.total("given_back") >= 2 and old_worker.worker.stats().released >= 2
     assert old_worker.worker.stats().failed == 0
+    # the deploy goes on: a worker with the new code starts, the old one stops
     run_worker(new, concurrency=1)
+    old_worker.stop()
     assert ref.result(timeout=15) == 42
     assert r.execute_command("QLEN", q + ".dead") == 0
 
