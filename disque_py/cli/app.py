@@ -8,6 +8,7 @@ but a plain ``disque-py server``, which starts a node without loading click.
     disque-py top [--nodes HOST:PORT,...] [--sort length|in|out|blocked|name] [--once [--json]]
     disque-py dead list|show|requeue|purge [QUEUE] [JOB_ID... | --all] [--nodes HOST:PORT,...]
     disque-py workers [--nodes HOST:PORT,...] [--json]
+    disque-py drain HOST:PORT [--max-time SECONDS] [--json]
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ class _Commands(click.Group):
     listed by --help): `disque-py server` starts a node without loading the client library."""
 
     LAZY = {"worker": ("disque_py.cli.worker", "worker"), "dead": ("disque_py.cli.dead", "dead"),
-            "workers": ("disque_py.cli.workers", "workers")}
+            "workers": ("disque_py.cli.workers", "workers"), "drain": ("disque_py.cli.drain", "drain")}
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*self.commands, *self.LAZY})

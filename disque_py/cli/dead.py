@@ -41,6 +41,7 @@ class Cluster:
         self.timeout = timeout
         self.conns: dict[str, NodeConnection] = {}  # node ID -> connection
         self.problems: list[str] = []  # nodes that could not be asked, and why
+        self.ids_by_address: dict[Address, str] = {}  # each address that answered -> its node ID
         from ..client.connection import NodeConnection  # here: `disque-py --help` does not load redis-py
 
         todo = list(seeds)
@@ -57,6 +58,7 @@ class Cluster:
             except (DisqueError, OSError, IndexError, AttributeError) as exc:
                 self.problems.append("%s:%d: %s" % (address[0], address[1], exc))
                 continue
+            self.ids_by_address[address] = node_id
             if node_id in self.conns:
                 conn.close()
                 continue
@@ -159,13 +161,18 @@ def _connection_options(command):
     return node_options()(command)
 
 
-def _open(opts: dict[str, Any]) -> Cluster:
+def connect(opts: dict[str, Any], seeds: list[Address]) -> Cluster:
+    """Connections to ``seeds`` and every node their HELLO lists, with the options' credentials
+    (``disque-py drain`` too)."""
     conn: NodeOptions = opts["conn"]
-    seeds = conn.addresses()
     config = ClientConfig(seeds, password=conn.password, username=conn.username, socket_timeout=opts["timeout"],
                           connect_timeout=opts["timeout"], tls=conn.tls, ssl_ca_certs=conn.cacert,
                           ssl_certfile=conn.cert, ssl_keyfile=conn.key)  # fmt: skip
-    cluster = Cluster(seeds, config, opts["timeout"])
+    return Cluster(seeds, config, opts["timeout"])
+
+
+def _open(opts: dict[str, Any]) -> Cluster:
+    cluster = connect(opts, opts["conn"].addresses())
     if not cluster.conns:
         _warn(cluster)
         click.echo("no node answered", err=True)

@@ -114,16 +114,31 @@ from __future__ import annotations
 
 from typing import Final, final
 
+from .commands import check_job_ids
+from .commandspec import EVERY_QUEUE, CommandSpec
 from .context import Context
-from .job import ACTIVE, F_BCAST_QUEUED, F_DELIVERED
+from .job import ACTIVE, F_BCAST_QUEUED, F_DELIVERED, QUEUED
 from .leases import Leases
 from .lifecycle import Lifecycle
 from .messages import NeedJobs, YourJobs, del_job_holders, need_jobs
 from .queues import PAUSED_OUT, Queue
+from .replies import Error
 from .requeue import Requeue
+from .store import J_ACTIVE
 from .wire import JOB_WIRE_FIELDS, job_from_wire
 
-__all__ = ["Federation", "LEASE_MS", "CLIENTS_WAITING", "REACHED_ZERO"]
+__all__ = ["Federation", "LEASE_MS", "CLIENTS_WAITING", "REACHED_ZERO", "COMMANDS"]
+
+#: The commands this machine answers (commandspec.py; Node dispatches them). MOVEJOBS is ours
+#: (Disque has none): a move as a NEEDJOBS from that node would make one, asked by an operator
+#: (``disque-py drain`` empties a leaving node with it). It may name jobs of any queue, so it
+#: needs every queue (EVERY_QUEUE), as JSCAN does.
+COMMANDS: Final = (
+    CommandSpec(b"movejobs", "cmd_movejobs", -3, ("write", "fast"), ("admin",), EVERY_QUEUE,
+                syntax="MOVEJOBS node-id job-id [job-id ...]",
+                summary="Send jobs queued here to another node (YOURJOBS, as federation does), IDs kept",
+                group="cluster", since="disque-py 0.1.0"),
+)
 
 # Why a node asks for jobs (``need_jobs``): clients wait on an empty queue, or a consumer
 # took the last job of a queue that imports.
@@ -296,6 +311,43 @@ class Federation:
             lease[1] -= 1
         if lease[1] <= 0:
             del leases[sender]
+
+    def cmd_movejobs(self, client: int, argv: list[bytes]) -> int | Error:
+        """MOVEJOBS node-id job-id...: each named job queued here leaves for that node in one
+        YOURJOBS, exactly as a NEEDJOBS from it would take it (``on_needjobs``): dequeued here;
+        an at-least-once job keeps its copy here (active, the receiver added to its holders, so
+        acks and requeues reach it); a RETRY 0 job's only copy leaves (watched until the socket
+        takes it, ``on_moves_unsent``), and none goes into a link that does not drain. The
+        receiver queues its copy (an active one it holds already, or a new one: IDs kept).
+        Jobs not queued here (unknown, active, acked) are skipped. Replies how many left."""
+        ctx = self.ctx
+        ids = argv[2:]
+        bad = check_job_ids(ids)
+        if bad:
+            return bad
+        target = argv[1].decode("utf-8", "replace")
+        if target == ctx.id:
+            return Error("ERR MOVEJOBS needs another node than this one")
+        if target not in ctx.reachable:
+            return Error("ERR no link to node '%s': not a reachable node of this cluster" % target[:64])
+        hold_amo = target in ctx.backlogged
+        store = self._store
+        dequeue = self._requeue.dequeue_job
+        export = self._leases.export
+        journal = ctx.journal
+        moved = 0
+        for job_id in ids:
+            job = store.get(job_id)
+            if job is None or job.state != QUEUED or (job.retry == 0 and hold_amo):
+                continue
+            dequeue(job)
+            if job.retry == 0:  # as fetch() marks it: never queued here again
+                job.flags |= F_DELIVERED
+                if journal is not None:
+                    journal.append((J_ACTIVE, job))
+            export(target, job)
+            moved += 1
+        return moved
 
     # -- importing ---------------------------------------------------------------
     def on_yourjobs(self, sender: str, m: YourJobs) -> None:

@@ -104,6 +104,7 @@ from . import acks as acks_mod
 from . import blocking as blocking_mod
 from . import dedup as dedup_mod
 from . import delivery as delivery_mod
+from . import federation as federation_mod
 from . import lifecycle as lifecycle_mod
 from . import requeue as requeue_mod
 from .acks import Acks
@@ -143,6 +144,7 @@ _OWNERS: Final[tuple[tuple[str | None, tuple[CommandSpec, ...]], ...]] = (
     ("lifecycle", lifecycle_mod.COMMANDS),
     ("requeue", requeue_mod.COMMANDS),
     ("delivery", delivery_mod.COMMANDS),
+    ("federation", federation_mod.COMMANDS),
     (None, (CommandSpec(b"hello", "cmd_hello", 1, ("readonly", "fast"), ALWAYS,
                         syntax="HELLO [protover [AUTH username password] [SETNAME clientname]]",
                         summary="The cluster's nodes and their priorities; HELLO 2|3: Redis's handshake",

@@ -258,6 +258,7 @@ class Server:
             except (OSError, ValueError) as exc:
                 log.warning("Creating the admin HTTP port %d: %s", cfg.admin_port, getattr(exc, "strerror", None) or exc)
                 raise SystemExit(1) from exc
+        self.cluster.warn_ephemeral_bus_port()
         try:  # every port is taken before anything is written (pidfile, AOF, nodes.conf)
             self.cluster.check_bus_port()
         except OSError as exc:

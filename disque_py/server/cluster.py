@@ -29,6 +29,7 @@ changed; a node killed with -9 comes back with the same ID and peers.
 
 from __future__ import annotations
 
+import errno
 import os
 import random
 import secrets
@@ -115,6 +116,24 @@ class CoreFeed:
         self.after_input()
 
 
+
+def ephemeral_range(path: str = "/proc/sys/net/ipv4/ip_local_port_range") -> tuple[int, int] | None:
+    """The kernel's ephemeral port range (Linux), or None where it cannot be read."""
+    try:
+        with open(path) as f:
+            low, high = (int(x) for x in f.read().split()[:2])
+    except (OSError, ValueError):
+        return None
+    return low, high
+
+
+def _ephemeral_hint(port: int) -> str:
+    low_high = ephemeral_range()
+    if low_high is None or not low_high[0] <= port <= low_high[1]:
+        return ""
+    return (" below %d: port %d is in the kernel's ephemeral range %d-%d, or reserve it with "
+            "net.ipv4.ip_local_reserved_ports" % (low_high[0] - BUS_PORT_OFFSET, port, *low_high))
+
 class ClusterService:
     """The bus glue of one node. ``host``: the core it serves (:class:`.contracts.CoreHost`);
     ``reactor``: polls the links' sockets (the client loop; None: the bus's own tasks);
@@ -200,6 +219,19 @@ class ClusterService:
             log.warning("Could not save the cluster configuration to %s: %s", self.path, exc)
             raise
 
+    def warn_ephemeral_bus_port(self) -> None:
+        """A warning when the bus port (client port + 10000) lies in the kernel's ephemeral range,
+        where any outgoing connection may hold it as its local port: a restart then fails with
+        EADDRINUSE."""
+        port = self.announce_port + BUS_PORT_OFFSET
+        low_high = ephemeral_range()
+        if low_high is not None and low_high[0] <= port <= low_high[1]:
+            log.warning("WARNING: the cluster bus port %d (port %d + %d) is in the kernel's ephemeral port range "
+                        "%d-%d (net.ipv4.ip_local_port_range): an outgoing connection may hold it and a restart "
+                        "fail with 'Address already in use'. Choose a port below %d, or reserve it: "
+                        "sysctl -w net.ipv4.ip_local_reserved_ports=%d", port, self.announce_port,
+                        BUS_PORT_OFFSET, low_high[0], low_high[1], low_high[0] - BUS_PORT_OFFSET, port)  # fmt: skip
+
     def check_bus_port(self) -> None:
         """Raise OSError (naming the port) if the bus port cannot be bound now: called by the node's
         startup with the client ports, before anything is written to disk. The bus binds it for
@@ -218,8 +250,13 @@ class ClusterService:
                     try:
                         sock.bind(address)
                     except OSError as exc:
-                        raise OSError(exc.errno, "Creating cluster bus listening socket %s:%d: %s"
-                                      % (host, port, exc.strerror or exc)) from None  # fmt: skip
+                        hint = ""
+                        if exc.errno == errno.EADDRINUSE:
+                            hint = (" (the cluster bus port is the client port %d + %d; another process or an "
+                                    "outgoing connection holds it: choose another port%s)"
+                                    % (self.announce_port, BUS_PORT_OFFSET, _ephemeral_hint(port)))  # fmt: skip
+                        raise OSError(exc.errno, "Creating cluster bus listening socket %s:%d: %s%s"
+                                      % (host, port, exc.strerror or exc, hint)) from None  # fmt: skip
 
     # ----------------------------------------------------------------- run
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
