@@ -171,6 +171,7 @@ def forget_everywhere(node_id: str, address: tuple[str, int], *, password: str |
 def start(count: int, base_port: int) -> None:
     """Start COUNT nodes on consecutive ports, join them, and wait until they all answer."""
     ports = [base_port + i for i in range(count)]
+    _warn_ephemeral(ports)
     started = start_nodes(ports, per_node={p: ["--admin-port", str(p + ADMIN_PORT_OFFSET)] for p in ports})
     for port in started:
         # A restarted node remembers the cluster of the last run (nodes.conf under ./run/),
@@ -185,6 +186,23 @@ def start(count: int, base_port: int) -> None:
                                                        admin_url(port)))  # fmt: skip
     click.echo("Web page: %s   (metrics: %smetrics)" % (admin_url(base_port), admin_url(base_port)))
     click.echo("Try: redis-cli -p %d ADDJOB myqueue hello 0   (or .venv/bin/disque-py cli -p %d ...)" % (base_port, base_port))
+
+
+def _warn_ephemeral(ports: list[int]) -> None:
+    """Say so when a node's bus port (its port + 10000) falls in the kernel's ephemeral range,
+    where an outgoing connection can hold it (each node warns in its log as well)."""
+    from ..server.cluster import BUS_PORT_OFFSET, ephemeral_range
+
+    low_high = ephemeral_range()
+    if low_high is None:
+        return
+    inside = [p for p in ports if low_high[0] <= p + BUS_PORT_OFFSET <= low_high[1]]
+    if inside:
+        click.echo("warning: the cluster bus port (port + %d) of %s is in the kernel's ephemeral port range %d-%d: "
+                   "an outgoing connection may hold it and a start fail with 'Address already in use'; "
+                   "use --base-port below %d" % (BUS_PORT_OFFSET, ", ".join(map(str, inside)), low_high[0],
+                                                 low_high[1], low_high[0] - BUS_PORT_OFFSET - len(ports) + 1),
+                   err=True)  # fmt: skip
 
 
 def _node_summary(port: int) -> str:

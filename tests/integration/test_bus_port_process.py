@@ -7,6 +7,9 @@ import socket
 
 import pytest
 
+import subprocess
+import sys
+
 from .conftest import NodeProcess, _bindable, wait_for
 
 pytestmark = pytest.mark.integration
@@ -46,3 +49,17 @@ def test_a_node_whose_bus_port_is_taken_exits_with_the_reason(tmp_path):
     assert "Creating cluster bus listening socket 127.0.0.1:%d" % (port + 10000) in log
     assert "client port %d + 10000" % port in log and "ephemeral range" in log
     assert "Traceback" not in log
+
+
+def test_scripts_cluster_start_warns_of_a_bus_port_in_the_ephemeral_range(tmp_path):
+    port = _port_with_bus_in_range()
+    low, _ = _range()
+    cmd = [sys.executable, "-m", "disque_py.cli.devcluster"]
+    out = subprocess.run(cmd + ["start", "--base-port", str(port)], cwd=tmp_path, capture_output=True, text=True,
+                         timeout=60)  # fmt: skip
+    try:
+        assert out.returncode == 0, out.stderr
+        assert "warning: the cluster bus port (port + 10000) of %d is in the kernel's ephemeral port range" % port \
+            in out.stderr and "use --base-port below %d" % (low - 10000) in out.stderr, out.stderr
+    finally:
+        subprocess.run(cmd + ["stop"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
