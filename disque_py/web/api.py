@@ -28,6 +28,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from ..client import deadletters
+from ..client import drain as dr
 from ..client import workers as wk
 from ..core.ids import valid_job_id
 from ..core.queues import PAUSE_NAMES, PAUSED_ALL
@@ -686,3 +687,64 @@ async def dead_action(request: Request, h: NodeHandle, caller: Caller) -> Respon
             requeued_as.update((k, v) for k, v in got.new_ids.items() if k in got.done)
     return _json({"name": _text(name), "action": action, "done": len(done), "ids": done, "errors": errors,
                   "requeued_as": requeued_as, "unreachable": unreachable})  # fmt: skip
+
+
+# ---------------------------------------------------------------- drain
+# client/drain.py's steps, shared with `disque-py drain`, one round per call: the caller polls
+# (the page, a script) until ``done``. What a drain remembers across rounds (the moves not
+# confirmed yet) is kept here, per draining node, until it is done.
+_DRAINS: dict[str, dr.Drain] = {}
+
+
+def _node_named(h: NodeHandle, wanted: str) -> Peer:
+    """The member whose ID is ``wanted``, or starts with it (8 characters at least)."""
+    found = [p for p in _members(h) if p.id == wanted or (len(wanted) >= 8 and p.id.startswith(wanted))]
+    if len(found) != 1:
+        raise ApiError(404, "no node %s in the node table" % wanted if not found else "node %s is ambiguous" % wanted)
+    return found[0]
+
+
+async def drain_node(request: Request, h: NodeHandle, caller: Caller) -> Response:
+    """POST /api/nodes/{id}/drain: CLUSTER LEAVING yes on the node, then one round of its drain
+    (its queued jobs moved to other nodes, earlier moves confirmed); ``done`` once it holds nothing."""
+    node = _node_named(h, request.path_params["id"])
+    try:
+        _check((await ask(h, caller, node, [[b"CLUSTER", b"LEAVING", b"yes"]]))[0])
+    except trio.TooSlowError:
+        raise ApiError(504, "node %s did not answer" % node.id[:8]) from None
+    except ApiError:
+        raise
+    except Exception as exc:  # noqa: BLE001
+        raise ApiError(502, "node %s: %s" % (node.id[:8], exc)) from None
+    peers = {p.id: p for p in _members(h)}
+    targets = [p.id for p in peers.values()
+               if p.id != node.id and not {"leaving", "fail", "pfail", "handshake"} & set(p.flags)]  # fmt: skip
+    d = _DRAINS.get(node.id)
+    if d is None:
+        d = _DRAINS[node.id] = dr.Drain(node.id, targets)
+    else:
+        d.peers = targets
+    steps = dr.round_steps(d)
+    try:
+        at, argvs = next(steps)
+        while True:
+            peer = peers.get(at)
+            try:
+                if peer is None:
+                    raise ConnectionError("node %s is not in the node table" % at[:8])
+                replies: list[Any] = await ask(h, caller, peer, argvs)
+            except trio.TooSlowError:
+                replies = [ConnectionError("node %s did not answer" % at[:8])] * len(argvs)
+            except Exception as exc:  # noqa: BLE001 - said per command: the round goes on
+                replies = [exc] * len(argvs)
+            at, argvs = steps.send(replies)
+    except StopIteration:
+        pass
+    except dr.DrainError as exc:
+        _DRAINS.pop(node.id, None)
+        text = str(exc)
+        raise ApiError(403 if "NOPERM" in text or "NOAUTH" in text else 502, text) from None
+    if d.done:
+        _DRAINS.pop(node.id, None)
+    return _json({"node": node.id, "done": d.done, "left": d.left.as_json(), "pending": len(d.pending),
+                  "moved": d.moved, "dropped": d.dropped, "targets": targets, "errors": list(d.errors)})  # fmt: skip
