@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+from pathlib import Path
+
 import pytest
 
 from benchmarks.bench import Bench
@@ -293,3 +297,18 @@ def test_same_node_fixed_runs_are_compared_with_disques_own():
         bench.results["ref_fed_r1_50_same"] = dict(r, p99_ms=r["p99_ms"] * factor)
         line = next(x for x in federation_report(bench) if x.startswith(row))
         assert line.endswith(verdict)
+
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_the_drain_benchmark_drains_and_checks_every_job():
+    """scripts/bench drain on a few jobs: its own check (every job queued elsewhere, none left)
+    holds, and it prints its table and the drain's JSON."""
+    out = subprocess.run([str(ROOT / "scripts" / "bench"), "drain", "--jobs", "300"], cwd=ROOT, capture_output=True,
+                         text=True, timeout=300)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = out.stdout.strip().splitlines()
+    assert lines[0] == "| jobs | drain (s) | jobs/s |" and lines[2].startswith("| 300 |"), out.stdout
+    drained = json.loads(lines[-1])
+    assert drained["drained"] is True and drained["moved"] == 300 and drained["left"]["total"] == 0
