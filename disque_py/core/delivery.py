@@ -189,11 +189,7 @@ class Delivery:
                 if job.state != ACTIVE:
                     return False
                 if reason is not None or trace is not None:
-                    extra = _extra(job)
-                    if reason is not None:
-                        extra.reason = reason
-                    if trace is not None:
-                        extra.trace = trace
+                    _note_failure(_extra(job), reason, trace)
                 dead_letter(job, reason)
                 return True
 
@@ -209,21 +205,14 @@ class Delivery:
         ctx = self.ctx
         extra = job.extra
         if extra is not None:
-            if reason is not None:
-                extra.reason = reason
-            if trace is not None:
-                extra.trace = trace
+            _note_failure(extra, reason, trace)
             if extra.maxdeliver and extra.delivered() >= extra.maxdeliver:
                 self.dead_letter(job, extra.reason)
                 return True
             if delay is None and extra.backoff_max:
                 delay = backoff_ms(extra, job.nacks + 1, ctx.randbits)
         elif reason is not None or trace is not None:
-            extra = _extra(job)
-            if reason is not None:
-                extra.reason = reason
-            if trace is not None:
-                extra.trace = trace
+            _note_failure(_extra(job), reason, trace)
         if not delay:
             done = self._requeue.enqueue_job(job, True)
             if done and (reason is not None or trace is not None):
@@ -531,6 +520,14 @@ class Delivery:
             changed = True
         if changed:
             self._journal(job)
+
+
+def _note_failure(extra: Extra, reason: bytes | None, trace: bytes | None) -> None:
+    """A NACK's REASON and TRACE, kept as the job's last failure (each only when given)."""
+    if reason is not None:
+        extra.reason = reason
+    if trace is not None:
+        extra.trace = trace
 
 
 def _extra(job: Job, delivering: int = 1) -> Extra:

@@ -18,7 +18,7 @@ from disque_py.tasks import App, TaskError, TaskRef, TaskRevoked
 from tests.client.conftest import ROOT, start_cluster, stop_all
 from tests.integration.conftest import wait_for
 
-from .conftest import addr
+from .conftest import addr, start_worker_process, stop_worker_process
 
 APP = "tests.tasks.controlapp:app"
 
@@ -40,23 +40,11 @@ def app(nodes, monkeypatch):
 
 
 def start_worker(node, log_path, *extra):
-    env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
-    with open(log_path, "ab") as log:
-        return subprocess.Popen(
-            [sys.executable, "-m", "disque_py.cli", "worker", APP, "-n", addr(node), "--fetch-timeout", "200",
-             "--grace-period", "5", "--log-level", "info", "--beacon-interval", "2", *extra],
-            cwd=str(ROOT), env=env, stdout=log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
+    return start_worker_process(APP, node, log_path, "--beacon-interval", "2", *extra, log_level="info")
 
 
 def stop_worker(proc, log_path):
-    proc.send_signal(signal.SIGTERM)
-    try:
-        code = proc.wait(20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        raise AssertionError("worker did not stop on SIGTERM:\n" + log_path.read_text()[-3000:])
-    assert code == 0, log_path.read_text()[-3000:]
+    stop_worker_process(proc, log_path)
 
 
 @pytest.fixture

@@ -3,19 +3,16 @@ on different nodes, 1,000 tasks of three kinds, and a worker killed with SIGKILL
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
 import time
 
 import pytest
 
 from disque_py.client.sync import Client
 from disque_py.tasks import GroupRef, TaskError
-from tests.client.conftest import ROOT, start_cluster, stop_all
+from tests.client.conftest import start_cluster, stop_all
 
-from .conftest import addr
+from .conftest import addr, start_worker_process, stop_worker_process
 
 
 @pytest.fixture(scope="module")
@@ -26,23 +23,11 @@ def nodes(tmp_path_factory):
 
 
 def start_worker(node, log_path, *extra):
-    env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
-    with open(log_path, "ab") as log:
-        return subprocess.Popen(
-            [sys.executable, "-m", "disque_py.cli", "worker", "tests.tasks.taskapp:app", "-n", addr(node),
-             "--fetch-timeout", "200", "--grace-period", "5", "--log-level", "warning", *extra],
-            cwd=str(ROOT), env=env, stdout=log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
+    return start_worker_process("tests.tasks.taskapp:app", node, log_path, *extra, log_level="warning")
 
 
 def stop_worker(proc, log_path):
-    proc.send_signal(signal.SIGTERM)
-    try:
-        code = proc.wait(20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        raise AssertionError("worker did not stop on SIGTERM:\n" + log_path.read_text()[-3000:])
-    assert code == 0, log_path.read_text()[-3000:]
+    stop_worker_process(proc, log_path)
 
 
 def dead_letters(client, queue, count, timeout=30.0):
