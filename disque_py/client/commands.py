@@ -168,6 +168,7 @@ def addjob(
     backoff: tuple[float, float] | None = None,
     maxdeliver: int | None = None,
     deadletter: str | bytes | None = None,
+    priority: int | None = None,
     dedup: str | bytes | None = None,
 ) -> Call[str]:
     """ADDJOB: queue a job, return its ID. Times are in seconds except ``timeout_ms``.
@@ -176,6 +177,9 @@ def addjob(
     requeues the job after min x 2^(nacks-1) seconds (capped at max) on each plain
     NACK; ``maxdeliver=n`` dead-letters it on a failure of its n-th delivery, into
     ``deadletter`` (default ``<queue>.dead``). Disque's nodes refuse them.
+
+    ``priority=p`` (0 to 9; ``ADDJOB ... PRIORITY p``, disque-py's, Disque has none): the
+    higher first, first in first out within a priority; a job without one is at 5.
 
     ``dedup=key`` (str or bytes, 1 to 512 bytes; ``ADDJOB ... DEDUP key``): every ADDJOB of
     this queue and key, on any node, returns the same job ID and adds nothing, for the
@@ -219,6 +223,11 @@ def addjob(
         argv += [b"MAXDELIVER", maxdeliver]
     if deadletter is not None:
         argv += [b"DEADLETTER", encode_name(deadletter)]
+    if priority is not None:
+        _check_int("priority", priority, 0)
+        if priority > 9:
+            raise ValueError("priority must be from 0 to 9, got %d" % priority)
+        argv += [b"PRIORITY", priority]
     if dedup is not None:  # last: add_jobs appends each body's own key there
         argv += [b"DEDUP", dedup_key(dedup)]
     blocks = None if timeout_ms == 0 and not async_ else timeout_ms / 1000.0

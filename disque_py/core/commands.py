@@ -12,7 +12,7 @@ from typing import Final, final
 
 from .constants import DEFAULT_TTL, INT64_MAX, INT64_MIN, REPLICATE_MAX, default_retry
 from .ids import valid_job_id
-from .job import TRACE_MAX, state_from_name
+from .job import PRIORITY_MAX, PRIORITY_MIN, TRACE_MAX, priority_flags, state_from_name
 from .replies import Error, err, syntax_error
 
 __all__ = [
@@ -96,7 +96,8 @@ def parse_seconds_ms(raw: bytes) -> int | None:
 
 @final
 class AddJob:
-    __slots__ = ("queue", "body", "timeout", "replicate", "ttl", "retry", "delay", "maxlen", "async_", "extra")
+    __slots__ = ("queue", "body", "timeout", "replicate", "ttl", "retry", "delay", "maxlen", "async_", "extra",
+                 "priority")  # fmt: skip
 
     def __init__(self, queue: bytes, body: bytes, timeout: int) -> None:
         self.queue = queue
@@ -111,6 +112,7 @@ class AddJob:
         # [backoff min ms, max ms, maxdeliver, deadletter queue, dedup key]: BACKOFF, MAXDELIVER,
         # DEADLETTER (delivery.py), DEDUP (dedup.py); None without any (one slot: ADDJOB's hot path)
         self.extra: list | None = None
+        self.priority = 0  # PRIORITY's flag bits (job.priority_flags): 0, the default
 
     @property
     def dedup(self) -> bytes | None:
@@ -123,14 +125,15 @@ class AddJob:
 #: other fields (its holders' IDs included) and the framing fit in the rest.
 #: Disque has no such limit below the protocol's 512 MB, but its jobs meant to be small.
 MAX_JOB_BYTES: Final = 60 * 1024 * 1024
-_ADDJOB_VALUED: Final = (b"replicate", b"ttl", b"retry", b"delay", b"maxlen", b"dedup")
+_ADDJOB_VALUED: Final = (b"replicate", b"ttl", b"retry", b"delay", b"maxlen", b"dedup", b"priority")
 #: The longest DEDUP key (bytes).
 MAX_DEDUP_KEY: Final = 512
 
 
 def parse_addjob(argv: list[bytes]) -> AddJob | Error:
     """ADDJOB queue body ms-timeout [REPLICATE n] [DELAY s] [RETRY s] [TTL s] [MAXLEN n] [ASYNC]
-    [BACKOFF min max] [MAXDELIVER n] [DEADLETTER queue] (delivery.py) [DEDUP key] (dedup.py)"""
+    [BACKOFF min max] [MAXDELIVER n] [DEADLETTER queue] (delivery.py) [DEDUP key] (dedup.py)
+    [PRIORITY p] (queues.py)"""
     timeout = parse_timeout(argv[3])
     if isinstance(timeout, Error):
         timeout_error = timeout
@@ -162,7 +165,7 @@ def parse_addjob(argv: list[bytes]) -> AddJob | Error:
     if seen is not None:
         if timeout_error is not None:
             return timeout_error
-        req.replicate, req.ttl, req.retry, req.delay, req.maxlen, req.async_, extra = seen
+        req.replicate, req.ttl, req.retry, req.delay, req.maxlen, req.async_, extra, req.priority = seen
         if dedup is not None:
             extra = [None, None, None, None, dedup] if extra is None else extra[:4] + [dedup]
         req.extra = extra
@@ -191,7 +194,8 @@ def parse_addjob(argv: list[bytes]) -> AddJob | Error:
             _OPTIONS_SEEN.clear()
         if dedup is not None:
             extra = None if extra[:4] == [None, None, None, None] else extra[:4] + [None]  # type: ignore[index]
-        _OPTIONS_SEEN[key] = (req.replicate, req.ttl, req.retry, req.delay, req.maxlen, req.async_, extra)
+        _OPTIONS_SEEN[key] = (req.replicate, req.ttl, req.retry, req.delay, req.maxlen, req.async_, extra,
+                              req.priority)  # fmt: skip
     return req
 
 
@@ -240,6 +244,12 @@ def _parse_options(req: AddJob, argv: list[bytes], n: int) -> Error | None:
         elif opt == b"async":
             req.async_ = True
             i += 1
+        elif opt == b"priority" and has_value:
+            v = parse_int(argv[i + 1])
+            if v is None or not PRIORITY_MIN <= v <= PRIORITY_MAX:
+                return err("PRIORITY must be a number from %d to %d (higher first)" % (PRIORITY_MIN, PRIORITY_MAX))
+            req.priority = priority_flags(v)
+            i += 2
         elif opt == b"dedup" and has_value:
             if req.dedup is not None:
                 return err("DEDUP given twice")

@@ -75,7 +75,8 @@ QUERY_TIMEOUT_MS: Final = 200  # how long a node waits for the others' HAVEJOB b
 COMMANDS: Final = (
     CommandSpec(b"addjob", "cmd_addjob", -4, ("write", "denyoom", "fast"), ("produce",), QUEUE,
                 syntax="ADDJOB queue_name job ms-timeout [REPLICATE count] [DELAY sec] [RETRY sec] [TTL sec] "
-                       "[MAXLEN count] [ASYNC] [BACKOFF min max] [MAXDELIVER count] [DEADLETTER queue] [DEDUP key]",
+                       "[MAXLEN count] [ASYNC] [BACKOFF min max] [MAXDELIVER count] [DEADLETTER queue] [DEDUP key] "
+                       "[PRIORITY 0-9]",
                 summary="Add a job to a queue; its ID once REPLICATE nodes hold it (ASYNC: at once)",
                 group="jobs"),
 )

@@ -61,6 +61,13 @@ __all__ = [
     "F_DELIVERED",
     "F_NACK_DELAYED",
     "F_YIELD",
+    "F_PRIORITY",
+    "FLAGS_MAX",
+    "PRIORITY_MIN",
+    "PRIORITY_MAX",
+    "PRIORITY_DEFAULT",
+    "priority_flags",
+    "job_priority",
     "Extra",
     "TRANSITIONS",
     "IllegalTransition",
@@ -95,6 +102,31 @@ F_NACK_DELAYED: Final = 8
 # A DEDUP job made here and on another node at once, whose other maker keeps it queued: when its
 # copies are made it is not queued here (dedup.py).
 F_YIELD: Final = 16
+
+# ADDJOB's PRIORITY (ours; Disque has none): 0 to 9, higher delivered first (queues.py). A job
+# without one is at PRIORITY_DEFAULT, in the middle so that there is room below and above, and a
+# queue of such jobs is exactly Disque's (FIFO by ctime). The priority is kept in the flag bits
+# F_PRIORITY, as 0 for the default (so a job without one costs nothing, not even a slot) and as
+# priority + 1 otherwise: it travels with the flags into the AOF's LOADJOB, and on the bus as
+# the wire array's optional field (wire.py). It never changes after the job is made.
+PRIORITY_MIN: Final = 0
+PRIORITY_MAX: Final = 9
+PRIORITY_DEFAULT: Final = 5
+_PRIORITY_SHIFT: Final = 8
+F_PRIORITY: Final = 0xF00  # the bits (a mask, not a flag)
+#: The largest flags word a job can have (the AOF's loader refuses a larger one).
+FLAGS_MAX: Final = (PRIORITY_MAX + 1) << _PRIORITY_SHIFT | 0xFF
+
+
+def priority_flags(priority: int) -> int:
+    """The flag bits of a job at ``priority`` (PRIORITY_MIN..PRIORITY_MAX): 0 for the default."""
+    return 0 if priority == PRIORITY_DEFAULT else (priority + 1) << _PRIORITY_SHIFT
+
+
+def job_priority(job: "Job") -> int:
+    """A job's priority (PRIORITY_DEFAULT without one)."""
+    bits = job.flags & F_PRIORITY
+    return PRIORITY_DEFAULT if not bits else (bits >> _PRIORITY_SHIFT) - 1
 
 
 # Every move of a job's state on one node, and why it happens. A move not here is a bug:

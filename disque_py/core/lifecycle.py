@@ -44,8 +44,8 @@ from .commandspec import EVERY_QUEUE, JOB_IDS, CommandSpec
 from .context import Context
 from .effects import Reply
 from .job import (
-    ACKED, ACTIVE, F_BCAST_WILLQUEUE, F_DELIVERED, QUEUED, STATE_NAMES, WAIT_REPL, Extra, Job, extra_fields,
-    gc_deadline, retry_deadline,
+    ACKED, ACTIVE, F_BCAST_WILLQUEUE, F_DELIVERED, F_PRIORITY, QUEUED, STATE_NAMES, WAIT_REPL, Extra, Job, extra_fields,
+    gc_deadline, job_priority, retry_deadline,
 )  # fmt: skip
 from .messages import del_job
 from .replies import Error, Status
@@ -348,7 +348,7 @@ class Lifecycle:
         requeue_at = job.requeue_at  # 0 for an acked job
         next_requeue = max(0, requeue_at - now) if requeue_at else None
         next_awake = max(0, job.awake - now) if job.awake else None
-        return [
+        out: list[object] = [
             b"id", job.id,
             b"queue", job.queue,
             b"state", STATE_NAMES[job.state],
@@ -364,4 +364,9 @@ class Lifecycle:
             b"next-requeue-within", next_requeue,
             b"next-awake-within", next_awake,
             b"body", job.body,
-        ] + (extra_fields(job, True) if job.extra is not None else [])  # fmt: skip
+        ]  # fmt: skip
+        if job.flags & F_PRIORITY:  # ours, after Disque's fields: only for a job with a priority
+            out += [b"priority", job_priority(job)]
+        if job.extra is not None:
+            out += extra_fields(job, True)
+        return out

@@ -35,6 +35,15 @@ A queue is created on demand and evicted when it has been empty, without
 waiters, unpaused and idle for a while (``Blocking.gc_queues``), exactly
 because its only durable state besides jobs is the pause flag.
 
+Priorities (ADDJOB's PRIORITY, ours): a queue whose jobs are all at the default
+priority (``job.PRIORITY_DEFAULT``) is the queue above, FIFO by ctime, and pays
+one flag test per job added. A job with another priority turns the queue into
+a ``SortedKeyList`` keyed on (priority, highest first; then ``ctime``), until
+it is empty again: GETJOB, QPEEK and the jobs given to a peer that asks
+(NEEDJOBS) all read the queue from its head, so they get the highest priority
+first, FIFO within a priority. The deque and the list keyed on ctime hold only
+jobs of the default priority.
+
 The federation fields (import rate, known sources) are kept here too so
 that NEEDJOBS/YOURJOBS can be added without changing the layout.
 """
@@ -49,7 +58,7 @@ from typing import Any, Final, Iterable, final
 
 from sortedcontainers import SortedKeyList
 
-from .job import Job
+from .job import F_PRIORITY, PRIORITY_MAX, Job, job_priority
 from .statics import DEQUE
 
 
@@ -67,6 +76,11 @@ IMPORT_RATE_WINDOW_MS: Final = 5000
 SMALL_QUEUE = 512
 
 _ctime_key = attrgetter("ctime")
+
+
+def _priority_key(job: Job) -> int:
+    """A prioritized queue's order: the highest priority first, then the oldest (ctime < 2**63)."""
+    return (PRIORITY_MAX - job_priority(job)) << 64 | job.ctime
 
 
 def pause_name(flags: int) -> str:
@@ -149,21 +163,33 @@ class Queue:
     def add(self, job: Job) -> None:
         jobs: Any = self.jobs  # one of three containers (type() decides)
         if type(jobs) is DEQUE:
-            if not jobs or job.ctime >= jobs[-1].ctime:
+            if job.flags & F_PRIORITY:
+                self._prioritized().add(job)
+            elif not jobs or job.ctime >= jobs[-1].ctime:
                 jobs.append(job)  # the common case: newest at the tail
             elif len(jobs) < SMALL_QUEUE:
                 jobs.insert(bisect_right(jobs, job.ctime, key=_ctime_key), job)
             else:
                 self._sorted().add(job)
         elif type(jobs) is tuple:
-            self.jobs = DEQUE((job,))
+            if job.flags & F_PRIORITY:
+                self.jobs = SortedKeyList((job,), key=_priority_key)
+            else:
+                self.jobs = DEQUE((job,))
+        elif job.flags & F_PRIORITY and jobs.key is not _priority_key:
+            self._prioritized().add(job)
         else:
             jobs.add(job)
         self.jobs_in += 1
 
     def _sorted(self) -> SortedKeyList:
-        """The queue's jobs as a sorted list from now on (until it is empty: ``release``)."""
+        """The queue's jobs as a sorted list from now on (until it is empty again: ``pop``, ``remove``)."""
         jobs = self.jobs = SortedKeyList(self.jobs, key=_ctime_key)  # in order already: one pass
+        return jobs
+
+    def _prioritized(self) -> SortedKeyList:
+        """The queue's jobs as a list sorted by priority from now on (until it is empty)."""
+        jobs = self.jobs = SortedKeyList(self.jobs, key=_priority_key)
         return jobs
 
     def release(self) -> None:
@@ -183,18 +209,26 @@ class Queue:
                 self._sorted().remove(job)
         else:
             jobs.remove(job)
+            if not jobs:
+                self.jobs = ()  # an ordinary queue again (a deque with its next job)
 
     def pop(self) -> Job | None:
-        """Oldest job by ctime, or None. Counts a job out."""
+        """The oldest job by ctime (of the highest priority), or None. Counts a job out."""
         jobs: Any = self.jobs  # one of three containers (type() decides)
         if not jobs:
             return None
         self.jobs_out += 1
-        return jobs.popleft() if type(jobs) is DEQUE else jobs.pop(0)
+        if type(jobs) is DEQUE:
+            return jobs.popleft()
+        job = jobs.pop(0)
+        if not jobs:
+            self.jobs = ()  # an ordinary queue again (a deque with its next job)
+        return job
 
     def peek(self, count: int) -> Iterable[Job]:
         """The ``count`` oldest jobs, oldest first; ``count`` < 0: the ``-count`` newest, newest
-        first (QPEEK)."""
+        first (QPEEK). With priorities: the next ``count`` to be delivered, in that order; < 0:
+        the last ``-count``, the last first."""
         jobs = self.jobs
         if count >= 0:
             return islice(jobs, count)

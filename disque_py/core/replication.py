@@ -160,6 +160,8 @@ class Replication:
             now + (req.delay or req.retry) * 1000,
             ctx.myself_only,
         )
+        if req.priority:  # PRIORITY other than the default (job.py)
+            job.flags = req.priority
         if req.extra is not None:  # BACKOFF, MAXDELIVER, DEADLETTER, DEDUP
             lo, hi, maxdeliver, deadletter, key = req.extra
             job.extra = Extra(lo or 0, hi or 0, maxdeliver or 0, deadletter, key)

@@ -12,6 +12,12 @@ map's reader does not know is ignored too, so a field added later (``rt``, the
 deliveries given back; ``t``, the last failure's traceback) reads as absent on
 a node or in an AOF of before it.
 
+A job with a priority (ADDJOB's PRIORITY, other than the default:
+``job.F_PRIORITY``) has one field more, after that map (a nil in its place for a
+job without one): the priority, an integer from 0 to 9. A node of before it
+ignores it; a peer's priority out of range, or not an integer, makes the job
+malformed (refused, and counted as any malformed job).
+
 ``job_from_wire`` checks a peer's array and builds the ``Job`` in one pass
 (one unpack of the array), where the job is needed: a REPLJOB's handler
 (``Replication.on_repljob``, which counts a malformed one) and, for a YOURJOBS
@@ -26,7 +32,10 @@ from typing import Any, Final, TypeAlias
 
 from .constants import DURATION_MAX, INT64_MAX, REPLICATE_MAX
 from .ids import NODE_IDS_SEEN, valid_job_id, valid_node_ids
-from .job import ACTIVE, RETURNED_NODES_MAX, TRACE_MAX, Extra, Job
+from .job import (
+    ACTIVE, F_PRIORITY, PRIORITY_DEFAULT, PRIORITY_MAX, RETURNED_NODES_MAX, TRACE_MAX, Extra, Job, job_priority,
+    priority_flags,
+)
 
 __all__ = [
     "JOB_WIRE_FIELDS", "RETRY_FIELD", "WireJob", "job_from_wire", "job_to_wire", "extra_to_wire", "extra_from_wire",
@@ -49,6 +58,10 @@ def job_to_wire(job: Job, now: int) -> WireJob:
     ]  # fmt: skip
     if job.extra is not None:
         wire.append(extra_to_wire(job.extra))
+    if job.flags & F_PRIORITY:
+        if job.extra is None:
+            wire.append(None)
+        wire.append(job_priority(job))
     return wire
 
 
@@ -161,8 +174,14 @@ def job_from_wire(d: Any, now: int) -> Job | None:
     if type(d) is not list or len(d) < JOB_WIRE_FIELDS:
         return None
     extra = None
+    priority = PRIORITY_DEFAULT
     if len(d) > JOB_WIRE_FIELDS:
         extra = d[JOB_WIRE_FIELDS]
+        if len(d) > JOB_WIRE_FIELDS + 1:
+            raw = d[JOB_WIRE_FIELDS + 1]  # checked before it is an int (compiled: a typed local)
+            if type(raw) is not int or not 0 <= raw <= PRIORITY_MAX:
+                return None
+            priority = raw
         d = d[:JOB_WIRE_FIELDS]
         if type(extra) is dict:
             extra = extra_from_wire(extra)
@@ -195,4 +214,6 @@ def job_from_wire(d: Any, now: int) -> Job | None:
     job.deliveries = deliv
     if extra is not None:
         job.extra = extra
+    if priority != PRIORITY_DEFAULT:
+        job.flags = priority_flags(priority)
     return job

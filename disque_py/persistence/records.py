@@ -34,7 +34,9 @@ Disque's commands where one exists:
   ``wire.job_to_wire``'s fields with the TTL made absolute, plus what SHOW
   reports of the state (the confirmed set is replication bookkeeping that a
   restart starts again, and the wake-up follows from the times), and the
-  job's flag bits (``core.job.F_*``), as Disque's serialized job has them.
+  job's flag bits (``core.job.F_*``), as Disque's serialized job has them
+  (ADDJOB's PRIORITY among them: ``core.job.F_PRIORITY``; a loader of before
+  it, whose flags stop at 255, refuses the LOADJOB of a job with one).
   A job without a queue or body (a dummy ack) is written with empty ones.
 * ``QUEUED id``, ``ACTIVE id`` (delivered or dequeued), ``ACKED id``,
   ``DELJOB id``: the state changes that matter, and the end of a job.
@@ -90,7 +92,7 @@ import msgpack
 
 from ..core.constants import DURATION_MAX, INT64_MAX, REPLICATE_MAX
 from ..core.ids import JOB_ID_LEN, NODE_ID_LEN, NODE_IDS_SEEN, valid_job_id, valid_node_ids
-from ..core.job import STATE_BY_NAME, STATE_NAMES, Extra, Job
+from ..core.job import FLAGS_MAX, STATE_BY_NAME, STATE_NAMES, Extra, Job
 from ..core.wire import extra_from_wire, extra_to_wire
 
 __all__ = [
@@ -402,7 +404,7 @@ def _build_loadjob(job_id: bytes, state: int, repl: int, flags: int, ctime: int,
                    body: bytes) -> LoadJob:  # fmt: skip
     """The LoadJob of a LOADJOB's elements, its ID and state already checked, its 9 numbers
     read from their digits. Raises _Bad for a number out of range or a malformed node ID."""
-    if not (1 <= repl <= REPLICATE_MAX and flags <= 255 and delay <= DURATION_MAX and retry <= DURATION_MAX):
+    if not (1 <= repl <= REPLICATE_MAX and flags <= FLAGS_MAX and delay <= DURATION_MAX and retry <= DURATION_MAX):
         raise _Bad("LOADJOB: number out of range")
     if ctime > INT64_MAX or expire > INT64_MAX or nacks > INT64_MAX or deliv > INT64_MAX or requeue > INT64_MAX:
         raise _Bad("LOADJOB: number out of range")

@@ -25,7 +25,7 @@ long the result is kept (None: the app's ``result_ttl``; 0: no result).
 
 Celery's words are these under Celery's names: ``add.delay(...)`` sends, ``add.apply_async(...)``
 takes Celery's options (:mod:`.calling` turns them into ours: ``countdown``/``eta`` into ADDJOB's
-``DELAY``, ``expires`` into its ``TTL``, and refuses ``priority``), ``bind=True`` passes the run's
+``DELAY``, ``expires`` into its ``TTL``, ``priority`` into its ``PRIORITY``), ``bind=True`` passes the run's
 :class:`~.context.TaskContext` first, ``add.si(...)`` is a signature given nothing in a chain.
 """
 
@@ -46,7 +46,7 @@ from ..client import commands as cmd
 from ..client.sync import Client
 from ..core.constants import default_retry
 from ..core.ids import dedup_job_id
-from .calling import job_times, refuse_task_options, send_options, unknown_options
+from .calling import check_priority, job_times, refuse_task_options, send_options, unknown_options
 from .context import TaskContext, current_task
 from .chords import Progress, member_ids, member_runs
 from .chords import progress as chord_progress
@@ -85,6 +85,7 @@ class Task:
         replicate: int | None,
         serializer: str,
         bind: bool = False,
+        priority: int | None = None,
     ) -> None:
         if not name:
             raise ValueError("a task needs a name")
@@ -115,6 +116,7 @@ class Task:
         self.retry = retry
         self.replicate = replicate
         self.serializer = serializer
+        self.priority = check_priority(priority)  # ADDJOB's PRIORITY; None: the default (5)
         self.is_async = inspect.iscoroutinefunction(fn)
         try:
             self.fn_signature: inspect.Signature | None = inspect.signature(fn)
@@ -174,7 +176,7 @@ class Task:
         """Celery's ``apply_async``: ``countdown`` (seconds) or ``eta`` (an aware datetime, or
         seconds) before it runs, ``expires`` (seconds or an aware datetime) the job's life,
         ``ignore_result=True``, ``queue``, ``retries`` and any :meth:`send_with` option; the same
-        :class:`TaskRef`. ``priority`` is refused: the cluster keeps none (yet)."""
+        :class:`TaskRef`. ``priority``: 0 to 9, the higher first (ADDJOB's PRIORITY)."""
         options.update(countdown=countdown, eta=eta, expires=expires, priority=priority, queue=queue, retries=retries)
         return self.send_with(tuple(args or ()), kwargs, **send_options(options))
 
@@ -210,6 +212,8 @@ class Task:
         replicate = options.pop("replicate", None) or self.replicate
         backoff = options.pop("backoff", None) or self.backoff
         timeout_ms = options.pop("timeout_ms", cmd.DEFAULT_ADD_TIMEOUT_MS)
+        priority = check_priority(options.pop("priority", None))
+        priority = self.priority if priority is None else priority
         if options:
             raise unknown_options(options)
         delay, ttl = job_times(delay, expires, ttl, self.ttl, time.time())
@@ -235,6 +239,7 @@ class Task:
             ttl=ttl,
             backoff=None if retry == 0 else backoff,
             maxdeliver=None if retry == 0 else retries + 1,
+            priority=priority,
         )
         if dedup is not None:
             argv = (*argv, b"DEDUP", dedup)
@@ -252,7 +257,8 @@ class Task:
         """Queue the task with any job option: ``delay`` (seconds, or an aware datetime: when it
         runs), ``dedup`` (key: one job per key and queue, whoever sends it), ``ttl`` (s) or
         ``expires`` (seconds or an aware datetime: the job's life), ``retry``, ``replicate``,
-        ``queue``, ``retries``, ``backoff``, ``timeout_ms`` (ADDJOB's wait for copies), and
+        ``queue``, ``retries``, ``backoff``, ``priority`` (0 to 9, the higher first; default: the
+        task's), ``timeout_ms`` (ADDJOB's wait for copies), and
         ``result_ttl`` (0: no result), ``meta`` (a map the hooks see)."""
         self.check_arguments(tuple(args), dict(kwargs or {}))
         message = self.message(tuple(args), kwargs, result_ttl=result_ttl, meta=meta)
@@ -787,8 +793,10 @@ class App:
              rate_limit: Any = None, priority: Any = None, **celery_options: Any) -> Any:  # fmt: skip
         """Register ``fn`` as a task (``@app.task`` or ``@app.task(...)``); see the module docstring.
         ``bind=True``: the function takes its run's :class:`TaskContext` first (Celery's ``self``).
-        ``rate_limit=``, ``priority=`` and Celery's other words are refused, saying what to use."""
-        refuse_task_options(rate_limit, priority, celery_options)
+        ``priority=``: its jobs' ADDJOB PRIORITY (0 to 9, the higher first; None: the default, 5).
+        ``rate_limit=`` and Celery's other words are refused, saying what to use."""
+        refuse_task_options(rate_limit, celery_options)
+        check_priority(priority)  # refused here, before the function is registered
 
         def register(fn: Callable[..., Any]) -> Task:
             if isinstance(fn, Task):
@@ -796,7 +804,7 @@ class App:
             task = Task(
                 self, fn, name=name or "%s.%s" % (fn.__module__, fn.__qualname__), queue=queue, retries=retries,
                 backoff=backoff, timeout=timeout, result_ttl=result_ttl, ttl=ttl, retry=retry,
-                replicate=replicate, serializer=serializer or self.serializer, bind=bind,
+                replicate=replicate, serializer=serializer or self.serializer, bind=bind, priority=priority,
             )  # fmt: skip
             if task.name in self.tasks:
                 raise ValueError("a task named %r is registered already" % task.name)

@@ -7,9 +7,9 @@
   never handed out after it). A naive datetime is refused: its moment is ambiguous (Celery reads
   one as UTC, Python's ``timestamp()`` as local time, and the two differ by the UTC offset).
 * **apply_async's options** as ``send_with``'s (:func:`send_options`): ``countdown``/``eta`` are
-  ``delay``, ``expires`` stays, ``ignore_result=True`` is ``result_ttl=0``. ``priority=`` is refused:
-  the cluster keeps no priorities (every queue is first in, first out), and accepting it would
-  pretend otherwise.
+  ``delay``, ``expires`` stays, ``ignore_result=True`` is ``result_ttl=0``, ``priority=`` (0 to 9,
+  the higher first: Celery's meaning on RabbitMQ, not its Redis transport's reversed one) is
+  ADDJOB's ``PRIORITY``.
 * **Celery's other words**, on ``@app.task`` (:func:`refuse_task_options`) or when sending
   (:func:`unknown_options`), are refused with the word to use here, or why there is none yet.
 
@@ -23,12 +23,9 @@ import numbers
 from datetime import datetime
 from typing import Any
 
-__all__ = ["seconds_from", "job_times", "send_options", "refuse_task_options", "unknown_options",
-           "PRIORITY_REFUSED", "RATE_LIMIT_REFUSED"]  # fmt: skip
+__all__ = ["seconds_from", "job_times", "send_options", "refuse_task_options", "unknown_options", "check_priority",
+           "RATE_LIMIT_REFUSED"]  # fmt: skip
 
-PRIORITY_WHY = ("not supported yet: the cluster keeps no priorities (every queue is first in, first out); send "
-                "urgent tasks to a queue of their own (queue=) with workers of their own")  # fmt: skip
-PRIORITY_REFUSED = "priority= is " + PRIORITY_WHY
 RATE_LIMIT_REFUSED = ("rate_limit= is not supported yet: the cluster does not limit how often a task runs; "
                       "bound it with the workers of its queue (queue=, -c) or inside the task")  # fmt: skip
 
@@ -36,7 +33,6 @@ RATE_LIMIT_REFUSED = ("rate_limit= is not supported yet: the cluster does not li
 SEND_WORDS: dict[str, str] = {
     "countdown": "delay= (seconds), or apply_async(countdown=)",
     "eta": "delay= (seconds or an aware datetime), or apply_async(eta=)",
-    "priority": PRIORITY_WHY,
     "ignore_result": "result_ttl=0",
     "max_retries": "retries=",
     "link": "chain the tasks: (a.s(...) | b.s()).send()",
@@ -117,11 +113,9 @@ def job_times(delay: Any, expires: Any, ttl: int | None, default_ttl: int, now: 
 def send_options(options: dict[str, Any]) -> dict[str, Any]:
     """apply_async's options (Celery's) as ``send_with``'s: ``countdown`` (seconds) or ``eta``
     (seconds or an aware datetime) is ``delay``, ``ignore_result=True`` is ``result_ttl=0``,
-    ``expires`` stays; ``priority`` is refused (:data:`PRIORITY_REFUSED`); the others pass as
-    they are (``send_with``'s own, which refuses what it does not know). None is no option."""
+    ``expires`` and ``priority`` stay; the others pass as they are (``send_with``'s own, which
+    refuses what it does not know). None is no option."""
     options = {name: value for name, value in options.items() if value is not None}
-    if "priority" in options:
-        raise TypeError(PRIORITY_REFUSED)
     given = [name + "=" for name in ("countdown", "eta", "delay") if name in options]
     if len(given) > 1:
         raise TypeError("give one of countdown=, eta= and delay=, not %s" % " and ".join(given))
@@ -147,12 +141,22 @@ def unknown_options(names: Any, where: str = "send") -> TypeError:
     return TypeError(text + ("" if not hints else " (%s)" % "; ".join(hints)))
 
 
-def refuse_task_options(rate_limit: Any, priority: Any, options: dict[str, Any]) -> None:
+def check_priority(priority: Any) -> int | None:
+    """A task's ``priority=`` (ADDJOB's PRIORITY): None, or an int from 0 to 9, the higher first
+    (Celery's 0-9 with RabbitMQ's meaning); anything else is refused."""
+    if priority is None:
+        return None
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise TypeError("priority= is an int from 0 to 9 (the higher first), not %s" % type(priority).__name__)
+    if not 0 <= priority <= 9:
+        raise ValueError("priority= is from 0 to 9 (the higher first; a job without one is at 5), got %d" % priority)
+    return priority
+
+
+def refuse_task_options(rate_limit: Any, options: dict[str, Any]) -> None:
     """TypeError for ``@app.task`` options it does not take: Celery's with the word to use here."""
     if rate_limit is not None:
         raise TypeError(RATE_LIMIT_REFUSED)
-    if priority is not None:
-        raise TypeError(PRIORITY_REFUSED)
     if options:
         names = sorted(options)
         hints = ["%s=: %s" % (n, TASK_WORDS[n]) for n in names if n in TASK_WORDS]

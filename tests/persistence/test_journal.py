@@ -12,6 +12,7 @@ import pytest
 from disque_py.core import invariants
 from disque_py.core.job import ACKED, ACTIVE, F_BCAST_WILLQUEUE, QUEUED
 from disque_py.core.node import Node
+from disque_py.core.store import J_LOAD
 from disque_py.persistence.journal import encode_entries, snapshot
 from disque_py.persistence.loader import Loader
 from disque_py.persistence.records import CorruptRecord
@@ -212,3 +213,39 @@ def test_a_job_whose_requeue_time_passed_while_the_node_was_down_waits_a_whole_r
     assert node.execute(1, [b"QLEN", b"q"], h2.now) == 0
     h2.advance(1200)
     assert node.execute(1, [b"QLEN", b"q"], h2.now) == 1
+
+
+def test_priorities_come_back_and_order_the_queues_again():
+    from disque_py.core.job import FLAGS_MAX, job_priority
+    from disque_py.persistence.records import encode_job, encode_loadjob, load_job_record
+
+    h, journal = journaling()
+    for i in range(6):
+        h.add("q", "low%d" % i, "RETRY", 10, "PRIORITY", 0)
+        h.add("q", "plain%d" % i, "RETRY", 10)
+        h.add("q", "high%d" % i, "RETRY", 10, "PRIORITY", 9, *(["MAXDELIVER", 3] if i % 2 else []))
+    before = h.cmd("QPEEK", "q", 100)
+    assert [b[2] for b in before[:3]] == [b"high0", b"high1", b"high2"]
+    for job in h.node.store.values():
+        assert job.flags <= FLAGS_MAX and encode_job(job, WALL) == encode_loadjob(load_job_record(job, WALL))
+    for data in (encode_entries(journal, WALL), b"".join(snapshot(h.node.store.values(), WALL))):
+        node, truncated, counts = restart(data, after_ms=100, enqueue_once=True)
+        assert truncated is None and counts["queued"] == 18
+        assert node.execute(1, [b"QPEEK", b"q", b"100"], node.ctx.now) == before
+        for job in h.node.store.values():
+            assert shown(node, job.id) == shown(h.node, job.id)
+            assert job_priority(node.store.get(job.id)) == job_priority(job)
+
+
+def test_a_loadjob_whose_flags_name_no_priority_is_corrupt():
+    from disque_py.core.job import FLAGS_MAX
+
+    h, journal = journaling()
+    job_id = h.add("q", "body", "PRIORITY", 9)
+    data = encode_entries(journal, WALL)
+    job = h.node.store.get(job_id)
+    assert job.flags <= FLAGS_MAX
+    job.flags = FLAGS_MAX + 1  # priority bits for 10: none such
+    with pytest.raises(CorruptRecord, match="number out of range"):
+        restart(encode_entries([(J_LOAD, job)], WALL))
+    assert restart(data)[0].store.get(job_id) is not None

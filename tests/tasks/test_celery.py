@@ -64,6 +64,22 @@ def test_times_become_delay_and_ttl_in_whole_seconds(offline):
     assert words(add.addjob_argv(b"{}")[0])["BACKOFF"] == (b"1", b"300")  # unchanged when it fits
 
 
+def test_priority_is_addjobs_from_the_task_or_each_send(offline):
+    @offline.task(priority=8)
+    def urgent():
+        return 1
+
+    @offline.task
+    def plain():
+        return 1
+
+    assert words(urgent.addjob_argv(b"{}")[0])["PRIORITY"] == 8  # the task's
+    assert words(urgent.addjob_argv(b"{}", priority=0)[0])["PRIORITY"] == 0  # a send's own
+    assert "PRIORITY" not in words(plain.addjob_argv(b"{}")[0])  # none: the job as before
+    assert words(plain.addjob_argv(b"{}", priority=9, dedup=b"k")[0])["PRIORITY"] == 9
+    assert words(plain.addjob_argv(b"{}", priority=9, dedup=b"k")[0])["DEDUP"] == b"k"  # the key last
+
+
 @pytest.mark.parametrize(
     "options, error, text",
     [
@@ -84,7 +100,8 @@ def test_times_become_delay_and_ttl_in_whole_seconds(offline):
         (dict(countdown=86400 * 2), ValueError, r"to run in 172800 s, past its TTL \(86400 s\)"),
         (dict(expires=10, retry=10), ValueError, r"retry \(10 s\) is not below its life \(10 s, to expires=\)"),
         (dict(retry=False), TypeError, r"not Celery's retry=True/False"),
-        (dict(priority=9), TypeError, r"^priority= is not supported yet: the cluster keeps no priorities"),
+        (dict(priority=10), ValueError, r"^priority= is from 0 to 9 \(the higher first"),
+        (dict(priority="9"), TypeError, r"^priority= is an int from 0 to 9 \(the higher first\), not str"),
         (dict(ignore_result=True, result_ttl=5), TypeError, r"ignore_result=True or result_ttl="),
         (dict(colour="red", link="x", headers={}), TypeError,
          r"^unknown send option\(s\): colour, headers, link \(headers=: meta=.*; link=: chain the tasks"),
@@ -106,8 +123,8 @@ def test_send_with_names_celerys_words_it_does_not_take(offline):
 
     with pytest.raises(TypeError, match=r"^unknown send option\(s\): countdown, eta \(countdown=: delay="):
         add.send_with(args=(1, 2), countdown=5, eta=1)
-    with pytest.raises(TypeError, match=r"^unknown send option\(s\): priority \(priority=: not supported yet"):
-        add.send_with(args=(1, 2), priority=1)
+    with pytest.raises(ValueError, match=r"^priority= is from 0 to 9"):
+        add.send_with(args=(1, 2), priority=-1)
     with pytest.raises(TypeError, match=r"naive datetime"):
         add.send_with(args=(1, 2), delay=datetime.now())
     with pytest.raises(TypeError, match="missing a required argument: 'b'"):
@@ -117,8 +134,10 @@ def test_send_with_names_celerys_words_it_does_not_take(offline):
 def test_celerys_task_options_are_refused_with_the_word_to_use(offline):
     with pytest.raises(TypeError, match=r"^rate_limit= is not supported yet"):
         offline.task(rate_limit="10/m")(lambda: None)
-    with pytest.raises(TypeError, match=r"^priority= is not supported yet"):
-        offline.task(priority=5)(lambda: None)
+    with pytest.raises(ValueError, match=r"^priority= is from 0 to 9"):
+        offline.task(priority=12)(lambda: None)
+    with pytest.raises(TypeError, match=r"^priority= is an int"):
+        offline.task(priority=True)(lambda: None)
     with pytest.raises(TypeError, match=r"unexpected keyword argument\(s\): max_retries, time_limit "
                                         r"\(max_retries=: retries= .*; time_limit=: timeout= \(seconds\)\)"):
         offline.task(max_retries=3, time_limit=10)(lambda: None)
@@ -169,8 +188,7 @@ def test_signatures_immutable_ones_and_their_chain_steps(offline):
     sig = add.signature((1,), countdown=3, expires=60)
     assert (sig.args, sig.options, sig.immutable) == ((1,), {"delay": 3, "expires": 60}, False)
     assert add.signature((1, 2), immutable=True).immutable and add.si(1, 2).with_options(delay=1).immutable
-    with pytest.raises(TypeError, match="priority= is not supported yet"):
-        add.signature((1,), priority=1)
+    assert add.signature((1,), priority=1).options == {"priority": 1}
     later = add.signature((3,), eta=datetime.now(timezone.utc) + timedelta(seconds=5))
     with pytest.raises(ValueError, match=r"a chained task is added when the one before it ends: its delay= is "
                                          r"seconds from then, not a datetime"):
