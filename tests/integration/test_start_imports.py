@@ -47,6 +47,7 @@ NOT_AT_START = (
     "disque_py.persistence.journal",
     "disque_py.persistence.records",
     "disque_py.persistence.check",
+    "disque_py.server.commanddocs",  # COMMAND DOCS' tables: made at its first use
     "disque_py.web",  # the admin HTTP port: only with admin-port
     "disque_py.server.web",
     "hypercorn",
