@@ -235,6 +235,7 @@ class AdminWeb:
         self.ssl_context: ssl.SSLContext | None = None
         self._http: Callable[[Any], Any] | None = None  # stream -> hypercorn's connection, once loaded
         self._loading = trio.Lock()
+        self._load_failed = False
 
     @property
     def enabled(self) -> bool:
@@ -290,7 +291,13 @@ class AdminWeb:
         if self._http is None:
             async with self._loading:
                 if self._http is None:
-                    await trio.to_thread.run_sync(_import_http_stack)
+                    try:
+                        await trio.to_thread.run_sync(_import_http_stack)
+                    except ImportError as exc:  # installed at start (the CLI checked), broken since
+                        if not self._load_failed:  # said once; each connection is closed
+                            log.warning("admin port: cannot load the HTTP stack: %s", exc)
+                            self._load_failed = True
+                        raise
                     self._http = self._make_http()
         return self._http
 

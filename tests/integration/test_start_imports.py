@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -131,5 +132,26 @@ def test_an_admin_port_is_bound_at_start_and_loads_its_http_stack_at_its_first_r
         with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % admin, timeout=30) as reply:
             assert b"disque_" in reply.read()
         wait_for(lambda: all(_loaded(_imported(out), m) for m in HTTP_STACK), what="the HTTP stack in the report")
+    finally:
+        _kill(proc)
+
+
+def test_an_http_stack_that_fails_to_load_closes_the_connection_and_the_node_serves_on(tmp_path: Path) -> None:
+    # starlette found at start (the CLI's check) but broken at the first request
+    shadow = tmp_path / "shadow" / "starlette"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ImportError('starlette is broken here')\n")
+    admin, port = free_port(), free_port()
+    log = tmp_path / "log"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(shadow.parent), os.environ.get("PYTHONPATH", "")]))
+    argv = launcher.node_argv(port, tmp_path, "--admin-port", str(admin), "--logfile", str(log), script=True)
+    proc = launcher.spawn(argv, output=tmp_path / "out", env=env)
+    try:
+        launcher.wait_ready(proc, port, logs=[tmp_path / "out", log])
+        for _ in range(3):
+            with pytest.raises((urllib.error.URLError, ConnectionError)):
+                urllib.request.urlopen("http://127.0.0.1:%d/healthz" % admin, timeout=30)
+        assert launcher.ping(port)
+        assert log.read_text().count("admin port: cannot load the HTTP stack: starlette is broken here") == 1
     finally:
         _kill(proc)
