@@ -293,12 +293,12 @@ class AdminWeb:
                 if self._http is None:
                     try:
                         await trio.to_thread.run_sync(_import_http_stack)
-                    except ImportError as exc:  # installed at start (the CLI checked), broken since
+                        self._http = self._make_http()
+                    except Exception as exc:  # installed at start (the CLI checked), broken since
                         if not self._load_failed:  # said once; each connection is closed
                             log.warning("admin port: cannot load the HTTP stack: %s", exc)
                             self._load_failed = True
                         raise
-                    self._http = self._make_http()
         return self._http
 
     def _make_http(self) -> Callable[[Any], Any]:

@@ -181,8 +181,8 @@ def importtime(python: str, port: int, top: int) -> list[tuple[int, str]]:
     cluster = _cluster(python)
 
     def command(p: int, workdir: Path) -> list[str]:
-        argv = cluster(p, workdir)
-        return [python, "-X", "importtime", *argv]  # the console script is a Python file
+        argv = cluster(p, workdir)  # the console script (a Python file), or python -m without one
+        return [python, "-X", "importtime", *(argv[1:] if argv[0] == python else argv)]
 
     with tempfile.TemporaryFile("w+") as err:
         time_start(command, port, env=_node_env(), stderr=err)
