@@ -115,6 +115,14 @@ def test_the_start_row_comes_from_a_start_run_with_disques_time_over_ours():
     assert _row(dashboard([_main_run()]), "Start: exec")[1:4] == ["—", "—", "—"]
 
 
+def test_the_start_row_reads_the_start_scripts_cluster_makes_with_its_idle_rss():
+    start = {"machine": MACHINE, "results": {
+        "cluster": {"argv": [], "ms": [90.0, 95.0, 99.0], "median_ms": 95.0, "median_cpu_ms": 80.0, "rss_idle_kb": 20480},
+        "script": {"argv": [], "ms": [120.0, 125.0, 130.0], "median_ms": 125.0, "median_cpu_ms": 110.0}}}  # fmt: skip
+    row = _row(dashboard([_main_run(), start]), "Start: exec to first PONG")
+    assert row[1:4] == ["95 ms (CPU 80 ms), idle RSS 20.0 MB", "—", "—"]
+
+
 def test_the_memory_row_sets_our_rss_per_job_against_disques_of_the_same_run():
     run = _main_run()
     run["results"]["memory_1000000"] = {"jobs": 1000000, "body_size": 100, "bytes_per_job": 661.0,

@@ -63,6 +63,20 @@ def main() -> None:
     """Local disque-py nodes for development (state under ./run/)."""
 
 
+def node_command(port: int, node_dir: Path, *extra: str, python: str | None = None) -> list[str]:
+    """A local node's command line: the ``disque-py`` console script (as a user starts a node),
+    bound to loopback, with its directory, pid file and log in ``node_dir``, then ``extra``.
+    ``scripts/bench start`` times a start with this very command line."""
+    return launcher.node_argv(port, None, "--bind", "127.0.0.1", "--dir", str(node_dir),
+                              "--pidfile", str(node_dir / "disque.pid"), "--logfile", str(node_dir / "node.log"),
+                              *extra, python=python, script=True)  # fmt: skip
+
+
+def admin_args(port: int) -> list[str]:
+    """The admin page each node of ``scripts/cluster start`` has: at its port + :data:`ADMIN_PORT_OFFSET`."""
+    return ["--admin-port", str(port + ADMIN_PORT_OFFSET)]
+
+
 def start_nodes(ports: list[int], *, extra: list[str] = (), run_dir: Path = RUN_DIR,
                 per_node: dict[int, list[str]] | None = None) -> list[int]:  # fmt: skip
     """Start a detached node per port (skipping running ones), with ``extra`` arguments and its own
@@ -77,9 +91,7 @@ def start_nodes(ports: list[int], *, extra: list[str] = (), run_dir: Path = RUN_
             if _ping(port):
                 raise click.ClickException("port %d is already in use by another process" % port)
             log = node_dir / "node.log"
-            argv = launcher.node_argv(port, None, "--bind", "127.0.0.1", "--dir", str(node_dir),
-                                      "--pidfile", str(node_dir / "disque.pid"), "--logfile", str(log), *extra,
-                                      *(per_node or {}).get(port, ()))  # fmt: skip
+            argv = node_command(port, node_dir, *extra, *(per_node or {}).get(port, ()))
             proc = launcher.spawn(argv, output=log, detach=True)
             started.append(port)
             try:
@@ -172,7 +184,7 @@ def start(count: int, base_port: int) -> None:
     """Start COUNT nodes on consecutive ports, join them, and wait until they all answer."""
     ports = [base_port + i for i in range(count)]
     _warn_ephemeral(ports)
-    started = start_nodes(ports, per_node={p: ["--admin-port", str(p + ADMIN_PORT_OFFSET)] for p in ports})
+    started = start_nodes(ports, per_node={p: admin_args(p) for p in ports})
     for port in started:
         # A restarted node remembers the cluster of the last run (nodes.conf under ./run/),
         # maybe bigger than this one and with its other nodes down: then ADDJOB's default

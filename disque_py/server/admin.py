@@ -39,7 +39,6 @@ from ..util.rss import rss_bytes
 from . import faults, gcpolicy
 from .acl import AUTH_FAILURE_LIMIT, WRONGPASS, Acl, AclError
 from .cmdstats import CommandStats
-from .commanddocs import docs_reply
 from .connection import PERMS_UNSET
 from .contracts import NO_REPLY
 from .latency import LatencyMonitor
@@ -192,7 +191,7 @@ def build_table(ctx: AdminContext) -> dict[bytes, tuple[Callable[["Connection", 
     """The shell's commands (:data:`COMMANDS`) bound to ``ctx``: name -> (handler, arity)."""
     peak = [0]
     reply = _command_reply(ctx.commands)  # COMMAND's entries, made once
-    docs = docs_reply(ctx.commands)  # COMMAND DOCS' (server/commanddocs.py), made once
+    docs: dict[bytes, dict[bytes, object]] = {}  # COMMAND DOCS' (server/commanddocs.py), made at its first use
 
     def auth(conn: "Connection", argv: list[bytes]) -> Any:
         if len(argv) > 3:
@@ -240,6 +239,10 @@ def build_table(ctx: AdminContext) -> dict[bytes, tuple[Callable[["Connection", 
         if sub == b"info":
             return [table.get(name.lower()) for name in argv[2:]]
         if sub == b"docs":  # Redis 7's shape: a map, name -> summary, since, group, arguments
+            if not docs:
+                from .commanddocs import docs_reply
+
+                docs.update(docs_reply(ctx.commands))
             if len(argv) == 2:
                 return docs
             return {name: docs[name] for name in dict.fromkeys(a.lower() for a in argv[2:]) if name in docs}

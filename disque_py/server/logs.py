@@ -22,7 +22,6 @@ log-format :func:`set_format` (:mod:`.app`).
 
 from __future__ import annotations
 
-import datetime
 import logging
 import os
 import sys
@@ -57,6 +56,8 @@ def _json_formatter() -> logging.Formatter:
     The class is made on first use: a node that logs text does not import python-json-logger."""
     global _JsonFormatter
     if _JsonFormatter is None:
+        import datetime
+
         from pythonjsonlogger.json import JsonFormatter
 
         class JsonLines(JsonFormatter):

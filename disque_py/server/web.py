@@ -28,6 +28,11 @@ internal connection authenticated as the HTTP caller, so an action is exactly a 
 command (ACL check, effects, AOF journal); peers are asked over their client ports
 (:func:`ask_peer`, RESP with hiredis, a timeout on everything).
 
+The HTTP stack (hypercorn, starlette, prometheus_client: some 10 MB and a good part of a start's
+CPU) is imported when the first connection is accepted, in a worker thread while the node goes on
+serving (:meth:`AdminWeb.http`): a node binds its admin port at start, as before, but carries the
+stack only once someone uses it.
+
 Called by ``server/app.py`` only. Imports no other part of the shell but the leaves
 (protection, logs, contracts, connection constants).
 """
@@ -35,22 +40,16 @@ Called by ``server/app.py`` only. Imports no other part of the shell but the lea
 from __future__ import annotations
 
 import ssl
-from typing import Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
-import hiredis
 import trio
-from cluster_bus.membership import flags_text
-from hypercorn.config import Config as HyperConfig
-from hypercorn.trio.tcp_server import TCPServer
-from hypercorn.trio.worker_context import WorkerContext
-from hypercorn.typing import ConnectionState
-from hypercorn.utils import wrap_app
 
-from ..web.app import make_app
-from ..web.handle import NodeHandle, Peer
 from .contracts import now_ms
 from .logs import log
 from .protection import is_loopback, protected
+
+if TYPE_CHECKING:
+    from ..web.handle import NodeHandle
 
 __all__ = ["AdminWeb", "ClusterReads", "make_handle", "ask_peer", "MAX_CONNECTIONS", "CONNECTION_LIFETIME", "READ_TIMEOUT"]
 
@@ -103,6 +102,8 @@ async def ask_peer(ip: str, port: int, argvs: list[list[bytes]], auth: Any, *, t
     """Commands pipelined to a node's client port; replies (error replies as exception values).
     ``auth``: (user, password) sent first with AUTH, or None. Raises on connect/IO errors and
     trio.TooSlowError after ``timeout`` seconds in all."""
+    import hiredis
+
     with trio.fail_after(timeout):
         stream = await trio.open_tcp_stream(ip, port)
         try:
@@ -165,7 +166,10 @@ def make_handle(
     of replies, the bus); ``poke_timers()``: wakes the core's timers; ``sent_by_kind``: the dispatcher's count of bus messages sent by kind. The config,
     users, core node, INFO stats and client table are read, never written; ``workers()``: the live
     workers heard from and the jobs they run (server/workers.py)."""
+    from cluster_bus.membership import flags_text
+
     from .. import __version__
+    from ..web.handle import NodeHandle, Peer
 
     def run_command(argv: list[bytes], user: Any) -> Any:
         conn = _Internal(user, acl)
@@ -229,13 +233,16 @@ class AdminWeb:
         self.refused = 0  # closed at accept: over the cap, or protected mode
         self.listeners: list[trio.SocketListener] = []
         self.ssl_context: ssl.SSLContext | None = None
+        self._http: Callable[[Any], Any] | None = None  # stream -> hypercorn's connection, once loaded
+        self._loading = trio.Lock()
+        self._load_failed = False
 
     @property
     def enabled(self) -> bool:
         return bool(self.config.admin_port)
 
-    def _hyper_config(self) -> HyperConfig:
-        hc = HyperConfig()
+    def _hyper_config(self, config_class: Any) -> Any:
+        hc = config_class()
         hc.h11_max_incomplete_size = MAX_HEADER_BYTES
         hc.read_timeout = READ_TIMEOUT
         hc.keep_alive_timeout = KEEP_ALIVE
@@ -277,12 +284,42 @@ class AdminWeb:
         except OSError:
             return True
 
-    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
-        handle = self._handle_factory()
-        app = wrap_app(make_app(handle), 0, "asgi")
-        hc = self._hyper_config()
+    async def http(self) -> Callable[[Any], Any]:
+        """``serve(stream)``: a hypercorn connection serving the web app on ``stream``. Made at the
+        first connection: the HTTP stack is imported in a worker thread (the node serves its clients
+        meanwhile), the app is made here, in the node's thread."""
+        if self._http is None:
+            async with self._loading:
+                if self._http is None:
+                    try:
+                        await trio.to_thread.run_sync(_import_http_stack)
+                        self._http = self._make_http()
+                    except Exception as exc:  # installed at start (the CLI checked), broken since
+                        if not self._load_failed:  # said once; each connection is closed
+                            log.warning("admin port: cannot load the HTTP stack: %s", exc)
+                            self._load_failed = True
+                        raise
+        return self._http
+
+    def _make_http(self) -> Callable[[Any], Any]:
+        from hypercorn.config import Config as HyperConfig
+        from hypercorn.trio.tcp_server import TCPServer
+        from hypercorn.trio.worker_context import WorkerContext
+        from hypercorn.typing import ConnectionState
+        from hypercorn.utils import wrap_app
+
+        from ..web.app import make_app
+
+        app = wrap_app(make_app(self._handle_factory()), 0, "asgi")
+        hc = self._hyper_config(HyperConfig)
         context = WorkerContext(None)
 
+        def serve(conn: Any) -> Any:
+            return TCPServer(app, hc, context, ConnectionState({}), conn).run()
+
+        return serve
+
+    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         async def serve_one(stream: trio.SocketStream) -> None:
             if self.open >= MAX_CONNECTIONS:
                 self.refused += 1
@@ -297,11 +334,12 @@ class AdminWeb:
                         await stream.send_all(_FORBIDDEN % (len(_FORBIDDEN_BODY), _FORBIDDEN_BODY))
                     await _abort(stream)
                     return
-                conn: Any = stream
-                if self.ssl_context is not None:
-                    conn = trio.SSLStream(stream, self.ssl_context, server_side=True, https_compatible=True)
                 with trio.move_on_after(CONNECTION_LIFETIME):
-                    await TCPServer(app, hc, context, ConnectionState({}), conn).run()
+                    serve = await self.http()
+                    conn: Any = stream
+                    if self.ssl_context is not None:
+                        conn = trio.SSLStream(stream, self.ssl_context, server_side=True, https_compatible=True)
+                    await serve(conn)
                 await _abort(stream)
             except Exception:  # noqa: BLE001 - one connection's failure never reaches the node
                 log.debug("admin port: connection failed", exc_info=True)
@@ -328,6 +366,14 @@ class AdminWeb:
         for listener in self.listeners:
             with trio.CancelScope(shield=True):
                 await listener.aclose()
+
+
+def _import_http_stack() -> None:
+    """What serving HTTP imports (run in a worker thread, see :meth:`AdminWeb.http`)."""
+    import hypercorn.trio.tcp_server  # noqa: F401
+    import hypercorn.utils  # noqa: F401
+
+    from ..web import app  # noqa: F401
 
 
 async def _abort(stream: trio.SocketStream) -> None:

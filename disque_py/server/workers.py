@@ -32,7 +32,6 @@ Composed by :mod:`.app` (its :data:`COMMANDS` bound to the table, the cron's sec
 
 from __future__ import annotations
 
-import json
 from typing import Any, Callable
 
 from ..core.commandspec import ALWAYS, CommandSpec
@@ -157,6 +156,8 @@ class WorkerTable:
                        % (shown(raw_interval), MIN_INTERVAL_MS, MAX_INTERVAL_MS))  # fmt: skip
         if len(info) > MAX_INFO:
             return err("worker info too large: %d bytes, at most %d" % (len(info), MAX_INFO))
+        import json  # at the first beat: a node no worker talks to does not load it
+
         try:
             obj = json.loads(info.decode("utf-8"), parse_constant=_reject_constant)
         except (UnicodeDecodeError, ValueError, RecursionError) as exc:
@@ -184,6 +185,8 @@ class WorkerTable:
 
     def listing(self) -> list[bytes]:
         """WORKER LIST's reply: one JSON object per live worker, longest known first."""
+        import json
+
         now = self.clock()
         self.expire(now)
         out = []

@@ -14,15 +14,21 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
 
 from disque_py.cli import launcher
 
-from .conftest import free_port
+from .conftest import free_port, wait_for
 
 pytestmark = pytest.mark.integration
+
+#: The admin page's HTTP stack: loaded at the admin port's first connection, not at start.
+HTTP_STACK = ("disque_py.web", "hypercorn", "starlette", "prometheus_client")
 
 #: Never loaded by a node started with the defaults (a module or any of its submodules).
 NOT_AT_START = (
@@ -42,6 +48,7 @@ NOT_AT_START = (
     "disque_py.persistence.journal",
     "disque_py.persistence.records",
     "disque_py.persistence.check",
+    "disque_py.server.commanddocs",  # COMMAND DOCS' tables: made at its first use
     "disque_py.web",  # the admin HTTP port: only with admin-port
     "disque_py.server.web",
     "hypercorn",
@@ -53,23 +60,40 @@ NOT_AT_START = (
 )
 
 
-def _started_imports(tmp_path: Path, *extra: str, script: bool) -> set[str]:
-    port = free_port()
-    out = tmp_path / ("node-%d.out" % port)
-    env = dict(os.environ, PYTHONPROFILEIMPORTTIME="1")
-    proc = launcher.spawn(launcher.node_argv(port, tmp_path, *extra, script=script), output=out, env=env)
-    try:
-        launcher.wait_ready(proc, port, logs=[out])
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGKILL)
-        proc.wait(10)
+def _imported(out: Path) -> set[str]:
+    """The modules the import report in ``out`` names so far."""
     names = set()
     for line in out.read_text().splitlines():
         if line.startswith("import time:") and "|" in line:
             names.add(line.rsplit("|", 1)[1].strip())
     names.discard("imported package")  # the header line
     return names
+
+
+def _start_reporting(tmp_path: Path, *extra: str, script: bool) -> tuple[subprocess.Popen, int, Path]:
+    """A node started with the import report on, once it answers PING: (process, port, report file)."""
+    port = free_port()
+    out = tmp_path / ("node-%d.out" % port)
+    env = dict(os.environ, PYTHONPROFILEIMPORTTIME="1")
+    proc = launcher.spawn(launcher.node_argv(port, tmp_path, *extra, script=script), output=out, env=env)
+    try:
+        launcher.wait_ready(proc, port, logs=[out])
+    except BaseException:
+        _kill(proc)
+        raise
+    return proc, port, out
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGKILL)
+    proc.wait(10)
+
+
+def _started_imports(tmp_path: Path, *extra: str, script: bool) -> set[str]:
+    proc, _port, out = _start_reporting(tmp_path, *extra, script=script)
+    _kill(proc)
+    return _imported(out)
 
 
 def _loaded(names: set[str], module: str) -> list[str]:
@@ -92,3 +116,42 @@ def test_what_a_setting_needs_is_loaded_when_it_is_set(tmp_path: Path) -> None:
     assert _loaded(names, "pythonjsonlogger")
     assert _loaded(names, "disque_py.persistence.loader")
     assert not _loaded(names, "redis") and not _loaded(names, "disque_py.client")
+
+
+def test_an_admin_port_is_bound_at_start_and_loads_its_http_stack_at_its_first_request(tmp_path: Path) -> None:
+    # as scripts/cluster starts a node: an admin page, a log file, a pid file
+    admin = free_port()
+    proc, _port, out = _start_reporting(tmp_path, "--admin-port", str(admin), "--logfile", str(tmp_path / "log"),
+                                        "--pidfile", str(tmp_path / "pid"), script=True)  # fmt: skip
+    try:
+        names = _imported(out)
+        assert "disque_py.server.web" in names  # the port is the node's from the start ...
+        assert {m: _loaded(names, m) for m in HTTP_STACK if _loaded(names, m)} == {}  # ... its HTTP stack is not
+        with urllib.request.urlopen("http://127.0.0.1:%d/healthz" % admin, timeout=30) as reply:
+            assert reply.status == 200
+        with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % admin, timeout=30) as reply:
+            assert b"disque_" in reply.read()
+        wait_for(lambda: all(_loaded(_imported(out), m) for m in HTTP_STACK), what="the HTTP stack in the report")
+    finally:
+        _kill(proc)
+
+
+def test_an_http_stack_that_fails_to_load_closes_the_connection_and_the_node_serves_on(tmp_path: Path) -> None:
+    # starlette found at start (the CLI's check) but broken at the first request
+    shadow = tmp_path / "shadow" / "starlette"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ImportError('starlette is broken here')\n")
+    admin, port = free_port(), free_port()
+    log = tmp_path / "log"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(shadow.parent), os.environ.get("PYTHONPATH", "")]))
+    argv = launcher.node_argv(port, tmp_path, "--admin-port", str(admin), "--logfile", str(log), script=True)
+    proc = launcher.spawn(argv, output=tmp_path / "out", env=env)
+    try:
+        launcher.wait_ready(proc, port, logs=[tmp_path / "out", log])
+        for _ in range(3):
+            with pytest.raises((urllib.error.URLError, ConnectionError), match="reset|closed|without response"):
+                urllib.request.urlopen("http://127.0.0.1:%d/healthz" % admin, timeout=30)
+        assert launcher.ping(port)
+        assert log.read_text().count("admin port: cannot load the HTTP stack: starlette is broken here") == 1
+    finally:
+        _kill(proc)
