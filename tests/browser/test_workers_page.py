@@ -24,11 +24,11 @@ def addr(node) -> str:
 def test_the_workers_view_shows_each_worker_and_what_it_runs(cluster, open_page, tmp_path, monkeypatch):
     a, b, _ = cluster
     directory, mod = holders_module(tmp_path, monkeypatch, addr(b))
+    page = open_page(a)
+    expect(page.get_by_test_id("workers-empty")).to_be_visible()  # no worker yet: said so
     procs = [WorkerProcess(directory, "holders:hold", "-q", "page-q", "-n", addr(b), "--beacon-interval", "0.3"),
              WorkerProcess(directory, "holders:app", "-n", addr(b), "--beacon-interval", "0.3")]  # fmt: skip
     try:
-        page = open_page(a)
-        expect(page.get_by_test_id("workers-empty")).to_be_visible()  # not beating yet, or idle: said either way
         job_id = b.client().execute_command("ADDJOB", "page-q", "x", 0).decode()
         ref = mod.crunch.send(3)
         wait_for(lambda: started(directory, job_id) and started(directory, ref.id), timeout=30, what="jobs started")

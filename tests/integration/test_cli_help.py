@@ -67,7 +67,7 @@ def test_help_command_is_its_declaration_in_any_case(down):
     assert out.stdout == entry("addjob") + "  rights: @produce\n\n"
     assert out.stdout.splitlines()[1] == ("  ADDJOB queue_name job ms-timeout [REPLICATE count] [DELAY sec] [RETRY sec] "
                                           "[TTL sec] [MAXLEN count] [ASYNC] [BACKOFF min max] [MAXDELIVER count] "
-                                          "[DEADLETTER queue] [DEDUP key]")  # fmt: skip
+                                          "[DEADLETTER queue] [DEDUP key] [PRIORITY 0-9]")  # fmt: skip
     assert ours("-p", down, "HELP", "ADDJOB").stdout == ours("-p", down, "Help", "AddJob").stdout == out.stdout
     # a command with subcommands: one line per form, its own rights where they differ; one form asked
     worker = ours("-p", down, "help", "WORKER").stdout

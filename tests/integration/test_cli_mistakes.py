@@ -61,8 +61,9 @@ def test_a_busy_bus_port_leaves_nothing_on_disk(tmp_path):
     out = _busy_start(tmp_path, port + 10000, port)
     assert out.returncode == 1, out
     lines = [line for line in (out.stdout + out.stderr).splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].endswith("Creating cluster bus listening socket 127.0.0.1:%d: Address "
-                                                 "already in use" % (port + 10000)), lines  # fmt: skip
+    # one line: what failed, then why the bus port is port + 10000 and what to do
+    assert len(lines) == 1 and ("Creating cluster bus listening socket 127.0.0.1:%d: Address already in use (the "
+                                "cluster bus port is the client port %d + 10000" % (port + 10000, port)) in lines[0], lines
     assert list(tmp_path.iterdir()) == []
 
 
