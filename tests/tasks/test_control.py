@@ -252,7 +252,8 @@ def test_a_revoked_job_never_runs_after_its_node_restarts_from_the_aof(tmp_path)
         )  # fmt: skip
         try:
             assert kept.result(timeout=30) == 10  # the worker runs what the AOF kept
-            assert app.client().show(kept.id) is None or app.client().show(kept.id)["state"] == "acked"
+            shown = app.client().show(kept.id)  # once: an acked job may be collected between two SHOWs
+            assert shown is None or shown["state"] == "acked", shown
             time.sleep(2.5)  # past the delay and the RETRY of any job that came back
             for ref in gone:
                 assert app.client().show(ref.id) is None  # the ack was in the AOF: no job came back
