@@ -241,3 +241,11 @@ def redis_cli() -> str:
     if not path:
         pytest.skip("redis-cli not installed (scripts/test installs it with apt-get when run as root)")
     return path
+
+
+@pytest.fixture
+def cluster3(start_node):
+    """Three nodes joined into one cluster (no admin ports: tests/web has its own with them)."""
+    nodes = [start_node() for _ in range(3)]
+    launcher.join([(n.host, n.port) for n in nodes], timeout=30)
+    return nodes

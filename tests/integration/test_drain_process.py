@@ -9,18 +9,9 @@ import sys
 
 import pytest
 
-from disque_py.cli import launcher
-
 from .conftest import ROOT, wait_for
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def cluster3(start_node):
-    nodes = [start_node() for _ in range(3)]
-    launcher.join([(n.host, n.port) for n in nodes], timeout=30)
-    return nodes
 
 
 def drain(node, *args: str) -> subprocess.CompletedProcess:
