@@ -252,8 +252,15 @@ def test_a_revoked_job_never_runs_after_its_node_restarts_from_the_aof(tmp_path)
         )  # fmt: skip
         try:
             assert kept.result(timeout=30) == 10  # the worker runs what the AOF kept
-            shown = app.client().show(kept.id)  # once: an acked job may be collected between two SHOWs
-            assert shown is None or shown["state"] == "acked", shown
+            # the worker writes the result before it acknowledges the job: wait for the ack
+            # (each SHOW read once: an acked job may be collected between two reads)
+            seen: list = []
+
+            def acked() -> bool:
+                seen[:] = [app.client().show(kept.id)]
+                return seen[0] is None or seen[0]["state"] == "acked"
+
+            wait_for(acked, timeout=10, what="the kept job acknowledged")
             time.sleep(2.5)  # past the delay and the RETRY of any job that came back
             for ref in gone:
                 assert app.client().show(ref.id) is None  # the ack was in the AOF: no job came back
