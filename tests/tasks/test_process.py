@@ -50,14 +50,14 @@ def app(nodes, monkeypatch):
     taskapp.app.close()
 
 
-def test_a_thousand_tasks_of_three_kinds_on_two_worker_processes(nodes, app, tmp_path):
+def test_four_hundred_tasks_of_three_kinds_on_two_worker_processes(nodes, app, tmp_path):
     from tests.tasks.taskapp import flaky, hopeless, slow
 
     logs = [tmp_path / "w1.log", tmp_path / "w2.log"]
     workers = [start_worker(nodes[0], logs[0], "-c", "16"), start_worker(nodes[1], logs[1], "-c", "16",
                                                                           "--queues", "flaky,hopeless,slow")]  # fmt: skip
     try:
-        kinds = [("flaky", n) for n in range(600)] + [("hopeless", n) for n in range(250)] + [("slow", n) for n in range(150)]
+        kinds = [("flaky", n) for n in range(250)] + [("hopeless", n) for n in range(100)] + [("slow", n) for n in range(50)]
         task = {"flaky": flaky, "hopeless": hopeless, "slow": slow}
         refs = [task[kind].send(n) for kind, n in kinds]
         results = GroupRef(refs).results(timeout=90, return_exceptions=True)
@@ -70,12 +70,12 @@ def test_a_thousand_tasks_of_three_kinds_on_two_worker_processes(nodes, app, tmp
                 assert isinstance(result, TaskError) and result.type == "TimeLimitExceeded", (ref, result)
         client = Client([addr(node) for node in nodes])
         try:
-            dead = dead_letters(client, "hopeless", 250)
+            dead = dead_letters(client, "hopeless", 100)
             assert {dead[r.id] for (kind, n), r in zip(kinds, refs) if kind == "hopeless" and r.id in dead} == {
                 "ValueError: hopeless %d" % n for kind, n in kinds if kind == "hopeless"}
-            assert len(dead) == 250
-            dead = dead_letters(client, "slow", 150)
-            assert len(dead) == 150 and all(
+            assert len(dead) == 100
+            dead = dead_letters(client, "slow", 50)
+            assert len(dead) == 50 and all(
                 reason == "TimeLimitExceeded: task tests.tasks.taskapp.slow ran longer than its 0.3 s time limit"
                 for reason in dead.values())
             assert dead_letters(client, "flaky", 1, timeout=0.5) == {}  # none of them died
