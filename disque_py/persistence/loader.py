@@ -80,7 +80,7 @@ class Loader:
                 life.restore_extra(record.id, record.extra)
             elif type(record) is DedupGone:
                 life.restore_gone(record.id, record.until)
-            elif type(record) is Version:
+            elif isinstance(record, Version):  # (isinstance: mypy narrows the else branch by it)
                 self._version(record.release)
             else:
                 by_kind[type(record)](record.id)
