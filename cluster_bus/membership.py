@@ -42,9 +42,10 @@ for ``node_timeout * 2``. When a PFAIL node collects reports from a majority
 is broadcast so every node agrees at once. A PONG on the outbound link clears
 PFAIL and FAIL.
 
-Releases. A node made with ``release`` (its software's version, e.g. ``"0.2.0"``) and
+Releases. A node told its ``release`` (its software's version, e.g. ``"0.2.0"``) and
 ``features`` (the optional parts of the job layer's protocol it understands: names the bus
-never reads) announces them on every outbound link it opens, right after its PING or MEET,
+never reads) with ``announce`` announces them on every outbound link it opens, right after
+its PING or MEET,
 as ``Data(VERSION_KIND, [release, [feature, ...]])``; a node that gets one on an inbound link
 answers with its own on that link, and one that gets the answer on its outbound link records
 it on the node (``ClusterNode.release`` and ``.features``): what the process at the other end
@@ -228,7 +229,7 @@ class ClusterNode:
         self.fail_reports: dict[str, int] = {}  # reporter id -> monotonic ms
         self.fail_time = 0
         # What the process at the end of our outbound link announced ("Releases"): None while
-        # unknown, "" when it announced none (a release of before announcements).
+        # unknown; Membership.unannounced, with no features, when it announced none.
         self.release: str | None = None
         self.features: frozenset[str] | None = None
         self.link_pongs = 0  # PONGs on the current outbound link
