@@ -322,7 +322,7 @@ def encode_deljob(job_id: bytes) -> bytes:
 
 def encode_version(release: str) -> bytes:
     """The VERSION record: what follows was written by ``release``."""
-    raw = release.encode("ascii")
+    raw = release.encode()
     if _RELEASE_RE.fullmatch(raw) is None:
         raise ValueError("a release is 1-%d letters, digits and .+-_: %r" % (_RELEASE_MAX, release))
     return _finish([b"VERSION", raw])

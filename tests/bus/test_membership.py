@@ -1042,7 +1042,9 @@ def test_a_later_release_may_add_fields_to_its_announcement() -> None:
 def test_announce_checks_its_arguments() -> None:
     m = SimNet(1).m(0)
     for release, features in (("", ()), ("0.2 0", ()), ("0.2.0", ("a b",)), ("0.2.0", ["f%d" % i for i in range(65)])):
-        with pytest.raises(MembershipError):
+        with pytest.raises(MembershipError, match="Invalid release or feature"):
             m.announce(release, features)
+    with pytest.raises(MembershipError, match="Invalid release"):
+        m.announce("0.2.0", (), unannounced="0 1")
     m.announce("0.2.0", ("b", "a", "a"))
     assert m.myself.release == "0.2.0" and m.myself.features == frozenset({"a", "b"})
