@@ -42,6 +42,24 @@ for ``node_timeout * 2``. When a PFAIL node collects reports from a majority
 is broadcast so every node agrees at once. A PONG on the outbound link clears
 PFAIL and FAIL.
 
+Releases. A node told its ``release`` (its software's version, e.g. ``"0.2.0"``) and
+``features`` (the optional parts of the job layer's protocol it understands: names the bus
+never reads) with ``announce`` announces them on every outbound link it opens, right after
+its PING or MEET,
+as ``Data(VERSION_KIND, [release, [feature, ...]])``; a node that gets one on an inbound link
+answers with its own on that link, and one that gets the answer on its outbound link records
+it on the node (``ClusterNode.release`` and ``.features``): what the process at the other end
+of the link we send on understands. A new link starts unknown again (``None``: the peer may
+have restarted on another release). A node of before releases (0.1.0) hands the ``Data`` to
+its job layer, which drops an unknown kind, and never answers: once a second PONG came on
+the link with no answer (the answer leaves right after the first PONG), its release is
+``unannounced`` (the shell names the release of before announcements; ``""`` by default) and
+its features ``None``. A malformed announcement is counted
+(``stats["versions_malformed"]``) and ignored. ``nodes_text`` (CLUSTER NODES) shows each
+node's release as a last field once ``announce`` was called (``-`` while unknown, ``?`` for
+announced none and no ``unannounced``); ``save_text``
+(nodes.conf) does not, so the file stays the format every release reads.
+
 Invariants (checked by tests):
 
 * MYSELF_SAFE: no message can flag this node PFAIL/FAIL, rename it, change
@@ -59,10 +77,13 @@ from __future__ import annotations
 import ipaddress
 import random
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterable
 
 from .messages import (
     BUS_PORT_OFFSET,
+    MAX_FEATURES,
+    MAX_RELEASE_LEN,
+    VERSION_KIND,
     NODE_FAIL,
     NODE_HANDSHAKE,
     NODE_LEAVING,
@@ -70,6 +91,7 @@ from .messages import (
     NODE_MYSELF,
     NODE_NOADDR,
     NODE_PFAIL,
+    Data,
     Fail,
     Gossip,
     Meet,
@@ -89,6 +111,8 @@ __all__ = [
     "BLACKLIST_TTL_MS",
     "FAIL_REPORT_VALIDITY_MULT",
     "MAX_PORT",
+    "valid_release",
+    "release_text",
 ]
 
 DEVIATIONS = """
@@ -188,6 +212,9 @@ class ClusterNode:
         "ctime",
         "fail_reports",
         "fail_time",
+        "release",
+        "features",
+        "link_pongs",
     )
 
     def __init__(self, node_id: str, ip: str, port: int, flags: int, ctime: int) -> None:
@@ -201,6 +228,11 @@ class ClusterNode:
         self.ctime = ctime
         self.fail_reports: dict[str, int] = {}  # reporter id -> monotonic ms
         self.fail_time = 0
+        # What the process at the end of our outbound link announced ("Releases"): None while
+        # unknown; Membership.unannounced, with no features, when it announced none.
+        self.release: str | None = None
+        self.features: frozenset[str] | None = None
+        self.link_pongs = 0  # PONGs on the current outbound link
 
     def __repr__(self) -> str:
         return "ClusterNode(%s %s:%d %s)" % (self.id[:8], self.ip, self.port, flags_text(self.flags))
@@ -249,6 +281,26 @@ def _is_int(value: Any) -> bool:
     return type(value) is int
 
 
+_RELEASE_CHARS = frozenset("0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.+-_")
+
+
+def valid_release(value: Any) -> bool:
+    """A release as announced: 1..MAX_RELEASE_LEN letters, digits and ``.+-_`` (``0.2.0``)."""
+    return type(value) is str and 0 < len(value) <= MAX_RELEASE_LEN and _RELEASE_CHARS.issuperset(value)
+
+
+def valid_feature(value: Any) -> bool:
+    """A feature's name: as a release."""
+    return valid_release(value)
+
+
+def release_text(release: str | None) -> str:
+    """A node's release in CLUSTER NODES: ``-`` while unknown, ``?`` when it announced none."""
+    if release is None:
+        return "-"
+    return release or "?"
+
+
 # ---------------------------------------------------------------------------
 # The state machine
 # ---------------------------------------------------------------------------
@@ -275,6 +327,8 @@ class Membership:
         self._now = now
         flags = NODE_MYSELF | (NODE_LEAVING if leaving else 0)
         self.myself = ClusterNode(my_id, normalize_ip(my_ip) or "", my_port, flags, now)
+        self._version: list | None = None  # our announcement (None: none, as a node of before them)
+        self.unannounced = ""
         self._nodes: dict[str, ClusterNode] = {my_id: self.myself}
         self._links: dict[int, _Link] = {}
         self._connecting: dict[str, tuple[str, int]] = {}  # node id -> address being connected
@@ -288,7 +342,21 @@ class Membership:
             "auth_failures": 0,
             "bad_frames": 0,
             "links_closed": 0,
+            "versions_malformed": 0,
         }
+
+    def announce(self, release: str, features: Iterable[str], unannounced: str = "") -> None:
+        """Announce ``release`` and ``features`` on every outbound link from now on ("Releases");
+        ``unannounced``: the release a peer that announces none is taken to run."""
+        features = sorted(set(features))
+        if not valid_release(release) or len(features) > MAX_FEATURES or not all(map(valid_feature, features)):
+            raise MembershipError("Invalid release or feature")
+        if unannounced and not valid_release(unannounced):
+            raise MembershipError("Invalid release")
+        self.myself.release = release
+        self.myself.features = frozenset(features)
+        self._version = [release, features]
+        self.unannounced = unannounced
 
     # =====================================================================
     # Views
@@ -321,6 +389,12 @@ class Membership:
         skip = NODE_MYSELF | NODE_HANDSHAKE | NODE_LEAVING | NODE_PFAIL | NODE_FAIL | NODE_NOADDR
         return [n.id for n in self._nodes.values() if not n.flags & skip]
 
+    def releases(self) -> list[tuple[str, str | None, frozenset[str] | None]]:
+        """Every other node (handshakes aside): its ID, release and features ("Releases")."""
+        me = self.myself
+        return [(n.id, n.release, n.features) for n in self._nodes.values()
+                if n is not me and not n.flags & NODE_HANDSHAKE]  # fmt: skip
+
     def known(self) -> list[str]:
         return [n.id for n in self._nodes.values() if not n.flags & NODE_HANDSHAKE]
 
@@ -345,9 +419,9 @@ class Membership:
     def _wall(self, t: int) -> int:
         return t + self.wall_offset if t else 0
 
-    def _describe(self, n: ClusterNode) -> str:
+    def _describe(self, n: ClusterNode, release: bool = False) -> str:
         connected = n.link is not None or n is self.myself
-        return "%s %s:%d %s %d %d %s\n" % (
+        return "%s %s:%d %s %d %d %s%s\n" % (
             n.id,
             n.ip,
             n.port,
@@ -355,10 +429,13 @@ class Membership:
             self._wall(n.ping_sent),
             self._wall(n.pong_received),
             "connected" if connected else "disconnected",
+            " " + release_text(n.release) if release else "",
         )
 
     def nodes_text(self) -> str:
-        return "".join(self._describe(n) for n in self._nodes.values())
+        """CLUSTER NODES: Disque's fields, then each node's release ("Releases")."""
+        announced = self._version is not None  # (a table that announces nothing keeps Disque's lines)
+        return "".join(self._describe(n, announced) for n in self._nodes.values())
 
     def save_text(self) -> str:
         return "".join(self._describe(n) for n in self._nodes.values() if not n.flags & NODE_HANDSHAKE)
@@ -574,6 +651,11 @@ class Membership:
             n.flags &= ~NODE_MEET
         else:
             self._send(link, self._gossip_message(Ping))
+        # a new link may reach another process (a restart, on another release): unknown again
+        n.release = n.features = None
+        n.link_pongs = 0
+        if self._version is not None:
+            self._send(link, Data(self.myself.id, VERSION_KIND, self._version))
         # Keep the oldest unanswered ping so failure detection is not reset
         # by reconnecting.
         n.ping_sent = pending or max(now, 1)
@@ -608,7 +690,33 @@ class Membership:
             self._receive_fail(msg)
         elif kind is Ping or kind is Pong or kind is Meet:
             self._receive_ping(link, msg, kind)
+        elif kind is Data and msg.kind == VERSION_KIND:
+            self._receive_version(link, msg)
         self._flush()
+
+    def _receive_version(self, link: int, msg: Data) -> None:
+        """A release announcement ("Releases"): answered on an inbound link, recorded from our own."""
+        body = msg.body
+        if (
+            type(body) is not list
+            or len(body) < 2  # a later release may add fields: ignored
+            or not valid_release(body[0])
+            or type(body[1]) is not list
+            or len(body[1]) > MAX_FEATURES
+            or not all(valid_feature(f) for f in body[1])
+        ):
+            self.stats["versions_malformed"] += 1
+            return
+        info = self._links.get(link)
+        if info is None:
+            return
+        n = info.node
+        if n is None:  # a peer's outbound link: it asks
+            if self._version is not None:
+                self._send(link, Data(self.myself.id, VERSION_KIND, self._version))
+        elif n.link == link and n.id == msg.sender:
+            n.release = body[0]
+            n.features = frozenset(body[1])
 
     def _lookup_sender(self, sender_id: Any) -> ClusterNode | None:
         if not is_node_id(sender_id):
@@ -698,6 +806,9 @@ class Membership:
         if link_node is not None and kind is Pong:
             link_node.pong_received = max(self._now, 1)
             link_node.ping_sent = 0
+            link_node.link_pongs += 1
+            if link_node.link_pongs >= 2 and link_node.release is None and self._version is not None:
+                link_node.release = self.unannounced  # no answer to our announcement: a node of before them
             if link_node.flags & NODE_PFAIL:
                 link_node.flags &= ~NODE_PFAIL
                 self._log("verbose", "Node %s is reachable again (PFAIL cleared)" % link_node.id)

@@ -24,6 +24,9 @@ from typing import Any, Union
 __all__ = [
     "PROTOCOL_VERSION",
     "BUS_PORT_OFFSET",
+    "VERSION_KIND",
+    "MAX_RELEASE_LEN",
+    "MAX_FEATURES",
     "MsgType",
     "Gossip",
     "Ping",
@@ -48,6 +51,14 @@ __all__ = [
 
 PROTOCOL_VERSION = 1
 BUS_PORT_OFFSET = 10000
+
+VERSION_KIND = "VERSION"
+"""The ``Data`` kind of a node's release announcement (:mod:`cluster_bus.membership`, "Releases"):
+body ``[release, [feature, ...]]``. A ``Data`` message because a node of before it (release 0.1.0)
+passes an unknown ``Data`` kind to its job layer, which counts and drops it, where an unknown
+message type or field would close the link."""
+MAX_RELEASE_LEN = 32
+MAX_FEATURES = 64
 
 # Node flags, as Disque's CLUSTER_NODE_* (the values travel in gossip).
 NODE_PFAIL = 1 << 0

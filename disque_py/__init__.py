@@ -26,7 +26,7 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
 # (disque_py/_build.py): a stale build is never used.
 _select_build()
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 DISQUE_COMPAT_VERSION = "1.0-rc1"
 
 _CLIENT_NAMES = (

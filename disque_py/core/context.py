@@ -12,7 +12,7 @@ machine reads and no machine owns:
   store and its schedule (``store``), the queues by name (``queues``), the counters
   (``stats``), the random source, and the cluster view the membership layer keeps current
   (``cluster_size``, ``reachable``, ``backlogged``, ``known_nodes``, ``live_nodes``,
-  ``leaving``: the shell sets them on ``node.ctx``);
+  ``leaving``, ``lacking``: the shell sets them on ``node.ctx``);
 * the outbox: ``effects`` (what ``Node.take_effects`` hands the shell), ``send`` and
   ``send_lazy`` (ack GC messages, batched for up to ``GC_MESSAGE_DELAY_MS``);
 * two shared tables, each with one owner, read by a machine below it: ``ready`` (queues that
@@ -53,7 +53,7 @@ class Context:
         "id", "myself_only", "seed", "ids", "now", "wall_offset", "address", "rng", "randbits", "store",
         "queues", "_queue_seq", "stats", "bus_stats", "cluster_size", "reachable", "backlogged",
         "known_nodes", "live_nodes", "leaving", "journal", "memory_level", "effects", "lazy", "lazy_at", "ready",
-        "repl_clients", "repl_client_jobs",
+        "repl_clients", "repl_client_jobs", "lacking",
     )  # fmt: skip
 
     def __init__(self, node_id: str, seed: bytes, now: int, wall_offset: int, address: tuple[str, int]) -> None:
@@ -76,7 +76,7 @@ class Context:
             "jobs_expired": 0,
             "jobs_requeued": 0,
         }
-        self.bus_stats = {"messages_malformed": 0}  # peers' messages dropped (Node.bus_stats)
+        self.bus_stats = {"messages_malformed": 0, "messages_unknown": 0}  # peers' messages dropped (Node.bus_stats)
         # Cluster view; the membership layer keeps these current (through Node).
         self.cluster_size = 1
         self.reachable: list[str] = []  # other nodes we can talk to now
@@ -89,6 +89,9 @@ class Context:
         # until it is PFAIL; its copy is asked for once its link is back (the add-a-node timer).
         self.live_nodes = 0
         self.leaving = False
+        # Peers that lack some of our protocol's features, with what they understand (the shell
+        # sets it from their announcements): what goes to them passes through features.for_peer.
+        self.lacking: dict[str, frozenset[str]] = {}
         # What the AOF must learn (store.J_LOAD ...): the store's list, or None without an AOF.
         self.journal: list | None = None
         # 0-3, set by memory.Memory: >= 1 replicate new jobs externally, >= 2 evict idle queues

@@ -114,6 +114,7 @@ from .context import Context
 from .dedup import Dedup
 from .delivery import Delivery
 from .effects import BLOCKED, Reply, Send
+from .features import adapt
 from .federation import Federation
 from .job import ACKED, WAIT_REPL
 from .leases import Leases
@@ -129,6 +130,7 @@ __all__ = ["Node", "BLOCKED", "CORE_COMMANDS", "OOM_COMMANDS"]
 
 QUEUE_GC_PERIOD_MS: Final = 1000  # queue eviction and lease expiry run this often
 SCHEDULE_BATCH: Final = 10_000  # job wake-ups run per tick at most
+UNKNOWN_KINDS_MAX: Final = 64  # unknown message kinds named in Node.unknown_kinds, at most
 
 #: A command's handler: (client, argv) -> its reply (any value the shell's encoder takes) or
 #: BLOCKED.
@@ -186,7 +188,10 @@ class Node:
         self.stats = ctx.stats  # counters for INFO (never rebound)
         # (id, ip, port, priority) for HELLO; None = just myself.
         self.hello_nodes: list[tuple[str, str, int, int]] | None = None
-        self.bus_stats = ctx.bus_stats  # {"messages_malformed": n}
+        self.bus_stats = ctx.bus_stats  # {"messages_malformed": n, "messages_unknown": n}
+        # Kinds of message no machine here knows (a newer peer's), with their counts: at most
+        # UNKNOWN_KINDS_MAX kinds named (the shell logs each once), the rest only counted.
+        self.unknown_kinds: dict[str, int] = {}
         # The machines, lowest first: each is handed the ones it calls, all built before it (the
         # module docstring draws the order).
         self.lifecycle = lifecycle = Lifecycle(ctx)
@@ -316,7 +321,13 @@ class Node:
         try:
             receive = self._receivers[kind]
         except (KeyError, TypeError):  # an unknown kind, or one that is not even hashable
-            self.bus_stats["messages_malformed"] += 1
+            if type(kind) is str:  # a newer peer's, maybe (features.py): counted, dropped
+                self.bus_stats["messages_unknown"] += 1
+                unknown = self.unknown_kinds
+                if kind in unknown or len(unknown) < UNKNOWN_KINDS_MAX:
+                    unknown[kind] = unknown.get(kind, 0) + 1
+            else:
+                self.bus_stats["messages_malformed"] += 1
             return
         # The receiver returns False for a malformed body (its handler not called).
         if type(body) is not list or type(sender) is not str or receive(sender, body) is False:
@@ -403,9 +414,12 @@ class Node:
             self.dedup.client_closed(client)
 
     def take_effects(self) -> list[Reply | Send]:
-        effects = self.ctx.effects
+        ctx = self.ctx
+        effects = ctx.effects
         if effects:
-            self.ctx.effects = []
+            ctx.effects = []
+            if ctx.lacking:  # a peer of an older release: only what it understands (features.py)
+                return adapt(effects, ctx.lacking)
         return effects
 
     def next_wakeup(self) -> int | None:

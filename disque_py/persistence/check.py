@@ -39,7 +39,9 @@ from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import Callable
 
-from .records import KINDS, Acked, Active, CorruptRecord, DedupGone, DelJob, JobExtra, LoadJob, Queued, RecordReader
+from .records import (
+    KINDS, Acked, Active, CorruptRecord, DedupGone, DelJob, JobExtra, LoadJob, Queued, RecordReader, Version,
+)
 
 __all__ = ["CHUNK", "PROGRESS_MIN_SIZE", "Problem", "Report", "check", "cut", "run"]
 
@@ -49,7 +51,7 @@ CHUNK = 256 << 10  # smaller pieces decode no faster, larger ones slower (cache)
 PROGRESS_MIN_SIZE = 16 << 20
 
 _NAMES = {LoadJob: "LOADJOB", Queued: "QUEUED", Active: "ACTIVE", Acked: "ACKED", DelJob: "DELJOB", JobExtra: "JOBEXTRA",
-          DedupGone: "DEDUPGONE"}
+          DedupGone: "DEDUPGONE", Version: "VERSION"}
 #: Kind names in the order of the format's table.
 KIND_NAMES = tuple(k.decode() for k in KINDS)
 

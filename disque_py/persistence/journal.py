@@ -23,7 +23,7 @@ from collections.abc import Iterable, Iterator
 
 from ..core.job import WAIT_REPL, Job
 from ..core.store import J_ACKED, J_ACTIVE, J_DEL, J_GONE, J_LOAD
-from .records import encode_acked, encode_active, encode_deljob, encode_extra, encode_gone, encode_job
+from .records import encode_acked, encode_active, encode_deljob, encode_extra, encode_gone, encode_job, encode_version
 
 __all__ = ["encode_entries", "snapshot"]
 
@@ -52,10 +52,11 @@ def encode_entries(entries: Iterable[tuple[int, Job]], wall_offset: int) -> byte
 
 
 def snapshot(jobs: Iterable[Job], wall_offset: int, chunk: int = 4096,
-             gone: Iterable[tuple[bytes, int]] = ()) -> Iterator[bytes]:  # fmt: skip
-    """Every job's LOADJOB, ``chunk`` jobs to a string (a rewrite writes them one by one), then
-    the DEDUP IDs remembered (``gone``: (ID, until on the core's clock), ``Lifecycle.gone``)."""
-    out: list[bytes] = []
+             gone: Iterable[tuple[bytes, int]] = (), release: str = "") -> Iterator[bytes]:  # fmt: skip
+    """The VERSION record of ``release`` (the writer's, when given), the DEDUP IDs remembered
+    (``gone``: (ID, until on the core's clock), ``Lifecycle.gone``), then every job's LOADJOB,
+    ``chunk`` jobs to a string (a rewrite writes them one by one)."""
+    out: list[bytes] = [encode_version(release)] if release else []
     for job_id, until in gone:
         out.append(encode_gone(job_id, until + wall_offset))
     for job in jobs:

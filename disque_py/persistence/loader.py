@@ -10,14 +10,20 @@ controlled restart, puts queued jobs back in their queues).
 
 A damaged record raises ``records.CorruptRecord`` (its byte offset and reason) after the
 records before it were applied; what the shell does then (stop the node) is its call.
+A VERSION record is noted (``last_release``: the last one read, "" before any, as in a file
+of 0.1.0's; ``newer``: the first release newer than ``release``, this node's, that wrote
+some of the file), so that the shell can say what a record it cannot read came from.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ..core.features import release_key
 from ..core.lifecycle import Lifecycle
-from .records import Acked, Active, DedupGone, DelJob, JobExtra, LoadJob, Queued, Record, RecordReader, Truncated
+from .records import (
+    Acked, Active, DedupGone, DelJob, JobExtra, LoadJob, Queued, Record, RecordReader, Truncated, Version,
+)
 
 if TYPE_CHECKING:
     from ..core.node import Node
@@ -26,11 +32,14 @@ __all__ = ["Loader"]
 
 
 class Loader:
-    def __init__(self, node: "Node") -> None:
+    def __init__(self, node: "Node", release: str = "") -> None:
         self.node = node
         self.reader = RecordReader()
         self.records = 0
         self.expired = 0  # LOADJOBs of jobs whose TTL ended meanwhile
+        self.release = release  # this node's
+        self.last_release = ""  # the last VERSION record's ("": none yet)
+        self.newer = ""  # the first release newer than ours that wrote part of the file
         life = node.lifecycle
         self._life: Lifecycle = life
         self._by_kind = {
@@ -71,10 +80,17 @@ class Loader:
                 life.restore_extra(record.id, record.extra)
             elif type(record) is DedupGone:
                 life.restore_gone(record.id, record.until)
+            elif isinstance(record, Version):  # (isinstance: mypy narrows the else branch by it)
+                self._version(record.release)
             else:
                 by_kind[type(record)](record.id)
         self.records += len(got)
         self.expired += expired
+
+    def _version(self, release: str) -> None:
+        self.last_release = release
+        if not self.newer and self.release and release_key(release) > release_key(self.release):
+            self.newer = release
 
     def finish(self, enqueue_once: bool) -> tuple[Truncated | None, dict[str, int]]:
         """The end of the file: a partial record left (or None), and the restored counts."""

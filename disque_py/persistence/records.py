@@ -48,6 +48,13 @@ Disque's commands where one exists:
 * ``DEDUPGONE id until``: a DEDUP job was deleted here; its ID is remembered
   (a repeat ADDJOB answers it, adding nothing) until ``until``, wall-clock ms
   (``core/dedup.py``).
+* ``VERSION release``: the records after it were written by disque-py ``release``
+  (``0.2.0``; 1-32 letters, digits and ``.+-_``). A node writes it first in a file it
+  makes (a rewrite) and when it starts appending to a file whose last VERSION is not its
+  own (or that has none: written by 0.1.0, the release before this record). A loader
+  that meets a record it cannot read after a newer release's VERSION says so
+  (``server/aof.py``): a newer release's kinds are unknown to an older one, which refuses
+  them rather than guessing (the format's rule below).
 
 Why the numbers share one element: a bulk string per field would make a
 LOADJOB 16 elements long, and decoding costs a few hundred nanoseconds of
@@ -106,6 +113,7 @@ __all__ = [
     "DelJob",
     "JobExtra",
     "DedupGone",
+    "Version",
     "Record",
     "KINDS",
     "MAX_BULK_LEN",
@@ -120,6 +128,7 @@ __all__ = [
     "encode_deljob",
     "encode_extra",
     "encode_gone",
+    "encode_version",
     "load_job_record",
 ]
 
@@ -244,7 +253,12 @@ class DedupGone:
     until: int  # wall-clock ms
 
 
-Record = LoadJob | Queued | Active | Acked | DelJob | JobExtra | DedupGone
+@dataclass(frozen=True, slots=True)
+class Version:
+    release: str  # the disque-py release that wrote the records after this one
+
+
+Record = LoadJob | Queued | Active | Acked | DelJob | JobExtra | DedupGone | Version
 
 
 # --- encoding -------------------------------------------------------------------------
@@ -306,6 +320,14 @@ def encode_deljob(job_id: bytes) -> bytes:
     return _finish([b"DELJOB", bytes(job_id)])
 
 
+def encode_version(release: str) -> bytes:
+    """The VERSION record: what follows was written by ``release``."""
+    raw = release.encode()
+    if _RELEASE_RE.fullmatch(raw) is None:
+        raise ValueError("a release is 1-%d letters, digits and .+-_: %r" % (_RELEASE_MAX, release))
+    return _finish([b"VERSION", raw])
+
+
 _ENCODERS: dict[type, Callable[[Any], bytes]] = {
     LoadJob: encode_loadjob,
     JobExtra: _encode_jobextra,
@@ -314,6 +336,7 @@ _ENCODERS: dict[type, Callable[[Any], bytes]] = {
     Active: lambda r: encode_active(r.id),
     Acked: lambda r: encode_acked(r.id),
     DelJob: lambda r: encode_deljob(r.id),
+    Version: lambda r: encode_version(r.release),
 }
 
 
@@ -474,6 +497,16 @@ def _decode_dedupgone(e: list[bytes]) -> DedupGone:
     return DedupGone(bytes(e[1]), int(e[2]))
 
 
+_RELEASE_MAX: Final = 32
+_RELEASE_RE: Final = re.compile(rb"[0-9A-Za-z.+_-]{1,32}")
+
+
+def _decode_version(e: list[bytes]) -> Version:
+    if _RELEASE_RE.fullmatch(e[1]) is None:
+        raise _Bad("VERSION: a release is 1-32 letters, digits and .+-_")
+    return Version(e[1].decode("ascii"))
+
+
 class Kind(NamedTuple):
     count: int  # type: ignore[assignment]  # elements, the kind and the checksum included
     decode: Callable[[list[bytes]], Record]  # the elements before the checksum -> record; raises _Bad
@@ -492,6 +525,7 @@ KINDS: dict[bytes, Kind] = {
     b"DELJOB": Kind(3, _id_decoder(DelJob), _ID_LIMITS),
     b"JOBEXTRA": Kind(4, _decode_jobextra, (16, JOB_ID_LEN, _MAX_EXTRA)),
     b"DEDUPGONE": Kind(4, _decode_dedupgone, (16, JOB_ID_LEN, 20)),
+    b"VERSION": Kind(3, _decode_version, (16, _RELEASE_MAX)),
 }  # fmt: skip
 _COUNTS = frozenset(k.count for k in KINDS.values())
 _KIND_LIMIT = 16

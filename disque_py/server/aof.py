@@ -51,6 +51,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import trio
 
+from .. import __version__
 from ..core.replies import Error
 from . import faults
 from .gcpolicy import policy as gc_policy
@@ -143,6 +144,9 @@ class Aof:
         self.last_bgrewrite_ok = True
         self.rewrites = 0
         self.shutdown_rewrite = False
+        # The release that wrote the end of the file (its last VERSION record; "" for none, a
+        # file of 0.1.0's; None: no file): one of another release gets ours before our records.
+        self.file_release: str | None = None
 
     # ------------------------------------------------------------------ paths
     @property
@@ -384,7 +388,7 @@ class Aof:
         log.info("Loading the append only file %s (%d bytes)...", path, total)
         self.loading = True
         start = last = time.monotonic()
-        loader = Loader(self.node)
+        loader = Loader(self.node, __version__)
         try:
             with gc_policy.paused():  # the jobs live long: none examined by the collector (gcpolicy)
                 with open(path, "rb") as f:
@@ -395,6 +399,14 @@ class Aof:
                         try:
                             loader.feed(chunk)
                         except CorruptRecord as exc:
+                            if loader.newer:
+                                raise AofLoadError(
+                                    "The append only file %s was written in part by disque-py %s, newer than this "
+                                    "node's %s, and its record at byte offset %d is one this release cannot read "
+                                    "(%s). Start this node with disque-py %s or later. Do not run check-aof --fix on "
+                                    "it: it would cut the file there, and every job after that offset would be lost."
+                                    % (path, loader.newer, __version__, exc.offset, exc.reason, loader.newer)
+                                ) from None
                             raise AofLoadError(
                                 "Bad file format reading the append only file %s: corrupt record at byte offset %d "
                                 "(%s). Make a backup of it, then run `disque-py check-aof --fix %s`."
@@ -410,6 +422,10 @@ class Aof:
                 truncated, counts = loader.finish(cfg.aof_enqueue_jobs_once)
         finally:
             self.loading = False
+        self.file_release = loader.last_release
+        if loader.newer:
+            log.warning("The append only file %s was written in part by disque-py %s, newer than this node's %s: "
+                        "every record was read", path, loader.newer, __version__)  # fmt: skip
         if truncated is not None:
             if not cfg.aof_load_truncated:
                 raise AofLoadError(
@@ -432,6 +448,11 @@ class Aof:
     def open_for_append(self) -> None:
         """appendonly yes at start (after :meth:`load`): append to the file, creating it."""
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        if self.file_release != __version__:  # what follows was written by this release
+            from ..persistence.records import encode_version
+
+            _write_all(fd, encode_version(__version__))
+            self.file_release = __version__
         self.fd = fd
         self.size = self.base_size = self.synced_size = os.fstat(fd).st_size
         self.state = "on"
@@ -548,7 +569,7 @@ class Aof:
         unsynced = 0
         try:
             gone = list(self.node.lifecycle.gone.items())
-            for data in snapshot(self.node.store.values(), self.node.ctx.wall_offset, gone=gone):
+            for data in snapshot(self.node.store.values(), self.node.ctx.wall_offset, gone=gone, release=__version__):
                 _write_all(fd, data)
                 unsynced += len(data)
                 if incremental and unsynced >= INCREMENTAL_FSYNC_BYTES:  # no burst of dirty pages at the end

@@ -51,11 +51,13 @@ from cluster_bus.membership import (
     SaveConfig,
 )
 from cluster_bus.membership import Send as BusSend
-from cluster_bus.messages import BUS_PORT_OFFSET, NODE_LEAVING, Data, DataBatch
+from cluster_bus.messages import BUS_PORT_OFFSET, NODE_LEAVING, VERSION_KIND, Data, DataBatch
 from cluster_bus.tls import TlsTransport
 
+from .. import __version__
 from ..config import ConfigError
 from ..core.commandspec import CommandSpec
+from ..core.features import FEATURES, UNANNOUNCED, UNANNOUNCED_RELEASE
 from ..core.replies import OK, Error, Status, err, syntax_error
 from .contracts import now_ms
 from .logs import log
@@ -92,13 +94,14 @@ class CoreFeed:
     next (the core's timers look again: a message may have set an earlier one).
     """
 
-    __slots__ = ("node", "apply_effects", "after_input", "handler_errors")
+    __slots__ = ("node", "apply_effects", "after_input", "handler_errors", "unknown_told")
 
     def __init__(self, node: "Node", apply_effects: Callable[[], None], after_input: Callable[[], None]) -> None:
         self.node = node
         self.apply_effects = apply_effects
         self.after_input = after_input
         self.handler_errors = 0
+        self.unknown_told = 0  # how many of node.unknown_kinds were logged
 
     def cluster_data(self, sender: str, items: Iterable[tuple[str, Any]]) -> None:
         """Messages from ``sender``, in order. One whose handler raises is logged and counted;
@@ -112,8 +115,20 @@ class CoreFeed:
                 self.handler_errors += 1
                 log.error("Error handling a %s message from node %s (handler errors so far: %d)",
                           kind, sender[:8], self.handler_errors, exc_info=True)  # fmt: skip
+        if len(node.unknown_kinds) != self.unknown_told:
+            self.tell_unknown(sender)
         self.apply_effects()
         self.after_input()
+
+    def tell_unknown(self, sender: str) -> None:
+        """Log each kind of message this release does not know once (they are counted: CLUSTER
+        INFO's cluster_stats_messages_unknown)."""
+        kinds = list(self.node.unknown_kinds)
+        for kind in kinds[self.unknown_told :]:
+            log.warning("Cluster bus: node %s sent a %r message, a kind this release (%s) does not know: dropped "
+                        "(a newer release's? each such kind is logged once, all are counted in CLUSTER INFO's "
+                        "cluster_stats_messages_unknown)", sender[:8], kind, __version__)  # fmt: skip
+        self.unknown_told = len(kinds)
 
 
 
@@ -162,6 +177,8 @@ class ClusterService:
         self.announce_port = config.port or getattr(config, "tls_port", 0) or 0
         self._fresh = False  # no nodes.conf yet: the new identity is written in run()
         self.membership = self._load(advertised_ip, now, wall_offset)
+        # our release on every link we open, and the job layer's optional parts we understand
+        self.membership.announce(__version__, FEATURES, UNANNOUNCED_RELEASE)
         secret = getattr(config, "cluster_secret", "") or ""
         self.secret = secret.encode() if secret else None
         self.bus: Bus | None = None
@@ -327,7 +344,7 @@ class ClusterService:
             self.received_by_kind.update(map(_kind_of, msg.items))  # C loop (Counter), for /metrics
             self.host.cluster_data(msg.sender, msg.items)
             return
-        if kind is Data:
+        if kind is Data and msg.kind != VERSION_KIND:  # a release's announcement: membership's
             self.stats["messages_received"] += 1
             self.received_by_kind[msg.kind] += 1
             self.host.cluster_data(msg.sender, ((msg.kind, msg.body),))
@@ -410,6 +427,15 @@ class ClusterService:
         node.hello_nodes = m.hello()
         me = m.node(m.my_id)
         node.ctx.leaving = bool(me is not None and me.flags & NODE_LEAVING)
+        # Peers that lack some of our features (core/features.py): unknown yet, or announced none,
+        # is the release of before announcements.
+        lacking = {}
+        for nid, _, features in m.releases():
+            have = UNANNOUNCED if features is None else features
+            if not FEATURES <= have:
+                lacking[nid] = have
+        if lacking != node.ctx.lacking:
+            node.ctx.lacking = lacking
         if node.id != m.my_id:
             node.set_id(m.my_id)
 
@@ -471,6 +497,8 @@ class ClusterService:
                 fields["cluster_stats_handler_errors"] = getattr(self.host, "handler_errors", 0)
                 # job-layer messages a peer got wrong (unknown kind, bad shape): dropped by the core
                 fields["cluster_stats_messages_malformed"] = self.node.bus_stats["messages_malformed"]
+                # messages of a kind this release does not know (a newer peer's): dropped
+                fields["cluster_stats_messages_unknown"] = self.node.bus_stats["messages_unknown"]
                 if self.bus is not None:
                     for key, value in self.bus.stats.items():
                         fields["cluster_stats_bus_" + key] = value

@@ -113,7 +113,7 @@ def join(nodes: list[NodeProcess]) -> None:
     def meshed() -> bool:
         for n in nodes:
             rows = [line.split() for line in n.client().execute_command("CLUSTER", "NODES").decode().splitlines()]
-            if len(rows) != len(nodes) or any(row[-1] != "connected" for row in rows):
+            if len(rows) != len(nodes) or any(row[5] != "connected" for row in rows):
                 return False
         return True
 

@@ -958,3 +958,93 @@ def test_a_peer_that_stops_answering_loses_its_inbound_links_too() -> None:
     m.receive(7, Ping(peer, PORT, 0), t + 1)
     assert not [e for e in m.take_effects() if isinstance(e, Close)]
     check_invariants(m)
+
+
+# ---------------------------------------------------------------------------
+# Releases: what each node announces, and what it knows of its peers
+# ---------------------------------------------------------------------------
+def _announced(net: SimNet, releases: dict[int, tuple[str, tuple[str, ...]]]) -> None:
+    for i, (release, features) in releases.items():
+        net.m(i).announce(release, features, unannounced="0.1.0")
+
+
+def test_releases_are_announced_on_every_link_and_learned_from_the_answer() -> None:
+    net = SimNet(3)
+    _announced(net, {0: ("0.2.0", ("priority", "returned")), 1: ("0.3.0", ("priority", "returned", "zz"))})
+    # node 2 announces nothing, as a node of before announcements (0.1.0)
+    net.meet(0, 1)
+    net.meet(0, 2)
+    net.run_until(net.all_clean, 5000)
+    a = net.m(0)
+    b, c = a.node(net.ids[1]), a.node(net.ids[2])
+    assert (b.release, b.features) == ("0.3.0", frozenset({"priority", "returned", "zz"}))
+    assert net.m(1).node(net.ids[0]).release == "0.2.0"
+    # the silent one: unknown until a second PONG came without an answer, then "0.1.0"
+    net.run_until(lambda: None not in (c.release, net.m(1).node(net.ids[2]).release), 10_000)
+    assert (c.release, c.features) == ("0.1.0", None)
+    assert net.m(1).node(net.ids[2]).release == "0.1.0"
+    # CLUSTER NODES: Disque's six fields, then the release; nodes.conf without it
+    rows = {line.split()[0]: line.split() for line in a.nodes_text().splitlines()}
+    assert [len(r) for r in rows.values()] == [7, 7, 7]
+    assert {k: r[6] for k, r in rows.items()} == {net.ids[0]: "0.2.0", net.ids[1]: "0.3.0", net.ids[2]: "0.1.0"}
+    assert all(LINE_RE.match(line) for line in a.save_text().splitlines())
+    # the one that announces nothing keeps Disque's lines exactly, and never answers
+    assert all(LINE_RE.match(line) for line in net.m(2).nodes_text().splitlines())
+    assert net.m(2).node(net.ids[0]).release is None
+    assert all(m.stats["versions_malformed"] == 0 for m in net.members)
+
+
+def test_a_new_link_forgets_what_the_last_one_said() -> None:
+    """A peer restarted (on another release, maybe) is unknown again until it answers."""
+    net = SimNet(2)
+    _announced(net, {0: ("0.2.0", ("priority",)), 1: ("0.2.0", ("priority",))})
+    net.meet(0, 1)
+    net.run_until(lambda: net.all_clean() and net.m(0).node(net.ids[1]).release == "0.2.0", 5000)
+    net.kill(1)
+    net.revive(1)  # from its nodes.conf, announcing nothing now: "downgraded"
+    net.run_until(lambda: net.m(0).node(net.ids[1]).release == "0.1.0", 20_000)
+    assert net.m(0).node(net.ids[1]).features is None
+
+
+@pytest.mark.parametrize("body", [
+    None, "0.2.0", [], ["0.2.0"], [7, []], ["", []], ["x" * 33, []], ["0.2 0", []], ["0.2.0", "priority"],
+    ["0.2.0", [1]], ["0.2.0", ["a b"]], ["0.2.0", ["f"] * 65], [["0.2.0"], []], [b"0.2.0", []],
+])  # fmt: skip
+def test_a_malformed_announcement_is_counted_and_ignored(body) -> None:
+    net = SimNet(2)
+    _announced(net, {0: ("0.2.0", ()), 1: ("0.2.0", ())})
+    net.meet(0, 1)
+    net.run_until(lambda: net.all_clean() and net.m(0).node(net.ids[1]).release == "0.2.0", 5000)
+    a = net.m(0)
+    out = a.link_of(net.ids[1])
+    # on our outbound link (an answer) and on an inbound one (a question): neither is taken
+    a.receive(out, Data(net.ids[1], "VERSION", body), net.now)
+    inbound = next(link for link, (owner, peer, _) in net.links.items() if owner == 0 and link != out)
+    a.receive(inbound, Data(net.ids[1], "VERSION", body), net.now)
+    assert a.stats["versions_malformed"] == 2
+    assert a.node(net.ids[1]).release == "0.2.0"
+    assert not [e for e in a.take_effects() if isinstance(e, Send)]  # no answer to a malformed one
+
+
+def test_a_later_release_may_add_fields_to_its_announcement() -> None:
+    net = SimNet(2)
+    _announced(net, {0: ("0.2.0", ()), 1: ("0.2.0", ())})
+    net.meet(0, 1)
+    net.run_until(lambda: net.all_clean() and net.m(0).node(net.ids[1]).release == "0.2.0", 5000)
+    a = net.m(0)
+    a.receive(a.link_of(net.ids[1]), Data(net.ids[1], "VERSION", ["9.1.0", ["x"], {"more": 1}]), net.now)
+    assert (a.node(net.ids[1]).release, a.node(net.ids[1]).features) == ("9.1.0", frozenset({"x"}))
+    # an answer on our link from someone else than the node at its end is not taken
+    a.receive(a.link_of(net.ids[1]), Data(net.ids[0], "VERSION", ["9.9.9", []]), net.now)
+    assert a.node(net.ids[1]).release == "9.1.0"
+
+
+def test_announce_checks_its_arguments() -> None:
+    m = SimNet(1).m(0)
+    for release, features in (("", ()), ("0.2 0", ()), ("0.2.0", ("a b",)), ("0.2.0", ["f%d" % i for i in range(65)])):
+        with pytest.raises(MembershipError, match="Invalid release or feature"):
+            m.announce(release, features)
+    with pytest.raises(MembershipError, match="Invalid release"):
+        m.announce("0.2.0", (), unannounced="0 1")
+    m.announce("0.2.0", ("b", "a", "a"))
+    assert m.myself.release == "0.2.0" and m.myself.features == frozenset({"a", "b"})

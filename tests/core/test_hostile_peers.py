@@ -216,12 +216,32 @@ def test_a_malformed_message_is_dropped_and_counted(kind, body):
 def test_wrong_kinds_senders_and_bodies_are_counted():
     h = clustered()
     node = h.node
-    cases = [(PEER, "NOSUCHKIND", [GOOD_ID]), (PEER, b"DELJOB", [GOOD_ID]), (PEER, ["DELJOB"], [GOOD_ID]),
+    cases = [(PEER, b"DELJOB", [GOOD_ID]), (PEER, ["DELJOB"], [GOOD_ID]),
              (None, "DELJOB", [GOOD_ID]), (b"x" * 40, "DELJOB", [GOOD_ID]), (PEER, "DELJOB", (GOOD_ID,)),
              (PEER, "DELJOB", "not a list")]  # fmt: skip
     for n, (sender, kind, body) in enumerate(cases, 1):
         node.receive_data(sender, kind, body, h.now)
         assert node.bus_stats["messages_malformed"] == n, (sender, kind, body)
+    assert node.take_effects() == [] and not node.lifecycle.tombstones
+    assert node.bus_stats["messages_unknown"] == 0 and node.unknown_kinds == {}
+
+
+def test_unknown_kinds_are_counted_by_name_and_dropped():
+    """A newer peer's kind of message: dropped, counted apart from the malformed ones, named (at
+    most UNKNOWN_KINDS_MAX names: a peer sending endless new names costs no memory)."""
+    from disque_py.core.node import UNKNOWN_KINDS_MAX
+
+    h = clustered()
+    node = h.node
+    for _ in range(3):
+        node.receive_data(PEER, "NOSUCHKIND", [GOOD_ID, 1, {"x": 2}], h.now)
+    assert node.unknown_kinds == {"NOSUCHKIND": 3}
+    for i in range(UNKNOWN_KINDS_MAX * 2):
+        node.receive_data(PEER, "K%d" % i, [], h.now)
+    node.receive_data(PEER, "NOSUCHKIND", "not even a list", h.now)
+    assert len(node.unknown_kinds) == UNKNOWN_KINDS_MAX and node.unknown_kinds["NOSUCHKIND"] == 4
+    assert node.bus_stats["messages_unknown"] == 4 + UNKNOWN_KINDS_MAX * 2
+    assert node.bus_stats["messages_malformed"] == 0
     assert node.take_effects() == [] and not node.lifecycle.tombstones
 
 

@@ -131,7 +131,8 @@ class NodeProcess:
             extra += ["--" + key.replace("_", "-"), *map(str, values)]
         return launcher.node_argv(self.port, None, *extra, config_file=self.directives.get("config_file") or None)
 
-    def start(self) -> "NodeProcess":
+    def spawn(self) -> subprocess.Popen:
+        """This node's process, started and not awaited (a subclass may run another tree's)."""
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         limit = None
         if self.nofile is not None:
@@ -140,7 +141,10 @@ class NodeProcess:
             def limit() -> None:
                 resource.setrlimit(resource.RLIMIT_NOFILE, (n, n))
 
-        self.proc = launcher.spawn(self.args(), output=self.log_path, cwd=ROOT, env=env, preexec_fn=limit)
+        return launcher.spawn(self.args(), output=self.log_path, cwd=ROOT, env=env, preexec_fn=limit)
+
+    def start(self) -> "NodeProcess":
+        self.proc = self.spawn()
         try:
             launcher.wait_ready(self.proc, self.port, host=self.host, timeout=20, logs=[self.log_path])
         except launcher.LaunchError as exc:
@@ -149,7 +153,7 @@ class NodeProcess:
 
     def exit_code_at_start(self, timeout: float = 20) -> int:
         """Start a node expected to refuse its settings: its exit code (killed after ``timeout`` s)."""
-        proc = launcher.spawn(self.args(), output=self.log_path, cwd=ROOT)
+        proc = self.spawn()
         try:
             return proc.wait(timeout=timeout)
         finally:

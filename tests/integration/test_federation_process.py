@@ -117,7 +117,7 @@ def test_an_at_most_once_job_is_not_pushed_to_a_node_whose_link_is_down(created,
         lines = rb.execute_command("CLUSTER", "NODES").decode().splitlines()
         return next(line.split() for line in lines if line.startswith(a_id))
 
-    wait_for(lambda: a_line()[-1] == "disconnected", timeout=10, what="B's link to A down")
+    wait_for(lambda: a_line()[5] == "disconnected", timeout=10, what="B's link to A down")
     assert "fail" not in a_line()[2]  # not flagged yet: only the link says A is gone
     pushed = rb.info("stats")["jobs_pushed"]
     job_id = rb.execute_command("ADDJOB", "amo", "only-copy", 5000, "REPLICATE", 1, "RETRY", 0)

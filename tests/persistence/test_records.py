@@ -24,6 +24,7 @@ from disque_py.persistence.records import (
     DelJob,
     LoadJob,
     Queued,
+    Version,
     RecordReader,
     Truncated,
     encode,
@@ -64,6 +65,7 @@ SAMPLE = [
     loadjob(ID2, body=b"", queue=b"", nodes=(), state=WAIT_REPL, requeue=0, retry=0),
     Acked(ID1),
     DelJob(ID1),
+    Version("0.2.0"),
 ]
 SAMPLE_BYTES = [encode(r) for r in SAMPLE]
 FILE = b"".join(SAMPLE_BYTES)
@@ -89,6 +91,21 @@ def record_at(offset: int) -> int:
 
 
 # --- round trips ----------------------------------------------------------------------
+
+
+def test_a_version_record_holds_a_release_and_nothing_else():
+    raw = records.encode_version("0.2.0")
+    assert raw.startswith(b"*3\r\n$7\r\nVERSION\r\n$5\r\n0.2.0\r\n")
+    assert decode_all(raw)[0] == [(0, Version("0.2.0"))]
+    for bad in ("", "0.2.0 beta", "x" * 33, "0.2.0\r\n", "é"):
+        with pytest.raises(ValueError, match="a release is 1-32 letters, digits and"):
+            records.encode_version(bad)
+    # a peer's file: a release with a space, or too long, is a corrupt record
+    for bad in (b"0.2 0", b"x" * 33, b""):
+        body = b"*3\r\n$7\r\nVERSION\r\n$%d\r\n%s\r\n" % (len(bad), bad)
+        damaged = body + b"$8\r\n%08x\r\n" % zlib.crc32(body)
+        got, _, err = decode_all(damaged)
+        assert got == [] and err is not None and err.offset == 0, bad
 
 
 def test_every_kind_round_trips_with_its_offset():
@@ -137,9 +154,9 @@ def test_load_job_record_takes_every_field_to_the_wall_clock():
 
 def test_the_fast_path_takes_plain_records_and_agrees_with_the_full_parser():
     odd_node = ("x" * 39 + "!",)  # outside the fast path's node alphabet
-    plain = [loadjob(queue=b"q1"), loadjob(body=b"\x00\r\n" * 300, queue=b""), *SAMPLE[3:]]
-    # a queue name with CR LF, a JOBEXTRA and a DEDUPGONE (rare: the full parser's), an odd node
-    left = [SAMPLE[0], SAMPLE[1], SAMPLE[2], loadjob(nodes=odd_node, queue=b"q")]
+    plain = [loadjob(queue=b"q1"), loadjob(body=b"\x00\r\n" * 300, queue=b""), *SAMPLE[3:-1]]
+    # a queue name with CR LF, a JOBEXTRA, a DEDUPGONE and a VERSION (rare: the full parser's), an odd node
+    left = [SAMPLE[0], SAMPLE[1], SAMPLE[2], SAMPLE[-1], loadjob(nodes=odd_node, queue=b"q")]
     for rec in plain + left:
         raw = bytearray(encode(rec))
         full = RecordReader._parse(raw, 0, len(raw))
