@@ -36,15 +36,22 @@ RETRY = 3  # s: a delivery cut by a restart comes back this soon
 
 
 def previous_release() -> str | None:
-    """The newest tag vX.Y.Z of this clone older than this tree's release (None: no such tag)."""
-    try:
-        out = subprocess.run(["git", "tag", "--list", "v*", "--sort=-v:refname"], cwd=ROOT, capture_output=True,
-                             text=True, timeout=30, check=True).stdout  # fmt: skip
-    except (OSError, subprocess.SubprocessError):
-        return None
-    for tag in out.split():
-        if release_key(tag[1:]) < release_key(__version__):
-            return tag
+    """The newest tag vX.Y.Z of this clone older than this tree's release (None: no such tag).
+    A clone made without tags (or shallow) fetches them from its origin first, when it can."""
+    for attempt in range(2):
+        try:
+            out = subprocess.run(["git", "tag", "--list", "v*", "--sort=-v:refname"], cwd=ROOT, capture_output=True,
+                                 text=True, timeout=30, check=True).stdout  # fmt: skip
+        except (OSError, subprocess.SubprocessError):
+            return None
+        for tag in out.split():
+            if release_key(tag[1:]) < release_key(__version__):
+                return tag
+        if attempt == 0:
+            shallow = subprocess.run(["git", "rev-parse", "--is-shallow-repository"], cwd=ROOT, capture_output=True,
+                                     text=True, timeout=30).stdout.strip() == "true"  # fmt: skip
+            subprocess.run(["git", "fetch", "--quiet", "--tags", *(["--unshallow"] if shallow else []), "origin"],
+                           cwd=ROOT, capture_output=True, timeout=120)  # fmt: skip
     return None
 
 
