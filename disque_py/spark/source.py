@@ -1,4 +1,5 @@
-"""The ``disque`` data source for PySpark: batch write, batch read, at-least-once streaming read.
+"""The ``disque`` data source for PySpark: batch write, batch read, at-least-once streaming read,
+exactly-once stream sink.
 
 Users reach it as ``spark.read.format("disque")`` (found through the top-level
 module ``pyspark_disque``, no registration needed) or after
@@ -42,7 +43,17 @@ docs/SPARK.md; what runs where:
   so when nothing new arrives the source ends one empty batch to get the
   last one committed. Guarantee: at-least-once (a job is acknowledged only
   after the sink committed its batch); a batch that was running when the
-  query died is delivered again.
+  query died is delivered again. Each row's ``ctime`` (event time) comes
+  from a SHOW pipelined with the take (``eventTime``). How much a batch
+  takes: ``maxJobsPerTrigger`` (Spark's ReadMaxRows), ``maxBytesPerTrigger``
+  (``_Prefetcher._pop``), ``minJobsPerTrigger``/``maxTriggerDelay`` (no batch
+  until that many are ready, or the delay passed since the last one).
+  ``reportLatestOffset`` carries the lag (queued jobs, the oldest one's age,
+  jobs held), which Spark puts in every progress event.
+* **stream sink** (``DisqueStreamWriter``, on executors): each micro-batch
+  as a batch write whose every row has a DEDUP key, its ``dedupColumn`` or
+  ``sinkId/batch/partition/row`` (:mod:`.sink`): a batch Spark runs again
+  adds no job twice.
 """
 
 from __future__ import annotations
