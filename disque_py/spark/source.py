@@ -234,17 +234,33 @@ class DisqueCommitMessage(WriterCommitMessage):
         self.nodes = nodes
 
 
-class DisqueWriter(DataSourceWriter):
+class _Jobs:
+    """What a batch writer and the stream writer share: the options and the columns (checked on the
+    driver), and the task's rows made jobs (on an executor)."""
+
     def __init__(self, o: opts.Options, columns: tuple[int | None, int | None, int | None]) -> None:
         self.o = o
         self.columns = columns
 
-    def write(self, iterator: Iterator[Any]) -> DisqueCommitMessage:
+    def _add(self, iterator: Iterator[Any], stream: bool) -> DisqueCommitMessage:
         from pyspark import TaskContext
 
         context = TaskContext.get()
         part = context.partitionId() if context is not None else 0
-        return DisqueCommitMessage(*RowsToJobs(self.o, self.columns).write(part, iterator))
+        prefix = None
+        if stream and self.o.dedup_column is None:
+            sink_id = self.o.sink_id or (context.getLocalProperty(QUERY_ID) if context is not None else None)
+            batch = context.getLocalProperty(BATCH_ID) if context is not None else None
+            if not sink_id or batch is None:
+                raise RuntimeError("disque: a stream sink task without its query's id and batch id (Spark's "
+                                   "local properties %s, %s)" % (QUERY_ID, BATCH_ID))  # fmt: skip
+            prefix = position_prefix(sink_id, int(batch), part)
+        return DisqueCommitMessage(*RowsToJobs(self.o, self.columns, prefix).write(part, iterator))
+
+
+class DisqueWriter(_Jobs, DataSourceWriter):
+    def write(self, iterator: Iterator[Any]) -> DisqueCommitMessage:
+        return self._add(iterator, stream=False)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         jobs = sum(m.jobs for m in messages if isinstance(m, DisqueCommitMessage))
@@ -256,31 +272,15 @@ class DisqueWriter(DataSourceWriter):
 
 
 # ==================================================================== stream write
-class DisqueStreamWriter(DataSourceStreamWriter):
+class DisqueStreamWriter(_Jobs, DataSourceStreamWriter):
     """``writeStream.format("disque")``: each micro-batch's rows become jobs as in a batch write,
     each with a DEDUP key (its ``dedupColumn`` value, else ``sinkId/batch/partition/row``: see
     :mod:`.sink`), so a batch Spark runs again after a crash, or a task it retries, adds no job
     twice. ``commit`` and ``abort`` run on the driver and only log: the jobs are in the queues
     once ``write`` returns (a consumer may take them before the batch is committed)."""
 
-    def __init__(self, o: opts.Options, columns: tuple[int | None, int | None, int | None]) -> None:
-        self.o = o
-        self.columns = columns
-
     def write(self, iterator: Iterator[Any]) -> DisqueCommitMessage:
-        from pyspark import TaskContext
-
-        context = TaskContext.get()
-        part = context.partitionId() if context is not None else 0
-        prefix = None
-        if self.o.dedup_column is None:
-            sink_id = self.o.sink_id or (context.getLocalProperty(QUERY_ID) if context is not None else None)
-            batch = context.getLocalProperty(BATCH_ID) if context is not None else None
-            if not sink_id or batch is None:
-                raise RuntimeError("disque: a stream sink task without its query's id and batch id (Spark's "
-                                   "local properties %s, %s)" % (QUERY_ID, BATCH_ID))  # fmt: skip
-            prefix = position_prefix(sink_id, int(batch), part)
-        return DisqueCommitMessage(*RowsToJobs(self.o, self.columns, prefix).write(part, iterator))
+        return self._add(iterator, stream=True)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         jobs = sum(m.jobs for m in messages if isinstance(m, DisqueCommitMessage))

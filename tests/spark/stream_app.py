@@ -30,6 +30,22 @@ def queue_to_queue(spark, nodes: str, source: str, target: str, max_jobs: int):
             .option("nodes", nodes).option("queue", target).option("retry", 60).option("batchSize", 50))  # fmt: skip
 
 
+def to_files(spark, nodes: str, queue: str, max_jobs: int, out: Path, run: str, hang_at: int = -1):
+    """The crash test's query's writer (checkpoint and trigger to add): each batch's job IDs to
+    OUT/RUN-BATCH.json; batch ``hang_at`` is written, then OUT/hanging, then the sink hangs."""
+
+    def sink(df, batch_id: int) -> None:
+        ids = [r.id for r in df.select("id").collect()]
+        path = out / ("%s-%d.json" % (run, batch_id))
+        path.write_text(json.dumps(ids))
+        if batch_id == hang_at:
+            (out / "hanging").write_text(str(os.getpid()))
+            time.sleep(600)
+
+    return (spark.readStream.format("disque").option("nodes", nodes).option("queue", queue)
+            .option("maxJobsPerTrigger", max_jobs).load().writeStream.foreachBatch(sink))  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     for name in ("nodes", "queue", "checkpoint", "out", "run"):
@@ -51,22 +67,11 @@ def main() -> None:
                    .config("spark.executorEnv.PYTHONPATH", os.environ.get("PYTHONPATH", "")))  # fmt: skip
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
-    out = Path(args.out)
-
-    def sink(df, batch_id: int) -> None:
-        ids = [r.id for r in df.select("id").collect()]
-        path = out / ("%s-%d.json" % (args.run, batch_id))
-        path.write_text(json.dumps(ids))
-        if batch_id == args.hang_at:
-            (out / "hanging").write_text(str(os.getpid()))
-            time.sleep(600)
-
     trigger = {"availableNow": True} if args.available_now else {"processingTime": "500 milliseconds"}
     if args.to_queue:
         writer = queue_to_queue(spark, args.nodes, args.queue, args.to_queue, args.max_jobs)
     else:
-        writer = (spark.readStream.format("disque").option("nodes", args.nodes).option("queue", args.queue)
-                  .option("maxJobsPerTrigger", args.max_jobs).load().writeStream.foreachBatch(sink))  # fmt: skip
+        writer = to_files(spark, args.nodes, args.queue, args.max_jobs, Path(args.out), args.run, args.hang_at)
     query = writer.option("checkpointLocation", args.checkpoint).trigger(**trigger).start()
     query.awaitTermination()
 

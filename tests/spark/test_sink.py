@@ -1,5 +1,6 @@
 """The stream sink (``writeStream.format("disque")``) and its twin for Spark 3.5,
-``disque_py.spark.sink.foreach_batch``: a micro-batch Spark runs again adds nothing.
+``disque_py.spark.sink.foreach_batch`` (run here on the installed pyspark): a micro-batch
+Spark runs again adds nothing.
 
 The replay is Spark's own: the query runs to the end (``availableNow``), the
 commit-log entry of its last batch is removed (as when the driver dies after
@@ -27,6 +28,15 @@ def _text_stream(spark, tmp_path):
     return spark.readStream.option("maxFilesPerTrigger", 1).text(str(source)).selectExpr("value AS body")
 
 
+def forget_last_commit(checkpoint) -> None:
+    """As if the last batch wrote its jobs and the driver died before Spark's commit-log entry (the
+    file and its checksum): a restart runs that batch again."""
+    commits = sorted((checkpoint / "commits").glob("[0-9]*"), key=lambda p: int(p.name))
+    assert [c.name for c in commits] == [str(b) for b in range(FILES)]
+    commits[-1].unlink()
+    commits[-1].with_name(".%s.crc" % commits[-1].name).unlink(missing_ok=True)
+
+
 def _run(rows, sink, checkpoint):
     query = sink(rows.writeStream).option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start()
     assert query.awaitTermination(120)
@@ -34,12 +44,9 @@ def _run(rows, sink, checkpoint):
     return query
 
 
-@pytest.mark.parametrize("how", ["format", "foreach_batch"])
-def test_a_replayed_micro_batch_adds_nothing(spark, nodes_option, queue, cluster, tmp_path, how):
+def test_a_replayed_micro_batch_adds_nothing(spark, nodes_option, queue, cluster, tmp_path):
     def sink(writer):
-        if how == "format":
-            return writer.format("disque").option("nodes", nodes_option).option("queue", queue).option("retry", 60)
-        return writer.foreachBatch(foreach_batch(nodes=nodes_option, queue=queue, retry=60))
+        return writer.format("disque").option("nodes", nodes_option).option("queue", queue).option("retry", 60)
 
     rows = _text_stream(spark, tmp_path)
     checkpoint = tmp_path / "ck"
@@ -51,11 +58,7 @@ def test_a_replayed_micro_batch_adds_nothing(spark, nodes_option, queue, cluster
             for b in range(FILES) for p in range(4) for r in range(LINES)}  # fmt: skip
     assert len(ids) == FILES * LINES and ids <= keys
 
-    commits = sorted((checkpoint / "commits").glob("[0-9]*"), key=lambda p: int(p.name))
-    assert [c.name for c in commits] == [str(b) for b in range(FILES)]
-    # The last batch wrote its jobs, then the driver died before its commit (the file and its checksum).
-    commits[-1].unlink()
-    commits[-1].with_name(".%s.crc" % commits[-1].name).unlink(missing_ok=True)
+    forget_last_commit(checkpoint)
     again = _run(rows, sink, checkpoint)
     assert again.id == first.id
     assert sum(p["numInputRows"] for p in again.recentProgress) == LINES  # the last batch ran again
@@ -72,10 +75,19 @@ def test_sink_keys_from_dedup_column_or_sink_id_and_bad_input(spark, nodes_optio
     assert ids_everywhere(cluster, queue) == {
         dedup_job_id(queue.encode(), b"k-line %d-%d" % (f, i), 1).decode() for f in range(FILES) for i in range(LINES)
     }  # a second query with the same business keys added nothing
+    # foreach_batch's keys from its position, named by sink_id; its replayed batch adds nothing either.
     other = queue + "-named"
-    _run(rows.select("body"), lambda w: w.foreachBatch(foreach_batch(sink_id="orders", nodes=nodes_option,
-                                                                     queue=other)), tmp_path / "ck3")  # fmt: skip
-    assert dedup_job_id(other.encode(), b"orders/0/0/0", 1).decode() in ids_everywhere(cluster, other)
+
+    def named(writer):
+        return writer.foreachBatch(foreach_batch(sink_id="orders", nodes=nodes_option, queue=other))
+
+    _run(rows.select("body"), named, tmp_path / "ck3")
+    made = ids_everywhere(cluster, other)
+    assert len(made) == FILES * LINES and dedup_job_id(other.encode(), b"orders/0/0/0", 1).decode() in made
+    forget_last_commit(tmp_path / "ck3")
+    again = _run(rows.select("body"), named, tmp_path / "ck3")
+    assert sum(p["numInputRows"] for p in again.recentProgress) == LINES
+    assert ids_everywhere(cluster, other) == made and queued(cluster, other) == FILES * LINES
 
     def fails(writer_of, message):
         with pytest.raises(Exception, match=message):

@@ -13,6 +13,7 @@ import pytest
 
 from disque_py.client import Client
 from tests.integration.conftest import wait_for
+from tests.spark.stream_app import queue_to_queue, to_files
 from tests.spark.test_source import jobs_left, queued
 
 APP = Path(__file__).with_name("stream_app.py")
@@ -29,7 +30,7 @@ def run_app(nodes: str, queue: str, tmp: Path, run: str, *extra: str) -> subproc
 
 @pytest.mark.timeout(300)
 def test_killed_query_restarts_from_its_checkpoint_and_loses_nothing(spark, nodes_option, queue, cluster, tmp_path):
-    # ``spark``: only to skip without Java; the query runs in processes of its own.
+    # The first driver runs in a process of its own, to be killed.
     (tmp_path / "out").mkdir()
     with Client(nodes_option) as c:
         ids = c.add_jobs(queue, [b"c%d" % i for i in range(3000)], retry=3)
@@ -43,12 +44,11 @@ def test_killed_query_restarts_from_its_checkpoint_and_loses_nothing(spark, node
         os.killpg(first.pid, signal.SIGKILL)  # the driver, its JVM and its Python workers at once
         first.wait(30)
 
-    second = run_app(nodes_option, queue, tmp_path, "run2", "--available-now")
-    try:
-        assert second.wait(180) == 0, (tmp_path / "run2.log").read_text(errors="replace")[-3000:]
-    finally:
-        if second.poll() is None:
-            os.killpg(second.pid, signal.SIGKILL)
+    # Restarted in the test session's own SparkSession (another driver; no second JVM to start).
+    second = (to_files(spark, nodes_option, queue, 500, tmp_path / "out", "run2")
+              .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start())  # fmt: skip
+    assert second.awaitTermination(180)
+    assert second.exception() is None
 
     deliveries = [i for f in sorted((tmp_path / "out").glob("run*.json")) for i in json.loads(f.read_text())]
     assert set(deliveries) == set(ids), "lost: %d" % len(set(ids) - set(deliveries))
@@ -86,7 +86,6 @@ def test_queue_to_queue_killed_at_random_points_writes_each_output_once(request,
     proof runs every driver in a process of its own on the standalone cluster."""
     import random
 
-    from tests.spark.stream_app import queue_to_queue
 
     target = queue + "-out"
     (tmp_path / "out").mkdir()
