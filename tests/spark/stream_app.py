@@ -27,7 +27,8 @@ def queue_to_queue(spark, nodes: str, source: str, target: str, max_jobs: int):
     jobs = (spark.readStream.format("disque").option("nodes", nodes).option("queue", source)
             .option("maxJobsPerTrigger", max_jobs).load())  # fmt: skip
     return (jobs.selectExpr("concat('done ', cast(body AS string)) AS body").writeStream.format("disque")
-            .option("nodes", nodes).option("queue", target).option("retry", 60).option("batchSize", 50))  # fmt: skip
+            .option("nodes", nodes).option("queue", target).option("retry", 60).option("batchSize", 50)
+            .option("timeout", 60_000))  # fmt: skip
 
 
 def to_files(spark, nodes: str, queue: str, max_jobs: int, out: Path, run: str, hang_at: int = -1):

@@ -93,7 +93,12 @@ def test_queue_to_queue_killed_at_random_points_writes_each_output_once(request,
     master = spark_master if full else "local[2]"
     with Client(nodes_option) as c:
         for k in range(0, CRASH_JOBS, 5000):
-            c.add_jobs(queue, [b"j%d" % i for i in range(k, min(CRASH_JOBS, k + 5000))], retry=5, timeout_ms=60_000)
+            bodies = [b"j%d" % i for i in range(k, min(CRASH_JOBS, k + 5000))]
+            # ASYNC (the copies made in the background) and each body its own DEDUP key: a chunk
+            # refused in part (-NOREPL on a machine so busy that a node looks down for a moment) is
+            # sent again without adding a job twice.
+            wait_for(lambda: c.add_jobs(queue, bodies, retry=5, async_=True, dedup=lambda b: b), 300,
+                     interval=1, what="the source jobs added")  # fmt: skip
     rng = random.Random()
     for kill in range(CRASH_KILLS):
         run = "kill%d" % kill
