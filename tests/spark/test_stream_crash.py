@@ -28,6 +28,12 @@ def run_app(nodes: str, queue: str, tmp: Path, run: str, *extra: str) -> subproc
     )
 
 
+def every_job_queued(cluster, queue: str) -> bool:
+    """Every job of ``queue`` not acknowledged is in a queue: those a killed driver had taken are
+    back after their RETRY (a Trigger.AvailableNow query counts the queued jobs when it starts)."""
+    return queued(cluster, queue) == len(jobs_by_id(cluster, queue))
+
+
 @pytest.mark.timeout(300)
 def test_killed_query_restarts_from_its_checkpoint_and_loses_nothing(spark, nodes_option, queue, cluster, tmp_path):
     # The first driver runs in a process of its own, to be killed.
@@ -44,7 +50,9 @@ def test_killed_query_restarts_from_its_checkpoint_and_loses_nothing(spark, node
         os.killpg(first.pid, signal.SIGKILL)  # the driver, its JVM and its Python workers at once
         first.wait(30)
 
-    # Restarted in the test session's own SparkSession (another driver; no second JVM to start).
+    # Restarted in the test session's own SparkSession (another driver; no second JVM to start),
+    # once the jobs the killed driver held are queued again: availableNow counts queued jobs.
+    wait_for(lambda: every_job_queued(cluster, queue), 60, what="the killed driver's jobs queued again")
     second = (to_files(spark, nodes_option, queue, 500, tmp_path / "out", "run2")
               .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start())  # fmt: skip
     assert second.awaitTermination(180)
@@ -114,6 +122,7 @@ def test_queue_to_queue_killed_at_random_points_writes_each_output_once(request,
             app.wait(30)
         print("kill %d: after %d outputs (aimed at %d)" % (kill + 1, queued(cluster, target), at))
 
+    wait_for(lambda: every_job_queued(cluster, queue), 120, what="the killed driver's jobs queued again")
     if full:
         last = run_app(nodes_option, queue, tmp_path, "last", "--to-queue", target, "--master", master,
                        "--available-now")  # fmt: skip
