@@ -47,11 +47,48 @@ def test_defaults_and_case_insensitive_keys():
         ({"nodes": "h:1", "queue": "q", "dedupColumn": " "}, "write", "option 'dedupcolumn' must name a column"),
         ({"nodes": "h:1", "queue": "q", "dedupColumn": "k"}, "read", "option 'dedupcolumn' does not apply to a read"),
         ({"nodes": "h:1", "queue": "q", "dedupColumn": "k"}, "stream", "option 'dedupcolumn' does not apply to a stream"),
+        # the stream sink takes the write options, and sinkId only it
+        ({"nodes": "h:1", "queue": "q", "sinkId": "s"}, "write", "option 'sinkid' does not apply to a write"),
+        ({"nodes": "h:1", "queue": "q", "sinkId": " "}, "sink", "option 'sinkid' must be a non-empty name"),
+        ({"nodes": "h:1", "queue": "q", "sinkId": "x" * 201}, "sink", "of at most 200 bytes"),
+        ({"nodes": "h:1", "queue": "q", "mode": "consume"}, "sink", "option 'mode' does not apply to a sink"),
+        ({"nodes": "h:1", "queue": "q", "retry": "-1"}, "sink", "option 'retry' must be >= 0"),
+        # admission knobs
+        ({"nodes": "h:1", "queue": "q", "maxBytesPerTrigger": "0"}, "stream", "option 'maxbytespertrigger' must be >= 1"),
+        ({"nodes": "h:1", "queue": "q", "maxBytesPerTrigger": "1MB"}, "stream",
+         "option 'maxbytespertrigger' must be an integer"),
+        ({"nodes": "h:1", "queue": "q", "minJobsPerTrigger": "0"}, "stream", "option 'minjobspertrigger' must be >= 1"),
+        ({"nodes": "h:1", "queue": "q", "minJobsPerTrigger": "500", "maxJobsPerTrigger": "100"}, "stream",
+         "option 'minjobspertrigger' (500) must not exceed maxJobsPerTrigger (100)"),
+        ({"nodes": "h:1", "queue": "q", "maxTriggerDelay": "5s"}, "stream",
+         "option 'maxtriggerdelay' needs 'minJobsPerTrigger'"),
+        ({"nodes": "h:1", "queue": "q", "minJobsPerTrigger": "5", "maxTriggerDelay": "soon"}, "stream",
+         "option 'maxtriggerdelay' must be a duration such as 500ms, 30s, 15m or 1h, got 'soon'"),
+        ({"nodes": "h:1", "queue": "q", "minJobsPerTrigger": "5", "maxTriggerDelay": "5 days"}, "stream",
+         "option 'maxtriggerdelay' must be a duration"),
+        ({"nodes": "h:1", "queue": "q", "minJobsPerTrigger": "5", "maxTriggerDelay": "0s"}, "stream",
+         "option 'maxtriggerdelay' must be longer than 0"),
+        ({"nodes": "h:1", "queue": "q", "minJobsPerTrigger": "5"}, "read", "option 'minjobspertrigger' does not apply"),
+        ({"nodes": "h:1", "queue": "q", "eventTime": "often"}, "stream", "option 'eventtime' must be true or false"),
     ],
 )  # fmt: skip
 def test_bad_options_name_the_option(raw, use, message):
     with pytest.raises(ValueError, match="^disque: .*" + re.escape(message)):
         opts.parse(raw, use)
+
+
+def test_sink_and_admission_options():
+    sink = opts.parse({"nodes": "h:1", "queue": "q", "replicate": "2", "sinkId": " orders ",
+                       "checkpointLocation": "/ck"}, "sink")  # fmt: skip
+    assert sink.sink_id == "orders" and sink.replicate == 2 and sink.batch_size == 500 and sink.queue == "q"
+    s = opts.parse({"nodes": "h:1", "queue": "q", "minJobsPerTrigger": "100", "maxTriggerDelay": "500ms",
+                    "maxBytesPerTrigger": "1048576", "eventTime": "false"}, "stream")  # fmt: skip
+    assert (s.min_jobs_per_trigger, s.max_trigger_delay, s.max_bytes_per_trigger, s.event_time) == (100, 0.5, 1 << 20, False)
+    d = opts.parse({"nodes": "h:1", "queue": "q", "minJobsPerTrigger": "1"}, "stream")
+    assert d.max_trigger_delay == 900.0 and d.event_time is True  # Kafka's 15m
+    for text, seconds in (("30s", 30.0), ("15m", 900.0), ("1h", 3600.0), ("2.5", 2.5), ("2 min", 120.0)):
+        assert opts.parse({"nodes": "h:1", "queue": "q", "minJobsPerTrigger": "1", "maxTriggerDelay": text},
+                          "stream").max_trigger_delay == seconds  # fmt: skip
 
 
 def test_dedup_column_is_kept_as_given():

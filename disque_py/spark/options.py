@@ -2,7 +2,8 @@
 
 Spark hands a data source its options as strings (keys case-insensitive).
 :func:`parse` turns them into an :class:`Options` for one use (``write``,
-``read`` or ``stream``), and fails fast with a ``ValueError`` that names the
+``read``, ``stream``, or ``sink``: a stream's ``writeStream.format("disque")``, which takes
+every write option), and fails fast with a ``ValueError`` that names the
 option: a missing or malformed ``nodes``, a missing ``queue``, an option
 unknown to that use (a typo must not be ignored), a number out of range,
 TLS files given with ``tls`` false.
@@ -19,7 +20,7 @@ from ..client.cluster import TLS_SCHEMES, URL_SCHEMES, parse_address
 
 __all__ = ["Options", "parse", "OPTIONS", "USES"]
 
-USES = ("write", "read", "stream")
+USES = ("write", "read", "stream", "sink")
 
 # option (lower case) -> (uses, help). The order is the order of the docs.
 OPTIONS: dict[str, tuple[tuple[str, ...], str]] = {
@@ -53,11 +54,35 @@ OPTIONS: dict[str, tuple[tuple[str, ...], str]] = {
         "a column (string, binary or integer) whose value is each job's ADDJOB DEDUP key: a retried "
         "task or a write run again adds nothing twice within the nodes' dedup-window",
     ),
+    # stream sink
+    "sinkid": (
+        ("sink",),
+        "a stable name of this sink, the first part of each row's DEDUP key (default: the "
+        "streaming query's id, which its checkpoint keeps); ignored with dedupColumn",
+    ),
     # read
     "mode": (("read",), "snapshot (default: read without taking) or consume (take and acknowledge)"),
     "jobsperpartition": (("read",), "jobs per Spark partition of a snapshot (default 20000)"),
     # stream
     "maxjobspertrigger": (("stream",), "at most this many jobs per micro-batch (default: all available)"),
+    "maxbytespertrigger": (
+        ("stream",),
+        "at most about this many body bytes per micro-batch (a soft cap: at least one job; "
+        "default: no cap)",
+    ),
+    "minjobspertrigger": (
+        ("stream",),
+        "wait for at least this many queued jobs before starting a micro-batch, or maxTriggerDelay",
+    ),
+    "maxtriggerdelay": (
+        ("stream",),
+        "with minJobsPerTrigger: the longest wait for them, e.g. 30s, 500ms, 15m (default 15m)",
+    ),
+    "eventtime": (
+        ("stream",),
+        "fill the ctime column (the job's creation time) with a SHOW per job as it is taken "
+        "(default true; false saves that call and leaves ctime null)",
+    ),
     "numpartitions": (("stream",), "Spark partitions per micro-batch (default 2)"),
     "workinginterval": (
         ("stream",),
@@ -75,10 +100,18 @@ OPTIONS: dict[str, tuple[tuple[str, ...], str]] = {
     ),
 }
 
-# Options Spark or common tooling may add on its own, accepted and ignored.
-_IGNORED = {"path"}
+# Options Spark or common tooling may add on its own, accepted and ignored (a stream sink is
+# handed its query's checkpointLocation).
+_IGNORED = {"path", "checkpointlocation"}
 
-_DEFAULT_BATCH = {"write": 500, "read": 500, "stream": 1000}
+_DEFAULT_BATCH = {"write": 500, "read": 500, "stream": 1000, "sink": 500}
+DEFAULT_MAX_TRIGGER_DELAY = 900.0  # seconds: Kafka's 15m
+
+
+def uses_of(key: str) -> tuple[str, ...]:
+    """The uses an option applies to: a stream sink takes every write option."""
+    uses = OPTIONS[key][0]
+    return (*uses, "sink") if "write" in uses and "sink" not in uses else uses
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,6 +142,11 @@ class Options:
     mode: str = "snapshot"
     jobs_per_partition: int = 20000
     max_jobs_per_trigger: int | None = None
+    max_bytes_per_trigger: int | None = None
+    min_jobs_per_trigger: int | None = None
+    max_trigger_delay: float = DEFAULT_MAX_TRIGGER_DELAY
+    event_time: bool = True
+    sink_id: str | None = None
     num_partitions: int = 2
     working_interval: float | None = None
     working_on_take: bool = True
@@ -186,6 +224,25 @@ def _choice(raw: Mapping[str, str], name: str, choices: tuple[str, ...]) -> str 
     return text
 
 
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
+
+
+def _duration(raw: Mapping[str, str], name: str) -> float | None:
+    """Seconds from ``500ms``, ``30s``, ``15m``, ``1h`` or a bare number of seconds (> 0)."""
+    if name not in raw:
+        return None
+    text = str(raw[name]).strip().lower().replace(" ", "")
+    number = text.rstrip("abcdefghijklmnopqrstuvwxyz")
+    unit = text[len(number) :] or "s"
+    try:
+        value = float(number) * _UNITS[unit]
+    except (ValueError, KeyError):
+        raise _fail(name, "must be a duration such as 500ms, 30s, 15m or 1h, got %r" % raw[name]) from None
+    if not value > 0:
+        raise _fail(name, "must be longer than 0, got %r" % raw[name])
+    return value
+
+
 def _names(name: str, text: str) -> tuple[str, ...]:
     names = tuple(part.strip() for part in str(text).split(","))
     if not names or any(not n for n in names):
@@ -237,10 +294,10 @@ def parse(options: Mapping[str, str], use: str) -> Options:
         if known is None:
             raise ValueError(
                 "disque: unknown option '%s' (the %s options are: %s)"
-                % (key, use, ", ".join(k for k, (uses, _) in OPTIONS.items() if use in uses))
+                % (key, use, ", ".join(k for k in OPTIONS if use in uses_of(k)))
             )
-        if use not in known[0]:
-            raise _fail(key, "does not apply to a %s (it is for: %s)" % (use, ", ".join(known[0])))
+        if use not in uses_of(key):
+            raise _fail(key, "does not apply to a %s (it is for: %s)" % (use, ", ".join(uses_of(key))))
     if "queue" in raw and "queues" in raw:
         raise _fail("queues", "and 'queue' are exclusive: give one of them")
     queues: tuple[str, ...] = ()
@@ -292,12 +349,26 @@ def parse(options: Mapping[str, str], use: str) -> Options:
         "mode": _choice(raw, "mode", ("snapshot", "consume")),
         "jobs_per_partition": _int(raw, "jobsperpartition", 1),
         "max_jobs_per_trigger": _int(raw, "maxjobspertrigger", 1),
+        "max_bytes_per_trigger": _int(raw, "maxbytespertrigger", 1),
+        "min_jobs_per_trigger": _int(raw, "minjobspertrigger", 1),
+        "max_trigger_delay": _duration(raw, "maxtriggerdelay"),
+        "event_time": _bool(raw, "eventtime"),
         "num_partitions": _int(raw, "numpartitions", 1, 10_000),
         "working_interval": _float(raw, "workinginterval", 0.01),
         "working_on_take": _bool(raw, "workingontake"),
         "drain_wait": _float(raw, "drainwait", 0.0),
     }
     values.update({k: v for k, v in optional.items() if v is not None})
+    low, high = values.get("min_jobs_per_trigger"), values.get("max_jobs_per_trigger")
+    if low is not None and high is not None and low > high:
+        raise _fail("minjobspertrigger", "(%d) must not exceed maxJobsPerTrigger (%d)" % (low, high))
+    if "maxtriggerdelay" in raw and low is None:
+        raise _fail("maxtriggerdelay", "needs 'minJobsPerTrigger' (it bounds the wait for that many jobs)")
+    if "sinkid" in raw:
+        sink_id = str(raw["sinkid"] or "").strip()
+        if not sink_id or len(sink_id.encode("utf-8")) > 200:
+            raise _fail("sinkid", "must be a non-empty name of at most 200 bytes, got %r" % raw["sinkid"])
+        values["sink_id"] = sink_id
     if "dedupcolumn" in raw:
         column = str(raw["dedupcolumn"] or "").strip()
         if not column:

@@ -1,4 +1,5 @@
-"""The ``disque`` data source for PySpark: batch write, batch read, at-least-once streaming read.
+"""The ``disque`` data source for PySpark: batch write, batch read, at-least-once streaming read,
+exactly-once stream sink.
 
 Users reach it as ``spark.read.format("disque")`` (found through the top-level
 module ``pyspark_disque``, no registration needed) or after
@@ -42,13 +43,22 @@ docs/SPARK.md; what runs where:
   so when nothing new arrives the source ends one empty batch to get the
   last one committed. Guarantee: at-least-once (a job is acknowledged only
   after the sink committed its batch); a batch that was running when the
-  query died is delivered again.
+  query died is delivered again. Each row's ``ctime`` (event time) comes
+  from a SHOW pipelined with the take (``eventTime``). How much a batch
+  takes: ``maxJobsPerTrigger`` (Spark's ReadMaxRows), ``maxBytesPerTrigger``
+  (``_Prefetcher._pop``), ``minJobsPerTrigger``/``maxTriggerDelay`` (no batch
+  until that many are ready, or the delay passed since the last one).
+  ``reportLatestOffset`` carries the lag (queued jobs, the oldest one's age,
+  jobs held), which Spark puts in every progress event.
+* **stream sink** (``DisqueStreamWriter``, on executors): each micro-batch
+  as a batch write whose every row has a DEDUP key, its ``dedupColumn`` or
+  ``sinkId/batch/partition/row`` (:mod:`.sink`): a batch Spark runs again
+  adds no job twice.
 """
 
 from __future__ import annotations
 
 import datetime
-import json
 import logging
 import queue as queue_mod
 import threading
@@ -60,31 +70,22 @@ from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
     DataSourceStreamReader,
+    DataSourceStreamWriter,
     DataSourceWriter,
     InputPartition,
     WriterCommitMessage,
 )
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
-from pyspark.sql.types import (
-    BinaryType,
-    ByteType,
-    IntegerType,
-    LongType,
-    ShortType,
-    StringType,
-    StructField,
-    StructType,
-    TimestampType,
-)
+from pyspark.sql.types import BinaryType, LongType, StringType, StructField, StructType, TimestampType
 
 from ..client import commands as cmd
 from ..client.cluster import Address
 from ..client.errors import DisqueError, ServerError
-from ..core.commands import MAX_DEDUP_KEY
 from ..core.ids import is_at_most_once_id
 from . import options as opts
 from .links import Links, Unreachable, address_text, parse_address_text
-from .spread import SCAN_COUNT, add_batches, assign_snapshot, scan_ids
+from .sink import BATCH_ID, QUERY_ID, RowsToJobs, position_prefix, write_columns
+from .spread import SCAN_COUNT, assign_snapshot, scan_ids
 
 __all__ = ["DisqueDataSource", "SCHEMA", "DisqueCommitMessage"]
 
@@ -140,6 +141,16 @@ def _ctime(value: Any) -> datetime.datetime | None:
     return datetime.datetime.fromtimestamp(value // 1000 / 1e6, tz=datetime.timezone.utc)
 
 
+def _show_ctime(reply: Any) -> datetime.datetime | None:
+    """The creation time in a SHOW reply (None for nil or an error)."""
+    if not isinstance(reply, list):
+        return None
+    for i in range(0, len(reply) - 1, 2):
+        if reply[i] == b"ctime":
+            return _ctime(reply[i + 1])
+    return None
+
+
 def _show_row(reply: Any, node: str) -> tuple | None:
     """A SHOW reply (flat list) -> a SCHEMA row, None for nil."""
     if not isinstance(reply, list):
@@ -183,10 +194,19 @@ class DisqueDataSource(DataSource):
         if overwrite:
             raise ValueError("disque: a queue cannot be overwritten; use .mode(\"append\")")
         o = opts.parse(self.options, "write")
-        columns = _check_write_schema(o, schema)
+        columns = write_columns(o, schema)
         links, _ = _cluster(o)  # fail here, once, if no node answers (not in every task)
         links.close()
         return DisqueWriter(o, columns)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        if overwrite:
+            raise ValueError("disque: a queue cannot be overwritten; use outputMode(\"append\")")
+        o = opts.parse(self.options, "sink")
+        columns = write_columns(o, schema)
+        links, _ = _cluster(o)
+        links.close()
+        return DisqueStreamWriter(o, columns)
 
     def reader(self, schema: StructType) -> DataSourceReader:
         _check_read_schema(schema)
@@ -214,153 +234,33 @@ class DisqueCommitMessage(WriterCommitMessage):
         self.nodes = nodes
 
 
-_KEY_TYPES = (StringType, BinaryType, ByteType, ShortType, IntegerType, LongType)
+class _Jobs:
+    """What a batch writer and the stream writer share: the options and the columns (checked on the
+    driver), and the task's rows made jobs (on an executor)."""
 
-
-def _check_write_schema(o: opts.Options, schema: StructType) -> tuple[int | None, int | None, int | None]:
-    """(index of the body column or None for json, index of the queue column or None, index of the
-    dedupColumn or None)."""
-    names = schema.fieldNames()
-    queue_idx = names.index("queue") if "queue" in names else None
-    if queue_idx is not None and not isinstance(schema.fields[queue_idx].dataType, StringType):
-        raise ValueError(
-            "disque: column 'queue' must be a string (the queue of each row), got %s"
-            % schema.fields[queue_idx].dataType.simpleString()
-        )
-    if queue_idx is None and o.queue is None:
-        raise ValueError("disque: option 'queue' is required (or a string column 'queue' naming each row's queue)")
-    dedup_idx = _dedup_index(o, schema) if o.dedup_column is not None else None
-    if o.body_format == "json":
-        return None, queue_idx, dedup_idx
-    if "body" not in names:
-        raise ValueError(
-            "disque: no column 'body' (string or binary) to write; columns are %s. "
-            "Select one as 'body', or use .option(\"bodyFormat\", \"json\") to send each row as JSON"
-            % ", ".join(names)
-        )
-    body_idx = names.index("body")
-    if not isinstance(schema.fields[body_idx].dataType, (StringType, BinaryType)):
-        raise ValueError(
-            "disque: column 'body' must be a string or binary, got %s (cast it, or use bodyFormat json)"
-            % schema.fields[body_idx].dataType.simpleString()
-        )
-    return body_idx, queue_idx, dedup_idx
-
-
-def _dedup_index(o: opts.Options, schema: StructType) -> int:
-    """The index of ``dedupColumn`` (exact name, else the one column equal to it ignoring case, as
-    Spark resolves names); its type must make a stable key: string, binary or an integer."""
-    names = schema.fieldNames()
-    wanted = o.dedup_column or ""
-    if wanted in names:
-        idx = names.index(wanted)
-    else:
-        close = [i for i, n in enumerate(names) if n.lower() == wanted.lower()]
-        if len(close) != 1:
-            raise ValueError(
-                "disque: option 'dedupcolumn' names column '%s', which the DataFrame does not have "
-                "(columns: %s)" % (wanted, ", ".join(names))
-            )
-        idx = close[0]
-    kind = schema.fields[idx].dataType
-    if not isinstance(kind, _KEY_TYPES):
-        raise ValueError(
-            "disque: the dedupColumn '%s' must be a string, binary or integer column (a stable key), got %s; "
-            "cast it, e.g. .withColumn(\"%s\", col(\"%s\").cast(\"string\"))"
-            % (names[idx], kind.simpleString(), names[idx], names[idx])
-        )
-    return idx
-
-
-def dedup_key(value: Any) -> bytes:
-    """A dedupColumn value -> the DEDUP key's bytes: a string as UTF-8, binary as is, an integer in
-    decimal (so 42 and "42" are the same key). None or empty raises ValueError (the caller names the
-    row)."""
-    if value is None:
-        raise ValueError("is null")
-    if isinstance(value, str):
-        key = value.encode("utf-8")
-    elif isinstance(value, (bytes, bytearray, memoryview)):
-        key = bytes(value)
-    elif isinstance(value, int) and not isinstance(value, bool):
-        key = str(value).encode("ascii")
-    else:
-        raise ValueError("is a %s, not a string, binary or integer" % type(value).__name__)
-    if not key:
-        raise ValueError("is empty")
-    if len(key) > MAX_DEDUP_KEY:
-        raise ValueError("is %d bytes, at most %d" % (len(key), MAX_DEDUP_KEY))
-    return key
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, (bytes, bytearray)):
-        import base64
-
-        return base64.b64encode(value).decode("ascii")
-    if isinstance(value, (datetime.date, datetime.datetime, datetime.time)):
-        return value.isoformat()
-    if hasattr(value, "asDict"):
-        return value.asDict(recursive=True)
-    return str(value)
-
-
-class DisqueWriter(DataSourceWriter):
     def __init__(self, o: opts.Options, columns: tuple[int | None, int | None, int | None]) -> None:
         self.o = o
-        self.body_idx, self.queue_idx, self.dedup_idx = columns
+        self.columns = columns
 
-    def _argvs(self, rows: list, first_row: int) -> list[tuple]:
-        o, body_idx, queue_idx, dedup_idx = self.o, self.body_idx, self.queue_idx, self.dedup_idx
-        extra = cmd.addjob_argv("q", b"", **o.addjob_options())[3:]
-        out = []
-        for n, row in enumerate(rows):
-            queue = row[queue_idx] if queue_idx is not None else o.queue
-            if queue is None or queue == "":
-                raise ValueError("disque: row %d has no queue (its 'queue' column is empty)" % (first_row + n))
-            if body_idx is None:
-                body = json.dumps(row.asDict(recursive=True), default=_json_default, separators=(",", ":"))
-            else:
-                body = row[body_idx]
-                if body is None:
-                    raise ValueError("disque: row %d has a null body" % (first_row + n))
-            if type(body) is str:
-                body = body.encode("utf-8")
-            if dedup_idx is None:
-                out.append((b"ADDJOB", queue.encode("utf-8"), bytes(body), *extra))
-                continue
-            try:
-                key = dedup_key(row[dedup_idx])
-            except ValueError as exc:
-                # A row without a key cannot be added exactly once: fail rather than add it plainly.
-                raise ValueError(
-                    "disque: row %d's DEDUP key (dedupColumn '%s') %s; every row of a write with a "
-                    "dedupColumn needs a non-empty key (filter or fill those rows first)"
-                    % (first_row + n, o.dedup_column, exc)
-                ) from None
-            out.append((b"ADDJOB", queue.encode("utf-8"), bytes(body), *extra, b"DEDUP", key))
-        return out
-
-    def write(self, iterator: Iterator[Any]) -> DisqueCommitMessage:
+    def _add(self, iterator: Iterator[Any], stream: bool) -> DisqueCommitMessage:
         from pyspark import TaskContext
 
         context = TaskContext.get()
         part = context.partitionId() if context is not None else 0
-        jobs, counts = add_batches(self.o, part, self._batches(iterator))
-        return DisqueCommitMessage(jobs, counts)
+        prefix = None
+        if stream and self.o.dedup_column is None:
+            sink_id = self.o.sink_id or (context.getLocalProperty(QUERY_ID) if context is not None else None)
+            batch = context.getLocalProperty(BATCH_ID) if context is not None else None
+            if not sink_id or batch is None:
+                raise RuntimeError("disque: a stream sink task without its query's id and batch id (Spark's "
+                                   "local properties %s, %s)" % (QUERY_ID, BATCH_ID))  # fmt: skip
+            prefix = position_prefix(sink_id, int(batch), part)
+        return DisqueCommitMessage(*RowsToJobs(self.o, self.columns, prefix).write(part, iterator))
 
-    def _batches(self, iterator: Iterator[Any]) -> Iterator[tuple[int, list[tuple]]]:
-        """The rows as (first row number, ADDJOB argvs), ``batchSize`` rows at a time."""
-        rows: list = []
-        row_no = 0
-        for row in iterator:
-            rows.append(row)
-            if len(rows) >= self.o.batch_size:
-                yield row_no, self._argvs(rows, row_no)
-                row_no += len(rows)
-                rows = []
-        if rows:
-            yield row_no, self._argvs(rows, row_no)
+
+class DisqueWriter(_Jobs, DataSourceWriter):
+    def write(self, iterator: Iterator[Any]) -> DisqueCommitMessage:
+        return self._add(iterator, stream=False)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         jobs = sum(m.jobs for m in messages if isinstance(m, DisqueCommitMessage))
@@ -369,6 +269,27 @@ class DisqueWriter(DataSourceWriter):
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         jobs = sum(m.jobs for m in messages if isinstance(m, DisqueCommitMessage))
         log.warning("disque write failed: %d jobs were added before the failure and stay queued", jobs)
+
+
+# ==================================================================== stream write
+class DisqueStreamWriter(_Jobs, DataSourceStreamWriter):
+    """``writeStream.format("disque")``: each micro-batch's rows become jobs as in a batch write,
+    each with a DEDUP key (its ``dedupColumn`` value, else ``sinkId/batch/partition/row``: see
+    :mod:`.sink`), so a batch Spark runs again after a crash, or a task it retries, adds no job
+    twice. ``commit`` and ``abort`` run on the driver and only log: the jobs are in the queues
+    once ``write`` returns (a consumer may take them before the batch is committed)."""
+
+    def write(self, iterator: Iterator[Any]) -> DisqueCommitMessage:
+        return self._add(iterator, stream=True)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        jobs = sum(m.jobs for m in messages if isinstance(m, DisqueCommitMessage))
+        log.info("disque sink: batch %d, %d jobs added by %d tasks", batchId, jobs, len(messages))
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        jobs = sum(m.jobs for m in messages if isinstance(m, DisqueCommitMessage))
+        log.warning("disque sink: batch %d failed; %d jobs were added and stay queued (the batch's rerun "
+                    "adds them no second time)", batchId, jobs)  # fmt: skip
 
 
 # ==================================================================== batch read
@@ -574,6 +495,7 @@ class _Prefetcher:
         self.lock = threading.Condition()
         self.buffer: dict[str, list[tuple]] = {}
         self.count = 0
+        self.bytes = 0  # body bytes in the buffer
         self.held: set[str] = set()  # IDs in the buffer or in batches not yet committed
         self.want = 0
         self.total: int | None = None  # availableNow: jobs left to take in all
@@ -590,24 +512,36 @@ class _Prefetcher:
         with self.lock:
             self.held.difference_update(ids)
 
-    def grab(self, limit: int) -> dict[str, list[tuple]]:
-        """Up to ``limit`` jobs for a new batch: waits until that many are ready or the queues run
-        dry (under availableNow: until ``drainWait`` passed with nothing ready)."""
+    def _want(self, n: int) -> None:
+        self.want = n
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="disque-take", daemon=True)
+            self._thread.start()
+        self.lock.notify_all()
+
+    def ready(self, hold: int) -> int:
+        """The jobs ready now, and keep taking until ``hold`` are (``minJobsPerTrigger``)."""
+        with self.lock:
+            self._want(max(self.want, hold))
+            return self.count
+
+    def grab(self, limit: int, hold: int = 0) -> dict[str, list[tuple]]:
+        """Up to ``limit`` jobs (and ``maxBytesPerTrigger`` of bodies) for a new batch: waits until
+        that many are ready or the queues run dry (under availableNow: until ``drainWait`` passed
+        with nothing ready). ``hold``: jobs to keep taking ahead (``minJobsPerTrigger``)."""
         o = self.reader.o
         with self.lock:
-            self.want = min(limit, PREFETCH_ALL)
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="disque-take", daemon=True)
-                self._thread.start()
+            self._want(max(min(limit, PREFETCH_ALL), hold))
             self.dry = False
-            self.lock.notify_all()
             deadline = time.monotonic() + 30
             idle_since: float | None = None
             while True:
                 if self.error is not None:
                     error, self.error = self.error, None
                     raise error
-                if self.count >= self.want or (self.total is not None and self.count >= self.total):
+                if self.count >= min(self.want, limit) or (self.total is not None and self.count >= self.total):
+                    break
+                if o.max_bytes_per_trigger is not None and self.bytes >= o.max_bytes_per_trigger:
                     break
                 now = time.monotonic()
                 if self.dry:
@@ -621,19 +555,28 @@ class _Prefetcher:
                 if now >= deadline:
                     break
                 self.lock.wait(0.05)
-            return self._pop(limit)
+            return self._pop(limit, o.max_bytes_per_trigger)
 
-    def _pop(self, limit: int) -> dict[str, list[tuple]]:
+    def _pop(self, limit: int, max_bytes: int | None = None) -> dict[str, list[tuple]]:
         out: dict[str, list[tuple]] = {}
         n = 0
+        size = 0
         for node in list(self.buffer):
-            if n >= limit:
+            if n >= limit or (max_bytes is not None and size >= max_bytes):
                 break
             rows = self.buffer[node]
-            part, rest = rows[: limit - n], rows[limit - n :]
+            cut = limit - n
+            if max_bytes is not None:
+                k = 0
+                while k < min(cut, len(rows)) and (size + len(rows[k][2]) <= max_bytes or n + k == 0):
+                    size += len(rows[k][2])
+                    k += 1
+                cut = k
+            part, rest = rows[:cut], rows[cut:]
             if part:
                 out[node] = part
                 n += len(part)
+                self.bytes -= sum(len(r[2]) for r in part)
             if rest:
                 self.buffer[node] = rest
             else:
@@ -671,6 +614,7 @@ class _Prefetcher:
             with self.lock:
                 for node, rows in taken.items():
                     self.buffer.setdefault(node, []).extend(rows)
+                    self.bytes += sum(len(r[2]) for r in rows)
                 self.count += n
                 if n < chunk:
                     self.dry = True
@@ -780,6 +724,7 @@ class DisqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.prefetch = _Prefetcher(self)
         self.retry_hint: dict[str, int] = {}  # queue -> the smallest RETRY seen in a WORKING reply
         self.available_now: int | None = None  # jobs left to take under Trigger.AvailableNow
+        self.last_batch_at = time.monotonic()  # minJobsPerTrigger waits at most maxTriggerDelay from here
         self.stats = {"taken": 0, "replayed": 0, "replay_skipped": 0, "empty_batches": 0,
                       "redelivered_skipped": 0}
         self._next_node = 0
@@ -841,6 +786,7 @@ class DisqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # A job already in our hands (this take, the buffer, a batch not yet committed: ``held``)
         # that another holder queued again before our WORKING reached it is delivered once.
         seen = held
+        ctimes: dict[str, datetime.datetime | None] = {}
         nodes = self._nodes(links)
         active = list(nodes)
         working: dict[Address, list] = {}
@@ -855,6 +801,8 @@ class DisqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 if left > 0 and node in active:
                     asked[node] = min(o.batch_size, -(-left // len(active)))
                     argvs.append((b"GETJOB", b"NOHANG", b"COUNT", asked[node], *get_tail))
+                if o.event_time:  # the creation times of the previous round's jobs (SHOW's ctime)
+                    argvs += [(b"SHOW", j.id.encode()) for j in working.get(node, [])]
                 if argvs:
                     work[node] = argvs
             if not work:
@@ -879,6 +827,10 @@ class DisqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 for j, retry in zip(sent, reply):
                     if isinstance(retry, int) and retry > 0 and retry < self.retry_hint.get(j.queue, 1 << 62):
                         self.retry_hint[j.queue] = retry
+                if o.event_time:
+                    shown = working.get(node, [])
+                    for j, show in zip(shown, reply[len(reply) - len(shown) :]):
+                        ctimes[j.id] = _show_ctime(show)
                 if node not in asked:
                     continue
                 got = reply[len(sent)]
@@ -907,17 +859,38 @@ class DisqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     seen.update(j.id for j in fresh)
             working = next_working
         self.stats["taken"] += count
+        if ctimes:
+            taken = {node: [(*r[:4], ctimes.get(r[0]), *r[5:]) for r in rows] for node, rows in taken.items()}
         return taken
 
     def _queued_now(self) -> int:
+        return self._backlog(oldest=False)[0]
+
+    def _backlog(self, oldest: bool = True) -> tuple[int, int | None]:
+        """(jobs queued in the source's queues on every node, age in milliseconds of the oldest of
+        them or None): QLEN, and QPEEK + SHOW's ctime of each queue's head, per node."""
         total = 0
+        first_ms: int | None = None
         for node in self._nodes():
+            argvs: list[tuple] = []
+            for q in self.o.queues:
+                argvs.append((b"QLEN", q.encode()))
+                if oldest:
+                    argvs.append((b"QPEEK", q.encode(), 1))
             try:
-                replies = self.links.call_many(node, [(b"QLEN", q.encode()) for q in self.o.queues])
+                replies = self.links.call_many(node, argvs)
+                total += sum(r for r in replies if isinstance(r, int))
+                heads = [r[0][1] for r in replies if isinstance(r, list) and r and isinstance(r[0], list)]
+                shows = self.links.call_many(node, [(b"SHOW", i) for i in heads])
             except DisqueError:
                 continue
-            total += sum(r for r in replies if isinstance(r, int))
-        return total
+            for show in shows:
+                created = _show_ctime(show)
+                if created is not None:
+                    ms = int(created.timestamp() * 1000)
+                    first_ms = ms if first_ms is None else min(first_ms, ms)
+        age = None if first_ms is None else max(0, int(time.time() * 1000) - first_ms)
+        return total, age
 
     # ---------------------------------------------------------------- Spark's calls
     def initialOffset(self) -> dict:
@@ -933,7 +906,13 @@ class DisqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         log.info("disque stream: availableNow, %d jobs queued now", self.available_now)
 
     def reportLatestOffset(self) -> dict | None:
-        return {"seq": self.last_seq, "queued": self._queued_now()}
+        # Shown as ``latestOffset`` in the query's progress (Python sources have no custom metrics):
+        # the lag. ``queued``: jobs waiting in the source queues; ``oldestAgeMs``: how long the
+        # oldest of them has waited; ``held``: jobs taken by this query and not yet acknowledged.
+        queued, age = self._backlog()
+        with self.prefetch.lock:
+            held = len(self.prefetch.held)
+        return {"seq": self.last_seq, "queued": queued, "oldestAgeMs": age, "held": held}
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         seq = int(start.get("seq", 0))
@@ -942,14 +921,23 @@ class DisqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for stale in [s for s in self.batches if s > seq]:
             self._release(self.batches.pop(stale))
         wanted = limit.max_rows if isinstance(limit, ReadMaxRows) else ALL_AVAILABLE_CAP
-        taken = self.prefetch.grab(wanted)
+        low = self.o.min_jobs_per_trigger if self.available_now is None else None  # as Kafka's
+        if low is not None:
+            ready = self.prefetch.ready(low)
+            if ready < min(low, wanted) and time.monotonic() - self.last_batch_at < self.o.max_trigger_delay:
+                return self._nothing_new(start, seq)
+        taken = self.prefetch.grab(wanted, low or 0)
         if taken:
+            self.last_batch_at = time.monotonic()
             n = sum(len(r) for r in taken.values())
             if self.available_now is not None:
                 self.available_now = max(0, self.available_now - n)
             self.batches[seq + 1] = taken
             self.last_seq = seq + 1
             return {"seq": seq + 1, "jobs": {node: [r[0] for r in rows] for node, rows in taken.items()}}
+        return self._nothing_new(start, seq)
+
+    def _nothing_new(self, start: dict, seq: int) -> dict:
         if _group(start) and seq > self.acked_through:
             # Nothing new, but the batch that ended at ``start`` is not committed: Spark commits it
             # only when it plans another batch, so end an empty one.
@@ -982,7 +970,7 @@ class DisqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if not groups:
             return []
         batch = self.batches.get(end_seq)
-        if batch is None or {n: [r[0] for r in rows] for n, rows in batch.items()} != groups:
+        if batch is None or {n: [r[0] for r in rows] for n, rows in batch.items() if rows} != groups:
             batch = self.batches[end_seq] = self._replay(end_seq, groups)
         rows = [row for node_rows in batch.values() for row in node_rows]
         n = max(1, min(self.o.num_partitions, len(rows)))
@@ -994,6 +982,7 @@ class DisqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         wanted = sum(len(ids) for ids in groups.values())
         for node_text, ids in groups.items():
             missing = list(ids)
+            found_rows: dict[str, tuple] = {}
             for node in [parse_address_text(node_text), *self._nodes()]:
                 if not missing:
                     break
@@ -1009,11 +998,14 @@ class DisqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     retries = self.links.call_many(node, [(b"WORKING", r[0].encode()) for r in rows])
                 except DisqueError:
                     retries = [None] * len(rows)
-                out.setdefault(address_text(node), []).extend(rows)
+                found_rows.update((r[0], r) for r in rows)
                 self.heartbeat.add([(r[0], r[1], node) for r in rows], retries)
                 with self.prefetch.lock:
                     self.prefetch.held.update(r[0] for r in rows)
                 missing = [i for i in missing if i not in found]
+            # In the offset's order, under the offset's node: the same rows in the same partitions
+            # as the first run (a stream sink keys its rows by their place in the batch).
+            out[node_text] = [found_rows[i] for i in ids if i in found_rows]
         got = sum(len(r) for r in out.values())
         self.stats["replayed"] += got
         self.stats["replay_skipped"] += wanted - got

@@ -46,16 +46,16 @@ def first_node(nodes: Sequence[Address], part: int, k: int) -> Address:
 
 
 def add_batches(
-    o: opts.Options, part: int, batches: Iterable[tuple[int, list[tuple]]]
+    o: opts.Options, part: int, batches: Iterable[tuple[int, list[tuple]]], keyed: bool | None = None
 ) -> tuple[int, dict[str, int]]:
     """ADDJOB every batch of ``batches`` ((first row number, argvs) pairs, read lazily) over
     ``o.connections`` clients, each pipelining a batch at a time on its own node (see the module
     docstring). Returns (jobs added, jobs added per node address). The first failed job stops
     the reading of ``batches`` and raises RuntimeError naming its row, once every connection
-    is done."""
+    is done. ``keyed``: every ADDJOB carries DEDUP (default: the write has a ``dedupColumn``)."""
     nodes = list(o.nodes)
     blocks = cmd.addjob("q", b"", **o.addjob_options()).blocks
-    dedup = o.dedup_column is not None
+    dedup = o.dedup_column is not None if keyed is None else keyed
     # Batch k < connections goes to connection k, so each connection of a task with enough rows
     # adds jobs on its node; the later batches go to whichever connection is free first.
     firsts: list[queue_mod.Queue] = [queue_mod.Queue(maxsize=1) for _ in range(o.connections)]

@@ -23,7 +23,14 @@ queue on a fresh 3-node cluster (REPLICATE 3, the default for three nodes):
   sends it). ``spark_stream_working_on_take_false``: the same with
   ``workingOnTake`` false. Also Spark's fixed cost per micro-batch: the median
   ``triggerExecution`` of 100-job batches from the query's progress
-  reports.
+  reports. ``spark_stream_event_time_false``: the same as ``spark_stream``
+  with ``eventTime`` false (no SHOW per job for ``ctime``).
+* ``sink``: the stream sink, ``writeStream.format("disque")`` (each row with
+  its DEDUP key ``query/batch/partition/row``), of the same ``--jobs``
+  100-byte bodies read by a ``trigger(availableNow=True)`` file stream from
+  ``--partitions`` Parquet files (one micro-batch), from ``start()`` until it
+  stops, beside the batch writer with a ``dedupColumn`` (the same bodies,
+  each row's number as its key: the same cost per job) and without.
 
 The machine's two cores run the nodes, the JVM and the Python workers
 together (no pinning), as a user's laptop would. Raw results are saved as
@@ -212,6 +219,39 @@ def spark_write(spark: Any, cluster: Cluster, queue: str, n: int, partitions: in
     return n / (time.perf_counter() - t)
 
 
+def spark_write_dedup(spark: Any, cluster: Cluster, queue: str, n: int, partitions: int, conns: int) -> float:
+    df = spark.range(n, numPartitions=partitions).selectExpr(
+        "cast(rpad(lpad(cast(id AS string), 10, '0'), %d, 'x') AS binary) AS body" % BODY_SIZE, "id AS key"
+    )
+    t = time.perf_counter()
+    (df.write.format("disque").option("nodes", cluster.nodes).option("queue", queue).option("connections", conns)
+     .option("dedupColumn", "key").mode("append").save())  # fmt: skip
+    return n / (time.perf_counter() - t)
+
+
+def spark_sink(spark: Any, cluster: Cluster, queue: str, n: int, partitions: int, conns: int, tmp: Path) -> dict:
+    source = tmp / ("sink-in-" + uuid.uuid4().hex[:8])
+    df = spark.range(n, numPartitions=partitions).selectExpr(
+        "cast(rpad(lpad(cast(id AS string), 10, '0'), %d, 'x') AS binary) AS body" % BODY_SIZE
+    )
+    df.write.parquet(str(source))
+    t = time.perf_counter()
+    query = (spark.readStream.schema(df.schema).parquet(str(source)).writeStream.format("disque")
+             .option("nodes", cluster.nodes).option("queue", queue).option("connections", conns)
+             .option("checkpointLocation", str(tmp / uuid.uuid4().hex)).trigger(availableNow=True).start())  # fmt: skip
+    query.awaitTermination()
+    elapsed = time.perf_counter() - t
+    added = 0
+    for port in cluster.ports:
+        with Client("127.0.0.1:%d" % port, refresh_interval=None) as c:
+            added += c.qlen(queue)
+    assert added == n, (added, n)
+    progress = [p for p in query.recentProgress if p["numInputRows"]]
+    batch_ms = sum(p["durationMs"].get("triggerExecution", 0) for p in progress)
+    return {"rate": n / elapsed, "rate_sustained": n / (batch_ms / 1000) if batch_ms else None,
+            "seconds": elapsed, "batches": len(progress)}  # fmt: skip
+
+
 def spark_read(spark: Any, cluster: Cluster, queue: str, n: int) -> float:
     from pyspark.sql import functions as F
 
@@ -252,7 +292,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="scripts/bench spark", description=__doc__.split("\n\n")[0])
     p.add_argument("--jobs", type=int, default=100_000)
     p.add_argument("--repeat", type=int, default=2)
-    p.add_argument("--only", default="write,read,stream", help="comma-separated subset of write, read, stream")
+    p.add_argument("--only", default="write,read,stream,sink",
+                   help="comma-separated subset of write, read, stream, sink")  # fmt: skip
     p.add_argument("--partitions", type=int, default=2, help="write tasks (default 2)")
     p.add_argument("--connections", type=int, default=4, help="connections per write task (default 4)")
     p.add_argument("--max-per-trigger", type=int, default=20_000)
@@ -278,6 +319,8 @@ def main(argv: list[str] | None = None) -> int:
         spark_write(spark, cluster, "warm", 1000, args.partitions, args.connections)
         spark_read(spark, cluster, "warm", 1000)
         spark_stream(spark, cluster, "warm", 1000, 1000, tmp)
+        if "sink" in only:
+            spark_sink(spark, cluster, "warm-sink", 1000, args.partitions, args.connections, tmp)
         results["warmup_seconds"] = time.perf_counter() - t
         bar.done()
         for r in range(args.repeat):
@@ -308,6 +351,18 @@ def main(argv: list[str] | None = None) -> int:
                 q = "f-" + uuid.uuid4().hex[:8]
                 fill(cluster, q, 2000)
                 run["spark_stream_100_per_batch"] = spark_stream(spark, cluster, q, 2000, 100, tmp)
+                q = "e-" + uuid.uuid4().hex[:8]
+                fill(cluster, q, n)
+                run["spark_stream_event_time_false"] = spark_stream(
+                    spark, cluster, q, n, args.max_per_trigger, tmp, eventTime="false"
+                )
+            if "sink" in only:
+                for name, write in (("spark_write", spark_write), ("spark_write_dedup", spark_write_dedup)):
+                    if name not in run:
+                        run[name] = write(spark, cluster, "k-" + uuid.uuid4().hex[:8], n, args.partitions,
+                                          args.connections)  # fmt: skip
+                q = "sk-" + uuid.uuid4().hex[:8]
+                run["spark_stream_sink"] = spark_sink(spark, cluster, q, n, args.partitions, args.connections, tmp)
             results["runs"].append(run)
             bar.done()
             progress.echo("run %d: %s" % (r + 1, json.dumps(run, default=str)), err=False)
