@@ -285,12 +285,12 @@ class Server:
             log.warning("%s", note)
         try:
             async with trio.open_nursery() as nursery:
+                self.timers.every_period(self.cron.step)
                 nursery.start_soon(self.loop.run)
                 nursery.start_soon(self.timers.run)
-                nursery.start_soon(self.cron.run)
                 nursery.start_soon(self._signal_loop)
                 await nursery.start(self.aof.run)
-                await nursery.start(self.cluster.run)
+                await nursery.start(self.cluster.run, self.timers.every_period)
                 for listener in self.listeners:
                     nursery.start_soon(self.acceptor.serve, listener)
                 for listener in self.tls_listeners:

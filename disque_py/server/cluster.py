@@ -259,7 +259,10 @@ class ClusterService:
                                       % (host, port, exc.strerror or exc, hint)) from None  # fmt: skip
 
     # ----------------------------------------------------------------- run
-    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    async def run(self, every_period: Callable[[Callable[[], None]], None] | None = None, *,
+                  task_status=trio.TASK_STATUS_IGNORED) -> None:  # fmt: skip
+        """The bus, then the tick every 100 ms: by ``every_period`` (the node's timers:
+        ``CoreTimers.every_period``) when given, else by a sleeping loop of its own (the simulation)."""
         cfg = self.config
         bus_port = self.announce_port + BUS_PORT_OFFSET
         hosts = list(cfg.bind) or ["0.0.0.0"]
@@ -302,10 +305,19 @@ class ClusterService:
                 self._write(self.membership.save_text())
             self.sync()
             task_status.started()
+            self.tick()
+            if every_period is not None:
+                every_period(self.tick)  # the node's timers run it (server/timers.py); the bus runs on
+                return
             while True:
-                self.membership.tick(now_ms())
-                self.apply()
                 await trio.sleep(CRON_PERIOD)
+                self.tick()
+
+    def tick(self) -> None:
+        """Disque's clusterCron, every 100 ms: reconnects, pings, failure detection (the membership's
+        ``tick``), carried out."""
+        self.membership.tick(now_ms())
+        self.apply()
 
     # ------------------------------------------------------- bus handler
     def link_up(self, node_id: str, link: int) -> None:

@@ -13,12 +13,21 @@ when an input may have set an earlier timer. The client loop decides which
 which peers' links are backlogged, and the bus holds what the tick sends so
 that it leaves in one write per peer.
 
-:class:`Cron` is the 100 ms task: ops/s sampling (INFO), what is added to
+:class:`Cron` is the 100 ms step: ops/s sampling (INFO), what is added to
 ``every_step`` (the memory measure, ``Dispatcher.measure_memory``), and once a second
 the client checks (output limits, idle timeouts; the client loop's
 ``check_clients``) and the periodic full garbage collection (:mod:`.gcpolicy`).
 
-Both are started by the node (:mod:`.app`); what they act on is handed to
+The periodic steps (the cron's and the cluster's 100 ms tick, Disque's
+``serverCron`` and ``clusterCron``) run with the core's timers, added with
+:meth:`CoreTimers.every_period`: while the loop waits directly they cost one
+return from its ``epoll.poll`` each 100 ms and no trio task, sleep or cancel
+scope (three trio tasks sleeping 100 ms or 1 s were most of an idle node's
+CPU: each sleep is a cancel scope whose deadline fires a ``Cancelled`` through
+trio's machinery). When the loop waits through trio, :meth:`CoreTimers.run`
+runs them at the same times.
+
+The timers are started by the node (:mod:`.app`); what they act on is handed to
 them (the core, callables, the bus owner), not looked up. With the latency
 monitor on (``latency`` set, threshold > 0) a tick is timed as the
 ``expire-cycle`` event and a cron step as ``cron`` (:mod:`.latency`).
@@ -41,7 +50,10 @@ if TYPE_CHECKING:
     from .contracts import BusGlue
     from .latency import LatencyMonitor
 
-__all__ = ["CoreTimers", "Cron"]
+__all__ = ["CoreTimers", "Cron", "PERIOD_MS"]
+
+#: The periodic steps' period (ms): Disque's cron runs 10 times a second (hz 10).
+PERIOD_MS = 100
 
 
 class CoreTimers:
@@ -56,6 +68,24 @@ class CoreTimers:
         self.deadline: int | None = None  # what the timer task sleeps until (ms), None: no timer
         self.loop_runs_timers = False  # see hand_over
         self.latency: "LatencyMonitor | None" = None  # set by the node: slow ticks are recorded
+        self._periodic: list[Callable[[], None]] = []  # every PERIOD_MS (every_period)
+        self._periodic_at = 0  # ms: when they run next
+
+    def every_period(self, step: Callable[[], None]) -> None:
+        """Run ``step`` every :data:`PERIOD_MS` from now on, in the order added (the cron's step,
+        the cluster's tick). What it produces it carries out itself (``apply_effects``)."""
+        if not self._periodic:
+            self._periodic_at = now_ms() + PERIOD_MS
+        self._periodic.append(step)
+        self.lot.unpark_all()  # the timer task's deadline may be later
+
+    def _run_periodic(self, now: int) -> None:
+        # The next run one period after this one was due, so late wake-ups do not drift; after
+        # a long stall (a clock jump, a stopped process) one period from now, with no catching up.
+        due = self._periodic_at + PERIOD_MS
+        self._periodic_at = due if due > now else now + PERIOD_MS
+        for step in self._periodic:
+            step()
 
     def hand_over(self, to_loop: bool) -> None:
         """The client loop takes the core's timers over (True) or gives them back (False)."""
@@ -71,18 +101,25 @@ class CoreTimers:
             self.lot.unpark_all()
 
     def due(self) -> float:
-        """Run the core's timers if one is due; the seconds left until the next one."""
+        """Run the core's timers and the periodic steps if due; the seconds left until the next."""
         node = self.node
         nxt = node.next_wakeup()
-        if nxt is None:
+        periodic = self._periodic_at if self._periodic else None
+        if nxt is None and periodic is None:
             return math.inf
         now = now_ms()
-        if nxt <= now:
+        if periodic is not None and periodic <= now:
+            self._run_periodic(now)
+            periodic = self._periodic_at
+            nxt = node.next_wakeup()
+        if nxt is not None and nxt <= now:
             self._tick()
             nxt = node.next_wakeup()
-            if nxt is None:
-                return math.inf
             now = now_ms()
+        if periodic is not None and (nxt is None or periodic < nxt):
+            nxt = periodic
+        if nxt is None:
+            return math.inf
         return (nxt - now) / 1000.0
 
     def _tick(self) -> None:
@@ -112,19 +149,24 @@ class CoreTimers:
                 await self.lot.park()
                 continue
             nxt = node.next_wakeup()
+            if self._periodic and (nxt is None or self._periodic_at < nxt):
+                nxt = self._periodic_at
             self.deadline = nxt
             deadline = math.inf if nxt is None else nxt / 1000.0
             with trio.move_on_at(deadline):
                 await self.lot.park()
             if not self.loop_runs_timers:
+                now = now_ms()
+                if self._periodic and self._periodic_at <= now:
+                    self._run_periodic(now)
                 self._tick()
 
 
 class Cron:
-    """Every 100 ms: ops/s samples; every second: ``check_clients(timeout)``, the GC policy and
+    """Every 100 ms (:meth:`step`, run by the core's timers: ``CoreTimers.every_period``): ops/s samples; every second: ``check_clients(timeout)``, the GC policy and
     ``every_second`` (the workers' table drops the silent ones)."""
 
-    PERIOD = 0.1
+    PERIOD = PERIOD_MS / 1000.0
 
     def __init__(self, config: "Config", stats: dict[str, int], check_clients: Callable[[float], None]) -> None:
         self.config = config
@@ -136,11 +178,6 @@ class Cron:
         self.every_step: list[Callable[[], None]] = []  # run every PERIOD (the memory measure)
         self.every_second: list[Callable[[], Any]] = []  # run every 10th step
         self.latency: "LatencyMonitor | None" = None  # set by the node: slow steps are recorded
-
-    async def run(self) -> None:
-        while True:
-            await trio.sleep(self.PERIOD)
-            self.step()
 
     def step(self) -> None:
         latency = self.latency
