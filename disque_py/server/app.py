@@ -116,6 +116,8 @@ class Server:
             loop.apply_effects()  # what freeing produced
 
         self.cron.every_step.append(measure_memory)
+        # peers' job messages keep the cron at 10 Hz, as commands do (the memory level follows them)
+        self.cron.activity = lambda: cluster.bus.stats["data_received"] if cluster.bus is not None else 0
         self.workers = workers = WorkerTable()  # WORKER BEAT/LIST/FORGET; past entries dropped each second
         self.cron.every_second.append(workers.expire)
         timers.latency = self.cron.latency = aof.latency = dispatcher.latency  # slow events (latency.py)
