@@ -212,16 +212,21 @@ async def accept_batches(
     ``accept`` is one scheduler round per connection: 8,000 clients connecting at once filled the
     listen backlog, and each connect refused then waited a second for its SYN to be sent again)."""
     tsock = listener.socket
-    sock = socket.socket(tsock.family, tsock.type, tsock.proto, fileno=tsock.fileno())  # shares the descriptor
+    family, kind, proto = int(tsock.family), int(tsock.type), tsock.proto
+    sock = socket.socket(family, kind, proto, fileno=tsock.fileno())  # shares the descriptor
     sock.setblocking(False)
-    tcp = sock.family in (socket.AF_INET, socket.AF_INET6)
+    tcp = family in (socket.AF_INET, socket.AF_INET6)
     trouble = _AcceptTrouble(what, log, on_error)
+    make = socket.socket
     try:
         while True:
             await trio.lowlevel.wait_readable(tsock)
             for _ in range(ACCEPT_BATCH):
                 try:
-                    conn, address = sock.accept()
+                    # _accept: the descriptor, then a socket made with the listener's numbers (accept()
+                    # would read them back through enum conversions, once per connection)
+                    fd, address = sock._accept()  # type: ignore[attr-defined]
+                    conn = make(family, kind, proto, fileno=fd)
                 except BlockingIOError:
                     break
                 except OSError as exc:

@@ -506,12 +506,21 @@ class Acceptor:
         def failed() -> None:
             self.stats["accept_errors"] += 1
 
-        # Plain sockets, many per wake-up: the client loop drives them, no trio stream is made.
-        await accept_batches(listener, self.accepted, what="client", log=log, on_error=failed)
+        # Our address is the listener's when it is bound to one (not a wildcard): no getsockname
+        # per connection then.
+        laddr = ""
+        try:
+            local = listener.socket.getsockname()
+            if isinstance(local, tuple) and local[0] not in ("0.0.0.0", "::"):
+                laddr = "%s:%d" % (local[0], local[1])
+        except OSError:
+            pass
 
-    def accepted(self, sock: socket.socket, address: Any) -> None:
-        """A connection from the listener: a non-blocking socket and the peer's address."""
-        self.adopt(sock, "%s:%d" % (address[0], address[1]) if isinstance(address, tuple) else "")
+        def accepted(sock: socket.socket, address: Any) -> None:
+            self.adopt(sock, "%s:%d" % (address[0], address[1]) if isinstance(address, tuple) else "", laddr)
+
+        # Plain sockets, many per wake-up: the client loop drives them, no trio stream is made.
+        await accept_batches(listener, accepted, what="client", log=log, on_error=failed)
 
     @staticmethod
     def _peer_is_local(sock: Any) -> bool:
