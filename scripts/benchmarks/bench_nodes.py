@@ -44,7 +44,7 @@ import hiredis
 
 from disque_py.cli import launcher
 
-from .common import HOST, ROOT, machine_info
+from .common import HOST, ROOT, _run, machine_info
 
 KINDS = ("disque-py", "disque")
 
@@ -287,7 +287,10 @@ def main(argv: list[str] | None = None) -> None:
     print(text)
     out = args.write or ROOT / "bench-results" / ("nodes-%s.json" % time.strftime("%Y%m%d-%H%M%S"))
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"machine": machine_info(args.python), "options": vars(args) | {"write": str(out)},
+    machine = machine_info(args.python)
+    if args.disque_server:
+        machine["disque_server"] = "%s (%s)" % (args.disque_server, _run([args.disque_server, "--version"]))
+    out.write_text(json.dumps({"machine": machine, "options": vars(args) | {"write": str(out)},
                                "results": results, "report": text}, indent=2, default=str))  # fmt: skip
     print("raw results: %s" % out)
 
