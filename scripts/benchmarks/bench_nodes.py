@@ -30,7 +30,6 @@ Prints a Markdown table and saves the raw JSON in bench-results/ (or ``--write F
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import socket
 import statistics
@@ -44,7 +43,7 @@ import hiredis
 
 from disque_py.cli import launcher
 
-from .common import HOST, ROOT, _run, machine_info
+from .common import HOST, _run, machine_info, save_raw
 
 KINDS = ("disque-py", "disque")
 
@@ -285,15 +284,10 @@ def main(argv: list[str] | None = None) -> None:
     results = run(args)
     text = report(args, results)
     print(text)
-    out = args.write or ROOT / "bench-results" / ("nodes-%s.json" % time.strftime("%Y%m%d-%H%M%S"))
-    out.parent.mkdir(parents=True, exist_ok=True)
     machine = machine_info(args.python)
     if args.disque_server:
         machine["disque_server"] = "%s (%s)" % (args.disque_server, _run([args.disque_server, "--version"]))
-    out.write_text(json.dumps({"machine": machine, "options": vars(args) | {"write": str(out)},
-                               "results": results, "report": text}, indent=2, default=str))  # fmt: skip
-    print("raw results: %s" % out)
-
+    save_raw("nodes", args, results, text, machine)
 
 if __name__ == "__main__":
     main()

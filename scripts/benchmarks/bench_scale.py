@@ -42,7 +42,7 @@ from typing import Any
 import trio
 import trio.testing
 
-from .common import ROOT, machine_info
+from .common import ROOT, save_raw
 
 sys.path.insert(0, str(ROOT))
 from tests.sim.netsim import MemoryNetwork, SimServer, wait_until  # noqa: E402  (the simulation the tests run)
@@ -185,12 +185,7 @@ def main(argv: list[str] | None = None) -> None:
             print(json.dumps(row), flush=True)
     text = report(args, rows)
     print(text)
-    out = args.write or ROOT / "bench-results" / ("scale-%s.json" % time.strftime("%Y%m%d-%H%M%S"))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"machine": machine_info(sys.executable), "options": vars(args) | {"write": str(out)},
-                               "results": rows, "report": text}, indent=2, default=str))  # fmt: skip
-    print("raw results: %s" % out)
-
+    save_raw("scale", args, rows, text)
 
 if __name__ == "__main__":
     main()

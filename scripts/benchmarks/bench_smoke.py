@@ -24,7 +24,6 @@ the raw JSON in bench-results/ (or ``--write FILE``).
 from __future__ import annotations
 
 import argparse
-import json
 import signal
 import sys
 import tempfile
@@ -35,7 +34,7 @@ from typing import Any
 from disque_py.cli import launcher
 
 from .bench_nodes import free_ports, vm_rss_kb
-from .common import HOST, ROOT, machine_info
+from .common import HOST, save_raw
 
 
 class SmokeError(Exception):
@@ -132,12 +131,7 @@ def main(argv: list[str] | None = None) -> None:
             "(%(all_flag_fail_x_timeout).2f x the %(node_timeout_ms)d ms node timeout); RSS %(rss_mb_mean).1f MB "
             "per node; %(total_s).0f s in all" % result)  # fmt: skip
     print(text)
-    out = args.write or ROOT / "bench-results" / ("smoke-%s.json" % time.strftime("%Y%m%d-%H%M%S"))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"machine": machine_info(sys.executable), "options": vars(args) | {"write": str(out)},
-                               "results": result, "report": text}, indent=2, default=str))  # fmt: skip
-    print("raw results: %s" % out)
-
+    save_raw("smoke", args, result, text)
 
 if __name__ == "__main__":
     main()
