@@ -78,6 +78,7 @@ import ipaddress
 import logging
 import math
 import os
+import socket
 import ssl
 import time
 from collections.abc import Callable
@@ -104,7 +105,8 @@ from .codec import (
 
 from .messages import MAX_BATCH, AuthChallenge, AuthHello, AuthProof, Data, DataBatch
 
-__all__ = ["Bus", "BusHandler", "Reactor", "TcpTransport", "HANDSHAKE_TIMEOUT", "MAX_UNHEARD_LINKS", "accept_forever"]
+__all__ = ["Bus", "BusHandler", "Reactor", "TcpTransport", "HANDSHAKE_TIMEOUT", "MAX_UNHEARD_LINKS", "accept_forever",
+           "accept_batches"]
 
 _AUTH_TYPES = (AuthHello, AuthChallenge, AuthProof)
 _GONE = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
@@ -123,6 +125,33 @@ ACCEPT_ERROR_LOG_S = 10.0  # at most one log line per this many seconds while ac
 _log = logging.getLogger("disque.bus")
 
 
+class _AcceptTrouble:
+    """accept() out of descriptors or memory: each failure counted (``on_error``), a log line at
+    most every ``ACCEPT_ERROR_LOG_S`` with the count since the last one, then a pause of
+    ``ACCEPT_RETRY_S``; any other error propagates."""
+
+    def __init__(self, what: str, log: logging.Logger, on_error: Callable[[], None] | None) -> None:
+        self.what = what
+        self.log = log
+        self.on_error = on_error
+        self.unreported = 0
+        self.reported_at = -math.inf
+
+    async def handle(self, exc: OSError) -> None:
+        if exc.errno not in ACCEPT_RETRY_ERRNOS:
+            raise exc
+        if self.on_error is not None:
+            self.on_error()
+        now = trio.current_time()
+        if now - self.reported_at >= ACCEPT_ERROR_LOG_S:
+            more = " (and %d more times since the last report)" % self.unreported if self.unreported else ""
+            self.log.warning("Accepting %s connection: %s%s", self.what, exc, more)
+            self.reported_at, self.unreported = now, 0
+        else:
+            self.unreported += 1
+        await trio.sleep(ACCEPT_RETRY_S)
+
+
 async def accept_forever(
     listener: trio.SocketListener,
     spawn: Callable[[trio.SocketStream], Any],
@@ -138,26 +167,79 @@ async def accept_forever(
     line per 10 s with the count since the last one, not a line (or trio's
     traceback) per retry. Other errors propagate.
     """
-    unreported = 0
-    reported_at = -math.inf
+    trouble = _AcceptTrouble(what, log, on_error)
     while True:
         try:
             stream = await listener.accept()
         except OSError as exc:
-            if exc.errno not in ACCEPT_RETRY_ERRNOS:
-                raise
-            if on_error is not None:
-                on_error()
-            now = trio.current_time()
-            if now - reported_at >= ACCEPT_ERROR_LOG_S:
-                more = " (and %d more times since the last report)" % unreported if unreported else ""
-                log.warning("Accepting %s connection: %s%s", what, exc, more)
-                reported_at, unreported = now, 0
-            else:
-                unreported += 1
-            await trio.sleep(ACCEPT_RETRY_S)
+            await trouble.handle(exc)
             continue
         spawn(stream)
+
+
+#: Connections taken per wake-up of the listener by :func:`accept_batches` (Disque's MAX_ACCEPTS_PER_CALL).
+ACCEPT_BATCH = 1000
+#: accept() errors that concern one connection only (gone before it was taken): the next is tried (as trio does).
+_ACCEPT_SKIP_ERRNOS = (errno.ECONNABORTED, errno.EPERM, errno.EPROTO)
+
+
+def _stream_options(sock: socket.socket) -> None:
+    """What ``trio.SocketStream`` sets on a TCP socket: TCP_NODELAY, and TCP_NOTSENT_LOWAT at 16 KiB
+    (the kernel then holds little unsent output, so what a client does not read stays in the
+    node's buffers, where the output limits see it)."""
+    try:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    except OSError:
+        pass
+    if hasattr(socket, "TCP_NOTSENT_LOWAT"):
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NOTSENT_LOWAT, 2**14)
+        except OSError:
+            pass
+
+
+async def accept_batches(
+    listener: trio.SocketListener,
+    take: Callable[[socket.socket, Any], Any],
+    *,
+    what: str,
+    log: logging.Logger,
+    on_error: Callable[[], None] | None = None,
+) -> None:
+    """As :func:`accept_forever`, for connections that something else drives: each one is handed to
+    ``take(sock, address)`` as a plain non-blocking socket (with the options of trio's streams), with
+    no trio stream made, and up to ``ACCEPT_BATCH`` are taken per wake-up of the listener (a trio
+    ``accept`` is one scheduler round per connection: 8,000 clients connecting at once filled the
+    listen backlog, and each connect refused then waited a second for its SYN to be sent again)."""
+    tsock = listener.socket
+    family, kind, proto = int(tsock.family), int(tsock.type), tsock.proto
+    sock = socket.socket(family, kind, proto, fileno=tsock.fileno())  # shares the descriptor
+    sock.setblocking(False)
+    tcp = family in (socket.AF_INET, socket.AF_INET6)
+    trouble = _AcceptTrouble(what, log, on_error)
+    make = socket.socket
+    try:
+        while True:
+            await trio.lowlevel.wait_readable(tsock)
+            for _ in range(ACCEPT_BATCH):
+                try:
+                    # _accept: the descriptor, then a socket made with the listener's numbers (accept()
+                    # would read them back through enum conversions, once per connection)
+                    fd, address = sock._accept()  # type: ignore[attr-defined]
+                    conn = make(family, kind, proto, fileno=fd)
+                except BlockingIOError:
+                    break
+                except OSError as exc:
+                    if exc.errno in _ACCEPT_SKIP_ERRNOS:
+                        continue
+                    await trouble.handle(exc)
+                    break
+                conn.setblocking(False)
+                if tcp:
+                    _stream_options(conn)
+                take(conn, address)
+    finally:
+        sock.detach()  # the descriptor is the listener's: it closes it
 
 
 class BusHandler(Protocol):

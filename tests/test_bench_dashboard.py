@@ -135,3 +135,30 @@ def test_the_memory_row_sets_our_rss_per_job_against_disques_of_the_same_run():
     assert mem[6] == "`scripts/bench --only memory --disque-server $DISQUE`"
     del run["results"]["ref_memory_1000000"]
     assert _row(dashboard([run]), "Memory per job")[2:4] == ["—", "—"]
+
+
+def _nodes_run() -> dict:
+    return {
+        "machine": dict(MACHINE, date="2026-12-06T07:13:49+00:00"),
+        "options": {"settle": 15.0, "window": 20.0, "clients": 8000},
+        "results": {
+            "idle": [{"nodes": 5, "disque-py": {"mean_cpu_ms_per_s": 0.71, "mean_rss_mb": 32.5},
+                      "disque": {"mean_cpu_ms_per_s": 1.10, "mean_rss_mb": 3.4}},
+                     {"nodes": 20, "disque-py": {"mean_cpu_ms_per_s": 1.32, "mean_rss_mb": 32.8},
+                      "disque": {"mean_cpu_ms_per_s": 1.08, "mean_rss_mb": 3.5}}],
+            "clients": {"disque-py": {"clients": 8000, "all_blocked_s": 2.18},
+                        "disque": {"clients": 8000, "all_blocked_s": 2.23}},
+        },
+    }  # fmt: skip
+
+
+def test_the_per_node_cost_rows_come_from_a_nodes_run_beside_disque_in_the_same_window():
+    text = dashboard([_main_run(), _nodes_run()])
+    assert "Per-node cost rows: 2026-12-06 07:13 UTC" in text
+    assert _row(text, "Idle CPU per node, 5 nodes") == [
+        "Idle CPU per node, 5 nodes joined, 20 s after 15 s (ms/s: lower is better)", "0.71 ms/s", "1.10 ms/s",
+        "0.65", "—", "—", "`scripts/bench nodes --sizes 5 --clients 0 --disque-server $DISQUE`"]  # fmt: skip
+    assert _row(text, "Idle CPU per node, 20 nodes")[1:4] == ["1.32 ms/s", "1.08 ms/s", "1.22"]
+    assert _row(text, "Idle RSS per node, 20 nodes")[1:4] == ["32.8 MB", "3.5 MB", "9.37"]
+    assert _row(text, "8,000 clients connecting")[1:4] == ["2.18 s", "2.23 s", "0.98"]
+    assert dashboard([_main_run()]).count("Idle CPU") == 0  # no nodes run: no such rows

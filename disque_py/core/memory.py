@@ -4,9 +4,8 @@ Theory of operation
 -------------------
 The node reads one measure, ``used``: an estimate of what its data takes
 (jobs, their bodies and queue names, queues, tombstones), computed here from
-counts (``estimate``), plus whatever the shell adds to it. The shell feeds
-the process's RSS as well (``update(now, rss)``), shown beside it in INFO
-memory, but the policy does not read RSS:
+counts (``estimate``), plus whatever the shell adds to it. INFO memory shows
+the process's RSS beside it (read when asked), but the policy does not read RSS:
 
 * RSS includes the interpreter and its modules (tens of MB before the first
   job), so a limit such as Disque's own tests set (``maxmemory 3mb``, or 1
@@ -127,7 +126,6 @@ class Memory:
         self._limit = 1024**3
         self.frees = True  # maxmemory-policy acks; noeviction: nothing is let go
         self.used = 0
-        self.rss = 0
         self.level = 0
         self._on_level = on_level  # the level crossed 3 either way: Node swaps its commands
         self._down_at, self._up_at = self._bounds(0)  # used in [down_at, up_at): level unchanged
@@ -146,10 +144,8 @@ class Memory:
             + len(self._tombstones) * TOMBSTONE_OVERHEAD
         )  # fmt: skip
 
-    def update(self, now: int, rss: int | None = None) -> tuple[int, int] | None:
+    def update(self, now: int) -> tuple[int, int] | None:
         """Measure again; returns ``(old, new)`` when the level changed, else None."""
-        if rss is not None:
-            self.rss = rss
         used = self.used = self.estimate()
         if self._down_at <= used < self._up_at:
             return None  # the level cannot have changed

@@ -119,6 +119,7 @@ class Aof:
         self._wake = trio.Event()
         self._write_lock = trio.Lock()
         self._fsync_lock = trio.Lock()
+        self._fsync_idle: trio.Event | None = None  # the fsync task waits on it while all is synced
         self._nursery: trio.Nursery | None = None
         # Wired by the node (app.py): the client loop's, called when batch ``seq`` is done.
         self.release: Callable[[int], None] = lambda seq: None
@@ -226,6 +227,8 @@ class Aof:
                 self._wake.set()
                 return seq
             self.size = size + len(data)
+            if self._fsync_idle is not None:
+                self._fsync_idle.set()  # everysec: an fsync is due within a second
             self.batches += 1
             self.batch_bytes += len(data)
         self.durable_seq = seq
@@ -278,6 +281,8 @@ class Aof:
                     error = exc
                 else:
                     self.size = size + len(data)
+                    if self._fsync_idle is not None:
+                        self._fsync_idle.set()
                     if always:
                         self.synced_size = self.size
                         self._note_fsync(fsync_us)
@@ -340,8 +345,14 @@ class Aof:
             self.fsync_us_max = us
 
     async def _fsync_loop(self) -> None:
-        """appendfsync everysec: fsync what was written, once a second, off the event loop."""
+        """appendfsync everysec: fsync what was written, once a second, off the event loop. While
+        everything written is synced (or the AOF is off) it waits for a write, not for a second: an
+        idle node is woken by nothing."""
         while True:
+            if self.synced_size == self.size or self.state != "on":
+                idle = self._fsync_idle = trio.Event()
+                await idle.wait()
+                self._fsync_idle = None
             await trio.sleep(1.0)
             if self.state != "on" or self.config.appendfsync != "everysec" or self.synced_size == self.size:
                 continue

@@ -116,6 +116,8 @@ class Server:
             loop.apply_effects()  # what freeing produced
 
         self.cron.every_step.append(measure_memory)
+        # peers' job messages keep the cron at 10 Hz, as commands do (the memory level follows them)
+        self.cron.activity = lambda: cluster.bus.stats["data_received"] if cluster.bus is not None else 0
         self.workers = workers = WorkerTable()  # WORKER BEAT/LIST/FORGET; past entries dropped each second
         self.cron.every_second.append(workers.expire)
         timers.latency = self.cron.latency = aof.latency = dispatcher.latency  # slow events (latency.py)
@@ -285,12 +287,12 @@ class Server:
             log.warning("%s", note)
         try:
             async with trio.open_nursery() as nursery:
+                self.timers.every_period(self.cron.step)
                 nursery.start_soon(self.loop.run)
                 nursery.start_soon(self.timers.run)
-                nursery.start_soon(self.cron.run)
                 nursery.start_soon(self._signal_loop)
                 await nursery.start(self.aof.run)
-                await nursery.start(self.cluster.run)
+                await nursery.start(self.cluster.run, self.timers.every_period)
                 for listener in self.listeners:
                     nursery.start_soon(self.acceptor.serve, listener)
                 for listener in self.tls_listeners:

@@ -87,7 +87,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import trio
 
-from cluster_bus.links import accept_forever
+from cluster_bus.links import accept_batches
 
 from ..protocol.resp import ProtocolError, RequestParser, encode_reply
 from .connection import OUT_HOLD, Connection
@@ -506,13 +506,21 @@ class Acceptor:
         def failed() -> None:
             self.stats["accept_errors"] += 1
 
-        await accept_forever(listener, self.accepted, what="client", log=log, on_error=failed)
+        # Our address is the listener's when it is bound to one (not a wildcard): no getsockname
+        # per connection then.
+        laddr = ""
+        try:
+            local = listener.socket.getsockname()
+            if isinstance(local, tuple) and local[0] not in ("0.0.0.0", "::"):
+                laddr = "%s:%d" % (local[0], local[1])
+        except OSError:
+            pass
 
-    def accepted(self, stream: trio.SocketStream) -> None:
-        # Take the OS socket out of trio's wrapper: the client loop drives it.
-        sock = socket.socket(fileno=stream.socket.detach())
-        sock.setblocking(False)
-        self.adopt(sock)
+        def accepted(sock: socket.socket, address: Any) -> None:
+            self.adopt(sock, "%s:%d" % (address[0], address[1]) if isinstance(address, tuple) else "", laddr)
+
+        # Plain sockets, many per wake-up: the client loop drives them, no trio stream is made.
+        await accept_batches(listener, accepted, what="client", log=log, on_error=failed)
 
     @staticmethod
     def _peer_is_local(sock: Any) -> bool:
@@ -560,14 +568,15 @@ class Acceptor:
         self.loop.add(conn)
 
     def _new_connection(self, sock: Any, addr: str = "", laddr: str = "") -> Connection:
-        if not addr:
+        if not addr or not laddr:
             try:
-                peer = sock.getpeername()
+                if not addr:
+                    peer = sock.getpeername()
+                    addr = "%s:%d" % (peer[0], peer[1])
                 local = sock.getsockname()
-                addr = "%s:%d" % (peer[0], peer[1])
                 laddr = "%s:%d" % (local[0], local[1])
             except OSError:
-                addr = laddr = "?:0"
+                addr, laddr = addr or "?:0", laddr or "?:0"
         cfg = self.config
         if cfg.tcp_keepalive:
             try:

@@ -70,7 +70,6 @@ if TYPE_CHECKING:
     from ..core.node import Node
     from .contracts import CoreHost
 
-CRON_PERIOD = 0.1
 _LEVELS = {"warning": 30, "notice": 20, "verbose": 15, "debug": 10}
 _NONE: frozenset[str] = frozenset()
 _kind_of = itemgetter(0)
@@ -183,6 +182,8 @@ class ClusterService:
         self.secret = secret.encode() if secret else None
         self.bus: Bus | None = None
         self._save_pending = False
+        self._view_key: tuple | None = None  # the node table the core's view was last made from (sync)
+        self._view_of: Any = None  # and the core it was given to
         self.stats = self.membership.stats
         for key in ("auth_failures", "bad_frames"):
             self.stats.setdefault(key, 0)
@@ -276,7 +277,10 @@ class ClusterService:
                                       % (host, port, exc.strerror or exc, hint)) from None  # fmt: skip
 
     # ----------------------------------------------------------------- run
-    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    async def run(self, every_period: Callable[[Callable[[], None]], None] | None = None, *,
+                  task_status=trio.TASK_STATUS_IGNORED) -> None:  # fmt: skip
+        """The bus, then the tick (every 100 to 500 ms): by ``every_period`` (the node's timers:
+        ``CoreTimers.every_period``) when given, else by a sleeping loop of its own (the simulation)."""
         cfg = self.config
         bus_port = self.announce_port + BUS_PORT_OFFSET
         hosts = list(cfg.bind) or ["0.0.0.0"]
@@ -319,10 +323,22 @@ class ClusterService:
                 self._write(self.membership.save_text())
             self.sync()
             task_status.started()
+            period = self.tick()
+            if every_period is not None:
+                every_period(self.tick)  # the node's timers run it (server/timers.py); the bus runs on
+                return
             while True:
-                self.membership.tick(now_ms())
-                self.apply()
-                await trio.sleep(CRON_PERIOD)
+                await trio.sleep(period / 1000.0)
+                period = self.tick()
+
+    def tick(self) -> int:
+        """Disque's clusterCron: reconnects, pings, failure detection (the membership's ``tick``),
+        carried out; the ms until it wants to run again (100 while the cluster is in flux, up to
+        500 once it is settled: ``Membership.idle_tick_ms``)."""
+        m = self.membership
+        m.tick(now_ms())
+        self.apply()
+        return m.idle_tick_ms()
 
     # ------------------------------------------------------- bus handler
     def link_up(self, node_id: str, link: int) -> None:
@@ -409,9 +425,14 @@ class ClusterService:
         self.sync()
 
     def sync(self) -> None:
-        """Refresh the job core's view of the cluster."""
+        """Refresh the job core's view of the cluster, when the node table changed since the last
+        time (after every input and tick: most, a PING or a PONG, change nothing it shows)."""
         m = self.membership
+        key = m.view_key()
         node = self.node
+        if key == self._view_key and node is self._view_of and node.id == m.my_id:
+            return
+        self._view_key, self._view_of = key, node
         node.ctx.cluster_size = m.size()
         # Only nodes with a connected outbound link (Disque skips link-less nodes when it picks
         # replicas): a message for a node whose link is down is dropped, and a RETRY 0 job pushed

@@ -19,9 +19,8 @@ It also keeps the core's memory level (``core/memory.py``) current:
 :meth:`~Dispatcher.measure_memory` runs before a batch of commands at most
 every ``MEMORY_MEASURE_MS`` (the commands are what make memory grow, so the
 level an ADDJOB reads is at most that old), from the cron every 100 ms, and
-at once when CONFIG SET changes ``maxmemory``. It reads the RSS
-(:func:`disque_py.util.rss.rss_bytes`, at most every ``RSS_MEASURE_MS``; shown in INFO, not
-read by the policy: see ``core/memory.py``), logs each level crossed, up
+at once when CONFIG SET changes ``maxmemory``. It reads no RSS (INFO reads it
+when asked; the policy does not: see ``core/memory.py``), logs each level crossed, up
 and down, and while the level is 2 or more lets the core free what it can.
 The -OOM refusal itself is the core's (``Node`` swaps its command table at
 level 3): the core knows which commands grow memory, and the in-process
@@ -51,7 +50,6 @@ from cluster_bus.codec import encode_data_item
 from ..core.memory import LEVEL_NAMES, THRESHOLDS
 from ..core.messages import moves_to_watch
 from ..core.replies import Error
-from ..util.rss import rss_bytes
 from .acl import Acl
 from .cmdstats import CommandStats
 from .connection import PERMS_UNSET
@@ -75,7 +73,6 @@ NOAUTH = Error("NOAUTH Authentication required.")
 DISPATCH_STATS = ("total_commands_processed", "internal_errors", "acl_access_denied_cmd", "acl_access_denied_key")
 
 MEMORY_MEASURE_MS = 10  # the level is measured again at most this often before commands
-RSS_MEASURE_MS = 100  # the RSS is read at most this often
 
 _LEVEL_DOING = (
     "back to normal",
@@ -150,7 +147,6 @@ class Dispatcher:
         memory = node.memory
         memory.frees = config.maxmemory_policy != "noeviction"
         memory.set_limit(config.maxmemory)
-        self._rss_next = 0
         config.on_change.append(self._config_changed)
 
     @property
@@ -215,14 +211,10 @@ class Dispatcher:
             log.exception("Internal error measuring memory")
 
     def _measure_memory(self, now: int) -> None:
-        rss = None
-        if now >= self._rss_next:
-            self._rss_next = now + RSS_MEASURE_MS
-            rss = rss_bytes()
         node = self.node
         memory = node.memory
         node.ctx.now = now
-        self._log_level(memory.update(now, rss))
+        self._log_level(memory.update(now))
         if memory.level >= 2 and memory.frees and memory.free(now):
             self._log_level(memory.update(now))
         # what freeing produced (deletions journaled, messages) is carried out by whoever

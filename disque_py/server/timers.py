@@ -13,12 +13,21 @@ when an input may have set an earlier timer. The client loop decides which
 which peers' links are backlogged, and the bus holds what the tick sends so
 that it leaves in one write per peer.
 
-:class:`Cron` is the 100 ms task: ops/s sampling (INFO), what is added to
+:class:`Cron` is the 100 ms step: ops/s sampling (INFO), what is added to
 ``every_step`` (the memory measure, ``Dispatcher.measure_memory``), and once a second
 the client checks (output limits, idle timeouts; the client loop's
 ``check_clients``) and the periodic full garbage collection (:mod:`.gcpolicy`).
 
-Both are started by the node (:mod:`.app`); what they act on is handed to
+The periodic steps (the cron's and the cluster's 100 ms tick, Disque's
+``serverCron`` and ``clusterCron``) run with the core's timers, added with
+:meth:`CoreTimers.every_period`: while the loop waits directly they cost one
+return from its ``epoll.poll`` each 100 ms and no trio task, sleep or cancel
+scope (three trio tasks sleeping 100 ms or 1 s were most of an idle node's
+CPU: each sleep is a cancel scope whose deadline fires a ``Cancelled`` through
+trio's machinery). When the loop waits through trio, :meth:`CoreTimers.run`
+runs them at the same times.
+
+The timers are started by the node (:mod:`.app`); what they act on is handed to
 them (the core, callables, the bus owner), not looked up. With the latency
 monitor on (``latency`` set, threshold > 0) a tick is timed as the
 ``expire-cycle`` event and a cron step as ``cron`` (:mod:`.latency`).
@@ -41,7 +50,10 @@ if TYPE_CHECKING:
     from .contracts import BusGlue
     from .latency import LatencyMonitor
 
-__all__ = ["CoreTimers", "Cron"]
+__all__ = ["CoreTimers", "Cron", "PERIOD_MS"]
+
+#: The periodic steps' period (ms): Disque's cron runs 10 times a second (hz 10).
+PERIOD_MS = 100
 
 
 class CoreTimers:
@@ -56,6 +68,29 @@ class CoreTimers:
         self.deadline: int | None = None  # what the timer task sleeps until (ms), None: no timer
         self.loop_runs_timers = False  # see hand_over
         self.latency: "LatencyMonitor | None" = None  # set by the node: slow ticks are recorded
+        self._periodic: list[Callable[[], int | None]] = []  # the periodic steps (every_period)
+        self._periodic_at = 0  # ms: when they run next
+
+    def every_period(self, step: Callable[[], int | None]) -> None:
+        """Run ``step`` periodically from now on, with the others, in the order added (the cron's
+        step, the cluster's tick). Each returns the ms it wants until the next run (None:
+        :data:`PERIOD_MS`); all run again after the shortest of them. What a step produces it
+        carries out itself (``apply_effects``)."""
+        if not self._periodic:
+            self._periodic_at = now_ms() + PERIOD_MS
+        self._periodic.append(step)
+        self.lot.unpark_all()  # the timer task's deadline may be later
+
+    def _run_periodic(self, now: int) -> None:
+        period = 0
+        for step in self._periodic:
+            wanted = step() or PERIOD_MS
+            if not period or wanted < period:
+                period = wanted
+        # The next run one period after this one was due, so late wake-ups do not drift; after
+        # a long stall (a clock jump, a stopped process) one period from now, with no catching up.
+        due = self._periodic_at + period
+        self._periodic_at = due if due > now else now + period
 
     def hand_over(self, to_loop: bool) -> None:
         """The client loop takes the core's timers over (True) or gives them back (False)."""
@@ -71,18 +106,25 @@ class CoreTimers:
             self.lot.unpark_all()
 
     def due(self) -> float:
-        """Run the core's timers if one is due; the seconds left until the next one."""
+        """Run the core's timers and the periodic steps if due; the seconds left until the next."""
         node = self.node
         nxt = node.next_wakeup()
-        if nxt is None:
+        periodic = self._periodic_at if self._periodic else None
+        if nxt is None and periodic is None:
             return math.inf
         now = now_ms()
-        if nxt <= now:
+        if periodic is not None and periodic <= now:
+            self._run_periodic(now)
+            periodic = self._periodic_at
+            nxt = node.next_wakeup()
+        if nxt is not None and nxt <= now:
             self._tick()
             nxt = node.next_wakeup()
-            if nxt is None:
-                return math.inf
             now = now_ms()
+        if periodic is not None and (nxt is None or periodic < nxt):
+            nxt = periodic
+        if nxt is None:
+            return math.inf
         return (nxt - now) / 1000.0
 
     def _tick(self) -> None:
@@ -112,19 +154,29 @@ class CoreTimers:
                 await self.lot.park()
                 continue
             nxt = node.next_wakeup()
+            if self._periodic and (nxt is None or self._periodic_at < nxt):
+                nxt = self._periodic_at
             self.deadline = nxt
             deadline = math.inf if nxt is None else nxt / 1000.0
             with trio.move_on_at(deadline):
                 await self.lot.park()
             if not self.loop_runs_timers:
+                now = now_ms()
+                if self._periodic and self._periodic_at <= now:
+                    self._run_periodic(now)
                 self._tick()
 
 
 class Cron:
-    """Every 100 ms: ops/s samples; every second: ``check_clients(timeout)``, the GC policy and
-    ``every_second`` (the workers' table drops the silent ones)."""
+    """Disque's serverCron: ops/s samples and ``every_step`` (:meth:`step`, run by the core's timers:
+    ``CoreTimers.every_period``); once a second ``check_clients(timeout)``, the GC policy and
+    ``every_second`` (the workers' table drops the silent ones). Every 100 ms while the node is busy
+    (a command, or a job-layer message from a peer: ``activity``, in the last second), every second
+    while it is idle."""
 
-    PERIOD = 0.1
+    PERIOD = PERIOD_MS / 1000.0
+    IDLE_MS = 1000  # the step's period while nothing happens
+    ACTIVE_FOR_MS = 1000  # busy this long after the last command or peer's job message
 
     def __init__(self, config: "Config", stats: dict[str, int], check_clients: Callable[[float], None]) -> None:
         self.config = config
@@ -133,34 +185,47 @@ class Cron:
         self._ops_samples: list[int] = [0] * 16
         self._ops_idx = 0
         self._last_ops = 0
-        self.every_step: list[Callable[[], None]] = []  # run every PERIOD (the memory measure)
-        self.every_second: list[Callable[[], Any]] = []  # run every 10th step
+        self.every_step: list[Callable[[], None]] = []  # run at every step (the memory measure)
+        self.every_second: list[Callable[[], Any]] = []  # run once a second
         self.latency: "LatencyMonitor | None" = None  # set by the node: slow steps are recorded
+        self.activity: Callable[[], int] = lambda: 0  # a count that grows with peers' job messages (the bus's)
+        self._last_activity = 0
+        self._last_at: int | None = None  # ms of the last step
+        self._second_at = 0  # ms: the once-a-second work is due
+        self._busy_until = 0  # ms
 
-    async def run(self) -> None:
-        while True:
-            await trio.sleep(self.PERIOD)
-            self.step()
-
-    def step(self) -> None:
+    def step(self) -> int:
+        """One step; the ms until it wants the next."""
         latency = self.latency
         start = perf_counter_ns() if latency is not None and latency.threshold_us else 0
-        self._step()
+        wanted = self._step(now_ms())
         if start:
             latency.observe("cron", start)
+        return wanted
 
-    def _step(self) -> None:
+    def _step(self, now: int) -> int:
         total = self.stats.get("total_commands_processed", 0)
-        self._ops_samples[self._ops_idx % len(self._ops_samples)] = (total - self._last_ops) * 10
+        activity = self.activity()
+        elapsed = now - self._last_at if self._last_at is not None else PERIOD_MS
+        self._last_at = now
+        # ops/s over the time since the last step (a step of an idle node covers a second)
+        self._ops_samples[self._ops_idx % len(self._ops_samples)] = (total - self._last_ops) * 1000 // max(elapsed, 1)
         self._ops_idx += 1
+        if total != self._last_ops or activity != self._last_activity:
+            self._busy_until = now + self.ACTIVE_FOR_MS
         self._last_ops = total
+        self._last_activity = activity
         for step in self.every_step:
             step()
-        if self._ops_idx % 10 == 0:
+        if not self._second_at:
+            self._second_at = now + 1000  # a second after the first step
+        elif now >= self._second_at:
+            self._second_at = now + 1000 if now - self._second_at >= 1000 else self._second_at + 1000
             self.check_clients(self.config.timeout)
             gcpolicy.policy.maybe_full()
             for step in self.every_second:
                 step()
+        return PERIOD_MS if now < self._busy_until else self.IDLE_MS
 
     def instantaneous_ops(self) -> int:
         n = min(self._ops_idx, len(self._ops_samples))

@@ -1,13 +1,12 @@
 """A process's resident set size (RSS): the one reader of it in disque-py.
 
 :func:`rss_bytes` reads ``/proc/<pid>/statm`` (its second field, resident pages, times the
-page size): one small read, cheap enough for the node to call every few hundred
-milliseconds. Where there is no ``/proc`` (macOS, the BSDs), the calling process's own
-value falls back to its peak RSS (``getrusage``'s ``ru_maxrss``), the closest figure such a
-system gives without a helper library; another process's is then unknown (0).
+page size): one small read. Where there is no ``/proc`` (macOS, the BSDs), the calling
+process's own value falls back to its peak RSS (``getrusage``'s ``ru_maxrss``), the closest
+figure such a system gives without a helper library; another process's is then unknown (0).
 
-Read by the node (``server/dispatch.py``: the memory level's INFO figures; ``server/admin.py``:
-INFO memory's ``used_memory_rss``) and by the benchmarks (a node process's RSS after a load).
+Read by the node only when asked (``server/admin.py``: INFO memory's ``used_memory_rss``; an
+idle node reads it never) and by the benchmarks (a node process's RSS after a load).
 A leaf: imports nothing of disque_py.
 """
 

@@ -632,3 +632,14 @@ def write_results(out: Path, machine: dict, options: dict, bench: Any, report: s
         "duration_s": round(time.monotonic() - t0, 1),
         "report_markdown": report,
     }, indent=2) + "\n")  # fmt: skip
+
+
+def save_raw(name: str, args: Any, results: Any, report: str, machine: dict | None = None) -> Path:
+    """The raw results of a benchmark with a report of its own (nodes, scale, smoke): JSON at ``args.write``,
+    else ``bench-results/<name>-<date>.json``, with the machine, the options and the report; says where."""
+    out = args.write or ROOT / "bench-results" / ("%s-%s.json" % (name, time.strftime("%Y%m%d-%H%M%S")))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"machine": machine or machine_info(sys.executable), "options": vars(args) | {"write": str(out)},
+                               "results": results, "report": report}, indent=2, default=str))  # fmt: skip
+    print("raw results: %s" % out)
+    return out

@@ -1,11 +1,12 @@
 """The dashboard at the top of BENCHMARKS.md, printed from the raw results of one or more runs.
 
-    scripts/bench dashboard RESULTS.json [AOF.json] [START.json]
-    PYTHONPATH=scripts python -m benchmarks.dashboard RESULTS.json [AOF.json] [START.json]
+    scripts/bench dashboard RESULTS.json [AOF.json] [START.json] [NODES.json]
+    PYTHONPATH=scripts python -m benchmarks.dashboard RESULTS.json [AOF.json] [START.json] [NODES.json]
 
 RESULTS.json is what ``scripts/bench --only addjob,getjob,cycles,redis,replication --disque-server PATH``
 wrote (into ``bench-results/``, or ``--write FILE``), AOF.json what ``scripts/bench aof --disque-server PATH``
-wrote, START.json what ``scripts/bench start --disque-server PATH --write FILE`` wrote. Each headline load gets
+wrote, START.json what ``scripts/bench start --disque-server PATH --write FILE`` wrote, NODES.json what
+``scripts/bench nodes --disque-server PATH`` wrote (the per-node cost rows). Each headline load gets
 one row: disque-py, Disque 1.0-rc1 and redis-server as they were measured in that same run, the ratios, and the ``scripts/bench`` command that gives the row. A figure a run did not
 measure shows as "—". Prints Markdown to stdout, ready to paste; the exact load commands (redis-benchmark and
 cycle-client lines) follow the table, from the results' ``commands``.
@@ -108,6 +109,47 @@ def start_row(run: dict[str, Any] | None) -> str:
                runs or "—", figure, "%.1f ms" % d if d is not None else "—", _ratio(d, o), command)  # fmt: skip
 
 
+def _is_nodes(run: dict[str, Any]) -> bool:
+    """What ``scripts/bench nodes --write FILE`` wrote (an idle cluster's cost per node, blocked clients)."""
+    return "idle" in run.get("results", {}) and "clients" in run.get("results", {})
+
+
+def nodes_rows(run: dict[str, Any] | None) -> list[str]:
+    """The per-node cost rows of ``scripts/bench nodes``: idle CPU and RSS per node at each size, and the time
+    blocked clients took to connect, beside Disque's in the same window (lower is better in every row)."""
+    if run is None:
+        return []
+    res = run["results"]
+    d = " --disque-server $DISQUE" if run.get("machine", {}).get("disque_server") else ""
+    o = run.get("options", {})
+    window = "%g s after %g s" % (o.get("window", 20), o.get("settle", 15))
+    rows = []
+    for row in res["idle"]:
+        ours, ref = row.get("disque-py", {}), row.get("disque", {})
+        n = row["nodes"]
+        cmd = "`scripts/bench nodes --sizes %d --clients 0%s`" % (n, d)
+        rows.append("| Idle CPU per node, %d nodes joined, %s (ms/s: lower is better) | %s | %s | %s | — | — | %s |" % (
+            n, window, "%.2f ms/s" % ours["mean_cpu_ms_per_s"] if ours else "—",
+            "%.2f ms/s" % ref["mean_cpu_ms_per_s"] if ref else "—",
+            _ratio(ours.get("mean_cpu_ms_per_s"), ref.get("mean_cpu_ms_per_s")), cmd))  # fmt: skip
+    for row in res["idle"][-1:]:
+        ours, ref = row.get("disque-py", {}), row.get("disque", {})
+        rows.append("| Idle RSS per node, %d nodes joined (lower is better) | %s | %s | %s | — | — | %s |" % (
+            row["nodes"], "%.1f MB" % ours["mean_rss_mb"] if ours else "—",
+            "%.1f MB" % ref["mean_rss_mb"] if ref else "—", _ratio(ours.get("mean_rss_mb"), ref.get("mean_rss_mb")),
+            "`scripts/bench nodes --sizes %d --clients 0%s`" % (row["nodes"], d)))  # fmt: skip
+    clients = res["clients"]
+    if clients:
+        ours, ref = clients.get("disque-py", {}), clients.get("disque", {})
+        count = (ours or ref)["clients"]
+        rows.append("| %s clients connecting, each blocked in GETJOB on its own queue (s: lower is better) | %s | %s "
+                    "| %s | — | — | `scripts/bench nodes --sizes '' --clients %d%s` |" % (
+                        "{:,}".format(count), "%.2f s" % ours["all_blocked_s"] if ours else "—",
+                        "%.2f s" % ref["all_blocked_s"] if ref else "—",
+                        _ratio(ours.get("all_blocked_s"), ref.get("all_blocked_s")), count, d))  # fmt: skip
+    return rows
+
+
 def _bench_command(run: dict[str, Any], only: str) -> str:
     o = run.get("options", {})
     argv = ["scripts/bench"] + (["--quick"] if o.get("quick") else []) + ["--only", only]
@@ -149,14 +191,15 @@ def _when(run: dict[str, Any]) -> str:
 def dashboard(runs: list[dict[str, Any]]) -> str:
     """The dashboard table and its header lines, in Markdown."""
     start = next((r for r in reversed(runs) if _is_start(r)), None)
-    runs = [r for r in runs if not _is_start(r)]
+    nodes = next((r for r in reversed(runs) if _is_nodes(r)), None)
+    runs = [r for r in runs if not _is_start(r) and not _is_nodes(r)]
     main = next((r for r in reversed(runs) if not _is_aof(r)), None)
     aofs = [r for r in runs if _is_aof(r)]
     # the throughput rows and the load row each from the last AOF run that has them (a run may be one suite)
     thr = next((r for r in reversed(aofs) if any(k in r["results"] for _, k, _ in AOF)), None)
     lrun = next((r for r in reversed(aofs) if "aof_load" in r["results"]), None)
     aof = thr or lrun
-    first = main or aof
+    first = main or aof or nodes
     if first is None:
         return "(no results)\n"
     m = first["machine"]
@@ -218,6 +261,10 @@ def dashboard(runs: list[dict[str, Any]]) -> str:
         " of {:,} jobs".format(jobs) if jobs else "", _num(_rate(ld), " jobs/s"), _num(_rate(rld), " jobs/s"),
         _ratio(_rate(ld), _rate(rld)), _aof_command(lrun, "load") if lrun else "—"))  # fmt: skip
     out.append(start_row(start))
+    out += nodes_rows(nodes)
+    if nodes is not None and (main is None or _when(nodes) != _when(main)):
+        out.insert(1, "Per-node cost rows: %s (`scripts/bench nodes`, nodes not pinned, both clusters in the same "
+                      "window)." % _when(nodes))  # fmt: skip
     out.append(INSTRUCTIONS_ROW)
     used = [r for r in (main, thr, lrun) if r is not None]
     cmds = [c for run in used for c in run.get("commands", [])

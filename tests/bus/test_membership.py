@@ -1048,3 +1048,69 @@ def test_announce_checks_its_arguments() -> None:
         m.announce("0.2.0", (), unannounced="0 1")
     m.announce("0.2.0", ("b", "a", "a"))
     assert m.myself.release == "0.2.0" and m.myself.features == frozenset({"a", "b"})
+
+
+class AdaptiveNet(SimNet):
+    """Each node ticks when its own ``idle_tick_ms`` says (as a node's timers run it), on a 100 ms grid."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.next_tick = [self.now] * len(self.members)
+        self.ticks = [0] * len(self.members)
+
+    def step(self) -> None:
+        self.now += TICK_MS
+        for i, m in enumerate(self.members):
+            if m is not None and self.now >= self.next_tick[i]:
+                self.call(i, lambda m: m.tick(self.now))
+                self.ticks[i] += 1
+                self.next_tick[i] = self.now + m.idle_tick_ms()
+
+
+def test_a_settled_cluster_ticks_less_often_and_still_fails_a_killed_node_in_time() -> None:
+    timeout = 15_000
+    net = AdaptiveNet(5, seed=3, node_timeout=timeout)
+    for i in range(1, 5):
+        net.meet(0, i)
+    net.run_until(net.all_clean, 20_000)
+    net.run(2_000)
+    assert all(m.settled and m.idle_tick_ms() == 500 for m in net.members)  # 1/20 of 15 s, at most 500 ms
+    pings_before = [m.stats["messages_sent"] for m in net.members]
+    ticks_before = list(net.ticks)
+    net.run(20_000)
+    assert all(t - t0 <= 41 for t, t0 in zip(net.ticks, ticks_before))  # 2 a second, not 10
+    # the random ping is once a second whatever the tick: ~20 each, plus the scheduled ones and the PONGs
+    assert all(m.stats["messages_sent"] - p >= 20 for m, p in zip(net.members, pings_before))
+
+    net.kill(4)
+    alive = net.alive_indexes()
+    net.run(TICK_MS * 6)
+    assert all(not net.m(i).settled and net.m(i).idle_tick_ms() == TICK_MS for i in alive)  # a link is down
+    elapsed = net.run_until(lambda: all(net.flags(i, 4) == NODE_FAIL for i in alive), 4 * timeout)
+    assert timeout < elapsed <= int(1.5 * timeout)
+
+
+def test_the_idle_tick_follows_the_node_timeout_within_its_bounds() -> None:
+    for timeout, expected in ((15_000, 500), (3_000, 150), (1_000, 100), (60_000, 500)):
+        net = AdaptiveNet(2, node_timeout=timeout)
+        net.meet(0, 1)
+        net.run_until(net.all_clean, 4 * max(timeout, 1000))
+        net.run(1_000)
+        assert [m.idle_tick_ms() for m in net.members] == [expected, expected]
+    lone = Membership("a" * 40, "10.0.0.1", PORT, node_timeout=15_000, now=START, rng=random.Random(1))
+    assert lone.idle_tick_ms() == TICK_MS  # before its first tick: in flux
+    lone.tick(START + 100)
+    assert lone.settled and lone.idle_tick_ms() == 500  # alone: nothing to wait for
+
+
+def test_the_view_key_changes_when_a_peer_announces_its_features() -> None:
+    """The server refreshes the core's view (and which peers lack a feature) only when the key
+    changed: a peer's announcement, arriving after the link settled, must change it."""
+    net = SimNet(2)
+    net.meet(0, 1)
+    net.run_until(net.all_clean, 5000)
+    a = net.m(0)
+    before = a.view_key()
+    a.receive(a.link_of(net.ids[1]), Data(net.ids[1], "VERSION", ["0.2.0", ["priority"]]), net.now)
+    assert a.node(net.ids[1]).features == frozenset({"priority"})
+    assert a.view_key() != before

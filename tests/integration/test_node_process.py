@@ -694,3 +694,24 @@ def test_a_pipeline_bigger_than_the_socket_buffers_is_answered_whole(node):
     assert len(ids) == n and len(set(ids)) == n
     assert r.execute_command("QLEN", "bulk") == n
     assert r.ping()
+
+
+def test_a_thousand_clients_connecting_at_once_are_all_served_with_their_addresses(node):
+    """The listener takes many connections per wake-up (more than the listen backlog arrive here
+    before the node runs): each is served, and CLIENT LIST shows each one's two addresses."""
+    socks = []
+    try:
+        for _ in range(1000):
+            s = socket.create_connection(("127.0.0.1", node.port), timeout=10)
+            s.sendall(b"PING\r\n")
+            socks.append(s)
+        for s in socks:
+            assert s.recv(16) == b"+PONG\r\n"
+        listing = redis.Redis(port=node.port).execute_command("CLIENT", "LIST")
+        listing = listing.decode() if isinstance(listing, bytes) else listing
+        for s in socks[:: 97]:
+            assert "addr=127.0.0.1:%d laddr=127.0.0.1:%d " % (s.getsockname()[1], node.port) in listing
+        assert listing.count("\n") >= 1000
+    finally:
+        for s in socks:
+            s.close()

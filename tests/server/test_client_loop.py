@@ -79,9 +79,9 @@ async def test_a_bus_link_that_registers_after_the_client_loop_ended_does_not_fa
         finally:
             loop_over.set()
 
-    async def cluster_then_late_link(*, task_status=trio.TASK_STATUS_IGNORED):
+    async def cluster_then_late_link(every_period=None, *, task_status=trio.TASK_STATUS_IGNORED):
         try:
-            await cluster_run(task_status=task_status)
+            await cluster_run(every_period, task_status=task_status)
         finally:
             with trio.CancelScope(shield=True):
                 await loop_over.wait()

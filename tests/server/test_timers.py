@@ -1,0 +1,107 @@
+"""The periodic steps (the cron's, the cluster's tick) run with the core's timers (server/timers.py):
+by the client loop's calls to ``CoreTimers.due`` while it owns the timers, by the timer task when it
+does not, at the same times either way, with no catching up after a stall; every 100 ms, or as
+seldom as every step asks (an idle cron: once a second). Virtual time: exact."""
+
+from __future__ import annotations
+
+import trio
+
+from disque_py.config import Config
+from disque_py.core.node import Node
+from disque_py.server.timers import PERIOD_MS, CoreTimers, Cron
+
+
+def _timers() -> tuple[CoreTimers, list[int]]:
+    node = Node("0" * 40, seed=b"timers", now=int(trio.current_time() * 1000), address=("127.0.0.1", 7711))
+    timers = CoreTimers(node, lambda: None)
+    ran: list[int] = []
+    timers.every_period(lambda: ran.append(round(trio.current_time() * 1000)))
+    return timers, ran
+
+
+async def _loop_until(timers: CoreTimers, ran: list[int], count: int, longest: float = PERIOD_MS / 1000) -> None:
+    """What the client loop does: wait what due() says, call it again, until ``count`` steps ran."""
+    with trio.fail_after(10):
+        while len(ran) < count:
+            limit = timers.due()
+            assert 0 < limit <= longest  # an idle node (no job) still wakes for the step
+            await trio.sleep(limit)
+
+
+def _near(ran: list[int], expected: list[int]) -> bool:
+    """The same times, within the millisecond now_ms truncates to."""
+    return len(ran) == len(expected) and all(abs(a - b) <= 1 for a, b in zip(ran, expected))
+
+
+async def test_the_loop_runs_the_steps_every_period_and_waits_no_longer_than_the_next(autojump_clock):
+    timers, ran = _timers()
+    timers.hand_over(True)  # the client loop owns the timers: it calls due() after each pass
+    start = round(trio.current_time() * 1000)
+    await _loop_until(timers, ran, 10)
+    assert _near(ran, [start + PERIOD_MS * i for i in range(1, 11)])
+
+
+async def test_a_late_loop_runs_the_step_once_and_keeps_the_period_from_then(autojump_clock):
+    timers, ran = _timers()
+    timers.hand_over(True)
+    start = round(trio.current_time() * 1000)
+    await trio.sleep(0.35)  # the loop was busy for three periods and a half
+    timers.due()
+    assert _near(ran, [start + 350])  # once, not three times
+    await _loop_until(timers, ran, 2)
+    assert _near(ran, [start + 350, start + 450])
+
+
+async def test_the_timer_task_runs_the_steps_when_the_loop_does_not(autojump_clock, nursery):
+    timers, ran = _timers()
+    start = round(trio.current_time() * 1000)
+    nursery.start_soon(timers.run)
+    await trio.sleep(0.55)
+    assert _near(ran, [start + PERIOD_MS * i for i in range(1, 6)])
+    timers.hand_over(True)  # the loop takes over: the task parks and runs nothing
+    await trio.sleep(0.5)
+    assert len(ran) == 5
+    timers.hand_over(False)
+    await trio.sleep(0.3)
+    assert len(ran) > 5 and all(abs(b - a - PERIOD_MS) <= 1 for a, b in zip(ran[5:], ran[6:]))
+
+
+async def test_the_shortest_period_a_step_asks_for_is_the_next(autojump_clock):
+    node = Node("0" * 40, seed=b"timers", now=int(trio.current_time() * 1000), address=("127.0.0.1", 7711))
+    timers = CoreTimers(node, lambda: None)
+    timers.hand_over(True)
+    ran: list[int] = []
+    wants = {"a": 500, "b": 300}
+    timers.every_period(lambda: ran.append(round(trio.current_time() * 1000)) or wants["a"])
+    timers.every_period(lambda: wants["b"])
+    start = round(trio.current_time() * 1000)
+    await _loop_until(timers, ran, 3, longest=0.5)
+    assert _near(ran, [start + 100, start + 400, start + 700])  # the first after 100 ms, then 300
+    wants["b"] = 800
+    await _loop_until(timers, ran, 5, longest=0.5)
+    assert _near(ran[3:], [start + 1000, start + 1500])  # asked at 700 (300 more), then 500
+
+
+async def test_an_idle_cron_steps_once_a_second_and_a_command_or_a_peer_makes_it_busy(autojump_clock):
+    stats = {"total_commands_processed": 0}
+    checked: list[int] = []
+    cron = Cron(Config(), stats, lambda timeout: checked.append(round(trio.current_time() * 1000)))
+    peers = [0]
+    cron.activity = lambda: peers[0]
+    start = round(trio.current_time() * 1000)
+    assert cron.step() == Cron.IDLE_MS  # nothing happened
+    await trio.sleep(1.0)
+    assert cron.step() == Cron.IDLE_MS and _near(checked, [start + 1000])
+    stats["total_commands_processed"] += 50  # 50 commands in that second
+    await trio.sleep(1.0)
+    assert cron.step() == PERIOD_MS and cron.instantaneous_ops() == 50 // 3  # (0 + 0 + 50) / 3 samples
+    for _ in range(9):  # busy: 10 steps a second, once-a-second work still once a second
+        await trio.sleep(0.1)
+        assert cron.step() == PERIOD_MS
+    await trio.sleep(0.1)
+    assert cron.step() == Cron.IDLE_MS  # a second with nothing: idle again
+    assert len(checked) == 3
+    peers[0] += 1  # a job-layer message from a peer
+    await trio.sleep(1.0)
+    assert cron.step() == PERIOD_MS
