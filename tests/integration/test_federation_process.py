@@ -131,15 +131,20 @@ def test_an_at_most_once_job_is_not_pushed_to_a_node_whose_link_is_down(created,
 
 
 def _blocked_getjob(node, queue: str) -> tuple[threading.Thread, list]:
-    """A consumer blocked on ``node`` (GETJOB TIMEOUT 10 s); the list gets (arrival time, reply)."""
+    """A consumer blocked on ``node`` (GETJOB TIMEOUT 10 s), and ``node`` has asked the others
+    for jobs of ``queue`` since (NEEDJOBS); the list gets (arrival time, reply)."""
     got: list = []
     r = node.client()
+    asked = node.client().info("stats")["needjobs_sent"]
+
     def run() -> None:
         reply = r.execute_command("GETJOB", "TIMEOUT", 10_000, "FROM", queue)
         got.append((time.monotonic(), reply))
+
     t = threading.Thread(target=run, daemon=True)
     t.start()
     wait_for(lambda: node.client().info("clients")["blocked_clients"] >= 1, timeout=5, what="the consumer blocked")
+    wait_for(lambda: node.client().info("stats")["needjobs_sent"] > asked, timeout=5, what="a NEEDJOBS sent")
     return t, got
 
 
@@ -161,8 +166,7 @@ def test_a_job_queued_again_anywhere_reaches_a_consumer_waiting_elsewhere_at_onc
     took = {}
     for case, repl in (("nack-copy", 3), ("nack-nocopy", 1)):
         queue = "fed-" + case
-        t, got = _blocked_getjob(a, queue)
-        time.sleep(0.3)  # A's first requests are answered (nothing here): it now waits
+        t, got = _blocked_getjob(a, queue)  # A waits: it has asked B and C, which have nothing
         tb, gotb = _blocked_getjob(b, queue)  # B's own consumer takes it (local ones first)
         job = rb.execute_command("ADDJOB", queue, "body", 5000, "REPLICATE", repl, "RETRY", 60)
         _arrival(tb, gotb, job, 0)
@@ -182,8 +186,7 @@ def test_a_job_queued_again_anywhere_reaches_a_consumer_waiting_elsewhere_at_onc
     queue = "fed-restart"
     job = rb.execute_command("ADDJOB", queue, "body", 5000, "REPLICATE", 1, "RETRY", 60)
     assert b.stop() == 0
-    t, got = _blocked_getjob(a, queue)
-    time.sleep(0.3)
+    t, got = _blocked_getjob(a, queue)  # A waits: it has asked C (B is down)
     b.start()  # returns once B answers PING
     took["restart"] = _arrival(t, got, job, time.monotonic())
     print("\nqueued again -> delivered elsewhere (s):", {k: round(v, 4) for k, v in took.items()})
