@@ -132,6 +132,9 @@ DEVIATIONS = """
 * Ids must be 40 lowercase hex characters everywhere (messages, nodes.conf).
 * ``save_text`` leaves out handshake nodes, as Disque's clusterSaveConfig
   does; ``nodes_text`` (CLUSTER NODES) shows them.
+* A PING or MEET from a known node we have no outbound link to (and are not
+  connecting to) connects at once; Disque waits for its next cron (up to
+  100 ms), and a restarted node's queued jobs waited for that link.
 """
 
 BLACKLIST_TTL_MS = 60_000
@@ -836,6 +839,13 @@ class Membership:
                 self._save = True
 
         if sender is not None:
+            if (kind is not Pong and sender.link is None and sender.id not in self._connecting and sender.ip
+                    and not sender.flags & NODE_NOADDR):  # fmt: skip
+                # It talks to us and we have no link to it (it restarted, or a cut healed): connect
+                # now, not at the next tick (up to 100 ms later; the job layer only sends on our
+                # own links, so a restarted node's jobs waited for that).
+                self._connecting[sender.id] = (sender.ip, sender.port)
+                self._effects.append(Connect(sender.id, sender.ip, sender.port + BUS_PORT_OFFSET))
             old = sender.flags
             sender.flags = (sender.flags & ~NODE_LEAVING) | (msg.flags & NODE_LEAVING)
             if sender.flags != old:

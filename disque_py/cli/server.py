@@ -23,7 +23,9 @@ def serve(args: tuple[str, ...] | list[str]) -> None:
     # The node's imports (trio, the core, the bus: about 50k objects) make next to no garbage:
     # the collector stays off through them, and run_node's policy (server/gcpolicy.py) turns it on.
     gc.disable()
-    import trio
+    from ..util.quickimport import import_trio
+
+    trio = import_trio()  # without the ldconfig subprocess trio's import runs (util/quickimport.py)
 
     from ..config import ConfigError, load_config
     from ..server.app import run_node

@@ -69,16 +69,19 @@ class Leases:
         for key in ("yourjobs_sent", "jobs_exported", "jobs_pushed"):
             ctx.stats[key] = 0
 
-    def push_if_wanted(self, q: Queue, job: Job) -> bool:
+    def push_if_wanted(self, q: Queue, job: Job, requeued: bool) -> bool:
         """A job is being queued: push it to a node with a valid lease instead. True if pushed
         (counted in and out of ``q``, which it never entered, and active here: the peer's to
-        queue); False: the caller queues it."""
+        queue); False: the caller queues it. ``requeued``: given back (NACK, the end of a RETRY,
+        ENQUEUE), not new: no local consumer is between two GETJOBs for it, so the
+        ``LOCAL_FIRST_MS`` hold does not apply (it kept a NACKed job from a consumer waiting
+        elsewhere until that node's next discovery NEEDJOBS, up to 30 s later)."""
         leases = self.by_queue.get(q.name)
         if not leases or q.blocked or q.flags & PAUSED_OUT or self.importing:
             return False
         ctx = self.ctx
         now = ctx.now
-        if q.ltime and now - q.ltime < LOCAL_FIRST_MS and not q.jobs:
+        if q.ltime and now - q.ltime < LOCAL_FIRST_MS and not q.jobs and not requeued:
             return False  # a local consumer is between two GETJOBs: it takes this one next
         reachable = ctx.reachable
         backlogged = ctx.backlogged

@@ -217,7 +217,7 @@ class Node:
             "REPLJOB": replication.on_repljob,
             "GOTJOB": self._on_gotjob,
             "ENQUEUE": requeue.on_enqueue,
-            "QUEUED": requeue.on_queued,
+            "QUEUED": federation.on_queued,  # Requeue.on_queued, then a pull if clients wait here
             "WORKING": requeue.on_working,
             "WILLQUEUE": requeue.on_willqueue,
             "SETACK": acks.on_setack,

@@ -132,7 +132,7 @@ class Requeue:
         q = self._queues.get(job.queue) or ctx.get_queue(job.queue)  # type: ignore[arg-type]  # a queued job has a queue
         q.atime = now
         leased = self._leased
-        if not q.blocked and leased and q.name in leased and self._leases.push_if_wanted(q, job):
+        if not q.blocked and leased and q.name in leased and self._leases.push_if_wanted(q, job, not fresh):
             # A consumer waits on another node: sent there, never queued here (active, see
             # push_if_wanted); a RETRY 0 job left this node with its only copy.
             if retry:

@@ -221,13 +221,33 @@ class ClusterService:
         self._fresh = True
         return m
 
-    def _write(self, text: str) -> None:
+    def _write(self, text: str, sync: bool = True) -> None:
+        """Write nodes.conf whole (a temporary file renamed over it); ``sync``: fsync it first
+        (without, a crash of the process keeps it, a crash of the machine may not)."""
         tmp = "%s.tmp-%d" % (self.path, os.getpid())
         with open(tmp, "w", encoding="utf-8") as f:
             f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
+            if sync:
+                f.flush()
+                os.fsync(f.fileno())
         os.replace(tmp, self.path)
+
+    def _sync_written(self) -> None:
+        """fsync nodes.conf and its directory (the first one, written unsynced at start); in a
+        worker thread. A failure is logged: the next save syncs again."""
+        try:
+            fd = os.open(self.path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            fd = os.open(os.path.dirname(os.path.abspath(self.path)), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            log.warning("Could not sync the cluster configuration %s: %s", self.path, exc)
 
     def save_now(self) -> None:
         self._save_pending = False
@@ -317,12 +337,18 @@ class ClusterService:
                 ) from exc
             log.info("Cluster bus listening on %s port %d%s", ", ".join(hosts), bus_port,
                      " (mutual TLS)" if tls else "")  # fmt: skip
+            synced = True
             if self._fresh:
                 self._fresh = False
                 log.info("No cluster configuration found, I'm %s", self.my_id)
-                self._write(self.membership.save_text())
+                # Written before the first client is served; its fsync (5-50 ms on a busy
+                # disk) right after, in a thread: a new node answers PING without waiting for it.
+                self._write(self.membership.save_text(), sync=False)
+                synced = False
             self.sync()
             task_status.started()
+            if not synced:
+                nursery.start_soon(trio.to_thread.run_sync, self._sync_written)
             period = self.tick()
             if every_period is not None:
                 every_period(self.tick)  # the node's timers run it (server/timers.py); the bus runs on

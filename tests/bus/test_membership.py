@@ -766,8 +766,9 @@ def test_address_update_and_mismatched_pong() -> None:
     assert Close(out) in eff and SaveConfig() in eff
     assert any(isinstance(e, Log) and "Address updated" in e.text for e in eff)
     assert (m.node(peer).ip, m.node(peer).port, m.link_of(peer)) == ("10.0.0.22", 7001, None)
+    assert Connect(peer, "10.0.0.22", 17001) in eff  # it talks to us: reconnected at once, there
     m.tick(START + 300)
-    assert Connect(peer, "10.0.0.22", 17001) in m.take_effects()
+    assert not [e for e in m.take_effects() if isinstance(e, Connect)]  # in flight: not twice
     # Someone else answers our PING there: NOADDR, link closed, no reconnects.
     m.link_up(peer, 6, START + 310)
     m.take_effects()
@@ -1114,3 +1115,22 @@ def test_the_view_key_changes_when_a_peer_announces_its_features() -> None:
     a.receive(a.link_of(net.ids[1]), Data(net.ids[1], "VERSION", ["0.2.0", ["priority"]]), net.now)
     assert a.node(net.ids[1]).features == frozenset({"priority"})
     assert a.view_key() != before
+
+
+def test_a_ping_from_a_node_we_have_no_link_to_connects_at_once() -> None:
+    """A node that restarted (or a healed cut) talks to us before our next tick: its PING makes
+    the Connect at once, not up to a tick later; once, while that connect is in flight."""
+    m, peer, out, inn = joined_pair()
+    m.link_down(out, START + 200)
+    m.take_effects()
+    m.link_peer(21, "10.0.0.2")
+    m.receive(21, Ping(peer, PORT, 0), START + 210)
+    assert [e for e in m.take_effects() if isinstance(e, Connect)] == [Connect(peer, "10.0.0.2", PORT + BUS_PORT_OFFSET)]
+    m.receive(21, Ping(peer, PORT, 0), START + 220)
+    m.tick(START + 300)
+    assert not [e for e in m.take_effects() if isinstance(e, Connect)]  # still in flight
+    m.link_up(peer, 22, START + 310)
+    assert m.link_of(peer) == 22
+    m.take_effects()
+    m.receive(21, Ping(peer, PORT, 0), START + 320)  # linked: nothing more
+    assert not [e for e in m.take_effects() if isinstance(e, Connect)]

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 import redis
+
+from disque_py.cli import launcher
 
 from .conftest import wait_for
 from .test_cluster_process import cluster_info, created  # noqa: F401  (fixture)
@@ -125,3 +128,66 @@ def test_an_at_most_once_job_is_not_pushed_to_a_node_whose_link_is_down(created,
     assert rb.info("stats")["jobs_pushed"] == pushed
     assert rb.execute_command("GETJOB", "NOHANG", "FROM", "amo")[0][1] == job_id
     consumer.join(30)
+
+
+def _blocked_getjob(node, queue: str) -> tuple[threading.Thread, list]:
+    """A consumer blocked on ``node`` (GETJOB TIMEOUT 10 s), and ``node`` has asked the others
+    for jobs of ``queue`` since (NEEDJOBS); the list gets (arrival time, reply)."""
+    got: list = []
+    r = node.client()
+    asked = node.client().info("stats")["needjobs_sent"]
+
+    def run() -> None:
+        reply = r.execute_command("GETJOB", "TIMEOUT", 10_000, "FROM", queue)
+        got.append((time.monotonic(), reply))
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    wait_for(lambda: node.client().info("clients")["blocked_clients"] >= 1, timeout=5, what="the consumer blocked")
+    wait_for(lambda: node.client().info("stats")["needjobs_sent"] > asked, timeout=5, what="a NEEDJOBS sent")
+    return t, got
+
+
+def _arrival(t: threading.Thread, got: list, job: bytes, since: float) -> float:
+    t.join(10)
+    assert got and got[0][1] and got[0][1][0][1] == job, got
+    return got[0][0] - since
+
+
+def test_a_job_queued_again_anywhere_reaches_a_consumer_waiting_elsewhere_at_once(start_node):
+    """A consumer waits on node A while a job is queued again on node B, which has no consumer:
+    NACKed there (node A holding a copy or not), its RETRY run out there, or B restarted with
+    it queued (its AOF, aof-enqueue-jobs-once). Each reaches A's consumer in milliseconds: it
+    took up to the next discovery NEEDJOBS before (seconds; Disque's pull the same). Asserted
+    within a second here (a loaded machine); BENCHMARKS.md has the measured figures."""
+    a, b, c = nodes = [start_node(), start_node(appendonly="yes", aof_enqueue_jobs_once="yes"), start_node()]
+    launcher.join([(n.host, n.port) for n in nodes], timeout=30)
+    rb = b.client()
+    took = {}
+    for case, repl in (("nack-copy", 3), ("nack-nocopy", 1)):
+        queue = "fed-" + case
+        t, got = _blocked_getjob(a, queue)  # A waits: it has asked B and C, which have nothing
+        tb, gotb = _blocked_getjob(b, queue)  # B's own consumer takes it (local ones first)
+        job = rb.execute_command("ADDJOB", queue, "body", 5000, "REPLICATE", repl, "RETRY", 60)
+        _arrival(tb, gotb, job, 0)
+        t0 = time.monotonic()
+        assert rb.execute_command("NACK", job) == 1
+        took[case] = _arrival(t, got, job, t0)
+    # RETRY: taken on B, never acked; its RETRY ends on B
+    queue = "fed-retry"
+    job = rb.execute_command("ADDJOB", queue, "body", 5000, "REPLICATE", 1, "RETRY", 1)
+    assert rb.execute_command("GETJOB", "NOHANG", "FROM", queue)[0][1] == job
+    t, got = _blocked_getjob(a, queue)
+    show = rb.execute_command("SHOW", job)
+    fields = dict(zip(show[::2], show[1::2]))
+    due = time.monotonic() + int(fields[b"next-requeue-within"]) / 1000
+    took["retry"] = _arrival(t, got, job, due)
+    # restart: B goes down with a job queued; A's consumer waits; B comes back from its AOF
+    queue = "fed-restart"
+    job = rb.execute_command("ADDJOB", queue, "body", 5000, "REPLICATE", 1, "RETRY", 60)
+    assert b.stop() == 0
+    t, got = _blocked_getjob(a, queue)  # A waits: it has asked C (B is down)
+    b.start()  # returns once B answers PING
+    took["restart"] = _arrival(t, got, job, time.monotonic())
+    print("\nqueued again -> delivered elsewhere (s):", {k: round(v, 4) for k, v in took.items()})
+    assert all(v < 1.0 for v in took.values()), took

@@ -360,3 +360,117 @@ def test_a_backlog_is_pulled_in_batches_that_overlap_its_consumption(seed):
     assert starved == 0, "%d waits for a batch while node 1 still had jobs" % starved
     assert c.nodes[0].stats["jobs_imported"] == 900
     assert c.nodes[1].stats["jobs_pushed"] == 0  # all of it pulled
+
+
+# -- a job queued again anywhere reaches a consumer waiting anywhere (issue 59) -----------
+#
+# Node 0's consumer has waited 40 s: its discovery NEEDJOBS goes out once every 30 s by then,
+# so anything slower than one round trip below waited for that broadcast (up to 30 s, as
+# Disque's pull does).
+
+LONG_WAIT_MS = 40_000
+
+
+def _taken_on_1(c: SimCluster, repl: int, retry: int = 60) -> tuple[object, bytes]:
+    """Node 0's consumer has waited LONG_WAIT_MS; a job made on node 1 (REPLICATE ``repl``:
+    1, node 0 holds no copy; 3, it holds one) goes to a client of node 1 waiting there."""
+    remote = blocked_consumer(c, 0)
+    c.run_for(LONG_WAIT_MS)
+    local = blocked_consumer(c, 1)
+    job = addjob(c, 1, "REPLICATE", repl, "RETRY", retry)
+    assert local.wait_reply(100)[0][1] == job
+    assert (0 in c.holders(job)) == (repl == 3)
+    return remote, job
+
+
+def _no_leases(c: SimCluster) -> None:
+    """The push leases node 0 opened on the others are gone (run out, or never granted: a node
+    that restarted holds none): only a pull brings the job."""
+    for i in (1, 2):
+        c.node(i).leases.by_queue.clear()
+
+
+@pytest.mark.parametrize("repl,leased", [(1, True), (3, True), (3, False)])
+def test_a_nacked_job_reaches_a_consumer_waiting_on_another_node_in_one_hop(repl, leased):
+    """A job NACKed on node 1 a moment after its consumer there took it, while a consumer has
+    waited on node 0 for 40 s: node 0 gets it in one hop. Pushed under node 0's lease (a job
+    given back is not kept for the local consumer that gave it back); without a lease, node 0,
+    which holds a copy, hears the QUEUED and asks node 1 for it. It took 4-18 s before (the
+    next discovery NEEDJOBS)."""
+    c = SimCluster(3, 41, delay=(1, 1))
+    remote, job = _taken_on_1(c, repl)
+    c.run_for(5)
+    if not leased:
+        _no_leases(c)
+    sent = c.stats["sent:NEEDJOBS"]
+    t0 = c.now
+    assert c.client(1).cmd("NACK", job) == 1
+    assert remote.wait_reply(60_000)[0][1] == job
+    assert c.now - t0 <= 3, "took %d virtual ms" % (c.now - t0)
+    # the pull (one), and node 0 renewing its lease on node 1 once the job is taken (top-up)
+    assert c.stats["sent:NEEDJOBS"] - sent <= 3
+
+
+@pytest.mark.parametrize("repl,leased", [(1, True), (3, True), (3, False)])
+def test_a_job_queued_again_by_its_retry_reaches_a_consumer_waiting_elsewhere_in_one_hop(repl, leased):
+    """The same when the job's RETRY ends on a node with no consumer (node 1, or node 2 when it
+    holds a copy too): measured from the first holder's requeue time."""
+    c = SimCluster(3, 42, delay=(1, 1))
+    remote, job = _taken_on_1(c, repl, retry=2)
+    if not leased:
+        _no_leases(c)
+    for i in (0, 2):
+        if i in c.holders(job):
+            held = c.node(i).store.get(job)
+            held.next_at += 5_000  # node 1's timer comes first
+            c.node(i).lifecycle.reschedule(held)
+    requeue_at = c.node(1).store.get(job).next_at - c.mono_offset[1]
+    sent = c.stats["sent:NEEDJOBS"]
+    assert remote.wait_reply(60_000)[0][1] == job
+    assert c.now - requeue_at <= 3, "took %d virtual ms after the requeue" % (c.now - requeue_at)
+    assert c.stats["sent:NEEDJOBS"] - sent <= 3
+
+
+def test_a_job_queued_again_as_its_node_restarts_reaches_a_consumer_waiting_elsewhere():
+    """Node 1 had a job queued when it went down; it comes back from its AOF (aof-enqueue-jobs-
+    once: queued again as it starts) while a consumer has waited on node 0 for 40 s. Node 0
+    asks a node that comes up at once, not at its next discovery broadcast (up to 30 s)."""
+    from disque_py.persistence.journal import snapshot
+    from disque_py.persistence.loader import Loader
+
+    c = SimCluster(3, 43, delay=(1, 1))
+    job = addjob(c, 1, "REPLICATE", 1, "RETRY", 60)
+    old = c.node(1)
+    aof = b"".join(snapshot(list(old.store.values()), old.ctx.wall_offset))
+    c.crash(1)
+    remote = blocked_consumer(c, 0)
+    c.run_for(LONG_WAIT_MS)
+    sent = c.stats["sent:NEEDJOBS"]
+    t0 = c.now
+    c.restart(1)
+    loader = Loader(c.node(1))
+    loader.feed(aof)
+    assert loader.finish(True)[1]["queued"] == 1
+    assert c.queued_on(job) == [1]
+    assert remote.wait_reply(60_000)[0][1] == job
+    assert c.now - t0 <= 3, "took %d virtual ms" % (c.now - t0)
+    # asked once at once, then ad hoc while nothing comes (it came: no more)
+    assert c.stats["sent:NEEDJOBS"] - sent <= 2
+
+
+def test_nodes_coming_and_going_cost_a_bounded_number_of_needjobs():
+    """A consumer waits on node 0 for ten minutes while node 2 goes down and comes back every
+    20 s and nothing is ever produced: node 0 asks a node that comes back a few times (ad hoc,
+    25 ms doubling, for as long as a source is valid), never more."""
+    c = SimCluster(3, 44, delay=(1, 1))
+    blocked_consumer(c, 0)
+    c.run_for(LONG_WAIT_MS)
+    sent = c.stats["sent:NEEDJOBS"]
+    for _ in range(30):
+        c.crash(2)
+        c.run_for(10_000)
+        c.restart(2)
+        c.run_for(10_000)
+    per_restart = (c.stats["sent:NEEDJOBS"] - sent) / 30
+    # discovery alone: one broadcast to the live nodes every 30 s (about 1 a restart)
+    assert per_restart <= 12, per_restart
