@@ -55,7 +55,7 @@ from .message import (
     chain_key, chain_result_queue, chord_key, encode, member_key, result_queue,
 )  # fmt: skip
 from .results import Outcome, ResultTimeout, TaskRef, unwrap, wait_outcomes
-from .tracing import UNSET, active
+from .tracing import UNSET, active, sendings
 
 __all__ = ["App", "Task", "Signature", "Group", "GroupRef", "Chain", "ChainRef", "Chord", "ChordRef", "Hook", "group",
            "chain", "chord"]  # fmt: skip
@@ -520,11 +520,14 @@ class Chain:
             meta = first.signatures[0].options.get("meta") or {}  # the chain's: its first signature's
             chord = ChordSpec(members.id, members.runs, first.on_error, tuple(steps), final, ttl)
             added = []
-            for i, (sig, argv) in enumerate(zip(first.signatures, members.argvs)):
-                body = encode(Message(sig.task.name, sig.args, dict(sig.kwargs), members.results[i], meta, None,
-                                      chord), sig.task.serializer)  # fmt: skip
-                added.append(self.app._addjob((*argv[:2], body, *argv[3:], b"DEDUP", member_key(members.id, i)),
-                                              retry_safe=True))  # fmt: skip
+            names = [(step.task, step.queue) for step in members.steps]  # traced: each member's send a span
+            with sendings(names, active(self.app)) as sends:
+                for i, (sig, argv, send) in enumerate(zip(first.signatures, members.argvs, sends)):
+                    body = encode(Message(sig.task.name, sig.args, dict(sig.kwargs), members.results[i],
+                                          send.meta(meta), None, chord), sig.task.serializer)  # fmt: skip
+                    added.append(self.app._addjob((*argv[:2], body, *argv[3:], b"DEDUP", member_key(members.id, i)),
+                                                  retry_safe=True))  # fmt: skip
+                    send.sent(added[-1])
             if added != members.ids:  # what every member's check derives: a node that makes other IDs
                 raise RuntimeError("the nodes gave chord %s's members IDs other than their keys' (%s, not %s): "
                                    "its check could not find them" % (members.id, added, members.ids))  # fmt: skip
