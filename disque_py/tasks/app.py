@@ -46,6 +46,7 @@ from ..client import commands as cmd
 from ..client.sync import Client
 from ..core.constants import default_retry
 from ..core.ids import dedup_job_id
+from . import control
 from .calling import check_priority, job_times, refuse_task_options, send_options, unknown_options
 from .context import TaskContext, current_task
 from .chords import Progress, member_ids, member_runs
@@ -274,8 +275,17 @@ class Task:
         return self._add(message, options)
 
     def _add(self, message: Message, options: dict[str, Any]) -> str:
-        argv, _ = self.addjob_argv(encode(message, self.serializer), **options)
-        return self.app._addjob(argv, retry_safe=b"DEDUP" in argv)
+        argv, queue = self.addjob_argv(encode(message, self.serializer), **options)
+        dedup = b"DEDUP" in argv
+        if dedup and "periodic_slot" not in message.meta:
+            # a key whose job was revoked is free: its next generation (control.py); a periodic
+            # slot's schedulers all send the same slot, so a revoked slot stays revoked
+            key = cmd.dedup_key(argv[-1])
+            retry = next((int(argv[i + 1]) for i in range(4, len(argv) - 1) if argv[i] == b"RETRY"), 1)
+            live = control.live_key(self.app.client(), queue, key, retry)
+            if live != key:
+                argv = (*argv[:-1], live)
+        return self.app._addjob(argv, retry_safe=dedup)
 
 
 def _bound(fn: Callable[..., Any]) -> Callable[..., Any]:
