@@ -12,6 +12,12 @@ Pull (Disque's protocol, unchanged on the wire):
   has a recent import rate, the sources are asked at once, except those
   whose push lease (below) is young (``RENEW_AFTER_MS``) and has used less
   than half of its credit: they push on without being asked.
+* A node told QUEUED for a job it holds (the sender queued it, ``requeue.py``) while clients
+  wait here on its queue with none queued asks the sender at once (``queued_there``): it
+  may be no source yet, and discovery may have backed off. A job kept by its maker after
+  its ADDJOB timed out and requeued first by another holder (a node killed, not flagged
+  yet; the maker yields to it, ``dedup.py``) waited there for the next discovery, up to
+  30 s, while consumers waited on the maker's node.
 * A node receiving NEEDJOBS(queue, count) with jobs queued (and not paused
   out, and not importing that queue itself) dequeues up to ``count`` of them
   (at most half its queue unless it has twice as many) and sends them in one
@@ -117,7 +123,7 @@ from typing import Final, final
 from .commands import check_job_ids
 from .commandspec import EVERY_QUEUE, CommandSpec
 from .context import Context
-from .job import ACTIVE, F_BCAST_QUEUED, F_DELIVERED, QUEUED
+from .job import ACTIVE, F_BCAST_QUEUED, F_DELIVERED, F_YIELD, QUEUED, WAIT_REPL
 from .leases import Leases
 from .lifecycle import Lifecycle
 from .messages import NeedJobs, YourJobs, del_job_holders, need_jobs
@@ -232,6 +238,22 @@ class Federation:
             q.needjobs_adhoc_time = now
             q.needjobs_adhoc_attempt += 1
             self._send_needjobs(sources, q.name, count)
+
+    def queued_there(self, sender: str, job_id: bytes) -> None:
+        """A QUEUED from ``sender``: it queued a job this node holds a copy of. If clients wait
+        here on that queue with none queued, the sender is asked at once (NEEDJOBS), as a
+        source would be: it may be none yet, and discovery may have backed off (up to
+        ``BCAST_MAX_DELAY_MS``). So a job queued on a node without consumers (a DEDUP job
+        this node yielded to it, dedup.py; a requeue after a holder's RETRY) reaches the
+        consumers waiting here in a round trip."""
+        job = self._store.get(job_id)
+        if job is None:
+            return
+        ctx = self.ctx
+        q = ctx.queues.get(job.queue)  # type: ignore[arg-type]  # a held job has a queue
+        if q is None or not q.blocked or q.jobs or ctx.leaving or sender not in ctx.reachable:
+            return
+        self._send_needjobs([sender], q.name, q.blocked)
 
     def _send_needjobs(self, nodes: list[str], name: bytes, count: int) -> None:
         if nodes:
@@ -375,7 +397,13 @@ class Federation:
                 if wire[1] != job.queue or job.state != ACTIVE:
                     # queued or acked here already; or still waiting for its copies here (this
                     # node created it, and another holder's RETRY ran out first): queueing it
-                    # now would leave its ADDJOB client waiting for ever (REPL_CLIENTS)
+                    # now would leave its ADDJOB client waiting for ever (REPL_CLIENTS). The
+                    # sender gave its turn away, though: such a job is queued here when its
+                    # wait ends, even a DEDUP one that was to yield to the sender (F_YIELD,
+                    # dedup.py); else neither queued it, and it waited for the sender's next
+                    # RETRY and for this node's consumers to ask the sender again
+                    if job.state == WAIT_REPL and wire[1] == job.queue:
+                        job.flags &= ~F_YIELD
                     continue
             else:
                 job = job_from_wire(wire, now)

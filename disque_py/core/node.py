@@ -119,7 +119,7 @@ from .job import ACKED, WAIT_REPL
 from .leases import Leases
 from .lifecycle import Lifecycle
 from .memory import Memory
-from .messages import GotJob, receivers
+from .messages import GotJob, Queued, receivers
 from .replication import Replication
 from .replies import Error, err
 from .requeue import Requeue
@@ -212,7 +212,7 @@ class Node:
             "REPLJOB": replication.on_repljob,
             "GOTJOB": self._on_gotjob,
             "ENQUEUE": requeue.on_enqueue,
-            "QUEUED": requeue.on_queued,
+            "QUEUED": self._on_queued,
             "WORKING": requeue.on_working,
             "WILLQUEUE": requeue.on_willqueue,
             "SETACK": acks.on_setack,
@@ -326,6 +326,12 @@ class Node:
             self.blocking.serve_ready()
         if self._outgoing:
             self.leases.flush()
+
+    def _on_queued(self, sender: str, m: Queued) -> None:
+        """QUEUED: the sender queued a job held here (``Requeue.on_queued``); clients waiting
+        here on its queue ask the sender for it at once (``Federation.queued_there``)."""
+        self.requeue.on_queued(sender, m)
+        self.federation.queued_there(sender, m.job_id)
 
     def _on_gotjob(self, sender: str, m: GotJob) -> None:
         """GOTJOB: a copy confirmed (``Replication.on_gotjob``); one of a dead letter made here
