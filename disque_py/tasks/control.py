@@ -30,6 +30,7 @@ reads or writes the cluster with the app's sync client:
 from __future__ import annotations
 
 import hashlib
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -42,7 +43,7 @@ from ..client.worker.control import NOTICE_TTL, cancel_notice, control_queue
 from ..client.workers import WorkerView, merge
 from ..core.ids import dead_letter_id, dedup_job_id, ttl_minutes_from_id
 from .message import MessageError, Outcome, decode_outcome, encode_outcome
-from .periodic import DEFAULT_DEDUP_WINDOW, dedup_window
+from .periodic import DEFAULT_DEDUP_WINDOW, REACHABLE, dedup_window
 
 __all__ = ["TaskStatus", "STATES", "REVOKED", "revoke", "cancel", "status", "progress", "marker_id", "generation_key",
            "live_key"]
@@ -55,6 +56,8 @@ REVOKED = "TaskRevoked"
 STATES = ("queued", "delayed", "running", "retrying", "done", "failed", "dead", "revoked", "unknown")
 #: A revoked result kept this long when the app keeps none by default (seconds).
 REVOKED_RESULT_TTL = 600
+log = logging.getLogger("disque_py.tasks")
+
 #: The queue of a revoked DEDUP job's marker: ``@revoked:<job ID>`` (one of the cluster's own).
 MARKER_QUEUE_PREFIX = "@revoked:"
 #: Generations of a key looked at by one send before it gives up (each one a revoke).
@@ -242,11 +245,21 @@ def _free_key(ref: Any, live: Any, standing: bool) -> bool:
     life = int(getattr(task, "ttl", 0) or 86400)
     window = dedup_window(client)
     ttl = life + int(DEFAULT_DEDUP_WINDOW if window is None else window) + 60
-    nodes = max(1, len(client.hello().nodes))
-    queue = MARKER_QUEUE_PREFIX + ref.id
-    client.add_job(queue, b'{"revoked": "%s"}' % ref.id.encode(), ttl=ttl, delay=ttl - 1,
-                   replicate=nodes, dedup="revoked")  # fmt: skip
-    return standing
+    replicate = max(1, len(client.hello().nodes))
+    body = b'{"revoked": "%s"}' % ref.id.encode()
+    while True:  # on every node; with the copies the nodes can make when some are down
+        try:
+            client.add_job(MARKER_QUEUE_PREFIX + ref.id, body, ttl=ttl, delay=ttl - 1, replicate=replicate,
+                           dedup="revoked")  # fmt: skip
+            return standing
+        except DisqueError as exc:
+            fewer = REACHABLE.search(str(exc))
+            if fewer is not None and 1 <= int(fewer.group(1)) < replicate:
+                replicate = int(fewer.group(1))
+                continue
+            if "NOREPL" not in str(exc):  # NOREPL: the marker is kept with the copies made (DEDUP)
+                log.warning("revoked task %s: its DEDUP key stays taken (no marker: %s)", ref.id, exc)
+            return standing
 
 
 def _notify(client: Any, address: Any, worker_id: str, job_id: str) -> None:
