@@ -47,3 +47,5 @@ def test_the_report_puts_both_sides_and_their_ratio():
     assert "| disque | 2,000 |" in text and "| dramatiq | 1,000 |" in text
     assert "2.00x (target >= 1.0: met); CPU per task -150 us" in text
     assert "skipped: why" in report({"disque": "skipped: why"})
+    beats = report({"disque": row, "disque-no-beats": dict(row, tasks_per_s=2500.0, worker_cpu_us=190.0)})
+    assert "beats every 5 s / no beats: tasks/s 0.80x; CPU per task: producer +0 us, worker +10 us, broker +0 us" in beats

@@ -23,6 +23,10 @@ Pull (Disque's protocol, unchanged on the wire):
   the ad hoc requests that follow. One NEEDJOBS per event and waited queue at once; a node
   that comes up then gets the ad hoc ones while nothing comes (measured in the simulation:
   9 NEEDJOBS per restart of a node while a consumer waits, 1 before).
+* A job kept by its maker after its ADDJOB timed out and requeued first by another holder (a
+  node killed, not flagged yet; the maker yields to it, ``dedup.py``) is queued by the maker
+  when its wait ends if the holder moved it there meanwhile (``on_yourjobs``), and a QUEUED
+  from that holder makes clients waiting at the maker ask it at once (``on_queued``).
 * A node receiving NEEDJOBS(queue, count) with jobs queued (and not paused
   out, and not importing that queue itself) dequeues up to ``count`` of them
   (at most half its queue unless it has twice as many) and sends them in one
@@ -131,7 +135,7 @@ from typing import Final, final
 from .commands import check_job_ids
 from .commandspec import EVERY_QUEUE, CommandSpec
 from .context import Context
-from .job import ACTIVE, F_BCAST_QUEUED, F_DELIVERED, QUEUED
+from .job import ACTIVE, F_BCAST_QUEUED, F_DELIVERED, F_YIELD, QUEUED, WAIT_REPL
 from .leases import Leases
 from .lifecycle import Lifecycle
 from .messages import NeedJobs, Queued, YourJobs, del_job_holders, need_jobs
@@ -447,7 +451,13 @@ class Federation:
                 if wire[1] != job.queue or job.state != ACTIVE:
                     # queued or acked here already; or still waiting for its copies here (this
                     # node created it, and another holder's RETRY ran out first): queueing it
-                    # now would leave its ADDJOB client waiting for ever (REPL_CLIENTS)
+                    # now would leave its ADDJOB client waiting for ever (REPL_CLIENTS). The
+                    # sender gave its turn away, though: such a job is queued here when its
+                    # wait ends, even a DEDUP one that was to yield to the sender (F_YIELD,
+                    # dedup.py); else neither queued it, and it waited for the sender's next
+                    # RETRY and for this node's consumers to ask the sender again
+                    if job.state == WAIT_REPL and wire[1] == job.queue:
+                        job.flags &= ~F_YIELD
                     continue
             else:
                 job = job_from_wire(wire, now)

@@ -46,6 +46,7 @@ from ..client import commands as cmd
 from ..client.sync import Client
 from ..core.constants import default_retry
 from ..core.ids import dedup_job_id
+from . import control
 from .calling import check_priority, job_times, refuse_task_options, send_options, unknown_options
 from .context import TaskContext, current_task
 from .chords import Progress, member_ids, member_runs
@@ -55,7 +56,7 @@ from .message import (
     chain_key, chain_result_queue, chord_key, encode, member_key, result_queue,
 )  # fmt: skip
 from .results import Outcome, ResultTimeout, TaskRef, unwrap, wait_outcomes
-from .tracing import UNSET, active
+from .tracing import UNSET, active, sendings
 
 __all__ = ["App", "Task", "Signature", "Group", "GroupRef", "Chain", "ChainRef", "Chord", "ChordRef", "Hook", "group",
            "chain", "chord"]  # fmt: skip
@@ -274,8 +275,17 @@ class Task:
         return self._add(message, options)
 
     def _add(self, message: Message, options: dict[str, Any]) -> str:
-        argv, _ = self.addjob_argv(encode(message, self.serializer), **options)
-        return self.app._addjob(argv, retry_safe=b"DEDUP" in argv)
+        argv, queue = self.addjob_argv(encode(message, self.serializer), **options)
+        dedup = b"DEDUP" in argv
+        if dedup and "periodic_slot" not in message.meta:
+            # a key whose job was revoked is free: its next generation (control.py); a periodic
+            # slot's schedulers all send the same slot, so a revoked slot stays revoked
+            key = cmd.dedup_key(argv[-1])
+            retry = next((int(argv[i + 1]) for i in range(4, len(argv) - 1) if argv[i] == b"RETRY"), 1)
+            live = control.live_key(self.app.client(), queue, key, retry)
+            if live != key:
+                argv = (*argv[:-1], live)
+        return self.app._addjob(argv, retry_safe=dedup)
 
 
 def _bound(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -520,11 +530,14 @@ class Chain:
             meta = first.signatures[0].options.get("meta") or {}  # the chain's: its first signature's
             chord = ChordSpec(members.id, members.runs, first.on_error, tuple(steps), final, ttl)
             added = []
-            for i, (sig, argv) in enumerate(zip(first.signatures, members.argvs)):
-                body = encode(Message(sig.task.name, sig.args, dict(sig.kwargs), members.results[i], meta, None,
-                                      chord), sig.task.serializer)  # fmt: skip
-                added.append(self.app._addjob((*argv[:2], body, *argv[3:], b"DEDUP", member_key(members.id, i)),
-                                              retry_safe=True))  # fmt: skip
+            names = [(step.task, step.queue) for step in members.steps]  # traced: each member's send a span
+            with sendings(names, active(self.app)) as sends:
+                for i, (sig, argv, send) in enumerate(zip(first.signatures, members.argvs, sends)):
+                    body = encode(Message(sig.task.name, sig.args, dict(sig.kwargs), members.results[i],
+                                          send.meta(meta), None, chord), sig.task.serializer)  # fmt: skip
+                    added.append(self.app._addjob((*argv[:2], body, *argv[3:], b"DEDUP", member_key(members.id, i)),
+                                                  retry_safe=True))  # fmt: skip
+                    send.sent(added[-1])
             if added != members.ids:  # what every member's check derives: a node that makes other IDs
                 raise RuntimeError("the nodes gave chord %s's members IDs other than their keys' (%s, not %s): "
                                    "its check could not find them" % (members.id, added, members.ids))  # fmt: skip

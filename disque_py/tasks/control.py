@@ -15,6 +15,13 @@ reads or writes the cluster with the app's sync client:
   in ``WORKER LIST`` on every node (its beats list the jobs it runs); a job started since the
   worker's last beat is not listed yet, so when no worker lists a job that was delivered, every
   live worker of the job's queue is told (rare, and one ADDJOB each).
+* A revoked task sent with a DEDUP key (``send_with(dedup=...)``) frees its key: the revoke
+  leaves a marker, a job ``@revoked:<job ID>`` on every node (its ID follows from the task's,
+  :func:`marker_id`), kept as long as a node may remember the key (the job's life and the
+  node's ``dedup-window``). A send with that key finds it (:func:`live_key`, one SHOW) and adds
+  its job with the key's next generation (:func:`generation_key`): a new job, with an ID of its
+  own, at once and on any node. The node's memory of the old ID stays as it is (it is what
+  makes a producer's retry safe), and the revoked job keeps its ID, its result and its status.
 * :func:`status`: one pipeline per node (``QPEEK`` of the result queue, ``SHOW`` of the job
   and of its dead letter, ``WORKER LIST``), read as a :class:`TaskStatus`.
 * :func:`progress`: what the task last reported (``ctx.progress(...)``), from the beats.
@@ -22,6 +29,8 @@ reads or writes the cluster with the app's sync client:
 
 from __future__ import annotations
 
+import hashlib
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,10 +41,12 @@ from ..client.connection import NodeConnection
 from ..client.errors import DisqueError
 from ..client.worker.control import NOTICE_TTL, cancel_notice, control_queue
 from ..client.workers import WorkerView, merge
-from ..core.ids import dead_letter_id
+from ..core.ids import dead_letter_id, dedup_job_id, ttl_minutes_from_id
 from .message import MessageError, Outcome, decode_outcome, encode_outcome
+from .periodic import DEFAULT_DEDUP_WINDOW, REACHABLE, dedup_window
 
-__all__ = ["TaskStatus", "STATES", "REVOKED", "revoke", "cancel", "status", "progress"]
+__all__ = ["TaskStatus", "STATES", "REVOKED", "revoke", "cancel", "status", "progress", "marker_id", "generation_key",
+           "live_key"]
 
 #: The error type of a revoked task's result (``results.TaskRevoked``).
 REVOKED = "TaskRevoked"
@@ -45,6 +56,12 @@ REVOKED = "TaskRevoked"
 STATES = ("queued", "delayed", "running", "retrying", "done", "failed", "dead", "revoked", "unknown")
 #: A revoked result kept this long when the app keeps none by default (seconds).
 REVOKED_RESULT_TTL = 600
+log = logging.getLogger("disque_py.tasks")
+
+#: The queue of a revoked DEDUP job's marker: ``@revoked:<job ID>`` (one of the cluster's own).
+MARKER_QUEUE_PREFIX = "@revoked:"
+#: Generations of a key looked at by one send before it gives up (each one a revoke).
+GENERATIONS_MAX = 1000
 
 
 @dataclass(frozen=True)
@@ -149,8 +166,8 @@ def revoke(ref: Any, result_options: Callable[[int], dict[str, Any]]) -> bool:
     it had finished already, and its result stays). ``ref``: a ``TaskRef``; ``result_options``:
     ``results.result_options``, the ADDJOB options of a result job."""
     result_id = _write_revoked(ref, "task %s (%s) was revoked" % (ref.task_name, ref.id), result_options)
-    ref.app.client().ack(ref.id)
-    return _standing(ref, result_id)
+    known = ref.app.client().ack(ref.id)
+    return _free_key(ref, known, _standing(ref, result_id))
 
 
 def cancel(ref: Any, result_options: Callable[[int], dict[str, Any]]) -> bool:
@@ -160,10 +177,11 @@ def cancel(ref: Any, result_options: Callable[[int], dict[str, Any]]) -> bool:
     argvs: list[tuple[Any, ...]] = [("SHOW", ref.id)]
     shows = _shows(_everywhere(client, argvs), 0)
     result_id = _write_revoked(ref, "task %s (%s) was cancelled" % (ref.task_name, ref.id), result_options)
-    client.ack(ref.id)  # cluster-wide: a retry cannot bring it back, whatever the worker does
+    known = client.ack(ref.id)  # cluster-wide: a retry cannot bring it back, whatever the worker does
+    standing = _free_key(ref, known or any(s.get("state") != "acked" for s in shows), _standing(ref, result_id))
     delivered = any(int(s.get("deliveries") or 0) > 0 or int(s.get("nacks") or 0) > 0 for s in shows)
     if shows and not delivered:
-        return _standing(ref, result_id)  # queued or delayed: the revoke is all it takes
+        return standing  # queued or delayed: the revoke is all it takes
     answers = _everywhere(client, [("WORKER", "LIST")])
     views, addresses = _workers(answers, 0)
     targets = [w for w in views if any(r.id == ref.id for r in w.running)]
@@ -174,7 +192,74 @@ def cancel(ref: Any, result_options: Callable[[int], dict[str, Any]]) -> bool:
         targets = [w for w in views if not queues or queues & set(w.queues)]
     for worker in targets:
         _notify(client, addresses.get(worker.node), worker.id, ref.id)
-    return _standing(ref, result_id)
+    return standing
+
+
+# ------------------------------------------------------------ a revoked DEDUP key, freed
+def is_dedup_id(job_id: str) -> bool:
+    """Whether ``job_id`` may be an ADDJOB DEDUP's (``ids.dedup_job_id``: its TTL field is the
+    largest); a plain job with a TTL of 45 days or more looks the same (its marker is harmless)."""
+    try:
+        return ttl_minutes_from_id(job_id.encode("ascii")) >= 0xFFFE
+    except (ValueError, UnicodeEncodeError):
+        return False
+
+
+def marker_id(job_id: str) -> str:
+    """The job ID of the marker a revoke of the DEDUP job ``job_id`` leaves (module docstring)."""
+    return dedup_job_id((MARKER_QUEUE_PREFIX + job_id).encode("ascii", "replace"), b"revoked", 1).decode()
+
+
+def generation_key(key: bytes, generation: int) -> bytes:
+    """A send's DEDUP key ``key`` once its jobs were revoked ``generation`` times: the key itself
+    first, then one of a fixed length (a 512-byte key has a next generation too)."""
+    if generation == 0:
+        return key
+    return b"revoked-%d:%s" % (generation, hashlib.sha256(key).hexdigest().encode())
+
+
+def live_key(client: Any, queue: str, key: bytes, retry: int) -> bytes:
+    """The generation of ``key`` whose job was not revoked (``key`` itself unless a revoke freed
+    it): one SHOW of its marker, where the client is, per generation looked at."""
+    raw_queue = queue.encode("utf-8", "surrogateescape")
+    for generation in range(GENERATIONS_MAX):
+        candidate = generation_key(key, generation)
+        job_id = dedup_job_id(raw_queue, candidate, retry).decode()
+        if client.show(marker_id(job_id)) is None:
+            return candidate
+    raise RuntimeError("the DEDUP key %r was revoked %d times" % (key, GENERATIONS_MAX))
+
+
+def _free_key(ref: Any, live: Any, standing: bool) -> bool:
+    """After a revoke that stands of a job that was there (``live``: ACKJOB found it, or a SHOW
+    did), a DEDUP job's marker, on every node and for as long as a node may remember its key:
+    a send with the key then makes a new job (:func:`live_key`). Returns ``standing``."""
+    if not standing or not is_dedup_id(ref.id):
+        return standing
+    client = ref.app.client()
+    if not live and ref.result_queue is None:  # no result to tell: was the job there at all?
+        shows = _shows(_everywhere(client, [("SHOW", ref.id)]), 0)
+        if not any(s.get("state") != "acked" for s in shows):
+            return standing  # done (or never there): its key stays taken
+    task = ref.app.tasks.get(ref.task_name)
+    life = int(getattr(task, "ttl", 0) or 86400)
+    window = dedup_window(client)
+    ttl = life + int(DEFAULT_DEDUP_WINDOW if window is None else window) + 60
+    replicate = max(1, len(client.hello().nodes))
+    body = b'{"revoked": "%s"}' % ref.id.encode()
+    while True:  # on every node; with the copies the nodes can make when some are down
+        try:
+            client.add_job(MARKER_QUEUE_PREFIX + ref.id, body, ttl=ttl, delay=ttl - 1, replicate=replicate,
+                           dedup="revoked")  # fmt: skip
+            return standing
+        except DisqueError as exc:
+            fewer = REACHABLE.search(str(exc))
+            if fewer is not None and 1 <= int(fewer.group(1)) < replicate:
+                replicate = int(fewer.group(1))
+                continue
+            if "NOREPL" not in str(exc):  # NOREPL: the marker is kept with the copies made (DEDUP)
+                log.warning("revoked task %s: its DEDUP key stays taken (no marker: %s)", ref.id, exc)
+            return standing
 
 
 def _notify(client: Any, address: Any, worker_id: str, job_id: str) -> None:

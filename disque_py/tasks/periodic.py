@@ -96,7 +96,7 @@ ADDERS = 4
 #: The longest the scheduler sleeps at once (so that a clock jump is noticed).
 MAX_SLEEP = 5.0
 
-_REACHABLE = re.compile(r"\((\d+) reachable, (\d+) asked\)")
+REACHABLE = re.compile(r"\((\d+) reachable, (\d+) asked\)")
 
 
 def slot_key(task_name: str, start: float) -> str:
@@ -275,7 +275,7 @@ class Scheduler:
             job_id = e.task.send_with(**options)
         except Exception as exc:  # noqa: BLE001 - a scheduler outlives any one failure
             slot.attempts += 1
-            fewer = _REACHABLE.search(str(exc)) if "NOREPL" in str(exc) else None
+            fewer = REACHABLE.search(str(exc)) if "NOREPL" in str(exc) else None
             if fewer is not None and 1 <= int(fewer.group(1)) < (slot.replicate or math.inf):
                 slot.replicate = int(fewer.group(1))
                 log.warning("periodic task %s: %s; adding %s with REPLICATE %d",

@@ -60,7 +60,9 @@ class ThreadCall:
         self.running = False
         self.interrupted = False  # the time limit is over: raise in the thread (now, or when it starts)
         self.error: type[BaseException] = TimeLimitExceeded  # what is raised in it
-        self.cancelled = trio.Event()  # set by cancel(): run_in_thread stops waiting for the limit
+        self.cancel_asked = False  # cancel() was called
+        self.cancelled: trio.Event | None = None  # with a time limit: set by cancel() (run_in_thread waits on it)
+        self.scope: trio.CancelScope | None = None  # without one: the wait for the thread (run_in_thread)
 
     def run(self) -> Any:
         with self.lock:
@@ -88,8 +90,14 @@ class ThreadCall:
                 ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self.ident), ctypes.py_object(error))
 
     def cancel(self) -> None:
-        """Stop the task (in the trio thread): :class:`TaskCancelled` raised in its thread."""
-        self.cancelled.set()
+        """Stop the task (in the trio thread): :class:`TaskCancelled` raised in its thread, which
+        is left behind if it has not stopped ``TIME_LIMIT_GRACE`` seconds later."""
+        self.cancel_asked = True
+        if self.cancelled is not None:  # run_in_thread waits for the time limit or this
+            self.cancelled.set()
+        elif self.scope is not None:  # no time limit: raised now, and the wait ends after the grace
+            self.interrupt(TaskCancelled)
+            self.scope.deadline = min(self.scope.deadline, trio.current_time() + TIME_LIMIT_GRACE)
 
 
 async def run_in_thread(fn: Callable[[], Any], timeout: float | None, limiter: trio.CapacityLimiter,
@@ -100,8 +108,17 @@ async def run_in_thread(fn: Callable[[], Any], timeout: float | None, limiter: t
     (left behind)."""
     if call is None:
         call = ThreadCall(fn)
-        if timeout is None:
+    if timeout is None:
+        # a plain hand-off to a thread (per task: no nursery, no waiter), in a scope that
+        # call.cancel() ends after the grace
+        with trio.CancelScope() as call.scope:
+            if call.cancel_asked:
+                call.interrupt(TaskCancelled)  # raised as the thread starts
             return True, await trio.to_thread.run_sync(call.run, abandon_on_cancel=True, limiter=limiter)
+        return False, None  # cancelled, and stuck in a C call: left behind
+    call.cancelled = trio.Event()
+    if call.cancel_asked:
+        call.cancelled.set()
     outcome: list[Any] = []
 
     async def in_thread(cancel: trio.CancelScope) -> None:
@@ -115,7 +132,7 @@ async def run_in_thread(fn: Callable[[], Any], timeout: float | None, limiter: t
         nursery.start_soon(in_thread, nursery.cancel_scope)
         with trio.move_on_after(timeout if timeout else math.inf):
             await call.cancelled.wait()
-        call.interrupt(TaskCancelled if call.cancelled.is_set() else TimeLimitExceeded)  # at its next bytecode
+        call.interrupt(TaskCancelled if call.cancel_asked else TimeLimitExceeded)  # at its next bytecode
         await trio.sleep(TIME_LIMIT_GRACE)
         nursery.cancel_scope.cancel()  # stuck in a C call: left behind
     if outcome:

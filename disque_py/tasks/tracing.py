@@ -4,8 +4,10 @@ With the ``otel`` extra (``pip install 'disque-py[otel]'``: opentelemetry-api) a
 (``opentelemetry.trace.set_tracer_provider(...)``, or ``App(tracer_provider=...)``):
 
 * ``send <task>`` (PRODUCER) around each ADDJOB of a task's job: the producer's sends (``send()``,
-  ``delay()``, ``apply_async()``, a group's, a chain's first task; the sync client) and a worker's
-  (a chain's next task, on the worker's trio client), ``messaging.message.id`` the job's ID;
+  ``delay()``, ``apply_async()``, a group's, a chain's or a chord's first task or group; the sync
+  client) and a worker's (a chain's next task, a chord's callback, on the worker's trio client),
+  ``messaging.message.id`` the job's ID; a group's members each in a span of its own, siblings
+  under the same parent (:func:`sendings`);
 * ``run <task>`` (CONSUMER) around each run in the worker: a child of the send's span, so that a
   retry is a second ``run`` span under the same ``send``; a failed run has the status ERROR and the
   exception recorded (the ``exception`` event).
@@ -31,14 +33,14 @@ from __future__ import annotations
 import contextvars
 import dataclasses
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
 from .. import __version__
 from ..client.worker import describe_error
 from .message import Message, MessageError, decode
 
-__all__ = ["Tracing", "active", "available", "sending", "UNSET", "TRACE_FIELDS", "SYSTEM"]
+__all__ = ["Tracing", "active", "available", "sending", "sendings", "UNSET", "TRACE_FIELDS", "SYSTEM"]
 
 #: an app's tracing before its first check (App._tracing)
 UNSET: Any = object()
@@ -175,6 +177,15 @@ def sending(task_name: str, queue: str) -> Any:
     return UNTRACED if traced is None else traced.sending(task_name, queue)
 
 
+def sendings(names: list[tuple[str, str]], traced: "Tracing | None" = None) -> Any:
+    """:func:`sending` for several jobs added together (a group's members, each ``(task name,
+    queue)``): a context manager giving one ``send`` per job, each traced one a span of its own
+    under the current one (siblings, not one inside the other). ``traced``: the producer's app's
+    (``active(app)``); by default, the run's."""
+    traced = traced or _run_tracing.get()
+    return nullcontext([UNTRACED] * len(names)) if traced is None else traced.sendings(names)
+
+
 class _Send:
     """The body's side of a ``send`` span."""
 
@@ -192,6 +203,11 @@ class _Send:
 
     def sent(self, job_id: str) -> None:
         self.span.set_attribute(A_MESSAGE_ID, job_id)
+
+
+def _send_attributes(task_name: str, queue: str) -> dict[str, Any]:
+    return {A_SYSTEM: SYSTEM, A_OPERATION_TYPE: "send", A_OPERATION_NAME: "send", A_DESTINATION: queue,
+            A_TASK: task_name}  # fmt: skip
 
 
 def _failed(otel: _Otel, span: Any, exc: BaseException) -> None:
@@ -212,15 +228,33 @@ class Tracing:
     @contextmanager
     def sending(self, task_name: str, queue: str) -> Iterator[_Send]:
         """A ``send <task>`` span, current while the body is built and added (see :func:`sending`)."""
-        attributes = {A_SYSTEM: SYSTEM, A_OPERATION_TYPE: "send", A_OPERATION_NAME: "send", A_DESTINATION: queue,
-                      A_TASK: task_name}  # fmt: skip
-        with self.tracer.start_as_current_span("send " + task_name, kind=self.otel.PRODUCER, attributes=attributes,
+        with self.tracer.start_as_current_span("send " + task_name, kind=self.otel.PRODUCER,
+                                               attributes=_send_attributes(task_name, queue),
                                                record_exception=False, set_status_on_exception=False) as span:  # fmt: skip
             try:
                 yield _Send(self.otel, span)
             except Exception as exc:
                 _failed(self.otel, span, exc)
                 raise
+
+    @contextmanager
+    def sendings(self, names: list[tuple[str, str]]) -> Iterator[list[_Send]]:
+        """A ``send <task>`` span for each ``(task name, queue)``, all children of the current
+        context (a group's members: see :func:`sendings`), ended together."""
+        otel = self.otel
+        spans = [self.tracer.start_span("send " + task_name, kind=otel.PRODUCER,
+                                        attributes=_send_attributes(task_name, queue), record_exception=False,
+                                        set_status_on_exception=False)
+                 for task_name, queue in names]  # fmt: skip
+        try:
+            yield [_Send(otel, span) for span in spans]
+        except Exception as exc:
+            for span in spans:
+                _failed(otel, span, exc)
+            raise
+        finally:
+            for span in spans:
+                span.end()
 
     def send(self, task_name: str, queue: str, message: Message, add: Callable[[Message], str]) -> str:
         """The producer's send: ``add(message)`` (the ADDJOB, its job ID) in a ``send`` span whose

@@ -29,7 +29,7 @@ from .message import (
     chord_key, encode, encode_outcome, member_key, result_queue,
 )  # fmt: skip
 from .results import result_options
-from .tracing import UNTRACED, sending
+from .tracing import sendings
 
 __all__ = ["write_result", "write_chain_failure", "add_next_in_chain", "complete_chord", "settle_member",
            "RESULT_WRITE_ATTEMPTS"]  # fmt: skip
@@ -77,39 +77,41 @@ async def add_next_in_chain(client: Any, job: Any, message: Message, serializer:
     group's members: each its own key, ``chord:<group ID>:<i>``)."""
     chain = message.chain
     assert chain is not None
-    step = chain.then[0]
-    # in a traced run: a send span, its context in the next bodies (tasks/tracing.py)
-    with sending(*_traced_as(step)) as send:
+    # in a traced run: a send span for each job (a group's members each theirs), its context in
+    # its body (tasks/tracing.py)
+    with sendings(_traced_as(chain.then[0])) as sends:
         try:
-            jobs = _next_jobs(chain.then, chain.final, chain.ttl, send.meta(message.meta), serializer, value, (),
-                              chain_key(job.id))  # fmt: skip
+            jobs = _next_jobs(chain.then, chain.final, chain.ttl, [send.meta(message.meta) for send in sends],
+                              serializer, value, (), chain_key(job.id))  # fmt: skip
         except TypeError as exc:
             text = "the value task %s passes down its chain is %s" % (message.task, exc)
             await write_chain_failure(client, job, chain, serializer, Outcome(False, None, "TypeError", text))
             raise Reject("TypeError: " + text) from None
-        for queue, body, options in jobs:
+        for send, (queue, body, options) in zip(sends, jobs):
             send.sent(await _add(client, queue, body, options, job))
 
 
-def _traced_as(step: Step) -> tuple[str, str]:
-    """The name and queue of a next step's send span: its task's, or a group's (its first member's queue)."""
+def _traced_as(step: Step) -> list[tuple[str, str]]:
+    """The name and queue of each send span of a next step: its task's, or each member's of a group."""
     if isinstance(step, GroupStep):
-        return "group", step.members[0].queue if step.members else ""
-    return step.task, step.queue
+        return [(m.task, m.queue) for m in step.members]
+    return [(step.task, step.queue)]
 
 
-def _next_jobs(then: tuple[Step, ...], final: str, ttl: int, meta: dict[str, Any], serializer: str, value: Any,
-               errors: tuple[ErrorAt, ...], key: str) -> list[tuple[str, bytes, dict[str, Any]]]:  # fmt: skip
+def _next_jobs(then: tuple[Step, ...], final: str, ttl: int, metas: list[dict[str, Any]], serializer: str,
+               value: Any, errors: tuple[ErrorAt, ...], key: str) -> list[tuple[str, bytes, dict[str, Any]]]:  # fmt: skip
     """The ADDJOBs of ``then[0]`` given ``value`` (``(queue, body, add_job options)``): one task
     with ``key`` and the rest of ``then`` as its chain, or a group's members, each with its own
-    key and the chord that joins them (the rest of ``then`` as what follows it). TypeError when
-    ``value`` cannot be carried, before anything is added."""
+    key and the chord that joins them (the rest of ``then`` as what follows it); ``metas``, the
+    meta of each (:func:`_traced_as`'s order). TypeError when ``value`` cannot be carried, before
+    anything is added."""
     step, rest = then[0], then[1:]
     if isinstance(step, GroupStep):
         chord = ChordSpec(step.id, chords.member_runs([m.queue for m in step.members]), step.on_error, rest, final, ttl)
         return [_step_job(m, value, errors, meta, serializer, None, chord, member_key(step.id, i))
-                for i, m in enumerate(step.members)]  # fmt: skip
-    return [_step_job(step, value, errors, meta, serializer, ChainSpec(rest, final, ttl) if rest else None, None, key)]
+                for i, (m, meta) in enumerate(zip(step.members, metas))]  # fmt: skip
+    chain = ChainSpec(rest, final, ttl) if rest else None
+    return [_step_job(step, value, errors, metas[0], serializer, chain, None, key)]
 
 
 def _step_job(step: ChainStep, value: Any, errors: tuple[ErrorAt, ...], meta: dict[str, Any], serializer: str,
@@ -145,12 +147,12 @@ async def complete_chord(client: Any, job: Any, message: Message, serializer: st
     ids = chords.member_ids(spec)
     errors = tuple(ErrorAt(i, o.error_type or "Exception", o.error_message or "", ids[i])
                    for i, o in enumerate(outcomes) if not o.ok)  # fmt: skip
-    with sending(*_traced_as(spec.then[0])) if spec.then else UNTRACED as send:  # the callback's send span
-        await _add_after_chord(client, job, spec, send, send.meta(message.meta), serializer, values, errors)
+    with sendings(_traced_as(spec.then[0]) if spec.then else []) as sends:  # the callback's send span (or its group's)
+        await _add_after_chord(client, job, spec, sends, message.meta, serializer, values, errors)
 
 
-async def _add_after_chord(client: Any, job: Any, spec: ChordSpec, send: Any, meta: dict[str, Any], serializer: str,
-                           values: list[Any], errors: tuple[ErrorAt, ...]) -> None:  # fmt: skip
+async def _add_after_chord(client: Any, job: Any, spec: ChordSpec, sends: list[Any], meta: dict[str, Any],
+                           serializer: str, values: list[Any], errors: tuple[ErrorAt, ...]) -> None:  # fmt: skip
     """What follows a chord whose members all have a result (see :func:`complete_chord`)."""
     jobs: list[tuple[str, bytes, dict[str, Any]]] = []
     text = ""
@@ -161,15 +163,18 @@ async def _add_after_chord(client: Any, job: Any, spec: ChordSpec, send: Any, me
             if not spec.then:  # the last step of a chain: the values are its result
                 jobs = [(spec.final, encode_outcome(Outcome(True, values), form), result_options(spec.ttl))]
             else:
-                jobs = _next_jobs(spec.then, spec.final, spec.ttl, meta, form, values, errors, chord_key(spec.id))
+                jobs = _next_jobs(spec.then, spec.final, spec.ttl, [send.meta(meta) for send in sends], form, values,
+                                  errors, chord_key(spec.id))  # fmt: skip
             break
         except TypeError as exc:  # every check finds the same: the chord ends here
             text = "the values of chord %s are %s" % (spec.id, exc)
     if not jobs:
         jobs = [(spec.final, encode_outcome(Outcome(False, None, "TypeError", text), serializer),
                  result_options(spec.ttl))]  # fmt: skip
-    for queue, body, options in jobs:
-        send.sent(await _add(client, queue, body, options, job))
+    for i, (queue, body, options) in enumerate(jobs):  # the chord's outcome, if that is all: no send span
+        job_id = await _add(client, queue, body, options, job)
+        if i < len(sends) and spec.then and queue != spec.final:
+            sends[i].sent(job_id)
 
 
 async def settle_member(client: Any, job: Any, message: Message, serializer: str, last: int) -> bool:

@@ -5,12 +5,18 @@
     scripts/bench tasks --tasks 20000 --concurrency 8 --repeat 3
     scripts/bench tasks --dramatiq-venv DIR    where dramatiq lives (default bench-results/dramatiq-venv)
     scripts/bench tasks --otel                 and what traces cost: disque-py's side three ways
+    scripts/bench tasks --beats                and what the worker's beats cost: disque-py's side twice
 
 ``--otel`` runs disque-py's side three ways, one after the other within each of ``--repeat``'s
 rounds: ``disque`` (opentelemetry-api installed, no tracer provider: traces off), ``disque-no-otel``
 (its import refused, as where the ``otel`` extra is not installed) and ``disque-traced`` (the SDK's
 provider in the producer and the worker, every span recorded and handed to an exporter that drops
 it); the producer checks that its traces were on or off as the row says.
+
+``--beats`` runs disque-py's side twice the same way: ``disque`` (the worker beats to the node
+every 5 s, its default, and keeps its control queue: ``disque-py workers``, ``ref.status()``,
+``ref.progress()`` and ``ref.cancel()`` read or use them) and ``disque-no-beats`` (the worker
+started with ``--beacon-interval 0``).
 
 Each side: a broker (one disque-py node, or redis-server with no persistence) pinned to CPU
 0, one worker process with ``--concurrency`` threads and the producer pinned to CPU 1
@@ -152,7 +158,7 @@ sys.meta_path.insert(0, _NotInstalled())
 
 
 # -- the sides -----------------------------------------------------------------------------------
-def disque_side(args: Any, scratch: Path, otel: str = "") -> dict | str:
+def disque_side(args: Any, scratch: Path, otel: str = "", beats: bool = True) -> dict | str:
     if importlib.util.find_spec("disque_py.tasks") is None:
         return "skipped: disque_py.tasks is not in this tree"
     try:
@@ -174,6 +180,8 @@ def disque_side(args: Any, scratch: Path, otel: str = "") -> dict | str:
     broker = launcher.node_argv(port, None, "--bind", "127.0.0.1", "--dir", str(node_dir), "--loglevel", "warning")
     worker = [sys.executable, "-m", "disque_py.cli", "worker", "benchmarks.tasks_disque:app",
               "-n", "127.0.0.1:%d" % port, "-c", str(args.concurrency)]  # fmt: skip
+    if not beats:
+        worker += ["--beacon-interval", "0"]
     producer = [sys.executable, "-m", "benchmarks.tasks_disque", "--tasks", str(args.tasks),
                 "--latency", str(args.latency)]  # fmt: skip
     return run_side("disque", broker, port, worker, producer, env, args, scratch)
@@ -214,6 +222,8 @@ SIDES = {"disque": disque_side, "dramatiq": dramatiq_side}
 OTEL_SIDES = {"disque": functools.partial(disque_side, otel="api"),
               "disque-no-otel": functools.partial(disque_side, otel="off"),
               "disque-traced": functools.partial(disque_side, otel="sdk")}  # fmt: skip
+#: --beats: disque-py's side with the worker's beats and without
+BEATS_SIDES = {"disque": disque_side, "disque-no-beats": functools.partial(disque_side, beats=False)}
 
 
 def report(results: dict[str, Any]) -> str:
@@ -235,14 +245,20 @@ def report(results: dict[str, Any]) -> str:
         lines.append("")
         lines.append("disque-py / dramatiq tasks/s: %.2fx (target >= 1.0: %s); CPU per task %+.0f us"
                      % (ratio, "met" if ratio >= 1.0 else "NOT met", ours["total_cpu_us"] - theirs["total_cpu_us"]))  # fmt: skip
-    bare = results.get("disque-no-otel")
-    if isinstance(bare, dict):
-        for name, what in (("disque", "opentelemetry installed, no provider"), ("disque-traced", "traced")):
+    for bare_name, bare_what, others in (
+            ("disque-no-otel", "no opentelemetry", (("disque", "opentelemetry installed, no provider"),
+                                                    ("disque-traced", "traced"))),
+            ("disque-no-beats", "no beats", (("disque", "beats every 5 s"),))):  # fmt: skip
+        bare = results.get(bare_name)
+        if not isinstance(bare, dict):
+            continue
+        for name, what in others:
             r = results.get(name)
             if isinstance(r, dict):
-                lines.append("%s / no opentelemetry: tasks/s %.2fx; CPU per task: producer %+.0f us, worker %+.0f us"
-                             % (what, r["tasks_per_s"] / bare["tasks_per_s"], r["producer_cpu_us"] - bare["producer_cpu_us"],
-                                r["worker_cpu_us"] - bare["worker_cpu_us"]))  # fmt: skip
+                lines.append("%s / %s: tasks/s %.2fx; CPU per task: producer %+.0f us, worker %+.0f us, broker %+.0f us"
+                             % (what, bare_what, r["tasks_per_s"] / bare["tasks_per_s"],
+                                r["producer_cpu_us"] - bare["producer_cpu_us"], r["worker_cpu_us"] - bare["worker_cpu_us"],
+                                r["broker_cpu_us"] - bare["broker_cpu_us"]))  # fmt: skip
     return "\n".join(lines)
 
 
@@ -257,12 +273,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-pin", dest="pin", action="store_false", help="no taskset")
     p.add_argument("--write", metavar="FILE", help="JSON results (default bench-results/tasks-<time>.json)")
     p.add_argument("--otel", action="store_true", help="disque-py's side three ways: what traces cost")
+    p.add_argument("--beats", action="store_true", help="disque-py's side with and without the worker's beats")
     args = p.parse_args(argv)
     if os.cpu_count() == 1:
         args.pin = False
     sides = dict(SIDES)
     if args.otel:
         sides = {**OTEL_SIDES, "dramatiq": dramatiq_side}
+    elif args.beats:
+        sides = {**BEATS_SIDES, "dramatiq": dramatiq_side}
     names = [n for n in sides if args.only is None or n.partition("-")[0] == args.only]
     results: dict[str, Any] = {name: None for name in names}
     stopped: set[str] = set()  # skipped or failed: not tried again

@@ -514,3 +514,40 @@ def test_two_makers_whose_copies_time_out_queue_it_once(seed):
     assert net.cmd(got[0][0], "ACKJOB", job_id) == 1
     net.advance(60_000)  # past the RETRY of the copy held by the other maker
     assert net.getjob_everywhere() == []
+
+
+def test_slots_made_while_a_killed_node_is_not_flagged_reach_the_makers_consumers_in_time():
+    # The periodic proof's lost slot (tests/tasks/test_periodic_process.py): node 1 killed, its
+    # link down but not flagged yet, so an ADDJOB of three copies waits for it until its
+    # timeout (5 s), while the other holder's copy comes to its RETRY (4 s) first and is
+    # queued there, on a node without consumers. The maker yielded to it (QUEUED, dedup.py),
+    # and a move of it to the maker's waiting consumers was dropped (the maker still waited
+    # for its copies): nobody queued it where a consumer waited, until the consumers' node
+    # asked again, with the discovery's backoff (up to 30 s). Each slot reaches the consumer
+    # waiting on its maker's node once the ADDJOB's wait ends.
+    net = Net(3)
+    net.muted = {1}
+    for i, other in ((0, 2), (2, 0)):
+        net.node(i).ctx.reachable = [net.ids[other]]
+        net.node(i).ctx.live_nodes = 2  # Disque's count: node 1 not PFAIL yet
+    assert net.submit(2, "GETJOB", "TIMEOUT", 0, "FROM", "q", client=50) is BLOCKED
+    net.advance(40_000)  # the consumer waited a while: discovery has backed off
+    late = []
+    for slot in range(8):
+        key = "periodic:tick:%d" % slot
+        assert net.submit(2, "ADDJOB", "q", "b", 5000, "RETRY", 4, "DEDUP", key) is BLOCKED
+        net.settle()
+        made = net.now
+        got = None
+        while got is None and net.now - made < 30_000:
+            net.advance(100)
+            got = net.reply(2, 50)
+        assert got is not None, "slot %d never delivered" % slot
+        job_id = bytes(got[0][1])
+        assert job_id == dedup_job_id(b"q", key.encode(), 4)
+        late.append(net.now - made)
+        reply = net.reply(2)
+        assert isinstance(reply, Error) and "the DEDUP job is kept" in reply, reply
+        assert net.cmd(2, "ACKJOB", job_id) == 1
+        assert net.submit(2, "GETJOB", "TIMEOUT", 0, "FROM", "q", client=50) is BLOCKED
+    assert max(late) <= 5100, late  # at the end of the ADDJOB's wait at the latest

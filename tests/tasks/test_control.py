@@ -3,6 +3,7 @@ real ``disque-py worker`` processes attached to another node than the one the ca
 
 from __future__ import annotations
 
+import copy
 import os
 import signal
 import subprocess
@@ -122,6 +123,49 @@ def test_revoke_a_hundred_delayed_tasks_from_a_process_that_knows_only_their_ids
             with Client([addr(n)]) as one:
                 assert all(one.show(ref.id) is None for ref in refs)
     other.close()
+
+
+def test_a_revoked_dedup_key_makes_a_new_job_at_once_from_every_node(nodes, app, worker):
+    from tests.tasks.controlapp import quick
+
+    key = "once-%d" % time.monotonic_ns()
+    first = quick.send_with(args=(1,), delay=30, dedup=key)
+    others = [fresh_app(nodes, i) for i in range(3)]
+    try:
+        assert [quick_via(o).send_with(args=(9,), delay=30, dedup=key).id for o in others] == [first.id] * 3
+        assert TaskRef.for_job(others[0], first.id).revoke()
+        # at once, on every node: one new job (with an ID of its own), the same for every sender
+        again = [quick_via(o).send_with(args=(2,), dedup=key).id for o in others]
+        assert again[0] != first.id and again == [again[0]] * 3, (first.id, again)
+        worker("--queues", "ctl-quick")
+        assert TaskRef.for_job(app, again[0]).result(timeout=10) == 20
+        with pytest.raises(TaskRevoked, match="^TaskRevoked: task .* was revoked"):
+            first.result(timeout=1)
+        assert first.status().state == "revoked"
+        # a revoke of a task that ran stands not, and its key stays taken
+        assert not TaskRef.for_job(others[1], again[0]).revoke()
+        assert quick.send_with(args=(3,), dedup=key).id == again[0]
+        # revoked again (this time before it runs): a third job
+        third = quick.send_with(args=(4,), delay=30, dedup="%s-b" % key)
+        assert third.revoke()
+        fourth = quick_via(others[2]).send_with(args=(4,), dedup="%s-b" % key)
+        assert fourth.id != third.id and fourth.result(timeout=10) == 40
+        # a periodic slot's schedulers send the same slot: a revoked slot stays revoked
+        slot = quick.send_with(args=(5,), delay=30, dedup="%s-slot" % key, meta={"periodic_slot": 1})
+        assert slot.revoke()
+        assert quick.send_with(args=(5,), delay=30, dedup="%s-slot" % key, meta={"periodic_slot": 1}).id == slot.id
+    finally:
+        for other in others:
+            other.close()
+
+
+def quick_via(other):
+    """``quick`` sent through ``other`` (an app on another node)."""
+    from tests.tasks.controlapp import quick
+
+    task = copy.copy(quick)
+    task.app = other
+    return task
 
 
 def test_status_at_each_stage(nodes, app, worker):

@@ -107,6 +107,50 @@ def test_a_chain_is_one_trace_of_sends_and_runs(app, exporter, run_worker):
     assert all(s.status.status_code is StatusCode.UNSET for s in chain[1:])
 
 
+def test_each_member_of_a_group_is_a_send_of_the_trace(app, exporter, run_worker):
+    q = "tr-" + uuid.uuid4().hex[:8]
+    inner = app.tracer_provider.get_tracer("test")
+
+    @app.task(queue=q, name="inc")
+    def inc(a, b=0):
+        return a + b
+
+    @app.task(queue=q, name="total")
+    def total(values):
+        return sum(values)
+
+    run_worker(app, concurrency=4)
+    # the producer's: a chord's members, each a send span under the producer's own
+    with inner.start_as_current_span("request") as request:
+        ref = (app.group(inc.s(1, 1), inc.s(2, 2)) | total.s()).send()
+    assert ref.result(timeout=10) == 6
+    spans_named(exporter, 3, "run inc", "run total")  # the runs end last (one or two "send total" before)
+    got = spans_named(exporter, 6, "send inc", "run inc", "send total", "run total")
+    sends, runs = got["send inc"], got["run inc"]
+    assert len(sends) == 2 and {s.parent.span_id for s in sends} == {request.context.span_id}
+    assert sorted(s.attributes["messaging.message.id"] for s in sends) == sorted(ref.ids[0])
+    by_id = {s.attributes["messaging.message.id"]: s for s in sends}
+    for run in runs:  # each run under its own member's send
+        assert run.parent.span_id == by_id[run.attributes["messaging.message.id"]].context.span_id
+    # from the member that ended last (or both, ending at once: the callback's key adds it once)
+    sends_total, (run_total,) = got["send total"], got["run total"]
+    assert {s.parent.span_id for s in sends_total} <= {r.context.span_id for r in runs}
+    assert run_total.parent.span_id in {s.context.span_id for s in sends_total}
+    assert {s.context.trace_id for s in sends + runs + sends_total + [run_total]} == {request.context.trace_id}
+    exporter.clear()
+    # a worker's: a group after a task, each member a send span under that task's run
+    ref = (inc.s(1, 2) | app.group(inc.s(10), inc.s(20)) | total.s()).send()
+    assert ref.result(timeout=10) == 36
+    got = spans_named(exporter, 6, "send inc", "run inc")
+    (first,) = [s for s in got["send inc"] if s.attributes["messaging.message.id"] == ref.ids[0]]
+    (run_first,) = [r for r in got["run inc"] if r.parent.span_id == first.context.span_id]
+    members = [s for s in got["send inc"] if s is not first]
+    assert len(members) == 2 and {s.parent.span_id for s in members} == {run_first.context.span_id}
+    assert sorted(s.attributes["messaging.message.id"] for s in members) == sorted(ref.ids[1])
+    assert members[0].context.span_id != members[1].context.span_id
+    assert [s.kind for s in members] == [SpanKind.PRODUCER] * 2
+
+
 def test_a_failure_is_an_error_span_and_a_retry_a_second_run_of_the_same_send(app, exporter, run_worker):
     q = "tr-" + uuid.uuid4().hex[:8]
 

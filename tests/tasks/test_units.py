@@ -11,13 +11,14 @@ import time
 
 import msgpack
 import pytest
+import trio
 
 from disque_py.core.constants import INTERNAL_QUEUE_PREFIX
 from disque_py.tasks import App, GroupRef, MessageError, Outcome, ResultTimeout, TaskError, TaskRef
 from disque_py.tasks import message as m
 from disque_py.tasks.metrics import TaskMetrics
 from disque_py.tasks.results import unwrap
-from disque_py.tasks.timelimit import ThreadCall, TimeLimitExceeded
+from disque_py.tasks.timelimit import TIME_LIMIT_GRACE, TaskCancelled, ThreadCall, TimeLimitExceeded, run_in_thread
 
 
 def test_json_and_msgpack_round_trip_and_are_told_apart_by_their_first_byte():
@@ -285,6 +286,47 @@ def test_the_time_limit_is_raised_inside_the_thread_and_never_escapes_it():
     assert _capture(quick.run) == "ok"
     quick.interrupt()  # after the end: nothing is raised anywhere
     assert sum(range(1000)) == 499500
+
+
+def test_a_task_without_time_limit_is_cancelled_in_its_thread_or_left_behind():
+    # no time limit: a plain hand-off to a thread, which cancel() still reaches
+    stop = threading.Event()
+
+    def busy():
+        while not stop.is_set():
+            time.sleep(0.001)
+        return "done"
+
+    async def main():
+        limiter = trio.CapacityLimiter(2)
+        running = ThreadCall(busy)
+        stuck = ThreadCall(lambda: time.sleep(TIME_LIMIT_GRACE + 2) or "late")  # one C call
+        ran = await run_in_thread(lambda: "ok", None, limiter, ThreadCall(lambda: "ok"))
+        out: dict = {}
+
+        async def one(name, call):
+            t0 = trio.current_time()
+            try:
+                out[name] = (await run_in_thread(call.fn, None, limiter, call), trio.current_time() - t0)
+            except TaskCancelled as exc:
+                out[name] = (exc, trio.current_time() - t0)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(one, "running", running)
+            nursery.start_soon(one, "stuck", stuck)
+            await trio.sleep(0.2)
+            running.cancel()
+            stuck.cancel()
+        return ran, out
+
+    try:
+        ran, out = trio.run(main)
+    finally:
+        stop.set()
+    assert ran == (True, "ok")
+    assert isinstance(out["running"][0], TaskCancelled) and out["running"][1] < 1.0  # raised in the thread
+    assert out["stuck"][0] == (False, None)  # left behind after the grace, not waited for
+    assert TIME_LIMIT_GRACE <= out["stuck"][1] < TIME_LIMIT_GRACE + 1.5
 
 
 def _capture(fn):
