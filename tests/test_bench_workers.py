@@ -4,30 +4,21 @@ end, and the report says what the beats cost. Speed is not asserted."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.benchrun import ROOT, run_bench
 
 
 @pytest.mark.integration
 @pytest.mark.timeout(120)
 def test_simulated_workers_beat_and_are_all_listed(tmp_path):
-    out = tmp_path / "workers.json"
-    run = subprocess.run(
-        [sys.executable, "-m", "benchmarks.bench_workers", "--workers", "5", "--interval", "0.5", "--duration", "1",
-         "--rounds", "1", "--write", str(out)],
-        cwd=ROOT, env=dict(os.environ, PYTHONPATH="%s/scripts:%s" % (ROOT, ROOT)), capture_output=True, text=True,
-        timeout=110,
-    )  # fmt: skip
-    assert run.returncode == 0, run.stdout + run.stderr
-    [row] = json.loads(out.read_text())["results"]["rounds"]
+    results, stdout = run_bench(tmp_path, "bench_workers", "--workers", "5", "--interval", "0.5", "--duration", "1",
+                                "--rounds", "1", timeout=110)  # fmt: skip
+    [row] = results["rounds"]
     assert row["listed"] == 5 and row["beats"] >= 5 and row["pings"] >= 5
-    assert "the beats' cost" in run.stdout and "5 simulated workers beating every 0.5 s" in run.stdout
+    assert "the beats' cost" in stdout and "5 simulated workers beating every 0.5 s" in stdout
 
 
 def test_a_beat_is_what_a_worker_sends_and_fits_the_node():
