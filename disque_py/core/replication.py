@@ -53,7 +53,7 @@ from typing import Final, final
 from .commands import RETRY0_NEEDS_REPLICATE1, AddJob
 from .context import Context
 from .effects import BLOCKED, Reply, Send
-from .job import ACKED, ACTIVE, F_BCAST_QUEUED, F_BCAST_WILLQUEUE, F_YIELD, QUEUED, WAIT_REPL, Extra, Job, retry_deadline
+from .job import ACKED, ACTIVE, F_BCAST_QUEUED, F_BCAST_WILLQUEUE, F_GROUP, F_YIELD, QUEUED, WAIT_REPL, Extra, Job, retry_deadline
 from .lifecycle import Lifecycle
 from .messages import GotJob, ReplJob, del_job, enqueue, got_job, queued, repl_job, set_ack
 from .queues import PAUSED_IN
@@ -165,6 +165,11 @@ class Replication:
         if req.extra is not None:  # BACKOFF, MAXDELIVER, DEADLETTER, DEDUP
             lo, hi, maxdeliver, deadletter, key = req.extra
             job.extra = Extra(lo or 0, hi or 0, maxdeliver or 0, deadletter, key)
+        if req.group is not None:  # GROUP (groups.py): kept in the Extra, told by a flag
+            if job.extra is None:
+                job.extra = Extra()
+            job.extra.group = req.group
+            job.flags |= F_GROUP
         if extrepl:
             job.delivered = ()
         elif replicate > 1:
