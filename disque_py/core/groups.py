@@ -29,6 +29,11 @@ while queued) is found through its group's lane.
 
 ``GroupTable`` holds what the node knows of each group's settings (GROUP WEIGHT): the
 weights are read by the containers at each turn, so a change applies from the next turn.
+It also holds the groups at their limit now (``held``, kept by limits.py): their turn is
+skipped (they keep their jobs, and their lane goes to the end of the turn), and a queue
+whose every job is in such a group is false (nothing to deliver) though its length is not
+0; and the grouped containers of the node (``containers``), so that limits.py counts each
+group's waiting jobs without walking every queue.
 """
 
 from __future__ import annotations
@@ -54,10 +59,12 @@ _ctime_key = attrgetter("ctime")
 class GroupTable:
     """The groups' settings this node knows (GROUP WEIGHT): read by every grouped queue."""
 
-    __slots__ = ("weights",)
+    __slots__ = ("weights", "held", "containers")
 
     def __init__(self) -> None:
         self.weights: dict[bytes, int] = {}  # only groups with a weight other than the default
+        self.held: set[bytes] = set()  # the groups at their limit now (limits.py)
+        self.containers: set[GroupedJobs] = set()  # the grouped queues' containers with jobs
 
     def weight(self, group: bytes) -> int:
         return self.weights.get(group, WEIGHT_DEFAULT)
@@ -97,19 +104,34 @@ class Level:
 class GroupedJobs:
     """A queue's jobs when some have a group: the levels, highest priority first."""
 
-    __slots__ = ("levels", "order", "size", "table")
+    __slots__ = ("levels", "order", "size", "table", "queue")
 
-    def __init__(self, table: GroupTable) -> None:
+    def __init__(self, table: GroupTable, queue: bytes) -> None:
         self.levels: dict[int, Level] = {}
         self.order: list[int] = []  # the priorities present, highest first
         self.size = 0
         self.table = table
+        self.queue = queue  # its queue's name
+        table.containers.add(self)
 
     def __len__(self) -> int:
         return self.size
 
     def __bool__(self) -> bool:
-        return self.size > 0
+        """Whether a job can be delivered now (not only whether there are jobs: ``len``)."""
+        if not self.size:
+            return False
+        held = self.table.held
+        if not held:
+            return True
+        for level in self.levels.values():
+            for lane in level.turn:
+                if lane.group not in held:
+                    return True
+        return False
+
+    def _emptied(self) -> None:
+        self.table.containers.discard(self)
 
     def add(self, job: Job) -> None:
         prio = job_priority(job)
@@ -129,14 +151,32 @@ class GroupedJobs:
         lane.add(job)
         self.size += 1
 
-    def pop(self, index: int = 0) -> Job:
-        """The next job to deliver (``index`` must be 0: as SortedKeyList's ``pop(0)``)."""
+    def pop(self, index: int = 0) -> Job | None:
+        """The next job to deliver (``index`` must be 0: as SortedKeyList's ``pop(0)``); None if
+        every group with jobs is at its limit (``GroupTable.held``)."""
         if index != 0 or not self.size:
             raise IndexError("GroupedJobs.pop takes the head only")
+        held = self.table.held
         prio = self.order[0]
         level = self.levels[prio]
         turn = level.turn
         lane = turn[0]
+        if held and lane.group in held:  # skip the groups at their limit: each to the end
+            found: Lane | None = None
+            for prio in self.order:
+                level = self.levels[prio]
+                turn = level.turn
+                for _ in range(len(turn)):
+                    if turn[0].group not in held:
+                        found = turn[0]
+                        break
+                    turn[0].used = 0
+                    turn.rotate(-1)
+                if found is not None:
+                    break
+            if found is None:
+                return None
+            lane = found
         job = lane.jobs.popleft()
         self.size -= 1
         if not lane.jobs:
@@ -144,7 +184,9 @@ class GroupedJobs:
             del level.lanes[lane.group]
             if not turn:
                 del self.levels[prio]
-                self.order.pop(0)
+                self.order.remove(prio)
+            if not self.size:
+                self._emptied()
         else:
             lane.used += 1
             if lane.used >= self.table.weight(lane.group):
@@ -167,6 +209,8 @@ class GroupedJobs:
             if not level.turn:
                 del self.levels[prio]
                 self.order.remove(prio)
+        if not self.size:
+            self._emptied()
 
     def __contains__(self, job: object) -> bool:
         if type(job) is not Job:

@@ -206,7 +206,7 @@ class Queue:
         """The container ``job`` needs from now on (until the queue is empty): one that keeps
         groups in turn (``job`` has a group), else a list sorted by priority."""
         if job.flags & F_GROUP:
-            grouped = GroupedJobs(self.groups)
+            grouped = GroupedJobs(self.groups, self.name)
             for old in self.jobs:  # in their order: each group's FIFO kept
                 grouped.add(old)
             self.jobs = grouped
@@ -217,7 +217,7 @@ class Queue:
     def release(self) -> None:
         """An empty queue gives back its container (an empty deque still takes 760 bytes, an
         empty sorted list about 370); :meth:`add` makes a new one."""
-        if not self.jobs:
+        if not len(self.jobs):
             self.jobs = ()
 
     def remove(self, job: Job) -> None:
@@ -231,7 +231,7 @@ class Queue:
                 self._sorted().remove(job)
         else:
             jobs.remove(job)
-            if not jobs:
+            if not len(jobs):
                 self.jobs = ()  # an ordinary queue again (a deque with its next job)
 
     def pop(self) -> Job | None:
@@ -240,11 +240,14 @@ class Queue:
         jobs: Any = self.jobs  # one of four containers (type() decides)
         if not jobs:
             return None
-        self.jobs_out += 1
         if type(jobs) is DEQUE:
+            self.jobs_out += 1
             return jobs.popleft()
-        job = jobs.pop(0)
-        if not jobs:
+        job = jobs.pop(0)  # None: every group of a grouped queue at its limit (groups.py)
+        if job is None:
+            return None
+        self.jobs_out += 1
+        if not len(jobs):
             self.jobs = ()  # an ordinary queue again (a deque with its next job)
         return job
 

@@ -17,7 +17,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..core.lifecycle import Lifecycle
-from .records import Acked, Active, DedupGone, DelJob, JobExtra, LoadJob, Queued, Record, RecordReader, Truncated
+from .records import (
+    Acked, Active, DedupGone, DelJob, GroupSet, JobExtra, LoadJob, Queued, Record, RecordReader, Truncated,
+)
 
 if TYPE_CHECKING:
     from ..core.node import Node
@@ -71,6 +73,8 @@ class Loader:
                 life.restore_extra(record.id, record.extra)
             elif type(record) is DedupGone:
                 life.restore_gone(record.id, record.until)
+            elif type(record) is GroupSet:
+                self.node.limits.restore(record.settings)
             else:
                 by_kind[type(record)](record.id)
         self.records += len(got)
