@@ -106,6 +106,7 @@ class Context:
         self.repl_client_jobs: dict[int, bytes] = {}
         # the groups' settings (GROUP WEIGHT, groups.py), read by every grouped queue
         self.groups = GroupTable()
+        self.groups.view = self  # (read for cluster_size: groups.py cannot import this module)
 
     def set_id(self, node_id: str) -> None:
         self.id = node_id

@@ -59,15 +59,23 @@ _ctime_key = attrgetter("ctime")
 class GroupTable:
     """The groups' settings this node knows (GROUP WEIGHT): read by every grouped queue."""
 
-    __slots__ = ("weights", "held", "containers")
+    __slots__ = ("weights", "held", "unsynced", "view", "containers")
 
     def __init__(self) -> None:
         self.weights: dict[bytes, int] = {}  # only groups with a weight other than the default
         self.held: set[bytes] = set()  # the groups at their limit now (limits.py)
+        # while a node of a cluster (``view.cluster_size`` > 1: the node's context) has not compared
+        # its settings with a peer's, every group is held (limits.py: it may not know a limit yet)
+        self.unsynced = False
+        self.view: Any = None
         self.containers: set[GroupedJobs] = set()  # the grouped queues' containers with jobs
 
     def weight(self, group: bytes) -> int:
         return self.weights.get(group, WEIGHT_DEFAULT)
+
+    def hold_all(self) -> bool:
+        """Whether no group may deliver now: the node is in a cluster and has not synced yet."""
+        return self.unsynced and self.view is not None and self.view.cluster_size > 1
 
 
 @final
@@ -119,7 +127,7 @@ class GroupedJobs:
 
     def __bool__(self) -> bool:
         """Whether a job can be delivered now (not only whether there are jobs: ``len``)."""
-        if not self.size:
+        if not self.size or self.table.hold_all():
             return False
         held = self.table.held
         if not held:
@@ -156,6 +164,8 @@ class GroupedJobs:
         every group with jobs is at its limit (``GroupTable.held``)."""
         if index != 0 or not self.size:
             raise IndexError("GroupedJobs.pop takes the head only")
+        if self.table.hold_all():
+            return None
         held = self.table.held
         prio = self.order[0]
         level = self.levels[prio]

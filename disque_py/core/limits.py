@@ -238,6 +238,7 @@ class Limits:
         # (GROUP INFO's active; ``_used``), and job ID -> its group (``acked_here``)
         self.active: dict[bytes, dict[bytes, list[Any]]] = {}
         self.by_id: dict[bytes, bytes] = {}
+        self.max_retry: dict[bytes, int] = {}  # group -> the longest RETRY (ms) of a job delivered here
         # this node's life since its start (the wall clock's ms: a restart is a new one; not drawn
         # from ctx.rng, whose sequence the deadlines' random errors follow)
         self.born = ctx.wall_ms()
@@ -254,6 +255,11 @@ class Limits:
         self.next_digest = 0
         self.next_tick = 0
         self.alone_since = 0  # since when this node is a cluster of one (0: it is not, or not yet seen)
+        # Until it has compared its table with a peer's (a DIGEST or SET heard), a node of a cluster
+        # delivers no job of any group: it may not know a limit yet (a start without the AOF, or
+        # with an old one). It asks at once (``tick``); alone, it needs nobody.
+        self.synced = False
+        self.table.unsynced = True
 
     # ------------------------------------------------------------------ the table
     def _member_id(self) -> str:
@@ -424,6 +430,8 @@ class Limits:
         # limit: by its TTL)
         active[job.id] = [job, now + job.retry * 1000 if job.retry else job.etime]
         self.by_id[job.id] = group
+        if job.retry * 1000 > self.max_retry.get(group, 0):
+            self.max_retry[group] = job.retry * 1000
         if (group, CONC) in self.pools or (group, RATE) in self.pools:
             rate = self.pools.get((group, RATE))
             if rate is not None:
@@ -456,17 +464,40 @@ class Limits:
         return bool(self.settings or self.pools or self.peers)
 
     def next_wakeup(self) -> int | None:
+        first: int | None = None
+        if not self.synced and self.ctx.reachable:
+            first = self.next_digest  # asking a peer for its table (a start)
         if not (self.settings or self.pools or self.peers):
-            return None
-        at = self.next_gossip
+            return first
+        at = self.next_gossip if first is None else min(first, self.next_gossip)
         if self.settings and self.next_digest < at:
             at = self.next_digest
         if self.table.held or any(p.out for p in self.pools.values()):
             at = min(at, self.next_tick)
         return at
 
+    def _sync_check(self) -> None:
+        """Having heard a peer's table: the groups' jobs may go (``GroupTable.unsynced`` off)."""
+        if self.synced and self.table.unsynced:
+            self.table.unsynced = False
+            self._update_held()
+            self._release_all()
+
+    def _release_all(self) -> None:
+        ctx = self.ctx
+        for grouped in self.table.containers:
+            q = ctx.queues.get(grouped.queue)
+            if q is not None and q.blocked:
+                ctx.ready[q.name] = q
+
     def tick(self, now: int) -> None:
         ctx = self.ctx
+        if not self.synced:
+            if ctx.reachable and now >= self.next_digest:
+                self.next_digest = now + ASK_MS * 5  # asked again until a peer answers
+                ctx.send(ctx.reachable, ("GROUPS", "DIGEST", self.digest, True))
+            if not (self.settings or self.pools or self.peers):
+                return
         if self.table.held or self.pools:
             if now >= self.next_tick:
                 self.next_tick = now + TICK_MS
@@ -499,10 +530,7 @@ class Limits:
         waiting = self._waiting()
         out: list = []
         for pool in self.pools.values():
-            retry = 0
-            for entry in self.active.get(pool.group, {}).values():
-                if entry[0].retry * 1000 > retry:
-                    retry = entry[0].retry * 1000
+            retry = self.max_retry.get(pool.group, 0)  # the longest RETRY delivered here, ever
             used = self._used(pool.group) if pool.kind == CONC else 0
             spare = pool.held - used if pool.kind == CONC else pool.held
             if waiting.get(pool.group):
@@ -589,7 +617,8 @@ class Limits:
             peer = self.peers.get(member)
             if peer is None or member in self.void:
                 continue
-            retry = max([v[5] for v in peer.pools.values()] + [0])
+            # its deliveries' RETRY as it said, or as long as any this node delivered of the group
+            retry = max([v[5] for v in peer.pools.values()] + [self.max_retry.get(k[0], 0) for k in peer.pools] + [0])
             if now - since > retry + RECLAIM_MARGIN_MS:
                 due.append(member)
         if not due:
@@ -657,6 +686,10 @@ class Limits:
                 return False
             if body[1] != self.digest:
                 self.ctx.send((sender,), ("GROUPS", "SET", [s.to_wire() for s in self.settings.values()], True))
+            else:
+                if len(body) > 2 and body[2] is True:  # a node that starts asks: the same table here
+                    self.ctx.send((sender,), ("GROUPS", "DIGEST", self.digest, False))
+                self._synced()
             return None
         if op == "SHARES":
             return self._on_shares(sender, body)
@@ -679,9 +712,15 @@ class Limits:
             records.append(s)
         for s in records:
             self.merge(s)
+        self._synced()
         if len(body) > 2 and body[2] is True:  # answer with ours
             self.ctx.send((sender,), ("GROUPS", "SET", [s.to_wire() for s in self.settings.values()], False))
         return None
+
+    def _synced(self) -> None:
+        if not self.synced:
+            self.synced = True
+            self._sync_check()
 
     def _peer(self, sender: str, member: Any) -> Peer | None:
         if type(member) is not str or not member.startswith(sender + "/") or len(member) > 128:

@@ -189,8 +189,15 @@ class Consumers:
 
 
 def held_units(c: Wired, kind: int = CONC) -> int:
+    """The units of group A's limit held or in flight, but those of a node whose incarnation another
+    node took back (void: fenced, it drops them when it hears)."""
+    void = set()
+    for i in c.live():
+        void |= set(c.node(i).limits.void)
     total = 0
     for i in c.live():
+        if c.node(i).limits.member in void:
+            continue
         pool = c.node(i).limits.pools.get((b"A", kind))
         if pool is not None:
             total += pool.held + sum(e[2] for e in pool.out.values())
