@@ -628,9 +628,9 @@ class Limits:
         first = min(self.silent_since[m] for m in due)
         others = [n for n in ctx.known_nodes if n != ctx.id]
         for node in others:
-            member = self.latest.get(node)
-            peer = self.peers.get(member) if member is not None else None
-            live = peer is not None and member not in self.silent_since
+            latest = self.latest.get(node)
+            peer = self.peers.get(latest) if latest is not None else None
+            live = peer is not None and latest not in self.silent_since
             if live and peer is not None and peer.heard <= first:
                 return
             if not live and node not in due_nodes:

@@ -73,7 +73,7 @@ class Loader:
                 life.restore_extra(record.id, record.extra)
             elif type(record) is DedupGone:
                 life.restore_gone(record.id, record.until)
-            elif type(record) is GroupSet:
+            elif isinstance(record, GroupSet):  # (isinstance: the else below is then typed without it)
                 self.node.limits.restore(record.settings)
             else:
                 by_kind[type(record)](record.id)
