@@ -635,8 +635,8 @@ class Limits:
                 return
             if not live and node not in due_nodes:
                 return  # a node neither heard from nor due: it may hold what we would take
-            if live and node < ctx.id:
-                return  # a lower ID takes them back
+            if live and node < ctx.id and node not in due_nodes:
+                return  # a lower ID takes them back (not a node's new self: it knows nothing of its old)
         for member in due:
             self._take_back(member, now)
 
@@ -657,8 +657,7 @@ class Limits:
                 units += o_sent.get(member, 0) - recv_then.get(other_member, 0)
                 units -= o_recv.get(member, 0) - sent_then.get(other_member, 0)
             if units > 0:
-                pool.held += units
-                pool.recv[member] = pool.recv.get(member, 0) + units  # (a receipt from it, in the ledger)
+                pool.held += units  # (not in ``recv``: that ledger counts grants, which others' match)
                 for seq in [s for s, e in pool.out.items() if e[0] == member]:
                     del pool.out[seq]  # counted above: it never acknowledged them
         self.void[member] = now
