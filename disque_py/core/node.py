@@ -376,7 +376,7 @@ class Node:
         if blocking.blocked and ctx.cluster_size > 1:
             self.federation.tick(blocking.waited)
         limits = self.limits
-        if limits.settings or limits.peers or not limits.synced:  # groups' settings (limits.py)
+        if limits.settings or limits.peers or (ctx.reachable and not limits.synced):  # groups (limits.py)
             limits.tick(now)
         if self._ready:
             blocking.serve_ready()
@@ -450,7 +450,7 @@ class Node:
             if best is None or at < best:
                 best = at
         limits = self.limits
-        if limits.settings or limits.peers or not limits.synced:
+        if limits.settings or limits.peers or (ctx.reachable and not limits.synced):  # (a single node: neither)
             at = limits.next_wakeup()
             if at is not None and (best is None or at < best):
                 best = at
