@@ -257,7 +257,8 @@ class Limits:
         self.alone_since = 0  # since when this node is a cluster of one (0: it is not, or not yet seen)
         # Until it has compared its table with a peer's (a DIGEST or SET heard), a node of a cluster
         # delivers no job of any group: it may not know a limit yet (a start without the AOF, or
-        # with an old one). It asks at once (``tick``); alone, it needs nobody.
+        # with an old one). It asks as soon as it holds jobs of a group (``tick``), so that a
+        # cluster without groups never sends a GROUPS message; alone, it needs nobody.
         self.synced = False
         self.table.unsynced = True
 
@@ -465,8 +466,8 @@ class Limits:
 
     def next_wakeup(self) -> int | None:
         first: int | None = None
-        if not self.synced and self.ctx.reachable:
-            first = self.next_digest  # asking a peer for its table (a start)
+        if not self.synced and self.ctx.reachable and self.table.containers:
+            first = self.next_digest  # asking a peer for its table (a start, jobs of a group here)
         if not (self.settings or self.pools or self.peers):
             return first
         at = self.next_gossip if first is None else min(first, self.next_gossip)
@@ -493,7 +494,7 @@ class Limits:
     def tick(self, now: int) -> None:
         ctx = self.ctx
         if not self.synced:
-            if ctx.reachable and now >= self.next_digest:
+            if ctx.reachable and self.table.containers and now >= self.next_digest:
                 self.next_digest = now + ASK_MS * 5  # asked again until a peer answers
                 ctx.send(ctx.reachable, ("GROUPS", "DIGEST", self.digest, True))
             if not (self.settings or self.pools or self.peers):

@@ -212,6 +212,7 @@ class Node:
         # Never rebound: the end of every input checks these.
         self._ready = ctx.ready
         self._outgoing = leases.outgoing
+        self._grouped = ctx.groups.containers  # queues holding jobs of a group (groups.py)
         self._next_gc = now + QUEUE_GC_PERIOD_MS
         # kind -> receiver (messages.receivers): checks a peer's message, builds it and calls the
         # handler of the machine that owns the kind, in one call.
@@ -376,7 +377,7 @@ class Node:
         if blocking.blocked and ctx.cluster_size > 1:
             self.federation.tick(blocking.waited)
         limits = self.limits
-        if limits.settings or limits.peers or (ctx.reachable and not limits.synced):  # groups (limits.py)
+        if limits.settings or limits.peers or (self._grouped and not limits.synced):  # groups (limits.py)
             limits.tick(now)
         if self._ready:
             blocking.serve_ready()
@@ -450,7 +451,7 @@ class Node:
             if best is None or at < best:
                 best = at
         limits = self.limits
-        if limits.settings or limits.peers or (ctx.reachable and not limits.synced):  # (a single node: neither)
+        if limits.settings or limits.peers or (self._grouped and not limits.synced):  # (no group: neither)
             at = limits.next_wakeup()
             if at is not None and (best is None or at < best):
                 best = at
