@@ -48,6 +48,7 @@ COMPILED_MODULES: tuple[str, ...] = (
     "disque_py.core.ids",
     "disque_py.core.job",
     "disque_py.core.store",
+    "disque_py.core.groups",
     "disque_py.core.queues",
     "disque_py.core.wire",
     "disque_py.core.effects",

@@ -39,6 +39,7 @@ from ..client.cluster import Address, parse_node_list as parse_nodes
 from ..client.config import ClientConfig
 from ..client.connection import NodeConnection
 from ..client.errors import DisqueError
+from ..client.groups import merge_groups
 from ..client.model import decode_name
 
 __all__ = [
@@ -46,6 +47,8 @@ __all__ = [
     "render", "run_live", "run_once", "parse_nodes", "SORT_KEYS", "Keys",
 ]  # fmt: skip
 
+#: the groups top shows (the busiest; the rest in one line)
+GROUPS_SHOWN = 20
 #: QSCAN's COUNT per call, and QSTATs per pipelined batch
 SCAN_COUNT = 1000
 QSTAT_BATCH = 500
@@ -88,6 +91,7 @@ class NodeSample:
     queues: dict[str, QueueStat] = field(default_factory=dict)
     truncated: bool = False  # more queues than max_queues
     workers: Any = None  # its WORKER LIST reply (an error for a node without the command)
+    groups: Any = None  # its GROUP LIST reply, read (an error for a node without the command)
 
 
 @dataclass(slots=True)
@@ -182,8 +186,10 @@ class Collector:
 
     def _sample_node(self, address: Address) -> NodeSample:
         conn = self._conn(address)
-        info_r, hello_r, nodes_r, workers_r = conn.request_many(
-            [(b"INFO",), (b"HELLO",), (b"CLUSTER", b"NODES"), (b"WORKER", b"LIST")], self.timeout)
+        info_r, hello_r, nodes_r, workers_r, groups_r = conn.request_many(
+            [(b"INFO",), (b"HELLO",), (b"CLUSTER", b"NODES"), (b"WORKER", b"LIST"),
+             (b"GROUP", b"LIST", b"COUNT", b"%d" % GROUPS_SHOWN)],
+            self.timeout)  # fmt: skip
         for reply in (info_r, hello_r):
             if isinstance(reply, BaseException):
                 raise reply
@@ -195,8 +201,9 @@ class Collector:
                 parts = line.split()
                 if len(parts) >= 3:
                     peers[parts[0]] = tuple(f for f in parts[2].split(",") if f and f != "-")
+        groups = None if isinstance(groups_r, BaseException) else cmd.group_list().parse(groups_r)
         node = NodeSample(address, 0.0, True, id=hello.node_id, info=info, peers=peers, workers=workers_r,
-                          hello=[(n.id, n.host, n.port, n.priority) for n in hello.nodes])  # fmt: skip
+                          hello=[(n.id, n.host, n.port, n.priority) for n in hello.nodes], groups=groups)  # fmt: skip
         names: list[bytes] = []
         cursor = 0
         while True:
@@ -316,6 +323,7 @@ class View:
     truncated: bool
     workers: list[wk.WorkerView] = field(default_factory=list)  # the live workers, merged over the nodes
     all_queues: bool = False  # the cluster's own queues (@...) are among ``queues``
+    groups: list[dict[str, Any]] = field(default_factory=list)  # ADDJOB's groups, merged (client/groups.py)
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -400,8 +408,9 @@ def compute(current: Sample, previous: Sample | None = None) -> View:
     interval = max(gaps) if gaps else None
     truncated = any(s.truncated for s in current.nodes)
     workers = wk.merge((_node_key(s), s.workers) for s in current.nodes if s.reachable)
+    groups, _ = merge_groups([(_node_key(s), s.groups) for s in current.nodes if s.reachable], GROUPS_SHOWN)
     return View(current.wall, interval, sort_queues(list(rows.values()), "length"), nodes, truncated, workers,
-                current.all_queues)  # fmt: skip
+                current.all_queues, groups)  # fmt: skip
 
 
 def sort_queues(rows: list[QueueRow], by: str = "length", reverse: bool = False) -> list[QueueRow]:
@@ -516,6 +525,8 @@ def render(view: View | None, *, sort: str = "length", reverse: bool = False, li
     if limit is not None and len(rows) > len(shown):
         parts.append(Text("... %d more queue(s)" % (len(rows) - len(shown)), style="dim"))
     parts += [Text(""), nodes]
+    if view.groups:
+        parts += [Text(""), _groups_table(view)]
     if view.workers:
         parts += [Text(""), _workers_table(view)]
     if keys_help:
@@ -532,6 +543,23 @@ def _now_running(w: wk.WorkerView, now: float) -> str:
     text = "%s %s" % (w.label_of(job) or job.queue, wk.age_text(now - job.since) if job.since else "")
     more = w.running_total - 1
     return text.rstrip() + (" +%d" % more if more > 0 else "")
+
+
+def _groups_table(view: View):
+    """One line per group (ADDJOB's GROUP): the busiest ``GROUPS_SHOWN``, the rest in one line."""
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(box=None, header_style="bold reverse", pad_edge=False, collapse_padding=True)
+    for label, justify in (("GROUP", "left"), ("WEIGHT", "right"), ("ACTIVE", "right"), ("WAITING", "right"),
+                           ("LIMIT", "right"), ("RATE/s", "right")):  # fmt: skip
+        table.add_column(label, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+    for g in view.groups:
+        name = g["name"] if not g.get("groups") else "%s (%d groups)" % (g["name"], g["groups"])
+        table.add_row(Text(name, style="bold yellow" if g.get("held") else ""), _num(g.get("weight")),
+                      str(g["active"]), str(g["waiting"]), _num(g.get("concurrency")),
+                      "-" if g.get("rate") is None else "%g" % g["rate"])  # fmt: skip
+    return table
 
 
 def _workers_table(view: View):

@@ -36,6 +36,11 @@ __all__ = [
     "DEFAULT_ADD_TIMEOUT_MS",
     "addjob",
     "addjob_argv",
+    "group_name",
+    "group_info",
+    "group_list",
+    "group_weight",
+    "group_limit",
     "add_jobs",
     "add_json",
     "add_msgpack",
@@ -169,6 +174,7 @@ def addjob(
     maxdeliver: int | None = None,
     deadletter: str | bytes | None = None,
     priority: int | None = None,
+    group: str | bytes | None = None,
     dedup: str | bytes | None = None,
 ) -> Call[str]:
     """ADDJOB: queue a job, return its ID. Times are in seconds except ``timeout_ms``.
@@ -180,6 +186,10 @@ def addjob(
 
     ``priority=p`` (0 to 9; ``ADDJOB ... PRIORITY p``, disque-py's, Disque has none): the
     higher first, first in first out within a priority; a job without one is at 5.
+
+    ``group=name`` (1 to 128 bytes; ``ADDJOB ... GROUP name``, disque-py's): the groups of a
+    queue take turns (by weight: ``group_weight``), first in first out within a group; a
+    group's limits (``group_limit``) hold its jobs back, queued, while it is at them.
 
     ``dedup=key`` (str or bytes, 1 to 512 bytes; ``ADDJOB ... DEDUP key``): every ADDJOB of
     this queue and key, on any node, returns the same job ID and adds nothing, for the
@@ -228,6 +238,8 @@ def addjob(
         if priority > 9:
             raise ValueError("priority must be from 0 to 9, got %d" % priority)
         argv += [b"PRIORITY", priority]
+    if group is not None:
+        argv += [b"GROUP", group_name(group)]
     if dedup is not None:  # last: add_jobs appends each body's own key there
         argv += [b"DEDUP", dedup_key(dedup)]
     blocks = None if timeout_ms == 0 and not async_ else timeout_ms / 1000.0
@@ -713,6 +725,74 @@ def pause(queue: str | bytes, *flags: str) -> Call[str]:
         if flag.lower() not in PAUSE_FLAGS:
             raise ValueError("unknown PAUSE option %r (one of %s)" % (flag, ", ".join(PAUSE_FLAGS)))
     return Call((b"PAUSE", encode_name(queue), *(f.encode() for f in flags)), _str)
+
+
+# ---------------------------------------------------------------- groups (ours: core/limits.py)
+
+
+def group_name(group: str | bytes) -> bytes:
+    """A group's name as sent: 1 to 128 bytes (ValueError otherwise, before anything is sent)."""
+    raw = encode_name(group)
+    if not 0 < len(raw) <= 128:
+        raise ValueError("a group name is 1 to 128 bytes, got %d" % len(raw))
+    return raw
+
+
+def _parse_group(reply: Any) -> dict[str, Any]:
+    """GROUP INFO's map: ``rate`` and ``share-rate`` as floats, ``held`` as a bool."""
+    out = parse_flat_map(reply) or {}
+    for key in ("rate", "share-rate"):
+        if out.get(key) is not None:
+            out[key] = float(out[key])
+    if "held" in out:
+        out["held"] = bool(out["held"])
+    return out
+
+
+def _parse_group_list(reply: Any) -> list[dict[str, Any]]:
+    return [_parse_group(entry) for entry in reply or ()]
+
+
+def group_info(group: str | bytes) -> Call[dict[str, Any]]:
+    """GROUP INFO: a group's weight, limits (``concurrency``, ``rate``: None without), this node's
+    ``active`` (delivered, not acknowledged), ``waiting`` (queued) and share of each limit."""
+    return Call((b"GROUP", b"INFO", group_name(group)), _parse_group)
+
+
+def group_list(count: int | None = None) -> Call[list[dict[str, Any]]]:
+    """GROUP LIST [COUNT n]: GROUP INFO of the groups this node knows (with settings, jobs or
+    deliveries), the busiest first, at most ``count`` (100 by default)."""
+    argv: list[Any] = [b"GROUP", b"LIST"]
+    if count is not None:
+        _check_int("count", count, 1)
+        argv += [b"COUNT", count]
+    return Call(tuple(argv), _parse_group_list)
+
+
+def group_weight(group: str | bytes, weight: int) -> Call[str]:
+    """GROUP WEIGHT: the group's deliveries per turn in its queues (1 to 1000), cluster-wide."""
+    _check_int("weight", weight, 1)
+    if weight > 1000:
+        raise ValueError("weight must be from 1 to 1000, got %d" % weight)
+    return Call((b"GROUP", b"WEIGHT", group_name(group), weight), _str)
+
+
+def group_limit(group: str | bytes, *, concurrency: int | None = None, rate: float | None = None) -> Call[str]:
+    """GROUP LIMIT: at most ``concurrency`` jobs of the group delivered and not acknowledged,
+    or ``rate`` deliveries a second (burst: one second's worth), across the cluster; one of the
+    two at a time (a call for each to set both); neither: no limit (``LIMIT group NONE``)."""
+    name = group_name(group)
+    if concurrency is not None and rate is not None:
+        raise TypeError("give concurrency= or rate=, one at a time (a call for each)")
+    if concurrency is not None:
+        _check_int("concurrency", concurrency, 1)
+        return Call((b"GROUP", b"LIMIT", name, b"CONCURRENCY", concurrency), _str)
+    if rate is not None:
+        if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 1 <= rate <= 1_000_000:
+            raise ValueError("rate must be a number of deliveries a second from 1 to 1000000, got %r" % (rate,))
+        text = ("%.3f" % rate).rstrip("0").rstrip(".")
+        return Call((b"GROUP", b"LIMIT", name, b"RATE", text.encode()), _str)
+    return Call((b"GROUP", b"LIMIT", name, b"NONE"), _str)
 
 
 # ---------------------------------------------------------------- workers (ours: server/workers.py)

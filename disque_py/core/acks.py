@@ -52,6 +52,7 @@ from .commandspec import JOB_IDS, CommandSpec
 from .context import Context
 from .job import ACKED, QUEUED, WAIT_REPL, Job, gc_deadline
 from .lifecycle import NOREPL_REMOVED, Lifecycle
+from .limits import Limits
 from .messages import (
     DelJob,
     DelJobHolders,
@@ -91,8 +92,11 @@ COMMANDS: Final = (
 
 @final
 class Acks:
-    def __init__(self, ctx: Context, lifecycle: Lifecycle, requeue: Requeue, replication: Replication) -> None:
+    def __init__(self, ctx: Context, lifecycle: Lifecycle, requeue: Requeue, replication: Replication,
+                 limits: Limits) -> None:  # fmt: skip
         self.ctx = ctx
+        self._limits = limits
+        self._grouped = limits.by_id  # jobs of a group delivered here (never rebound: tested per ack)
         self._lifecycle = lifecycle
         self._requeue = requeue
         self._replication = replication
@@ -259,6 +263,8 @@ class Acks:
             return bad
         ctx = self.ctx
         known = 0
+        if self._grouped:  # a delivery of a group's job acknowledged where it was made (limits.py)
+            self._limits.acked_here(ids)
         for job_id in ids:
             job = store.get(job_id)
             if job is None:
@@ -285,6 +291,8 @@ class Acks:
             return bad
         ctx = self.ctx
         known = 0
+        if self._grouped:  # a delivery of a group's job acknowledged where it was made (limits.py)
+            self._limits.acked_here(ids)
         for job_id in ids:
             job = store.get(job_id)
             if job is None:

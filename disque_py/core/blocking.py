@@ -44,7 +44,8 @@ from .context import Context
 from .delivery import Delivery
 from .effects import BLOCKED, Reply
 from .federation import CLIENTS_WAITING, REACHED_ZERO, Federation
-from .job import Job, extra_fields
+from .job import F_GROUP, Job, extra_fields
+from .limits import Limits
 from .messages import Pause, pause
 from .queues import PAUSED_ALL, PAUSED_IN, PAUSED_OUT, Queue, Waiter, pause_name
 from .replies import NULL_ARRAY, Error, NullArray, Status, syntax_error
@@ -101,8 +102,10 @@ COMMANDS: Final = (
 
 @final
 class Blocking:
-    def __init__(self, ctx: Context, requeue: Requeue, federation: Federation, delivery: Delivery) -> None:
+    def __init__(self, ctx: Context, requeue: Requeue, federation: Federation, delivery: Delivery,
+                 limits: Limits) -> None:  # fmt: skip
         self.ctx = ctx
+        self._limits = limits
         self._requeue = requeue
         self._federation = federation
         self._delivery = delivery
@@ -139,6 +142,8 @@ class Blocking:
                 q.ltime = ctx.now
                 if job.extra is not None:  # a delivery counted for MAXDELIVER (delivery.py)
                     self._delivery.delivered(job)
+                    if job.flags & F_GROUP and self._limits.delivered(job):  # its group's count (limits.py)
+                        self._requeue.lease(job)
                 items.append(job_item(job, withcounters))
                 if federated:
                     if not q.jobs:
@@ -220,6 +225,8 @@ class Blocking:
                         break
                     if job.extra is not None:  # a delivery counted for MAXDELIVER (delivery.py)
                         self._delivery.delivered(job)
+                        if job.flags & F_GROUP and self._limits.delivered(job):  # its group's count
+                            self._requeue.lease(job)
                     items.append(job_item(job, waiter.withcounters))
                 self._unblock(waiter)
                 q.ltime = ctx.now
@@ -298,7 +305,7 @@ class Blocking:
             max_idle = QUEUE_MAX_IDLE_MS // 30 if level == 1 else QUEUE_OOM_IDLE_MS
         for name in batch:
             q = queues[name]
-            if q.jobs:
+            if len(q.jobs):  # (not its truth: a queue whose groups are all at their limit has jobs)
                 continue
             if not q.blocked and not q.flags & PAUSED_ALL and now - q.atime >= max_idle:
                 del queues[name]
@@ -316,7 +323,7 @@ class Blocking:
         if count is None:
             return NOT_AN_INTEGER
         q = self._queues.get(argv[1])
-        if q is None or count == 0 or not q.jobs:
+        if q is None or count == 0 or not len(q.jobs):
             return []
         return [[j.queue, j.id, j.body] for j in q.peek(count)]
 

@@ -12,7 +12,7 @@ from typing import Final, final
 
 from .constants import DEFAULT_TTL, INT64_MAX, INT64_MIN, REPLICATE_MAX, default_retry
 from .ids import valid_job_id
-from .job import PRIORITY_MAX, PRIORITY_MIN, TRACE_MAX, priority_flags, state_from_name
+from .job import GROUP_NAME_MAX, PRIORITY_MAX, PRIORITY_MIN, TRACE_MAX, priority_flags, state_from_name
 from .replies import Error, err, syntax_error
 
 __all__ = [
@@ -21,6 +21,7 @@ __all__ = [
     "GetJob",
     "ScanArgs",
     "parse_addjob",
+    "check_group_name",
     "parse_nack",
     "parse_release",
     "trace_tail",
@@ -97,7 +98,7 @@ def parse_seconds_ms(raw: bytes) -> int | None:
 @final
 class AddJob:
     __slots__ = ("queue", "body", "timeout", "replicate", "ttl", "retry", "delay", "maxlen", "async_", "extra",
-                 "priority")  # fmt: skip
+                 "priority", "group")  # fmt: skip
 
     def __init__(self, queue: bytes, body: bytes, timeout: int) -> None:
         self.queue = queue
@@ -113,6 +114,7 @@ class AddJob:
         # DEADLETTER (delivery.py), DEDUP (dedup.py); None without any (one slot: ADDJOB's hot path)
         self.extra: list | None = None
         self.priority = 0  # PRIORITY's flag bits (job.priority_flags): 0, the default
+        self.group: bytes | None = None  # GROUP's name (queues.py, groups.py); None: the default group
 
     @property
     def dedup(self) -> bytes | None:
@@ -125,7 +127,7 @@ class AddJob:
 #: other fields (its holders' IDs included) and the framing fit in the rest.
 #: Disque has no such limit below the protocol's 512 MB, but its jobs meant to be small.
 MAX_JOB_BYTES: Final = 60 * 1024 * 1024
-_ADDJOB_VALUED: Final = (b"replicate", b"ttl", b"retry", b"delay", b"maxlen", b"dedup", b"priority")
+_ADDJOB_VALUED: Final = (b"replicate", b"ttl", b"retry", b"delay", b"maxlen", b"dedup", b"priority", b"group")
 #: The longest DEDUP key (bytes).
 MAX_DEDUP_KEY: Final = 512
 
@@ -133,7 +135,7 @@ MAX_DEDUP_KEY: Final = 512
 def parse_addjob(argv: list[bytes]) -> AddJob | Error:
     """ADDJOB queue body ms-timeout [REPLICATE n] [DELAY s] [RETRY s] [TTL s] [MAXLEN n] [ASYNC]
     [BACKOFF min max] [MAXDELIVER n] [DEADLETTER queue] (delivery.py) [DEDUP key] (dedup.py)
-    [PRIORITY p] (queues.py)"""
+    [PRIORITY p] [GROUP name] (queues.py, groups.py)"""
     timeout = parse_timeout(argv[3])
     if isinstance(timeout, Error):
         timeout_error = timeout
@@ -165,7 +167,7 @@ def parse_addjob(argv: list[bytes]) -> AddJob | Error:
     if seen is not None:
         if timeout_error is not None:
             return timeout_error
-        req.replicate, req.ttl, req.retry, req.delay, req.maxlen, req.async_, extra, req.priority = seen
+        req.replicate, req.ttl, req.retry, req.delay, req.maxlen, req.async_, extra, req.priority, req.group = seen
         if dedup is not None:
             extra = [None, None, None, None, dedup] if extra is None else extra[:4] + [dedup]
         req.extra = extra
@@ -195,8 +197,17 @@ def parse_addjob(argv: list[bytes]) -> AddJob | Error:
         if dedup is not None:
             extra = None if extra[:4] == [None, None, None, None] else extra[:4] + [None]  # type: ignore[index]
         _OPTIONS_SEEN[key] = (req.replicate, req.ttl, req.retry, req.delay, req.maxlen, req.async_, extra,
-                              req.priority)  # fmt: skip
+                              req.priority, req.group)  # fmt: skip
     return req
+
+
+def check_group_name(name: bytes) -> Error | None:
+    """A group's name (ADDJOB's GROUP, the GROUP command's): 1 to GROUP_NAME_MAX bytes."""
+    if not name:
+        return err("GROUP name must not be empty")
+    if len(name) > GROUP_NAME_MAX:
+        return err("GROUP name is %d bytes, at most %d" % (len(name), GROUP_NAME_MAX))
+    return None
 
 
 #: ADDJOB's options already parsed (``parse_addjob``): argv[4:] -> the fields they set. The
@@ -249,6 +260,12 @@ def _parse_options(req: AddJob, argv: list[bytes], n: int) -> Error | None:
             if v is None or not PRIORITY_MIN <= v <= PRIORITY_MAX:
                 return err("PRIORITY must be a number from %d to %d (higher first)" % (PRIORITY_MIN, PRIORITY_MAX))
             req.priority = priority_flags(v)
+            i += 2
+        elif opt == b"group" and has_value:
+            bad = check_group_name(argv[i + 1])
+            if bad is not None:
+                return bad
+            req.group = argv[i + 1]
             i += 2
         elif opt == b"dedup" and has_value:
             if req.dedup is not None:

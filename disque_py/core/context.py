@@ -33,6 +33,7 @@ from typing import Final, Iterable, final
 from . import ids as ids_mod
 from .effects import Reply, Send
 from .job import TIME_ERROR_MS  # noqa: F401  (re-exported: deadlines' random error, job.py)
+from .groups import GroupTable
 from .queues import Queue
 from .store import JobStore
 
@@ -53,7 +54,7 @@ class Context:
         "id", "myself_only", "seed", "ids", "now", "wall_offset", "address", "rng", "randbits", "store",
         "queues", "_queue_seq", "stats", "bus_stats", "cluster_size", "reachable", "backlogged",
         "known_nodes", "live_nodes", "leaving", "journal", "memory_level", "effects", "lazy", "lazy_at", "ready",
-        "repl_clients", "repl_client_jobs", "lacking",
+        "repl_clients", "repl_client_jobs", "lacking", "groups",
     )  # fmt: skip
 
     def __init__(self, node_id: str, seed: bytes, now: int, wall_offset: int, address: tuple[str, int]) -> None:
@@ -106,6 +107,9 @@ class Context:
         # job ID -> the ADDJOB client waiting for its copies, and back (replication.py)
         self.repl_clients: dict[bytes, int] = {}
         self.repl_client_jobs: dict[int, bytes] = {}
+        # the groups' settings (GROUP WEIGHT, groups.py), read by every grouped queue
+        self.groups = GroupTable()
+        self.groups.view = self  # (read for cluster_size: groups.py cannot import this module)
 
     def set_id(self, node_id: str) -> None:
         self.id = node_id
@@ -124,7 +128,7 @@ class Context:
         q = self.queues.get(name)
         if q is None:
             self._queue_seq += 1
-            q = Queue(name, self.now, self._queue_seq)
+            q = Queue(name, self.now, self._queue_seq, self.groups)
             self.queues[name] = q
         return q
 

@@ -76,7 +76,7 @@ COMMANDS: Final = (
     CommandSpec(b"addjob", "cmd_addjob", -4, ("write", "denyoom", "fast"), ("produce",), QUEUE,
                 syntax="ADDJOB queue_name job ms-timeout [REPLICATE count] [DELAY sec] [RETRY sec] [TTL sec] "
                        "[MAXLEN count] [ASYNC] [BACKOFF min max] [MAXDELIVER count] [DEADLETTER queue] [DEDUP key] "
-                       "[PRIORITY 0-9]",
+                       "[PRIORITY 0-9] [GROUP name]",
                 summary="Add a job to a queue; its ID once REPLICATE nodes hold it (ASYNC: at once)",
                 group="jobs"),
 )

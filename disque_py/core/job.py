@@ -68,6 +68,10 @@ __all__ = [
     "PRIORITY_DEFAULT",
     "priority_flags",
     "job_priority",
+    "F_GROUP",
+    "F_ORDERED",
+    "GROUP_NAME_MAX",
+    "job_group",
     "Extra",
     "TRANSITIONS",
     "IllegalTransition",
@@ -114,8 +118,17 @@ PRIORITY_MAX: Final = 9
 PRIORITY_DEFAULT: Final = 5
 _PRIORITY_SHIFT: Final = 8
 F_PRIORITY: Final = 0xF00  # the bits (a mask, not a flag)
+# ADDJOB's GROUP (ours): the job's group name, kept in its Extra (``Extra.group``: it travels
+# and persists with the Extra's map, key "g"), and told by this flag, set wherever an Extra with
+# a group is given to a job (ADDJOB, the wire, the AOF's JOBEXTRA), so that a queue tests one
+# flag word for both a priority and a group (F_ORDERED) and a plain job pays nothing more.
+F_GROUP: Final = 0x1000
+#: A job a queue does not simply keep FIFO by ctime: one with a priority or a group (queues.py).
+F_ORDERED: Final = F_PRIORITY | F_GROUP
+#: The longest group name (bytes); a name is never empty.
+GROUP_NAME_MAX: Final = 128
 #: The largest flags word a job can have (the AOF's loader refuses a larger one).
-FLAGS_MAX: Final = (PRIORITY_MAX + 1) << _PRIORITY_SHIFT | 0xFF
+FLAGS_MAX: Final = F_GROUP | (PRIORITY_MAX + 1) << _PRIORITY_SHIFT | 0xFF
 
 
 def priority_flags(priority: int) -> int:
@@ -127,6 +140,14 @@ def job_priority(job: "Job") -> int:
     """A job's priority (PRIORITY_DEFAULT without one)."""
     bits = job.flags & F_PRIORITY
     return PRIORITY_DEFAULT if not bits else (bits >> _PRIORITY_SHIFT) - 1
+
+
+def job_group(job: "Job") -> bytes:
+    """A job's group: ADDJOB's GROUP, or b"" (the default group) without one."""
+    e = job.extra
+    if e is None or e.group is None:
+        return b""
+    return e.group
 
 
 # Every move of a job's state on one node, and why it happens. A move not here is a bug:
@@ -315,10 +336,10 @@ class Extra:
     ``origin`` (a dead letter only): (original ID, original queue, deliveries, reason or
     None, the original's delivery options as ADDJOB arguments). ``dedup``: ADDJOB's DEDUP
     key (``dedup.py``). ``trace``: the last failure's traceback (NACK's TRACE, its tail at
-    most ``TRACE_MAX`` bytes), or None."""
+    most ``TRACE_MAX`` bytes), or None. ``group``: ADDJOB's GROUP (``queues.py``), or None."""
 
     __slots__ = ("backoff_min", "backoff_max", "maxdeliver", "deadletter", "count", "reason", "origin", "dedup",
-                 "returns", "returned", "trace")  # fmt: skip
+                 "returns", "returned", "trace", "group")  # fmt: skip
 
     def __init__(self, backoff_min: int = 0, backoff_max: int = 0, maxdeliver: int = 0,
                  deadletter: bytes | None = None, dedup: bytes | None = None) -> None:  # fmt: skip
@@ -333,6 +354,7 @@ class Extra:
         self.returns = 0  # sum(returned.values()), kept with it
         self.returned: dict[str, int] | None = None
         self.trace: bytes | None = None  # the last failure's traceback (NACK ... TRACE)
+        self.group: bytes | None = None  # ADDJOB's GROUP (its job has F_GROUP)
 
     def __eq__(self, other: object) -> bool:
         if type(other) is not Extra:
@@ -373,6 +395,8 @@ class Extra:
             out += [b"MAXDELIVER", b"%d" % self.maxdeliver]
         if self.deadletter is not None:
             out += [b"DEADLETTER", self.deadletter]
+        if self.group is not None:
+            out += [b"GROUP", self.group]
         return out
 
 
@@ -399,6 +423,8 @@ def extra_fields(job: Job, trace: bool = False) -> list:
         out += [b"returns", e.returns]
     if e.dedup is not None:
         out += [b"dedup", e.dedup]
+    if e.group is not None:
+        out += [b"group", e.group]
     if e.backoff_max:
         out += [b"backoff-min-ms", e.backoff_min, b"backoff-max-ms", e.backoff_max]
     if e.maxdeliver:
@@ -418,7 +444,7 @@ def extra_fields(job: Job, trace: bool = False) -> list:
 
 # Extra's fields, for __eq__ and __repr__ (a compiled class has no __slots__ to read).
 _EXTRA_FIELDS: Final = ("backoff_min", "backoff_max", "maxdeliver", "deadletter", "count", "reason", "origin", "dedup",
-                        "returns", "returned", "trace")  # fmt: skip
+                        "returns", "returned", "trace", "group")  # fmt: skip
 
 
 def _seconds(ms: int) -> bytes:

@@ -44,7 +44,7 @@ from .commandspec import EVERY_QUEUE, JOB_IDS, CommandSpec
 from .context import Context
 from .effects import Reply
 from .job import (
-    ACKED, ACTIVE, F_BCAST_WILLQUEUE, F_DELIVERED, F_PRIORITY, QUEUED, STATE_NAMES, WAIT_REPL, Extra, Job, extra_fields,
+    ACKED, ACTIVE, F_BCAST_WILLQUEUE, F_DELIVERED, F_GROUP, F_PRIORITY, QUEUED, STATE_NAMES, WAIT_REPL, Extra, Job, extra_fields,
     gc_deadline, job_priority, retry_deadline,
 )  # fmt: skip
 from .messages import del_job
@@ -239,6 +239,8 @@ class Lifecycle:
         job = self._store.get(job_id)
         if job is not None:
             job.extra = extra
+            if extra.group is not None:
+                job.flags |= F_GROUP  # (LOADJOB's flags have it too; a file of ours may not)
 
     def restore_active(self, job_id: bytes) -> None:
         """A RETRY 0 job was delivered (``store.J_ACTIVE``): it is never queued again."""

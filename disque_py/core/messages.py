@@ -4,7 +4,7 @@ Theory of operation
 -------------------
 Every message a node receives on the bus's DATA channel (REPLJOB, GOTJOB,
 ENQUEUE, QUEUED, WORKING, WILLQUEUE, SETACK, GOTACK, DELJOB, PAUSE, NEEDJOBS,
-YOURJOBS, and ours: NACKED, DELIVERED, RETURNED, HASJOB, HAVEJOB) reaches its handler as a tuple subclass with named fields
+YOURJOBS, and ours: NACKED, DELIVERED, RETURNED, HASJOB, HAVEJOB, GROUPS) reaches its handler as a tuple subclass with named fields
 (``_Message``: a ``typing.NamedTuple`` but for its constructor) whose first
 field is its kind, so that its tuple form *is* the wire form ``(kind,
 *fields)``. A type is made from its tuple form, ``SetAck(("SETACK", id, n))``:
@@ -651,6 +651,18 @@ def _havejob(handle: Handler) -> Receiver:
     return receive
 
 
+def _groups(handle: Handler) -> Receiver:
+    """GROUPS op ...: the groups' settings and limits (ours); checked by limits.py, which owns
+    each op's shape (``Limits.on_groups``, False for a malformed one)."""
+
+    def receive(sender: str, b: list) -> Any:
+        if not b or type(b[0]) is not str:
+            return False
+        return handle(sender, b)
+
+    return receive
+
+
 _RECEIVERS: dict[str, Callable[[Handler], Receiver]] = {
     "REPLJOB": _repljob,
     "GOTJOB": _id_only("GOTJOB", GotJob),
@@ -669,6 +681,7 @@ _RECEIVERS: dict[str, Callable[[Handler], Receiver]] = {
     "RETURNED": _returned,
     "HASJOB": _id_only("HASJOB", HasJob),
     "HAVEJOB": _havejob,
+    "GROUPS": _groups,
 }
 KINDS = tuple(_RECEIVERS)
 

@@ -47,6 +47,8 @@ declares the commands it answers in its module's ``COMMANDS`` (``commandspec.py`
                    queue eviction; QLEN, QPEEK, QSTAT, QSCAN, PAUSE
 ``dedup.py``       ADDJOB (parsed, its DEDUP key, then ``Replication.add``);
                    HASJOB/HAVEJOB
+``limits.py``      the groups' settings kept by the cluster (GROUP WEIGHT, LIMIT),
+                   the limits' shares, GROUP; GROUPS messages
 ``memory.py``      the maxmemory level: external replication, what is let
                    go, the commands refused at 100 %
 ``messages.py``    the bus messages' types and their checks
@@ -60,14 +62,15 @@ and each receives, as typed constructor arguments, the machines it calls. ``Node
 them in this order, so a machine only ever calls one built before it, and no module
 imports one that imports it back (``tests/test_contracts.py``)::
 
+    Limits(ctx)                                             calls none (groups' settings, limits)
     Lifecycle(ctx)                                          calls none
     Leases(ctx)                                             calls none
     Requeue(ctx, lifecycle, leases)
-    Replication(ctx, lifecycle, requeue)
-    Acks(ctx, lifecycle, requeue, replication)
+    Replication(ctx, lifecycle, requeue, limits)
+    Acks(ctx, lifecycle, requeue, replication, limits)
     Delivery(ctx, lifecycle, requeue, replication, acks)
     Federation(ctx, lifecycle, leases, requeue)
-    Blocking(ctx, requeue, federation, delivery)
+    Blocking(ctx, requeue, federation, delivery, limits)
     Dedup(ctx, lifecycle, replication)                     ADDJOB comes in here
     Memory(ctx, lifecycle, acks, on_level=Node's)          the shell calls it
 
@@ -106,6 +109,7 @@ from . import dedup as dedup_mod
 from . import delivery as delivery_mod
 from . import federation as federation_mod
 from . import lifecycle as lifecycle_mod
+from . import limits as limits_mod
 from . import requeue as requeue_mod
 from .acks import Acks
 from .blocking import Blocking
@@ -119,6 +123,7 @@ from .federation import Federation
 from .job import ACKED, WAIT_REPL
 from .leases import Leases
 from .lifecycle import Lifecycle
+from .limits import Limits
 from .memory import Memory
 from .messages import GotJob, receivers
 from .replication import Replication
@@ -147,6 +152,7 @@ _OWNERS: Final[tuple[tuple[str | None, tuple[CommandSpec, ...]], ...]] = (
     ("requeue", requeue_mod.COMMANDS),
     ("delivery", delivery_mod.COMMANDS),
     ("federation", federation_mod.COMMANDS),
+    ("limits", limits_mod.COMMANDS),
     (None, (CommandSpec(b"hello", "cmd_hello", 1, ("readonly", "fast"), ALWAYS,
                         syntax="HELLO [protover [AUTH username password] [SETNAME clientname]]",
                         summary="The cluster's nodes and their priorities; HELLO 2|3: Redis's handshake",
@@ -194,14 +200,15 @@ class Node:
         self.unknown_kinds: dict[str, int] = {}
         # The machines, lowest first: each is handed the ones it calls, all built before it (the
         # module docstring draws the order).
+        self.limits = limits = Limits(ctx)
         self.lifecycle = lifecycle = Lifecycle(ctx)
         self.leases = leases = Leases(ctx)
         self.requeue = requeue = Requeue(ctx, lifecycle, leases)
-        self.replication = replication = Replication(ctx, lifecycle, requeue)
-        self.acks = acks = Acks(ctx, lifecycle, requeue, replication)
+        self.replication = replication = Replication(ctx, lifecycle, requeue, limits)
+        self.acks = acks = Acks(ctx, lifecycle, requeue, replication, limits)
         self.delivery = delivery = Delivery(ctx, lifecycle, requeue, replication, acks)
         self.federation = federation = Federation(ctx, lifecycle, leases, requeue)
-        self.blocking = blocking = Blocking(ctx, requeue, federation, delivery)
+        self.blocking = blocking = Blocking(ctx, requeue, federation, delivery, limits)
         self.dedup = dedup = Dedup(ctx, lifecycle, replication)
         # The memory level (memory.py); while it is 3 ``commands`` is a copy that refuses
         # OOM_COMMANDS, so no command pays for the check.
@@ -210,6 +217,7 @@ class Node:
         # Never rebound: the end of every input checks these.
         self._ready = ctx.ready
         self._outgoing = leases.outgoing
+        self._grouped = ctx.groups.containers  # queues holding jobs of a group (groups.py)
         self._next_gc = now + QUEUE_GC_PERIOD_MS
         # kind -> receiver (messages.receivers): checks a peer's message, builds it and calls the
         # handler of the machine that owns the kind, in one call.
@@ -231,6 +239,7 @@ class Node:
             "RETURNED": delivery.on_returned,
             "HASJOB": dedup.on_hasjob,
             "HAVEJOB": dedup.on_havejob,
+            "GROUPS": limits.on_groups,
         })  # fmt: skip
         self.commands: dict[bytes, tuple[Handler, int]] = {}
         for attr, specs in _OWNERS:
@@ -378,6 +387,9 @@ class Node:
             self._next_gc = now + QUEUE_GC_PERIOD_MS
         if blocking.blocked and ctx.cluster_size > 1:
             self.federation.tick(blocking.waited)
+        limits = self.limits
+        if limits.settings or limits.peers or (self._grouped and not limits.synced):  # groups (limits.py)
+            limits.tick(now)
         if self._ready:
             blocking.serve_ready()
         if self._outgoing:
@@ -451,6 +463,11 @@ class Node:
         if blocking.blocked and ctx.cluster_size > 1:
             at = self.federation.next_need()
             if best is None or at < best:
+                best = at
+        limits = self.limits
+        if limits.settings or limits.peers or (self._grouped and not limits.synced):  # (no group: neither)
+            at = limits.next_wakeup()
+            if at is not None and (best is None or at < best):
                 best = at
         return best
 

@@ -44,6 +44,12 @@ it is empty again: GETJOB, QPEEK and the jobs given to a peer that asks
 first, FIFO within a priority. The deque and the list keyed on ctime hold only
 jobs of the default priority.
 
+Groups (ADDJOB's GROUP, ours): a job with a group turns the queue into a
+``groups.GroupedJobs`` (priorities first, then the groups in turn, FIFO within
+a group: see groups.py) until it is empty again. Both a priority and a group
+are told by the job's flags (``job.F_ORDERED``), so a plain job pays the same
+one flag test.
+
 The federation fields (import rate, known sources) are kept here too so
 that NEEDJOBS/YOURJOBS can be added without changing the layout.
 """
@@ -58,7 +64,8 @@ from typing import Any, Final, Iterable, final
 
 from sortedcontainers import SortedKeyList
 
-from .job import F_PRIORITY, PRIORITY_MAX, Job, job_priority
+from .groups import GroupedJobs, GroupTable
+from .job import F_GROUP, F_ORDERED, PRIORITY_MAX, Job, job_priority
 from .statics import DEQUE
 
 
@@ -81,6 +88,10 @@ _ctime_key = attrgetter("ctime")
 def _priority_key(job: Job) -> int:
     """A prioritized queue's order: the highest priority first, then the oldest (ctime < 2**63)."""
     return (PRIORITY_MAX - job_priority(job)) << 64 | job.ctime
+
+
+#: The group settings of a queue made outside a node (tests): every weight the default.
+_NO_SETTINGS: Final = GroupTable()
 
 
 def pause_name(flags: int) -> str:
@@ -117,6 +128,7 @@ class Queue:
         "jobs_in",
         "jobs_out",
         "seq",
+        "groups",
         # federation (NEEDJOBS / YOURJOBS)
         "sources",
         "import_cur_time",
@@ -130,9 +142,9 @@ class Queue:
         "asked",
     )
 
-    def __init__(self, name: bytes, now: int, seq: int) -> None:
+    def __init__(self, name: bytes, now: int, seq: int, groups: GroupTable | None = None) -> None:
         self.name = name
-        self.jobs: deque | SortedKeyList | tuple = ()  # () while empty; see the module docstring
+        self.jobs: deque | SortedKeyList | GroupedJobs | tuple = ()  # () while empty; see the module docstring
         self.ctime = now
         self.atime = now
         self.ltime = 0  # when a local client last took a job from it or waited on it (0: never)
@@ -143,6 +155,7 @@ class Queue:
         self.jobs_in = 0
         self.jobs_out = 0
         self.seq = seq
+        self.groups = groups if groups is not None else _NO_SETTINGS  # the node's group settings
         self.sources: dict[str, int] = {}
         self.import_cur_time = now
         self.import_cur_count = 0
@@ -161,10 +174,10 @@ class Queue:
 
     # -- jobs ---------------------------------------------------------------
     def add(self, job: Job) -> None:
-        jobs: Any = self.jobs  # one of three containers (type() decides)
+        jobs: Any = self.jobs  # one of four containers (type() decides)
         if type(jobs) is DEQUE:
-            if job.flags & F_PRIORITY:
-                self._prioritized().add(job)
+            if job.flags & F_ORDERED:  # a priority or a group
+                self._ordered(job).add(job)
             elif not jobs or job.ctime >= jobs[-1].ctime:
                 jobs.append(job)  # the common case: newest at the tail
             elif len(jobs) < SMALL_QUEUE:
@@ -172,12 +185,14 @@ class Queue:
             else:
                 self._sorted().add(job)
         elif type(jobs) is tuple:
-            if job.flags & F_PRIORITY:
-                self.jobs = SortedKeyList((job,), key=_priority_key)
+            if job.flags & F_ORDERED:
+                self._ordered(job).add(job)
             else:
                 self.jobs = DEQUE((job,))
-        elif job.flags & F_PRIORITY and jobs.key is not _priority_key:
-            self._prioritized().add(job)
+        elif job.flags & F_ORDERED and type(jobs) is not GroupedJobs and (
+            job.flags & F_GROUP or jobs.key is not _priority_key
+        ):
+            self._ordered(job).add(job)
         else:
             jobs.add(job)
         self.jobs_in += 1
@@ -187,19 +202,26 @@ class Queue:
         jobs = self.jobs = SortedKeyList(self.jobs, key=_ctime_key)  # in order already: one pass
         return jobs
 
-    def _prioritized(self) -> SortedKeyList:
-        """The queue's jobs as a list sorted by priority from now on (until it is empty)."""
+    def _ordered(self, job: Job) -> Any:
+        """The container ``job`` needs from now on (until the queue is empty): one that keeps
+        groups in turn (``job`` has a group), else a list sorted by priority."""
+        if job.flags & F_GROUP:
+            grouped = GroupedJobs(self.groups, self.name)
+            for old in self.jobs:  # in their order: each group's FIFO kept
+                grouped.add(old)
+            self.jobs = grouped
+            return grouped
         jobs = self.jobs = SortedKeyList(self.jobs, key=_priority_key)
         return jobs
 
     def release(self) -> None:
         """An empty queue gives back its container (an empty deque still takes 760 bytes, an
         empty sorted list about 370); :meth:`add` makes a new one."""
-        if not self.jobs:
+        if not len(self.jobs):
             self.jobs = ()
 
     def remove(self, job: Job) -> None:
-        jobs: Any = self.jobs  # one of three containers (type() decides)
+        jobs: Any = self.jobs  # one of four containers (type() decides)
         if type(jobs) is DEQUE:
             if jobs[0] is job:
                 jobs.popleft()
@@ -209,19 +231,23 @@ class Queue:
                 self._sorted().remove(job)
         else:
             jobs.remove(job)
-            if not jobs:
+            if not len(jobs):
                 self.jobs = ()  # an ordinary queue again (a deque with its next job)
 
     def pop(self) -> Job | None:
-        """The oldest job by ctime (of the highest priority), or None. Counts a job out."""
-        jobs: Any = self.jobs  # one of three containers (type() decides)
+        """The oldest job by ctime (of the highest priority; of the group whose turn it is), or
+        None. Counts a job out."""
+        jobs: Any = self.jobs  # one of four containers (type() decides)
         if not jobs:
             return None
-        self.jobs_out += 1
         if type(jobs) is DEQUE:
+            self.jobs_out += 1
             return jobs.popleft()
-        job = jobs.pop(0)
-        if not jobs:
+        job = jobs.pop(0)  # None: every group of a grouped queue at its limit (groups.py)
+        if job is None:
+            return None
+        self.jobs_out += 1
+        if not len(jobs):
             self.jobs = ()  # an ordinary queue again (a deque with its next job)
         return job
 

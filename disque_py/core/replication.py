@@ -53,7 +53,8 @@ from typing import Final, final
 from .commands import RETRY0_NEEDS_REPLICATE1, AddJob
 from .context import Context
 from .effects import BLOCKED, Reply, Send
-from .job import ACKED, ACTIVE, F_BCAST_QUEUED, F_BCAST_WILLQUEUE, F_YIELD, QUEUED, WAIT_REPL, Extra, Job, retry_deadline
+from .job import ACKED, ACTIVE, F_BCAST_QUEUED, F_BCAST_WILLQUEUE, F_GROUP, F_YIELD, QUEUED, WAIT_REPL, Extra, Job, retry_deadline
+from .limits import Limits
 from .lifecycle import Lifecycle
 from .messages import GotJob, ReplJob, del_job, enqueue, got_job, queued, repl_job, set_ack
 from .queues import PAUSED_IN
@@ -97,8 +98,9 @@ def _repl_timeout(job: Job) -> Error:
 
 @final
 class Replication:
-    def __init__(self, ctx: Context, lifecycle: Lifecycle, requeue: Requeue) -> None:
+    def __init__(self, ctx: Context, lifecycle: Lifecycle, requeue: Requeue, limits: Limits) -> None:
         self.ctx = ctx
+        self._limits = limits
         self._lifecycle = lifecycle
         self._requeue = requeue
         self._store = ctx.store
@@ -133,6 +135,10 @@ class Replication:
         available = max(len(ctx.reachable), ctx.live_nodes)
         if additional > available:
             return _not_enough_nodes(replicate, available, extrepl, ctx.leaving)
+        if req.group is not None and req.retry == 0:
+            bad = self._limits.check_add(req.group, req.retry)
+            if bad is not None:
+                return bad
         q = ctx.queues.get(req.queue)
         if q is not None:
             if req.maxlen and len(q.jobs) >= req.maxlen:
@@ -165,6 +171,11 @@ class Replication:
         if req.extra is not None:  # BACKOFF, MAXDELIVER, DEADLETTER, DEDUP
             lo, hi, maxdeliver, deadletter, key = req.extra
             job.extra = Extra(lo or 0, hi or 0, maxdeliver or 0, deadletter, key)
+        if req.group is not None:  # GROUP (groups.py): kept in the Extra, told by a flag
+            if job.extra is None:
+                job.extra = Extra()
+            job.extra.group = req.group
+            job.flags |= F_GROUP
         if extrepl:
             job.delivered = ()
         elif replicate > 1:

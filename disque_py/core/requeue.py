@@ -217,6 +217,16 @@ class Requeue:
             job.next_at = retry_deadline(job, now, ctx.randbits)
         return False
 
+    def lease(self, job: Job) -> None:
+        """A job of a group with a CONCURRENCY limit was just delivered (blocking.py): a whole
+        RETRY from now before it is queued again, here and on its other holders (as WORKING
+        does), so that the delivery counts against the limit (limits.py) for as long as its
+        consumer may hold it."""
+        if job.retry and job.next_at:
+            self._postpone(job)
+            if len(job.delivered) > 1:
+                self.ctx.send(job.delivered, working(bytes(job.id)))
+
     def _postpone(self, job: Job) -> None:
         if job.retry and job.next_at:
             ctx = self.ctx

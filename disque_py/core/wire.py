@@ -12,6 +12,10 @@ map's reader does not know is ignored too, so a field added later (``rt``, the
 deliveries given back; ``t``, the last failure's traceback) reads as absent on
 a node or in an AOF of before it.
 
+A job's group (ADDJOB's GROUP) is in the Extra's map, key ``g`` (1 to
+``job.GROUP_NAME_MAX`` bytes, else the job is malformed); a job that has one
+gets ``job.F_GROUP`` on arrival.
+
 A job with a priority (ADDJOB's PRIORITY, other than the default:
 ``job.F_PRIORITY``) has one field more, after that map (a nil in its place for a
 job without one): the priority, an integer from 0 to 9. A node of before it
@@ -33,7 +37,7 @@ from typing import Any, Final, TypeAlias
 from .constants import DURATION_MAX, INT64_MAX, REPLICATE_MAX
 from .ids import NODE_IDS_SEEN, valid_job_id, valid_node_ids
 from .job import (
-    ACTIVE, F_PRIORITY, PRIORITY_DEFAULT, PRIORITY_MAX, RETURNED_NODES_MAX, TRACE_MAX, Extra, Job, job_priority,
+    ACTIVE, F_GROUP, F_PRIORITY, GROUP_NAME_MAX, PRIORITY_DEFAULT, PRIORITY_MAX, RETURNED_NODES_MAX, TRACE_MAX, Extra, Job, job_priority,
     priority_flags,
 )
 
@@ -90,6 +94,8 @@ def extra_to_wire(e: Extra) -> dict:
         d["rt"] = returned_to_wire(e.returned)
     if e.trace is not None:
         d["t"] = e.trace
+    if e.group is not None:
+        d["g"] = e.group
     return d
 
 
@@ -140,6 +146,9 @@ def extra_from_wire(d: Any) -> Extra | None:
     t = get("t")
     if t is not None and not (type(t) is bytes and len(t) <= TRACE_MAX):
         return None
+    g = get("g")
+    if g is not None and not (type(g) is bytes and 0 < len(g) <= GROUP_NAME_MAX):
+        return None
     rt = get("rt")
     returned: dict[str, int] | None = None
     if rt is not None:
@@ -164,6 +173,7 @@ def extra_from_wire(d: Any) -> Extra | None:
     e.backoff_min, e.backoff_max, e.maxdeliver, e.deadletter, e.count, e.reason, e.origin = bm, bx, md, dl, c, r, o
     e.dedup = k
     e.trace = t
+    e.group = g
     if returned:
         e.merge_returned(returned)
     return e
@@ -212,8 +222,10 @@ def job_from_wire(d: Any, now: int) -> Job | None:
     job = Job(job_id, ACTIVE, queue, body, repl, ctime, now + ttl, delay, retry, 0, tuple(dict.fromkeys(nodes)))
     job.nacks = nacks
     job.deliveries = deliv
-    if extra is not None:
-        job.extra = extra
     if priority != PRIORITY_DEFAULT:
         job.flags = priority_flags(priority)
+    if extra is not None:
+        job.extra = extra
+        if extra.group is not None:
+            job.flags |= F_GROUP
     return job

@@ -20,19 +20,28 @@ What is left out, and why:
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from typing import Any
 
 from ..core.job import WAIT_REPL, Job
+from ..core.limits import J_GROUP, Settings
 from ..core.store import J_ACKED, J_ACTIVE, J_DEL, J_GONE, J_LOAD
-from .records import encode_acked, encode_active, encode_deljob, encode_extra, encode_gone, encode_job, encode_version
+from .records import (
+    encode_acked, encode_active, encode_deljob, encode_extra, encode_gone, encode_groupset, encode_job, encode_version,
+)
 
 __all__ = ["encode_entries", "snapshot"]
 
 
-def encode_entries(entries: Iterable[tuple[int, Job]], wall_offset: int) -> bytes:
-    """The records of a pass's journal entries, as one string of bytes."""
+def encode_entries(entries: Iterable[tuple[int, Any]], wall_offset: int) -> bytes:
+    """The records of a pass's journal entries, as one string of bytes (a job's, or for
+    ``J_GROUP`` a group's settings: core/limits.py)."""
     out: list[bytes] = []
     add = out.append
-    for kind, job in entries:
+    for kind, entry in entries:
+        if kind == J_GROUP:
+            add(encode_groupset(entry))
+            continue
+        job: Job = entry
         if job.body is None:  # a dummy ack
             continue
         if kind == J_LOAD:
@@ -52,11 +61,14 @@ def encode_entries(entries: Iterable[tuple[int, Job]], wall_offset: int) -> byte
 
 
 def snapshot(jobs: Iterable[Job], wall_offset: int, chunk: int = 4096,
-             gone: Iterable[tuple[bytes, int]] = (), release: str = "") -> Iterator[bytes]:  # fmt: skip
-    """The VERSION record of ``release`` (the writer's, when given), the DEDUP IDs remembered
-    (``gone``: (ID, until on the core's clock), ``Lifecycle.gone``), then every job's LOADJOB,
-    ``chunk`` jobs to a string (a rewrite writes them one by one)."""
+             gone: Iterable[tuple[bytes, int]] = (), release: str = "",
+             groups: Iterable[Settings] = ()) -> Iterator[bytes]:  # fmt: skip
+    """The VERSION record of ``release`` (the writer's, when given), the groups' settings
+    (``groups``: ``Limits.records``), the DEDUP IDs remembered (``gone``: (ID, until on the
+    core's clock), ``Lifecycle.gone``), then every job's LOADJOB, ``chunk`` jobs to a string (a
+    rewrite writes them one by one)."""
     out: list[bytes] = [encode_version(release)] if release else []
+    out += [encode_groupset(s) for s in groups]
     for job_id, until in gone:
         out.append(encode_gone(job_id, until + wall_offset))
     for job in jobs:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from ..core.features import release_key
 from ..core.lifecycle import Lifecycle
 from .records import (
-    Acked, Active, DedupGone, DelJob, JobExtra, LoadJob, Queued, Record, RecordReader, Truncated, Version,
+    Acked, Active, DedupGone, DelJob, GroupSet, JobExtra, LoadJob, Queued, Record, RecordReader, Truncated, Version,
 )
 
 if TYPE_CHECKING:
@@ -82,6 +82,8 @@ class Loader:
                 life.restore_gone(record.id, record.until)
             elif isinstance(record, Version):  # (isinstance: mypy narrows the else branch by it)
                 self._version(record.release)
+            elif isinstance(record, GroupSet):  # (isinstance: the else below is then typed without it)
+                self.node.limits.restore(record.settings)
             else:
                 by_kind[type(record)](record.id)
         self.records += len(got)

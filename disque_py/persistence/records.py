@@ -55,6 +55,10 @@ Disque's commands where one exists:
   that meets a record it cannot read after a newer release's VERSION says so
   (``server/aof.py``): a newer release's kinds are unknown to an older one, which refuses
   them rather than guessing (the format's rule below).
+* ``GROUPSET name settings``: a group's settings (GROUP WEIGHT, GROUP LIMIT:
+  ``core/limits.py``), the bus's record (``Settings.to_wire``) packed with
+  msgpack; written at each change and for every group in a rewrite; loaded in
+  order, the later stamp of each part winning, as the bus merges them.
 
 Why the numbers share one element: a bulk string per field would make a
 LOADJOB 16 elements long, and decoding costs a few hundred nanoseconds of
@@ -99,7 +103,8 @@ import msgpack
 
 from ..core.constants import DURATION_MAX, INT64_MAX, REPLICATE_MAX
 from ..core.ids import JOB_ID_LEN, NODE_ID_LEN, NODE_IDS_SEEN, valid_job_id, valid_node_ids
-from ..core.job import FLAGS_MAX, STATE_BY_NAME, STATE_NAMES, Extra, Job
+from ..core.job import FLAGS_MAX, GROUP_NAME_MAX, STATE_BY_NAME, STATE_NAMES, Extra, Job
+from ..core.limits import Settings, settings_from_wire
 from ..core.wire import extra_from_wire, extra_to_wire
 
 __all__ = [
@@ -127,6 +132,8 @@ __all__ = [
     "encode_acked",
     "encode_deljob",
     "encode_extra",
+    "encode_groupset",
+    "GroupSet",
     "encode_gone",
     "encode_version",
     "load_job_record",
@@ -258,7 +265,14 @@ class Version:
     release: str  # the disque-py release that wrote the records after this one
 
 
-Record = LoadJob | Queued | Active | Acked | DelJob | JobExtra | DedupGone | Version
+@dataclass(frozen=True, slots=True)
+class GroupSet:
+    """A group's settings (GROUP WEIGHT, GROUP LIMIT: core/limits.py), as the bus carries them."""
+
+    settings: Settings
+
+
+Record = LoadJob | Queued | Active | Acked | DelJob | JobExtra | DedupGone | Version | GroupSet
 
 
 # --- encoding -------------------------------------------------------------------------
@@ -312,6 +326,23 @@ def encode_gone(job_id: bytes, until: int) -> bytes:
     return _finish([b"DEDUPGONE", bytes(job_id), b"%d" % until])
 
 
+def encode_groupset(s: Settings) -> bytes:
+    """The GROUPSET record of a group's settings."""
+    return _finish([b"GROUPSET", bytes(s.name), _packb(s.to_wire())])
+
+
+def _decode_groupset(e: list[bytes]) -> GroupSet:
+    try:
+        d = msgpack.unpackb(e[2], raw=False, strict_map_key=True, max_ext_len=0, max_str_len=256,
+                            max_bin_len=256, max_array_len=16, max_map_len=0)  # fmt: skip
+    except Exception:
+        raise _Bad("GROUPSET: malformed record") from None
+    s = settings_from_wire(d)
+    if s is None or s.name != e[1]:
+        raise _Bad("GROUPSET: malformed record")
+    return GroupSet(s)
+
+
 def _encode_dedupgone(r: DedupGone) -> bytes:
     return encode_gone(r.id, r.until)
 
@@ -332,6 +363,7 @@ _ENCODERS: dict[type, Callable[[Any], bytes]] = {
     LoadJob: encode_loadjob,
     JobExtra: _encode_jobextra,
     DedupGone: _encode_dedupgone,
+    GroupSet: lambda r: encode_groupset(r.settings),
     Queued: lambda r: encode_queued(r.id),
     Active: lambda r: encode_active(r.id),
     Acked: lambda r: encode_acked(r.id),
@@ -526,6 +558,7 @@ KINDS: dict[bytes, Kind] = {
     b"JOBEXTRA": Kind(4, _decode_jobextra, (16, JOB_ID_LEN, _MAX_EXTRA)),
     b"DEDUPGONE": Kind(4, _decode_dedupgone, (16, JOB_ID_LEN, 20)),
     b"VERSION": Kind(3, _decode_version, (16, _RELEASE_MAX)),
+    b"GROUPSET": Kind(4, _decode_groupset, (16, GROUP_NAME_MAX, 512)),
 }  # fmt: skip
 _COUNTS = frozenset(k.count for k in KINDS.values())
 _KIND_LIMIT = 16

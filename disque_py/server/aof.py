@@ -580,7 +580,9 @@ class Aof:
         unsynced = 0
         try:
             gone = list(self.node.lifecycle.gone.items())
-            for data in snapshot(self.node.store.values(), self.node.ctx.wall_offset, gone=gone, release=__version__):
+            groups = self.node.limits.records()
+            for data in snapshot(self.node.store.values(), self.node.ctx.wall_offset, gone=gone, release=__version__,
+                                 groups=groups):  # fmt: skip
                 _write_all(fd, data)
                 unsynced += len(data)
                 if incremental and unsynced >= INCREMENTAL_FSYNC_BYTES:  # no burst of dirty pages at the end

@@ -47,7 +47,7 @@ from ..client.sync import Client
 from ..core.constants import default_retry
 from ..core.ids import dedup_job_id
 from . import control
-from .calling import check_priority, job_times, refuse_task_options, send_options, unknown_options
+from .calling import check_group, check_priority, job_times, refuse_task_options, send_options, unknown_options
 from .context import TaskContext, current_task
 from .chords import Progress, member_ids, member_runs
 from .chords import progress as chord_progress
@@ -87,6 +87,7 @@ class Task:
         serializer: str,
         bind: bool = False,
         priority: int | None = None,
+        group: str | None = None,
     ) -> None:
         if not name:
             raise ValueError("a task needs a name")
@@ -118,6 +119,7 @@ class Task:
         self.replicate = replicate
         self.serializer = serializer
         self.priority = check_priority(priority)  # ADDJOB's PRIORITY; None: the default (5)
+        self.group = check_group(group)  # ADDJOB's GROUP; None: the default group
         self.is_async = inspect.iscoroutinefunction(fn)
         try:
             self.fn_signature: inspect.Signature | None = inspect.signature(fn)
@@ -173,12 +175,14 @@ class Task:
 
     def apply_async(self, args: Any = None, kwargs: dict[str, Any] | None = None, *, countdown: float | None = None,
                     eta: Any = None, expires: Any = None, priority: Any = None, queue: str | None = None,
-                    retries: int | None = None, **options: Any) -> TaskRef:  # fmt: skip
+                    retries: int | None = None, group: Any = None, **options: Any) -> TaskRef:  # fmt: skip
         """Celery's ``apply_async``: ``countdown`` (seconds) or ``eta`` (an aware datetime, or
         seconds) before it runs, ``expires`` (seconds or an aware datetime) the job's life,
         ``ignore_result=True``, ``queue``, ``retries`` and any :meth:`send_with` option; the same
-        :class:`TaskRef`. ``priority``: 0 to 9, the higher first (ADDJOB's PRIORITY)."""
-        options.update(countdown=countdown, eta=eta, expires=expires, priority=priority, queue=queue, retries=retries)
+        :class:`TaskRef`. ``priority``: 0 to 9, the higher first (ADDJOB's PRIORITY); ``group``: the
+        job's group (ADDJOB's GROUP: fair turns and the group's limits)."""
+        options.update(countdown=countdown, eta=eta, expires=expires, priority=priority, queue=queue, retries=retries,
+                       group=group)  # fmt: skip
         return self.send_with(tuple(args or ()), kwargs, **send_options(options))
 
     def si(self, *args: Any, **kwargs: Any) -> "Signature":
@@ -215,6 +219,8 @@ class Task:
         timeout_ms = options.pop("timeout_ms", cmd.DEFAULT_ADD_TIMEOUT_MS)
         priority = check_priority(options.pop("priority", None))
         priority = self.priority if priority is None else priority
+        group = check_group(options.pop("group", None))
+        group = self.group if group is None else group
         if options:
             raise unknown_options(options)
         delay, ttl = job_times(delay, expires, ttl, self.ttl, time.time())
@@ -241,6 +247,7 @@ class Task:
             backoff=None if retry == 0 else backoff,
             maxdeliver=None if retry == 0 else retries + 1,
             priority=priority,
+            group=group,
         )
         if dedup is not None:
             argv = (*argv, b"DEDUP", dedup)
@@ -259,7 +266,7 @@ class Task:
         runs), ``dedup`` (key: one job per key and queue, whoever sends it), ``ttl`` (s) or
         ``expires`` (seconds or an aware datetime: the job's life), ``retry``, ``replicate``,
         ``queue``, ``retries``, ``backoff``, ``priority`` (0 to 9, the higher first; default: the
-        task's), ``timeout_ms`` (ADDJOB's wait for copies), and
+        task's), ``group`` (the job's group: ADDJOB's GROUP; default: the task's), ``timeout_ms`` (ADDJOB's wait for copies), and
         ``result_ttl`` (0: no result), ``meta`` (a map the hooks see)."""
         self.check_arguments(tuple(args), dict(kwargs or {}))
         message = self.message(tuple(args), kwargs, result_ttl=result_ttl, meta=meta)
@@ -803,13 +810,16 @@ class App:
              retries: int = 3, backoff: tuple[float, float] | None = (1, 300), timeout: float | None = None,
              result_ttl: int | None = None, ttl: int = 86400, retry: int | None = None,
              replicate: int | None = None, serializer: str | None = None, bind: bool = False,
-             rate_limit: Any = None, priority: Any = None, **celery_options: Any) -> Any:  # fmt: skip
+             rate_limit: Any = None, priority: Any = None, group: Any = None,
+             **celery_options: Any) -> Any:  # fmt: skip
         """Register ``fn`` as a task (``@app.task`` or ``@app.task(...)``); see the module docstring.
         ``bind=True``: the function takes its run's :class:`TaskContext` first (Celery's ``self``).
         ``priority=``: its jobs' ADDJOB PRIORITY (0 to 9, the higher first; None: the default, 5).
-        ``rate_limit=`` and Celery's other words are refused, saying what to use."""
+        ``group=``: its jobs' ADDJOB GROUP (the groups of a queue take turns; GROUP LIMIT bounds
+        one cluster-wide). ``rate_limit=`` and Celery's other words are refused, saying what to use."""
         refuse_task_options(rate_limit, celery_options)
         check_priority(priority)  # refused here, before the function is registered
+        check_group(group)
 
         def register(fn: Callable[..., Any]) -> Task:
             if isinstance(fn, Task):
@@ -818,6 +828,7 @@ class App:
                 self, fn, name=name or "%s.%s" % (fn.__module__, fn.__qualname__), queue=queue, retries=retries,
                 backoff=backoff, timeout=timeout, result_ttl=result_ttl, ttl=ttl, retry=retry,
                 replicate=replicate, serializer=serializer or self.serializer, bind=bind, priority=priority,
+                group=group,
             )  # fmt: skip
             if task.name in self.tasks:
                 raise ValueError("a task named %r is registered already" % task.name)

@@ -24,10 +24,11 @@ from datetime import datetime
 from typing import Any
 
 __all__ = ["seconds_from", "job_times", "send_options", "refuse_task_options", "unknown_options", "check_priority",
+           "check_group",
            "RATE_LIMIT_REFUSED"]  # fmt: skip
 
-RATE_LIMIT_REFUSED = ("rate_limit= is not supported yet: the cluster does not limit how often a task runs; "
-                      "bound it with the workers of its queue (queue=, -c) or inside the task")  # fmt: skip
+RATE_LIMIT_REFUSED = ("rate_limit= is not supported: give the task a group= and limit the group across the "
+                      "cluster (GROUP LIMIT group RATE per-second, or client.group_limit(group, rate=...))")  # fmt: skip
 
 #: Celery's words on a send that have another name here, or none yet: the word -> what to do
 SEND_WORDS: dict[str, str] = {
@@ -151,6 +152,17 @@ def check_priority(priority: Any) -> int | None:
     if not 0 <= priority <= 9:
         raise ValueError("priority= is from 0 to 9 (the higher first; a job without one is at 5), got %d" % priority)
     return priority
+
+
+def check_group(group: Any) -> str | None:
+    """A task's ``group=`` (ADDJOB's GROUP): None, or a str of 1 to 128 bytes (UTF-8)."""
+    if group is None:
+        return None
+    if not isinstance(group, str):
+        raise TypeError("group= is a str (the jobs' group: ADDJOB's GROUP), not %s" % type(group).__name__)
+    if not 0 < len(group.encode()) <= 128:
+        raise ValueError("group= is 1 to 128 bytes, got %d" % len(group.encode()))
+    return group
 
 
 def refuse_task_options(rate_limit: Any, options: dict[str, Any]) -> None:

@@ -27,9 +27,11 @@ import trio
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from ..client import commands as cmd
 from ..client import deadletters
 from ..client import drain as dr
 from ..client import workers as wk
+from ..client.groups import merge_groups
 from ..core.ids import valid_job_id
 from ..core.queues import PAUSE_NAMES, PAUSED_ALL
 from ..core.replies import Error, NullArray, Status
@@ -589,6 +591,29 @@ async def workers(request: Request, h: NodeHandle, caller: Caller) -> Response:
     now = time.time()
     found = wk.merge(lists)
     return _json({"time": now, "workers": [w.as_json(now) for w in found], "unreachable": unreachable})
+
+
+async def groups(request: Request, h: NodeHandle, caller: Caller) -> Response:
+    """Every node's GROUP LIST, merged by group (client/groups.py, as `disque-py top`): the
+    ``limit`` busiest groups, the rest summed in one ``_other`` row."""
+    limit = _limit(request)
+    # each node is asked for more than the view shows, so that the rows merged are the cluster's
+    # busiest and the _other row sums what the nodes have beyond them (up to that many each)
+    asked = b"%d" % max(100, 4 * limit)
+    answers = await ask_all(h, caller, _members(h), lambda p: [[b"GROUP", b"LIST", b"COUNT", asked]])
+    lists: list[tuple[str, Any]] = []
+    unreachable: list[dict[str, str]] = []
+    for node_id, got in answers.items():
+        reply = got[0] if isinstance(got, list) else got
+        if isinstance(reply, Exception):
+            unreachable.append({"id": node_id, "error": str(reply) or type(reply).__name__})
+        else:
+            lists.append((node_id, cmd.group_list().parse(reply)))
+    denied = [u["error"] for u in unreachable if u["error"].startswith(("NOPERM", "NOAUTH"))]
+    if denied and not lists:
+        raise ApiError(403, denied[0])
+    rows, truncated = merge_groups(lists, limit)
+    return _json({"time": time.time(), "truncated": truncated, "groups": rows, "unreachable": unreachable})
 
 
 # ---------------------------------------------------------------- dead letters

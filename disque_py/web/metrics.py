@@ -126,6 +126,7 @@ class NodeCollector:
         yield from self._commands()
         yield from self._queues(node, cfg, vals, lens)
         yield self._dead_letters(node, cfg)
+        yield from self._groups(node, cfg)
         yield from self._bus(h)
         yield from self._memory(node, cfg)
         yield from self._aof(h)
@@ -224,6 +225,40 @@ class NodeCollector:
         yield jout
         yield rate
         yield paused
+
+    def _groups(self, node: Any, cfg: Any) -> Iterator[Metric]:
+        """ADDJOB's GROUPs (core/limits.py): each group's deliveries here not acknowledged, jobs
+        waiting here and cluster-wide limits; the ``admin-metrics-max-queues`` busiest groups,
+        the rest summed under ``_other`` (one label per group: bounded as the queues are)."""
+        limits = getattr(node, "limits", None)
+        active = GaugeMetricFamily("disque_group_active", "Jobs of the group delivered here, not acknowledged",
+                                   labels=["group"])  # fmt: skip
+        waiting = GaugeMetricFamily("disque_group_waiting", "Jobs of the group queued here", labels=["group"])
+        conc = GaugeMetricFamily("disque_group_limit_concurrency", "The group's CONCURRENCY limit (cluster-wide)",
+                                 labels=["group"])  # fmt: skip
+        rate = GaugeMetricFamily("disque_group_limit_rate", "The group's RATE limit, deliveries a second "
+                                 "(cluster-wide)", labels=["group"])  # fmt: skip
+        held = GaugeMetricFamily("disque_group_held", "1 while the group is at its limit here", labels=["group"])
+        if limits is not None and (limits.settings or limits.active or limits.table.containers):
+            cap = int(getattr(cfg, "admin_metrics_max_queues", 1000))
+            rows, other_active, other_waiting, others = limits.summary(cap)
+            for name, n_active, n_waiting, n_conc, n_rate, is_held in rows:
+                label = _name(name)
+                active.add_metric([label], n_active)
+                waiting.add_metric([label], n_waiting)
+                if n_conc:
+                    conc.add_metric([label], n_conc)
+                if n_rate:
+                    rate.add_metric([label], n_rate / 1000)
+                held.add_metric([label], 1 if is_held else 0)
+            if others:
+                active.add_metric([OTHER], other_active)
+                waiting.add_metric([OTHER], other_waiting)
+        yield active
+        yield waiting
+        yield conc
+        yield rate
+        yield held
 
     def _dead_letters(self, node: Any, cfg: Any) -> Metric:
         """Jobs dead-lettered here, by their original queue (``Delivery.dead_by_queue``): the

@@ -167,7 +167,7 @@ def test_a_type_checker_sees_each_face_and_refuses_a_misspelled_option(tmp_path)
 
 SAMPLES = {
     "timeout_ms": 2000, "replicate": 1, "delay": 1, "retry": 30, "ttl": 600, "maxlen": 100, "async_": True,
-    "backoff": (0.5, 2), "maxdeliver": 3, "deadletter": "faces.dead", "priority": 7,
+    "backoff": (0.5, 2), "maxdeliver": 3, "deadletter": "faces.dead", "priority": 7, "group": "tenant-7",
 }  # fmt: skip
 
 
@@ -195,7 +195,7 @@ async def test_each_face_sends_the_addjob_its_declaration_builds(start_node):
         show = raw.execute_command("SHOW", job_id)
         fields = dict(zip(show[::2], show[1::2]))
         assert (fields[b"retry"], fields[b"ttl"] <= 600, fields[b"maxdeliver"]) == (30, True, 3)
-        assert fields[b"priority"] == 7
+        assert fields[b"priority"] == 7 and fields[b"group"] == b"tenant-7"
 
 
 def test_a_scan_checks_its_options_before_the_first_page():

@@ -179,6 +179,12 @@ MALFORMED = {
                  [GOOD_ID, [PEER, 1], -1], [GOOD_ID, [PEER, 1], 1 << 40]],
     "HASJOB": [[], [None], [b"bad"]],
     "HAVEJOB": [[GOOD_ID], [GOOD_ID, 1], [b"x", True], [GOOD_ID, None]],
+    "GROUPS": [[], [1], ["SET"], ["SET", "x"], ["SET", [[b"", 1, 0, "", 0, 0, 0, ""]]],
+               ["SET", [[b"g", 0, 0, "", 0, 0, 0, ""]]], ["SET", [[b"g", 1, 0, "", -1, 0, 0, ""]]],
+               ["SET", [[b"g" * 129, 1, 0, "", 0, 0, 0, ""]]], ["DIGEST"], ["DIGEST", "x"],
+               ["SHARES", "x"], ["SHARES", PEER + "/1", [[b"g"]], []], ["SHARES", "other/1", [], []],
+               ["SHARES", PEER + "/1", [[b"g", 0, 1, "o", 2, {"m": "x"}, {}, 0, 0, 0]], []],
+               ["ASK", "m"], ["GRANT", PEER + "/1", b"g", 0, 0, "", 1, -5], ["GRANTED", b"g"]],
 }  # fmt: skip
 
 

@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CORE = ROOT / "disque_py" / "core"
 #: module of each machine class Node builds
 MODULES = {
-    "Lifecycle": "lifecycle", "Leases": "leases", "Requeue": "requeue", "Replication": "replication",
+    "Limits": "limits", "Lifecycle": "lifecycle", "Leases": "leases", "Requeue": "requeue", "Replication": "replication",
     "Acks": "acks", "Delivery": "delivery", "Federation": "federation", "Blocking": "blocking",
     "Dedup": "dedup", "Memory": "memory",
 }  # fmt: skip

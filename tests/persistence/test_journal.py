@@ -249,3 +249,23 @@ def test_a_loadjob_whose_flags_name_no_priority_is_corrupt():
     with pytest.raises(CorruptRecord, match="number out of range"):
         restart(encode_entries([(J_LOAD, job)], WALL))
     assert restart(data)[0].store.get(job_id) is not None
+
+
+def test_groups_come_back_and_take_their_turns_again():
+    from disque_py.core.job import F_GROUP, job_group
+
+    h, journal = journaling()
+    for i in range(4):
+        h.add("q", "a%d" % i, "RETRY", 10, "GROUP", "A")
+        h.add("q", "b%d" % i, "RETRY", 10, "GROUP", "B", *(["PRIORITY", 7] if i == 3 else []))
+        h.add("q", "plain%d" % i, "RETRY", 10)
+    before = h.cmd("QPEEK", "q", 100)
+    assert [b[2] for b in before[:4]] == [b"b3", b"a0", b"b0", b"plain0"]
+    for data in (encode_entries(journal, WALL), b"".join(snapshot(h.node.store.values(), WALL))):
+        node, truncated, counts = restart(data, after_ms=100, enqueue_once=True)
+        assert truncated is None and counts["queued"] == 12
+        assert node.execute(1, [b"QPEEK", b"q", b"100"], node.ctx.now) == before
+        for job in h.node.store.values():
+            back = node.store.get(job.id)
+            assert shown(node, job.id) == shown(h.node, job.id)
+            assert job_group(back) == job_group(job) and back.flags & F_GROUP == job.flags & F_GROUP

@@ -11,8 +11,10 @@ from hypothesis import strategies as st
 
 from disque_py.core.ids import JobIdGenerator
 from disque_py.core.job import ACKED, ACTIVE, QUEUED, WAIT_REPL, Extra, Job
+from disque_py.core.limits import settings_from_wire
 from disque_py.persistence import records
 from disque_py.persistence.records import (
+    GroupSet,
     DedupGone,
     JobExtra,
     KINDS,
@@ -66,6 +68,7 @@ SAMPLE = [
     Acked(ID1),
     DelJob(ID1),
     Version("0.2.0"),
+    GroupSet(settings_from_wire([b"tenant", 3, 1_732_000_000_000, "n1", 5, 2500, 1_732_000_000_001, "n2"])),
 ]
 SAMPLE_BYTES = [encode(r) for r in SAMPLE]
 FILE = b"".join(SAMPLE_BYTES)
@@ -154,9 +157,9 @@ def test_load_job_record_takes_every_field_to_the_wall_clock():
 
 def test_the_fast_path_takes_plain_records_and_agrees_with_the_full_parser():
     odd_node = ("x" * 39 + "!",)  # outside the fast path's node alphabet
-    plain = [loadjob(queue=b"q1"), loadjob(body=b"\x00\r\n" * 300, queue=b""), *SAMPLE[3:-1]]
-    # a queue name with CR LF, a JOBEXTRA, a DEDUPGONE and a VERSION (rare: the full parser's), an odd node
-    left = [SAMPLE[0], SAMPLE[1], SAMPLE[2], SAMPLE[-1], loadjob(nodes=odd_node, queue=b"q")]
+    plain = [loadjob(queue=b"q1"), loadjob(body=b"\x00\r\n" * 300, queue=b""), *SAMPLE[3:-2]]
+    # a queue name with CR LF, a JOBEXTRA, a DEDUPGONE, a VERSION and a GROUPSET (rare: the full parser's), an odd node
+    left = [SAMPLE[0], SAMPLE[1], SAMPLE[2], SAMPLE[-2], SAMPLE[-1], loadjob(nodes=odd_node, queue=b"q")]
     for rec in plain + left:
         raw = bytearray(encode(rec))
         full = RecordReader._parse(raw, 0, len(raw))

@@ -47,6 +47,7 @@ def test_every_command_is_in_a_category_or_always_allowed():
     known |= {"slowlog|" + sub for sub in ("get", "len", "reset", "help")}
     known |= {"latency|" + sub for sub in ("latest", "history", "reset", "doctor", "help")}
     known |= {"worker|" + sub for sub in ("beat", "forget", "list")}
+    known |= {"group|" + sub for sub in ("info", "list")}
     assert ALL_COMMANDS <= known and {k.split("|")[0] for k in ALWAYS} <= known
 
 

@@ -93,7 +93,7 @@ async def test_every_name_the_node_dispatches_has_exactly_one_declaration_and_is
             assert handler.__name__ == spec.handler, name  # the declared handler, not one put in by hand
     machines = {type(m) for m in (server.node.lifecycle, server.node.requeue, server.node.acks,
                                    server.node.blocking, server.node.dedup, server.node.delivery,
-                                   server.node.federation)}  # fmt: skip
+                                   server.node.federation, server.node.limits)}  # fmt: skip
     for name in core:
         owner = getattr(core[name][0], "__self__", None)
         assert owner is server.node or type(owner) in machines, name
@@ -215,7 +215,8 @@ async def test_every_command_the_node_answers_says_its_syntax_summary_and_group(
 
 def test_since_tells_disques_commands_from_ours():
     ours = {spec.name for spec in NODE_COMMANDS if spec.since != DISQUE}
-    assert ours == set(SPECS) - DISQUE_COMMANDS == {b"echo", b"acl", b"worker", b"release", b"movejobs"}
+    assert ours == set(SPECS) - DISQUE_COMMANDS == {b"echo", b"acl", b"worker", b"release", b"movejobs",
+                                                         b"group"}
     assert {SPECS[name].since for name in ours} == {"disque-py 0.1.0"}
 
 

@@ -80,6 +80,28 @@ def test_priority_is_addjobs_from_the_task_or_each_send(offline):
     assert words(plain.addjob_argv(b"{}", priority=9, dedup=b"k")[0])["DEDUP"] == b"k"  # the key last
 
 
+def test_group_is_addjobs_from_the_task_or_each_send(offline):
+    @offline.task(group="tenant-1")
+    def grouped():
+        return 1
+
+    @offline.task
+    def plain():
+        return 1
+
+    assert words(grouped.addjob_argv(b"{}")[0])["GROUP"] == b"tenant-1"  # the task's
+    assert words(grouped.addjob_argv(b"{}", group="tenant-2")[0])["GROUP"] == b"tenant-2"  # a send's own
+    assert "GROUP" not in words(plain.addjob_argv(b"{}")[0])  # none: the job as before
+    got = words(plain.addjob_argv(b"{}", group="t", priority=3, dedup=b"k")[0])
+    assert got["GROUP"] == b"t" and got["PRIORITY"] == 3 and got["DEDUP"] == b"k"
+    with pytest.raises(ValueError, match=r"^group= is 1 to 128 bytes"):
+        offline.task(group="")(lambda: None)
+    with pytest.raises(TypeError, match=r"^group= is a str"):
+        plain.send_with(group=7)
+    with pytest.raises(ValueError, match=r"^group= is 1 to 128 bytes, got 129"):
+        plain.apply_async(group="x" * 129)
+
+
 @pytest.mark.parametrize(
     "options, error, text",
     [
@@ -132,7 +154,7 @@ def test_send_with_names_celerys_words_it_does_not_take(offline):
 
 
 def test_celerys_task_options_are_refused_with_the_word_to_use(offline):
-    with pytest.raises(TypeError, match=r"^rate_limit= is not supported yet"):
+    with pytest.raises(TypeError, match=r"^rate_limit= is not supported: give the task a group="):
         offline.task(rate_limit="10/m")(lambda: None)
     with pytest.raises(ValueError, match=r"^priority= is from 0 to 9"):
         offline.task(priority=12)(lambda: None)

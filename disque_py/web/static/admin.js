@@ -254,6 +254,30 @@ function fmtDuration(s) {
 
   const refreshWorkers = () => refreshView("workers", "/api/workers", renderWorkers);
 
+  // ---- the groups -----------------------------------------------------------------------------
+  // /api/groups: every node's GROUP LIST merged by group, the busiest first; past the API's
+  // limit the others are one "_other" row (a bounded table whatever the number of tenants).
+
+  function renderGroups(data) {
+    const list = Array.isArray(data.groups) ? data.groups : [];
+    setText($("group-count"), "(" + list.length + (data.truncated ? "+" : "") + ")");
+    const num = (v) => (v === null || v === undefined ? "–" : fmtInt(v));
+    const rows = list.map((g) => el("tr", { "data-testid": "group-row", "data-group": String(g.name) },
+      el("td", { class: "mono" }, String(g.name) + (g.groups ? " (" + fmtInt(g.groups) + " groups)" : "")),
+      el("td", { class: "num" }, num(g.weight)),
+      el("td", { class: "num", "data-testid": "group-active" }, fmtInt(g.active)),
+      el("td", { class: "num", "data-testid": "group-waiting" }, fmtInt(g.waiting)),
+      el("td", { class: "num", "data-testid": "group-limit" }, num(g.concurrency)),
+      el("td", { class: "num" }, g.rate === null || g.rate === undefined ? "–" : String(g.rate)),
+      el("td", {}, g.held ? "yes" : ""),
+    ));
+    $("groups-body").replaceChildren(...rows);
+    $("groups-empty").hidden = list.length > 0;
+    showUnreachable("group-nodes", "groups", data);
+  }
+
+  const refreshGroups = () => refreshView("groups", "/api/groups", renderGroups);
+
   // ---- the queues -----------------------------------------------------------------------------
 
   // name -> {prev: {t, jin, jout}, hist: [{in, out}], row, cells, data}
@@ -671,7 +695,7 @@ function fmtDuration(s) {
     if (ticking) return;
     ticking = true;
     const dead = deadTicks++ % DEAD_EVERY === 0 ? refreshDead() : null;
-    const [a, b] = await Promise.all([refreshCluster(), refreshQueues(), refreshWorkers(), dead]);
+    const [a, b] = await Promise.all([refreshCluster(), refreshQueues(), refreshWorkers(), dead, refreshGroups()]);
     if (a && b) setStatus(true, "connected");
     else if (!a && !b) setStatus(false, "node unreachable");
     else setStatus(false, "partial");

@@ -1,0 +1,968 @@
+"""Limits: the groups' settings kept by the cluster, and their limits kept without a leader.
+
+Theory of operation
+-------------------
+**Settings.** A group's settings (GROUP WEIGHT, GROUP LIMIT) are one :class:`Settings` record
+of two parts, each with its own stamp (wall-clock ms of the change, then the node ID that made
+it): the weight, and the limits (CONCURRENCY n and RATE r, 0 for none). A node merges what it
+hears part by part, the later stamp winning (last writer wins), so every node ends with the same
+table whatever the order of the messages. A change is sent at once to every reachable node
+(``GROUPS SET``); every ``DIGEST_MS`` each node sends its table's digest (``GROUPS DIGEST``) to
+each reachable one, which answers a digest unlike its own with its whole table and asks for the
+other's back: a node that was down, cut off or joined later has the table within one period.
+The table is journaled (``J_GROUP``: an AOF ``GROUPSET`` record per change, and every record
+in a rewrite), so it survives a restart.
+
+**Limits as units held by nodes.** A limit is a number of units: CONCURRENCY n is n units, one
+per job of the group delivered and not yet acknowledged; RATE r (deliveries a second) is r * 1000
+milli-units, a token bucket on each node refilled at the units it holds, its burst the units it
+holds (one second's worth: the cluster's burst is r deliveries at most). Each node holds a share
+(``Pool.held``) and delivers a job of the group only within it: a concurrency pool while its own
+unacknowledged deliveries (``Pool.used``) are fewer than its units, a rate pool while its bucket
+holds a whole delivery. The units of one limit never add up to more than the limit: they are
+made once, all on the node that took GROUP LIMIT, and afterwards only moved: a node whose jobs
+of the group wait and whose share is used up asks (``GROUPS ASK``) the node that last said it
+had the most to spare, which gives what it does not need (``GROUPS GRANT``). A grant leaves the
+giver before it is sent; the receiver adds it once (grants are numbered by their giver) and
+answers ``GROUPS GRANTED``; the giver sends it again until then. Units in flight are nobody's:
+the sum can only fall short of the limit, never exceed it. A job of a group at its limit stays
+queued (``GroupTable.held``: the queues skip the group's turn): no NACK, no delivery counted.
+
+**Partitions and failures.** A node that cannot reach a majority of the cluster delivers no job
+of a limited group (it is fenced: its share may be taken back by the others). Every
+``GOSSIP_MS`` each node tells every reachable one what it holds of each pool, with, per other
+node, the units it has given it and received from it in all (``Pool.sent``, ``Pool.recv``: they
+only grow) and the longest RETRY of the jobs it has delivered and not seen acknowledged. A node
+that this node has not heard from for longer than that RETRY plus ``RECLAIM_MARGIN_MS`` (its
+deliveries are due back in their queues by then), or a node's former self (it restarted: a new
+incarnation, its units forgotten), has its units taken back by one node: the one with the lowest
+ID among those that reach a majority and have heard from every other node not being taken back
+since it went silent. It adds what the gone node held when it last spoke, plus what others gave
+it since, minus what others got from it since (the counters above), and says so in its gossip
+(``void``): everyone then refuses that incarnation's grants, and the node itself, if it comes
+back, drops what it holds and starts again with nothing as a new incarnation. A node that comes
+back from a partition delivers no job of a limited group before it has heard from every node it
+reaches, so it learns first whether its units were taken back.
+
+A limit changed (a new GROUP LIMIT) makes new units, all on the node that took the command;
+jobs delivered before the change count against no new unit (they finish under the old limit).
+A single node holds every unit itself (after a restart, once it has been alone for ``ALONE_MS``).
+Units held are not persisted: a node that restarts holds none until the others take back its
+former self's and give them out again.
+
+What is sans-I/O here: the clock is ``ctx.now``, messages are ``ctx.send``, the table is
+journaled through ``ctx.journal``; nothing here blocks or sleeps.
+"""
+
+from __future__ import annotations
+
+import zlib
+from typing import Any, Final, final
+
+from .commands import check_group_name, parse_int
+from .commandspec import CommandSpec
+from .context import Context
+from .groups import WEIGHT_DEFAULT, WEIGHT_MAX, GroupTable
+from .job import QUEUED, Job, job_group
+from .replies import Error, err
+
+__all__ = [
+    "Limits", "Settings", "Pool", "COMMANDS", "J_GROUP", "CONC", "RATE", "GOSSIP_MS", "DIGEST_MS",
+    "RECLAIM_MARGIN_MS", "CONCURRENCY_MAX", "RATE_MAX", "format_rate", "settings_from_wire",
+]  # fmt: skip
+
+#: The journal entry of a settings record (store.J_* are jobs'; this one carries a Settings).
+J_GROUP: Final = 16
+CONC: Final = 0  # a pool's kind: CONCURRENCY
+RATE: Final = 1  # RATE (milli-deliveries a second)
+GOSSIP_MS: Final = 1000  # each node's shares told to every reachable node this often
+DIGEST_MS: Final = 5000  # the settings table's digest sent this often
+ASK_MS: Final = 200  # a node whose share is used up asks again this often at most
+RESEND_MS: Final = 1000  # a grant not acknowledged is sent again after this
+TICK_MS: Final = 50  # how often used shares are looked at again while a group is held
+RECLAIM_MARGIN_MS: Final = 2000  # beyond the longest RETRY before a silent node's units come back
+VOID_KEEP_MS: Final = 600_000
+#: A node that has been a cluster of one this long holds every unit of each limit (a single node
+#: after a restart: nobody else would take its former self's back).
+ALONE_MS: Final = 10_000  # how long a void incarnation is told in the gossip
+CONCURRENCY_MAX: Final = 100_000
+RATE_MAX: Final = 1_000_000  # deliveries a second
+GROUPS_MAX: Final = 10_000  # groups with settings at most (GROUP WEIGHT/LIMIT refuse more)
+
+COMMANDS: Final = (
+    CommandSpec(b"group", "cmd_group", -2, ("write", "fast"), ("admin",),
+                subcommands=(("info", ("inspect",)), ("list", ("inspect",))),
+                syntax="GROUP INFO group | LIST [COUNT count] | WEIGHT group weight | "
+                       "LIMIT group CONCURRENCY count | LIMIT group RATE per-second | LIMIT group NONE",
+                summary="A group's settings, counts and this node's share; its weight; its cluster-wide limits",
+                group="queues", since="disque-py 0.1.0"),
+)  # fmt: skip
+
+
+def format_rate(milli: int) -> bytes:
+    """Milli-deliveries a second as the shortest decimal (2500 -> b"2.5")."""
+    whole, frac = divmod(milli, 1000)
+    return b"%d" % whole if not frac else (b"%d.%03d" % (whole, frac)).rstrip(b"0")
+
+
+def _parse_rate(raw: bytes) -> int | None:
+    """RATE's value: a decimal number of deliveries a second, at most 3 decimals, as milli."""
+    text = raw.decode("ascii", "replace")
+    whole, dot, frac = text.partition(".")
+    if not whole.isdigit() or len(whole) > 7 or (dot and (not frac.isdigit() or len(frac) > 3)):
+        return None
+    return int(whole) * 1000 + (int(frac.ljust(3, "0")) if frac else 0)
+
+
+@final
+class Settings:
+    """One group's settings: its weight and its limits, each part with its own stamp."""
+
+    __slots__ = ("name", "weight", "wstamp", "worigin", "conc", "rate", "lstamp", "lorigin")
+
+    def __init__(self, name: bytes) -> None:
+        self.name = name
+        self.weight = WEIGHT_DEFAULT
+        self.wstamp = 0
+        self.worigin = ""
+        self.conc = 0  # CONCURRENCY; 0: none
+        self.rate = 0  # RATE in milli-deliveries a second; 0: none
+        self.lstamp = 0
+        self.lorigin = ""
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not Settings:
+            return NotImplemented
+        return self.to_wire() == other.to_wire()  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return "Settings(%r)" % (self.to_wire(),)
+
+    def to_wire(self) -> list:
+        return [self.name, self.weight, self.wstamp, self.worigin, self.conc, self.rate, self.lstamp, self.lorigin]
+
+    def merge(self, other: Settings) -> tuple[bool, bool]:
+        """Take the parts of ``other`` that are later; (weight changed, limits changed)."""
+        w = (other.wstamp, other.worigin) > (self.wstamp, self.worigin)
+        if w:
+            self.weight, self.wstamp, self.worigin = other.weight, other.wstamp, other.worigin
+        lim = (other.lstamp, other.lorigin) > (self.lstamp, self.lorigin)
+        if lim:
+            self.conc, self.rate, self.lstamp, self.lorigin = other.conc, other.rate, other.lstamp, other.lorigin
+        return w, lim
+
+
+def settings_from_wire(v: Any) -> Settings | None:
+    """A peer's (or the AOF's) settings record, checked; None when anything is off."""
+    if type(v) is not list or len(v) < 8:
+        return None
+    name, weight, wstamp, worigin, conc, rate, lstamp, lorigin = v[:8]
+    if type(name) is not bytes or check_group_name(name) is not None:
+        return None
+    if type(weight) is not int or not 1 <= weight <= WEIGHT_MAX:
+        return None
+    if type(conc) is not int or not 0 <= conc <= CONCURRENCY_MAX or type(rate) is not int:
+        return None
+    if not 0 <= rate <= RATE_MAX * 1000:
+        return None
+    for stamp, origin in ((wstamp, worigin), (lstamp, lorigin)):
+        if type(stamp) is not int or not 0 <= stamp < 1 << 62 or type(origin) is not str or len(origin) > 64:
+            return None
+    s = Settings(name)
+    s.weight, s.wstamp, s.worigin = weight, wstamp, worigin
+    s.conc, s.rate, s.lstamp, s.lorigin = conc, rate, lstamp, lorigin
+    return s
+
+
+def _ledger(d: dict) -> bool:
+    """A peer's units given or taken, by incarnation: str keys, int values from 0, not too many."""
+    if len(d) > 4096:
+        return False
+    for k, v in d.items():
+        if type(k) is not str or type(v) is not int or not 0 <= v < 1 << 62:
+            return False
+    return True
+
+
+@final
+class Pool:
+    """This node's share of one limit (a group's CONCURRENCY or RATE) and its ledger."""
+
+    __slots__ = ("group", "kind", "total", "vstamp", "vorigin", "held", "sent", "recv", "out", "seen", "level",
+                 "level_at", "asked_at")  # fmt: skip
+
+    def __init__(self, group: bytes, kind: int, total: int, vstamp: int, vorigin: str) -> None:
+        self.group = group
+        self.kind = kind
+        self.total = total
+        self.vstamp = vstamp  # the limit's version: its stamp and origin
+        self.vorigin = vorigin
+        self.held = 0  # units held here
+        self.sent: dict[str, int] = {}  # member -> units given it, in all
+        self.recv: dict[str, int] = {}  # member -> units taken from it, in all
+        self.out: dict[int, list[Any]] = {}  # grant number -> [member, node, units, last sent]
+        self.seen: dict[str, set[int]] = {}  # member -> grant numbers taken from it
+        self.level = 0  # RATE: the bucket, milli-deliveries
+        self.level_at = 0
+        self.asked_at = 0
+
+
+@final
+class Peer:
+    """What this node last heard from one incarnation of another node."""
+
+    __slots__ = ("node", "member", "heard", "pools", "void")
+
+    def __init__(self, node: str, member: str, heard: int) -> None:
+        self.node = node
+        self.member = member
+        self.heard = heard
+        # (group, kind) -> [vstamp, vorigin, held, sent, recv, longest RETRY ms, waiting, spare]
+        self.pools: dict[tuple[bytes, int], list[Any]] = {}
+        self.void: dict[str, int] = {}  # the incarnations it says were taken back
+
+
+@final
+class Limits:
+    """The groups' settings and limits on one node (see the module docstring)."""
+
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self.table: GroupTable = ctx.groups
+        self.settings: dict[bytes, Settings] = {}
+        self.digest = 0
+        self.pools: dict[tuple[bytes, int], Pool] = {}
+        # group -> job ID -> [the job delivered here and not settled, when it is at the latest]
+        # (GROUP INFO's active; ``_used``), and job ID -> its group (``acked_here``)
+        self.active: dict[bytes, dict[bytes, list[Any]]] = {}
+        self.by_id: dict[bytes, bytes] = {}
+        self.max_retry: dict[bytes, int] = {}  # group -> the longest RETRY (ms) of a job delivered here
+        # this node's life since its start (the wall clock's ms: a restart is a new one; not drawn
+        # from ctx.rng, whose sequence the deadlines' random errors follow)
+        self.born = ctx.wall_ms()
+        self.incarnation = "%x" % self.born
+        self.member = ctx.id + "/" + self.incarnation
+        self.grant_seq = 0
+        self.peers: dict[str, Peer] = {}  # member -> what it said
+        self.latest: dict[str, str] = {}  # node -> its member heard last
+        self.silent_since: dict[str, int] = {}  # member -> when it went silent (or was replaced)
+        self.void: dict[str, int] = {}  # members taken back -> when (told in the gossip)
+        self.fenced = False
+        self.synced_at = 0  # since when this node reaches a majority (0: it does not)
+        self.next_gossip = 0
+        self.next_digest = 0
+        self.next_tick = 0
+        self.alone_since = 0  # since when this node is a cluster of one (0: it is not, or not yet seen)
+        # Until it has compared its table with a peer's (a DIGEST or SET heard), a node of a cluster
+        # delivers no job of any group: it may not know a limit yet (a start without the AOF, or
+        # with an old one). It asks as soon as it holds jobs of a group (``tick``), so that a
+        # cluster without groups never sends a GROUPS message; alone, it needs nobody.
+        self.synced = False
+        self.table.unsynced = True
+
+    # ------------------------------------------------------------------ the table
+    def _member_id(self) -> str:
+        if not self.member.startswith(self.ctx.id + "/"):  # CLUSTER RESET HARD: a new ID
+            self.member = self.ctx.id + "/" + self.incarnation
+        return self.member
+
+    def _stamp(self, prev: int) -> int:
+        wall = self.ctx.wall_ms()
+        return wall if wall > prev else prev + 1
+
+    def _changed(self, s: Settings, weight: bool, limits: bool) -> None:
+        """A record changed (by a command, a peer or the AOF): the weights and pools follow."""
+        if weight:
+            if s.weight == WEIGHT_DEFAULT:
+                self.table.weights.pop(s.name, None)
+            else:
+                self.table.weights[s.name] = s.weight
+        if limits:
+            self._limits_changed(s)
+        self.digest = self._digest()
+
+    def _digest(self) -> int:
+        d = 0
+        for s in self.settings.values():
+            d ^= zlib.crc32(repr(s.to_wire()).encode())
+        return d ^ len(self.settings)
+
+    def merge(self, s: Settings, journal: bool = True) -> bool:
+        """Take in a record; True if it changed anything here."""
+        mine = self.settings.get(s.name)
+        if mine is None:
+            if len(self.settings) >= GROUPS_MAX:
+                return False
+            mine = self.settings[s.name] = Settings(s.name)
+        w, lim = mine.merge(s)
+        if not (w or lim):
+            return False
+        self._changed(mine, w, lim)
+        if journal and self.ctx.journal is not None:
+            self.ctx.journal.append((J_GROUP, mine))
+        return True
+
+    def restore(self, s: Settings) -> None:
+        """A GROUPSET record of the AOF (persistence/loader.py)."""
+        self.merge(s, journal=False)
+
+    def records(self) -> list[Settings]:
+        """Every record (an AOF rewrite writes them)."""
+        return list(self.settings.values())
+
+    # ------------------------------------------------------------------ pools
+    def _limits_changed(self, s: Settings) -> None:
+        for kind, total in ((CONC, s.conc), (RATE, s.rate)):
+            key = (s.name, kind)
+            pool = self.pools.get(key)
+            if pool is not None and (pool.vstamp, pool.vorigin) == (s.lstamp, s.lorigin):
+                continue
+            if total == 0:
+                self.pools.pop(key, None)
+                continue
+            # the units are made once, by the GROUP LIMIT that set it (``_set``); a node that
+            # hears of it, or reads it from its AOF, holds none yet
+            pool = self.pools[key] = Pool(s.name, kind, total, s.lstamp, s.lorigin)
+            pool.level_at = self.ctx.now
+        self._update_held()
+
+    def _update_held(self) -> None:
+        """Which groups may not deliver now (``GroupTable.held``); queues of the ones let go are
+        served (``ctx.ready``)."""
+        ctx = self.ctx
+        now = ctx.now
+        held: set[bytes] = set()
+        block_all = self._fenced_now()
+        for pool in self.pools.values():
+            if block_all:
+                held.add(pool.group)
+            elif pool.kind == CONC:
+                if self._used(pool.group) >= pool.held:
+                    held.add(pool.group)
+            else:
+                self._refill(pool, now)
+                if pool.level < 1000:
+                    held.add(pool.group)
+        table = self.table
+        released = table.held - held
+        table.held = held
+        if released:
+            for grouped in table.containers:
+                q = ctx.queues.get(grouped.queue)
+                if q is not None and q.blocked:
+                    ctx.ready[q.name] = q
+
+    def _fenced_now(self) -> bool:
+        """Whether this node may deliver no job of a limited group: it does not reach a majority,
+        or it came back to one and has not heard from every node it reaches since."""
+        ctx = self.ctx
+        if ctx.cluster_size <= 1:
+            self.fenced = False
+            return False
+        majority = (len(ctx.reachable) + 1) * 2 > ctx.cluster_size
+        if not majority:
+            self.fenced = True
+            self.synced_at = 0
+            return True
+        if self.fenced:
+            if not self.synced_at:
+                self.synced_at = ctx.now
+            for node in ctx.reachable:
+                member = self.latest.get(node)
+                peer = self.peers.get(member) if member is not None else None
+                if peer is None or peer.heard < self.synced_at:
+                    return True
+            self.fenced = False
+        return False
+
+    def _refill(self, pool: Pool, now: int) -> None:
+        if now > pool.level_at:
+            pool.level = min(pool.held, pool.level + (now - pool.level_at) * pool.held // 1000)
+            pool.level_at = now
+
+    def _used(self, group: bytes) -> int:
+        """Deliveries of ``group`` made here and not settled, the settled ones forgotten. A
+        delivery is settled when its consumer acknowledges it here (ACKJOB, FASTACK:
+        ``acked_here``), when the job is back in a queue here (NACK, RELEASE, a requeue), or when
+        the RETRY since the delivery passed (its consumer is then taken for gone, as Disque does).
+        An acknowledgement heard from another node does not settle it before that: it may be
+        another consumer's, of an earlier delivery of the same job (a partition)."""
+        active = self.active.get(group)
+        if not active:
+            return 0
+        now = self.ctx.now
+        store = self.ctx.store
+        gone = [job_id for job_id, entry in active.items()
+                if entry[1] <= now or (entry[0].state == QUEUED and store.get(job_id) is entry[0])]  # fmt: skip
+        by_id = self.by_id
+        for job_id in gone:
+            del active[job_id]
+            by_id.pop(job_id, None)
+        if not active:
+            del self.active[group]
+            return 0
+        return len(active)
+
+    def acked_here(self, ids: list[bytes]) -> None:
+        """ACKJOB or FASTACK of these IDs on this node (acks.py): the deliveries made here settled."""
+        by_id = self.by_id
+        changed = False
+        for job_id in ids:
+            group = by_id.pop(job_id, None)
+            if group is not None:
+                active = self.active.get(group)
+                if active is not None:
+                    active.pop(job_id, None)
+                changed = changed or (group, CONC) in self.pools
+        if changed:
+            self._update_held()
+
+    def delivered(self, job: Job) -> bool:
+        """A job with a group was just delivered here (GETJOB: blocking.py). True if its group has
+        a CONCURRENCY limit: the caller gives it a whole RETRY from now (``Requeue.lease``)."""
+        group = job_group(job)
+        active = self.active.get(group)
+        if active is None:
+            active = self.active[group] = {}
+        now = self.ctx.now
+        # settled by its RETRY at the latest (a RETRY 0 job, in a group without a concurrency
+        # limit: by its TTL)
+        active[job.id] = [job, now + job.retry * 1000 if job.retry else job.etime]
+        self.by_id[job.id] = group
+        if job.retry * 1000 > self.max_retry.get(group, 0):
+            self.max_retry[group] = job.retry * 1000
+        if (group, CONC) in self.pools or (group, RATE) in self.pools:
+            rate = self.pools.get((group, RATE))
+            if rate is not None:
+                self._refill(rate, now)
+                rate.level -= 1000
+            self._update_held()
+            return (group, CONC) in self.pools
+        return False
+
+    def check_add(self, group: bytes | None, retry: int) -> Error | None:
+        """ADDJOB ... GROUP g RETRY 0 where g has a CONCURRENCY limit: refused (replication.py)."""
+        if group is None or retry != 0:
+            return None
+        s = self.settings.get(group)
+        if s is not None and s.conc:
+            return err("GROUP '%s' has a CONCURRENCY limit, which RETRY 0 cannot keep: a job delivered at most "
+                       "once is never given back, so a node that fails would hold its share until the job's "
+                       "TTL; use a RETRY" % group.decode("utf-8", "replace")[:128])  # fmt: skip
+        return None
+
+    def _waiting(self) -> dict[bytes, int]:
+        out: dict[bytes, int] = {}
+        for grouped in self.table.containers:
+            for group, n in grouped.groups().items():
+                out[group] = out.get(group, 0) + n
+        return out
+
+    # ------------------------------------------------------------------ time
+    def wanted(self) -> bool:
+        return bool(self.settings or self.pools or self.peers)
+
+    def next_wakeup(self) -> int | None:
+        first: int | None = None
+        if not self.synced and self.ctx.reachable and self.table.containers:
+            first = self.next_digest  # asking a peer for its table (a start, jobs of a group here)
+        if not (self.settings or self.pools or self.peers):
+            return first
+        at = self.next_gossip if first is None else min(first, self.next_gossip)
+        if self.settings and self.next_digest < at:
+            at = self.next_digest
+        if self.table.held or any(p.out for p in self.pools.values()):
+            at = min(at, self.next_tick)
+        return at
+
+    def _sync_check(self) -> None:
+        """Having heard a peer's table: the groups' jobs may go (``GroupTable.unsynced`` off)."""
+        if self.synced and self.table.unsynced:
+            self.table.unsynced = False
+            self._update_held()
+            self._release_all()
+
+    def _release_all(self) -> None:
+        ctx = self.ctx
+        for grouped in self.table.containers:
+            q = ctx.queues.get(grouped.queue)
+            if q is not None and q.blocked:
+                ctx.ready[q.name] = q
+
+    def tick(self, now: int) -> None:
+        ctx = self.ctx
+        if not self.synced:
+            if ctx.reachable and self.table.containers and now >= self.next_digest:
+                self.next_digest = now + ASK_MS * 5  # asked again until a peer answers
+                ctx.send(ctx.reachable, ("GROUPS", "DIGEST", self.digest, True))
+            if not (self.settings or self.pools or self.peers):
+                return
+        if self.table.held or self.pools:
+            if now >= self.next_tick:
+                self.next_tick = now + TICK_MS
+                self._update_held()
+                if self.table.held:
+                    self._ask(now)
+                self._resend(now)
+        if self.settings and now >= self.next_digest:
+            self.next_digest = now + DIGEST_MS
+            if ctx.reachable:
+                ctx.send(ctx.reachable, ("GROUPS", "DIGEST", self.digest))
+        if now >= self.next_gossip:
+            self.next_gossip = now + GOSSIP_MS
+            self._note_silence(now)
+            if self.pools and ctx.reachable:
+                ctx.send(ctx.reachable, ("GROUPS", "SHARES", self._member_id(), self._gossip(), self._void_list(now)))
+            self._reclaim(now)
+            if ctx.cluster_size > 1:
+                self.alone_since = 0
+            elif not self.alone_since:
+                self.alone_since = now
+            elif now - self.alone_since >= ALONE_MS:
+                for pool in self.pools.values():  # alone for long: every unit is here (a restart)
+                    if pool.held < pool.total:
+                        pool.held = pool.total
+                        pool.out.clear()
+                        self._update_held()
+
+    def _gossip(self) -> list:
+        waiting = self._waiting()
+        out: list = []
+        for pool in self.pools.values():
+            retry = self.max_retry.get(pool.group, 0)  # the longest RETRY delivered here, ever
+            used = self._used(pool.group) if pool.kind == CONC else 0
+            spare = pool.held - used if pool.kind == CONC else pool.held
+            if waiting.get(pool.group):
+                spare = 0 if pool.kind == CONC else spare // 2
+            out.append([pool.group, pool.kind, pool.vstamp, pool.vorigin, pool.held, pool.sent, pool.recv, retry,
+                        waiting.get(pool.group, 0), max(0, spare)])  # fmt: skip
+        return out
+
+    def _void_list(self, now: int) -> list:
+        for member in [m for m, at in self.void.items() if now - at > VOID_KEEP_MS]:
+            del self.void[member]
+        return list(self.void)
+
+    def _note_silence(self, now: int) -> None:
+        reachable = set(self.ctx.reachable)
+        for member, peer in self.peers.items():
+            current = self.latest.get(peer.node) == member and peer.node in reachable
+            if current:
+                self.silent_since.pop(member, None)
+            elif member not in self.silent_since and member not in self.void:
+                self.silent_since[member] = now
+
+    def _ask(self, now: int) -> None:
+        """Ask for units of the held groups whose jobs wait here."""
+        waiting = self._waiting()
+        ctx = self.ctx
+        for pool in self.pools.values():
+            need = waiting.get(pool.group, 0)
+            if not need or pool.group not in self.table.held or now - pool.asked_at < ASK_MS:
+                continue
+            best: Peer | None = None
+            best_spare = 0
+            for node in ctx.reachable:
+                member = self.latest.get(node)
+                peer = self.peers.get(member) if member is not None else None
+                if peer is None:
+                    continue
+                view = peer.pools.get((pool.group, pool.kind))
+                if view is None or (view[0], view[1]) != (pool.vstamp, pool.vorigin):
+                    continue
+                if view[7] > best_spare:
+                    best, best_spare = peer, view[7]
+            if best is None:
+                continue
+            pool.asked_at = now
+            want = need if pool.kind == CONC else pool.total
+            ctx.send((best.node,), ("GROUPS", "ASK", self._member_id(), pool.group, pool.kind, pool.vstamp,
+                                    pool.vorigin, want))  # fmt: skip
+            best.pools[(pool.group, pool.kind)][7] = 0  # asked: not again before it says more
+
+    def _resend(self, now: int) -> None:
+        reachable = set(self.ctx.reachable)
+        for pool in self.pools.values():
+            for seq, entry in pool.out.items():
+                member, node, units, sent_at = entry
+                if now - sent_at >= RESEND_MS and node in reachable:
+                    entry[3] = now
+                    self._send_grant(pool, node, seq, units)
+
+    def _send_grant(self, pool: Pool, node: str, seq: int, units: int) -> None:
+        self.ctx.send((node,), ("GROUPS", "GRANT", self._member_id(), pool.group, pool.kind, pool.vstamp,
+                                pool.vorigin, seq, units))  # fmt: skip
+
+    def _give(self, pool: Pool, node: str, member: str, units: int) -> None:
+        if units <= 0:
+            return
+        pool.held -= units
+        if pool.kind == RATE:
+            pool.level = min(pool.level, pool.held)
+        pool.sent[member] = pool.sent.get(member, 0) + units
+        self.grant_seq += 1
+        pool.out[self.grant_seq] = [member, node, units, self.ctx.now]
+        self._send_grant(pool, node, self.grant_seq, units)
+        self._update_held()
+
+    # ------------------------------------------------------------------ taking units back
+    def _reclaim(self, now: int) -> None:
+        """Take back the units of incarnations silent past their RETRY windows (module docstring)."""
+        ctx = self.ctx
+        if not self.silent_since or ctx.cluster_size <= 1 or self._fenced_now():
+            return
+        due: list[str] = []
+        for member, since in self.silent_since.items():
+            peer = self.peers.get(member)
+            if peer is None or member in self.void:
+                continue
+            # its deliveries' RETRY as it said, or as long as any this node delivered of the group
+            retry = max([v[5] for v in peer.pools.values()] + [self.max_retry.get(k[0], 0) for k in peer.pools] + [0])
+            if now - since > retry + RECLAIM_MARGIN_MS:
+                due.append(member)
+        if not due:
+            return
+        due_nodes = {self.peers[m].node for m in due}
+        # the others must all have been heard from since the first of these went silent
+        first = min(self.silent_since[m] for m in due)
+        others = [n for n in ctx.known_nodes if n != ctx.id]
+        for node in others:
+            latest = self.latest.get(node)
+            peer = self.peers.get(latest) if latest is not None else None
+            live = peer is not None and latest not in self.silent_since
+            if live and peer is not None and peer.heard <= first:
+                return
+            if not live and node not in due_nodes:
+                return  # a node neither heard from nor due: it may hold what we would take
+            if live and node < ctx.id and node not in due_nodes:
+                return  # a lower ID takes them back (not a node's new self: it knows nothing of its old)
+        for member in due:
+            self._take_back(member, now)
+
+    def _take_back(self, member: str, now: int) -> None:
+        gone = self.peers[member]
+        for key, view in gone.pools.items():
+            pool = self.pools.get(key)
+            if pool is None or (view[0], view[1]) != (pool.vstamp, pool.vorigin):
+                continue
+            units = view[2]
+            sent_then: dict = view[3]
+            recv_then: dict = view[4]
+            # others' grants to it since, minus its grants to others since
+            for other_member, other in self._ledgers(key, pool):
+                if other_member == member:
+                    continue
+                o_sent, o_recv = other
+                units += o_sent.get(member, 0) - recv_then.get(other_member, 0)
+                units -= o_recv.get(member, 0) - sent_then.get(other_member, 0)
+            if units > 0:
+                pool.held += units  # (not in ``recv``: that ledger counts grants, which others' match)
+                for seq in [s for s, e in pool.out.items() if e[0] == member]:
+                    del pool.out[seq]  # counted above: it never acknowledged them
+        self.void[member] = now
+        self.silent_since.pop(member, None)
+        self._update_held()
+
+    def _ledgers(self, key: tuple[bytes, int], pool: Pool) -> list[tuple[str, tuple[dict, dict]]]:
+        out: list[tuple[str, tuple[dict, dict]]] = [(self._member_id(), (pool.sent, pool.recv))]
+        for member, peer in self.peers.items():
+            view = peer.pools.get(key)
+            if view is not None and (view[0], view[1]) == (pool.vstamp, pool.vorigin):
+                out.append((member, (view[3], view[4])))
+        return out
+
+    # ------------------------------------------------------------------ the bus
+    def on_groups(self, sender: str, body: list) -> Any:
+        """A GROUPS message (kind in ``body[0]``); False if malformed (counted by the node)."""
+        if not body or type(body[0]) is not str:
+            return False
+        op = body[0]
+        if op == "SET":
+            return self._on_set(sender, body)
+        if op == "DIGEST":
+            if len(body) < 2 or type(body[1]) is not int:
+                return False
+            if body[1] != self.digest:
+                self.ctx.send((sender,), ("GROUPS", "SET", [s.to_wire() for s in self.settings.values()], True))
+            else:
+                if len(body) > 2 and body[2] is True:  # a node that starts asks: the same table here
+                    self.ctx.send((sender,), ("GROUPS", "DIGEST", self.digest, False))
+                self._synced()
+            return None
+        if op == "SHARES":
+            return self._on_shares(sender, body)
+        if op == "ASK":
+            return self._on_ask(sender, body)
+        if op == "GRANT":
+            return self._on_grant(sender, body)
+        if op == "GRANTED":
+            return self._on_granted(sender, body)
+        return None  # a later version's: ignored
+
+    def _on_set(self, sender: str, body: list) -> Any:
+        if len(body) < 2 or type(body[1]) is not list or len(body[1]) > GROUPS_MAX:
+            return False
+        records = []
+        for v in body[1]:
+            s = settings_from_wire(v)
+            if s is None:
+                return False
+            records.append(s)
+        for s in records:
+            self.merge(s)
+        self._synced()
+        if len(body) > 2 and body[2] is True:  # answer with ours
+            self.ctx.send((sender,), ("GROUPS", "SET", [s.to_wire() for s in self.settings.values()], False))
+        return None
+
+    def _synced(self) -> None:
+        if not self.synced:
+            self.synced = True
+            self._sync_check()
+
+    def _peer(self, sender: str, member: Any) -> Peer | None:
+        if type(member) is not str or not member.startswith(sender + "/") or len(member) > 128:
+            return None
+        peer = self.peers.get(member)
+        if peer is None:
+            peer = self.peers[member] = Peer(sender, member, self.ctx.now)
+            old = self.latest.get(sender)
+            if old is not None and old != member and old not in self.void:
+                self.silent_since.setdefault(old, self.ctx.now)  # restarted: its former self is gone
+        self.latest[sender] = member
+        peer.heard = self.ctx.now
+        self.silent_since.pop(member, None)
+        return peer
+
+    def _on_shares(self, sender: str, body: list) -> Any:
+        if len(body) < 4 or type(body[2]) is not list or type(body[3]) is not list:
+            return False
+        views: list = body[2]
+        for v in views:
+            if type(v) is not list or len(v) < 10 or type(v[0]) is not bytes or type(v[1]) is not int:
+                return False
+            if type(v[2]) is not int or type(v[3]) is not str or type(v[5]) is not dict or type(v[6]) is not dict:
+                return False
+            if not all(type(x) is int for x in (v[4], v[7], v[8], v[9])):
+                return False
+            if not (_ledger(v[5]) and _ledger(v[6])):
+                return False
+        if self._void_member(body[1]):
+            return None
+        peer = self._peer(sender, body[1])
+        if peer is None:
+            return False
+        peer.pools = {(v[0], v[1]): [v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9]] for v in views}
+        me = self._member_id()
+        for member in body[3]:
+            if type(member) is str and member not in self.void:
+                if member == me:
+                    self._restart_incarnation()
+                else:
+                    self.void[member] = self.ctx.now
+                    self.silent_since.pop(member, None)
+        return None
+
+    def _void_member(self, member: Any) -> bool:
+        return type(member) is str and member in self.void
+
+    def _restart_incarnation(self) -> None:
+        """This incarnation's units were taken back: drop them, start again as a new one."""
+        self.born = max(self.born + 1, self.ctx.wall_ms())
+        self.incarnation = "%x" % self.born
+        self.member = self.ctx.id + "/" + self.incarnation
+        for pool in self.pools.values():
+            pool.held = 0
+            pool.level = 0
+            pool.out.clear()
+            pool.sent.clear()
+            pool.recv.clear()
+            pool.seen.clear()
+        self._update_held()
+
+    def _pool_of(self, body: list, at: int) -> Pool | None:
+        group, kind, vstamp, vorigin = body[at], body[at + 1], body[at + 2], body[at + 3]
+        if type(group) is not bytes or type(kind) is not int or type(vstamp) is not int or type(vorigin) is not str:
+            return None
+        pool = self.pools.get((group, kind))
+        if pool is None or (pool.vstamp, pool.vorigin) != (vstamp, vorigin):
+            return None
+        return pool
+
+    def _on_ask(self, sender: str, body: list) -> Any:
+        if len(body) < 7 or type(body[6]) is not int or type(body[1]) is not str:
+            return False
+        if self._void_member(body[1]) or self._fenced_now():
+            return None
+        pool = self._pool_of(body, 2)
+        if pool is None:
+            return None
+        want = body[6]
+        waiting = self._waiting().get(pool.group, 0)
+        if pool.kind == CONC:
+            spare = pool.held - self._used(pool.group) - (waiting if waiting else 0)
+        else:
+            spare = pool.held // 2 if waiting else pool.held
+        give = min(want, spare)
+        if give > 0:
+            self._give(pool, sender, body[1], give)
+        return None
+
+    def _on_grant(self, sender: str, body: list) -> Any:
+        if len(body) < 8 or type(body[1]) is not str or type(body[6]) is not int or type(body[7]) is not int:
+            return False
+        member, seq, units = body[1], body[6], body[7]
+        if units <= 0 or units > CONCURRENCY_MAX * 1000 * 1000:
+            return False
+        if self._void_member(member):
+            return None  # its units were taken back: its grants are void
+        pool = self._pool_of(body, 2)
+        if pool is None:
+            s = self.settings.get(body[2]) if type(body[2]) is bytes else None
+            stale = s is not None and type(body[4]) is int and type(body[5]) is str
+            if stale and s is not None and (s.lstamp, s.lorigin) > (body[4], body[5]):
+                self.ctx.send((sender,), ("GROUPS", "GRANTED", body[2], body[3], seq))  # stale: void anyway
+            return None  # a limit not known here yet: sent again later
+        seen = pool.seen.get(member)
+        if seen is None:
+            seen = pool.seen[member] = set()
+        if seq not in seen:
+            seen.add(seq)
+            pool.held += units
+            pool.recv[member] = pool.recv.get(member, 0) + units
+            self._update_held()
+        self.ctx.send((sender,), ("GROUPS", "GRANTED", pool.group, pool.kind, seq))
+        return None
+
+    def _on_granted(self, sender: str, body: list) -> Any:
+        if len(body) < 4 or type(body[1]) is not bytes or type(body[2]) is not int or type(body[3]) is not int:
+            return False
+        pool = self.pools.get((body[1], body[2]))
+        if pool is not None:
+            entry = pool.out.get(body[3])
+            if entry is not None and entry[1] == sender:
+                del pool.out[body[3]]
+        return None
+
+    # ------------------------------------------------------------------ the command
+    def cmd_group(self, client: int, argv: list[bytes]) -> object:
+        sub = argv[1].lower()
+        if sub == b"info" and len(argv) == 3:
+            return self._info(argv[2])
+        if sub == b"list":
+            count = 100
+            if len(argv) == 4 and argv[2].lower() == b"count":
+                n = parse_int(argv[3])
+                if n is None or n <= 0:
+                    return err("COUNT must be a positive number")
+                count = n
+            elif len(argv) != 2:
+                return err("syntax error: GROUP LIST [COUNT count]")
+            return self._list(count)
+        if sub == b"weight" and len(argv) == 4:
+            bad = check_group_name(argv[2])
+            if bad is not None:
+                return bad
+            w = parse_int(argv[3])
+            if w is None or not 1 <= w <= WEIGHT_MAX:
+                return err("WEIGHT must be a number from 1 to %d (deliveries per turn)" % WEIGHT_MAX)
+            return self._set(argv[2], w, None)
+        if sub == b"limit" and len(argv) >= 4:
+            bad = check_group_name(argv[2])
+            if bad is not None:
+                return bad
+            what = argv[3].lower()
+            if what == b"none" and len(argv) == 4:
+                return self._set(argv[2], None, (0, 0))
+            if what == b"concurrency" and len(argv) == 5:
+                n = parse_int(argv[4])
+                if n is None or not 1 <= n <= CONCURRENCY_MAX:
+                    return err("CONCURRENCY must be a number from 1 to %d (jobs delivered and not acknowledged)"
+                               % CONCURRENCY_MAX)  # fmt: skip
+                s = self.settings.get(argv[2])
+                return self._set(argv[2], None, (n, s.rate if s is not None else 0))
+            if what == b"rate" and len(argv) == 5:
+                r = _parse_rate(argv[4])
+                if r is None or not 1000 <= r <= RATE_MAX * 1000:
+                    return err("RATE must be a number of deliveries a second from 1 to %d (at most 3 decimals)"
+                               % RATE_MAX)  # fmt: skip
+                s = self.settings.get(argv[2])
+                return self._set(argv[2], None, (s.conc if s is not None else 0, r))
+            return err("syntax error: GROUP LIMIT group CONCURRENCY count | RATE per-second | NONE")
+        if sub in (b"info", b"weight", b"limit"):
+            return err("wrong number of arguments for 'group|%s' command" % sub.decode())
+        return err("unknown subcommand '%s'. Try GROUP INFO, LIST, WEIGHT or LIMIT"
+                   % argv[1].decode("utf-8", "replace")[:64])  # fmt: skip
+
+    def _set(self, name: bytes, weight: int | None, limits: tuple[int, int] | None) -> object:
+        ctx = self.ctx
+        mine = self.settings.get(name)
+        if mine is None and len(self.settings) >= GROUPS_MAX:
+            return err("too many groups with settings (%d): set some back to the defaults first" % GROUPS_MAX)
+        s = Settings(name)
+        if mine is not None:
+            s.merge(mine)
+        if weight is not None:
+            s.weight, s.wstamp, s.worigin = weight, self._stamp(s.wstamp), ctx.id
+        if limits is not None:
+            s.conc, s.rate = limits
+            s.lstamp, s.lorigin = self._stamp(s.lstamp), ctx.id
+        self.merge(s)
+        if limits is not None:
+            for kind in (CONC, RATE):
+                pool = self.pools.get((name, kind))
+                if pool is not None and (pool.vstamp, pool.vorigin) == (s.lstamp, s.lorigin):
+                    pool.held = pool.level = pool.total  # made here: every unit of the new limit
+            self._update_held()
+        if ctx.reachable:
+            ctx.send(ctx.reachable, ("GROUPS", "SET", [self.settings[name].to_wire()], False))
+        return b"OK"
+
+    def _counts(self, group: bytes, waiting: dict[bytes, int]) -> list[object]:
+        s = self.settings.get(group)
+        conc = self.pools.get((group, CONC))
+        rate = self.pools.get((group, RATE))
+        if rate is not None:
+            self._refill(rate, self.ctx.now)
+        return [
+            b"name", group,
+            b"weight", s.weight if s is not None else WEIGHT_DEFAULT,
+            b"concurrency", s.conc if s is not None and s.conc else None,
+            b"rate", format_rate(s.rate) if s is not None and s.rate else None,
+            b"active", self._used(group),
+            b"waiting", waiting.get(group, 0),
+            b"share-concurrency", conc.held if conc is not None else None,
+            b"share-rate", format_rate(rate.held) if rate is not None else None,
+            b"held", group in self.table.held,
+        ]  # fmt: skip
+
+    def summary(self, count: int) -> tuple[list[tuple[bytes, int, int, int, int, bool]], int, int, int]:
+        """The ``count`` busiest groups as (name, active, waiting, CONCURRENCY, RATE in milli,
+        held), then the others' active and waiting summed and how many they are (/metrics, the
+        admin page: a bounded number of labels)."""
+        waiting = self._waiting()
+        names = set(self.settings) | set(waiting) | {g for g in list(self.active) if self._used(g)}
+        ranked = sorted(names, key=lambda g: (-(waiting.get(g, 0) + len(self.active.get(g, ()))), g))
+        rows: list[tuple[bytes, int, int, int, int, bool]] = []
+        for g in ranked[:count]:
+            s = self.settings.get(g)
+            rows.append((g, len(self.active.get(g, ())), waiting.get(g, 0), s.conc if s is not None else 0,
+                         s.rate if s is not None else 0, g in self.table.held))  # fmt: skip
+        rest = ranked[count:]
+        return (rows, sum(len(self.active.get(g, ())) for g in rest), sum(waiting.get(g, 0) for g in rest),
+                len(rest))  # fmt: skip
+
+    def _info(self, group: bytes) -> object:
+        bad = check_group_name(group)
+        if bad is not None:
+            return bad
+        return self._counts(group, self._waiting())
+
+    def _list(self, count: int) -> object:
+        waiting = self._waiting()
+        names = set(self.settings) | set(waiting) | {g for g in self.active if self._used(g)}
+        ranked = sorted(names, key=lambda g: (-(waiting.get(g, 0) + len(self.active.get(g, ()))), g))
+        return [self._counts(g, waiting) for g in ranked[:count]]
+
