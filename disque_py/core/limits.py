@@ -95,7 +95,7 @@ COMMANDS: Final = (
                 syntax="GROUP INFO group | LIST [COUNT count] | WEIGHT group weight | "
                        "LIMIT group CONCURRENCY count | LIMIT group RATE per-second | LIMIT group NONE",
                 summary="A group's settings, counts and this node's share; its weight; its cluster-wide limits",
-                group="queues", since="disque-py 0.1.0"),
+                group="queues", since="disque-py 0.2.0"),
 )  # fmt: skip
 
 

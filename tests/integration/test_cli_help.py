@@ -67,7 +67,7 @@ def test_help_command_is_its_declaration_in_any_case(down):
     assert out.stdout == entry("addjob") + "  rights: @produce\n\n"
     assert out.stdout.splitlines()[1] == ("  ADDJOB queue_name job ms-timeout [REPLICATE count] [DELAY sec] [RETRY sec] "
                                           "[TTL sec] [MAXLEN count] [ASYNC] [BACKOFF min max] [MAXDELIVER count] "
-                                          "[DEADLETTER queue] [DEDUP key] [PRIORITY 0-9]")  # fmt: skip
+                                          "[DEADLETTER queue] [DEDUP key] [PRIORITY 0-9] [GROUP name]")  # fmt: skip
     assert ours("-p", down, "HELP", "ADDJOB").stdout == ours("-p", down, "Help", "AddJob").stdout == out.stdout
     # a command with subcommands: one line per form, its own rights where they differ; one form asked
     worker = ours("-p", down, "help", "WORKER").stdout
@@ -78,7 +78,7 @@ def test_help_command_is_its_declaration_in_any_case(down):
 
 def test_help_group_lists_the_group_and_help_right_what_it_grants(down):
     out = ours("-p", down, "help", "@QUEUES").stdout
-    assert listed(out) == ["PAUSE", "QLEN", "QPEEK", "QSCAN", "QSTAT"]
+    assert listed(out) == ["GROUP", "PAUSE", "QLEN", "QPEEK", "QSCAN", "QSTAT"]
     assert listed(out) == sorted(n.upper() for n, s in SPECS.items() if s.group == "queues")
     assert entry("qlen", group=False) + "  rights: @produce, @consume or @inspect\n" in out
     consume = ours("-p", down, "help", "@consume").stdout
@@ -135,7 +135,7 @@ def test_tab_completes_commands_subcommands_and_help_topics(node):
     text = on_terminal(node.port, b"QLE\t q\nhelp ADDJ\t\nhelp @que\t\nCLUSTER MY\t\nquit\n")
     assert "> QLEN  q\n(integer) 0\n" in text, text  # QLE + Tab: QLEN and a space
     assert "> help ADDJOB \n\n  ADDJOB queue_name job ms-timeout [REPLICATE count]" in text, text
-    assert "> help @queues \n\n  PAUSE queue_name" in text, text
+    assert "> help @queues \n\n  GROUP INFO group" in text, text
     assert re.search(r"> CLUSTER MYID \n\"[0-9a-f]{40}\"\n", text), text
 
 

@@ -53,6 +53,7 @@ EXPECTED = (
     (b"hello", 1, (b"readonly", b"fast")),
     (b"release", -2, (b"write", b"fast")),  # ours (core/delivery.py): deliveries given back unstarted
     (b"movejobs", -3, (b"write", b"fast")),  # ours (core/federation.py): a drain moves a node's queued jobs
+    (b"group", -2, (b"write", b"fast")),  # ours (core/limits.py): groups' weights and cluster-wide limits
 )
 
 

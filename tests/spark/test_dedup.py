@@ -14,7 +14,7 @@ from disque_py.core.ids import dedup_job_id
 from tests.integration.conftest import wait_for
 from tests.spark.test_source import node_clients, queued, read, stream
 
-ROWS = 40_000  # 10,000 rows a partition
+ROWS = 100_000
 PARTS = 4
 FAILING_PART = 1
 
@@ -29,7 +29,7 @@ def ids_everywhere(cluster, queue: str) -> set[str]:
 
 def rows_failing_first_attempt(nodes_option: str, queue: str, marker: str):
     """A mapPartitions function making (key, body) rows: the first attempt of partition
-    FAILING_PART yields 6,000 rows, waits until its row 2,000 is a job in the queue (so the
+    FAILING_PART yields 15,000 rows, waits until its row 5,000 is a job in the queue (so the
     attempt has added jobs), then raises. Every other attempt yields its rows."""
 
     def run(numbers):
@@ -39,9 +39,9 @@ def rows_failing_first_attempt(nodes_option: str, queue: str, marker: str):
         failing = ctx.partitionId() == FAILING_PART and ctx.attemptNumber() == 0
         for n, i in enumerate(numbers):
             yield ("order-%d" % i, "work-%d" % i)
-            if failing and n == 2000:
+            if failing and n == 5000:
                 check = "order-%d" % i
-            if failing and n == 6000:
+            if failing and n == 15000:
                 job_id = dedup_job_id(queue.encode(), check.encode(), 1).decode()
                 with Client(nodes_option, refresh_interval=None) as c:
                     wait_for(lambda: c.show(job_id) is not None, 60, interval=0.05,
@@ -69,7 +69,7 @@ def test_write_with_a_retried_task_then_run_again_leaves_each_row_once(
          .option("dedupColumn", "key").mode("append").save())  # fmt: skip
 
     write()
-    # The marker is written once the failing attempt's row 2,000 was a job: the retry sent it again.
+    # The marker is written once the failing attempt's row 5,000 was a job: the retry sent it again.
     assert marker.exists()
     assert queued(cluster, queue) == ROWS
 

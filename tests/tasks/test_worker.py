@@ -103,24 +103,31 @@ def test_a_result_read_is_left_for_every_other_waiter_on_any_node(cluster3, run_
         # another node holds no queued copy: its waiter's GETJOB fetches it (and puts it back there)
         assert raw(cluster3[1]).execute_command("QLEN", queue) == 0
         assert TaskRef.for_job(there, ref.id).result(timeout=10) == 2
-        # a result held by a waiter (taken, not yet put back) is waited for, not missed
-        other = raw(cluster3[1])
+        # a result held by a waiter (taken, not yet put back) is waited for, not missed. The waiter
+        # put it back where it read it, and federation may since have moved it to a node where a
+        # client waits: taken from wherever it is queued now
+        holder = wait_for(lambda: next((k + 1 for k, n in enumerate(cluster3)
+                                        if raw(n).execute_command("QLEN", queue) == 1), None),
+                          timeout=10, what="the result queued on one node") - 1  # fmt: skip
+        other = raw(cluster3[holder])
         held = other.execute_command("GETJOB", "NOHANG", "FROM", queue)
-        assert held, "the result is queued where the last waiter put it back"
+        assert held, "the result is queued where QLEN said"
         threading.Timer(0.3, other.execute_command, ("ENQUEUE", held[0][1])).start()
         assert TaskRef.for_job(there, ref.id).result(timeout=10) == 2
-        assert other.execute_command("QLEN", queue) == 1
-        # now held on node 1, which just imported it and does not hand it on for seconds: a
-        # waiter on node 0 and one on node 2 read it there
-        assert results.execute_command("QLEN", queue) == 0
-        third = App(addr(cluster3[2]), result_ttl=60)
+        holder = wait_for(lambda: next((k + 1 for k, n in enumerate(cluster3)
+                                        if raw(n).execute_command("QLEN", queue) == 1), None),
+                          timeout=10, what="the result queued again on one node") - 1  # fmt: skip
+        # a waiter on every other node reads it where it is held (QPEEK there), not moved by federation
+        apps = []
         try:
-            for app in (here, third):
-                assert TaskRef.for_job(app, ref.id).result(timeout=10) == 2
-                # read where it is held (QPEEK there), not moved by federation
-                assert other.execute_command("QLEN", queue) == 1
+            for k in range(3):
+                if k != holder:
+                    apps.append(App(addr(cluster3[k]), result_ttl=60))
+                    assert TaskRef.for_job(apps[-1], ref.id).result(timeout=10) == 2
+                    assert raw(cluster3[holder]).execute_command("QLEN", queue) == 1
         finally:
-            third.close()
+            for app in apps:
+                app.close()
     finally:
         here.close()
         there.close()
