@@ -217,7 +217,9 @@ def test_since_tells_disques_commands_from_ours():
     ours = {spec.name for spec in NODE_COMMANDS if spec.since != DISQUE}
     assert ours == set(SPECS) - DISQUE_COMMANDS == {b"echo", b"acl", b"worker", b"release", b"movejobs",
                                                          b"group"}
-    assert {SPECS[name].since for name in ours} == {"disque-py 0.1.0"}
+    # each of ours names the release that brought it: GROUP came with 0.2.0, the rest with 0.1.0
+    assert {name: SPECS[name].since for name in ours} == {
+        **{name: "disque-py 0.1.0" for name in ours - {b"group"}}, b"group": "disque-py 0.2.0"}
 
 
 @pytest.mark.parametrize("syntax, problem", [

@@ -75,9 +75,11 @@ def test_four_hundred_tasks_of_three_kinds_on_two_worker_processes(nodes, app, t
                 "ValueError: hopeless %d" % n for kind, n in kinds if kind == "hopeless"}
             assert len(dead) == 100
             dead = dead_letters(client, "slow", 50)
+            # (a task whose thread started after its deadline, on a busy machine, says so instead)
             assert len(dead) == 50 and all(
-                reason == "TimeLimitExceeded: task tests.tasks.taskapp.slow ran longer than its 0.3 s time limit"
-                for reason in dead.values())
+                reason in ("TimeLimitExceeded: task tests.tasks.taskapp.slow ran longer than its 0.3 s time limit",
+                           "TimeLimitExceeded: time limit over before the task started")
+                for reason in dead.values()), sorted(set(dead.values()))  # fmt: skip
             assert dead_letters(client, "flaky", 1, timeout=0.5) == {}  # none of them died
         finally:
             client.close()
