@@ -21,7 +21,7 @@ import heapq
 import json
 import operator
 import time
-from typing import Any
+from typing import Any, Callable
 
 import trio
 from starlette.requests import Request
@@ -574,9 +574,11 @@ async def job_action(request: Request, h: NodeHandle, caller: Caller) -> Respons
 
 
 # ---------------------------------------------------------------- workers
-async def workers(request: Request, h: NodeHandle, caller: Caller) -> Response:
-    """Every node's WORKER LIST, merged by worker ID (client/workers.py, as `disque-py workers`)."""
-    answers = await ask_all(h, caller, _members(h), lambda p: [[b"WORKER", b"LIST"]])
+def _each_node(answers: dict[str, Any],
+               parse: Callable[[Any], Any]) -> tuple[list[tuple[str, Any]], list[dict[str, str]]]:
+    """``ask_all``'s answers to one command: (node ID, parsed reply) for each node that answered,
+    and the unreachable ones with their error; an ApiError 403 when every answer was a refusal
+    of the caller's rights (NOPERM, NOAUTH)."""
     lists: list[tuple[str, Any]] = []
     unreachable: list[dict[str, str]] = []
     for node_id, got in answers.items():
@@ -584,10 +586,17 @@ async def workers(request: Request, h: NodeHandle, caller: Caller) -> Response:
         if isinstance(reply, Exception):
             unreachable.append({"id": node_id, "error": str(reply) or type(reply).__name__})
         else:
-            lists.append((node_id, reply))
+            lists.append((node_id, parse(reply)))
     denied = [u["error"] for u in unreachable if u["error"].startswith(("NOPERM", "NOAUTH"))]
     if denied and not lists:
         raise ApiError(403, denied[0])
+    return lists, unreachable
+
+
+async def workers(request: Request, h: NodeHandle, caller: Caller) -> Response:
+    """Every node's WORKER LIST, merged by worker ID (client/workers.py, as `disque-py workers`)."""
+    answers = await ask_all(h, caller, _members(h), lambda p: [[b"WORKER", b"LIST"]])
+    lists, unreachable = _each_node(answers, lambda reply: reply)
     now = time.time()
     found = wk.merge(lists)
     return _json({"time": now, "workers": [w.as_json(now) for w in found], "unreachable": unreachable})
@@ -601,17 +610,7 @@ async def groups(request: Request, h: NodeHandle, caller: Caller) -> Response:
     # busiest and the _other row sums what the nodes have beyond them (up to that many each)
     asked = b"%d" % max(100, 4 * limit)
     answers = await ask_all(h, caller, _members(h), lambda p: [[b"GROUP", b"LIST", b"COUNT", asked]])
-    lists: list[tuple[str, Any]] = []
-    unreachable: list[dict[str, str]] = []
-    for node_id, got in answers.items():
-        reply = got[0] if isinstance(got, list) else got
-        if isinstance(reply, Exception):
-            unreachable.append({"id": node_id, "error": str(reply) or type(reply).__name__})
-        else:
-            lists.append((node_id, cmd.group_list().parse(reply)))
-    denied = [u["error"] for u in unreachable if u["error"].startswith(("NOPERM", "NOAUTH"))]
-    if denied and not lists:
-        raise ApiError(403, denied[0])
+    lists, unreachable = _each_node(answers, cmd.group_list().parse)
     rows, truncated = merge_groups(lists, limit)
     return _json({"time": time.time(), "truncated": truncated, "groups": rows, "unreachable": unreachable})
 
