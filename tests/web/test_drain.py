@@ -29,7 +29,8 @@ def test_a_node_is_drained_through_the_api_and_every_job_delivered_once(cluster3
         return reply.json()
 
     first = round_()
-    assert first["node"] == b_id and first["left"]["queued"] == 35 and first["moved"] == 35
+    # (a job may leave by federation, to a consumer waiting elsewhere, before the drain moves it)
+    assert first["node"] == b_id and first["left"]["queued"] == 35 and 30 <= first["moved"] <= 35, first
     assert set(first["targets"]) == {a.client().execute_command("CLUSTER", "MYID").decode(),
                                      c.client().execute_command("CLUSTER", "MYID").decode()}  # fmt: skip
     assert b"leaving" in rb.execute_command("CLUSTER", "NODES").split(b"\n")[0]
