@@ -48,8 +48,13 @@ def _java_problem() -> str | None:
     return None
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items):
-    # Under pytest-xdist (scripts/test), every Spark test runs in one worker: one SparkSession.
+    # Under pytest-xdist (scripts/test), every Spark test runs in one worker: one SparkSession and
+    # one standalone cluster. First among the hooks: xdist's own turns the xdist_group marks into
+    # the test IDs' "@spark" that --dist loadgroup schedules by, and marks added after it are lost.
+    # (pytest 9.2 ignores that ID, pyproject.toml keeps it below: every worker then started a
+    # Spark cluster of its own, and the Spark tests took some 60 s each instead of 5-20.)
     # The first test to run pays the SparkSession's start (10 s, over 30 s on a busy machine) inside
     # pytest-timeout's budget: a Spark test without a timeout of its own gets a longer one.
     for item in items:
