@@ -22,17 +22,14 @@ except ImportError:  # pragma: no cover - the fixtures skip first
 pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("browser")]
 
 
-def addr(node) -> str:
-    return "%s:%d" % (node.host, node.port)
-
-
 def test_the_consumers_view_shows_each_consumer_and_its_lag(cluster, open_page):
     a, b, _ = cluster
     page = open_page(a)
     expect(page.get_by_test_id("consumers-empty")).to_be_visible()
     queue = "page-stream-q"
-    reader = Client(addr(b), refresh_interval=None, client_name=cs.client_name("etl-page", [queue]))
-    producer = Client(addr(b), refresh_interval=None)
+    where = "%s:%d" % (b.host, b.port)
+    reader = Client(where, refresh_interval=None, client_name=cs.client_name("etl-page", [queue]))
+    producer = Client(where, refresh_interval=None)
     try:
         reader.ping()
         producer.add_jobs(queue, [b"x"] * 4, replicate=1, retry=30)
