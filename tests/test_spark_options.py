@@ -70,6 +70,12 @@ def test_defaults_and_case_insensitive_keys():
          "option 'maxtriggerdelay' must be longer than 0"),
         ({"nodes": "h:1", "queue": "q", "minJobsPerTrigger": "5"}, "read", "option 'minjobspertrigger' does not apply"),
         ({"nodes": "h:1", "queue": "q", "eventTime": "often"}, "stream", "option 'eventtime' must be true or false"),
+        # the name on the nodes: what CLIENT SETNAME takes, and a ':' would cut the queues off
+        ({"nodes": "h:1", "queue": "q", "consumerName": "etl images"}, "stream", "option 'consumername' must be 1 to 128"),
+        ({"nodes": "h:1", "queue": "q", "consumerName": "a:b"}, "stream", "option 'consumername' must be 1 to 128"),
+        ({"nodes": "h:1", "queue": "q", "consumerName": ""}, "stream", "option 'consumername' must be 1 to 128"),
+        ({"nodes": "h:1", "queue": "q", "consumerName": "x" * 129}, "stream", "option 'consumername' must be 1 to 128"),
+        ({"nodes": "h:1", "queue": "q", "consumerName": "x"}, "write", "option 'consumername' does not apply"),
     ],
 )  # fmt: skip
 def test_bad_options_name_the_option(raw, use, message):

@@ -60,12 +60,13 @@ class Links:
         ssl_ca_certs: str | None = None,
         ssl_certfile: str | None = None,
         ssl_keyfile: str | None = None,
+        client_name: str | None = None,
     ) -> None:
         self.seeds = list(seeds)
         self.config = ClientConfig(
             list(seeds) or "127.0.0.1:7711", password=password, username=username, socket_timeout=socket_timeout,
             connect_timeout=connect_timeout, tls=tls, ssl_ca_certs=ssl_ca_certs, ssl_certfile=ssl_certfile,
-            ssl_keyfile=ssl_keyfile,
+            ssl_keyfile=ssl_keyfile, client_name=client_name,
         )  # fmt: skip
         self._conns: dict[Address, NodeConnection] = {}
         self._down: dict[Address, float] = {}  # address -> monotonic time to try it again

@@ -17,6 +17,7 @@ import dataclasses
 from collections.abc import Mapping
 
 from ..client.cluster import TLS_SCHEMES, URL_SCHEMES, parse_address
+from ..client.consumers import NAME_RE
 
 __all__ = ["Options", "parse", "OPTIONS", "USES"]
 
@@ -84,6 +85,11 @@ OPTIONS: dict[str, tuple[tuple[str, ...], str]] = {
         "(default true; false saves that call and leaves ctime null)",
     ),
     "numpartitions": (("stream",), "Spark partitions per micro-batch (default 2)"),
+    "consumername": (
+        ("stream",),
+        "the query's name on the nodes (its connections' CLIENT SETNAME, shown with its lag on the "
+        "admin page): letters, digits, '.', '_', '-' (default: spark-<host>-<pid>)",
+    ),
     "workinginterval": (
         ("stream",),
         "seconds between WORKING calls for jobs of a running batch (default: half each job's RETRY)",
@@ -147,6 +153,7 @@ class Options:
     max_trigger_delay: float = DEFAULT_MAX_TRIGGER_DELAY
     event_time: bool = True
     sink_id: str | None = None
+    consumer_name: str | None = None
     num_partitions: int = 2
     working_interval: float | None = None
     working_on_take: bool = True
@@ -369,6 +376,11 @@ def parse(options: Mapping[str, str], use: str) -> Options:
         if not sink_id or len(sink_id.encode("utf-8")) > 200:
             raise _fail("sinkid", "must be a non-empty name of at most 200 bytes, got %r" % raw["sinkid"])
         values["sink_id"] = sink_id
+    if "consumername" in raw:
+        name = str(raw["consumername"] or "").strip()
+        if not NAME_RE.fullmatch(name):
+            raise _fail("consumername", "must be 1 to 128 letters, digits, '.', '_' or '-', got %r" % name)
+        values["consumer_name"] = name
     if "dedupcolumn" in raw:
         column = str(raw["dedupcolumn"] or "").strip()
         if not column:

@@ -58,6 +58,7 @@ docs/SPARK.md; what runs where:
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import logging
 import queue as queue_mod
@@ -79,6 +80,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 from pyspark.sql.types import BinaryType, LongType, StringType, StructField, StructType, TimestampType
 
 from ..client import commands as cmd
+from ..client import consumers
 from ..client.cluster import Address
 from ..client.errors import DisqueError, ServerError
 from ..core.ids import is_at_most_once_id
@@ -166,7 +168,11 @@ def _show_row(reply: Any, node: str) -> tuple | None:
 
 
 def _links(o: opts.Options, socket_timeout: float | None = 30.0) -> Links:
-    return Links(o.nodes, connect_timeout=o.connect_timeout, socket_timeout=socket_timeout, **o.connection_options())
+    # A stream's connections carry its name and queues (CLIENT SETNAME), so the nodes' CLIENT
+    # LIST tells who consumes what: the admin page's consumers and their lag (client/consumers.py).
+    name = consumers.client_name(o.consumer_name, o.queues) if o.use == "stream" and o.consumer_name else None
+    return Links(o.nodes, connect_timeout=o.connect_timeout, socket_timeout=socket_timeout, client_name=name,
+                 **o.connection_options())  # fmt: skip
 
 
 def _cluster(o: opts.Options) -> tuple[Links, list[Address]]:
@@ -217,7 +223,10 @@ class DisqueDataSource(DataSource):
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         _check_read_schema(schema)
-        return DisqueStreamReader(opts.parse(self.options, "stream"))
+        o = opts.parse(self.options, "stream")
+        # the default name is this process's (the driver side of the query), fixed here so that
+        # every copy of the reader (executors: pickled) names its connections the same
+        return DisqueStreamReader(dataclasses.replace(o, consumer_name=o.consumer_name or consumers.default_name()))
 
 
 def _check_read_schema(schema: StructType) -> None:

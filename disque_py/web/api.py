@@ -28,6 +28,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from ..client import commands as cmd
+from ..client import consumers as cs
 from ..client import deadletters
 from ..client import drain as dr
 from ..client import workers as wk
@@ -39,7 +40,7 @@ from .access import Caller
 from .handle import NodeHandle, Peer, split_queues
 
 __all__ = ["ApiError", "readiness", "cluster", "queues", "queue", "pause", "job_get", "job_action", "dead_queues",
-           "dead_queue", "dead_action", "workers", "PEER_TIMEOUT"]
+           "dead_queue", "dead_action", "workers", "consumers", "PEER_TIMEOUT"]
 
 #: Longest wait for one peer's answers (connect included), in seconds.
 PEER_TIMEOUT = 1.5
@@ -613,6 +614,43 @@ async def groups(request: Request, h: NodeHandle, caller: Caller) -> Response:
     lists, unreachable = _each_node(answers, cmd.group_list().parse)
     rows, truncated = merge_groups(lists, limit)
     return _json({"time": time.time(), "truncated": truncated, "groups": rows, "unreachable": unreachable})
+
+
+# ---------------------------------------------------------------- stream consumers
+async def consumers(request: Request, h: NodeHandle, caller: Caller) -> Response:
+    """Stream consumers (Spark queries) by the names of their connections in every node's
+    CLIENT LIST, each with its lag: its queues' jobs queued on every node (QLEN) and the age of
+    the oldest of them (QPEEK and SHOW's ctime of each queue's head), client/consumers.py. The
+    queues are measured only when some consumer is connected: a cluster without one is asked
+    CLIENT LIST and nothing more."""
+    peers = _members(h)
+    answers = await ask_all(h, caller, peers, lambda p: [[b"CLIENT", b"LIST"]])
+    lists, unreachable = _each_node(answers, lambda reply: reply)
+    found = cs.merge(lists)
+    queues, truncated = cs.measured(found)
+    if queues:
+        answered = {node_id for node_id, _ in lists}
+        firsts = await ask_all(h, caller, [p for p in peers if p.id in answered], lambda p: cs.lag_argvs(queues))
+        lens: dict[str, int] = {}
+        heads: dict[str, dict[str, bytes]] = {}
+        for node_id, replies in firsts.items():
+            if isinstance(replies, list):
+                node_lens, heads[node_id] = cs.lag_heads(queues, replies)
+                for q, n in node_lens.items():
+                    lens[q] = lens.get(q, 0) + n
+        shows = await ask_all(h, caller, [p for p in peers if heads.get(p.id)],
+                              lambda p: [[b"SHOW", i] for i in heads[p.id].values()])  # fmt: skip
+        oldest: dict[str, int] = {}
+        for node_id, replies in shows.items():
+            if not isinstance(replies, list):
+                continue
+            for q, reply in zip(heads[node_id], replies):
+                ms = cs.oldest_ms(reply)
+                if ms is not None:
+                    oldest[q] = min(oldest.get(q, ms), ms)
+        cs.settle(found, lens, oldest, int(time.time() * 1000))
+    return _json({"time": time.time(), "truncated": truncated, "consumers": [c.as_json() for c in found],
+                  "unreachable": unreachable})  # fmt: skip
 
 
 # ---------------------------------------------------------------- dead letters

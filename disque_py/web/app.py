@@ -8,7 +8,7 @@ Routes (docs/OBSERVABILITY.md; the API is described in ``openapi.json``, served 
   ``POST /api/queues/{name}/pause``, ``GET /api/jobs/{id}``,
   ``POST /api/jobs/{id}/ack|nack|dequeue``, ``GET /api/dead``, ``GET /api/dead/{name}``,
   ``POST /api/dead/{name}/requeue|purge``, ``GET /api/workers``, ``GET /api/groups``,
-  ``POST /api/nodes/{id}/drain``
+  ``GET /api/consumers``, ``POST /api/nodes/{id}/drain``
   (:mod:`.api`);
 * ``GET /`` serves ``static/index.html`` when the page is installed, ``/static/*`` its
   files.
@@ -117,6 +117,7 @@ def make_app(handle: NodeHandle) -> Starlette:
         Route("/api/dead", g(api.dead_queues), methods=["GET"]),
         Route("/api/workers", g(api.workers), methods=["GET"]),
         Route("/api/groups", g(api.groups), methods=["GET"]),
+        Route("/api/consumers", g(api.consumers), methods=["GET"]),
         Route("/api/nodes/{id}/drain", g(api.drain_node, read=False), methods=["POST"]),
         Route("/api/dead/{name:path}/requeue", g(api.dead_action, read=False), methods=["POST"]),
         Route("/api/dead/{name:path}/purge", g(api.dead_action, read=False), methods=["POST"]),

@@ -25,6 +25,9 @@ queue on a fresh 3-node cluster (REPLICATE 3, the default for three nodes):
   ``triggerExecution`` of 100-job batches from the query's progress
   reports. ``spark_stream_event_time_false``: the same as ``spark_stream``
   with ``eventTime`` false (no SHOW per job for ``ctime``).
+* ``eventtime``: only that pair, ``spark_stream`` and
+  ``spark_stream_event_time_false``, in turns (each round starts with the
+  other one), for what ``ctime`` costs a stream.
 * ``sink``: the stream sink, ``writeStream.format("disque")`` (each row with
   its DEDUP key ``query/batch/partition/row``), of the same ``--jobs``
   100-byte bodies read by a ``trigger(availableNow=True)`` file stream from
@@ -293,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jobs", type=int, default=100_000)
     p.add_argument("--repeat", type=int, default=2)
     p.add_argument("--only", default="write,read,stream,sink",
-                   help="comma-separated subset of write, read, stream, sink")  # fmt: skip
+                   help="comma-separated subset of write, read, stream, sink, eventtime")  # fmt: skip
     p.add_argument("--partitions", type=int, default=2, help="write tasks (default 2)")
     p.add_argument("--connections", type=int, default=4, help="connections per write task (default 4)")
     p.add_argument("--max-per-trigger", type=int, default=20_000)
@@ -356,6 +359,12 @@ def main(argv: list[str] | None = None) -> int:
                 run["spark_stream_event_time_false"] = spark_stream(
                     spark, cluster, q, n, args.max_per_trigger, tmp, eventTime="false"
                 )
+            if "eventtime" in only and "stream" not in only:
+                pair = [("spark_stream", {}), ("spark_stream_event_time_false", {"eventTime": "false"})]
+                for key, options in pair if r % 2 == 0 else pair[::-1]:
+                    q = "et-" + uuid.uuid4().hex[:8]
+                    fill(cluster, q, n)
+                    run[key] = spark_stream(spark, cluster, q, n, args.max_per_trigger, tmp, **options)
             if "sink" in only:
                 for name, write in (("spark_write", spark_write), ("spark_write_dedup", spark_write_dedup)):
                     if name not in run:

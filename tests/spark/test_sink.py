@@ -10,6 +10,12 @@ from the checkpoint, which runs that batch again from its offsets.
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from disque_py.core.ids import dedup_job_id
@@ -105,3 +111,30 @@ def test_sink_keys_from_dedup_column_or_sink_id_and_bad_input(spark, nodes_optio
     nobody = rows.selectExpr("length(body) AS n")
     with pytest.raises(Exception, match="no column 'body'"):
         _run(nobody, lambda w: w.foreachBatch(foreach_batch(nodes=nodes_option, queue=queue)), tmp_path / "bad2")
+
+
+# foreach_batch on Spark 3.5 (no Python data sources there), in a process of its own: pyspark
+# 3.5 is not what the project installs, so this runs only where one is given (a directory it was
+# installed into with `pip install --target DIR 'pyspark==3.5.*'`):
+#   DISQUE_SPARK35_PATH=DIR .venv/bin/python -m pytest -p no:cacheprovider tests/spark/test_sink.py -k spark_35
+SPARK35 = os.environ.get("DISQUE_SPARK35_PATH")
+
+
+@pytest.mark.skipif(not SPARK35, reason="DISQUE_SPARK35_PATH is not set (a directory holding pyspark 3.5)")
+@pytest.mark.timeout(600)
+def test_foreach_batch_on_spark_35(nodes_option, queue, cluster, tmp_path):
+    root = Path(__file__).resolve().parents[2]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([SPARK35, str(root)]), PYSPARK_PYTHON=sys.executable)
+    env.pop("SPARK_HOME", None)
+    app = Path(__file__).with_name("spark35_app.py")
+    done = subprocess.run([sys.executable, str(app), nodes_option, queue, str(tmp_path), "--sink-id", "s35"],
+                          env=env, capture_output=True, text=True, timeout=540)  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    print("pyspark %s: added %s" % (report["pyspark"], report["added"]))
+    assert report["pyspark"].startswith("3.5.")
+    assert report["added"] == [300, 300]  # each run wrote every row (a repeat answers the job made)
+    # and the second run's batches (ids from 0 again) made the same keys: nothing added twice
+    assert queued(cluster, queue) == 300
+    made = ids_everywhere(cluster, queue)
+    assert len(made) == 300 and dedup_job_id(queue.encode(), b"s35/2/0/99", 60).decode() in made

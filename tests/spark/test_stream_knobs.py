@@ -16,6 +16,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from disque_py.client import Client
+from disque_py.client import consumers
 from disque_py.spark import options as opts
 from disque_py.spark.source import DisqueStreamReader
 from tests.integration.conftest import wait_for
@@ -117,7 +118,7 @@ def test_lag_grows_in_the_progress_while_a_producer_outpaces_the_query(spark, no
 
     producer = threading.Thread(target=produce, daemon=True)
     query = stream(spark, nodes_option, queue, tmp_path / "ck", collect, {"processingTime": "100 milliseconds"},
-                   maxJobsPerTrigger=10, eventTime="false")  # fmt: skip
+                   maxJobsPerTrigger=10, eventTime="false", consumerName="lag-test")  # fmt: skip
     producer.start()
     try:
 
@@ -130,6 +131,14 @@ def test_lag_grows_in_the_progress_while_a_producer_outpaces_the_query(spark, no
         wait_for(lambda: (lags()[-1]["oldestAgeMs"] or 0) >= 1500, 90, what="the oldest job's age to grow")
         report = lags()[-1]
         assert report["held"] >= 0 and report["seq"] >= 1
+
+        # The nodes know the query by its connections' name: the admin page's consumers (web/api.py)
+        def named():
+            lists = [(n.port, n.client().execute_command("CLIENT", "LIST")) for n in cluster]
+            return [c for c in consumers.merge(lists) if c.name == "lag-test"]
+
+        found = wait_for(named, 30, what="the query's connections named")
+        assert found[0].kind == "spark" and found[0].queues == [queue]
     finally:
         stop.set()
         producer.join()

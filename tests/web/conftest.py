@@ -103,3 +103,20 @@ def cluster3(start_node):  # noqa: F811
     nodes = [start_node(admin_port=free_port()) for _ in range(3)]
     launcher.join([(n.host, n.port) for n in nodes], timeout=30)
     return nodes
+
+
+def refused_then_allowed(start_node, tmp_path: Path, path: str, rights: str) -> Reply:  # noqa: F811
+    """A node with a password and a user ``w`` of ``rights``: ``GET path`` answers ``w`` 403 and
+    no one 401; the default user's answer (200) is returned. Every answer checked against
+    openapi.json."""
+    conf = tmp_path / "users.conf"
+    conf.write_text("requirepass defpw\nuser w on >wpw allkeys %s\n" % rights)
+    node = start_node(config_file=str(conf), admin_port=free_port())
+    node.password = "defpw"
+    port = int(node.directives["admin_port"])
+    r = validated(http(port, "GET", path, auth=("w", "wpw")), "get", path)
+    assert r.status == 403, r.body
+    assert validated(http(port, "GET", path), "get", path).status == 401
+    r = validated(http(port, "GET", path, auth=("default", "defpw")), "get", path)
+    assert r.status == 200, r.body
+    return r

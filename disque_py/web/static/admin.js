@@ -254,6 +254,57 @@ function fmtDuration(s) {
 
   const refreshWorkers = () => refreshView("workers", "/api/workers", renderWorkers);
 
+  // ---- the stream consumers -------------------------------------------------------------------
+  // /api/consumers: Spark queries by their connections' names in every node's CLIENT LIST, each
+  // with its lag (its queues' queued jobs, the age of the oldest). CLIENT LIST lists every
+  // connection of a node: asked every CONSUMERS_EVERY ticks only. It needs the admin right: a
+  // caller without it sees why in the section, not in the banner at every refresh.
+  const CONSUMERS_EVERY = 5;
+  let consumerTicks = 0;
+
+  function renderConsumers(data) {
+    const list = Array.isArray(data.consumers) ? data.consumers : [];
+    setText($("consumer-count"), "(" + list.length + (data.truncated ? "; too many queues: some not measured" : "") + ")");
+    const rows = list.map((c) => {
+      const perQueue = Array.isArray(c.per_queue) ? c.per_queue : [];
+      const detail = perQueue.map((q) => String(q.name) + ": " + fmtInt(q.queued) + (q.oldest_age === null ? "" : ", oldest " + fmtDuration(q.oldest_age))).join("\n");
+      const conns = Object.values(c.connections || {}).reduce((n, k) => n + (Number(k) || 0), 0);
+      return el("tr", { "data-testid": "consumer-row", "data-consumer": String(c.name) },
+        el("td", { class: "mono", title: String(c.kind || "") }, String(c.name)),
+        el("td", { class: "mono", title: detail }, (Array.isArray(c.queues) ? c.queues : []).map(String).join(", ")),
+        el("td", { class: "num", "data-testid": "consumer-queued" }, c.queued === null ? "–" : fmtInt(c.queued)),
+        el("td", { class: "num", "data-testid": "consumer-oldest" }, c.oldest_age === null ? "–" : fmtDuration(c.oldest_age)),
+        el("td", { class: "num", title: "on " + Object.keys(c.connections || {}).length + " node(s)" }, fmtInt(conns)),
+        el("td", { class: "num" }, c.idle === null ? "–" : fmtDuration(c.idle)),
+      );
+    });
+    $("consumers-body").replaceChildren(...rows);
+    const empty = $("consumers-empty");
+    if (empty.dataset.text) empty.textContent = empty.dataset.text;
+    empty.hidden = list.length > 0;
+    showUnreachable("consumer-nodes", "consumers", data);
+  }
+
+  async function refreshConsumers() {
+    if (consumerTicks++ % CONSUMERS_EVERY !== 0) return;
+    try {
+      renderConsumers(await api("GET", "/api/consumers"));
+      clearError("consumers");
+    } catch (exc) {
+      if (exc.status !== 403) {
+        showError("consumers", String(exc.message || exc));
+        return;
+      }
+      clearError("consumers");
+      $("consumers-body").replaceChildren();
+      setText($("consumer-count"), "");
+      const empty = $("consumers-empty");
+      if (!empty.dataset.text) empty.dataset.text = empty.textContent;
+      empty.textContent = "Not shown: listing the nodes' connections (CLIENT LIST) needs the admin right.";
+      empty.hidden = false;
+    }
+  }
+
   // ---- the groups -----------------------------------------------------------------------------
   // /api/groups: every node's GROUP LIST merged by group, the busiest first; past the API's
   // limit the others are one "_other" row (a bounded table whatever the number of tenants).
@@ -695,7 +746,7 @@ function fmtDuration(s) {
     if (ticking) return;
     ticking = true;
     const dead = deadTicks++ % DEAD_EVERY === 0 ? refreshDead() : null;
-    const [a, b] = await Promise.all([refreshCluster(), refreshQueues(), refreshWorkers(), dead, refreshGroups()]);
+    const [a, b] = await Promise.all([refreshCluster(), refreshQueues(), refreshWorkers(), dead, refreshGroups(), refreshConsumers()]);
     if (a && b) setStatus(true, "connected");
     else if (!a && !b) setStatus(false, "node unreachable");
     else setStatus(false, "partial");
