@@ -22,7 +22,10 @@ unacknowledged deliveries (``Pool.used``) are fewer than its units, a rate pool 
 holds a whole delivery. The units of one limit never add up to more than the limit: they are
 made once, all on the node that took GROUP LIMIT, and afterwards only moved: a node whose jobs
 of the group wait and whose share is used up asks (``GROUPS ASK``) the node that last said it
-had the most to spare, which gives what it does not need (``GROUPS GRANT``). A grant leaves the
+had the most to spare, which gives what it does not need (``GROUPS GRANT``); a node none of whose
+jobs of the group wait gives its idle units at once (``_offer``, at its next ``TICK_MS``) to the
+peer that said the most of them wait there, so the limit stays in use while jobs wait anywhere.
+A node whose jobs of the group wait keeps every unit it holds (it says it has none to spare). A grant leaves the
 giver before it is sent; the receiver adds it once (grants are numbered by their giver) and
 answers ``GROUPS GRANTED``; the giver sends it again until then. Units in flight are nobody's:
 the sum can only fall short of the limit, never exceed it. A job of a group at its limit stays
@@ -254,6 +257,7 @@ class Limits:
         self.next_gossip = 0
         self.next_digest = 0
         self.next_tick = 0
+        self.offering = False  # a peer said jobs of a group wait there whose units are here (_offer)
         self.alone_since = 0  # since when this node is a cluster of one (0: it is not, or not yet seen)
         # Until it has compared its table with a peer's (a DIGEST or SET heard), a node of a cluster
         # delivers no job of any group: it may not know a limit yet (a start without the AOF, or
@@ -473,7 +477,7 @@ class Limits:
         at = self.next_gossip if first is None else min(first, self.next_gossip)
         if self.settings and self.next_digest < at:
             at = self.next_digest
-        if self.table.held or any(p.out for p in self.pools.values()):
+        if self.table.held or self.offering or any(p.out for p in self.pools.values()):
             at = min(at, self.next_tick)
         return at
 
@@ -505,6 +509,8 @@ class Limits:
                 self._update_held()
                 if self.table.held:
                     self._ask(now)
+                if self.offering:
+                    self._offer()
                 self._resend(now)
         if self.settings and now >= self.next_digest:
             self.next_digest = now + DIGEST_MS
@@ -535,7 +541,7 @@ class Limits:
             used = self._used(pool.group) if pool.kind == CONC else 0
             spare = pool.held - used if pool.kind == CONC else pool.held
             if waiting.get(pool.group):
-                spare = 0 if pool.kind == CONC else spare // 2
+                spare = 0  # its jobs wait here: it needs every unit it holds
             out.append([pool.group, pool.kind, pool.vstamp, pool.vorigin, pool.held, pool.sent, pool.recv, retry,
                         waiting.get(pool.group, 0), max(0, spare)])  # fmt: skip
         return out
@@ -581,6 +587,49 @@ class Limits:
             ctx.send((best.node,), ("GROUPS", "ASK", self._member_id(), pool.group, pool.kind, pool.vstamp,
                                     pool.vorigin, want))  # fmt: skip
             best.pools[(pool.group, pool.kind)][7] = 0  # asked: not again before it says more
+
+    def _offer(self) -> None:
+        """Units idle here (no job of their group waits here) go at once to the peer that said the
+        most of its jobs wait there (``Peer.pools``' waiting, from its gossip): the limit stays in
+        use while jobs wait somewhere, without waiting for that peer to ask. A concurrency pool
+        gives its units not in use, as many as jobs wait there; a rate pool gives all it holds."""
+        if self._fenced_now():
+            return
+        ctx = self.ctx
+        waiting = self._waiting()
+        for pool in list(self.pools.values()):
+            if waiting.get(pool.group):
+                continue
+            key = (pool.group, pool.kind)
+            spare = pool.held - self._used(pool.group) if pool.kind == CONC else pool.held
+            while spare > 0:
+                best: Peer | None = None
+                for node in ctx.reachable:
+                    member = self.latest.get(node)
+                    peer = self.peers.get(member) if member is not None else None
+                    view = peer.pools.get(key) if peer is not None else None
+                    if view is None or (view[0], view[1]) != (pool.vstamp, pool.vorigin) or view[6] <= 0:
+                        continue
+                    if best is None or view[6] > best.pools[key][6]:
+                        best = peer
+                if best is None:
+                    break
+                view = best.pools[key]
+                give = min(spare, view[6]) if pool.kind == CONC else spare
+                view[6] = max(0, view[6] - give) if pool.kind == CONC else 0  # not again before it says so
+                spare -= give
+                self._give(pool, best.node, best.member, give)
+        self.offering = self._wants_offers()
+
+    def _wants_offers(self) -> bool:
+        """Whether a peer said jobs wait there of a group whose units (of a limit) are here."""
+        for peer in self.peers.values():
+            for key, view in peer.pools.items():
+                if view[6] > 0:
+                    pool = self.pools.get(key)
+                    if pool is not None and pool.held > 0:
+                        return True
+        return False
 
     def _resend(self, now: int) -> None:
         reachable = set(self.ctx.reachable)
@@ -755,6 +804,7 @@ class Limits:
         if peer is None:
             return False
         peer.pools = {(v[0], v[1]): [v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9]] for v in views}
+        self.offering = self._wants_offers()
         me = self._member_id()
         for member in body[3]:
             if type(member) is str and member not in self.void:
@@ -801,10 +851,10 @@ class Limits:
             return None
         want = body[6]
         waiting = self._waiting().get(pool.group, 0)
-        if pool.kind == CONC:
-            spare = pool.held - self._used(pool.group) - (waiting if waiting else 0)
+        if waiting:
+            spare = 0
         else:
-            spare = pool.held // 2 if waiting else pool.held
+            spare = pool.held - self._used(pool.group) if pool.kind == CONC else pool.held
         give = min(want, spare)
         if give > 0:
             self._give(pool, sender, body[1], give)

@@ -225,6 +225,28 @@ def test_a_concurrency_limit_holds_across_nodes_and_shares_move_to_the_demand(se
     assert got, "no share moved"
 
 
+def test_idle_units_go_at_once_to_a_node_whose_jobs_wait():
+    """A node whose jobs of the group are all done gives its units to the node that said its jobs
+    wait, at its next look (TICK_MS), not a gossip period later when that node would ask."""
+    c = Wired(2)
+    c.cmd(0, "GROUP", "LIMIT", "A", "CONCURRENCY", 3)
+    c.cmd(0, "ADDJOB", "q", "here", 0, "GROUP", "A", "RETRY", 5, "REPLICATE", 1)
+    for i in range(10):
+        c.cmd(1, "ADDJOB", "q", "there%d" % i, 0, "GROUP", "A", "RETRY", 5, "REPLICATE", 1)
+    c.advance(1500)  # both have told the other their shares and what waits there
+    pools = [c.node(i).limits.pools[(b"A", CONC)] for i in range(2)]
+    assert (pools[0].held, pools[1].held) == (3, 0)  # a job waits on node 0: it keeps its units
+    limits = [c.node(i).limits for i in range(2)]
+    while min(lim.next_gossip for lim in limits) - c.now < 300:  # no gossip (nor an ask after it) soon
+        c.advance(50)
+    got = c.cmd(0, "GETJOB", "NOHANG", "COUNT", 5, "FROM", "q")
+    assert [bytes(j[2]) for j in got] == [b"here"]
+    c.cmd(0, "ACKJOB", got[0][1])
+    c.advance(120)
+    assert (pools[0].held, pools[1].held) == (0, 3)
+    assert len(c.cmd(1, "GETJOB", "NOHANG", "COUNT", 10, "FROM", "q")) == 3
+
+
 #: DISQUE_PY_GROUPS_PROOF=1: a hundred seeded schedules instead of two (the CI runs two)
 SEEDS = range(3, 103) if os.environ.get("DISQUE_PY_GROUPS_PROOF") == "1" else (3, 4)
 
