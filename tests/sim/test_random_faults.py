@@ -57,6 +57,7 @@ DEFAULT_SEEDS_HEALTHY = 200
 DEFAULT_SEEDS_REPLACE = 200
 DEFAULT_SEEDS_FAILING = 300
 DEFAULT_SEEDS_RELEASING = 200
+DEFAULT_SEEDS_LIMITED = 100
 
 
 def _seeds(default: int) -> list[int]:
@@ -162,6 +163,32 @@ def test_random_traffic_healthy_released_jobs(seed):
     run_releasing_healthy(seed).check()
 
 
+def run_limited(seed: int, **kw) -> RandomRun:
+    """Every fault on 3 nodes, and half the jobs with a RETRY in a group with a CONCURRENCY limit
+    of 1 to 3 (three nodes: with five, asymmetric partitions are a known gap of the design)."""
+    return RandomRun(seed, limited=True, n_nodes=3, replay=_replay("limited", seed), **kw).run()
+
+
+@pytest.mark.replication
+@pytest.mark.skipif(os.environ.get("SIM_LIMITED") != "1", reason="SIM_LIMITED=1: known to fail, see below")
+@pytest.mark.parametrize("seed", _seeds(DEFAULT_SEEDS_LIMITED))
+def test_random_faults_limited_group(seed):
+    """(l) never more jobs of the limited group held by consumers than its limit. Not in the CI
+    yet: some seeds find the consumers holding one job more than the limit after a crash and a
+    restart under message loss (3 nodes: seeds 6, 8 and 18 of 0-99; ``SIM_LIMITED=1 SIM_SEED=6
+    .venv/bin/pytest tests/sim/test_random_faults.py -k limited_group`` shows one)."""
+    run = run_limited(seed)
+    run.check()
+
+
+def test_the_limited_workload_reaches_its_limit():
+    """The runs above test something: their consumers hold as many jobs of the group as its limit
+    allows, in most seeds."""
+    runs = [run_limited(seed, fault_ms=5000) for seed in range(4)]
+    assert sum(run.limited_most == run.limit for run in runs) >= 2, [(r.limited_most, r.limit) for r in runs]
+    assert all(run.limited_retry for run in runs)
+
+
 def test_the_releasing_workload_gives_jobs_back():
     """The runs above test something: their workload gives deliveries back, of jobs that then
     fail (a short run gives some back in most seeds, not in every one)."""
@@ -177,7 +204,7 @@ def _replay_seed(variant: str) -> None:
     trace = bool(os.environ.get("SIM_TRACE"))
     variants = {"faults": run_faults, "r1": run_r1, "healthy": run_healthy, "replace": run_replace,
                 "failing": run_failing, "failing_healthy": run_failing_healthy, "releasing": run_releasing,
-                "releasing_healthy": run_releasing_healthy}  # fmt: skip
+                "releasing_healthy": run_releasing_healthy, "limited": run_limited}  # fmt: skip
     run = variants[variant](
         seed, record_trace=trace
     )
@@ -222,6 +249,11 @@ def test_replay_releasing():
 
 def test_replay_releasing_healthy():
     _replay_seed("releasing_healthy")
+
+
+@pytest.mark.replication
+def test_replay_limited():
+    _replay_seed("limited")
 
 
 # ---------------------------------------------------------------------------
