@@ -1073,7 +1073,10 @@ class RandomRun:
             for raw in argv[1:2] if name == b"RELEASE" else argv[1:]:
                 ends = self.limited_held.get(bytes(raw))
                 if ends:
-                    ends.pop(0)  # one holding of it ends (the oldest)
+                    # the latest holding of it ends: the workload acts on a job's latest delivery
+                    # (``outstanding`` names its node; the drain acks what it was just given), and
+                    # the consumers of its earlier deliveries hold them until their RETRY passes
+                    ends.pop()
                     if not ends:
                         del self.limited_held[bytes(raw)]
 
