@@ -35,17 +35,36 @@ queued (``GroupTable.held``: the queues skip the group's turn): no NACK, no deli
 of a limited group (it is fenced: its share may be taken back by the others). Every
 ``GOSSIP_MS`` each node tells every reachable one what it holds of each pool, with, per other
 node, the units it has given it and received from it in all (``Pool.sent``, ``Pool.recv``: they
-only grow) and the longest RETRY of the jobs it has delivered and not seen acknowledged. A node
-that this node has not heard from for longer than that RETRY plus ``RECLAIM_MARGIN_MS`` (its
-deliveries are due back in their queues by then), or a node's former self (it restarted: a new
-incarnation, its units forgotten), has its units taken back by one node: the one with the lowest
-ID among those that reach a majority and have heard from every other node not being taken back
-since it went silent. It adds what the gone node held when it last spoke, plus what others gave
-it since, minus what others got from it since (the counters above), and says so in its gossip
-(``void``): everyone then refuses that incarnation's grants, and the node itself, if it comes
-back, drops what it holds and starts again with nothing as a new incarnation. A node that comes
-back from a partition delivers no job of a limited group before it has heard from every node it
-reaches, so it learns first whether its units were taken back.
+only grow), the longest RETRY of the jobs it has delivered (told at its next tick when it
+grows), and the silent incarnations it knows (``Peer.silent``). A node that this node has not
+heard from for longer than that RETRY plus ``RECLAIM_MARGIN_MS`` (its deliveries are due back in
+their queues by then), or a node's former self (it restarted: a new incarnation, its units
+forgotten), has its units taken back by one node: the one with the lowest ID among those that
+reach a majority, have heard from every other node not being taken back since it went silent,
+and know that incarnation (a node's new self never heard of its former self, nor a node started
+since it went silent: a live node of a lower ID that did not say it knows it is passed over). It
+adds what the gone node held when it last spoke, plus what others gave it since, minus what
+others got from it since (the counters above), and says so in its gossip at once (``void``):
+everyone then refuses that incarnation's grants and stops sending it the grants it did not
+acknowledge (counted by the taker as the gone one's), and the node itself, if it comes back,
+drops what it holds and starts again with nothing as a new incarnation. A grant names the
+incarnation it is meant for (and GRANTED the one that took it): one sent again to a node that
+restarted is refused by its new self, whose former self is taken back with the grant counted in.
+A node refuses the grants of an incarnation silent here for ``RECLAIM_MARGIN_MS`` until it hears
+from it again (its gossip then says whether it is void). A node that comes back from a partition
+delivers no job of a limited group before it has heard from every node it reaches, so it learns
+first whether its units were taken back.
+
+A delivery counts against its node's units until its consumer acknowledges it there, gives it
+back (NACK, RELEASE: its count of returns grew), or its RETRY since the delivery passes
+(``_used``). A job queued here again by a holder that missed the delivery (a partition cut the
+WORKING of ``Requeue.lease``; the job moved back here) is still held by its consumer: that does
+not settle it.
+
+The fields added to GROUPS messages within this release (GRANT's incarnation, GRANTED's, SHARES'
+silent list) are trailing: a peer that does not send them is read as before (its grants go to
+whichever incarnation takes them; a peer that does not say which silent incarnations it knows is
+taken to know them all, so the lower ID waits for it: units may stay untaken, never counted twice).
 
 A limit changed (a new GROUP LIMIT) makes new units, all on the node that took the command;
 jobs delivered before the change count against no new unit (they finish under the old limit).
@@ -189,6 +208,12 @@ def _ledger(d: dict) -> bool:
     return True
 
 
+def _given_back(job: Job) -> int:
+    """How many times ``job`` was given back by its consumers (NACK, RELEASE), as this node knows."""
+    extra = job.extra
+    return job.nacks + (extra.returns if extra is not None else 0)
+
+
 @final
 class Pool:
     """This node's share of one limit (a group's CONCURRENCY or RATE) and its ledger."""
@@ -216,7 +241,7 @@ class Pool:
 class Peer:
     """What this node last heard from one incarnation of another node."""
 
-    __slots__ = ("node", "member", "heard", "pools", "void")
+    __slots__ = ("node", "member", "heard", "pools", "void", "silent")
 
     def __init__(self, node: str, member: str, heard: int) -> None:
         self.node = node
@@ -225,6 +250,8 @@ class Peer:
         # (group, kind) -> [vstamp, vorigin, held, sent, recv, longest RETRY ms, waiting, spare]
         self.pools: dict[tuple[bytes, int], list[Any]] = {}
         self.void: dict[str, int] = {}  # the incarnations it says were taken back
+        # the silent incarnations it knows (it could take them back); None: it did not say
+        self.silent: list | None = None
 
 
 @final
@@ -389,17 +416,21 @@ class Limits:
     def _used(self, group: bytes) -> int:
         """Deliveries of ``group`` made here and not settled, the settled ones forgotten. A
         delivery is settled when its consumer acknowledges it here (ACKJOB, FASTACK:
-        ``acked_here``), when the job is back in a queue here (NACK, RELEASE, a requeue), or when
+        ``acked_here``), when the job is back in a queue here given back (a NACK or a RELEASE,
+        here or told by another holder: its count of them grew since the delivery), or when
         the RETRY since the delivery passed (its consumer is then taken for gone, as Disque does).
         An acknowledgement heard from another node does not settle it before that: it may be
-        another consumer's, of an earlier delivery of the same job (a partition)."""
+        another consumer's, of an earlier delivery of the same job (a partition). Nor does a
+        requeue by another holder that missed the delivery (a partition cut its WORKING): the
+        job moved back here and queued again (``YOURJOBS``) is still held by its consumer."""
         active = self.active.get(group)
         if not active:
             return 0
         now = self.ctx.now
         store = self.ctx.store
         gone = [job_id for job_id, entry in active.items()
-                if entry[1] <= now or (entry[0].state == QUEUED and store.get(job_id) is entry[0])]  # fmt: skip
+                if entry[1] <= now or (entry[0].state == QUEUED and store.get(job_id) is entry[0]
+                                       and _given_back(entry[0]) > entry[2])]  # fmt: skip
         by_id = self.by_id
         for job_id in gone:
             del active[job_id]
@@ -433,10 +464,12 @@ class Limits:
         now = self.ctx.now
         # settled by its RETRY at the latest (a RETRY 0 job, in a group without a concurrency
         # limit: by its TTL)
-        active[job.id] = [job, now + job.retry * 1000 if job.retry else job.etime]
+        active[job.id] = [job, now + job.retry * 1000 if job.retry else job.etime, _given_back(job)]
         self.by_id[job.id] = group
         if job.retry * 1000 > self.max_retry.get(group, 0):
             self.max_retry[group] = job.retry * 1000
+            if (group, CONC) in self.pools:
+                self.next_gossip = now  # told at the next tick: the others wait that long to take its units
         if (group, CONC) in self.pools or (group, RATE) in self.pools:
             rate = self.pools.get((group, RATE))
             if rate is not None:
@@ -519,9 +552,10 @@ class Limits:
         if now >= self.next_gossip:
             self.next_gossip = now + GOSSIP_MS
             self._note_silence(now)
+            self._reclaim(now)  # first: the incarnations taken back are told at once
             if self.pools and ctx.reachable:
-                ctx.send(ctx.reachable, ("GROUPS", "SHARES", self._member_id(), self._gossip(), self._void_list(now)))
-            self._reclaim(now)
+                ctx.send(ctx.reachable, ("GROUPS", "SHARES", self._member_id(), self._gossip(), self._void_list(now),
+                                         [m for m in self.silent_since if m in self.peers]))  # fmt: skip
             if ctx.cluster_size > 1:
                 self.alone_since = 0
             elif not self.alone_since:
@@ -638,11 +672,12 @@ class Limits:
                 member, node, units, sent_at = entry
                 if now - sent_at >= RESEND_MS and node in reachable:
                     entry[3] = now
-                    self._send_grant(pool, node, seq, units)
+                    self._send_grant(pool, node, member, seq, units)
 
-    def _send_grant(self, pool: Pool, node: str, seq: int, units: int) -> None:
+    def _send_grant(self, pool: Pool, node: str, member: str, seq: int, units: int) -> None:
+        # ``member``: the incarnation it is for; another one of that node refuses it (``_on_grant``)
         self.ctx.send((node,), ("GROUPS", "GRANT", self._member_id(), pool.group, pool.kind, pool.vstamp,
-                                pool.vorigin, seq, units))  # fmt: skip
+                                pool.vorigin, seq, units, member))  # fmt: skip
 
     def _give(self, pool: Pool, node: str, member: str, units: int) -> None:
         if units <= 0:
@@ -653,7 +688,7 @@ class Limits:
         pool.sent[member] = pool.sent.get(member, 0) + units
         self.grant_seq += 1
         pool.out[self.grant_seq] = [member, node, units, self.ctx.now]
-        self._send_grant(pool, node, self.grant_seq, units)
+        self._send_grant(pool, node, member, self.grant_seq, units)
         self._update_held()
 
     # ------------------------------------------------------------------ taking units back
@@ -677,6 +712,7 @@ class Limits:
         # the others must all have been heard from since the first of these went silent
         first = min(self.silent_since[m] for m in due)
         others = [n for n in ctx.known_nodes if n != ctx.id]
+        lower: list[Peer] = []  # live nodes of lower IDs: one of them may take some back instead
         for node in others:
             latest = self.latest.get(node)
             peer = self.peers.get(latest) if latest is not None else None
@@ -685,9 +721,14 @@ class Limits:
                 return
             if not live and node not in due_nodes:
                 return  # a node neither heard from nor due: it may hold what we would take
-            if live and node < ctx.id and node not in due_nodes:
-                return  # a lower ID takes them back (not a node's new self: it knows nothing of its old)
+            if live and peer is not None and node < ctx.id:
+                lower.append(peer)
         for member in due:
+            # a live node of a lower ID takes it back, if it knows it (it said it has it silent,
+            # or said nothing); not one that never heard of it (a node's new self does not know
+            # its former self, nor a node started after it went silent)
+            if any(p.silent is None or member in p.silent for p in lower if p.node != self.peers[member].node):
+                continue
             self._take_back(member, now)
 
     def _take_back(self, member: str, now: int) -> None:
@@ -708,11 +749,17 @@ class Limits:
                 units -= o_recv.get(member, 0) - sent_then.get(other_member, 0)
             if units > 0:
                 pool.held += units  # (not in ``recv``: that ledger counts grants, which others' match)
-                for seq in [s for s, e in pool.out.items() if e[0] == member]:
-                    del pool.out[seq]  # counted above: it never acknowledged them
+        self._voided(member, now)
+        self._update_held()
+
+    def _voided(self, member: str, now: int) -> None:
+        """``member`` was taken back (here or by a peer): its grants are refused from now on, and
+        the ones given it and not acknowledged are not sent again (the taker counted them as its)."""
         self.void[member] = now
         self.silent_since.pop(member, None)
-        self._update_held()
+        for pool in self.pools.values():
+            for seq in [s for s, e in pool.out.items() if e[0] == member]:
+                del pool.out[seq]
 
     def _ledgers(self, key: tuple[bytes, int], pool: Pool) -> list[tuple[str, tuple[dict, dict]]]:
         out: list[tuple[str, tuple[dict, dict]]] = [(self._member_id(), (pool.sent, pool.recv))]
@@ -811,8 +858,8 @@ class Limits:
                 if member == me:
                     self._restart_incarnation()
                 else:
-                    self.void[member] = self.ctx.now
-                    self.silent_since.pop(member, None)
+                    self._voided(member, self.ctx.now)
+        peer.silent = body[4] if len(body) > 4 and type(body[4]) is list and len(body[4]) <= 4096 else None
         return None
 
     def _void_member(self, member: Any) -> bool:
@@ -868,12 +915,22 @@ class Limits:
             return False
         if self._void_member(member):
             return None  # its units were taken back: its grants are void
+        since = self.silent_since.get(member)
+        if since is not None and self.ctx.now - since >= RECLAIM_MARGIN_MS:
+            # silent here long enough that a node may be taking its units back, and we may not
+            # have heard so yet (a partition that heals): not before it is heard from again (its
+            # gossip), when it is either current or known void; it sends the grant again
+            return None
+        if len(body) > 8 and body[8] != self._member_id():
+            # meant for this node's former self (sent again after a restart, or to an incarnation
+            # taken back): its giver counted it as that one's, which is taken back with it
+            return None
         pool = self._pool_of(body, 2)
         if pool is None:
             s = self.settings.get(body[2]) if type(body[2]) is bytes else None
             stale = s is not None and type(body[4]) is int and type(body[5]) is str
             if stale and s is not None and (s.lstamp, s.lorigin) > (body[4], body[5]):
-                self.ctx.send((sender,), ("GROUPS", "GRANTED", body[2], body[3], seq))  # stale: void anyway
+                self.ctx.send((sender,), ("GROUPS", "GRANTED", body[2], body[3], seq, self._member_id()))  # void anyway
             return None  # a limit not known here yet: sent again later
         seen = pool.seen.get(member)
         if seen is None:
@@ -883,7 +940,7 @@ class Limits:
             pool.held += units
             pool.recv[member] = pool.recv.get(member, 0) + units
             self._update_held()
-        self.ctx.send((sender,), ("GROUPS", "GRANTED", pool.group, pool.kind, seq))
+        self.ctx.send((sender,), ("GROUPS", "GRANTED", pool.group, pool.kind, seq, self._member_id()))
         return None
 
     def _on_granted(self, sender: str, body: list) -> Any:
@@ -892,7 +949,7 @@ class Limits:
         pool = self.pools.get((body[1], body[2]))
         if pool is not None:
             entry = pool.out.get(body[3])
-            if entry is not None and entry[1] == sender:
+            if entry is not None and entry[1] == sender and (len(body) < 5 or body[4] == entry[0]):
                 del pool.out[body[3]]
         return None
 

@@ -334,3 +334,40 @@ def test_settings_and_weights_come_back_from_the_aof():
         a = info(node.execute(1, [b"GROUP", b"INFO", b"A"], node.ctx.now))
         assert (a["weight"], a["concurrency"]) == (5, 9)
         assert node.ctx.groups.weights == {b"A": 5}
+
+
+def test_a_grant_meant_for_a_former_self_is_refused():
+    """A grant names the incarnation it is for: sent again after its taker restarted, the new
+    incarnation refuses it (its giver counted it as the former self's, which is taken back with
+    it), and acknowledges only its own."""
+    c = Wired(2)
+    c.cmd(0, "GROUP", "LIMIT", "A", "CONCURRENCY", 3)
+    c.advance(100)
+    lim = c.node(1).limits
+    pool = lim.pools[(b"A", CONC)]
+    giver = c.node(0).limits.member
+    body = ["GRANT", giver, b"A", CONC, pool.vstamp, pool.vorigin, 900, 1]
+    before = pool.held
+    c.node(1).limits.on_groups(c.ids[0], body + [c.ids[1] + "/former"])
+    assert pool.held == before and 900 not in pool.seen.get(giver, set())
+    c.node(1).limits.on_groups(c.ids[0], body + [lim.member])
+    assert pool.held == before + 1
+
+
+def test_a_delivery_queued_again_by_another_holder_still_counts():
+    """A job queued again here without being given back (another holder that missed the delivery
+    requeued it and moved it here) is still held by its consumer: its unit stays used until its
+    RETRY; a NACK settles it at once."""
+    c = Wired(1)
+    c.cmd(0, "GROUP", "LIMIT", "A", "CONCURRENCY", 1)
+    c.cmd(0, "ADDJOB", "q", "a", 0, "GROUP", "A", "RETRY", 5)
+    c.cmd(0, "ADDJOB", "q", "b", 0, "GROUP", "A", "RETRY", 5)
+    got = c.cmd(0, "GETJOB", "NOHANG", "COUNT", 2, "FROM", "q")
+    assert len(got) == 1
+    node = c.node(0)
+    job = node.ctx.store.get(bytes(got[0][1]))
+    node.requeue.enqueue_job(job, False, True)  # as a copy moved in (YOURJOBS) is queued
+    assert node.limits._used(b"A") == 1
+    assert "A" in {g.decode() for g in node.ctx.groups.held}  # no other job of A goes meanwhile
+    c.advance(5600)  # its RETRY since the delivery passed: its consumer is taken for gone
+    assert node.limits._used(b"A") == 0
