@@ -59,7 +59,8 @@ A delivery counts against its node's units until its consumer acknowledges it th
 back (NACK, RELEASE: its count of returns grew), or its RETRY since the delivery passes
 (``_used``). A job queued here again by a holder that missed the delivery (a partition cut the
 WORKING of ``Requeue.lease``; the job moved back here) is still held by its consumer: that does
-not settle it.
+not settle it; delivered here again meanwhile, an ack (or return) ends the latest delivery, and
+the earlier one counts until its RETRY.
 
 The fields added to GROUPS messages within this release (GRANT's incarnation, GRANTED's, SHARES'
 silent list) are trailing: a peer that does not send them is read as before (its grants go to
@@ -206,6 +207,17 @@ def _ledger(d: dict) -> bool:
         if type(k) is not str or type(v) is not int or not 0 <= v < 1 << 62:
             return False
     return True
+
+
+def _earlier(active: dict[bytes, list[Any]], job_id: bytes, now: int) -> bool:
+    """The latest delivery of ``job_id`` here settled: True if an earlier one's consumer may still
+    hold it (its RETRY not over: it counts until then, settled by nothing else), else forgotten."""
+    entry = active[job_id]
+    if entry[3] > now:
+        active[job_id] = [entry[0], entry[3], 1 << 62, 0]
+        return True
+    del active[job_id]
+    return False
 
 
 def _given_back(job: Job) -> int:
@@ -433,8 +445,8 @@ class Limits:
                                        and _given_back(entry[0]) > entry[2])]  # fmt: skip
         by_id = self.by_id
         for job_id in gone:
-            del active[job_id]
-            by_id.pop(job_id, None)
+            if not _earlier(active, job_id, now):
+                by_id.pop(job_id, None)
         if not active:
             del self.active[group]
             return 0
@@ -448,8 +460,8 @@ class Limits:
             group = by_id.pop(job_id, None)
             if group is not None:
                 active = self.active.get(group)
-                if active is not None:
-                    active.pop(job_id, None)
+                if active is not None and _earlier(active, job_id, self.ctx.now):
+                    by_id[job_id] = group
                 changed = changed or (group, CONC) in self.pools
         if changed:
             self._update_held()
@@ -464,7 +476,12 @@ class Limits:
         now = self.ctx.now
         # settled by its RETRY at the latest (a RETRY 0 job, in a group without a concurrency
         # limit: by its TTL)
-        active[job.id] = [job, now + job.retry * 1000 if job.retry else job.etime, _given_back(job)]
+        # delivered here again while an earlier delivery's consumer may still hold it (the job
+        # queued again by a holder that missed that delivery): that holding is kept, to count
+        # until its RETRY once the latest is settled (``_earlier``)
+        prev = active.get(job.id)
+        earlier = max(prev[1], prev[3]) if prev is not None and prev[1] > now else 0
+        active[job.id] = [job, now + job.retry * 1000 if job.retry else job.etime, _given_back(job), earlier]
         self.by_id[job.id] = group
         if job.retry * 1000 > self.max_retry.get(group, 0):
             self.max_retry[group] = job.retry * 1000

@@ -371,3 +371,20 @@ def test_a_delivery_queued_again_by_another_holder_still_counts():
     assert "A" in {g.decode() for g in node.ctx.groups.held}  # no other job of A goes meanwhile
     c.advance(5600)  # its RETRY since the delivery passed: its consumer is taken for gone
     assert node.limits._used(b"A") == 0
+
+
+def test_an_ack_after_a_second_delivery_leaves_the_first_counted_until_its_retry():
+    """Delivered here twice (queued again between by a holder that missed the first delivery), the
+    job's ack ends the latest holding: the first consumer may still hold it until its RETRY."""
+    c = Wired(1)
+    c.cmd(0, "GROUP", "LIMIT", "A", "CONCURRENCY", 2)
+    c.cmd(0, "ADDJOB", "q", "a", 0, "GROUP", "A", "RETRY", 5)
+    node = c.node(0)
+    job_id = bytes(c.cmd(0, "GETJOB", "NOHANG", "FROM", "q")[0][1])
+    c.advance(1000)
+    node.requeue.enqueue_job(node.ctx.store.get(job_id), False, True)  # moved back, queued again
+    assert bytes(c.cmd(0, "GETJOB", "NOHANG", "FROM", "q")[0][1]) == job_id
+    c.cmd(0, "ACKJOB", job_id)
+    assert node.limits._used(b"A") == 1  # the first delivery, 4 s of its RETRY left
+    c.advance(4100)
+    assert node.limits._used(b"A") == 0
