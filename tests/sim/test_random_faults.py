@@ -57,8 +57,8 @@ DEFAULT_SEEDS_HEALTHY = 200
 DEFAULT_SEEDS_REPLACE = 200
 DEFAULT_SEEDS_FAILING = 300
 DEFAULT_SEEDS_RELEASING = 200
-DEFAULT_SEEDS_LIMITED = 30  # ~0.2 s a seed (3 nodes): 200 pass, SIM_SEEDS=200 runs them
-DEFAULT_SEEDS_LIMITED_5 = 10  # ~0.35 s a seed (5 nodes): 100 pass
+DEFAULT_SEEDS_LIMITED = 20  # ~0.2 s a seed (3 nodes): 200 pass, SIM_SEEDS=200 runs them
+DEFAULT_SEEDS_LIMITED_5 = 6  # ~0.35 s a seed (5 nodes): 100 pass
 
 
 def _seeds(default: int) -> list[int]:
