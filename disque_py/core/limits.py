@@ -22,7 +22,10 @@ unacknowledged deliveries (``Pool.used``) are fewer than its units, a rate pool 
 holds a whole delivery. The units of one limit never add up to more than the limit: they are
 made once, all on the node that took GROUP LIMIT, and afterwards only moved: a node whose jobs
 of the group wait and whose share is used up asks (``GROUPS ASK``) the node that last said it
-had the most to spare, which gives what it does not need (``GROUPS GRANT``). A grant leaves the
+had the most to spare, which gives what it does not need (``GROUPS GRANT``); a node none of whose
+jobs of the group wait gives its idle units at once (``_offer``, at its next ``TICK_MS``) to the
+peer that said the most of them wait there, so the limit stays in use while jobs wait anywhere.
+A node whose jobs of the group wait keeps every unit it holds (it says it has none to spare). A grant leaves the
 giver before it is sent; the receiver adds it once (grants are numbered by their giver) and
 answers ``GROUPS GRANTED``; the giver sends it again until then. Units in flight are nobody's:
 the sum can only fall short of the limit, never exceed it. A job of a group at its limit stays
@@ -32,17 +35,37 @@ queued (``GroupTable.held``: the queues skip the group's turn): no NACK, no deli
 of a limited group (it is fenced: its share may be taken back by the others). Every
 ``GOSSIP_MS`` each node tells every reachable one what it holds of each pool, with, per other
 node, the units it has given it and received from it in all (``Pool.sent``, ``Pool.recv``: they
-only grow) and the longest RETRY of the jobs it has delivered and not seen acknowledged. A node
-that this node has not heard from for longer than that RETRY plus ``RECLAIM_MARGIN_MS`` (its
-deliveries are due back in their queues by then), or a node's former self (it restarted: a new
-incarnation, its units forgotten), has its units taken back by one node: the one with the lowest
-ID among those that reach a majority and have heard from every other node not being taken back
-since it went silent. It adds what the gone node held when it last spoke, plus what others gave
-it since, minus what others got from it since (the counters above), and says so in its gossip
-(``void``): everyone then refuses that incarnation's grants, and the node itself, if it comes
-back, drops what it holds and starts again with nothing as a new incarnation. A node that comes
-back from a partition delivers no job of a limited group before it has heard from every node it
-reaches, so it learns first whether its units were taken back.
+only grow), the longest RETRY of the jobs it has delivered (told at its next tick when it
+grows), and the silent incarnations it knows (``Peer.silent``). A node that this node has not
+heard from for longer than that RETRY plus ``RECLAIM_MARGIN_MS`` (its deliveries are due back in
+their queues by then), or a node's former self (it restarted: a new incarnation, its units
+forgotten), has its units taken back by one node: the one with the lowest ID among those that
+reach a majority, have heard from every other node not being taken back since it went silent,
+and know that incarnation (a node's new self never heard of its former self, nor a node started
+since it went silent: a live node of a lower ID that did not say it knows it is passed over). It
+adds what the gone node held when it last spoke, plus what others gave it since, minus what
+others got from it since (the counters above), and says so in its gossip at once (``void``):
+everyone then refuses that incarnation's grants and stops sending it the grants it did not
+acknowledge (counted by the taker as the gone one's), and the node itself, if it comes back,
+drops what it holds and starts again with nothing as a new incarnation. A grant names the
+incarnation it is meant for (and GRANTED the one that took it): one sent again to a node that
+restarted is refused by its new self, whose former self is taken back with the grant counted in.
+A node refuses the grants of an incarnation silent here for ``RECLAIM_MARGIN_MS`` until it hears
+from it again (its gossip then says whether it is void). A node that comes back from a partition
+delivers no job of a limited group before it has heard from every node it reaches, so it learns
+first whether its units were taken back.
+
+A delivery counts against its node's units until its consumer acknowledges it there, gives it
+back (NACK, RELEASE: its count of returns grew), or its RETRY since the delivery passes
+(``_used``). A job queued here again by a holder that missed the delivery (a partition cut the
+WORKING of ``Requeue.lease``; the job moved back here) is still held by its consumer: that does
+not settle it; delivered here again meanwhile, an ack (or return) ends the latest delivery, and
+the earlier one counts until its RETRY.
+
+The fields added to GROUPS messages within this release (GRANT's incarnation, GRANTED's, SHARES'
+silent list) are trailing: a peer that does not send them is read as before (its grants go to
+whichever incarnation takes them; a peer that does not say which silent incarnations it knows is
+taken to know them all, so the lower ID waits for it: units may stay untaken, never counted twice).
 
 A limit changed (a new GROUP LIMIT) makes new units, all on the node that took the command;
 jobs delivered before the change count against no new unit (they finish under the old limit).
@@ -186,6 +209,23 @@ def _ledger(d: dict) -> bool:
     return True
 
 
+def _earlier(active: dict[bytes, list[Any]], job_id: bytes, now: int) -> bool:
+    """The latest delivery of ``job_id`` here settled: True if an earlier one's consumer may still
+    hold it (its RETRY not over: it counts until then, settled by nothing else), else forgotten."""
+    entry = active[job_id]
+    if entry[3] > now:
+        active[job_id] = [entry[0], entry[3], 1 << 62, 0]
+        return True
+    del active[job_id]
+    return False
+
+
+def _given_back(job: Job) -> int:
+    """How many times ``job`` was given back by its consumers (NACK, RELEASE), as this node knows."""
+    extra = job.extra
+    return job.nacks + (extra.returns if extra is not None else 0)
+
+
 @final
 class Pool:
     """This node's share of one limit (a group's CONCURRENCY or RATE) and its ledger."""
@@ -213,7 +253,7 @@ class Pool:
 class Peer:
     """What this node last heard from one incarnation of another node."""
 
-    __slots__ = ("node", "member", "heard", "pools", "void")
+    __slots__ = ("node", "member", "heard", "pools", "void", "silent")
 
     def __init__(self, node: str, member: str, heard: int) -> None:
         self.node = node
@@ -222,6 +262,8 @@ class Peer:
         # (group, kind) -> [vstamp, vorigin, held, sent, recv, longest RETRY ms, waiting, spare]
         self.pools: dict[tuple[bytes, int], list[Any]] = {}
         self.void: dict[str, int] = {}  # the incarnations it says were taken back
+        # the silent incarnations it knows (it could take them back); None: it did not say
+        self.silent: list | None = None
 
 
 @final
@@ -254,6 +296,7 @@ class Limits:
         self.next_gossip = 0
         self.next_digest = 0
         self.next_tick = 0
+        self.offering = False  # a peer said jobs of a group wait there whose units are here (_offer)
         self.alone_since = 0  # since when this node is a cluster of one (0: it is not, or not yet seen)
         # Until it has compared its table with a peer's (a DIGEST or SET heard), a node of a cluster
         # delivers no job of any group: it may not know a limit yet (a start without the AOF, or
@@ -385,21 +428,25 @@ class Limits:
     def _used(self, group: bytes) -> int:
         """Deliveries of ``group`` made here and not settled, the settled ones forgotten. A
         delivery is settled when its consumer acknowledges it here (ACKJOB, FASTACK:
-        ``acked_here``), when the job is back in a queue here (NACK, RELEASE, a requeue), or when
+        ``acked_here``), when the job is back in a queue here given back (a NACK or a RELEASE,
+        here or told by another holder: its count of them grew since the delivery), or when
         the RETRY since the delivery passed (its consumer is then taken for gone, as Disque does).
         An acknowledgement heard from another node does not settle it before that: it may be
-        another consumer's, of an earlier delivery of the same job (a partition)."""
+        another consumer's, of an earlier delivery of the same job (a partition). Nor does a
+        requeue by another holder that missed the delivery (a partition cut its WORKING): the
+        job moved back here and queued again (``YOURJOBS``) is still held by its consumer."""
         active = self.active.get(group)
         if not active:
             return 0
         now = self.ctx.now
         store = self.ctx.store
         gone = [job_id for job_id, entry in active.items()
-                if entry[1] <= now or (entry[0].state == QUEUED and store.get(job_id) is entry[0])]  # fmt: skip
+                if entry[1] <= now or (entry[0].state == QUEUED and store.get(job_id) is entry[0]
+                                       and _given_back(entry[0]) > entry[2])]  # fmt: skip
         by_id = self.by_id
         for job_id in gone:
-            del active[job_id]
-            by_id.pop(job_id, None)
+            if not _earlier(active, job_id, now):
+                by_id.pop(job_id, None)
         if not active:
             del self.active[group]
             return 0
@@ -413,8 +460,8 @@ class Limits:
             group = by_id.pop(job_id, None)
             if group is not None:
                 active = self.active.get(group)
-                if active is not None:
-                    active.pop(job_id, None)
+                if active is not None and _earlier(active, job_id, self.ctx.now):
+                    by_id[job_id] = group
                 changed = changed or (group, CONC) in self.pools
         if changed:
             self._update_held()
@@ -429,10 +476,17 @@ class Limits:
         now = self.ctx.now
         # settled by its RETRY at the latest (a RETRY 0 job, in a group without a concurrency
         # limit: by its TTL)
-        active[job.id] = [job, now + job.retry * 1000 if job.retry else job.etime]
+        # delivered here again while an earlier delivery's consumer may still hold it (the job
+        # queued again by a holder that missed that delivery): that holding is kept, to count
+        # until its RETRY once the latest is settled (``_earlier``)
+        prev = active.get(job.id)
+        earlier = max(prev[1], prev[3]) if prev is not None and prev[1] > now else 0
+        active[job.id] = [job, now + job.retry * 1000 if job.retry else job.etime, _given_back(job), earlier]
         self.by_id[job.id] = group
         if job.retry * 1000 > self.max_retry.get(group, 0):
             self.max_retry[group] = job.retry * 1000
+            if (group, CONC) in self.pools:
+                self.next_gossip = now  # told at the next tick: the others wait that long to take its units
         if (group, CONC) in self.pools or (group, RATE) in self.pools:
             rate = self.pools.get((group, RATE))
             if rate is not None:
@@ -473,7 +527,7 @@ class Limits:
         at = self.next_gossip if first is None else min(first, self.next_gossip)
         if self.settings and self.next_digest < at:
             at = self.next_digest
-        if self.table.held or any(p.out for p in self.pools.values()):
+        if self.table.held or self.offering or any(p.out for p in self.pools.values()):
             at = min(at, self.next_tick)
         return at
 
@@ -505,6 +559,8 @@ class Limits:
                 self._update_held()
                 if self.table.held:
                     self._ask(now)
+                if self.offering:
+                    self._offer()
                 self._resend(now)
         if self.settings and now >= self.next_digest:
             self.next_digest = now + DIGEST_MS
@@ -513,9 +569,10 @@ class Limits:
         if now >= self.next_gossip:
             self.next_gossip = now + GOSSIP_MS
             self._note_silence(now)
+            self._reclaim(now)  # first: the incarnations taken back are told at once
             if self.pools and ctx.reachable:
-                ctx.send(ctx.reachable, ("GROUPS", "SHARES", self._member_id(), self._gossip(), self._void_list(now)))
-            self._reclaim(now)
+                ctx.send(ctx.reachable, ("GROUPS", "SHARES", self._member_id(), self._gossip(), self._void_list(now),
+                                         [m for m in self.silent_since if m in self.peers]))  # fmt: skip
             if ctx.cluster_size > 1:
                 self.alone_since = 0
             elif not self.alone_since:
@@ -535,7 +592,7 @@ class Limits:
             used = self._used(pool.group) if pool.kind == CONC else 0
             spare = pool.held - used if pool.kind == CONC else pool.held
             if waiting.get(pool.group):
-                spare = 0 if pool.kind == CONC else spare // 2
+                spare = 0  # its jobs wait here: it needs every unit it holds
             out.append([pool.group, pool.kind, pool.vstamp, pool.vorigin, pool.held, pool.sent, pool.recv, retry,
                         waiting.get(pool.group, 0), max(0, spare)])  # fmt: skip
         return out
@@ -582,6 +639,49 @@ class Limits:
                                     pool.vorigin, want))  # fmt: skip
             best.pools[(pool.group, pool.kind)][7] = 0  # asked: not again before it says more
 
+    def _offer(self) -> None:
+        """Units idle here (no job of their group waits here) go at once to the peer that said the
+        most of its jobs wait there (``Peer.pools``' waiting, from its gossip): the limit stays in
+        use while jobs wait somewhere, without waiting for that peer to ask. A concurrency pool
+        gives its units not in use, as many as jobs wait there; a rate pool gives all it holds."""
+        if self._fenced_now():
+            return
+        ctx = self.ctx
+        waiting = self._waiting()
+        for pool in list(self.pools.values()):
+            if waiting.get(pool.group):
+                continue
+            key = (pool.group, pool.kind)
+            spare = pool.held - self._used(pool.group) if pool.kind == CONC else pool.held
+            while spare > 0:
+                best: Peer | None = None
+                for node in ctx.reachable:
+                    member = self.latest.get(node)
+                    peer = self.peers.get(member) if member is not None else None
+                    view = peer.pools.get(key) if peer is not None else None
+                    if view is None or (view[0], view[1]) != (pool.vstamp, pool.vorigin) or view[6] <= 0:
+                        continue
+                    if best is None or view[6] > best.pools[key][6]:
+                        best = peer
+                if best is None:
+                    break
+                view = best.pools[key]
+                give = min(spare, view[6]) if pool.kind == CONC else spare
+                view[6] = max(0, view[6] - give) if pool.kind == CONC else 0  # not again before it says so
+                spare -= give
+                self._give(pool, best.node, best.member, give)
+        self.offering = self._wants_offers()
+
+    def _wants_offers(self) -> bool:
+        """Whether a peer said jobs wait there of a group whose units (of a limit) are here."""
+        for peer in self.peers.values():
+            for key, view in peer.pools.items():
+                if view[6] > 0:
+                    pool = self.pools.get(key)
+                    if pool is not None and pool.held > 0:
+                        return True
+        return False
+
     def _resend(self, now: int) -> None:
         reachable = set(self.ctx.reachable)
         for pool in self.pools.values():
@@ -589,11 +689,12 @@ class Limits:
                 member, node, units, sent_at = entry
                 if now - sent_at >= RESEND_MS and node in reachable:
                     entry[3] = now
-                    self._send_grant(pool, node, seq, units)
+                    self._send_grant(pool, node, member, seq, units)
 
-    def _send_grant(self, pool: Pool, node: str, seq: int, units: int) -> None:
+    def _send_grant(self, pool: Pool, node: str, member: str, seq: int, units: int) -> None:
+        # ``member``: the incarnation it is for; another one of that node refuses it (``_on_grant``)
         self.ctx.send((node,), ("GROUPS", "GRANT", self._member_id(), pool.group, pool.kind, pool.vstamp,
-                                pool.vorigin, seq, units))  # fmt: skip
+                                pool.vorigin, seq, units, member))  # fmt: skip
 
     def _give(self, pool: Pool, node: str, member: str, units: int) -> None:
         if units <= 0:
@@ -604,7 +705,7 @@ class Limits:
         pool.sent[member] = pool.sent.get(member, 0) + units
         self.grant_seq += 1
         pool.out[self.grant_seq] = [member, node, units, self.ctx.now]
-        self._send_grant(pool, node, self.grant_seq, units)
+        self._send_grant(pool, node, member, self.grant_seq, units)
         self._update_held()
 
     # ------------------------------------------------------------------ taking units back
@@ -628,6 +729,7 @@ class Limits:
         # the others must all have been heard from since the first of these went silent
         first = min(self.silent_since[m] for m in due)
         others = [n for n in ctx.known_nodes if n != ctx.id]
+        lower: list[Peer] = []  # live nodes of lower IDs: one of them may take some back instead
         for node in others:
             latest = self.latest.get(node)
             peer = self.peers.get(latest) if latest is not None else None
@@ -636,9 +738,14 @@ class Limits:
                 return
             if not live and node not in due_nodes:
                 return  # a node neither heard from nor due: it may hold what we would take
-            if live and node < ctx.id and node not in due_nodes:
-                return  # a lower ID takes them back (not a node's new self: it knows nothing of its old)
+            if live and peer is not None and node < ctx.id:
+                lower.append(peer)
         for member in due:
+            # a live node of a lower ID takes it back, if it knows it (it said it has it silent,
+            # or said nothing); not one that never heard of it (a node's new self does not know
+            # its former self, nor a node started after it went silent)
+            if any(p.silent is None or member in p.silent for p in lower if p.node != self.peers[member].node):
+                continue
             self._take_back(member, now)
 
     def _take_back(self, member: str, now: int) -> None:
@@ -659,11 +766,17 @@ class Limits:
                 units -= o_recv.get(member, 0) - sent_then.get(other_member, 0)
             if units > 0:
                 pool.held += units  # (not in ``recv``: that ledger counts grants, which others' match)
-                for seq in [s for s, e in pool.out.items() if e[0] == member]:
-                    del pool.out[seq]  # counted above: it never acknowledged them
+        self._voided(member, now)
+        self._update_held()
+
+    def _voided(self, member: str, now: int) -> None:
+        """``member`` was taken back (here or by a peer): its grants are refused from now on, and
+        the ones given it and not acknowledged are not sent again (the taker counted them as its)."""
         self.void[member] = now
         self.silent_since.pop(member, None)
-        self._update_held()
+        for pool in self.pools.values():
+            for seq in [s for s, e in pool.out.items() if e[0] == member]:
+                del pool.out[seq]
 
     def _ledgers(self, key: tuple[bytes, int], pool: Pool) -> list[tuple[str, tuple[dict, dict]]]:
         out: list[tuple[str, tuple[dict, dict]]] = [(self._member_id(), (pool.sent, pool.recv))]
@@ -755,14 +868,15 @@ class Limits:
         if peer is None:
             return False
         peer.pools = {(v[0], v[1]): [v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9]] for v in views}
+        self.offering = self._wants_offers()
         me = self._member_id()
         for member in body[3]:
             if type(member) is str and member not in self.void:
                 if member == me:
                     self._restart_incarnation()
                 else:
-                    self.void[member] = self.ctx.now
-                    self.silent_since.pop(member, None)
+                    self._voided(member, self.ctx.now)
+        peer.silent = body[4] if len(body) > 4 and type(body[4]) is list and len(body[4]) <= 4096 else None
         return None
 
     def _void_member(self, member: Any) -> bool:
@@ -801,10 +915,10 @@ class Limits:
             return None
         want = body[6]
         waiting = self._waiting().get(pool.group, 0)
-        if pool.kind == CONC:
-            spare = pool.held - self._used(pool.group) - (waiting if waiting else 0)
+        if waiting:
+            spare = 0
         else:
-            spare = pool.held // 2 if waiting else pool.held
+            spare = pool.held - self._used(pool.group) if pool.kind == CONC else pool.held
         give = min(want, spare)
         if give > 0:
             self._give(pool, sender, body[1], give)
@@ -818,12 +932,22 @@ class Limits:
             return False
         if self._void_member(member):
             return None  # its units were taken back: its grants are void
+        since = self.silent_since.get(member)
+        if since is not None and self.ctx.now - since >= RECLAIM_MARGIN_MS:
+            # silent here long enough that a node may be taking its units back, and we may not
+            # have heard so yet (a partition that heals): not before it is heard from again (its
+            # gossip), when it is either current or known void; it sends the grant again
+            return None
+        if len(body) > 8 and body[8] != self._member_id():
+            # meant for this node's former self (sent again after a restart, or to an incarnation
+            # taken back): its giver counted it as that one's, which is taken back with it
+            return None
         pool = self._pool_of(body, 2)
         if pool is None:
             s = self.settings.get(body[2]) if type(body[2]) is bytes else None
             stale = s is not None and type(body[4]) is int and type(body[5]) is str
             if stale and s is not None and (s.lstamp, s.lorigin) > (body[4], body[5]):
-                self.ctx.send((sender,), ("GROUPS", "GRANTED", body[2], body[3], seq))  # stale: void anyway
+                self.ctx.send((sender,), ("GROUPS", "GRANTED", body[2], body[3], seq, self._member_id()))  # void anyway
             return None  # a limit not known here yet: sent again later
         seen = pool.seen.get(member)
         if seen is None:
@@ -833,7 +957,7 @@ class Limits:
             pool.held += units
             pool.recv[member] = pool.recv.get(member, 0) + units
             self._update_held()
-        self.ctx.send((sender,), ("GROUPS", "GRANTED", pool.group, pool.kind, seq))
+        self.ctx.send((sender,), ("GROUPS", "GRANTED", pool.group, pool.kind, seq, self._member_id()))
         return None
 
     def _on_granted(self, sender: str, body: list) -> Any:
@@ -842,7 +966,7 @@ class Limits:
         pool = self.pools.get((body[1], body[2]))
         if pool is not None:
             entry = pool.out.get(body[3])
-            if entry is not None and entry[1] == sender:
+            if entry is not None and entry[1] == sender and (len(body) < 5 or body[4] == entry[0]):
                 del pool.out[body[3]]
         return None
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections import deque
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from disque_py.core.effects import BLOCKED
 from disque_py.core.groups import GroupedJobs
@@ -122,6 +124,53 @@ def test_a_bad_group_is_refused_and_changes_nothing(h, args, error):
     assert h.cmd("QLEN", "q") == 1 and len(h.node.store) == 1
     assert h.cmd("ADDJOB", "q", "body", 0, *args) == error  # not remembered as parsed
     h.add("q", "x" * GROUP_NAME_MAX, "GROUP", "x" * GROUP_NAME_MAX)  # the longest is fine
+
+
+@settings(max_examples=120, deadline=None)
+@given(
+    weights=st.lists(st.integers(1, 4), min_size=1, max_size=5),
+    ops=st.lists(st.one_of(st.integers(0, 5), st.just(-1)), max_size=150),
+)
+def test_fair_turns_any_mix_of_groups_weights_and_arrivals(weights, ops):
+    """Whatever the groups, their weights and the order jobs arrive in between deliveries (``ops``:
+    a group's index adds one of its jobs, the last index a job without a group; -1 delivers one):
+    each group's jobs come out in their order, none is lost, and a group with jobs waits for at
+    most one turn of every other group (the sum of their weights in deliveries) between two of
+    its deliveries, or from its first job to its first delivery."""
+    h = Harness()
+    groups = [b"g%d" % i for i in range(len(weights))] + [b""]  # b"": jobs without a group
+    weight = dict(zip(groups, weights + [1]))
+    for g, w in weight.items():
+        if w != 1:
+            h.node.ctx.groups.weights[g] = w
+    queued: dict[bytes, deque[bytes]] = {g: deque() for g in groups}
+    waited = dict.fromkeys(groups, 0)  # deliveries to others since its last one, or its first job
+    n = 0
+    for op in ops + [-1] * len(ops):  # then every job out
+        if op >= 0:
+            g = groups[op % len(groups)]
+            body = b"%d-%d" % (groups.index(g), n)
+            n += 1
+            if not queued[g]:
+                waited[g] = 0
+            h.add("q", body, *(("GROUP", g) if g else ()))
+            queued[g].append(body)
+            continue
+        reply = h.cmd("GETJOB", "NOHANG", "COUNT", 1, "FROM", "q")
+        got = bodies(reply) if isinstance(reply, list) else []
+        if not any(queued.values()):
+            assert got == []
+            continue
+        assert len(got) == 1
+        g = groups[int(got[0].split(b"-")[0])]
+        assert queued[g] and got[0] == queued[g].popleft(), (got, g)  # FIFO within its group
+        waited[g] = 0
+        for other in groups:
+            if other != g and queued[other]:
+                waited[other] += 1
+                bound = sum(weight.values()) - weight[other]
+                assert waited[other] <= bound, (other, waited[other], bound)
+    assert not any(queued.values()) and h.cmd("QLEN", "q") == 0
 
 
 # =============================================================== the wire

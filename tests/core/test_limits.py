@@ -225,6 +225,28 @@ def test_a_concurrency_limit_holds_across_nodes_and_shares_move_to_the_demand(se
     assert got, "no share moved"
 
 
+def test_idle_units_go_at_once_to_a_node_whose_jobs_wait():
+    """A node whose jobs of the group are all done gives its units to the node that said its jobs
+    wait, at its next look (TICK_MS), not a gossip period later when that node would ask."""
+    c = Wired(2)
+    c.cmd(0, "GROUP", "LIMIT", "A", "CONCURRENCY", 3)
+    c.cmd(0, "ADDJOB", "q", "here", 0, "GROUP", "A", "RETRY", 5, "REPLICATE", 1)
+    for i in range(10):
+        c.cmd(1, "ADDJOB", "q", "there%d" % i, 0, "GROUP", "A", "RETRY", 5, "REPLICATE", 1)
+    c.advance(1500)  # both have told the other their shares and what waits there
+    pools = [c.node(i).limits.pools[(b"A", CONC)] for i in range(2)]
+    assert (pools[0].held, pools[1].held) == (3, 0)  # a job waits on node 0: it keeps its units
+    limits = [c.node(i).limits for i in range(2)]
+    while min(lim.next_gossip for lim in limits) - c.now < 300:  # no gossip (nor an ask after it) soon
+        c.advance(50)
+    got = c.cmd(0, "GETJOB", "NOHANG", "COUNT", 5, "FROM", "q")
+    assert [bytes(j[2]) for j in got] == [b"here"]
+    c.cmd(0, "ACKJOB", got[0][1])
+    c.advance(120)
+    assert (pools[0].held, pools[1].held) == (0, 3)
+    assert len(c.cmd(1, "GETJOB", "NOHANG", "COUNT", 10, "FROM", "q")) == 3
+
+
 #: DISQUE_PY_GROUPS_PROOF=1: a hundred seeded schedules instead of two (the CI runs two)
 SEEDS = range(3, 103) if os.environ.get("DISQUE_PY_GROUPS_PROOF") == "1" else (3, 4)
 
@@ -312,3 +334,57 @@ def test_settings_and_weights_come_back_from_the_aof():
         a = info(node.execute(1, [b"GROUP", b"INFO", b"A"], node.ctx.now))
         assert (a["weight"], a["concurrency"]) == (5, 9)
         assert node.ctx.groups.weights == {b"A": 5}
+
+
+def test_a_grant_meant_for_a_former_self_is_refused():
+    """A grant names the incarnation it is for: sent again after its taker restarted, the new
+    incarnation refuses it (its giver counted it as the former self's, which is taken back with
+    it), and acknowledges only its own."""
+    c = Wired(2)
+    c.cmd(0, "GROUP", "LIMIT", "A", "CONCURRENCY", 3)
+    c.advance(100)
+    lim = c.node(1).limits
+    pool = lim.pools[(b"A", CONC)]
+    giver = c.node(0).limits.member
+    body = ["GRANT", giver, b"A", CONC, pool.vstamp, pool.vorigin, 900, 1]
+    before = pool.held
+    c.node(1).limits.on_groups(c.ids[0], body + [c.ids[1] + "/former"])
+    assert pool.held == before and 900 not in pool.seen.get(giver, set())
+    c.node(1).limits.on_groups(c.ids[0], body + [lim.member])
+    assert pool.held == before + 1
+
+
+def test_a_delivery_queued_again_by_another_holder_still_counts():
+    """A job queued again here without being given back (another holder that missed the delivery
+    requeued it and moved it here) is still held by its consumer: its unit stays used until its
+    RETRY; a NACK settles it at once."""
+    c = Wired(1)
+    c.cmd(0, "GROUP", "LIMIT", "A", "CONCURRENCY", 1)
+    c.cmd(0, "ADDJOB", "q", "a", 0, "GROUP", "A", "RETRY", 5)
+    c.cmd(0, "ADDJOB", "q", "b", 0, "GROUP", "A", "RETRY", 5)
+    got = c.cmd(0, "GETJOB", "NOHANG", "COUNT", 2, "FROM", "q")
+    assert len(got) == 1
+    node = c.node(0)
+    job = node.ctx.store.get(bytes(got[0][1]))
+    node.requeue.enqueue_job(job, False, True)  # as a copy moved in (YOURJOBS) is queued
+    assert node.limits._used(b"A") == 1
+    assert "A" in {g.decode() for g in node.ctx.groups.held}  # no other job of A goes meanwhile
+    c.advance(5600)  # its RETRY since the delivery passed: its consumer is taken for gone
+    assert node.limits._used(b"A") == 0
+
+
+def test_an_ack_after_a_second_delivery_leaves_the_first_counted_until_its_retry():
+    """Delivered here twice (queued again between by a holder that missed the first delivery), the
+    job's ack ends the latest holding: the first consumer may still hold it until its RETRY."""
+    c = Wired(1)
+    c.cmd(0, "GROUP", "LIMIT", "A", "CONCURRENCY", 2)
+    c.cmd(0, "ADDJOB", "q", "a", 0, "GROUP", "A", "RETRY", 5)
+    node = c.node(0)
+    job_id = bytes(c.cmd(0, "GETJOB", "NOHANG", "FROM", "q")[0][1])
+    c.advance(1000)
+    node.requeue.enqueue_job(node.ctx.store.get(job_id), False, True)  # moved back, queued again
+    assert bytes(c.cmd(0, "GETJOB", "NOHANG", "FROM", "q")[0][1]) == job_id
+    c.cmd(0, "ACKJOB", job_id)
+    assert node.limits._used(b"A") == 1  # the first delivery, 4 s of its RETRY left
+    c.advance(4100)
+    assert node.limits._used(b"A") == 0

@@ -929,6 +929,7 @@ class RandomRun:
         replace: bool = False,
         failing: bool = False,
         releasing: bool = False,
+        limited: bool = False,
         fault_ms: int = 15_000,
         drain_max_ms: int = 400_000,
         replay: str | None = None,
@@ -936,7 +937,7 @@ class RandomRun:
     ) -> None:
         self.seed = seed
         self._args = dict(n_nodes=n_nodes, replicate=replicate, dummy_acks=dummy_acks, faults=faults,
-                          replace=replace, failing=failing, releasing=releasing, fault_ms=fault_ms,
+                          replace=replace, failing=failing, releasing=releasing, limited=limited, fault_ms=fault_ms,
                           drain_max_ms=drain_max_ms, replay=replay)  # fmt: skip
         self.wrng = random.Random(seed * 7919 + 1)  # workload decisions, separate from the network's RNG
         w = self.wrng
@@ -985,6 +986,17 @@ class RandomRun:
         # the job acked or dead-lettered (a RELEASE of a job nobody held is one too for the node:
         # its count only goes lower)
         self.given_back: Counter = Counter()
+        # limited: some jobs in a group with a CONCURRENCY limit (GROUP LIMIT at the start); its draws
+        # from an RNG of its own too. The consumers' own count of those they hold: each delivery
+        # until its consumer acks, NACKs or releases it, or its RETRY since the delivery passes
+        # (the node then takes its consumer for gone and may deliver it again)
+        self.limited = limited
+        self.lrng = random.Random(seed * 6700417 + 11)
+        self.limit = self.lrng.randint(1, 3)
+        self.limited_retry: dict[bytes, int] = {}  # job ID -> its RETRY (ms), for the jobs of the group
+        self.limited_held: dict[bytes, list[int]] = defaultdict(list)  # job ID -> when each holding ends
+        self.limited_most = 0
+        self.limit_problems: list[str] = []
 
     # -- helpers ---------------------------------------------------------------
     def _live(self) -> list[int]:
@@ -1016,6 +1028,8 @@ class RandomRun:
             self.cluster.fail("unexpected reply on node %d to %r: %r" % (client.node, _short(argv), value))
         if self.failing:
             self._failing_reply(client, argv, value)
+        if self.limited:
+            self._limited_reply(argv, value)
         if name == b"GETJOB" and isinstance(value, list):
             for item in value:
                 job_id = bytes(item[1])
@@ -1030,6 +1044,41 @@ class RandomRun:
                 if name == b"RELEASE" and value == 1 and self._unsettled(job_id):
                     self.given_back[job_id] += 1
                 self.held[job_id] -= 1
+
+    def _limited_reply(self, argv: list[bytes], value: Any) -> None:
+        """``limited``: note the jobs of the group; count the deliveries of them the consumers hold
+        at every delivery, never above the limit."""
+        name = argv[0].upper()
+        now = self.cluster.now
+        if name == b"ADDJOB" and isinstance(value, Status) and b"GROUP" in argv:
+            upper = [bytes(a).upper() if isinstance(a, bytes) else a for a in argv]
+            self.limited_retry[bytes(value)] = int(argv[upper.index(b"RETRY") + 1]) * 1000
+        elif name == b"GETJOB" and isinstance(value, list):
+            for item in value:
+                retry = self.limited_retry.get(bytes(item[1]))
+                if retry is not None:
+                    self.limited_held[bytes(item[1])].append(now + retry)
+            held = 0
+            for job_id, ends in list(self.limited_held.items()):
+                ends[:] = [e for e in ends if e > now]
+                if not ends:
+                    del self.limited_held[job_id]
+                else:
+                    held += 1  # a job, however many times delivered (at least once: see the docstring)
+            self.limited_most = max(self.limited_most, held)
+            if held > self.limit:
+                self.limit_problems.append("(l) at %d ms the consumers hold %d jobs of a group limited to %d: %s"
+                                           % (now - T0, held, self.limit, sorted(j.decode() for j in self.limited_held)))  # fmt: skip
+        elif name in (b"ACKJOB", b"FASTACK", b"NACK", b"RELEASE"):
+            for raw in argv[1:2] if name == b"RELEASE" else argv[1:]:
+                ends = self.limited_held.get(bytes(raw))
+                if ends:
+                    # the latest holding of it ends: the workload acts on a job's latest delivery
+                    # (``outstanding`` names its node; the drain acks what it was just given), and
+                    # the consumers of its earlier deliveries hold them until their RETRY passes
+                    ends.pop()
+                    if not ends:
+                        del self.limited_held[bytes(raw)]
 
     def _unsettled(self, job_id: bytes) -> bool:
         """No node has ``job_id`` acked, nor holds its dead letter."""
@@ -1115,6 +1164,8 @@ class RandomRun:
         c = self.cluster
         end = c.now + self.fault_ms
         w = self.wrng
+        if self.limited:
+            self.cluster.client(self.lrng.randrange(c.n)).cmd(b"GROUP", b"LIMIT", b"limited", b"CONCURRENCY", self.limit)
         while c.now < end:
             c.run_for(w.randint(10, 200))
             if self.replace:
@@ -1180,6 +1231,8 @@ class RandomRun:
                 args.append(b"ASYNC")
             if self.failing:
                 self._failing_options(args, retry)
+            if self.limited and retry and self.lrng.random() < 0.5:
+                args += [b"GROUP", b"limited"]
             self._free_client(i).cmd(*args)
         elif r < 0.62:
             i = w.choice(live)
@@ -1319,6 +1372,8 @@ class RandomRun:
                 if acked_at is not None and t > acked_at + ACK_SETTLE_MS:
                     problems.append("(f) job %s delivered on node %d %d ms after its first ack, with no fault"
                                     % (job_id.decode(), i, t - acked_at))  # fmt: skip
+        if self.limited:
+            problems += self.limit_problems
         if self.failing:
             problems += self.fail_problems
             # (h) one dead-letter ID per original, the one derived from its ID
