@@ -452,14 +452,15 @@ class BenchBase:
             "raw": line,
         }
 
-    def run_client(self, server: Server, kind: str) -> dict[str, Any]:
-        """The cycle client in its own process pinned to the client CPU."""
+    def run_client(self, server: Server, kind: str, *extra: str, duration: float | None = None) -> dict[str, Any]:
+        """The cycle client in its own process pinned to the client CPU (``extra``: more of its options, as
+        ``--groups 10``; ``duration``: seconds instead of the sizes')."""
         argv = ["taskset", "-c", CLIENT_CPU, self.python, "-m", MODULE, "client", "--port", str(server.port),
-                "--conns", str(self.conns), "--body-size", str(self.body_size), "--kind", kind]  # fmt: skip
+                "--conns", str(self.conns), "--body-size", str(self.body_size), "--kind", kind, *extra]  # fmt: skip
         if self.cycles_count:
             argv += ["--count", str(self.cycles_count)]
         else:
-            argv += ["--duration", str(self.sizes.duration)]
+            argv += ["--duration", str(duration or self.sizes.duration)]
         if self.shared_queue:
             argv.append("--shared-queue")
         self.record(argv)

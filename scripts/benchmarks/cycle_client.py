@@ -26,6 +26,7 @@ def run_cycles(
     body_size: int = 100,
     kind: str = "disque",
     shared_queue: bool = False,
+    groups: int = 0,
 ) -> dict[str, Any]:
     """Drive ``conns`` connections through add -> get -> ack cycles; return stats.
 
@@ -36,11 +37,14 @@ def run_cycles(
     from sending the first command to reading the third reply. Runs for
     ``duration`` seconds, or until ``count`` cycles completed when given; no
     cycle is started after the deadline and the ones in flight are finished.
+    ``groups`` > 0 (disque only): connection ``i`` adds its jobs with ``GROUP g<i % groups>``.
     """
     import hiredis
 
     if kind not in ("disque", "redis"):
         raise ValueError("kind must be 'disque' or 'redis'")
+    if groups and kind != "disque":
+        raise ValueError("groups are Disque's only")
     body = b"x" * body_size
     ReplyError = hiredis.ReplyError
 
@@ -61,7 +65,7 @@ def run_cycles(
         c.stage = 0
         c.t0 = 0.0
         if kind == "disque":
-            c.first = encode(b"ADDJOB", queue, body, b"0")
+            c.first = encode(b"ADDJOB", queue, body, b"0", *((b"GROUP", b"g%d" % (i % groups)) if groups else ()))
             c.second = encode(b"GETJOB", b"NOHANG", b"FROM", queue)
             c.third = None
         else:
@@ -159,6 +163,7 @@ def run_cycles(
         "kind": kind,
         "conns": conns,
         "queues": "shared" if shared_queue else "per-connection",
+        "groups": groups,
         "body_size": body_size,
         "cycles": done,
         "elapsed_s": round(elapsed, 3),
@@ -173,6 +178,118 @@ def run_cycles(
     }
 
 
+def run_consumer(
+    port: int,
+    queue: str,
+    *,
+    conns: int = 20,
+    duration: float = 10.0,
+    hold_ms: float = 0.0,
+    timeout_ms: int = 100,
+) -> dict[str, Any]:
+    """Consume a queue filled beforehand: ``conns`` connections, each ``GETJOB TIMEOUT timeout_ms
+    FROM queue`` (blocking: a job of a group at its limit waits in the queue, and the node hands it
+    over when the group is under its limit again), then holds the job ``hold_ms`` (a consumer at
+    work) and ``ACKJOB``s it, for ``duration`` seconds. Returns the deliveries (GETJOB replies with
+    a job), their rate, and the deliveries of each whole second from the start (``per_second``), to
+    tell a burst at the start from the steady rate."""
+    import heapq
+
+    import hiredis
+
+    ReplyError = hiredis.ReplyError
+    get = encode(b"GETJOB", b"TIMEOUT", str(timeout_ms), b"FROM", queue)
+    hold = hold_ms / 1000.0
+    by_fd: dict[int, Any] = {}
+    socks = []
+    ep = select.epoll()
+    for _ in range(conns):
+        sock = socket.create_connection((HOST, port), timeout=10)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.setblocking(False)
+        socks.append(sock)
+        by_fd[sock.fileno()] = [sock, hiredis.Reader(), 0]  # socket, parser, 0: waits for GETJOB, 1: ACKJOB
+        ep.register(sock.fileno(), select.EPOLLIN)
+    now = time.perf_counter
+    ru0 = resource.getrusage(resource.RUSAGE_SELF)
+    t_start = now()
+    deadline = t_start + duration
+    stamps: list[float] = []
+    timeouts = 0
+    due: list[tuple[float, int, bytes]] = []  # (when, fd, ACKJOB): the jobs held
+    for fd, c in by_fd.items():
+        c[0].send(get)
+    active = conns
+    while active:
+        t = now()
+        while due and due[0][0] <= t:
+            _, fd, ack = heapq.heappop(due)
+            by_fd[fd][0].send(ack)
+        wait = (due[0][0] - t) if due else 5.0
+        events = ep.poll(max(0.0, wait))
+        if not events and not due:
+            raise BenchError("no reply for 5 s from port %d" % port)
+        for fd, _ in events:
+            c = by_fd[fd]
+            try:
+                data = c[0].recv(65536)
+            except BlockingIOError:
+                continue
+            if not data:
+                raise BenchError("the server closed a connection")
+            c[1].feed(data)
+            reply = c[1].gets()
+            while reply is not False:
+                if isinstance(reply, ReplyError):
+                    raise BenchError("unexpected reply: %r" % reply)
+                t = now()
+                if c[2] == 0:  # GETJOB replied
+                    if reply is None:
+                        timeouts += 1
+                        if t < deadline:
+                            c[0].send(get)
+                        else:
+                            active -= 1
+                    else:
+                        stamps.append(t)
+                        job_id = reply[0][1]
+                        c[2] = 1
+                        ack = encode(b"ACKJOB", job_id)
+                        if hold > 0:
+                            heapq.heappush(due, (t + hold, fd, ack))
+                        else:
+                            c[0].send(ack)
+                else:  # ACKJOB replied
+                    c[2] = 0
+                    if t < deadline:
+                        c[0].send(get)
+                    else:
+                        active -= 1
+                reply = c[1].gets()
+    ru1 = resource.getrusage(resource.RUSAGE_SELF)
+    for sock in socks:
+        sock.close()
+    ep.close()
+    counted = [s for s in stamps if s < deadline]
+    per_second = [0] * max(1, int(duration))
+    for s in counted:
+        i = int(s - t_start)
+        if i < len(per_second):
+            per_second[i] += 1
+    cpu = (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)
+    return {
+        "queue": queue,
+        "conns": conns,
+        "hold_ms": hold_ms,
+        "deliveries": len(counted),
+        "elapsed_s": round(duration, 3),
+        "deliveries_per_s": round(len(counted) / duration, 1),
+        "per_second": per_second,
+        "empty_gets": timeouts,
+        "client_cpu_pct": round(100.0 * cpu / (now() - t_start), 1),
+    }
+
+
 def client_main(argv: list[str]) -> int:
     """``python -m benchmarks.bench client ...``: run :func:`run_cycles`, print JSON."""
     p = argparse.ArgumentParser(prog="scripts/bench client", description=run_cycles.__doc__)
@@ -183,12 +300,19 @@ def client_main(argv: list[str]) -> int:
     p.add_argument("--body-size", type=int, default=100)
     p.add_argument("--kind", choices=("disque", "redis"), default="disque")
     p.add_argument("--shared-queue", action="store_true", help="one queue for all connections")
+    p.add_argument("--groups", type=int, default=0, help="connection i adds its jobs with GROUP g<i %% N>")
+    p.add_argument("--consume", metavar="QUEUE", default=None,
+                   help="only consume QUEUE, filled beforehand (blocking GETJOB, --hold-ms, ACKJOB)")
+    p.add_argument("--hold-ms", type=float, default=0.0, help="--consume: how long each job is held before its ACKJOB")
     a = p.parse_args(argv)
     try:
-        result = run_cycles(
-            a.port, conns=a.conns, duration=a.duration, count=a.count,
-            body_size=a.body_size, kind=a.kind, shared_queue=a.shared_queue,
-        )  # fmt: skip
+        if a.consume is not None:
+            result = run_consumer(a.port, a.consume, conns=a.conns, duration=a.duration, hold_ms=a.hold_ms)
+        else:
+            result = run_cycles(
+                a.port, conns=a.conns, duration=a.duration, count=a.count,
+                body_size=a.body_size, kind=a.kind, shared_queue=a.shared_queue, groups=a.groups,
+            )  # fmt: skip
     except (BenchError, OSError) as exc:
         print("error: %s" % exc, file=sys.stderr)
         return 1
