@@ -14,10 +14,10 @@ which peers' links are backlogged, and the bus holds what the tick sends so
 that it leaves in one write per peer.
 
 :class:`Cron` is the 100 ms step: ops/s sampling (INFO), what is added to
-``every_step`` (the memory measure, ``Dispatcher.measure_memory``), a slice of the client
-checks (output limits, idle timeouts; the client loop's ``check_clients``: each client about
-once a second, a slice of about 30 µs at most), and once a second the periodic full
-garbage collection (:mod:`.gcpolicy`).
+``every_step`` (the memory measure, ``Dispatcher.measure_memory``) and once a second the
+periodic full garbage collection (:mod:`.gcpolicy`); its ``check_step``, a periodic step of its
+own, a slice of the client checks (output limits, idle timeouts; the client loop's
+``check_clients``: each client about once a second, a slice of about 30 µs at most).
 
 The periodic steps (the cron's and the cluster's 100 ms tick, Disque's
 ``serverCron`` and ``clusterCron``) run with the core's timers, added with
@@ -201,10 +201,11 @@ class CoreTimers:
 
 
 class Cron:
-    """Disque's serverCron: ops/s samples, ``every_step`` and a slice of the client checks
-    (``check_clients(timeout, hz)``: each client about once a second; :meth:`step`, run by the
-    core's timers: ``CoreTimers.every_period``); once a second the GC policy and ``every_second``
-    (the workers' table drops the silent ones). Every 100 ms while the node is busy
+    """Disque's serverCron: ops/s samples and ``every_step`` (:meth:`step`, run by the core's
+    timers: ``CoreTimers.every_period``), and a slice of the client checks
+    (``check_clients(timeout, hz)``, each client about once a second: :meth:`check_step`, a
+    periodic step of its own); once a second the GC policy and ``every_second`` (the workers'
+    table drops the silent ones). Every 100 ms while the node is busy
     (a command, or a job-layer message from a peer: ``activity``, in the last second), every second
     while it is idle."""
 
@@ -227,6 +228,7 @@ class Cron:
         self._last_at: int | None = None  # ms of the last step
         self._second_at = 0  # ms: the once-a-second work is due
         self._busy_until = 0  # ms
+        self._period = PERIOD_MS  # the step's period (ms) as the last step decided
 
     def step(self) -> int:
         """One step; the ms until it wants the next."""
@@ -236,6 +238,14 @@ class Cron:
         if start:
             latency.observe("cron", start)
         return wanted
+
+    def check_step(self) -> int:
+        """A slice of the client checks, each client about once a second (``check_clients``,
+        clients.py): a periodic step of its own, after :meth:`step` (``every_period``), so that
+        the loop makes a pass between the two; at the step's period."""
+        period = self._period
+        self.check_clients(self.config.timeout, 1000 // period)
+        return period
 
     def _step(self, now: int) -> int:
         total = self.stats.get("total_commands_processed", 0)
@@ -251,9 +261,7 @@ class Cron:
         self._last_activity = activity
         for step in self.every_step:
             step()
-        period = PERIOD_MS if now < self._busy_until else self.IDLE_MS
-        # a slice of the clients at every step, each client about once a second (clients.py)
-        self.check_clients(self.config.timeout, 1000 // period)
+        self._period = period = PERIOD_MS if now < self._busy_until else self.IDLE_MS
         if not self._second_at:
             self._second_at = now + 1000  # a second after the first step
         elif now >= self._second_at:
