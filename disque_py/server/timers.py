@@ -242,10 +242,12 @@ class Cron:
     def check_step(self) -> int:
         """A slice of the client checks, each client about once a second (``check_clients``,
         clients.py): a periodic step of its own, after :meth:`step` (``every_period``), so that
-        the loop makes a pass between the two; at the step's period."""
+        the loop makes a pass between the two; at the step's period, and every 100 ms while a
+        round over the clients is not done (more clients than a slice covers: an idle node
+        with thousands of clients still looks at each within seconds, not minutes)."""
         period = self._period
-        self.check_clients(self.config.timeout, 1000 // period)
-        return period
+        done = self.check_clients(self.config.timeout, 1000 // period)
+        return period if done else PERIOD_MS
 
     def _step(self, now: int) -> int:
         total = self.stats.get("total_commands_processed", 0)

@@ -88,7 +88,8 @@ async def test_the_shortest_period_a_step_asks_for_is_the_next(autojump_clock):
 async def test_an_idle_cron_steps_once_a_second_and_a_command_or_a_peer_makes_it_busy(autojump_clock):
     stats = {"total_commands_processed": 0}
     checked: list[int] = []  # the rate each client check was told (steps a second)
-    cron = Cron(Config(), stats, lambda timeout, hz: checked.append(hz))
+    done = [True]  # whether a round of the client checks is over
+    cron = Cron(Config(), stats, lambda timeout, hz: checked.append(hz) or done[0])
     seconds: list[int] = []
     cron.every_second.append(lambda: seconds.append(round(trio.current_time() * 1000)))
     peers = [0]
@@ -113,6 +114,8 @@ async def test_an_idle_cron_steps_once_a_second_and_a_command_or_a_peer_makes_it
     assert len(seconds) == 3
     # a slice of the client checks at every step, sized for the step's rate: 1 a second idle, 10 busy
     assert checked == [1, 1] + [10] * 10 + [1]
+    done[0] = False  # more clients than a slice covers: the checks go on every 100 ms, idle or not
+    assert cron.check_step() == PERIOD_MS
     peers[0] += 1  # a job-layer message from a peer
     await trio.sleep(1.0)
     assert cron.step() == PERIOD_MS
