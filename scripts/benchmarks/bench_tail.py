@@ -37,6 +37,7 @@ import argparse
 import contextlib
 import json
 import os
+import resource
 import signal
 import socket
 import sys
@@ -89,6 +90,12 @@ class TailBench(FederationSuite, BenchBase):
 
 @contextlib.contextmanager
 def idle_clients(a: Server, count: int) -> Iterator[None]:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < count + 256:  # this process holds them all
+        want = count + 256 if hard == resource.RLIM_INFINITY else min(hard, count + 256)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+        if want < count + 256:
+            raise BenchError("%d idle clients need %d descriptors; the hard limit is %d" % (count, count + 256, hard))
     with SyncClient(a.port) as c:
         c.call("CONFIG", "SET", "timeout", "3600")
     socks = []
