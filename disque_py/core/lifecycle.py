@@ -60,6 +60,7 @@ TOMBSTONE_MS: Final = 2000
 TOMBSTONES_MAX = 100_000  # not Final: tests lower it
 DEFAULT_WINDOW_MS: Final = 600_000  # dedup-window's default (600 s)
 GONE_GC_BATCH: Final = 1024  # DEDUP IDs forgotten per call at most
+TOMB_GC_BATCH: Final = 64  # tombstones forgotten per tick at most
 #: A wait-repl job deleted here (or elsewhere: a DELJOB from a peer, acks.py): its client's answer.
 NOREPL_REMOVED: Final = "NOREPL job removed (expired?) before the requested replication level was achieved"
 
@@ -136,12 +137,19 @@ class Lifecycle:
     # -- tombstones --------------------------------------------------------------------
     def bury(self, job_id: bytes) -> None:
         """Remember a dead job's ID for TOMBSTONE_MS: a copy of it moving in meanwhile is dropped."""
-        at = self.ctx.now + TOMBSTONE_MS
+        now = self.ctx.now
+        at = now + TOMBSTONE_MS
         self.tombstones[job_id] = at
         order = self._tomb_order
         order.append((at, job_id))
         if len(order) > TOMBSTONES_MAX:
             self._unbury_oldest()
+        # Up to two whose time is up, oldest first: the forgetting keeps pace with the burying,
+        # so the tick finds few (forget_buried) however many jobs a second are deleted.
+        if order[0][0] <= now:
+            self._unbury_oldest()
+            if order and order[0][0] <= now:
+                self._unbury_oldest()
 
     def is_buried(self, job_id: bytes) -> bool:
         return job_id in self.tombstones
@@ -152,10 +160,14 @@ class Lifecycle:
             del self.tombstones[job_id]
 
     def forget_buried(self, now: int) -> None:
-        """Tombstones whose time is up (``Node.tick``)."""
+        """Tombstones whose time is up (``Node.tick``), ``TOMB_GC_BATCH`` at most: a tick is one
+        slice of the shell's loop (``bury`` forgets as it goes; what is left waits for the next
+        ticks, a little past its time, which only keeps a dead job's ID a little longer)."""
         order = self._tomb_order
-        while order and order[0][0] <= now:
+        n = 0
+        while order and order[0][0] <= now and n < TOMB_GC_BATCH:
             self._unbury_oldest()
+            n += 1
 
     # -- the DEDUP window ----------------------------------------------------------------
     def _dedup_deleted(self, job: Job) -> None:

@@ -134,7 +134,10 @@ from .store import J_DEL
 __all__ = ["Node", "BLOCKED", "CORE_COMMANDS", "OOM_COMMANDS"]
 
 QUEUE_GC_PERIOD_MS: Final = 1000  # queue eviction and lease expiry run this often
-SCHEDULE_BATCH: Final = 10_000  # job wake-ups run per tick at most
+# Job wake-ups run per tick at most (about 3 µs each compiled): a tick is one slice of the shell's
+# loop, and more due than this wait for the next (next_wakeup stays due: the shell ticks again,
+# with a pass of its clients between; server/timers.py).
+SCHEDULE_BATCH: Final = 8
 UNKNOWN_KINDS_MAX: Final = 64  # unknown message kinds named in Node.unknown_kinds, at most
 
 #: A command's handler: (client, argv) -> its reply (any value the shell's encoder takes) or

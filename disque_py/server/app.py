@@ -288,6 +288,7 @@ class Server:
         try:
             async with trio.open_nursery() as nursery:
                 self.timers.every_period(self.cron.step)
+                self.timers.every_period(self.cron.check_step)  # a pass of the loop after the step
                 nursery.start_soon(self.loop.run)
                 nursery.start_soon(self.timers.run)
                 nursery.start_soon(self._signal_loop)

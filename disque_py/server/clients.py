@@ -83,6 +83,7 @@ import math
 import select
 import socket
 from collections import deque
+from time import perf_counter_ns
 from typing import TYPE_CHECKING, Any, Callable
 
 import trio
@@ -106,6 +107,12 @@ _IN = EV_IN
 _OUT = EV_OUT
 _ERR = EV_ERR
 _RDHUP = EV_RDHUP  # the only event asked for while reading is paused: the client hung up
+
+#: The client checks (``ClientLoop.check_clients``): at least this many clients a call, looked at
+#: this many at a time, for no longer than this (ns) a call.
+CHECK_MIN = 64
+CHECK_CHUNK = 32
+CHECK_SLICE_NS = 30_000
 
 #: The counters the loop and the acceptor keep in the stats dict they are given (INFO stats).
 LOOP_STATS = (
@@ -198,6 +205,8 @@ class ClientLoop:
         # messages waiting, in order, in the stage's bus_held).
         self.held: dict[int, tuple[int, Connection]] = stage.held
         self._runnable = stage.runnable  # clients whose held commands may run again
+        self._check_order: list[int] = []  # check_clients' round: the client ids when it began ...
+        self._check_at = 0  # ... and how far it went
         self.woken = stage.woken
         self.send_item = stage.send_item
         self.release = stage.release
@@ -401,18 +410,50 @@ class ClientLoop:
         encode_reply(error.reply, conn.out)
         conn.closing = True
 
-    def check_clients(self, idle_timeout: float) -> None:
-        """From the cron, once a second: output limits of clients that stopped reading (the loop
-        does not see them), and clients idle for over ``idle_timeout`` seconds (0: never)."""
-        if self.limit_soft:
-            for conn in [c for c in self.clients.values() if c.waiting_write]:
-                self.over_output_limit(conn)
-        if idle_timeout:
-            limit = trio.current_time() - idle_timeout
-            for conn in list(self.clients.values()):
-                if not conn.blocked and conn.last_active < limit:
+    def check_clients(self, idle_timeout: float, hz: int = 1) -> bool:
+        """From the cron, at every step: output limits of clients that stopped reading (the loop
+        does not see them), and clients idle for over ``idle_timeout`` seconds (0: never).
+
+        In slices, as Redis's clientsCron: a round over the clients takes their ids (a call of its
+        own), then each call goes on from where the previous one stopped and looks at
+        ``clients / hz`` of them (``hz``: the caller's calls a second), at least
+        ``CHECK_MIN``, so that each client is looked at about once a second; and it stops
+        early once it has run for ``CHECK_SLICE_NS``, so that a job arriving meanwhile waits no
+        longer than that, however many clients there are (the round then takes longer than a
+        second). True when the round is done (a new one begins at the next call)."""
+        if not (self.limit_soft or idle_timeout):
+            self._check_order = []
+            return True
+        order = self._check_order
+        at = self._check_at
+        if at >= len(order):  # a new round: its ids are this call's slice (30 µs for 8,000)
+            self._check_order = list(self.clients)
+            self._check_at = 0
+            return not self._check_order
+        stop = min(len(order), at + max(CHECK_MIN, -(-len(order) // max(hz, 1))))
+        clients = self.clients
+        soft = self.limit_soft
+        limit = trio.current_time() - idle_timeout if idle_timeout else -math.inf
+        deadline = perf_counter_ns() + CHECK_SLICE_NS
+        while at < stop:
+            end = min(at + CHECK_CHUNK, stop)
+            for cid in order[at:end]:
+                conn = clients.get(cid)
+                if conn is None or conn.closed:
+                    continue
+                if soft and conn.waiting_write and self.over_output_limit(conn):
+                    continue
+                if idle_timeout and not conn.blocked and conn.last_active < limit:
                     log.log(15, "Closing idle client id=%d addr=%s", conn.id, conn.addr)
                     self.close_when_sent(conn)
+            at = end
+            if perf_counter_ns() > deadline:
+                break
+        self._check_at = at
+        if at >= len(order):
+            self._check_order = []
+            return True
+        return False
 
     # ---------------------------------------------------------------- input
     # (read, parse, run: the stage's readable, process and run)

@@ -14,9 +14,10 @@ which peers' links are backlogged, and the bus holds what the tick sends so
 that it leaves in one write per peer.
 
 :class:`Cron` is the 100 ms step: ops/s sampling (INFO), what is added to
-``every_step`` (the memory measure, ``Dispatcher.measure_memory``), and once a second
-the client checks (output limits, idle timeouts; the client loop's
-``check_clients``) and the periodic full garbage collection (:mod:`.gcpolicy`).
+``every_step`` (the memory measure, ``Dispatcher.measure_memory``) and once a second the
+periodic full garbage collection (:mod:`.gcpolicy`); its ``check_step``, a periodic step of its
+own, a slice of the client checks (output limits, idle timeouts; the client loop's
+``check_clients``: each client about once a second, a slice of about 30 µs at most).
 
 The periodic steps (the cron's and the cluster's 100 ms tick, Disque's
 ``serverCron`` and ``clusterCron``) run with the core's timers, added with
@@ -55,6 +56,11 @@ __all__ = ["CoreTimers", "Cron", "PERIOD_MS"]
 #: The periodic steps' period (ms): Disque's cron runs 10 times a second (hz 10).
 PERIOD_MS = 100
 
+#: How long one run of the core's timers may go on ticking (ns): a tick runs a bounded batch of
+#: the job wake-ups due (``Node.tick``); while more are due the run ticks again, as long as a tick
+#: as long as the last one still fits in this, and leaves the rest to the loop's next pass.
+TICK_SLICE_NS = 60_000
+
 
 class CoreTimers:
     """The core's timers. ``apply_effects`` carries out what a tick produced; ``glue`` (the
@@ -70,27 +76,38 @@ class CoreTimers:
         self.latency: "LatencyMonitor | None" = None  # set by the node: slow ticks are recorded
         self._periodic: list[Callable[[], int | None]] = []  # the periodic steps (every_period)
         self._periodic_at = 0  # ms: when they run next
+        self._periodic_next = 0  # the step to run next (one a call: _run_periodic)
+        self._period_wanted = PERIOD_MS  # the shortest period the steps run so far asked for
 
     def every_period(self, step: Callable[[], int | None]) -> None:
         """Run ``step`` periodically from now on, with the others, in the order added (the cron's
-        step, the cluster's tick). Each returns the ms it wants until the next run (None:
-        :data:`PERIOD_MS`); all run again after the shortest of them. What a step produces it
-        carries out itself (``apply_effects``)."""
+        step, the cluster's tick), one a pass of the loop. Each returns the ms it wants until the
+        next run (None: :data:`PERIOD_MS`); all run again after the shortest of them. What a step
+        produces it carries out itself (``apply_effects``)."""
         if not self._periodic:
             self._periodic_at = now_ms() + PERIOD_MS
         self._periodic.append(step)
         self.lot.unpark_all()  # the timer task's deadline may be later
 
-    def _run_periodic(self, now: int) -> None:
-        period = 0
-        for step in self._periodic:
-            wanted = step() or PERIOD_MS
-            if not period or wanted < period:
-                period = wanted
+    def _run_periodic(self, now: int) -> bool:
+        """The next of the periodic steps due: one a call, so that the loop makes a pass between
+        two of them (each is a slice a job arriving meanwhile waits behind, not their sum). True
+        when more are due now."""
+        i = self._periodic_next
+        wanted = self._periodic[i]() or PERIOD_MS
+        if not i or wanted < self._period_wanted:
+            self._period_wanted = wanted
+        i += 1
+        if i < len(self._periodic):
+            self._periodic_next = i
+            return True
+        self._periodic_next = 0
+        period = self._period_wanted
         # The next run one period after this one was due, so late wake-ups do not drift; after
         # a long stall (a clock jump, a stopped process) one period from now, with no catching up.
         due = self._periodic_at + period
         self._periodic_at = due if due > now else now + period
+        return False
 
     def hand_over(self, to_loop: bool) -> None:
         """The client loop takes the core's timers over (True) or gives them back (False)."""
@@ -114,7 +131,8 @@ class CoreTimers:
             return math.inf
         now = now_ms()
         if periodic is not None and periodic <= now:
-            self._run_periodic(now)
+            if self._run_periodic(now):
+                return 0.0  # the next step after the loop's next pass
             periodic = self._periodic_at
             nxt = node.next_wakeup()
         if nxt is not None and nxt <= now:
@@ -135,9 +153,24 @@ class CoreTimers:
         latency = self.latency
         start = perf_counter_ns() if latency is not None and latency.threshold_us else 0
         try:
+            node = self.node
             if glue is not None:
-                self.node.ctx.backlogged = glue.backlogged()
-            self.node.tick(now_ms())
+                node.ctx.backlogged = glue.backlogged()
+            # A tick runs a bounded batch of what is due (Node.tick): more ticks while they are
+            # due, for TICK_SLICE_NS at most, and what is left waits for the loop's next pass.
+            # A tick starts only if one as long as the last still fits.
+            now = now_ms()
+            began = t = perf_counter_ns()
+            node.tick(now)
+            until = began + TICK_SLICE_NS
+            while True:
+                last, t = t, perf_counter_ns()
+                if t + (t - last) > until:
+                    break
+                nxt = node.next_wakeup()
+                if nxt is None or nxt > now:
+                    break
+                node.tick(now)
             self._apply_effects()
         finally:
             if bus is not None:
@@ -168,9 +201,11 @@ class CoreTimers:
 
 
 class Cron:
-    """Disque's serverCron: ops/s samples and ``every_step`` (:meth:`step`, run by the core's timers:
-    ``CoreTimers.every_period``); once a second ``check_clients(timeout)``, the GC policy and
-    ``every_second`` (the workers' table drops the silent ones). Every 100 ms while the node is busy
+    """Disque's serverCron: ops/s samples and ``every_step`` (:meth:`step`, run by the core's
+    timers: ``CoreTimers.every_period``), and a slice of the client checks
+    (``check_clients(timeout, hz)``, each client about once a second: :meth:`check_step`, a
+    periodic step of its own); once a second the GC policy and ``every_second`` (the workers'
+    table drops the silent ones). Every 100 ms while the node is busy
     (a command, or a job-layer message from a peer: ``activity``, in the last second), every second
     while it is idle."""
 
@@ -178,7 +213,7 @@ class Cron:
     IDLE_MS = 1000  # the step's period while nothing happens
     ACTIVE_FOR_MS = 1000  # busy this long after the last command or peer's job message
 
-    def __init__(self, config: "Config", stats: dict[str, int], check_clients: Callable[[float], None]) -> None:
+    def __init__(self, config: "Config", stats: dict[str, int], check_clients: Callable[[float, int], Any]) -> None:
         self.config = config
         self.stats = stats
         self.check_clients = check_clients
@@ -193,6 +228,7 @@ class Cron:
         self._last_at: int | None = None  # ms of the last step
         self._second_at = 0  # ms: the once-a-second work is due
         self._busy_until = 0  # ms
+        self._period = PERIOD_MS  # the step's period (ms) as the last step decided
 
     def step(self) -> int:
         """One step; the ms until it wants the next."""
@@ -202,6 +238,16 @@ class Cron:
         if start:
             latency.observe("cron", start)
         return wanted
+
+    def check_step(self) -> int:
+        """A slice of the client checks, each client about once a second (``check_clients``,
+        clients.py): a periodic step of its own, after :meth:`step` (``every_period``), so that
+        the loop makes a pass between the two; at the step's period, and every 100 ms while a
+        round over the clients is not done (more clients than a slice covers: an idle node
+        with thousands of clients still looks at each within seconds, not minutes)."""
+        period = self._period
+        done = self.check_clients(self.config.timeout, 1000 // period)
+        return period if done else PERIOD_MS
 
     def _step(self, now: int) -> int:
         total = self.stats.get("total_commands_processed", 0)
@@ -217,15 +263,15 @@ class Cron:
         self._last_activity = activity
         for step in self.every_step:
             step()
+        self._period = period = PERIOD_MS if now < self._busy_until else self.IDLE_MS
         if not self._second_at:
             self._second_at = now + 1000  # a second after the first step
         elif now >= self._second_at:
             self._second_at = now + 1000 if now - self._second_at >= 1000 else self._second_at + 1000
-            self.check_clients(self.config.timeout)
             gcpolicy.policy.maybe_full()
             for step in self.every_second:
                 step()
-        return PERIOD_MS if now < self._busy_until else self.IDLE_MS
+        return period
 
     def instantaneous_ops(self) -> int:
         n = min(self._ops_idx, len(self._ops_samples))

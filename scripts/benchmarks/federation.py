@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import json
 import os
 import resource
@@ -16,7 +17,7 @@ import socket
 import subprocess
 import sys
 import time
-from typing import Any, Generator
+from typing import Any, Callable, ContextManager, Generator
 
 from .common import (
     BenchBase,
@@ -506,9 +507,12 @@ class FederationSuite(BenchBase):
         return out
 
     def fed_run(self, rate: float, replicate: int, duration: float, *, same_node: bool = False,
-                kind: str = "disque-py") -> dict[str, Any]:
+                kind: str = "disque-py",
+                around: Callable[[list[Server]], ContextManager[Any]] | None = None) -> dict[str, Any]:
         """One run on a fresh 3-node cluster: consumers on A, the producer on B (or on A); ``kind="disque"``:
-        on Disque 1.0-rc1 nodes (its counters that ours add are reported as 0)."""
+        on Disque 1.0-rc1 nodes (its counters that ours add are reported as 0). ``around(nodes)``: a
+        context entered once the cluster is joined, left when the load client has finished (what a
+        benchmark sets up beside the load: ``bench_tail``)."""
         where = "A->A" if same_node else "B->A"
         log("federation: %s%s, REPLICATE %d, %s jobs/s, %.0f s (+%.0f s warm-up)"
             % ("" if kind == "disque-py" else "Disque 1.0-rc1, ", where, replicate, "{:,.0f}".format(rate), duration,
@@ -532,16 +536,17 @@ class FederationSuite(BenchBase):
             limit = self.sizes.fed_warmup + duration + self.fed_drain + 60.0
             snap0 = all_process_cpu()
             t0 = time.monotonic()
-            client = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(ROOT),
-                                      env=helper_env())  # fmt: skip
-            try:
-                stdout, stderr = client.communicate(timeout=limit)
-            except subprocess.TimeoutExpired:
-                raise BenchError("federation client did not finish within %.0f s: %s" % (limit, shlex.join(argv)))
-            finally:
-                if client.poll() is None:
-                    client.kill()
-                    client.wait()
+            with around(nodes) if around is not None else contextlib.nullcontext():
+                client = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                          cwd=str(ROOT), env=helper_env())  # fmt: skip
+                try:
+                    stdout, stderr = client.communicate(timeout=limit)
+                except subprocess.TimeoutExpired:
+                    raise BenchError("federation client did not finish within %.0f s: %s" % (limit, shlex.join(argv)))
+                finally:
+                    if client.poll() is None:
+                        client.kill()
+                        client.wait()
             wall = time.monotonic() - t0
             ours = {os.getpid(), client.pid} | {n.proc.pid for n in nodes if n.proc is not None}
             other_s, other_top = foreign_cpu(snap0, all_process_cpu(), ours)

@@ -106,3 +106,26 @@ def test_a_retry0_job_dequeued_is_not_queued_again_but_a_handed_over_one_is(h: H
     assert h.cmd("GETJOB", "FROM", "q") == [[b"q", job_id, b"once"]]
     h.node.receive_data(PEER, "ENQUEUE", [job_id, 0], h.now)
     assert job.state == ACTIVE  # delivered here once: never queued again
+
+
+def test_wake_ups_due_together_run_a_bounded_batch_a_tick_and_every_one_runs(h: Harness):
+    """A tick runs at most ``SCHEDULE_BATCH`` job wake-ups (a slice of the shell's loop); the rest stay
+    due (``next_wakeup`` at or before now), and ticks at the same time run them all, earliest first."""
+    from disque_py.core.job import TIME_ERROR_MS
+    from disque_py.core.node import SCHEDULE_BATCH
+
+    n = SCHEDULE_BATCH * 5 + 3
+    ids = [h.add("burst", "b%d" % i, "RETRY", 1) for i in range(n)]
+    assert len(h.cmd("GETJOB", "NOHANG", "COUNT", n, "FROM", "burst")) == n  # all active at once
+    h.effects()
+    due_at = h.now + 1000 + TIME_ERROR_MS  # past every one's requeue, whatever its random part
+    h.now = due_at
+    node = h.node
+    ticks = 0
+    while node.next_wakeup() is not None and node.next_wakeup() <= due_at:
+        queued = h.cmd("QLEN", "burst")
+        node.tick(due_at)
+        ticks += 1
+        assert 0 < h.cmd("QLEN", "burst") - queued <= SCHEDULE_BATCH and ticks <= n
+    assert ticks >= 6 and h.cmd("QLEN", "burst") == n  # every requeue ran, in slices
+    assert all(node.store.get(i).state == QUEUED for i in ids)

@@ -690,6 +690,26 @@ def test_deleted_ids_remembered_are_bounded(h, monkeypatch):
     assert not h.node.lifecycle.tombstones
 
 
+def test_tombstones_are_forgotten_as_jobs_are_buried_and_a_tick_forgets_a_bounded_batch(h):
+    """Each burial forgets up to two tombstones whose time is up, so they keep pace with a steady
+    stream of deletions; a tick forgets at most ``TOMB_GC_BATCH`` (one slice of the shell's loop),
+    and the ticks after it the rest."""
+    from disque_py.core.lifecycle import TOMB_GC_BATCH, TOMBSTONE_MS
+
+    life = h.node.lifecycle
+    first = [h.add("q", "a%d" % i) for i in range(TOMB_GC_BATCH * 3)]
+    assert h.cmd("FASTACK", *first) == len(first)
+    h.now += TOMBSTONE_MS  # all of them past their time, no tick yet
+    second = [h.add("q", "b%d" % i) for i in range(10)]
+    assert h.cmd("FASTACK", *second) == 10
+    assert len(life.tombstones) == len(first) - 20 + 10  # each burial forgot two of the old
+    h.node.tick(h.now)
+    assert len(life.tombstones) == len(first) - 20 - TOMB_GC_BATCH + 10
+    h.node.tick(h.now)
+    h.node.tick(h.now)
+    assert set(life.tombstones) == set(second) and all(life.is_buried(i) for i in second)
+
+
 @pytest.mark.parametrize("how", ["FASTACK here", "DELJOB from a peer"])
 def test_a_job_deleted_before_it_got_here_is_not_taken_when_it_arrives(h, how):
     """FASTACK of an ID this node never saw (it broadcasts DELJOB), or a DELJOB for one, while a

@@ -231,3 +231,48 @@ async def test_a_failure_serving_one_client_closes_only_that_client(harness, cap
     assert harness.stats["internal_errors"] == 1
     assert "Internal error serving client" in caplog.text and "injected failure" in caplog.text
     assert harness.runner.closed == [bad_conn.id] and list(harness.loop.clients) == [good_conn.id]
+
+
+# --------------------------------------------------------------------------- the client checks
+
+
+async def test_the_client_checks_go_round_in_slices_and_close_every_idle_client(harness, monkeypatch):
+    """``check_clients`` (the cron's, at every step) looks at ``clients / hz`` clients a call (at least
+    ``CHECK_MIN``), from where the previous call stopped: every idle client is closed within one
+    round, a blocked one never, and a client that left mid-round is skipped."""
+    from disque_py.server import clients as clients_mod
+
+    monkeypatch.setattr(clients_mod, "CHECK_SLICE_NS", 10**10)  # no time limit: counts alone, below
+    loop = harness.loop
+    conns = [harness.connect()[0] for _ in range(clients_mod.CHECK_MIN * 3 + 5)]  # 197 clients
+    blocked = conns[1::10]
+    for conn in blocked:
+        conn.blocked = True
+    gone = conns[-1]
+    old = trio.current_time() - 100.0
+    for conn in conns:
+        conn.last_active = old
+    assert loop.check_clients(0, 10) and not any(c.closing for c in conns)  # no timeout: nothing to do
+    assert not loop.check_clients(5, 10) and not any(c.closing for c in conns)  # a round begins: the ids
+    assert not loop.check_clients(5, 10)  # 197 / 10 < CHECK_MIN: the first CHECK_MIN clients
+    first = [c for c in conns if c.closing]
+    assert first == [c for c in conns[: clients_mod.CHECK_MIN] if c not in blocked]
+    loop.close(gone)  # leaves before the round reaches it
+    assert not loop.check_clients(5, 10) and not loop.check_clients(5, 10)
+    assert loop.check_clients(5, 10)  # the fourth call of clients ends the round
+    idle = [c for c in conns if c not in blocked]
+    assert all(c.closing or c.closed for c in idle)
+    assert not any(c.closing or c.closed for c in blocked)
+    assert len(loop.clients) == len(blocked)
+
+    # A slice stops after CHECK_SLICE_NS however many clients it was to look at: here one chunk a call.
+    monkeypatch.setattr(clients_mod, "CHECK_SLICE_NS", 0)
+    more = [harness.connect()[0] for _ in range(clients_mod.CHECK_CHUNK * 2 + 1)]
+    for conn in more:
+        conn.last_active = old
+    calls = 1
+    while not loop.check_clients(5, 1):  # hz 1: all of them wanted, one chunk a call given
+        calls += 1
+        assert calls <= 10
+    # the round's ids, then the 85 clients (20 blocked, 65 idle) 32 a call
+    assert calls == 4 and all(c.closing or c.closed for c in more)

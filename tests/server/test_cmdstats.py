@@ -293,7 +293,7 @@ async def test_a_slow_cron_step_and_a_slow_core_tick_are_latency_events():
     from disque_py.server.timers import CoreTimers, Cron
 
     mon = LatencyMonitor(threshold_ms=20)
-    cron = Cron(Config(), {}, lambda timeout: None)
+    cron = Cron(Config(), {}, lambda timeout, hz: None)
     cron.step()  # no monitor yet: nothing read, nothing recorded
     cron.latency = mon
     cron.step()  # fast

@@ -25,7 +25,8 @@ async def _loop_until(timers: CoreTimers, ran: list[int], count: int, longest: f
     with trio.fail_after(10):
         while len(ran) < count:
             limit = timers.due()
-            assert 0 < limit <= longest  # an idle node (no job) still wakes for the step
+            assert 0 <= limit <= longest  # an idle node (no job) still wakes for the step
+            # (0: one periodic step ran and the next is due after the loop's next pass)
             await trio.sleep(limit)
 
 
@@ -78,6 +79,7 @@ async def test_the_shortest_period_a_step_asks_for_is_the_next(autojump_clock):
     start = round(trio.current_time() * 1000)
     await _loop_until(timers, ran, 3, longest=0.5)
     assert _near(ran, [start + 100, start + 400, start + 700])  # the first after 100 ms, then 300
+    assert timers.due() > 0  # b's step of the round at 700: after a's, one step a pass of the loop
     wants["b"] = 800
     await _loop_until(timers, ran, 5, longest=0.5)
     assert _near(ran[3:], [start + 1000, start + 1500])  # asked at 700 (300 more), then 500
@@ -85,23 +87,69 @@ async def test_the_shortest_period_a_step_asks_for_is_the_next(autojump_clock):
 
 async def test_an_idle_cron_steps_once_a_second_and_a_command_or_a_peer_makes_it_busy(autojump_clock):
     stats = {"total_commands_processed": 0}
-    checked: list[int] = []
-    cron = Cron(Config(), stats, lambda timeout: checked.append(round(trio.current_time() * 1000)))
+    checked: list[int] = []  # the rate each client check was told (steps a second)
+    done = [True]  # whether a round of the client checks is over
+    cron = Cron(Config(), stats, lambda timeout, hz: checked.append(hz) or done[0])
+    seconds: list[int] = []
+    cron.every_second.append(lambda: seconds.append(round(trio.current_time() * 1000)))
     peers = [0]
     cron.activity = lambda: peers[0]
     start = round(trio.current_time() * 1000)
-    assert cron.step() == Cron.IDLE_MS  # nothing happened
+    def step() -> int:  # the cron's two periodic steps, as the timers run them
+        period = cron.step()
+        assert cron.check_step() == period
+        return period
+
+    assert step() == Cron.IDLE_MS  # nothing happened
     await trio.sleep(1.0)
-    assert cron.step() == Cron.IDLE_MS and _near(checked, [start + 1000])
+    assert step() == Cron.IDLE_MS and _near(seconds, [start + 1000])
     stats["total_commands_processed"] += 50  # 50 commands in that second
     await trio.sleep(1.0)
-    assert cron.step() == PERIOD_MS and cron.instantaneous_ops() == 50 // 3  # (0 + 0 + 50) / 3 samples
+    assert step() == PERIOD_MS and cron.instantaneous_ops() == 50 // 3  # (0 + 0 + 50) / 3 samples
     for _ in range(9):  # busy: 10 steps a second, once-a-second work still once a second
         await trio.sleep(0.1)
-        assert cron.step() == PERIOD_MS
+        assert step() == PERIOD_MS
     await trio.sleep(0.1)
-    assert cron.step() == Cron.IDLE_MS  # a second with nothing: idle again
-    assert len(checked) == 3
+    assert step() == Cron.IDLE_MS  # a second with nothing: idle again
+    assert len(seconds) == 3
+    # a slice of the client checks at every step, sized for the step's rate: 1 a second idle, 10 busy
+    assert checked == [1, 1] + [10] * 10 + [1]
+    done[0] = False  # more clients than a slice covers: the checks go on every 100 ms, idle or not
+    assert cron.check_step() == PERIOD_MS
     peers[0] += 1  # a job-layer message from a peer
     await trio.sleep(1.0)
     assert cron.step() == PERIOD_MS
+
+
+# --------------------------------------------------------------------------- the tick's slices
+
+
+async def test_a_run_of_the_core_timers_ticks_while_due_within_its_slice_and_the_loop_does_the_rest(
+    autojump_clock, monkeypatch
+):
+    """Many job wake-ups due at once: each tick runs a bounded batch (``SCHEDULE_BATCH``); one run of
+    the timers ticks again while more are due, for ``TICK_SLICE_NS`` at most, then ``due()`` says none
+    to wait (due already) so that the loop comes back after its next pass; every requeue runs."""
+    from disque_py.core.job import TIME_ERROR_MS
+    from disque_py.core.node import SCHEDULE_BATCH
+    from disque_py.server import timers as timers_mod
+    from disque_py.server.contracts import now_ms
+
+    node = Node("0" * 40, seed=b"slices", now=now_ms(), address=("127.0.0.1", 7711))
+    effects: list[int] = []
+    timers = CoreTimers(node, lambda: effects.append(len(node.take_effects())))
+    timers.hand_over(True)
+    n = SCHEDULE_BATCH * 6
+    for i in range(n):
+        node.execute(1, [b"ADDJOB", b"q", b"b%d" % i, b"0", b"RETRY", b"1"], now_ms())
+    assert len(node.execute(2, [b"GETJOB", b"NOHANG", b"COUNT", b"%d" % n, b"FROM", b"q"], now_ms())) == n
+    node.take_effects()
+    await trio.sleep((1000 + TIME_ERROR_MS) / 1000)  # every requeue is due
+    qlen = lambda: node.execute(3, [b"QLEN", b"q"], now_ms())  # noqa: E731
+
+    monkeypatch.setattr(timers_mod, "TICK_SLICE_NS", 0)  # no time for a second tick: one batch a run
+    assert timers.due() <= 0 and qlen() == SCHEDULE_BATCH  # still due: the loop waits for nothing
+    assert timers.due() <= 0 and qlen() == 2 * SCHEDULE_BATCH
+    monkeypatch.setattr(timers_mod, "TICK_SLICE_NS", 10**10)  # time for all: one run ticks them all
+    assert timers.due() > 0 and qlen() == n
+    assert len(effects) == 3  # the effects carried out once a run
