@@ -61,6 +61,10 @@ PERIOD_MS = 100
 #: as long as the last one still fits in this, and leaves the rest to the loop's next pass.
 TICK_SLICE_NS = 60_000
 
+#: How long the periodic steps due may run back to back (ns) before the next one waits for the
+#: loop's next pass (CoreTimers.due).
+STEPS_SLICE_NS = 50_000
+
 
 class CoreTimers:
     """The core's timers. ``apply_effects`` carries out what a tick produced; ``glue`` (the
@@ -81,18 +85,18 @@ class CoreTimers:
 
     def every_period(self, step: Callable[[], int | None]) -> None:
         """Run ``step`` periodically from now on, with the others, in the order added (the cron's
-        step, the cluster's tick), one a pass of the loop. Each returns the ms it wants until the
-        next run (None: :data:`PERIOD_MS`); all run again after the shortest of them. What a step
-        produces it carries out itself (``apply_effects``)."""
+        step, the cluster's tick), back to back while they are short (``due``). Each returns the
+        ms it wants until the next run (None: :data:`PERIOD_MS`); all run again after the
+        shortest of them. What a step produces it carries out itself (``apply_effects``)."""
         if not self._periodic:
             self._periodic_at = now_ms() + PERIOD_MS
         self._periodic.append(step)
         self.lot.unpark_all()  # the timer task's deadline may be later
 
     def _run_periodic(self, now: int) -> bool:
-        """The next of the periodic steps due: one a call, so that the loop makes a pass between
-        two of them (each is a slice a job arriving meanwhile waits behind, not their sum). True
-        when more are due now."""
+        """The next of the periodic steps due, so that the loop can make a pass between two of
+        them (``due`` runs them back to back for STEPS_SLICE_NS at most). True when more are due
+        now."""
         i = self._periodic_next
         wanted = self._periodic[i]() or PERIOD_MS
         if not i or wanted < self._period_wanted:
@@ -131,8 +135,13 @@ class CoreTimers:
             return math.inf
         now = now_ms()
         if periodic is not None and periodic <= now:
-            if self._run_periodic(now):
-                return 0.0  # the next step after the loop's next pass
+            # The steps due run back to back while they are short (an idle node's: one wake-up
+            # for all of them), and the next waits for the loop's next pass once they have run
+            # for STEPS_SLICE_NS: a job arriving meanwhile waits behind one slice, not their sum.
+            began = perf_counter_ns()
+            while self._run_periodic(now):
+                if perf_counter_ns() - began > STEPS_SLICE_NS:
+                    return 0.0  # the next step after the loop's next pass
             periodic = self._periodic_at
             nxt = node.next_wakeup()
         if nxt is not None and nxt <= now:
