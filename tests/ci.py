@@ -115,7 +115,15 @@ def skips_of(config: pytest.Config) -> list[Skip]:
     reporter = config.pluginmanager.get_plugin("terminalreporter")
     if reporter is None:
         return []
-    return [(r.nodeid, reason_of(r)) for r in reporter.stats.get("skipped", ())]
+    return [(_without_group(r.nodeid), reason_of(r)) for r in reporter.stats.get("skipped", ())]
+
+
+def _without_group(nodeid: str) -> str:
+    """A test's ID without the ``@group`` pytest-xdist's --dist loadgroup adds (the Spark, chaos,
+    browser ... tests run in a worker of their own group: their IDs end ``@spark`` under
+    scripts/test, not in one process)."""
+    at = nodeid.rfind("@")
+    return nodeid[:at] if at > nodeid.rfind("]") and at > nodeid.rfind("::") else nodeid
 
 
 def _is_worker(config: pytest.Config) -> bool:

@@ -240,3 +240,12 @@ def test_the_raises_rule_catches_a_bare_type_and_accepts_a_checked_value():
                "    assert exc.value.code == 2\n")
     assert _raises_without_match(bare) == [3] and _raises_without_match(unread) == [3]
     assert _raises_without_match(matched) == [] and _raises_without_match(checked) == []
+
+
+def test_a_skip_is_matched_without_the_xdist_group_its_id_carries_under_scripts_test():
+    from tests.ci import _without_group
+
+    assert _without_group("tests/spark/test_sink.py::test_x@spark") == "tests/spark/test_sink.py::test_x"
+    assert _without_group("tests/a.py::test_p[a@b]") == "tests/a.py::test_p[a@b]"  # a parameter's @ stays
+    assert _without_group("tests/a.py::test_p[a@b]@chaos") == "tests/a.py::test_p[a@b]"
+    assert _without_group("tests/a.py::test_plain") == "tests/a.py::test_plain"
