@@ -1,6 +1,6 @@
 """A short coverage-guided run of every target (atheris/libFuzzer, in a child process).
 
-Each target gets ``DISQUE_FUZZ_SECONDS`` seconds (12 by default: about a minute for all
+Each target gets ``DISQUE_FUZZ_SECONDS`` seconds (8 by default: about 45 s for all
 four with the start-up), starting from the committed seeds and crashes; what the run
 finds is kept in a temporary directory only. A failing input fails the test, which
 prints it and says where to put it so that it becomes a regression test. Longer runs:
@@ -20,7 +20,7 @@ from .runner import atheris_missing, run_target
 
 pytestmark = [pytest.mark.xdist_group("fuzz")]
 
-SECONDS = float(os.environ.get("DISQUE_FUZZ_SECONDS", "12"))
+SECONDS = float(os.environ.get("DISQUE_FUZZ_SECONDS", "8"))
 
 
 @pytest.mark.timeout(int(SECONDS) + 120)

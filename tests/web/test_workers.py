@@ -67,13 +67,15 @@ def test_api_workers_needs_the_right_to_inspect(start_node, tmp_path):
 def test_the_gauges_count_the_live_workers_and_their_jobs(admin_node):
     c = admin_node.client()
     running = '{"running": [{"id": "D-1", "queue": "q"}, {"id": "D-2", "queue": "q"}]}'
-    assert c.execute_command("WORKER", "BEAT", "a:1:x", 100, running) == b"OK"
+    # a beats every second (gone after 3 s of silence): the scrape below comes well before, even
+    # on a loaded machine (at 100 ms the first scrape came after a was gone)
+    assert c.execute_command("WORKER", "BEAT", "a:1:x", 1000, running) == b"OK"
     assert c.execute_command("WORKER", "BEAT", "b:2:x", 60000, "{}") == b"OK"
     fams = scrape(admin_node)
     assert (value(fams, "disque_workers"), value(fams, "disque_worker_jobs_running")) == (2, 2)
     assert c.info("clients")["connected_workers"] == 2
-    # a: silent for 3 x 100 ms, gone (the cron's second, or the next read)
-    wait_for(lambda: value(scrape(admin_node), "disque_workers") == 1, what="a gone")
+    # a: silent for 3 x 1 s, gone (the cron's second, or the next read)
+    wait_for(lambda: value(scrape(admin_node), "disque_workers") == 1, timeout=20, interval=0.2, what="a gone")
     assert value(scrape(admin_node), "disque_worker_jobs_running") == 0
     assert c.execute_command("WORKER", "FORGET", "b:2:x") == 1
     assert value(scrape(admin_node), "disque_workers") == 0 and c.info("clients")["connected_workers"] == 0
