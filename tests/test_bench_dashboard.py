@@ -25,6 +25,8 @@ def _main_run(quick: bool = False) -> dict:
             "redis_lpush_p1": {"requests_per_s": 40000.0},
             "cycles": {"cycles_per_s": 5000.0, "requests_per_s": 15000.0},
             "ref_cycles": {"cycles_per_s": 20000.0, "requests_per_s": 60000.0},
+            "cycles_batch": {"cycles_per_s": 150000.0, "batch": 100},
+            "ref_cycles_batch": {"cycles_per_s": 300000.0, "batch": 100},
             "repl_addjob": {"requests_per_s": 7000.0},
         },
         "commands": ["taskset -c 1 redis-benchmark -h 127.0.0.1 -p 17711 -c 50 -n 100000 -P 1 -q ADDJOB q %s 0" % BODY,
@@ -62,6 +64,8 @@ def test_each_row_sits_beside_disque_and_redis_of_the_same_run_with_ratios_and_i
         "`scripts/bench --only addjob,redis --disque-server $DISQUE`"]  # fmt: skip
     cyc = _row(text, "add→get→ack cycle, 50")
     assert cyc[1:5] == ["5,000 cycles/s", "20,000 cycles/s", "0.25", "—"]  # no redis cycles in this run
+    batched = _row(text, "add→get→ack cycle in batches of 100")
+    assert batched[1:5] == ["150,000 jobs/s", "300,000 jobs/s", "0.50", "no such load"]
     repl = _row(text, "ADDJOB REPLICATE 3")
     assert repl[1:6] == ["7,000/s", "—", "—", "no such load", "—"]
     aof = _row(text, "ADDJOB, AOF `appendfsync everysec`, -P 1")

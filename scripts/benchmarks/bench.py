@@ -45,7 +45,11 @@ connections of the one before.
   orchestrator the server's (from /proc): a server near 100% and a client
   well below it means the client is not the bottleneck. With ``redis`` the
   same client also runs LPUSH -> RPOP -> DEL cycles against redis-server,
-  which shows the ceiling of the client itself.
+  which shows the ceiling of the client itself. Then the same connections
+  in batches of 100 jobs (``cycles_batch``, the client's ``--batch 100``):
+  100 ADDJOBs as one pipeline, ``GETJOB NOHANG COUNT 100``, one ACKJOB of the
+  100 IDs, counted in jobs a second: what a job's whole trip costs when the
+  round trips are shared.
 * **Reference** (``--disque-server PATH``): the addjob, getjob, cycles and
   replication suites also start Disque 1.0-rc1 itself (a ``disque-server``
   built from its source, in memory: ``--appendonly no``), pinned and loaded
@@ -251,6 +255,14 @@ def markdown_report(bench: Bench, machine: dict[str, Any]) -> str:
              if rc else "—"),
             ("here: %s cycles/s, p50 %s (p99 %s)" % (_rate(dc["cycles_per_s"], ""), _ms(dc["p50_ms"]),
                                                      _ms(dc["p99_ms"])) if dc else "—"),
+        ))  # fmt: skip
+    c, dc = res.get("cycles_batch"), res.get("ref_cycles_batch")
+    if c or dc:
+        rows.append("| the same in batches of %d jobs, %d conns | %s | %s | — | %s | — | — |" % (
+            (c or dc)["batch"], (c or dc)["conns"],
+            "%s jobs/s" % _rate(c["cycles_per_s"], "") if c else "—",
+            "%s (%s) a batch" % (_ms(c["p50_ms"]), _ms(c["p99_ms"])) if c else "—",
+            ("here: %s jobs/s, p50 %s a batch" % (_rate(dc["cycles_per_s"], ""), _ms(dc["p50_ms"])) if dc else "—"),
         ))  # fmt: skip
     ref, target, target_text = REFERENCE["memory"]
     for key in sorted((k for k in res if k.startswith("memory_")), key=lambda k: int(k.split("_")[1])):

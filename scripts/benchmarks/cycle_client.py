@@ -27,6 +27,7 @@ def run_cycles(
     kind: str = "disque",
     shared_queue: bool = False,
     groups: int = 0,
+    batch: int = 1,
 ) -> dict[str, Any]:
     """Drive ``conns`` connections through add -> get -> ack cycles; return stats.
 
@@ -38,6 +39,9 @@ def run_cycles(
     ``duration`` seconds, or until ``count`` cycles completed when given; no
     cycle is started after the deadline and the ones in flight are finished.
     ``groups`` > 0 (disque only): connection ``i`` adds its jobs with ``GROUP g<i % groups>``.
+    ``batch`` > 1 (disque only): a cycle is ``batch`` ADDJOBs sent as one pipeline, one ``GETJOB
+    NOHANG COUNT batch``, one ``ACKJOB`` of the IDs it returned; ``cycles`` and ``jobs_per_s`` then
+    count jobs, the latencies are of whole batches.
     """
     import hiredis
 
@@ -45,11 +49,13 @@ def run_cycles(
         raise ValueError("kind must be 'disque' or 'redis'")
     if groups and kind != "disque":
         raise ValueError("groups are Disque's only")
+    if batch < 1 or (batch > 1 and kind != "disque"):
+        raise ValueError("batch must be 1, or more with kind='disque'")
     body = b"x" * body_size
     ReplyError = hiredis.ReplyError
 
     class Conn:
-        __slots__ = ("sock", "reader", "stage", "t0", "first", "second", "third")
+        __slots__ = ("sock", "reader", "stage", "t0", "first", "second", "third", "left")
 
     by_fd: dict[int, Conn] = {}
     ep = select.epoll()
@@ -64,9 +70,11 @@ def run_cycles(
         c.reader = hiredis.Reader()
         c.stage = 0
         c.t0 = 0.0
+        c.left = batch
         if kind == "disque":
-            c.first = encode(b"ADDJOB", queue, body, b"0", *((b"GROUP", b"g%d" % (i % groups)) if groups else ()))
-            c.second = encode(b"GETJOB", b"NOHANG", b"FROM", queue)
+            c.first = encode(b"ADDJOB", queue, body, b"0", *((b"GROUP", b"g%d" % (i % groups)) if groups else ())) * batch
+            c.second = (encode(b"GETJOB", b"NOHANG", b"COUNT", b"%d" % batch, b"FROM", queue) if batch > 1
+                        else encode(b"GETJOB", b"NOHANG", b"FROM", queue))  # fmt: skip
             c.third = None
         else:
             c.first = encode(b"LPUSH", queue, body)
@@ -117,6 +125,11 @@ def run_cycles(
                     fail(c, reply)
                 stage = c.stage
                 if stage == 0:  # ADDJOB / LPUSH replied
+                    c.left -= 1
+                    if c.left:
+                        reply = c.reader.gets()
+                        continue  # more of the batch's ADDJOB replies to come
+                    c.left = batch
                     c.stage = 1
                     c.sock.send(c.second)
                 elif stage == 1:  # GETJOB / RPOP replied
@@ -126,14 +139,19 @@ def run_cycles(
                     elif c.third is None:
                         if type(reply) is not list:
                             fail(c, reply)
-                        job_id = reply[0][1]
                         c.stage = 2
-                        c.sock.send(ackjob_head % len(job_id) + job_id + b"\r\n")
+                        if batch > 1:
+                            if len(reply) != batch:
+                                fail(c, "%d jobs, not %d" % (len(reply), batch))
+                            c.sock.send(encode(b"ACKJOB", *[job[1] for job in reply]))
+                        else:
+                            job_id = reply[0][1]
+                            c.sock.send(ackjob_head % len(job_id) + job_id + b"\r\n")
                     else:
                         c.stage = 2
                         c.sock.send(c.third)
                 else:  # ACKJOB / DEL replied: one cycle done
-                    if type(reply) is not int:
+                    if type(reply) is not int or (batch > 1 and reply != batch):
                         fail(c, reply)
                     t = now()
                     record(t - c.t0)
@@ -155,6 +173,7 @@ def run_cycles(
     cpu = (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)
     latencies.sort()
     done = len(latencies)
+    jobs = done * batch
 
     def pct(p: float) -> float:
         return round(latencies[min(done - 1, int(p / 100.0 * done))] * 1000.0, 3) if done else 0.0
@@ -165,10 +184,11 @@ def run_cycles(
         "queues": "shared" if shared_queue else "per-connection",
         "groups": groups,
         "body_size": body_size,
-        "cycles": done,
+        "batch": batch,
+        "cycles": jobs,
         "elapsed_s": round(elapsed, 3),
-        "cycles_per_s": round(done / elapsed, 1) if elapsed > 0 else 0.0,
-        "requests_per_s": round(3 * done / elapsed, 1) if elapsed > 0 else 0.0,
+        "cycles_per_s": round(jobs / elapsed, 1) if elapsed > 0 else 0.0,
+        "requests_per_s": round((batch + 2) * done / elapsed, 1) if elapsed > 0 else 0.0,
         "p50_ms": pct(50),
         "p99_ms": pct(99),
         "p999_ms": pct(99.9),
@@ -304,6 +324,8 @@ def client_main(argv: list[str]) -> int:
     p.add_argument("--consume", metavar="QUEUE", default=None,
                    help="only consume QUEUE, filled beforehand (blocking GETJOB, --hold-ms, ACKJOB)")
     p.add_argument("--hold-ms", type=float, default=0.0, help="--consume: how long each job is held before its ACKJOB")
+    p.add_argument("--batch", type=int, default=1,
+                   help="jobs a cycle: BATCH ADDJOBs pipelined, GETJOB NOHANG COUNT BATCH, one ACKJOB of them (disque)")
     a = p.parse_args(argv)
     try:
         if a.consume is not None:
@@ -311,7 +333,7 @@ def client_main(argv: list[str]) -> int:
         else:
             result = run_cycles(
                 a.port, conns=a.conns, duration=a.duration, count=a.count,
-                body_size=a.body_size, kind=a.kind, shared_queue=a.shared_queue, groups=a.groups,
+                body_size=a.body_size, kind=a.kind, shared_queue=a.shared_queue, groups=a.groups, batch=a.batch,
             )  # fmt: skip
     except (BenchError, OSError) as exc:
         print("error: %s" % exc, file=sys.stderr)

@@ -32,6 +32,8 @@ SINGLE = (
     ("GETJOB NOHANG -P 32, 50 clients, one node", "getjob_p32", "redis_rpop_p32", "RPOP", "/s", "getjob,redis"),
     ("add→get→ack cycle, 50 connections (one cycle in flight each), one node", "cycles", "redis_cycles",
      "LPUSH→RPOP→DEL", " cycles/s", "cycles,redis"),
+    ("add→get→ack cycle in batches of 100 (ADDJOB pipelined, GETJOB COUNT 100, one ACKJOB), 50 connections, one "
+     "node", "cycles_batch", None, None, " jobs/s", "cycles"),
     ("ADDJOB REPLICATE 3, 50 clients, three nodes on one core", "repl_addjob", None, None, "/s", "replication"),
     ("add→get→ack cycle, REPLICATE 3, 50 connections, three nodes on one core", "repl_cycles", None, None,
      " cycles/s", "replication"),

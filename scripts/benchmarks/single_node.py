@@ -11,6 +11,9 @@ from typing import Any
 from .common import BenchBase, Server, SyncClient, log
 
 
+CYCLE_BATCH = 100  # jobs a cycle of the batched cycles (``cycles_batch``)
+
+
 class SingleNodeSuites(BenchBase):
     """The single-node suites, each on a fresh server per test."""
 
@@ -69,6 +72,17 @@ class SingleNodeSuites(BenchBase):
                 with SyncClient(node.port) as c:
                     r["registered_jobs_after"] = int(c.info("jobs")["registered_jobs"])
                 self.results[self.key(kind, "cycles")] = r
+            finally:
+                self.stop(node)
+        for kind in self.kinds():
+            log("the same cycles in batches of %d jobs (ADDJOB pipelined, GETJOB COUNT, one ACKJOB; %s)"
+                % (CYCLE_BATCH, kind))  # fmt: skip
+            node = self.start(kind)
+            try:
+                r = self.run_client(node, "disque", "--batch", str(CYCLE_BATCH))
+                with SyncClient(node.port) as c:
+                    r["registered_jobs_after"] = int(c.info("jobs")["registered_jobs"])
+                self.results[self.key(kind, "cycles_batch")] = r
             finally:
                 self.stop(node)
 
