@@ -116,6 +116,8 @@ class Acks:
         ctx = self.ctx
         if state == QUEUED:
             self._requeue.dequeue_job(job)
+        elif state == WAIT_REPL:
+            self._replication.acked_while_replicating(job)
         job.set_state(ACKED)
         job.confirmed = None
         self._stats["jobs_acked"] += 1

@@ -25,7 +25,12 @@ of the group wait and whose share is used up asks (``GROUPS ASK``) the node that
 had the most to spare, which gives what it does not need (``GROUPS GRANT``); a node none of whose
 jobs of the group wait gives its idle units at once (``_offer``, at its next ``TICK_MS``) to the
 peer that said the most of them wait there, so the limit stays in use while jobs wait anywhere.
-A node whose jobs of the group wait keeps every unit it holds (it says it has none to spare). A grant leaves the
+Where jobs of the group wait on several nodes, the units spread toward them (``_balance``): each
+such node's fair share is the limit split evenly among them, none given more than its demand
+(its deliveries not settled plus its jobs waiting, for a concurrency limit; the rest goes to the
+others), the remainder one each to the lowest IDs; a node holding more than its share gives its
+idle units over it to the one furthest below its own, counting the units it sent that the other
+has not said it took. A node with jobs waiting says it has none to spare when asked. A grant leaves the
 giver before it is sent; the receiver adds it once (grants are numbered by their giver) and
 answers ``GROUPS GRANTED``; the giver sends it again until then. Units in flight are nobody's:
 the sum can only fall short of the limit, never exceed it. A job of a group at its limit stays
@@ -63,9 +68,21 @@ not settle it; delivered here again meanwhile, an ack (or return) ends the lates
 the earlier one counts until its RETRY.
 
 The fields added to GROUPS messages within this release (GRANT's incarnation, GRANTED's, SHARES'
-silent list) are trailing: a peer that does not send them is read as before (its grants go to
+silent list, the digest of current incarnations, and each pool's deliveries not settled) are trailing: a peer that does not send them is read as before (its grants go to
 whichever incarnation takes them; a peer that does not say which silent incarnations it knows is
-taken to know them all, so the lower ID waits for it: units may stay untaken, never counted twice).
+taken to know them all, so the lower ID waits for it: units may stay untaken, never counted twice;
+one that sends no digest keeps lost units from being made again; one that does not say what it
+uses is taken to use all it holds).
+
+**Units lost.** A grant can be lost for good: sent to an incarnation that is taken back before
+it said it took it, or refused by one that restarted. The sum then falls short of the limit, and
+with every unit gone the group would never deliver again. ``_restore`` makes them again, on one
+node, only when what exists is known exactly: every node reachable, each taking the same
+incarnations as current (a digest in SHARES), none silent for anyone, no ledger naming an
+incarnation neither current nor taken back, every grant taken, and two gossip rounds in a row,
+each node heard again between them, that saw the same holdings and ledgers everywhere. Nothing
+moved between the two rounds and nothing was in flight, so the units held are all that exist;
+the node of the lowest ID adds what is missing (INFO stats ``group_units_restored``).
 
 A limit changed (a new GROUP LIMIT) makes new units, all on the node that took the command;
 jobs delivered before the change count against no new unit (they finish under the old limit).
@@ -108,6 +125,7 @@ VOID_KEEP_MS: Final = 600_000
 #: A node that has been a cluster of one this long holds every unit of each limit (a single node
 #: after a restart: nobody else would take its former self's back).
 ALONE_MS: Final = 10_000  # how long a void incarnation is told in the gossip
+KEEP_ALL: Final = 1 << 62  # Pool.keep when nothing bounds what a node uses of its units
 CONCURRENCY_MAX: Final = 100_000
 RATE_MAX: Final = 1_000_000  # deliveries a second
 GROUPS_MAX: Final = 10_000  # groups with settings at most (GROUP WEIGHT/LIMIT refuse more)
@@ -226,12 +244,35 @@ def _given_back(job: Job) -> int:
     return job.nacks + (extra.returns if extra is not None else 0)
 
 
+def fair_shares(total: int, demands: list[tuple[str, int | None]]) -> dict[str, int]:
+    """``total`` units split evenly among the nodes of ``demands`` (node ID, demand or None for no
+    bound), none given more than its demand (what it is not given goes to the others), the
+    remainder one unit each to the lowest IDs. The same answer on every node for the same input."""
+    out: dict[str, int] = {}
+    left = total
+    open_ = sorted(demands)
+    while open_:
+        even = left // len(open_)
+        capped = [(n, d) for n, d in open_ if d is not None and d <= even]
+        if not capped:
+            break
+        for n, d in capped:
+            out[n] = d if d is not None else 0
+            left -= out[n]
+        open_ = [(n, d) for n, d in open_ if n not in out]
+    if open_:
+        even, extra = divmod(left, len(open_))
+        for i, (n, _) in enumerate(open_):
+            out[n] = even + (1 if i < extra else 0)
+    return out
+
+
 @final
 class Pool:
     """This node's share of one limit (a group's CONCURRENCY or RATE) and its ledger."""
 
     __slots__ = ("group", "kind", "total", "vstamp", "vorigin", "held", "sent", "recv", "out", "seen", "level",
-                 "level_at", "asked_at")  # fmt: skip
+                 "level_at", "asked_at", "keep")  # fmt: skip
 
     def __init__(self, group: bytes, kind: int, total: int, vstamp: int, vorigin: str) -> None:
         self.group = group
@@ -247,23 +288,28 @@ class Pool:
         self.level = 0  # RATE: the bucket, milli-deliveries
         self.level_at = 0
         self.asked_at = 0
+        # CONCURRENCY: the most of its units this node uses while jobs of the group wait elsewhere
+        # too (its fair share, ``Limits._balance``): the units over it go there as they come free
+        self.keep = KEEP_ALL
 
 
 @final
 class Peer:
     """What this node last heard from one incarnation of another node."""
 
-    __slots__ = ("node", "member", "heard", "pools", "void", "silent")
+    __slots__ = ("node", "member", "heard", "pools", "void", "silent", "said", "members")
 
     def __init__(self, node: str, member: str, heard: int) -> None:
         self.node = node
         self.member = member
         self.heard = heard
-        # (group, kind) -> [vstamp, vorigin, held, sent, recv, longest RETRY ms, waiting, spare]
+        # (group, kind) -> [vstamp, vorigin, held, sent, recv, longest RETRY ms, waiting, spare, used]
         self.pools: dict[tuple[bytes, int], list[Any]] = {}
         self.void: dict[str, int] = {}  # the incarnations it says were taken back
         # the silent incarnations it knows (it could take them back); None: it did not say
         self.silent: list | None = None
+        self.said = 0  # how many SHARES it sent that were read here (``Limits._restore``)
+        self.members: int | None = None  # the digest of the incarnations it took as current (None: not said)
 
 
 @final
@@ -298,6 +344,8 @@ class Limits:
         self.next_tick = 0
         self.offering = False  # a peer said jobs of a group wait there whose units are here (_offer)
         self.alone_since = 0  # since when this node is a cluster of one (0: it is not, or not yet seen)
+        ctx.stats["group_units_restored"] = 0  # INFO stats: units made again by ``_restore`` (RATE: per second)
+        self.restore_seen: tuple[dict, dict] | None = None  # ``_restore``'s last round: when, and what it saw
         # Until it has compared its table with a peer's (a DIGEST or SET heard), a node of a cluster
         # delivers no job of any group: it may not know a limit yet (a start without the AOF, or
         # with an old one). It asks as soon as it holds jobs of a group (``tick``), so that a
@@ -382,7 +430,7 @@ class Limits:
             if block_all:
                 held.add(pool.group)
             elif pool.kind == CONC:
-                if self._used(pool.group) >= pool.held:
+                if self._used(pool.group) >= (min(pool.held, pool.keep) if self.offering else pool.held):
                     held.add(pool.group)
             else:
                 self._refill(pool, now)
@@ -570,9 +618,11 @@ class Limits:
             self.next_gossip = now + GOSSIP_MS
             self._note_silence(now)
             self._reclaim(now)  # first: the incarnations taken back are told at once
+            self._restore(now)
             if self.pools and ctx.reachable:
                 ctx.send(ctx.reachable, ("GROUPS", "SHARES", self._member_id(), self._gossip(), self._void_list(now),
-                                         [m for m in self.silent_since if m in self.peers]))  # fmt: skip
+                                         [m for m in self.silent_since if m in self.peers],
+                                         self._members_digest(ctx.reachable)))  # fmt: skip
             if ctx.cluster_size > 1:
                 self.alone_since = 0
             elif not self.alone_since:
@@ -594,7 +644,7 @@ class Limits:
             if waiting.get(pool.group):
                 spare = 0  # its jobs wait here: it needs every unit it holds
             out.append([pool.group, pool.kind, pool.vstamp, pool.vorigin, pool.held, pool.sent, pool.recv, retry,
-                        waiting.get(pool.group, 0), max(0, spare)])  # fmt: skip
+                        waiting.get(pool.group, 0), max(0, spare), used])  # fmt: skip
         return out
 
     def _void_list(self, now: int) -> list:
@@ -649,7 +699,9 @@ class Limits:
         ctx = self.ctx
         waiting = self._waiting()
         for pool in list(self.pools.values()):
+            pool.keep = KEEP_ALL
             if waiting.get(pool.group):
+                self._balance(pool, waiting[pool.group])
                 continue
             key = (pool.group, pool.kind)
             spare = pool.held - self._used(pool.group) if pool.kind == CONC else pool.held
@@ -671,6 +723,43 @@ class Limits:
                 spare -= give
                 self._give(pool, best.node, best.member, give)
         self.offering = self._wants_offers()
+        self._update_held()  # the shares kept (``Pool.keep``) may have changed
+
+    def _balance(self, pool: Pool, mine: int) -> None:
+        """Jobs of the group wait here (``mine``) and maybe elsewhere: this node's idle units over its
+        fair share go to the nodes whose jobs wait, the furthest below its own share first (see the
+        module docstring). A peer's holding is what it last said plus what this node has sent it
+        since that it has not said it took (``Pool.sent`` against its ``recv``)."""
+        used = self._used(pool.group) if pool.kind == CONC else 0
+        idle = pool.held - used
+        ctx = self.ctx
+        key = (pool.group, pool.kind)
+        me = self._member_id()
+        # (node, its peer or None for this node, units held, demand: None where it has no bound)
+        rows: list[tuple[str, Peer | None, int, int | None]] = [
+            (ctx.id, None, pool.held, used + mine if pool.kind == CONC else None)]
+        for node in ctx.reachable:
+            member = self.latest.get(node)
+            peer = self.peers.get(member) if member is not None else None
+            view = peer.pools.get(key) if peer is not None else None
+            if peer is None or view is None or (view[0], view[1]) != (pool.vstamp, pool.vorigin) or view[6] <= 0:
+                continue
+            held = view[2] + max(0, pool.sent.get(peer.member, 0) - view[4].get(me, 0))
+            rows.append((node, peer, held, view[8] + view[6] if pool.kind == CONC else None))
+        if len(rows) < 2:
+            return
+        share = fair_shares(pool.total, [(r[0], r[3]) for r in rows])
+        if pool.kind == CONC and any(share[r[0]] > r[2] for r in rows[1:]):
+            pool.keep = share[ctx.id]  # another node is short: no more of the units over the share used here
+        over = min(idle, pool.held - share[ctx.id])
+        for node, peer, held, _ in sorted(rows[1:], key=lambda r: r[2] - share[r[0]]):
+            if over <= 0 or peer is None:
+                break
+            give = min(over, share[node] - held)
+            if give <= 0:
+                break
+            self._give(pool, node, peer.member, give)
+            over -= give
 
     def _wants_offers(self) -> bool:
         """Whether a peer said jobs wait there of a group whose units (of a limit) are here."""
@@ -748,6 +837,81 @@ class Limits:
                 continue
             self._take_back(member, now)
 
+    def _restore(self, now: int) -> None:
+        """Units lost (sent to an incarnation taken back before it said it took them, or refused
+        by one) are made again, by one node, only when what every node holds is known exactly:
+        every node reachable and current, every node taking the same incarnations as current (a
+        digest in SHARES: one that has not heard of a restart yet does not know the former self
+        silent), none silent for anyone, no ledger naming an incarnation
+        neither current nor taken back (a node's former self), and two gossip rounds in a row
+        in which every node's holding and ledgers (``sent``, ``recv``: they only grow) are the
+        same, each heard again between the two, and every grant taken (each ``sent`` met by the
+        ``recv`` of its receiver). Then nothing moved between the rounds and nothing was in
+        flight: the units held add up to what exists, and the lowest ID makes the rest."""
+        ctx = self.ctx
+        if not self.pools or ctx.cluster_size <= 1 or len(ctx.reachable) + 1 != ctx.cluster_size:
+            self.restore_seen = None
+            return
+        if self.silent_since or self._fenced_now() or any(n < ctx.id for n in ctx.reachable):
+            self.restore_seen = None
+            return
+        me = self._member_id()
+        members = [me]
+        peers: list[Peer] = []
+        for node in ctx.reachable:
+            member = self.latest.get(node)
+            peer = self.peers.get(member) if member is not None else None
+            if peer is None or member in self.void or peer.silent != []:
+                self.restore_seen = None
+                return
+            if peer.members is None or peer.members != self._members_digest(ctx.reachable):
+                self.restore_seen = None  # it has not heard of the same incarnations (a restart it missed)
+                return
+            members.append(member)
+            peers.append(peer)
+        state: dict = {}
+        short: dict = {}
+        for key, pool in self.pools.items():
+            rows = [(me, pool.held, pool.sent, pool.recv)]
+            for peer in peers:
+                view = peer.pools.get(key)
+                if view is None or (view[0], view[1]) != (pool.vstamp, pool.vorigin):
+                    self.restore_seen = None
+                    return
+                rows.append((peer.member, view[2], view[3], view[4]))
+            recv_of = {m: r for m, _, _, r in rows}
+            for m, _, sent, recv in rows:
+                for to, units in sent.items():
+                    if to in recv_of and recv_of[to].get(m, 0) != units:
+                        self.restore_seen = None  # a grant in flight between two of them
+                        return
+                    if to not in recv_of and to not in self.void:
+                        self.restore_seen = None  # units given to an incarnation not taken back yet
+                        return
+                if any(frm not in recv_of and frm not in self.void for frm in recv):
+                    self.restore_seen = None
+                    return
+            state[key] = [(m, held, sorted(sent.items()), sorted(recv.items())) for m, held, sent, recv in rows]
+            held = sum(r[1] for r in rows)
+            if held < pool.total:
+                short[key] = pool.total - held
+        prev = self.restore_seen
+        said = {p.member: p.said for p in peers}
+        self.restore_seen = (said, state)
+        if not short or prev is None or prev[1] != state or any(n <= prev[0].get(m, n) for m, n in said.items()):
+            return  # first round, a change, or a node not heard again since: nothing known yet
+        for key, units in short.items():
+            pool = self.pools[key]
+            pool.held += units
+            ctx.stats["group_units_restored"] += units if pool.kind == CONC else (units + 999) // 1000
+        self.restore_seen = None
+        self._update_held()
+
+    def _members_digest(self, nodes: Any) -> int:
+        """A digest of the incarnations this node takes as the current ones of itself and ``nodes``."""
+        members = sorted([self._member_id()] + [self.latest.get(n, n) for n in nodes])
+        return zlib.crc32("\n".join(members).encode())
+
     def _take_back(self, member: str, now: int) -> None:
         gone = self.peers[member]
         for key, view in gone.pools.items():
@@ -757,13 +921,17 @@ class Limits:
             units = view[2]
             sent_then: dict = view[3]
             recv_then: dict = view[4]
-            # others' grants to it since, minus its grants to others since
+            # others' grants to it since, minus its grants to others since; each at least 0: an
+            # other's ledger older than the gone one's word (it had not yet said it took a grant
+            # the gone one had sent by then) says nothing of what came after it: those units left
+            # the gone one's count before it last spoke, and are the other's (held, or taken
+            # back with it through the gone one's ``sent``)
             for other_member, other in self._ledgers(key, pool):
                 if other_member == member:
                     continue
                 o_sent, o_recv = other
-                units += o_sent.get(member, 0) - recv_then.get(other_member, 0)
-                units -= o_recv.get(member, 0) - sent_then.get(other_member, 0)
+                units += max(0, o_sent.get(member, 0) - recv_then.get(other_member, 0))
+                units -= max(0, o_recv.get(member, 0) - sent_then.get(other_member, 0))
             if units > 0:
                 pool.held += units  # (not in ``recv``: that ledger counts grants, which others' match)
         self._voided(member, now)
@@ -867,7 +1035,10 @@ class Limits:
         peer = self._peer(sender, body[1])
         if peer is None:
             return False
-        peer.pools = {(v[0], v[1]): [v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9]] for v in views}
+        # the 11th field (its deliveries not settled) is trailing: a peer without it is read as using all it holds
+        peer.said += 1
+        peer.pools = {(v[0], v[1]): [v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9],
+                                     v[10] if len(v) > 10 and type(v[10]) is int else v[4]] for v in views}
         self.offering = self._wants_offers()
         me = self._member_id()
         for member in body[3]:
@@ -877,6 +1048,7 @@ class Limits:
                 else:
                     self._voided(member, self.ctx.now)
         peer.silent = body[4] if len(body) > 4 and type(body[4]) is list and len(body[4]) <= 4096 else None
+        peer.members = body[5] if len(body) > 5 and type(body[5]) is int else None
         return None
 
     def _void_member(self, member: Any) -> bool:

@@ -363,6 +363,16 @@ class Replication:
         self.clients.clear()
         self.timers.clear()
 
+    def acked_while_replicating(self, job: Job) -> None:
+        """A job still waiting for its copies was acknowledged here (a consumer got a copy from a
+        node that holds it queued, and acked it here): it is done, so its ADDJOB is answered with
+        its ID now (its timers find it no longer waiting); it becomes active, to be acked next."""
+        job.set_state(ACTIVE)
+        client = self.clients.pop(job.id, None)
+        if client is not None:
+            self.client_jobs.pop(client, None)
+            self.ctx.effects.append(Reply(client, STATUS(job.id)))
+
     def achieved(self, job: Job) -> bool:
         """Enough copies: answer the client, queue here (or hand over). False if forgotten here."""
         ctx = self.ctx

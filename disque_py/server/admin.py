@@ -753,6 +753,7 @@ def info_text(ctx: AdminContext, section: str, peak: list[int]) -> str:
                 "jobs_dead_lettered": node.stats["jobs_dead_lettered"],
                 "jobs_nack_delayed": node.stats["jobs_nack_delayed"],
                 "dedup_hits": node.stats["dedup_hits"],
+                "group_units_restored": node.stats["group_units_restored"],
                 "dedup_ids_remembered": len(node.lifecycle.gone),
             })  # fmt: skip
         elif name == "cpu":

@@ -117,6 +117,7 @@ class NodeCollector:
             ("jobs_dead_lettered", "Jobs made dead letters here (MAXDELIVER reached, or NACK ... DEAD)"),
             ("jobs_nack_delayed", "NACKs with a delay (DELAY, or the job's BACKOFF) handled here"),
             ("dedup_hits", "ADDJOBs with a DEDUP key answered with an existing job's ID (nothing added)"),
+            ("group_units_restored", "Units of groups' limits lost in flight and made again by this node"),
         ):
             yield counter("disque_" + key, doc, nstats.get(key, 0))
         yield GaugeMetricFamily("disque_dedup_ids_remembered",

@@ -795,3 +795,24 @@ def test_no_jobs_move_to_a_peer_without_a_link_or_with_a_link_that_does_not_drai
     assert yourjobs() == [alo] and h.cmd("QLEN", "q") == 2
     h.node.receive_data(peer, "NEEDJOBS", [b"q", 10], h.now)  # the queue's head is RETRY 0: held
     assert yourjobs() == [] and h.cmd("QLEN", "q") == 2
+
+
+def test_an_ack_while_the_job_waits_for_its_copies_answers_its_addjob_with_the_id():
+    """ACKJOB of a job whose ADDJOB still waits for its copies (a consumer got a copy elsewhere
+    and acked it on the node that added it): the ADDJOB is answered with the job's ID at once, the
+    job is acked, and the replication's timers later find nothing to do (no NOREPL)."""
+    from disque_py.core.job import ACKED, watch_transitions
+
+    from .wired import Wired
+
+    watch_transitions()
+    net = Wired(3)
+    net.muted = {1, 2}  # reachable, but they never answer: the copies are never confirmed
+    assert net.submit(0, "ADDJOB", "q", "b", 5000, "REPLICATE", 3, client=1) is BLOCKED
+    [job_id] = [jid for jid, _ in net.nodes[0].store.items()]
+    assert net.cmd(0, "ACKJOB", job_id, client=2) == 1
+    assert net.reply(0, client=1) == job_id
+    assert net.nodes[0].store.get(job_id).state == ACKED
+    net.advance(6000)  # past the ADDJOB's TIMEOUT: nothing more for client 1
+    assert net.reply(0, client=1) is None
+    invariants.check(net.nodes[0])
