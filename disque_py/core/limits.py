@@ -37,7 +37,10 @@ the sum can only fall short of the limit, never exceed it. A job of a group at i
 queued (``GroupTable.held``: the queues skip the group's turn): no NACK, no delivery counted.
 
 **Partitions and failures.** A node that cannot reach a majority of the cluster delivers no job
-of a limited group (it is fenced: its share may be taken back by the others). Every
+of a limited group (it is fenced: its share may be taken back by the others); nor does one that
+has not heard the shares of a majority (itself counted) for ``FENCE_MS``, whatever its links say,
+so that a failure detector slower on its side than on the others' does not let it deliver past
+the moment they may take its units back. Every
 ``GOSSIP_MS`` each node tells every reachable one what it holds of each pool, with, per other
 node, the units it has given it and received from it in all (``Pool.sent``, ``Pool.recv``: they
 only grow), the longest RETRY of the jobs it has delivered (told at its next tick when it
@@ -121,6 +124,10 @@ ASK_MS: Final = 200  # a node whose share is used up asks again this often at mo
 RESEND_MS: Final = 1000  # a grant not acknowledged is sent again after this
 TICK_MS: Final = 50  # how often used shares are looked at again while a group is held
 RECLAIM_MARGIN_MS: Final = 2000  # beyond the longest RETRY before a silent node's units come back
+#: A node that has not heard the shares of a majority (itself counted) for this long delivers no job
+#: of a limited group, whatever its links say: below RECLAIM_MARGIN_MS plus the shortest RETRY (1 s),
+#: so it stops before the others may take its units back, however late its failure detector is.
+FENCE_MS: Final = 2000
 VOID_KEEP_MS: Final = 600_000
 #: A node that has been a cluster of one this long holds every unit of each limit (a single node
 #: after a restart: nobody else would take its former self's back).
@@ -453,7 +460,7 @@ class Limits:
             self.fenced = False
             return False
         majority = (len(ctx.reachable) + 1) * 2 > ctx.cluster_size
-        if not majority:
+        if not majority or (self.pools and ctx.now >= self._heard_until()):
             self.fenced = True
             self.synced_at = 0
             return True
@@ -467,6 +474,24 @@ class Limits:
                     return True
             self.fenced = False
         return False
+
+    def _heard_until(self) -> int:
+        """Until when this node counts as hearing a majority: ``FENCE_MS`` after the SHARES of the
+        last peer it needs (with itself, a majority of the cluster) were heard."""
+        ctx = self.ctx
+        need = ctx.cluster_size // 2
+        if need <= 0:
+            return 1 << 62
+        times = []
+        for node in ctx.reachable:
+            member = self.latest.get(node)
+            peer = self.peers.get(member) if member is not None else None
+            if peer is not None and member not in self.void:
+                times.append(peer.heard)
+        if len(times) < need:
+            return 0
+        times.sort(reverse=True)
+        return times[need - 1] + FENCE_MS
 
     def _refill(self, pool: Pool, now: int) -> None:
         if now > pool.level_at:
@@ -577,6 +602,8 @@ class Limits:
             at = self.next_digest
         if self.table.held or self.offering or any(p.out for p in self.pools.values()):
             at = min(at, self.next_tick)
+        if self.pools and not self.fenced and self.ctx.cluster_size > 1:
+            at = min(at, max(self.ctx.now, self._heard_until()))  # fenced then, unless heard meanwhile
         return at
 
     def _sync_check(self) -> None:
@@ -601,6 +628,8 @@ class Limits:
                 ctx.send(ctx.reachable, ("GROUPS", "DIGEST", self.digest, True))
             if not (self.settings or self.pools or self.peers):
                 return
+        if self.pools and not self.fenced and ctx.cluster_size > 1 and now >= self._heard_until():
+            self._update_held()  # a majority not heard from for FENCE_MS: fenced (``_fenced_now``)
         if self.table.held or self.pools:
             if now >= self.next_tick:
                 self.next_tick = now + TICK_MS

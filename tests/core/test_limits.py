@@ -328,6 +328,37 @@ def test_no_unit_is_made_again_while_a_grant_is_in_flight():
         assert sum(c.node(i).ctx.stats["group_units_restored"] for i in range(3)) == 0
 
 
+def test_a_node_that_hears_no_majority_stops_delivering_whatever_its_links_say():
+    """A node cut off in a way its failure detector has not seen yet (muted: still reachable in
+    everyone's view, hearing and saying nothing) delivers no job of a limited group once it has
+    not heard the others' shares for FENCE_MS: before they could take its units back (the
+    shortest RETRY plus RECLAIM_MARGIN_MS after they last heard it)."""
+    from disque_py.core.limits import FENCE_MS, RECLAIM_MARGIN_MS
+
+    assert FENCE_MS < 1000 + RECLAIM_MARGIN_MS
+    c = Wired(3)
+    c.cmd(0, "GROUP", "LIMIT", "A", "CONCURRENCY", 3)
+    for n in range(100):
+        c.cmd(0, "ADDJOB", "q", "a%d" % n, 0, "GROUP", "A", "RETRY", 1, "REPLICATE", 1)
+    c.advance(2500)
+    got = c.cmd(0, "GETJOB", "NOHANG", "COUNT", 1, "FROM", "q")
+    assert len(got) == 1
+    c.cmd(0, "ACKJOB", got[0][1])
+    c.muted = {0}
+    cut = c.now
+    delivered_at = []
+    while c.now - cut < FENCE_MS + 1000:
+        got = c.cmd(0, "GETJOB", "NOHANG", "COUNT", 1, "FROM", "q")
+        if isinstance(got, list) and got:
+            delivered_at.append(c.now - cut)
+            c.cmd(0, "ACKJOB", got[0][1])
+        c.advance(50)
+    assert delivered_at and max(delivered_at) < FENCE_MS  # it went on until then, then stopped
+    c.muted = set()
+    c.advance(3000)  # heard again from both: it delivers again
+    assert len(c.cmd(0, "GETJOB", "NOHANG", "COUNT", 1, "FROM", "q")) == 1
+
+
 def test_fair_shares_split_evenly_bounded_by_demand_remainder_to_the_lowest_ids():
     from disque_py.core.limits import fair_shares
 
