@@ -16,7 +16,7 @@ pytestmark = pytest.mark.xdist_group("bench-ports")
 def test_groups_bench_runs_every_suite_within_the_limits(tmp_path):
     from tests.integration.conftest import consecutive_free_ports
 
-    hold_ms, n, rate, seconds = 20, 5, 50, 2
+    hold_ms, n, rate, seconds = 20, 5, 50, 1
     results, stdout = run_bench(
         tmp_path, "bench_groups", "--base-port", str(consecutive_free_ports(256)), "--conns", "5", "--duration", "1",
         "--rounds", "1", "--layouts", "shared", "--backlog", "300", "--concurrency", str(n), "--hold-ms", str(hold_ms),

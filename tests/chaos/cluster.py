@@ -21,6 +21,7 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Sequence
 
@@ -218,11 +219,14 @@ class Cluster:
         problems = []
         for node in self.nodes:
             self.resume(node)
-            if self.alive(node):
-                stopped = launcher.stop(node.proc, port=node.port, host=node.host, timeout=5.0)
-                if stopped.forced or stopped.returncode != 0:
-                    problems.append("node n%d did not stop cleanly at the end: %s, exit code %s"
-                                    % (node.index, "killed" if stopped.forced else stopped.how, stopped.returncode))
+        live = [node for node in self.nodes if self.alive(node)]
+        # side by side: the nodes' exits overlap instead of adding up
+        with ThreadPoolExecutor(max(1, len(live))) as pool:
+            stops = list(pool.map(lambda n: launcher.stop(n.proc, port=n.port, host=n.host, timeout=5.0), live))
+        for node, stopped in zip(live, stops):
+            if stopped.forced or stopped.returncode != 0:
+                problems.append("node n%d did not stop cleanly at the end: %s, exit code %s"
+                                % (node.index, "killed" if stopped.forced else stopped.how, stopped.returncode))
         for node in self.nodes:
             if node.mounted:
                 subprocess.run(["umount", "-l", str(node.dir)], check=False)

@@ -20,7 +20,9 @@ import redis
 import trio
 
 from disque_py.cli import launcher
-from tests.integration.conftest import ROOT, NodeProcess, free_port, start_node, stop_all, wait_for  # noqa: F401
+from tests.integration.conftest import (  # noqa: F401
+    ROOT, NodeProcess, free_port, start_all, start_node, stop_all, wait_for,
+)
 
 PASSWORD = "s3cret-pw"
 
@@ -36,7 +38,7 @@ def join(nodes: list[NodeProcess], timeout: float = 20.0) -> None:
 
 
 def start_cluster(base, n: int, **directives) -> list[NodeProcess]:
-    nodes = [NodeProcess(base, **directives).start() for _ in range(n)]
+    nodes = start_all([NodeProcess(base, **directives) for _ in range(n)])
     if n > 1:
         join(nodes)
     return nodes

@@ -18,15 +18,23 @@ import signal
 import socket
 import subprocess
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Iterable
 
 import pytest
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from disque_py.cli import launcher
 
 ROOT = Path(__file__).resolve().parents[2]
+
+#: ``retry=NO_RETRY`` for a redis-py client whose command is expected to fail on its connection
+#: (a refused AUTH, a node going down): redis-py retries a ConnectionError (AuthenticationError
+#: is one) 3 times with a backoff by default, 3 to 4 s before the expected error is raised.
+NO_RETRY = Retry(NoBackoff(), 0)
 
 
 def _ephemeral_low() -> int:
@@ -145,6 +153,10 @@ class NodeProcess:
 
     def start(self) -> "NodeProcess":
         self.proc = self.spawn()
+        return self.wait_ready()
+
+    def wait_ready(self) -> "NodeProcess":
+        """Wait (20 s at most) until the spawned process answers PING."""
         try:
             launcher.wait_ready(self.proc, self.port, host=self.host, timeout=20, logs=[self.log_path])
         except launcher.LaunchError as exc:
@@ -209,20 +221,39 @@ def fail_unclean(problems: Iterable[str | None]) -> None:
         pytest.fail("unclean node shutdown:\n" + "\n\n".join(found), pytrace=False)
 
 
+def start_all(nodes: list[NodeProcess]) -> list[NodeProcess]:
+    """Start the nodes side by side: every process spawned, then each awaited, so that a
+    cluster starts in the time of its slowest node rather than the sum of them all. If one
+    does not come up, all are killed and the test fails with its log."""
+    try:
+        for node in nodes:
+            node.proc = node.spawn()
+        for node in nodes:
+            node.wait_ready()
+    except BaseException:
+        for node in nodes:
+            node.halt(signal.SIGKILL, timeout=5)
+        raise
+    return nodes
+
+
 def stop_all(nodes: Iterable[NodeProcess], timeout: float = 10) -> None:
-    """Stop every node (SIGTERM, SIGKILL after ``timeout`` s), then fail if one did not stop
-    cleanly (:func:`unclean`): all of them are stopped (killed at worst) before the test fails,
-    so none outlives it."""
-    problems = []
-    for node in nodes:
-        stopped = node.halt(timeout=timeout)
-        if stopped is not None:
-            problems.append(unclean("node on port %d" % node.port, stopped, node.log()))
-    fail_unclean(problems)
+    """Stop every node (SIGTERM, SIGKILL after ``timeout`` s), side by side, then fail if one did
+    not stop cleanly (:func:`unclean`): all of them are stopped (killed at worst) before the test
+    fails, so none outlives it."""
+    nodes = list(nodes)
+    with ThreadPoolExecutor(max(1, len(nodes))) as pool:
+        stops = list(pool.map(lambda node: node.halt(timeout=timeout), nodes))
+    fail_unclean(unclean("node on port %d" % node.port, stopped, node.log())
+                 for node, stopped in zip(nodes, stops) if stopped is not None)  # fmt: skip
 
 
 @pytest.fixture
 def start_node(tmp_path):
+    """``start_node(**directives)``: a node; ``start_node.many(n, **directives)``: n nodes started
+    side by side (:func:`start_all`), ``each`` a function of no argument giving each node's own
+    directives beside them (``each=lambda: {"admin_port": free_port()}``). All stopped at the end
+    of the test."""
     started: list[NodeProcess] = []
 
     def start(**directives) -> NodeProcess:
@@ -230,6 +261,12 @@ def start_node(tmp_path):
         started.append(node)
         return node
 
+    def many(n: int, each=dict, **directives) -> list[NodeProcess]:
+        nodes = start_all([NodeProcess(tmp_path, **directives, **each()) for _ in range(n)])
+        started.extend(nodes)
+        return nodes
+
+    start.many = many
     yield start
     stop_all(started)
 
@@ -250,6 +287,6 @@ def redis_cli() -> str:
 @pytest.fixture
 def cluster3(start_node):
     """Three nodes joined into one cluster (no admin ports: tests/web has its own with them)."""
-    nodes = [start_node() for _ in range(3)]
+    nodes = start_node.many(3)
     launcher.join([(n.host, n.port) for n in nodes], timeout=30)
     return nodes

@@ -3,6 +3,7 @@ start; taken: the node exits 1 with what is wrong and a hint, no traceback."""
 
 from __future__ import annotations
 
+import random
 import socket
 
 import pytest
@@ -23,7 +24,12 @@ def _range() -> tuple[int, int]:
 
 def _port_with_bus_in_range() -> int:
     low, high = _range()
-    for port in range(max(low - 10000, 1024), min(high - 10000, 65535 - 10000)):
+    # at random, not always the lowest: another test's block of ports (consecutive_free_ports:
+    # up to 256 from a random base below) may reach it, and another test's node there once
+    # answered the PING meant for this one (which exited: "Address already in use")
+    ports = list(range(max(low - 10000, 1024), min(high - 10000, 65535 - 10000)))
+    random.shuffle(ports)
+    for port in ports:
         if _bindable(port) and _bindable(port + 10000):
             return port
     pytest.skip("no free port whose bus port is in the ephemeral range %d-%d" % (low, high))

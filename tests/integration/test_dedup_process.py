@@ -21,7 +21,7 @@ from disque_py.cli import launcher
 from disque_py.aio import Client as AioClient
 from disque_py.core.ids import dedup_job_id
 
-from .conftest import NodeProcess, wait_for
+from .conftest import NodeProcess, start_all, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -34,7 +34,7 @@ def cluster(tmp_path):
     def make(n: int = 3, **directives) -> list[NodeProcess]:
         directives.setdefault("cluster_node_timeout", 1000)
         directives.setdefault("loglevel", "notice")
-        nodes = [NodeProcess(tmp_path, **directives).start() for _ in range(n)]
+        nodes = start_all([NodeProcess(tmp_path, **directives) for _ in range(n)])
         started.extend(nodes)
         launcher.join([("127.0.0.1", x.port) for x in nodes], timeout=20, interval=0.05)
         return nodes

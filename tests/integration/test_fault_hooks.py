@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import redis
 
-from .conftest import wait_for
+from .conftest import NO_RETRY, wait_for
 
 
 def test_the_hooks_are_off_unless_the_environment_turns_them_on(monkeypatch, start_node):
@@ -35,7 +35,7 @@ def test_a_clock_jump_fires_the_timers_it_passes(monkeypatch, start_node):
 def test_a_failed_fsync_with_always_stops_the_node_before_it_acknowledges(monkeypatch, start_node):
     monkeypatch.setenv("DISQUE_PY_FAULT_HOOKS", "1")
     node = start_node(appendonly="yes", appendfsync="always")
-    r = node.client()
+    r = node.client(retry=NO_RETRY)
     r.execute_command("ADDJOB", "q", "persisted", "0", "RETRY", "1")
     assert r.execute_command("DEBUG", "FAIL-FSYNC", "1") == 1
     with pytest.raises(redis.ConnectionError, match="Connection refused|Connection closed by server"):

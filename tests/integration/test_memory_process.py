@@ -143,7 +143,7 @@ def test_maxmemory_1_refuses_at_once_and_evicts_idle_queues(start_node):
 
 
 def test_a_node_at_75_percent_replicates_new_jobs_externally(start_node):
-    nodes = [start_node() for _ in range(3)]
+    nodes = start_node.many(3)
     launcher.join([("127.0.0.1", n.port) for n in nodes], timeout=30)
     a, b, c = (n.client() for n in nodes)
     a_id = a.execute_command("CLUSTER", "MYID").decode()

@@ -84,7 +84,7 @@ def tls_failures(node: NodeProcess) -> int:
 @pytest.fixture
 def trio_cluster(start_node, certs):
     def make(**extra) -> list[NodeProcess]:
-        nodes = [start_node(**bus_tls(certs, **extra)) for _ in range(3)]
+        nodes = start_node.many(3, **bus_tls(certs, **extra))
         meet(nodes)
         return nodes
 

@@ -242,7 +242,7 @@ class Load:
 
 @pytest.mark.parametrize("repl", [1, 3])
 def test_cluster_kill9_all_under_load_loses_no_job(start_node, repl):  # noqa: F811
-    nodes = [start_node(cluster_node_timeout=2000, **AOF) for _ in range(3)]
+    nodes = start_node.many(3, cluster_node_timeout=2000, **AOF)
     addrs = [(n.host, n.port) for n in nodes]
     launcher.join(addrs, timeout=30)
     ids = [n.client().execute_command("CLUSTER", "MYID") for n in nodes]

@@ -30,6 +30,7 @@ import pytest
 
 from tests.client.conftest import start_cluster, stop_all
 from tests.integration.conftest import free_port, wait_for
+from tests.spark.stream_app import JVM_OPTIONS
 
 pyspark = pytest.importorskip("pyspark", reason="pyspark is not installed (pip install -e '.[spark]')")
 pytest.importorskip("pyarrow", reason="pyarrow is not installed (pip install -e '.[spark]')")
@@ -82,7 +83,7 @@ class StandaloneCluster:
 
     def _spawn(self, name: str, *args: str) -> None:
         env = dict(os.environ, SPARK_HOME=str(self.home), SPARK_LOCAL_IP="127.0.0.1",
-                   SPARK_DAEMON_MEMORY="256m", SPARK_NO_DAEMONIZE="1")  # fmt: skip
+                   SPARK_DAEMON_MEMORY="256m", SPARK_DAEMON_JAVA_OPTS=JVM_OPTIONS, SPARK_NO_DAEMONIZE="1")  # fmt: skip
         log = open(self.base / ("%s.log" % name), "wb")
         self.procs.append(subprocess.Popen(
             ["bash", str(self.home / "bin" / "spark-class"), *args],
@@ -162,7 +163,8 @@ def spark(tmp_path_factory, spark_master):
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.sql.warehouse.dir", str(warehouse / "warehouse"))
-        .config("spark.driver.extraJavaOptions", "-Dderby.system.home=%s" % warehouse)
+        .config("spark.driver.extraJavaOptions", "-Dderby.system.home=%s %s" % (warehouse, JVM_OPTIONS))
+        .config("spark.executor.extraJavaOptions", JVM_OPTIONS)
         .config("spark.sql.streaming.noDataMicroBatches.enabled", "true")
     )
     if spark_master.startswith("spark://"):

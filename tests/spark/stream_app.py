@@ -19,6 +19,13 @@ import sys
 import time
 from pathlib import Path
 
+#: The Java options of every JVM the Spark tests start (the standalone daemons, the drivers, the
+#: executors): the client compiler only and the serial collector. A test's JVMs live for seconds
+#: to minutes on small data, and six of them start at once on a small machine, where the server
+#: compiler's and G1's threads took cores from everything else. DISQUE_SPARK_JVM_OPTIONS
+#: replaces them ("" for the JVM's defaults).
+JVM_OPTIONS = os.environ.get("DISQUE_SPARK_JVM_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+
 
 def queue_to_queue(spark, nodes: str, source: str, target: str, max_jobs: int):
     """The queue-to-queue query's writer (checkpoint and trigger to add): each job's body, prefixed
@@ -61,7 +68,8 @@ def main() -> None:
     from pyspark.sql import SparkSession
 
     builder = (SparkSession.builder.master(args.master).config("spark.ui.enabled", "false")
-               .config("spark.sql.shuffle.partitions", "2"))  # fmt: skip
+               .config("spark.sql.shuffle.partitions", "2").config("spark.driver.extraJavaOptions", JVM_OPTIONS)
+               .config("spark.executor.extraJavaOptions", JVM_OPTIONS))  # fmt: skip
     if args.master.startswith("spark://"):
         builder = (builder.config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
                    .config("spark.executor.memory", "512m").config("spark.executor.cores", "1")

@@ -14,9 +14,15 @@ from disque_py.core.ids import dedup_job_id
 from tests.integration.conftest import wait_for
 from tests.spark.test_source import node_clients, queued, read, stream
 
-ROWS = 100_000
+ROWS = 64_000
 PARTS = 4
 FAILING_PART = 1
+# The failing attempt waits for its row CHECK_ROW to be a job, and fails at its row FAIL_ROW (of
+# the partition's 16,000). The rows reach the sink's Python worker in batches of 10,000 (Spark's
+# Arrow batches): FAIL_ROW must be past the first batch, which holds CHECK_ROW, or the attempt
+# waits for a row the sink cannot have yet.
+CHECK_ROW = 5_000
+FAIL_ROW = 15_000
 
 
 def ids_everywhere(cluster, queue: str) -> set[str]:
@@ -29,7 +35,7 @@ def ids_everywhere(cluster, queue: str) -> set[str]:
 
 def rows_failing_first_attempt(nodes_option: str, queue: str, marker: str):
     """A mapPartitions function making (key, body) rows: the first attempt of partition
-    FAILING_PART yields 15,000 rows, waits until its row 5,000 is a job in the queue (so the
+    FAILING_PART yields FAIL_ROW rows, waits until its row CHECK_ROW is a job in the queue (so the
     attempt has added jobs), then raises. Every other attempt yields its rows."""
 
     def run(numbers):
@@ -39,9 +45,9 @@ def rows_failing_first_attempt(nodes_option: str, queue: str, marker: str):
         failing = ctx.partitionId() == FAILING_PART and ctx.attemptNumber() == 0
         for n, i in enumerate(numbers):
             yield ("order-%d" % i, "work-%d" % i)
-            if failing and n == 5000:
+            if failing and n == CHECK_ROW:
                 check = "order-%d" % i
-            if failing and n == 15000:
+            if failing and n == FAIL_ROW:
                 job_id = dedup_job_id(queue.encode(), check.encode(), 1).decode()
                 with Client(nodes_option, refresh_interval=None) as c:
                     wait_for(lambda: c.show(job_id) is not None, 60, interval=0.05,
@@ -69,7 +75,7 @@ def test_write_with_a_retried_task_then_run_again_leaves_each_row_once(
          .option("dedupColumn", "key").mode("append").save())  # fmt: skip
 
     write()
-    # The marker is written once the failing attempt's row 5,000 was a job: the retry sent it again.
+    # The marker is written once the failing attempt's row CHECK_ROW was a job: the retry sent it again.
     assert marker.exists()
     assert queued(cluster, queue) == ROWS
 

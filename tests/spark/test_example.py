@@ -27,7 +27,7 @@ def load_example():
 @pytest.mark.timeout(180)
 def test_pipeline_gives_every_item_a_result_and_acks_every_job(spark, cluster, nodes_option, queue, tmp_path):
     example = load_example()
-    count = 300
+    count = 200  # two micro-batches of 100
     assert example.enqueue(spark, nodes_option, queue, count) == count
 
     out, checkpoint = str(tmp_path / "results"), str(tmp_path / "checkpoint")

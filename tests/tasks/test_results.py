@@ -32,7 +32,7 @@ OK_3 = b'{"v":1,"ok":true,"value":3}'
 @pytest.fixture
 def admin3(start_node):
     """Three joined nodes, each with an admin port."""
-    nodes = [start_node(admin_port=free_port()) for _ in range(3)]
+    nodes = start_node.many(3, each=lambda: {"admin_port": free_port()})
     launcher.join([(n.host, n.port) for n in nodes], timeout=30)
     return nodes
 

@@ -100,7 +100,7 @@ def admin_port(node: NodeProcess) -> int:
 @pytest.fixture
 def cluster3(start_node):  # noqa: F811
     """Three joined nodes, each with an admin port."""
-    nodes = [start_node(admin_port=free_port()) for _ in range(3)]
+    nodes = start_node.many(3, each=lambda: {"admin_port": free_port()})
     launcher.join([(n.host, n.port) for n in nodes], timeout=30)
     return nodes
 
