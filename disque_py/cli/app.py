@@ -13,6 +13,7 @@ but a plain ``disque-py server``, which starts a node without loading click.
 
 from __future__ import annotations
 
+import os
 import shlex
 import sys
 
@@ -658,7 +659,13 @@ def top(conn: NodeOptions, no_discover: bool, interval: float, sort: str, revers
                           max_queues=max_queues, all_queues=all_queues) as collector:  # fmt: skip
         if not once:
             toplib.run_live(collector, interval=interval, sort=sort, reverse=reverse, limit=limit)
-            return
+            collector.close()
+            # q or Ctrl-C quits at once: the terminal is restored, and the samplers' threads may be
+            # waiting on a slow node (up to --timeout a request), which the interpreter's exit
+            # would join first
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(0)
         try:
             view = toplib.run_once(collector, interval=interval, sort=sort, reverse=reverse, as_json=as_json,
                                    limit=limit, out=sys.stdout)  # fmt: skip

@@ -424,6 +424,9 @@ class Limits:
             # hears of it, or reads it from its AOF, holds none yet
             pool = self.pools[key] = Pool(s.name, kind, total, s.lstamp, s.lorigin)
             pool.level_at = self.ctx.now
+            # the others hear this node's shares at once: each delivers the group's jobs only
+            # once it has heard a majority's (``FENCE_MS``), not a gossip period later
+            self.next_gossip = min(self.next_gossip, self.ctx.now)
         self._update_held()
 
     def _update_held(self) -> None:
@@ -460,9 +463,14 @@ class Limits:
             self.fenced = False
             return False
         majority = (len(ctx.reachable) + 1) * 2 > ctx.cluster_size
-        if not majority or (self.pools and ctx.now >= self._heard_until()):
+        if not majority:
             self.fenced = True
             self.synced_at = 0
+            return True
+        if self.pools and ctx.now >= self._heard_until():
+            # nothing heard from a majority since: what is heard after now came after the gap
+            self.fenced = True
+            self.synced_at = ctx.now
             return True
         if self.fenced:
             if not self.synced_at:

@@ -21,7 +21,7 @@ def test_batched_cycles_add_get_and_ack_every_job_of_each_batch(node):
 
 
 def test_batches_are_disques_only():
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="batch must be 1, or more with kind='disque'"):
         run_cycles(1, kind="redis", batch=10)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="batch must be 1"):
         run_cycles(1, batch=0)

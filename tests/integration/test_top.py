@@ -235,7 +235,8 @@ class Terminal:
     """``disque-py top`` live in a pseudo-terminal."""
 
     def __init__(self, *args: str) -> None:
-        env = dict(os.environ, COLUMNS="140", LINES="40", PYTHONPATH=str(ROOT))
+        # PYTHONFAULTHANDLER: a program that does not exit is sent SIGABRT, and says where it was
+        env = dict(os.environ, COLUMNS="140", LINES="40", PYTHONPATH=str(ROOT), PYTHONFAULTHANDLER="1")
         self.pid, self.fd = pty.fork()
         if self.pid == 0:  # the child: the program on the terminal
             try:
@@ -272,9 +273,21 @@ class Terminal:
                     os.read(self.fd, 65536)
             except OSError:
                 time.sleep(0.05)
-        os.kill(self.pid, signal.SIGKILL)
-        os.waitpid(self.pid, 0)
-        raise AssertionError("top did not exit")
+        os.kill(self.pid, signal.SIGABRT)  # its threads' stacks written to the terminal
+        stacks = b""
+        end = time.monotonic() + 5
+        while time.monotonic() < end and not os.waitpid(self.pid, os.WNOHANG)[0]:
+            try:
+                if select.select([self.fd], [], [], 0.1)[0]:
+                    stacks += os.read(self.fd, 65536)
+            except OSError:
+                break
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+            os.waitpid(self.pid, 0)
+        except (ProcessLookupError, ChildProcessError):
+            pass
+        raise AssertionError("top did not exit; where it was:\n%s" % stacks.decode("utf-8", "replace")[-6000:])
 
     def close(self) -> None:
         try:

@@ -35,7 +35,10 @@ def test_api_groups_metrics_and_the_client_on_two_nodes(start_node):
             client.add_job("q", b"y%d" % i, group="t2", replicate=1)
         for n in range(3, 6):
             client.add_job("q", b"z", group="t%d" % n, replicate=1)
-        got: list = []  # (a node that starts holds the groups until it has compared settings with a peer)
+        # (a node that starts holds the groups until it has compared settings with a peer, and a
+        # limited group until it has heard the shares of a majority: at once on a connected cluster)
+        wait_for(lambda: not client.group_info("t1")["held"], timeout=10, what="t1's jobs deliverable on a")
+        got: list = []
         wait_for(lambda: got.extend(client.get_jobs("q", count=3 - len(got), nohang=True)) or len(got) == 3,
                  timeout=10, what="three jobs delivered")  # fmt: skip
         info = client.group_info("t1")
