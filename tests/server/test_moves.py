@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import socket
 
+import pytest
 import trio
 
 from disque_py.config import load_config
@@ -18,7 +19,10 @@ from disque_py.server.app import Server
 
 from ..integration.conftest import free_port
 
-DEADLINE = 30  # seconds: liveness bound; the consumer's node asks again with backoff (2 s, 4 s, ...)
+# seconds: liveness bound. The consumer's node asks again with backoff (2 s, 4 s, ... up to 30 s
+# between asks): 4.6 or 12.7 s here most times, past 25 s in about one run of four (a link that
+# came back is not a node that came up, which would be asked at once: issue 59's last corner)
+DEADLINE = 75
 
 
 async def _until(cond) -> None:
@@ -37,6 +41,7 @@ async def _read_reply(stream: trio.SocketStream, buf: bytearray, ending: bytes) 
     return reply
 
 
+@pytest.mark.timeout(DEADLINE + 15)
 async def test_an_at_most_once_job_pushed_on_a_link_that_fails_before_it_leaves_is_delivered_once(tmp_path):
     """B pushes a RETRY 0 job to A (a consumer waits there) and the link breaks before a byte of
     it is written. The job's only copy was in that link's buffer: B gets it back and queues it,
@@ -60,7 +65,7 @@ async def test_an_at_most_once_job_pushed_on_a_link_that_fails_before_it_leaves_
             assert await _read_reply(to_b, buf_b, b"\r\n") == b"+OK\r\n"
             await _until(lambda: a.node.id in b.node.ctx.reachable and b.node.id in a.node.ctx.reachable)
 
-            await to_a.send_all(b"GETJOB TIMEOUT 25000 FROM q\r\n")  # the consumer waits on A
+            await to_a.send_all(b"GETJOB TIMEOUT 70000 FROM q\r\n")  # the consumer waits on A
             await _until(lambda: a.node.id in b.node.leases.by_queue.get(b"q", {}))  # B is to push to A
 
             bus = b.cluster.bus
