@@ -476,8 +476,7 @@ class Limits:
             if not self.synced_at:
                 self.synced_at = ctx.now
             for node in ctx.reachable:
-                member = self.latest.get(node)
-                peer = self.peers.get(member) if member is not None else None
+                peer = self._current(node)
                 if peer is None or peer.heard < self.synced_at:
                     return True
             self.fenced = False
@@ -492,14 +491,26 @@ class Limits:
             return 1 << 62
         times = []
         for node in ctx.reachable:
-            member = self.latest.get(node)
-            peer = self.peers.get(member) if member is not None else None
-            if peer is not None and member not in self.void:
+            peer = self._current(node)
+            if peer is not None and peer.member not in self.void:
                 times.append(peer.heard)
         if len(times) < need:
             return 0
         times.sort(reverse=True)
         return times[need - 1] + FENCE_MS
+
+    def _current(self, node: str) -> Peer | None:
+        """What this node last heard from ``node``'s latest incarnation, or None."""
+        member = self.latest.get(node)
+        return self.peers.get(member) if member is not None else None
+
+    def _view(self, node: str, pool: Pool) -> tuple[Peer, list] | None:
+        """``node``'s latest incarnation and its word on ``pool`` (this version of the limit), or None."""
+        peer = self._current(node)
+        view = peer.pools.get((pool.group, pool.kind)) if peer is not None else None
+        if peer is None or view is None or (view[0], view[1]) != (pool.vstamp, pool.vorigin):
+            return None
+        return peer, view
 
     def _refill(self, pool: Pool, now: int) -> None:
         if now > pool.level_at:
@@ -709,13 +720,10 @@ class Limits:
             best: Peer | None = None
             best_spare = 0
             for node in ctx.reachable:
-                member = self.latest.get(node)
-                peer = self.peers.get(member) if member is not None else None
-                if peer is None:
+                seen = self._view(node, pool)
+                if seen is None:
                     continue
-                view = peer.pools.get((pool.group, pool.kind))
-                if view is None or (view[0], view[1]) != (pool.vstamp, pool.vorigin):
-                    continue
+                peer, view = seen
                 if view[7] > best_spare:
                     best, best_spare = peer, view[7]
             if best is None:
@@ -745,13 +753,11 @@ class Limits:
             while spare > 0:
                 best: Peer | None = None
                 for node in ctx.reachable:
-                    member = self.latest.get(node)
-                    peer = self.peers.get(member) if member is not None else None
-                    view = peer.pools.get(key) if peer is not None else None
-                    if view is None or (view[0], view[1]) != (pool.vstamp, pool.vorigin) or view[6] <= 0:
+                    seen = self._view(node, pool)
+                    if seen is None or seen[1][6] <= 0:
                         continue
-                    if best is None or view[6] > best.pools[key][6]:
-                        best = peer
+                    if best is None or seen[1][6] > best.pools[key][6]:
+                        best = seen[0]
                 if best is None:
                     break
                 view = best.pools[key]
@@ -770,17 +776,15 @@ class Limits:
         used = self._used(pool.group) if pool.kind == CONC else 0
         idle = pool.held - used
         ctx = self.ctx
-        key = (pool.group, pool.kind)
         me = self._member_id()
         # (node, its peer or None for this node, units held, demand: None where it has no bound)
         rows: list[tuple[str, Peer | None, int, int | None]] = [
             (ctx.id, None, pool.held, used + mine if pool.kind == CONC else None)]
         for node in ctx.reachable:
-            member = self.latest.get(node)
-            peer = self.peers.get(member) if member is not None else None
-            view = peer.pools.get(key) if peer is not None else None
-            if peer is None or view is None or (view[0], view[1]) != (pool.vstamp, pool.vorigin) or view[6] <= 0:
+            seen = self._view(node, pool)
+            if seen is None or seen[1][6] <= 0:
                 continue
+            peer, view = seen
             held = view[2] + max(0, pool.sent.get(peer.member, 0) - view[4].get(me, 0))
             rows.append((node, peer, held, view[8] + view[6] if pool.kind == CONC else None))
         if len(rows) < 2:
@@ -893,18 +897,15 @@ class Limits:
             self.restore_seen = None
             return
         me = self._member_id()
-        members = [me]
         peers: list[Peer] = []
         for node in ctx.reachable:
-            member = self.latest.get(node)
-            peer = self.peers.get(member) if member is not None else None
-            if peer is None or member in self.void or peer.silent != []:
+            peer = self._current(node)
+            if peer is None or peer.member in self.void or peer.silent != []:
                 self.restore_seen = None
                 return
             if peer.members is None or peer.members != self._members_digest(ctx.reachable):
                 self.restore_seen = None  # it has not heard of the same incarnations (a restart it missed)
                 return
-            members.append(member)
             peers.append(peer)
         state: dict = {}
         short: dict = {}
