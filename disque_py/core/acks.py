@@ -33,6 +33,10 @@ Acks (ACKJOB anywhere):
 Tombstones (the IDs of jobs deleted here, remembered a while so that a copy still on its
 way in a YOURJOBS is dropped) are ``Lifecycle``'s, which deletes jobs; this machine buries
 the ID of a job FASTACKed or named by a DELJOB while not held here (``Lifecycle.bury``).
+An acked at-least-once job that no other node ever held (its holders: this node alone; a
+job of one node, or REPLICATE 1 never moved) is deleted at its first GC attempt, the ACKJOB
+itself, without the confirmation set and without a tombstone: nobody is to be asked and no
+copy of it exists to move in.
 
 Commands: ACKJOB, FASTACK. Messages: SETACK, GOTACK, DELJOB. Receives ``Lifecycle``
 (the schedule, deletion, tombstones), ``Requeue`` (an acked job leaves its queue) and
@@ -141,7 +145,17 @@ class Acks:
         if job.state != ACKED:
             return
         ctx = self.ctx
-        dummy = not job.delivered
+        delivered = job.delivered
+        if len(delivered) == 1 and delivered[0] == ctx.id and job.retry and job.extra is None:
+            # No other node ever held a copy of this at-least-once job (a peer that takes one is
+            # added to ``delivered`` before it leaves: replication, Leases.export, on_yourjobs),
+            # so nobody is asked and no copy of it can move in later: deleted at once, without a
+            # tombstone. (An at-most-once job's only copy moves without naming the peer, and one
+            # handed back by a move that never left, ``Federation.on_moves_unsent``, must stay
+            # dead: those keep the tombstone.)
+            self._lifecycle.delete_job(job, bury=False)
+            return
+        dummy = not delivered
         if job.gc_retry < GC_RETRY_COUNT_MAX:
             job.gc_retry += 1
         if job.confirmed is None:
@@ -160,7 +174,6 @@ class Acks:
         if done:
             self._lifecycle.delete_job(job)
             return
-        delivered = job.delivered
         targets = delivered or ctx.known_nodes
         confirmed = job.confirmed
         if len(delivered) == 2 and ctx.id in delivered:

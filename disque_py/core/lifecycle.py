@@ -114,11 +114,14 @@ class Lifecycle:
         self._stats["jobs_expired"] += 1
         self.delete_job(job)
 
-    def delete_job(self, job: Job) -> None:
-        """Forget a job entirely on this node (expiry, DELJOB, FASTACK, GC)."""
+    def delete_job(self, job: Job, bury: bool = True) -> None:
+        """Forget a job entirely on this node (expiry, DELJOB, FASTACK, GC). ``bury=False``
+        (an acked job no other node held, ``Acks.try_gc``) keeps no tombstone: no copy of it
+        is anywhere to move in."""
         if not self._store.unregister(job):
             return
-        self.bury(job.id)
+        if bury:
+            self.bury(job.id)
         if job.extra is not None and job.extra.dedup is not None:
             self._dedup_deleted(job)
         state = job.state

@@ -816,3 +816,38 @@ def test_an_ack_while_the_job_waits_for_its_copies_answers_its_addjob_with_the_i
     net.advance(6000)  # past the ADDJOB's TIMEOUT: nothing more for client 1
     assert net.reply(0, client=1) is None
     invariants.check(net.nodes[0])
+
+
+def test_an_ack_of_a_job_no_other_node_held_leaves_no_tombstone(h):
+    """ACKJOB of a job only this node ever held deletes it at once without remembering its ID (no
+    copy can move in: a peer that takes one is named in the job's holders first); a job another
+    node holds a copy of keeps the GC's rounds, and its deletion the tombstone."""
+    from disque_py.core.effects import Send
+    from disque_py.core.wire import job_to_wire
+
+    peer = "f" * 40
+    life = h.node.lifecycle
+    alone = h.add("q", "alone")
+    assert h.cmd("ACKJOB", alone) == 1
+    assert h.cmd("SHOW", alone) is None and not life.tombstones
+    h.node.ctx.reachable = [peer]
+    h.node.ctx.known_nodes = [h.node.id, peer]
+    h.node.ctx.cluster_size = 2
+    solo = h.add("q", "solo", "REPLICATE", 1)
+    assert h.cmd("ACKJOB", solo) == 1
+    assert h.cmd("SHOW", solo) is None and not life.tombstones
+    once = h.add("q", "once", "REPLICATE", 1, "RETRY", 0)  # its only copy may move without a trace
+    assert h.cmd("ACKJOB", once) == 1
+    assert h.cmd("SHOW", once) is None and list(life.tombstones) == [once]
+    life.tombstones.clear()
+    shared = h.add("q", "shared", "REPLICATE", 1)
+    job = h.node.store.get(shared)
+    job.delivered = (h.node.id, peer)  # as after a push to the peer (Leases.export)
+    assert h.cmd("ACKJOB", shared) == 1
+    assert show(h, shared)["state"] == "acked"  # waits for the peer's GOTACK
+    sent = [e.message for e in h.advance(10) if isinstance(e, Send) and e.to == peer]
+    assert sent and sent[0][0] == "SETACK"
+    h.node.receive_data(peer, "GOTACK", [shared, True], h.now)
+    assert h.cmd("SHOW", shared) is None and life.is_buried(shared)
+    h.node.receive_data(peer, "YOURJOBS", [[job_to_wire(job, h.now)]], h.now)
+    assert h.cmd("QLEN", "q") == 0  # a copy still on its way is dropped
