@@ -49,7 +49,11 @@ _DEFAULT_RETRY: Final = default_retry(DEFAULT_TTL)
 
 def parse_int(raw: bytes) -> int | None:
     """Strict signed 64-bit integer, as Redis parses it (no spaces, no '+')."""
-    if not raw or len(raw) > 20:
+    n = len(raw)
+    if n == 1:  # one digit: ADDJOB's timeout 0, a REPLICATE, a COUNT (most integers a node reads)
+        d = raw[0] - 0x30
+        return d if 0 <= d <= 9 else None
+    if not n or n > 20:
         return None
     first = raw[0]
     if not (0x30 <= first <= 0x39 or (first == 0x2D and len(raw) > 1)):

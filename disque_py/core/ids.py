@@ -73,7 +73,8 @@ def valid_node_ids(nodes: list) -> bool:
 class JobIdGenerator:
     """Makes job IDs for one node. ``seed`` comes from the shell (urandom)."""
 
-    __slots__ = ("_prefix", "_seed", "_counter", "_suffixes", "_batch", "_next")
+    __slots__ = ("_prefix", "_seed", "_counter", "_suffixes", "_batch", "_next", "_last_ttl", "_last_retry",
+                 "_last_suffix")  # fmt: skip
 
     def __init__(self, node_id: str, seed: bytes) -> None:
         if len(node_id) < 8:
@@ -84,6 +85,11 @@ class JobIdGenerator:
         self._suffixes: dict[tuple[int, bool], bytes] = {}
         self._batch = b""  # the base64 random parts of the current batch, 24 characters each
         self._next = 0  # where the next ID's random part starts in it
+        # the last ID's TTL, whether it had a RETRY, and their suffix: a producer sends the same
+        # options job after job, so the suffixes' table is looked up only when they change
+        self._last_ttl = -1
+        self._last_retry = False
+        self._last_suffix = b""
 
     def _refill(self) -> None:
         self._counter += 1
@@ -99,6 +105,15 @@ class JobIdGenerator:
             self._refill()
             i = 0
         self._next = i + 24
+        if ttl_seconds == self._last_ttl and (retry > 0) == self._last_retry:
+            return self._prefix + self._batch[i : i + 24] + self._last_suffix
+        suffix = self._suffix(ttl_seconds, retry)
+        self._last_ttl = ttl_seconds
+        self._last_retry = retry > 0
+        self._last_suffix = suffix
+        return self._prefix + self._batch[i : i + 24] + suffix
+
+    def _suffix(self, ttl_seconds: int, retry: int) -> bytes:
         key = (ttl_seconds, retry > 0)
         suffix = self._suffixes.get(key)
         if suffix is None:
@@ -111,7 +126,7 @@ class JobIdGenerator:
             suffix = b"-%04x" % minutes
             if len(self._suffixes) < 4096:
                 self._suffixes[key] = suffix
-        return self._prefix + self._batch[i : i + 24] + suffix
+        return suffix
 
 
 # What the ID checks accept: a compiled module checks a ``bytes`` argument for exactly bytes,
