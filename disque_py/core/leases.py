@@ -11,6 +11,11 @@ or took from it in the last ``LOCAL_FIRST_MS`` (local consumers come first), the
 reachable, and credit remains (a RETRY 0 job never goes into a link that holds unsent
 output: its only copy would be lost with the link).
 
+A lease that could not be served when a job came (the peer out of reach: its link down; or, for a
+RETRY 0 job, its link backlogged) is *owed* (``owe``, ``owed``): the peer and the queue are
+noted, and ``Federation.serve_owed`` sends the jobs queued here once the link is up again
+(``federation.py``, "Owed leases"), not at the peer's next NEEDJOBS, which may be 30 s away.
+
 Every job leaving this node, pushed here or pulled by a NEEDJOBS (``Federation.on_needjobs``),
 goes through ``export``: it waits in ``outgoing`` until the end of the input, when ``Node``
 calls ``flush``, and all the jobs for one peer leave in one YOURJOBS (split only when their
@@ -34,10 +39,11 @@ from .messages import your_jobs
 from .queues import PAUSED_OUT, Queue
 from .wire import WireJob, job_to_wire
 
-__all__ = ["Leases", "LOCAL_FIRST_MS"]
+__all__ = ["Leases", "LOCAL_FIRST_MS", "OWED_SOON_MS"]
 
 LEASE_GC_BATCH: Final = 10_000  # queue names whose leases are checked per queue-GC pass (every second)
 LOCAL_FIRST_MS: Final = 1000  # a queue a local client took from this recently keeps its next job here
+OWED_SOON_MS: Final = 5  # a lease newly owed is looked at this soon (Federation.serve_owed)
 
 
 def _by_size(jobs: list[WireJob]) -> list[list[WireJob]]:
@@ -66,6 +72,12 @@ class Leases:
         #: (never rebound: Node tests it after every input)
         self.outgoing: dict[str, list[WireJob]] = {}
         self.importing = False  # jobs being imported are never pushed on at once (Federation)
+        #: peer id -> names of queues it holds a lease on whose jobs wait here for its link
+        #: (``owe``; served and forgotten by ``Federation.serve_owed``)
+        self.owed: dict[str, set[bytes]] = {}
+        #: when ``Federation.serve_owed`` looks at ``owed`` next (ms; it also runs when the view of
+        #: the cluster changes): a new debt soon, one still held back later (``federation.py``)
+        self.owed_at = 0
         for key in ("yourjobs_sent", "jobs_exported", "jobs_pushed"):
             ctx.stats[key] = 0
 
@@ -90,7 +102,10 @@ class Leases:
                 del leases[peer]
                 continue
             if peer not in reachable or (job.retry == 0 and peer in backlogged):
-                continue  # RETRY 0: its only copy must not wait in a link that may be torn down
+                # RETRY 0: its only copy must not wait in a link that may be torn down. The
+                # lease is owed: the job goes once the link is up (or drained) again.
+                self.owe(peer, q.name)
+                continue
             q.jobs_in += 1
             q.jobs_out += 1
             if job.state != ACTIVE:  # never queued here: a new job (wait-repl), pushed at once
@@ -105,6 +120,21 @@ class Leases:
         if not leases:
             del self.by_queue[q.name]
         return False
+
+    def owe(self, peer: str, name: bytes) -> None:
+        """``peer``'s lease on queue ``name`` could not be served now (no link, or a backlogged
+        one): remember it for ``Federation.serve_owed``, which looks at a new debt within
+        ``OWED_SOON_MS`` (one owed already keeps its time: under load, one look per back-off,
+        not one per job)."""
+        names = self.owed.get(peer)
+        if names is None:
+            names = self.owed[peer] = set()
+        elif name in names:
+            return
+        names.add(name)
+        soon = self.ctx.now + OWED_SOON_MS
+        if not self.owed_at or soon < self.owed_at:
+            self.owed_at = soon
 
     def export(self, peer: str, job: Job) -> None:
         """``job`` leaves for ``peer`` in this input's YOURJOBS."""

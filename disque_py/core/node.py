@@ -220,6 +220,7 @@ class Node:
         # Never rebound: the end of every input checks these.
         self._ready = ctx.ready
         self._outgoing = leases.outgoing
+        self._owed = leases.owed  # never rebound either: tested at every tick
         self._grouped = ctx.groups.containers  # queues holding jobs of a group (groups.py)
         self._next_gc = now + QUEUE_GC_PERIOD_MS
         # kind -> receiver (messages.receivers): checks a peer's message, builds it and calls the
@@ -390,6 +391,10 @@ class Node:
             self._next_gc = now + QUEUE_GC_PERIOD_MS
         if blocking.blocked and ctx.cluster_size > 1:
             self.federation.tick(blocking.waited)
+        if self._owed:  # leases that jobs wait here for, until their peer's link is up
+            federation = self.federation
+            if now >= federation.next_owed():
+                federation.serve_owed()
         limits = self.limits
         if limits.settings or limits.peers or (self._grouped and not limits.synced):  # groups (limits.py)
             limits.tick(now)
@@ -465,6 +470,10 @@ class Node:
                 best = at
         if blocking.blocked and ctx.cluster_size > 1:
             at = self.federation.next_need()
+            if best is None or at < best:
+                best = at
+        if self._owed:
+            at = self.federation.next_owed()
             if best is None or at < best:
                 best = at
         limits = self.limits

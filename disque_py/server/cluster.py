@@ -184,6 +184,8 @@ class ClusterService:
         self._save_pending = False
         self._view_key: tuple | None = None  # the node table the core's view was last made from (sync)
         self._view_of: Any = None  # and the core it was given to
+        # the node whose link went down last, by its name now (link_down): ``unsent`` follows at once
+        self._down_owner: str | None = None
         self.stats = self.membership.stats
         for key in ("auth_failures", "bad_frames"):
             self.stats.setdefault(key, 0)
@@ -376,7 +378,13 @@ class ClusterService:
         self.apply()
 
     def link_down(self, link: int) -> None:
-        self.membership.link_down(link, now_ms())
+        m = self.membership
+        # Whose link it was, by the name the node table gives it now: the bus names a link by the
+        # node it was opened for, which the handshake of a CLUSTER MEET renames; ``unsent``, which
+        # the bus calls right after this, hands the moves back under this name (the one the core
+        # knows the peer's leases by).
+        self._down_owner = next((nid for nid in m.known() if m.link_of(nid) == link), None)
+        m.link_down(link, now_ms())
         self.apply()
 
     def message(self, link: int, msg: Any) -> None:
@@ -397,7 +405,11 @@ class ClusterService:
         self.apply()
 
     def unsent(self, node_id: str, tokens: list) -> None:
-        """The link to ``node_id`` ended with these watched YOURJOBS unsent (after ``link_down``)."""
+        """The link to ``node_id`` ended with these watched YOURJOBS unsent (right after its
+        ``link_down``, which says the node's name now)."""
+        owner, self._down_owner = self._down_owner, None
+        if owner is not None:
+            node_id = owner
         node = self.node
         now = now_ms()
         for message in tokens:

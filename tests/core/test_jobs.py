@@ -594,6 +594,99 @@ def test_a_move_handed_back_goes_on_at_once_to_another_node_that_waits(h):
     assert h.cmd("QLEN", "q") == 0 and h.node.stats["jobs_returned"] == 1
 
 
+def _yourjobs(effects) -> list[tuple[str, list[bytes]]]:
+    from disque_py.core.effects import Send
+
+    return [(e.to, [w[0] for w in e.message[1]]) for e in effects if isinstance(e, Send) and e.message[0] == "YOURJOBS"]
+
+
+def test_a_move_handed_back_goes_to_its_peer_as_soon_as_its_link_is_up_again(h):
+    """A RETRY 0 job pushed under a lease whose link closed before the socket took it comes back
+    (``on_moves_unsent``) and is queued here. The lease it used is given back, owed: when the
+    view shows the peer's link up again, the next tick sends the job there (at once: the view's
+    change makes ``next_wakeup`` now), not at the peer's next NEEDJOBS (up to 30 s later: its
+    view of us never changed). A link that still holds output delays it, backing off from 5 ms;
+    the job goes once, and nothing is owed after."""
+    from disque_py.core.messages import moves_to_watch
+
+    peer = "f" * 40
+    h.node.ctx.reachable = [peer]
+    h.node.ctx.cluster_size = 2
+    h.node.receive_data(peer, "NEEDJOBS", [b"q", 1], h.now)  # one consumer: one credit
+    jid = h.add("q", "body", "REPLICATE", 1, "RETRY", 0)
+    effects = h.effects()
+    assert _yourjobs(effects) == [(peer, [jid])]
+    (message,) = [e.message for e in effects if getattr(e, "message", ("",))[0] == "YOURJOBS"]
+    assert moves_to_watch(message) and not any(h.node.leases.by_queue.values())  # its one credit used
+    h.node.ctx.reachable = []  # the link closed with it unsent
+    h.node.on_moves_unsent(peer, message, h.now)
+    assert h.cmd("QLEN", "q") == 1 and _yourjobs(h.effects()) == []
+    assert h.node.leases.owed == {peer: {b"q"}}
+    assert _yourjobs(h.advance(5000)) == []  # no link: it stays here, owed
+    assert h.cmd("QLEN", "q") == 1
+    h.node.ctx.reachable = [peer]  # the link is up again (a new view), its socket busy
+    h.node.ctx.backlogged = frozenset([peer])
+    assert h.node.next_wakeup() == h.now  # looked at on the next pass
+    h.node.tick(h.now)
+    assert _yourjobs(h.effects()) == [] and h.cmd("QLEN", "q") == 1  # RETRY 0 waits for a drained link
+    assert h.node.next_wakeup() == h.now + 5
+    assert _yourjobs(h.advance(5)) == []
+    assert h.node.next_wakeup() == h.now + 10  # backing off
+    h.node.ctx.backlogged = frozenset()
+    t0 = h.now
+    sent = []
+    while not sent:
+        sent = _yourjobs(h.advance(1))
+    assert sent == [(peer, [jid])] and h.now - t0 <= 10
+    assert h.cmd("QLEN", "q") == 0 and h.node.store.get(jid) is None  # its only copy left, once
+    assert not h.node.leases.owed and not any(h.node.leases.by_queue.values())  # the credit given back, used
+    assert _yourjobs(h.advance(60_000)) == []
+
+
+def test_a_needjobs_from_a_peer_we_have_no_link_to_is_answered_when_the_link_is_up(h):
+    """A NEEDJOBS from a peer whose link from us is down grants its lease, but there is nothing
+    to send the jobs on: they go when the view shows that link up, and only then; a lease that
+    ends meanwhile is forgotten with its debt (at most ``OWED_IDLE_MS`` later)."""
+    from disque_py.core.federation import LEASE_MS, OWED_IDLE_MS
+
+    peer, late = "e" * 40, "f" * 40
+    h.node.ctx.cluster_size = 3
+    h.node.ctx.reachable = []
+    jobs = [h.add("q", "body%d" % i, "REPLICATE", 1, "RETRY", 0) for i in range(4)]
+    h.node.receive_data(peer, "NEEDJOBS", [b"q", 10], h.now)
+    assert _yourjobs(h.effects()) == [] and h.node.leases.owed == {peer: {b"q"}}
+    h.advance(100)
+    h.node.ctx.reachable = [peer]
+    assert _yourjobs(h.advance(0)) == [(peer, jobs[:2])]  # as its NEEDJOBS: half of a short queue
+    assert not h.node.leases.owed
+    h.node.receive_data(late, "NEEDJOBS", [b"q", 10], h.now)  # no link to it either: owed
+    assert h.node.leases.owed == {late: {b"q"}}
+    h.advance(LEASE_MS + OWED_IDLE_MS)
+    assert not h.node.leases.owed  # its lease ended: nothing owed
+    h.node.ctx.reachable = [peer, late]
+    assert _yourjobs(h.advance(10)) == [] and h.cmd("QLEN", "q") == 2
+
+
+def test_owed_leases_are_served_only_to_nobody_waiting_here_and_bad_hand_backs_are_ignored(h):
+    """A job owed to a peer but taken here meanwhile is owed no more, and nothing leaves a queue
+    a client waits on here when the peer's link comes back. Hand-backs that are not a YOURJOBS
+    change nothing."""
+    peer = "f" * 40
+    h.node.ctx.cluster_size = 2
+    h.node.ctx.reachable = []
+    jid = h.add("q", "body", "REPLICATE", 1, "RETRY", 0)
+    h.node.receive_data(peer, "NEEDJOBS", [b"q", 10], h.now)
+    assert h.node.leases.owed == {peer: {b"q"}}
+    got = h.cmd("GETJOB", "NOHANG", "FROM", "q")
+    assert got[0][1] == jid
+    assert h.cmd("GETJOB", "TIMEOUT", 0, "FROM", "q", client=2) is BLOCKED
+    h.node.ctx.reachable = [peer]
+    assert _yourjobs(h.advance(10)) == [] and not h.node.leases.owed
+    for bad in [(), ("NEEDJOBS", [b"q", 1]), ["YOURJOBS", []], "YOURJOBS"]:
+        h.node.on_moves_unsent(peer, bad, h.now)  # type: ignore[arg-type]
+    assert not h.node.leases.owed and h.node.stats["jobs_returned"] == 0
+
+
 @pytest.mark.invariants_by_hand  # 25,000 NEEDJOBS, each checked against every lease: quadratic
 def test_push_leases_on_queues_that_get_no_job_are_forgotten(h):
     """NEEDJOBS for queues that never get a job here (consumers on short-lived names) leave no

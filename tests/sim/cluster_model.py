@@ -32,7 +32,9 @@ description of a run and replays bit for bit (see ``trace_digest``).
   (0 = at once), like failure detection lag.
 * Faults: ``partition(*groups)``, ``heal()``, ``crash(i)`` (the node object is
   dropped: no ticks, its links cut, its blocked clients gone), ``restart(i)``
-  (a new ``Node`` with the same ID and empty memory), ``set_leaving(i, flag)``.
+  (a new ``Node`` with the same ID and empty memory), ``set_leaving(i, flag)``,
+  ``link_down(a, b)`` / ``link_up(a, b)`` (a's own link to b only, as a TCP link
+  torn down and reconnected: b's link to a, and b's view of a, unchanged).
 * Clients. ``client(i)`` returns a :class:`SimClient`; ``cmd(...)`` runs a
   command now and returns its reply or ``BLOCKED``; a blocked client's reply
   arrives as a ``Reply`` effect, is kept in ``replies[(i, client_id)]`` and
@@ -343,6 +345,7 @@ class SimCluster:
         self.leaving_flag = [False] * n_nodes
         self.forgotten: set[int] = set()  # given up on by CLUSTER FORGET on every other node
         self.group_of = [0] * n_nodes
+        self.links_down: set[tuple[int, int]] = set()  # (a, b): a's own link to b is down (link_down)
         self._cut = [[0] * n_nodes for _ in range(n_nodes)]  # link epochs: bumped when a link is torn down
         self._link_last = [[0] * n_nodes for _ in range(n_nodes)]  # FIFO mode: last delivery time per link
         # messages sent and not yet delivered (or dropped in flight), per link: what a node's
@@ -518,7 +521,7 @@ class SimCluster:
             self.stats["dropped_unknown"] += 1
             self._note("S %d->? %s unknown destination %s" % (src, what, effect.to[:8]))
             return
-        if not self.connected(src, dst):
+        if not self.connected(src, dst) or (src, dst) in self.links_down:
             self._never_left(src, effect)
             self.stats["dropped_cut"] += 1
             self._note("S %d->%d %s cut" % (src, dst, what))
@@ -579,6 +582,7 @@ class SimCluster:
             or self.incarnation[src] != src_inc
             or self._cut[src][dst] != epoch
             or not self.connected(src, dst)
+            or (src, dst) in self.links_down
         ):
             self.stats["dropped_in_flight"] += 1
             self._note("R %d<-%d %s dropped in flight" % (dst, src, kind))
@@ -732,6 +736,20 @@ class SimCluster:
         self._note("F partition %s" % ([sorted(g) for g in groups],))
         self._topology_changed()
 
+    def link_down(self, a: int, b: int) -> None:
+        """Node a's own link to node b is torn down, with what it carried: a's view loses b (after
+        ``detect_delay_ms``, as the others), b's link to a and b's view of a stay as they are."""
+        self.links_down.add((a, b))
+        self._cut[a][b] += 1
+        self._note("F link down %d->%d" % (a, b))
+        self._topology_changed()
+
+    def link_up(self, a: int, b: int) -> None:
+        """Node a's link to node b is up again (a reconnects): b is in a's view again."""
+        self.links_down.discard((a, b))
+        self._note("F link up %d->%d" % (a, b))
+        self._topology_changed()
+
     def heal(self) -> None:
         self.group_of = [0] * self.n
         self._note("F heal")
@@ -801,13 +819,14 @@ class SimCluster:
         node.ctx.reachable = [
             self.ids[j]
             for j in known
-            if j != i and self.connected(i, j) and not self.leaving_flag[j]
+            if j != i and self.connected(i, j) and not self.leaving_flag[j] and (i, j) not in self.links_down
         ]  # fmt: skip
         node.ctx.leaving = self.leaving_flag[i]
 
     def _apply_views(self) -> None:
         for i in range(self.n):
             self._set_view(i)
+            self._schedule_tick(i)  # a new view may bring a timer forward, as the shell asks after every pass
 
     # ------------------------------------------------------------------- time
     def _push(self, at: int, kind: int, payload: Any) -> None:

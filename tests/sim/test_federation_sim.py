@@ -458,6 +458,35 @@ def test_a_job_queued_again_as_its_node_restarts_reaches_a_consumer_waiting_else
     assert c.stats["sent:NEEDJOBS"] - sent <= 2
 
 
+@pytest.mark.parametrize("when", ["pushed-as-it-fails", "added-while-down"])
+def test_a_job_for_a_waiting_consumer_goes_once_its_link_is_back(when):
+    """A consumer has waited on node 0 for 40 s (its discovery broadcast backed off to 30 s), so
+    node 1 holds its push lease. Node 1's own link to node 0 goes down (node 0's link to node 1
+    stays, so node 0 sees no node come up afterwards), and a RETRY 0 job is added on node 1:
+    pushed into the failing link before node 1's view shows it (the move comes back,
+    ``on_moves_unsent``), or added once the view shows it. Either way the lease is owed, and
+    the job leaves node 1 as soon as its view shows the link up again: one hop later, not at
+    node 0's next broadcast. Delivered once."""
+    c = SimCluster(2, 45, delay=(1, 1), detect_delay_ms=50)
+    remote = blocked_consumer(c, 0)
+    c.run_for(LONG_WAIT_MS)
+    c.link_down(1, 0)
+    if when == "added-while-down":
+        c.run_for(100)  # node 1's view shows the link down
+    job = addjob(c, 1, "REPLICATE", 1, "RETRY", 0)
+    c.run_for(2000)
+    assert remote.pending is not None and c.queued_on(job) == [1]
+    assert c.stats["moves_returned"] == (1 if when == "pushed-as-it-fails" else 0)
+    c.link_up(1, 0)
+    c.run_for(50)  # the view's change reaches node 1 (detect_delay_ms)
+    t0 = c.now
+    assert remote.wait_reply(60_000)[0][1] == job
+    assert c.now - t0 <= 2, "took %d virtual ms" % (c.now - t0)
+    assert c.ledger.delivered[job] == 1 and c.queued_on(job) == []
+    c.run_for(5000)
+    assert c.ledger.delivered[job] == 1 and not c.node(1).leases.owed
+
+
 def test_nodes_coming_and_going_cost_a_bounded_number_of_needjobs():
     """A consumer waits on node 0 for ten minutes while node 2 goes down and comes back every
     20 s and nothing is ever produced: node 0 asks a node that comes back a few times (ad hoc,
