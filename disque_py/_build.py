@@ -51,6 +51,7 @@ COMPILED_MODULES: tuple[str, ...] = (
     "disque_py.core.groups",
     "disque_py.core.queues",
     "disque_py.core.wire",
+    "disque_py.core.messages",
     "disque_py.core.effects",
     "disque_py.core.commandspec",
     "disque_py.core.context",

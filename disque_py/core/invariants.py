@@ -137,7 +137,7 @@ def check(node: "Node") -> None:
                   % (job.id, job.state_name, job.awake, expected))  # fmt: skip
         if state == QUEUED:
             queued += 1
-            q = queues.get(job.queue)
+            q = None if job.queue is None else queues.get(job.queue)
             if q is None or job not in q.jobs:
                 _fail("QUEUED_ONCE", "queued job %r is not in its queue %r" % (job.id, job.queue))
         elif state == ACKED:
@@ -159,8 +159,8 @@ def check(node: "Node") -> None:
         in_queues += len(q.jobs)
         for job in q.jobs:
             if job.state != QUEUED or store.get(job.id) is not job or job.queue != q.name:
-                name = "ACK_ONCE" if job.state == ACKED else "QUEUED_ONCE"
-                _fail(name, "queue %r holds job %r in state %s" % (q.name, job.id, job.state_name))
+                invariant = "ACK_ONCE" if job.state == ACKED else "QUEUED_ONCE"
+                _fail(invariant, "queue %r holds job %r in state %s" % (q.name, job.id, job.state_name))
     if in_queues != queued:
         _fail("QUEUED_ONCE", "%d jobs in queues, %d queued jobs" % (in_queues, queued))
 
