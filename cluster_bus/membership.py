@@ -11,7 +11,9 @@ int): operator commands (``meet``, ``forget``, ``reset``, ``set_leaving``),
 link events reported by the shell (``link_up``, ``link_failed``,
 ``link_down``, ``link_peer``), bus messages (``receive``) and time passing
 (``tick``, Disque's ``clusterCron``: every 100 ms while the cluster is in
-flux, less often once it is settled, as ``idle_tick_ms`` says). *Effects* are frozen
+flux, less often once it is settled, as ``idle_tick_ms`` says; the PINGs it finds due may be
+left to ``send_pings``, a few a call, so that the shell can cut a tick into bounded steps:
+"Ticks in slices" below). *Effects* are frozen
 records the shell drains with ``take_effects()`` after every input and carries
 out in order: ``Connect``, ``Send``, ``Close``, ``SaveConfig``, ``Log``.
 
@@ -60,6 +62,17 @@ its features ``None``. A malformed announcement is counted
 node's release as a last field once ``announce`` was called (``-`` while unknown, ``?`` for
 announced none and no ``unannounced``); ``save_text``
 (nodes.conf) does not, so the file stays the format every release reads.
+
+Ticks in slices. A PING built (its gossip section) and sent is most of what a tick costs in
+a busy node whose caches the tick finds cold (60-80 µs of a shell's tick of ~100). ``tick(now,
+max_pings=0)`` only walks the table (reconnects, timeouts, PFAIL) and queues the PINGs it finds
+due, each node once; ``send_pings(now, limit)`` then sends the next ``limit`` of them, oldest
+first, and says how many are left, so that the shell sends them in steps of its own, a pass of
+its loop between two. A queued node whose PING is no longer wanted when its turn comes (gone, its
+link closed, a PING already waiting for its PONG) is skipped. A PING's PONG is waited for from
+when it is sent (``ping_sent``): queued for a few passes of the loop, each node is still pinged
+within node_timeout / 2 of its last PONG plus that delay, and a node that stopped answering is
+PFAIL that much later at most. ``tick(now)`` with no ``max_pings`` sends every PING due at once.
 
 Invariants (checked by tests):
 
@@ -132,6 +145,9 @@ DEVIATIONS = """
 * Ids must be 40 lowercase hex characters everywhere (messages, nodes.conf).
 * ``save_text`` leaves out handshake nodes, as Disque's clusterSaveConfig
   does; ``nodes_text`` (CLUSTER NODES) shows them.
+* The PINGs a tick finds due may leave a few passes of the shell's loop after
+  it (``tick(now, max_pings=0)``, then ``send_pings``: "Ticks in slices");
+  Disque's cron sends them all in the cron.
 * A PING or MEET from a known node we have no outbound link to (and are not
   connecting to) connects at once; Disque waits for its next cron (up to
   100 ms), and a restarted node's queued jobs waited for that link.
@@ -346,6 +362,7 @@ class Membership:
         self._effects: list[Any] = []
         self._save = False
         self._random_ping_at = now  # when the last random ping went (tick)
+        self._pings_due: dict[str, ClusterNode] = {}  # node id -> node: PINGs the ticks found due, unsent
         #: after each tick: no handshake, connect, missing link or failing node (the server then ticks
         #: less often: :meth:`idle_tick_ms`)
         self.settled = False
@@ -878,8 +895,10 @@ class Membership:
     # =====================================================================
     # Time
     # =====================================================================
-    def tick(self, now: int) -> None:
-        """Disque's clusterCron: reconnect, ping, detect failures."""
+    def tick(self, now: int, max_pings: int | None = None) -> None:
+        """Disque's clusterCron: reconnect, ping, detect failures. Of the PINGs due, at most
+        ``max_pings`` are sent now (None: all); the rest wait for :meth:`send_pings` ("Ticks in
+        slices")."""
         self._now = now
         timeout = self.node_timeout
         handshake_timeout = max(timeout, 1000)
@@ -915,7 +934,7 @@ class Membership:
                 if best is None or n.pong_received < best.pong_received:
                     best = n
             if best is not None:
-                self._ping(best)
+                self._pings_due[best.id] = best
 
         for n in list(self._nodes.values()):
             if n.flags & (NODE_MYSELF | NODE_NOADDR | NODE_HANDSHAKE):
@@ -932,7 +951,7 @@ class Membership:
                 self._close_outbound(n)
                 self._close_inbound(n)
             if n.link is not None and n.ping_sent == 0 and now - n.pong_received > timeout // 2:
-                self._ping(n)
+                self._pings_due[n.id] = n
                 continue
             if n.ping_sent == 0:
                 continue
@@ -943,7 +962,20 @@ class Membership:
         if settled:
             settled = not any(n.flags & (NODE_PFAIL | NODE_FAIL) for n in self._nodes.values())
         self.settled = settled
+        self._send_due(max_pings)
         self._flush()
+
+    def send_pings(self, now: int, limit: int = 1) -> int:
+        """Send up to ``limit`` of the PINGs the ticks found due and left unsent, oldest first;
+        how many are still waiting ("Ticks in slices")."""
+        self._now = now
+        self._send_due(limit)
+        self._flush()
+        return len(self._pings_due)
+
+    def pings_due(self) -> int:
+        """How many PINGs the ticks found due are still unsent (:meth:`send_pings`)."""
+        return len(self._pings_due)
 
     def idle_tick_ms(self) -> int:
         """How often :meth:`tick` needs to run now: every 100 ms (Disque's cron) while anything is in
@@ -974,6 +1006,19 @@ class Membership:
             node_id = "%040x" % self.rng.getrandbits(160)
             if node_id not in self._nodes:
                 return node_id
+
+    def _send_due(self, limit: int | None) -> None:
+        """Up to ``limit`` (None: every one) of the queued PINGs still wanted, oldest first."""
+        due = self._pings_due
+        nodes = self._nodes
+        while due and (limit is None or limit > 0):
+            node_id = next(iter(due))
+            n = due.pop(node_id)
+            if nodes.get(node_id) is not n or n.link is None or n.ping_sent or n.flags & NODE_HANDSHAKE:
+                continue  # gone, renamed, unlinked, or pinged meanwhile (a new link's PING): not wanted now
+            self._ping(n)
+            if limit is not None:
+                limit -= 1
 
     def _ping(self, n: ClusterNode) -> None:
         assert n.link is not None

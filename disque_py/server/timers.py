@@ -65,6 +65,10 @@ TICK_SLICE_NS = 60_000
 #: loop's next pass (CoreTimers.due).
 STEPS_SLICE_NS = 50_000
 
+# What a periodic step left (CoreTimers._run_periodic): the round is over, its next step is due
+# now, or the same step again after a pass of the loop (it returned 0).
+_DONE, _NEXT, _AGAIN = 0, 1, 2
+
 
 class CoreTimers:
     """The core's timers. ``apply_effects`` carries out what a tick produced; ``glue`` (the
@@ -87,31 +91,38 @@ class CoreTimers:
         """Run ``step`` periodically from now on, with the others, in the order added (the cron's
         step, the cluster's tick), back to back while they are short (``due``). Each returns the
         ms it wants until the next run (None: :data:`PERIOD_MS`); all run again after the
-        shortest of them. What a step produces it carries out itself (``apply_effects``)."""
+        shortest of them. A step that returns 0 has more to do in this round: it runs again
+        after the loop's next pass, before the round's next step (the cluster's tick sends its
+        PINGs so, a few a call). What a step produces it carries out itself
+        (``apply_effects``)."""
         if not self._periodic:
             self._periodic_at = now_ms() + PERIOD_MS
         self._periodic.append(step)
         self.lot.unpark_all()  # the timer task's deadline may be later
 
-    def _run_periodic(self, now: int) -> bool:
+    def _run_periodic(self, now: int) -> int:
         """The next of the periodic steps due, so that the loop can make a pass between two of
-        them (``due`` runs them back to back for STEPS_SLICE_NS at most). True when more are due
-        now."""
+        them (``due`` runs them back to back for STEPS_SLICE_NS at most): ``_NEXT`` when the
+        round's next step is due now, ``_AGAIN`` when this one returned 0 (more of its work is
+        due, after a pass of the loop), ``_DONE`` when the round is over."""
         i = self._periodic_next
-        wanted = self._periodic[i]() or PERIOD_MS
+        wanted = self._periodic[i]()
+        if wanted == 0:
+            return _AGAIN
+        wanted = wanted or PERIOD_MS
         if not i or wanted < self._period_wanted:
             self._period_wanted = wanted
         i += 1
         if i < len(self._periodic):
             self._periodic_next = i
-            return True
+            return _NEXT
         self._periodic_next = 0
         period = self._period_wanted
         # The next run one period after this one was due, so late wake-ups do not drift; after
         # a long stall (a clock jump, a stopped process) one period from now, with no catching up.
         due = self._periodic_at + period
         self._periodic_at = due if due > now else now + period
-        return False
+        return _DONE
 
     def hand_over(self, to_loop: bool) -> None:
         """The client loop takes the core's timers over (True) or gives them back (False)."""
@@ -138,9 +149,10 @@ class CoreTimers:
             # The steps due run back to back while they are short (an idle node's: one wake-up
             # for all of them), and the next waits for the loop's next pass once they have run
             # for STEPS_SLICE_NS: a job arriving meanwhile waits behind one slice, not their sum.
+            # A step with more to do (it returned 0) goes on after the loop's next pass.
             began = perf_counter_ns()
-            while self._run_periodic(now):
-                if perf_counter_ns() - began > STEPS_SLICE_NS:
+            while more := self._run_periodic(now):
+                if more == _AGAIN or perf_counter_ns() - began > STEPS_SLICE_NS:
                     return 0.0  # the next step after the loop's next pass
             periodic = self._periodic_at
             nxt = node.next_wakeup()

@@ -1134,3 +1134,112 @@ def test_a_ping_from_a_node_we_have_no_link_to_connects_at_once() -> None:
     m.take_effects()
     m.receive(21, Ping(peer, PORT, 0), START + 320)  # linked: nothing more
     assert not [e for e in m.take_effects() if isinstance(e, Connect)]
+
+
+# ---------------------------------------------------------------------------
+# Ticks in slices: the PINGs a tick finds due, sent a few at a time
+# ---------------------------------------------------------------------------
+class SlicedNet(SimNet):
+    """Each node's tick only walks the table (``max_pings=0``); then passes of 1 ms each, in which
+    every node sends at most ``per_pass`` of the PINGs it found due (as the server's steps do)."""
+
+    def __init__(self, *args, per_pass: int = 1, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.per_pass = per_pass
+        self.pings: dict[tuple[int, int], list[int]] = {}  # (from, to) -> when each PING was sent
+        self.sent = {"walk": 0, "pass": 0}  # the most messages one call of each sent
+        self.passes = 0
+
+    def counted(self, kind: str, fn: Callable[[Membership], None]) -> Callable[[Membership], None]:
+        def call(m: Membership) -> None:
+            before = m.stats["messages_sent"]
+            fn(m)
+            self.sent[kind] = max(self.sent[kind], m.stats["messages_sent"] - before)
+
+        return call
+
+    def _effect(self, i: int, e) -> None:
+        if isinstance(e, Send) and isinstance(e.msg, Ping) and e.link in self.links:
+            peer = self.links[e.link][1]
+            self.pings.setdefault((i, peer), []).append(self.now)
+        super()._effect(i, e)
+
+    def step(self) -> None:
+        self.now += TICK_MS
+        for i in range(len(self.members)):
+            self.call(i, self.counted("walk", lambda m: m.tick(self.now, max_pings=0)))
+        start = self.now
+        while any(m is not None and m.pings_due() for m in self.members):
+            self.now += 1
+            self.passes += 1
+            for i, m in enumerate(self.members):
+                if m is not None and m.pings_due():
+                    self.call(i, self.counted("pass", lambda m: m.send_pings(self.now, self.per_pass)))
+        self.now = start  # the passes took a few ms of the next tick's 100
+
+
+def test_a_tick_can_leave_its_pings_to_send_pings_and_each_peer_is_still_pinged_in_time() -> None:
+    n = 7
+    net = SlicedNet(n, seed=5)
+    for i in range(1, n):
+        net.meet(0, i)
+    net.run_until(net.all_clean, 10_000)
+    net.pings.clear()
+    start = net.now
+    net.run(10 * NODE_TIMEOUT)
+    assert net.passes > 0  # pings were left to the passes
+    assert net.sent == {"walk": 0, "pass": 1}  # a walk sends nothing, a pass one PING
+    # Every node pinged every other at least every node_timeout / 2 after its PONG, at the tick
+    # that found it due (TICK_MS) and the passes it waited (one ms each, n - 1 at most).
+    for i in range(n):
+        for j in range(n):
+            if i != j:
+                times = [start] + net.pings[(i, j)] + [net.now]
+                assert max(b - a for a, b in zip(times, times[1:])) <= NODE_TIMEOUT // 2 + TICK_MS + n - 1
+    # A killed node is PFAIL then FAIL in the same time as with whole ticks.
+    net.kill(6)
+    alive = net.alive_indexes()
+    elapsed = net.run_until(lambda: all(net.flags(i, 6) == NODE_FAIL for i in alive), 4 * NODE_TIMEOUT)
+    assert NODE_TIMEOUT < elapsed <= int(1.5 * NODE_TIMEOUT)
+
+
+def test_send_pings_sends_at_most_its_limit_oldest_first_and_skips_what_is_no_longer_wanted() -> None:
+    net = build(5, seed=9)
+    m = net.m(0)
+    peers = [m.node(net.ids[j]) for j in range(1, 5)]
+    t = net.now + NODE_TIMEOUT  # every PONG is older than node_timeout / 2: all four are due
+    m.tick(t, max_pings=0)
+    assert m.pings_due() == 4 and not [e for e in m.take_effects() if isinstance(e, Send)]
+    order = list(m._pings_due)
+    assert m.send_pings(t + 1, 2) == 2
+    sent = [e for e in m.take_effects() if isinstance(e, Send)]
+    assert [s.link for s in sent] == [m.node(nid).link for nid in order[:2]]
+    assert all(isinstance(s.msg, Ping) for s in sent)
+    assert [m.node(nid).ping_sent for nid in order[:2]] == [t + 1, t + 1]  # the PONG is awaited from then
+    # The next tick finds the two still unsent due again: queued once each.
+    m.tick(t + 100, max_pings=0)
+    assert m.pings_due() == 2 and not [e for e in m.take_effects() if isinstance(e, Send)]
+    # One's link goes down, the other is forgotten: neither is pinged, and nothing is left.
+    gone_link, forgotten = m.node(order[2]).link, order[3]
+    m.link_down(gone_link, t + 101)
+    m.forget(forgotten, t + 101)
+    m.take_effects()
+    assert m.send_pings(t + 102, 10) == 0
+    assert not [e for e in m.take_effects() if isinstance(e, Send)]
+    # A PING sent meanwhile on a new link (link_up) is not doubled by the queued one.
+    again = m.node(order[2])
+    m.tick(t + 200, max_pings=0)
+    (c,) = [e for e in m.take_effects() if isinstance(e, Connect) and e.node_id == again.id]
+    m.link_up(again.id, 99, t + 201)
+    assert len([e for e in m.take_effects() if isinstance(e, Send) and isinstance(e.msg, Ping)]) == 1
+    m._pings_due[again.id] = again  # (as if a tick had found it due before its link came back)
+    assert m.send_pings(t + 202, 1) == 0 and not m.take_effects()
+    # With no limit a tick sends every PING due at once, as before.
+    t2 = t + 10 * NODE_TIMEOUT
+    for p in peers:
+        if p.link is not None:
+            p.ping_sent = 0
+    m.tick(t2)
+    assert m.pings_due() == 0
+    assert len([e for e in m.take_effects() if isinstance(e, Send) and isinstance(e.msg, Ping)]) == 3
+    check_invariants(m)

@@ -152,3 +152,41 @@ async def test_a_run_of_the_core_timers_ticks_while_due_within_its_slice_and_the
     monkeypatch.setattr(timers_mod, "TICK_SLICE_NS", 10**10)  # time for all: one run ticks them all
     assert timers.due() > 0 and qlen() == n
     assert len(effects) == 3  # the effects carried out once a run
+
+
+async def test_a_step_that_returns_0_runs_again_in_the_same_round_after_a_pass(autojump_clock, monkeypatch):
+    """The cluster's tick sends its PINGs in steps: while it returns 0 it is called again, before
+    the round's next step, after a pass of the loop each time (however short it was); the round
+    still ends at its time and the next starts one period after it was due."""
+    from disque_py.server import timers as timers_mod
+
+    node = Node("0" * 40, seed=b"timers", now=int(trio.current_time() * 1000), address=("127.0.0.1", 7711))
+    timers = CoreTimers(node, lambda: None)
+    timers.hand_over(True)
+    calls: list[str] = []
+    left = [0]
+
+    def sliced() -> int:
+        calls.append("sliced")
+        if left[0]:
+            left[0] -= 1
+            return 0
+        return PERIOD_MS
+
+    timers.every_period(lambda: calls.append("before") or PERIOD_MS)
+    timers.every_period(sliced)
+    timers.every_period(lambda: calls.append("after") or PERIOD_MS)
+    monkeypatch.setattr(timers_mod, "STEPS_SLICE_NS", 10**10)  # time for every step: a pass only for "again"
+    start = round(trio.current_time() * 1000)
+    await trio.sleep(PERIOD_MS / 1000)
+    left[0] = 3
+    waits = []
+    while "after" not in calls:
+        waits.append(timers.due())
+    assert calls == ["before"] + ["sliced"] * 4 + ["after"]
+    assert waits[:-1] == [0.0] * 3  # a pass of the loop after each 0, waiting for nothing
+    assert abs(waits[-1] - PERIOD_MS / 1000) < 0.002  # then the next round, one period after this one
+    await trio.sleep(waits[-1])
+    calls.clear()
+    assert timers.due() > 0 and calls == ["before", "sliced", "after"]  # done: one call of due() again
+    assert round(trio.current_time() * 1000) == start + 2 * PERIOD_MS

@@ -287,3 +287,50 @@ async def test_data_sent_in_one_turn_travels_as_one_batch_in_order(nursery, tmp_
     assert bus_stats["data_sent"] - data_before == 500
     assert bus_stats["frames_sent"] - frames_before < 10  # one batch, give or take a ping
     assert b.cluster.bus.stats["data_received"] >= 500
+
+
+async def test_the_cluster_tick_sends_its_pings_in_steps_and_still_fails_a_killed_node_in_time(
+    nursery, tmp_path, autojump_clock, monkeypatch
+):
+    """ClusterService.tick in steps (issue 59): a walk of the table that sends nothing, then, while
+    PINGs are due, steps that build one or send it (here one of the two a step: PING_SLICE_NS
+    leaves no time for a second), returning 0 meanwhile; every peer is still pinged and a killed
+    node still flagged FAIL everywhere within the usual time."""
+    from disque_py.server import cluster as cluster_mod
+
+    monkeypatch.setattr(cluster_mod, "PING_SLICE_NS", -1)  # never time for a second turn in a step
+    net, nodes = await start_cluster(nursery, tmp_path, 6)
+    for b in nodes[1:]:
+        nodes[0].cmd("CLUSTER", "MEET", "127.0.0.1", b.port)
+    await wait_until(lambda: all_know(nodes, 6), timeout=30, what="full mesh")
+    steps: list[tuple[bool, int, int, int]] = []  # (a walk, PINGs built, frames sent, what it returned)
+    service = nodes[0].cluster
+    tick = service.tick
+    m, bus = service.membership, service.bus
+    assert bus is not None
+
+    def counted() -> int:
+        walk = not m.pings_due() and not service._ping_built
+        built, framed = m.stats["messages_sent"], bus.stats["frames_sent"]
+        wanted = tick()
+        steps.append((walk, m.stats["messages_sent"] - built, bus.stats["frames_sent"] - framed, wanted))
+        return wanted
+
+    service.tick = counted  # (the run loop looks it up at every call)
+    await trio.sleep(NODE_TIMEOUT * 2 / 1000)
+    walks = [s for s in steps if s[0]]
+    turns = [s for s in steps if not s[0]]
+    assert all(built == framed == 0 for _, built, framed, _ in walks)  # a walk sends nothing
+    # a PING built, or sent (or neither: a message that came in between sent it with its answer)
+    assert all(built + framed <= 1 for _, built, framed, _ in turns)
+    assert sum(built for _, built, _, _ in turns) >= 5 and any(framed for _, _, framed, _ in turns)
+    assert any(wanted == 0 for _, _, _, wanted in walks)  # PINGs found due: the steps go on
+    assert all(wanted == 0 for _, built, _, wanted in turns if built)  # built: sent at the next step
+    victim = nodes[5]
+    victim.kill()
+    took = await wait_until(
+        lambda: all(s.flags(victim) == "fail" for s in nodes[:5]),
+        timeout=NODE_TIMEOUT * 4 / 1000,
+        what="the victim flagged FAIL everywhere",
+    )
+    assert NODE_TIMEOUT / 1000 < took <= 1.5 * NODE_TIMEOUT / 1000
