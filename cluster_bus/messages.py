@@ -1,4 +1,4 @@
-"""Cluster bus messages: one frozen dataclass per type.
+"""Cluster bus messages: one frozen class per type (a frozen dataclass's behaviour, see ``_Message``).
 
 The bus knows nothing of jobs. Membership messages (PING, PONG, MEET, FAIL)
 are understood here and by :mod:`cluster_bus.membership`; everything the job
@@ -17,7 +17,7 @@ node's *client* port (the bus listens on port + 10000), as in Disque.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import FrozenInstanceError
 from enum import IntEnum
 from typing import Any, Union
 
@@ -82,10 +82,52 @@ class MsgType(IntEnum):
     AUTH_PROOF = 34
 
 
-@dataclass(frozen=True, slots=True)
-class Gossip:
+_put = object.__setattr__  # a field's value, set past the class's refusal (as a frozen dataclass does)
+
+
+class _Message:
+    """What ``@dataclass(frozen=True, slots=True)`` gave these classes, written once: a node's
+    start imports this module, and the dataclass decorator compiled six methods per class there
+    (some 3 ms of a start). Each class lists its fields in ``__match_args__`` (its ``__slots__``
+    too) and sets them in a plain ``__init__``; equality, hash, repr, pickling and the refusal to
+    change a field (``dataclasses.FrozenInstanceError``) are a frozen dataclass's."""
+
+    __slots__ = ()
+    __match_args__: tuple[str, ...] = ()
+
+    def _values(self) -> tuple[Any, ...]:
+        return tuple([getattr(self, name) for name in self.__match_args__])
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is self.__class__:
+            return self._values() == other._values()  # type: ignore[attr-defined]
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self._values())
+
+    def __repr__(self) -> str:
+        fields = ", ".join("%s=%r" % (name, getattr(self, name)) for name in self.__match_args__)
+        return "%s(%s)" % (type(self).__qualname__, fields)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise FrozenInstanceError("cannot assign to field %r" % name)
+
+    def __delattr__(self, name: str) -> None:
+        raise FrozenInstanceError("cannot delete field %r" % name)
+
+    def __getstate__(self) -> tuple[Any, ...]:
+        return self._values()
+
+    def __setstate__(self, state: tuple[Any, ...]) -> None:
+        for name, value in zip(self.__match_args__, state):
+            _put(self, name, value)
+
+
+class Gossip(_Message):
     """What the sender knows about one other node."""
 
+    __slots__ = __match_args__ = ("node_id", "ip", "port", "flags", "ping_sent", "pong_received")
     node_id: str
     ip: str
     port: int
@@ -93,83 +135,118 @@ class Gossip:
     ping_sent: int  # ms, 0 = no ping pending (sender's clock, informative)
     pong_received: int  # ms (sender's clock, informative)
 
+    def __init__(self, node_id: str, ip: str, port: int, flags: int, ping_sent: int, pong_received: int) -> None:
+        _put(self, "node_id", node_id)
+        _put(self, "ip", ip)
+        _put(self, "port", port)
+        _put(self, "flags", flags)
+        _put(self, "ping_sent", ping_sent)
+        _put(self, "pong_received", pong_received)
 
-@dataclass(frozen=True, slots=True)
-class Ping:
+
+class _Heartbeat(_Message):
+    """The fields of PING, PONG and MEET (each its own class: a PING never equals a PONG)."""
+
+    __slots__ = __match_args__ = ("sender", "port", "flags", "gossip")
     sender: str
     port: int  # sender's client port
     flags: int  # sender's own flags (LEAVING travels this way)
-    gossip: tuple[Gossip, ...] = ()
+    gossip: tuple[Gossip, ...]
+
+    def __init__(self, sender: str, port: int, flags: int, gossip: tuple[Gossip, ...] = ()) -> None:
+        _put(self, "sender", sender)
+        _put(self, "port", port)
+        _put(self, "flags", flags)
+        _put(self, "gossip", gossip)
 
 
-@dataclass(frozen=True, slots=True)
-class Pong:
-    sender: str
-    port: int
-    flags: int
-    gossip: tuple[Gossip, ...] = ()
+class Ping(_Heartbeat):
+    __slots__ = ()
 
 
-@dataclass(frozen=True, slots=True)
-class Meet:
+class Pong(_Heartbeat):
+    __slots__ = ()
+
+
+class Meet(_Heartbeat):
     """A PING that also asks the receiver to add the sender to its table."""
 
-    sender: str
-    port: int
-    flags: int
-    gossip: tuple[Gossip, ...] = ()
+    __slots__ = ()
 
 
-@dataclass(frozen=True, slots=True)
-class Fail:
+class Fail(_Message):
     """``sender`` reached agreement that ``node_id`` is failing."""
 
+    __slots__ = __match_args__ = ("sender", "node_id")
     sender: str
     node_id: str
 
+    def __init__(self, sender: str, node_id: str) -> None:
+        _put(self, "sender", sender)
+        _put(self, "node_id", node_id)
 
-@dataclass(frozen=True, slots=True)
-class Data:
+
+class Data(_Message):
     """An application message (the job layer's); opaque to the bus."""
 
+    __slots__ = __match_args__ = ("sender", "kind", "body")
     sender: str
     kind: str
     body: Any
+
+    def __init__(self, sender: str, kind: str, body: Any) -> None:
+        _put(self, "sender", sender)
+        _put(self, "kind", kind)
+        _put(self, "body", body)
 
 
 MAX_BATCH = 4096
 """Most application messages one ``DataBatch`` carries."""
 
 
-@dataclass(frozen=True, slots=True)
-class DataBatch:
+class DataBatch(_Message):
     """Several application messages from one sender, in order: ``items`` is a
     sequence of ``(kind, body)`` pairs, each exactly what a ``Data`` carries."""
 
+    __slots__ = __match_args__ = ("sender", "items")
     sender: str
     items: Any
 
+    def __init__(self, sender: str, items: Any) -> None:
+        _put(self, "sender", sender)
+        _put(self, "items", items)
 
-@dataclass(frozen=True, slots=True)
-class AuthHello:
+
+class AuthHello(_Message):
     """Initiator -> responder: my nonce (starts the challenge-response)."""
 
+    __slots__ = __match_args__ = ("nonce",)
     nonce: bytes
 
+    def __init__(self, nonce: bytes) -> None:
+        _put(self, "nonce", nonce)
 
-@dataclass(frozen=True, slots=True)
-class AuthChallenge:
+
+class AuthChallenge(_Message):
     """Responder -> initiator: my nonce and my proof of the secret."""
 
+    __slots__ = __match_args__ = ("nonce", "proof")
     nonce: bytes
     proof: bytes
 
+    def __init__(self, nonce: bytes, proof: bytes) -> None:
+        _put(self, "nonce", nonce)
+        _put(self, "proof", proof)
 
-@dataclass(frozen=True, slots=True)
-class AuthProof:
+
+class AuthProof(_Message):
     """Initiator -> responder: my proof of the secret."""
 
+    __slots__ = __match_args__ = ("proof",)
     proof: bytes
+
+    def __init__(self, proof: bytes) -> None:
+        _put(self, "proof", proof)
 
 
 Message = Union[Ping, Pong, Meet, Fail, Data, DataBatch, AuthHello, AuthChallenge, AuthProof]

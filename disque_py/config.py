@@ -61,7 +61,6 @@ import errno as _errno
 import os
 import re
 import sys
-import tempfile
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Callable, Iterable, NamedTuple, Sequence
@@ -1133,6 +1132,8 @@ def rewrite_config(cfg: Config) -> None:
         old_lines.pop()
     new_lines = _rewrite_lines(cfg, old_lines)
     content = ("\n".join(new_lines) + "\n").encode(_ENC, _ERRS) if new_lines else b""
+
+    import tempfile  # here, not at the top: a node's start does not import it (nor shutil, bz2, lzma)
 
     directory = os.path.dirname(target) or "."
     tmp_path: str | None = None

@@ -3,6 +3,7 @@ subprocess trio's import spawns to find libpthread."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -62,3 +63,33 @@ print(len(started))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert int(out.stdout) >= 1  # the watch sees a subprocess when there is one
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the stand-in is for Linux's find_library")
+def test_trio_imported_first_gets_a_stand_in_and_the_standard_ctypes_util_comes_back_after():
+    """Nothing imported ``ctypes.util`` (a node's start): trio is given a stand-in, so that
+    ``shutil``, ``bz2``, ``lzma`` and ``tempfile`` are not imported; afterwards ``import ctypes.util``
+    is the standard module, and the stand-in asked anything else than ``find_library("pthread")``
+    loads the standard module and answers with it."""
+    code = """
+import json, sys
+from disque_py.util import quickimport
+trio = quickimport.import_trio()
+seen = {"named": trio._core._thread_cache.set_os_thread_name is not None,
+        "loaded": sorted(m for m in ("ctypes.util", "shutil", "bz2", "lzma", "tempfile") if m in sys.modules)}
+import ctypes, ctypes.util
+seen["standard"] = ctypes.util.__file__ == ctypes.__file__.replace("__init__.py", "util.py")
+seen["c"] = ctypes.util.find_library("c")
+# the stand-in, asked for another name or another library: the standard module answers
+del sys.modules["ctypes.util"], ctypes.util
+stand_in = quickimport._StandIn("ctypes.util")
+sys.modules["ctypes.util"] = ctypes.util = stand_in
+seen["other"] = callable(stand_in.test)  # ctypes.util.test, its self-test
+seen["replaced"] = sys.modules["ctypes.util"] is not stand_in and not isinstance(ctypes.util, quickimport._StandIn)
+print(json.dumps(seen))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    seen = json.loads(out.stdout)
+    assert seen == {"named": True, "loaded": [], "standard": True, "c": seen["c"], "other": True, "replaced": True}
+    assert seen["c"] and seen["c"].startswith("libc.so")

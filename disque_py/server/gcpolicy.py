@@ -104,10 +104,12 @@ class GcPolicy:
 
         No collection first: examining the start's objects (the modules, 50k objects) took
         12-40 ms before the first client was served, to free a few thousand objects of the
-        imports' own cycles; they wait for the first full collection instead."""
+        imports' own cycles; they wait for the first full collection instead. Nor are they
+        counted here: ``gc.get_freeze_count()`` walks them all (3-7 ms of a start); the first
+        INFO memory counts them."""
         gc.freeze()
         self.last_full_at = time.monotonic()
-        self._frozen, self._frozen_at = gc.get_freeze_count(), self.last_full_at  # counted once here
+        self._frozen_at = None  # counted when first asked (frozen_objects)
         if not self.installed:
             gc.callbacks.append(self._callback)
             self.installed = True
@@ -157,6 +159,7 @@ class GcPolicy:
         gc.unfreeze()
         freed = gc.collect()
         gc.freeze()
+        self._frozen_at = None  # the log line below counts them again
         seconds = time.perf_counter() - started
         self.full_collections += 1
         self.last_full_freed = freed
@@ -165,7 +168,7 @@ class GcPolicy:
         log.log(
             20 if freed or seconds >= 0.1 else 15,
             "GC: full collection (%s) freed %d objects in %.1f ms; %d objects frozen",
-            why, freed, seconds * 1000, self._frozen,
+            why, freed, seconds * 1000, self.frozen_objects(),
         )  # fmt: skip
         return freed
 

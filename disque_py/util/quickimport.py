@@ -11,6 +11,12 @@ The library is in the process already (the interpreter links it): the path a loa
 read from ``/proc/self/maps``, is what ``find_library`` would find. ``import_trio`` answers
 that one question so while trio is imported, and puts ``find_library`` back; anywhere
 ``/proc/self/maps`` has no such line, ``find_library`` answers as it always does.
+
+When nothing has imported ``ctypes.util`` yet (a node's start), trio is given a stand-in for
+it (``_StandIn``) rather than the standard module with that one function changed: the standard
+``ctypes.util`` imports ``shutil``, ``bz2``, ``lzma`` and ``tempfile`` (about 2 ms), which
+serving does not use. trio reads ``ctypes.util`` only while it is imported; afterwards the name
+is free again, and the first ``import ctypes.util`` loads the standard module.
 """
 
 from __future__ import annotations
@@ -44,6 +50,45 @@ def loaded_library(prefixes: tuple[str, ...] = ("libpthread.so", "libc.so"), map
     return None
 
 
+def _pthread_or(real: Callable[[str], str | None]) -> Callable[[str], str | None]:
+    """``find_library`` answering ``"pthread"`` from the libraries mapped, anything else as ``real``."""
+
+    def find_library(name: str) -> str | None:
+        if name == "pthread":
+            path = loaded_library()
+            if path is not None:
+                return path
+        return real(name)
+
+    return find_library
+
+
+def _real_util() -> ModuleType:
+    """The standard ``ctypes.util``, imported now if it is not (the stand-in taken out first)."""
+    import ctypes
+
+    if not isinstance(sys.modules.get("ctypes.util"), _StandIn):
+        import ctypes.util
+
+        return ctypes.util
+    del sys.modules["ctypes.util"]
+    if isinstance(getattr(ctypes, "util", None), _StandIn):
+        del ctypes.util
+    import ctypes.util
+
+    return ctypes.util
+
+
+class _StandIn(ModuleType):
+    """``ctypes.util`` while trio is imported, when nothing has imported it yet: the standard
+    module imports ``shutil`` (and through it ``bz2``, ``lzma``, ``fnmatch``) and ``tempfile``,
+    which nothing else of a node's start needs. It answers ``find_library("pthread")`` from
+    ``/proc/self/maps``; anything else it is asked loads the standard module and asks it."""
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(_real_util(), name)
+
+
 def import_trio() -> ModuleType:
     """``import trio``, with ``find_library("pthread")`` answered from the libraries already mapped
     (see the module docstring)."""
@@ -51,18 +96,26 @@ def import_trio() -> ModuleType:
         import trio
 
         return trio
+    import ctypes
+
+    real = sys.modules.get("ctypes.util")
+    if real is None:
+        stand_in = _StandIn("ctypes.util")
+        stand_in.find_library = _pthread_or(lambda name: _real_util().find_library(name))  # type: ignore[attr-defined]
+        sys.modules["ctypes.util"] = stand_in
+        ctypes.util = stand_in  # type: ignore[attr-defined]  # what `import ctypes.util` then reads
+        try:
+            import trio
+        finally:
+            if sys.modules.get("ctypes.util") is stand_in:
+                del sys.modules["ctypes.util"]
+            if getattr(ctypes, "util", None) is stand_in:
+                del ctypes.util
+        return trio
     import ctypes.util
 
     original: Callable[[str], str | None] = ctypes.util.find_library
-
-    def find_library(name: str) -> str | None:
-        if name == "pthread":
-            path = loaded_library()
-            if path is not None:
-                return path
-        return original(name)
-
-    ctypes.util.find_library = find_library
+    ctypes.util.find_library = _pthread_or(original)
     try:
         import trio
     finally:

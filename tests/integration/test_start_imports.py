@@ -4,7 +4,8 @@ A restart is when every millisecond counts (clients wait, jobs held elsewhere co
 start loads only what serving needs: no client library or redis-py, no other CLI command and no
 click (``disque-py server`` parses its own arguments), no HTTP stack without ``admin-port``, no
 python-json-logger without ``log-format json``, no AOF codec without an AOF to load, no
-``cryptography`` before a link authenticates with ``cluster-secret``. Each check starts a real node with the server's own entry (the
+``cryptography`` before a link authenticates with ``cluster-secret``, no ``shutil``, ``bz2``,
+``lzma`` or ``tempfile`` (the standard ``ctypes.util`` imports them; trio is given a stand-in). Each check starts a real node with the server's own entry (the
 ``disque-py`` console script, and ``python -m disque_py.cli``) under ``PYTHONPROFILEIMPORTTIME``,
 waits for its first PONG, kills it with SIGKILL (so that nothing of a shutdown is counted) and reads
 the modules it had imported from its stderr. What is measured is which modules load, never how long.
@@ -57,6 +58,13 @@ NOT_AT_START = (
     "pythonjsonlogger",  # only with log-format json
     "rich",
     "pytest",
+    # the standard ctypes.util and what it imports: trio reads only find_library("pthread") from it,
+    # answered by util/quickimport.py's stand-in; tempfile only for CONFIG REWRITE
+    "ctypes.util",
+    "shutil",
+    "bz2",
+    "lzma",
+    "tempfile",
 )
 
 

@@ -180,3 +180,25 @@ def test_a_paused_bulk_build_runs_no_collection_and_is_frozen_after():
     assert seen["enabled"] is True  # the collector is back on
     assert seen["frozen_growth"] >= 50_000  # what was built sits in the permanent generation
     assert seen["left_off"] is True  # a collector that was off stays off, an error inside or not
+
+
+def test_the_frozen_objects_are_counted_when_asked_not_at_start():
+    # Counting walks every frozen object (a start's 50k: milliseconds before the first client);
+    # install() leaves it to the first INFO memory, which then says what the collector holds.
+    seen = run("""
+        walks = []
+        real = gc.get_freeze_count
+        gc.get_freeze_count = lambda: walks.append(1) or real()  # the same count, each walk noted
+        kept = [Item(i) for i in range(10_000)]
+        policy.install()
+        at_start = len(walks)
+        asked = policy.frozen_objects()
+        again = policy.frozen_objects()  # within FROZEN_COUNT_TTL: the same count, no walk
+        freed = policy.full_collect("test")
+        print(json.dumps({"at_start": at_start, "asked": asked, "real": real(), "again": again,
+                          "walks": len(walks)}))
+    """)
+    assert seen["at_start"] == 0
+    assert seen["asked"] == seen["again"] >= 10_000
+    assert seen["walks"] == 2  # the first ask, and the log line of the full collection (counted again)
+    assert seen["real"] >= seen["asked"] - 100
