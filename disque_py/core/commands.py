@@ -21,6 +21,8 @@ __all__ = [
     "GetJob",
     "ScanArgs",
     "parse_addjob",
+    "plain_addjob_timeout",
+    "DEFAULT_RETRY",
     "check_group_name",
     "parse_nack",
     "parse_release",
@@ -136,6 +138,25 @@ _ADDJOB_VALUED: Final = (b"replicate", b"ttl", b"retry", b"delay", b"maxlen", b"
 MAX_DEDUP_KEY: Final = 512
 
 
+def _too_big(argv: list[bytes]) -> Error:
+    return err("Job too big: %d bytes of body and queue name, at most %d can be replicated or moved "
+               "(a fixed limit: one cluster bus message carries a job)"
+               % (len(argv[2]) + len(argv[1]), MAX_JOB_BYTES))  # fmt: skip
+
+
+def plain_addjob_timeout(argv: list[bytes]) -> int | Error:
+    """ADDJOB queue body ms-timeout, without options (``len(argv) == 4``): its timeout, or the
+    error ``parse_addjob`` would give it. The caller makes the job with the defaults
+    (``DEFAULT_TTL``, ``DEFAULT_RETRY``), no request object built."""
+    if len(argv[2]) + len(argv[1]) > MAX_JOB_BYTES:
+        return _too_big(argv)
+    return parse_timeout(argv[3])
+
+
+#: RETRY when ADDJOB names none and its TTL is the default (``default_retry(DEFAULT_TTL)``)
+DEFAULT_RETRY: Final = _DEFAULT_RETRY
+
+
 def parse_addjob(argv: list[bytes]) -> AddJob | Error:
     """ADDJOB queue body ms-timeout [REPLICATE n] [DELAY s] [RETRY s] [TTL s] [MAXLEN n] [ASYNC]
     [BACKOFF min max] [MAXDELIVER n] [DEADLETTER queue] (delivery.py) [DEDUP key] (dedup.py)
@@ -147,9 +168,7 @@ def parse_addjob(argv: list[bytes]) -> AddJob | Error:
     else:
         timeout_error = None
     if len(argv[2]) + len(argv[1]) > MAX_JOB_BYTES:
-        return err("Job too big: %d bytes of body and queue name, at most %d can be replicated or moved "
-                   "(a fixed limit: one cluster bus message carries a job)"
-                   % (len(argv[2]) + len(argv[1]), MAX_JOB_BYTES))  # fmt: skip
+        return _too_big(argv)
     req = AddJob(argv[1], argv[2], timeout)
     n = len(argv)
     if n == 4:  # the common case: no options

@@ -55,7 +55,8 @@ from __future__ import annotations
 
 from typing import Final, final
 
-from .commands import AddJob, parse_addjob
+from .commands import DEFAULT_RETRY, AddJob, parse_addjob, plain_addjob_timeout
+from .constants import DEFAULT_TTL
 from .commandspec import QUEUE, CommandSpec
 from .context import Context
 from .effects import BLOCKED, Reply
@@ -111,6 +112,12 @@ class Dedup:
     def cmd_addjob(self, client: int, argv: list[bytes]) -> object:
         """ADDJOB: parsed, its DEDUP key looked up (if any), then made by ``Replication.add``;
         the reply, or BLOCKED (its copies are being made, or the other nodes asked)."""
+        if len(argv) == 4:  # no options (most ADDJOBs): made at once, no request object
+            timeout = plain_addjob_timeout(argv)
+            if type(timeout) is not int:
+                return timeout
+            return self._replication.make(client, argv[1], argv[2], timeout, None, DEFAULT_TTL, DEFAULT_RETRY,
+                                          0, 0, False, None, 0, None, None)  # fmt: skip
         req = parse_addjob(argv)
         if not isinstance(req, AddJob):
             return req

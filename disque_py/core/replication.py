@@ -123,10 +123,18 @@ class Replication:
         """ADDJOB's work once parsed (``Dedup.cmd_addjob``): checks, the job, its copies; the
         reply (an ID or an error), or BLOCKED while its copies are made. ``job_id``: a DEDUP
         job's (``ids.dedup_job_id``); None: a new one."""
+        return self.make(client, req.queue, req.body, req.timeout, req.replicate, req.ttl, req.retry, req.delay,
+                         req.maxlen, req.async_, req.extra, req.priority, req.group, job_id)  # fmt: skip
+
+    def make(self, client: int, queue: bytes, body: bytes, timeout: int, replicate_opt: int | None, ttl: int,
+             retry: int, delay: int, maxlen: int, async_: bool, extra: list | None, priority: int,
+             group: bytes | None, job_id: bytes | None) -> object:  # fmt: skip
+        """``add`` with ADDJOB's fields as arguments (an ADDJOB without options comes here
+        straight from ``Dedup.cmd_addjob``, with no request object)."""
         ctx = self.ctx
-        replicate = req.replicate or min(DEFAULT_REPLICATE_MAX, ctx.cluster_size)
-        if req.retry == 0 and replicate > 1:  # the default factor counts too, as in Disque
-            if req.replicate:
+        replicate = replicate_opt or min(DEFAULT_REPLICATE_MAX, ctx.cluster_size)
+        if retry == 0 and replicate > 1:  # the default factor counts too, as in Disque
+            if replicate_opt:
                 return RETRY0_NEEDS_REPLICATE1
             return Error("%s (REPLICATE is %d by default here)" % (RETRY0_NEEDS_REPLICATE1, replicate))
         # A leaving node, or one at memory level 1 or more (memory.py), keeps no copy.
@@ -135,15 +143,15 @@ class Replication:
         available = max(len(ctx.reachable), ctx.live_nodes)
         if additional > available:
             return _not_enough_nodes(replicate, available, extrepl, ctx.leaving)
-        if req.group is not None and req.retry == 0:
-            bad = self._limits.check_add(req.group, req.retry)
+        if group is not None and retry == 0:
+            bad = self._limits.check_add(group, retry)
             if bad is not None:
                 return bad
-        q = ctx.queues.get(req.queue)
+        q = ctx.queues.get(queue)
         if q is not None:
-            if req.maxlen and len(q.jobs) >= req.maxlen:
+            if maxlen and len(q.jobs) >= maxlen:
                 return Error("MAXLEN Queue is already longer than the specified MAXLEN count "
-                             "(%d jobs queued, MAXLEN %d)" % (len(q.jobs), req.maxlen))  # fmt: skip
+                             "(%d jobs queued, MAXLEN %d)" % (len(q.jobs), maxlen))  # fmt: skip
             if q.flags & PAUSED_IN:
                 return Error("PAUSED Queue paused in input, try later")
         now = ctx.now
@@ -152,49 +160,49 @@ class Replication:
             ctime = self._prev_ctime + 1
         self._prev_ctime = ctime
         job = Job(
-            job_id or ctx.ids.new_id(req.ttl, req.retry),
+            job_id or ctx.ids.new_id(ttl, retry),
             WAIT_REPL,
-            req.queue,
-            req.body,
+            queue,
+            body,
             replicate,
             ctime,
-            now + req.ttl * 1000,
-            req.delay,
-            req.retry,
+            now + ttl * 1000,
+            delay,
+            retry,
             # next_at in wait-repl: queued at the end of its DELAY; without one it is queued at
             # once (fresh) and meanwhile reads a RETRY from now, as Disque's SHOW says
-            now + (req.delay or req.retry) * 1000,
+            now + (delay or retry) * 1000,
             ctx.myself_only,
         )
-        if req.priority:  # PRIORITY other than the default (job.py)
-            job.flags = req.priority
-        if req.extra is not None:  # BACKOFF, MAXDELIVER, DEADLETTER, DEDUP
-            lo, hi, maxdeliver, deadletter, key = req.extra
+        if priority:  # PRIORITY other than the default (job.py)
+            job.flags = priority
+        if extra is not None:  # BACKOFF, MAXDELIVER, DEADLETTER, DEDUP
+            lo, hi, maxdeliver, deadletter, key = extra
             job.extra = Extra(lo or 0, hi or 0, maxdeliver or 0, deadletter, key)
-        if req.group is not None:  # GROUP (groups.py): kept in the Extra, told by a flag
+        if group is not None:  # GROUP (groups.py): kept in the Extra, told by a flag
             if job.extra is None:
                 job.extra = Extra()
-            job.extra.group = req.group
+            job.extra.group = group
             job.flags |= F_GROUP
         if extrepl:
             job.delivered = ()
         elif replicate > 1:
             job.delivered = (ctx.id,)  # its own tuple: holders get added to it
-        discard_local = req.async_ and extrepl
+        discard_local = async_ and extrepl
         if not discard_local and not self._store.register(job):
             if job_id is not None:  # a DEDUP job made here meanwhile: that one
                 return STATUS(job_id)
             return err("Internal error creating the job, check server logs")  # 144 random bits colliding: a bug
         ctx.stats["jobs_added"] += 1
         reply: object
-        if (replicate > 1 or extrepl) and not req.async_:
+        if (replicate > 1 or extrepl) and not async_:
             # Synchronous replication: the client waits for GOTJOB confirmations.
             job.confirmed = set() if extrepl else {ctx.id}
             self.clients[job.id] = client
             self.client_jobs[client] = job.id
             self._timer(now + REPL_ADD_NODE_MS, 0, job.id)
-            if req.timeout:
-                self._timer(now + req.timeout, _TIMEOUT, job.id)
+            if timeout:
+                self._timer(now + timeout, _TIMEOUT, job.id)
             self._lifecycle.reschedule(job)
             reply = BLOCKED
         else:
@@ -203,7 +211,7 @@ class Replication:
                 # pushed at once to a waiting consumer node, which must learn all of them.
                 self.replicate_job(job, additional, True)
                 additional = 0
-            if req.delay == 0:
+            if delay == 0:
                 if not extrepl:
                     self._requeue.enqueue_job(job, False, True)  # fresh: a RETRY 0 one is queued once too
             else:
