@@ -582,7 +582,7 @@ class Federation:
         if malformed:
             ctx.bus_stats["messages_malformed"] += 1  # once per message, whatever it took
 
-    def on_moves_unsent(self, peer: str, message: tuple, now: int) -> None:
+    def on_moves_unsent(self, peer: str, message: object, now: int) -> None:
         """A YOURJOBS to ``peer`` (``messages.moves_to_watch``) never reached the socket: its link closed
         first. Its RETRY 0 jobs left their only copy in it, so they are queued here again, as
         never delivered; at-least-once ones still have their copy here, which requeues. Called

@@ -358,7 +358,7 @@ class Node:
         if dead_letter is not None:
             self.delivery.copied(dead_letter, sender)
 
-    def on_moves_unsent(self, peer: str, message: tuple, now: int) -> None:
+    def on_moves_unsent(self, peer: str, message: object, now: int) -> None:
         """A YOURJOBS to ``peer`` never reached the socket (see ``Federation.on_moves_unsent``)."""
         self.ctx.now = now
         self.federation.on_moves_unsent(peer, message, now)
