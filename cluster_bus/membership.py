@@ -90,11 +90,11 @@ from __future__ import annotations
 
 import ipaddress
 import random
-from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any, Iterable
 
 from .messages import (
+    FrozenRecord,
     BUS_PORT_OFFSET,
     MAX_FEATURES,
     MAX_RELEASE_LEN,
@@ -184,39 +184,61 @@ class MembershipError(Exception):
 # ---------------------------------------------------------------------------
 # Effects
 # ---------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class Connect:
+_put = object.__setattr__  # a field's value, set past the class's refusal (messages.FrozenRecord)
+
+
+# Frozen records (``messages.FrozenRecord``: what ``@dataclass(frozen=True, slots=True)`` gave them,
+# without the decorator's work when a node starts).
+class Connect(FrozenRecord):
     """Open an outbound link to ``ip:bus_port``; report link_up/link_failed."""
 
+    __slots__ = __match_args__ = ("node_id", "ip", "bus_port")
     node_id: str
     ip: str
     bus_port: int
 
+    def __init__(self, node_id: str, ip: str, bus_port: int) -> None:
+        _put(self, "node_id", node_id)
+        _put(self, "ip", ip)
+        _put(self, "bus_port", bus_port)
 
-@dataclass(frozen=True, slots=True)
-class Send:
+
+class Send(FrozenRecord):
     """Send ``msg`` (a messages.* object) on ``link``."""
 
+    __slots__ = __match_args__ = ("link", "msg")
     link: int
     msg: Any
 
+    def __init__(self, link: int, msg: Any) -> None:
+        _put(self, "link", link)
+        _put(self, "msg", msg)
 
-@dataclass(frozen=True, slots=True)
-class Close:
+
+class Close(FrozenRecord):
     """Close ``link``; the membership has already forgotten it."""
 
+    __slots__ = __match_args__ = ("link",)
     link: int
 
+    def __init__(self, link: int) -> None:
+        _put(self, "link", link)
 
-@dataclass(frozen=True, slots=True)
-class SaveConfig:
+
+class SaveConfig(FrozenRecord):
     """Persist ``save_text()`` (atomically)."""
 
+    __slots__ = ()
 
-@dataclass(frozen=True, slots=True)
-class Log:
+
+class Log(FrozenRecord):
+    __slots__ = __match_args__ = ("level", "text")
     level: str  # "warning", "notice", "verbose" or "debug"
     text: str
+
+    def __init__(self, level: str, text: str) -> None:
+        _put(self, "level", level)
+        _put(self, "text", text)
 
 
 # ---------------------------------------------------------------------------

@@ -22,6 +22,7 @@ from enum import IntEnum
 from typing import Any, Union
 
 __all__ = [
+    "FrozenRecord",
     "PROTOCOL_VERSION",
     "BUS_PORT_OFFSET",
     "VERSION_KIND",
@@ -122,6 +123,11 @@ class _Message:
     def __setstate__(self, state: tuple[Any, ...]) -> None:
         for name, value in zip(self.__match_args__, state):
             _put(self, name, value)
+
+
+#: The base of the membership's effects too (membership.py): the same frozen-dataclass behaviour
+#: without the decorator's work at import.
+FrozenRecord = _Message
 
 
 class Gossip(_Message):
