@@ -66,13 +66,27 @@ def free_port() -> int:
     for _ in range(200):
         if top > 12000:
             port = rng.randrange(10000, top)
+            if port % _WORKERS != _WORKER:
+                continue  # another xdist worker's share: two workers never draw the same port
         else:  # no room below the ephemeral range: let the kernel pick
             with socket.socket() as s:
                 s.bind(("127.0.0.1", 0))
                 port = s.getsockname()[1]
+        if port in _GIVEN:
+            continue  # handed out already: its node may not be listening yet (start_all)
         if port + 10000 <= 65535 and _bindable(port) and _bindable(port + 10000):
+            if len(_GIVEN) >= 1000:
+                _GIVEN.clear()  # those given long ago are bound by now, or done with
+            _GIVEN.add(port)
             return port
     raise RuntimeError("no free port pair")
+
+
+# Ports free_port handed out in this process: nodes spawned side by side (start_all) are given
+# their ports before any of them binds, and a port drawn twice made two nodes of one directory.
+_GIVEN: set[int] = set()
+_WORKER = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0")[2:] or 0)
+_WORKERS = max(int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1), _WORKER + 1)
 
 
 def consecutive_free_ports(n: int) -> int:
